@@ -1,0 +1,32 @@
+# Everything runs from a virtual environment the Makefile makes itself.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test lint demo bench-ledger clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,lint]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check qsched agents tests
+	$(BIN)/ruff format --check qsched agents tests
+	$(BIN)/mypy
+
+demo: $(STAMP)
+	$(BIN)/qsched-ledger-bench --demo
+
+bench-ledger: $(STAMP)
+	$(BIN)/qsched-ledger-bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,119 @@
+"""Errors raised by qsched. Each kind of failure is its own type.
+
+A conflict (anything a Placement client would see as HTTP 409) derives from
+:class:`Conflict`; callers re-read and decide before retrying.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class QschedError(Exception):
+    """Base class. ``msg_fmt`` is filled from the keyword arguments."""
+
+    msg_fmt = "An unknown error occurred."
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+        super().__init__(message or self.msg_fmt.format(**kwargs))
+
+
+class Invalid(QschedError):
+    msg_fmt = "Invalid input: {reason}"
+
+
+class InvalidUUID(Invalid):
+    msg_fmt = "{what} {value!r} is not a UUID; pass a canonical UUID such as 8-4-4-4-12 hex."
+
+
+class InvalidResourceClass(Invalid):
+    msg_fmt = (
+        "Unknown resource class {resource_class!r}: use a standard class (VCPU, MEMORY_MB, "
+        "DISK_GB, ...) or a custom one named CUSTOM_[A-Z0-9_]+."
+    )
+
+
+class InvalidTrait(Invalid):
+    msg_fmt = "Unknown trait {trait!r}: use a standard os-traits name or CUSTOM_[A-Z0-9_]+."
+
+
+class InvalidInventory(Invalid):
+    msg_fmt = "Invalid inventory for {resource_class} on provider {provider}: {reason}"
+
+
+class InvalidAmount(Invalid):
+    msg_fmt = "Invalid amount {amount!r} of {resource_class} on provider {provider}: {reason}"
+
+
+class NotFound(QschedError):
+    msg_fmt = "Not found: {what}"
+
+
+class ProviderNotFound(NotFound):
+    msg_fmt = "No resource provider with UUID {provider}."
+
+
+class InstanceNotFound(NotFound):
+    msg_fmt = "Instance {instance} could not be found."
+
+
+class Conflict(QschedError):
+    msg_fmt = "Conflict: {reason}"
+
+
+class ProviderExists(Conflict):
+    msg_fmt = "A resource provider with {field} {value!r} already exists."
+
+
+class ProviderInUse(Conflict):
+    msg_fmt = "Resource provider {provider} still has {reason}; remove them first."
+
+
+class ProviderGenerationConflict(Conflict):
+    msg_fmt = (
+        "Resource provider {provider} generation conflict: sent {expected}, current "
+        "{current}. Re-read the provider and retry."
+    )
+
+
+class ConsumerGenerationConflict(Conflict):
+    msg_fmt = (
+        "Consumer {consumer} generation conflict: sent {expected}, current {current}. "
+        "Re-read its allocations and retry."
+    )
+
+
+class CapacityExceeded(Conflict):
+    msg_fmt = (
+        "Not enough {resource_class} on provider {provider}: requested {requested}, "
+        "used {used} of capacity {capacity}."
+    )
+
+
+class InventoryInUse(Conflict):
+    msg_fmt = (
+        "Inventory of {resource_class} on provider {provider} would drop below its usage "
+        "({used} in use, new capacity {capacity}); release allocations first."
+    )
+
+
+class QuotaExceeded(QschedError):
+    msg_fmt = (
+        "Quota exceeded for {resource}: Requested {requested}, but already used {used} of "
+        "{limit} {resource}"
+    )
+
+
+class InstanceNotWaiting(Conflict):
+    msg_fmt = "Instance {instance} is not waiting to be placed (state {state}, host {host})."
+
+
+class InstanceExists(Conflict):
+    msg_fmt = "Instance {instance} already exists."
+
+
+class BackendUnavailable(QschedError):
+    msg_fmt = "{backend} at {url} is unreachable: {reason}"

@@ -1,0 +1,173 @@
+"""Flavors and what a boot request asks for, parsed from Nova-style extra specs.
+
+Pure functions, no I/O. Extra specs follow Nova's syntax::
+
+    resources:VCPU=2            override the flavor's VCPU amount (0 removes it)
+    resources:CUSTOM_GPU=1      more resources in the unnumbered group
+    resources1:VGPU=1           granular group 1: all of it from one provider
+    trait:HW_CPU_X86_AVX2=required
+    trait1:CUSTOM_FAST=forbidden
+    group_policy=isolate|none
+
+Other namespaces (hw:, hw_rng:, ...) are carried but not interpreted here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from qsched import exception
+from qsched.resources import DISK_GB, MEMORY_MB, VCPU, check_resource_class, check_trait
+
+_RESOURCES = re.compile(r"^resources(\d*):(.+)$")
+_TRAIT = re.compile(r"^trait(\d*):(.+)$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestGroup:
+    """Resources and traits that one provider (granular) or one tree (unnumbered) satisfies."""
+
+    suffix: str = ""
+    resources: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    required_traits: frozenset[str] = frozenset()
+    forbidden_traits: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class Flavor:
+    name: str
+    vcpus: int
+    ram_mb: int
+    disk_gb: int = 0
+    id: str = ""
+    extra_specs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    is_public: bool = True
+
+    @property
+    def flavor_id(self) -> str:
+        return self.id or self.name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "id": self.flavor_id,
+            "vcpus": self.vcpus,
+            "ram_mb": self.ram_mb,
+            "disk_gb": self.disk_gb,
+            "extra_specs": dict(self.extra_specs),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Flavor:
+        return check_flavor(
+            cls(
+                name=data["name"],
+                id=data.get("id", ""),
+                vcpus=data["vcpus"],
+                ram_mb=data["ram_mb"],
+                disk_gb=data.get("disk_gb", 0),
+                extra_specs=dict(data.get("extra_specs") or {}),
+            )
+        )
+
+
+def check_flavor(flavor: Flavor) -> Flavor:
+    """Validate names, sizes and extra specs; return the flavor or raise Invalid."""
+    if not isinstance(flavor.name, str) or not _NAME.match(flavor.name):
+        raise exception.Invalid(
+            reason=f"flavor name {flavor.name!r} must be 1-64 of letters, digits, '.', '_', '-'"
+        )
+    for field, low in (("vcpus", 1), ("ram_mb", 1), ("disk_gb", 0)):
+        value = getattr(flavor, field)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise exception.Invalid(reason=f"flavor {field} must be an integer >= {low}")
+    request_groups(flavor)
+    return flavor
+
+
+def request_groups(flavor: Flavor) -> tuple[RequestGroup, ...]:
+    """What the flavor asks of providers: the unnumbered group first, then granular ones.
+
+    :raises Invalid: a malformed resources or trait spec, or an unknown class or trait.
+    """
+    resources: dict[str, dict[str, int]] = {"": {VCPU: flavor.vcpus, MEMORY_MB: flavor.ram_mb}}
+    if flavor.disk_gb:
+        resources[""][DISK_GB] = flavor.disk_gb
+    required: dict[str, set[str]] = {}
+    forbidden: dict[str, set[str]] = {}
+    for key, value in sorted(flavor.extra_specs.items()):
+        if match := _RESOURCES.match(key):
+            suffix, rc = match.groups()
+            resources.setdefault(suffix, {})[check_resource_class(rc)] = _spec_amount(key, value)
+        elif match := _TRAIT.match(key):
+            suffix, trait = match.groups()
+            target = {"required": required, "forbidden": forbidden}.get(str(value))
+            if target is None:
+                raise exception.Invalid(reason=f"{key}={value!r}: use required or forbidden")
+            target.setdefault(suffix, set()).add(check_trait(trait))
+        elif key == "group_policy" and value not in ("isolate", "none"):
+            raise exception.Invalid(reason=f"group_policy={value!r}: use isolate or none")
+    suffixes = sorted(set(resources) | set(required) | set(forbidden), key=lambda s: (s != "", s))
+    groups = []
+    for suffix in suffixes:
+        amounts = {rc: n for rc, n in resources.get(suffix, {}).items() if n}
+        if suffix and not amounts:
+            raise exception.Invalid(reason=f"granular group {suffix} asks for no resources")
+        groups.append(
+            RequestGroup(
+                suffix,
+                amounts,
+                frozenset(required.get(suffix, ())),
+                frozenset(forbidden.get(suffix, ())),
+            )
+        )
+    return tuple(groups)
+
+
+def _spec_amount(key: str, value: object) -> int:
+    try:
+        amount = int(str(value))
+    except ValueError:
+        amount = -1
+    if amount < 0:
+        raise exception.Invalid(reason=f"{key}={value!r}: the amount must be an integer >= 0")
+    return amount
+
+
+@dataclasses.dataclass(frozen=True)
+class Constraints:
+    """What a request adds to its flavor: zone, image traits, aggregate membership."""
+
+    availability_zone: str | None = None
+    required_traits: frozenset[str] = frozenset()
+    forbidden_traits: frozenset[str] = frozenset()
+    member_of: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.availability_zone) or any(
+            (self.required_traits, self.forbidden_traits, self.member_of)
+        )
+
+    def digest(self) -> str:
+        """A short hash, stable across processes and releases."""
+        canonical = "|".join(
+            [
+                self.availability_zone or "",
+                ",".join(sorted(self.required_traits)),
+                ",".join(sorted(self.forbidden_traits)),
+                ",".join(sorted(self.member_of)),
+            ]
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+def scheduling_class(flavor_name: str, constraints: Constraints = Constraints()) -> str:
+    """The class of a request: the flavor name, plus ``+<hash>`` when it adds constraints."""
+    if not constraints:
+        return flavor_name
+    return f"{flavor_name}+{constraints.digest()}"

@@ -1,0 +1,343 @@
+"""The ledger: resource providers, allocations, quota and instance records.
+
+Three small interfaces share one store so that the operations that must be
+atomic across them (reserve quota and record an instance; claim resources only
+for an instance still waiting) can be one atomic step where the state lives.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+# {provider uuid: {resource class: amount}}
+Allocations = Mapping[str, Mapping[str, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Inventory:
+    """Inventory of one resource class on one provider (Placement semantics)."""
+
+    total: int
+    reserved: int = 0
+    min_unit: int = 1
+    max_unit: int | None = None  # None: same as total
+    step_size: int = 1
+    allocation_ratio: float = 1.0
+
+    @property
+    def capacity(self) -> int:
+        """What allocations may add up to: (total - reserved) * allocation_ratio."""
+        return int((self.total - self.reserved) * self.allocation_ratio)
+
+    @property
+    def effective_max_unit(self) -> int:
+        return self.total if self.max_unit is None else self.max_unit
+
+
+@dataclasses.dataclass(frozen=True)
+class Provider:
+    """A resource provider as read from the ledger, usages included."""
+
+    uuid: str
+    name: str
+    generation: int
+    parent_uuid: str | None = None
+    root_uuid: str | None = None
+    inventories: Mapping[str, Inventory] = dataclasses.field(default_factory=dict)
+    usages: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    traits: frozenset[str] = frozenset()
+    aggregates: frozenset[str] = frozenset()
+
+    def free(self, resource_class: str) -> int:
+        inv = self.inventories.get(resource_class)
+        if inv is None:
+            return 0
+        return inv.capacity - self.usages.get(resource_class, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Consumer:
+    """What holds allocations (an instance). generation None: it holds nothing yet."""
+
+    uuid: str
+    generation: int | None
+    project_id: str | None = None
+    user_id: str | None = None
+    allocations: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
+
+
+class State(enum.StrEnum):
+    BUILD = "BUILD"
+    ACTIVE = "ACTIVE"
+    ERROR = "ERROR"
+    DELETED = "DELETED"
+
+
+class TaskState(enum.StrEnum):
+    SCHEDULING = "scheduling"
+    SPAWNING = "spawning"
+    DELETING = "deleting"
+    NONE = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """A project's quota usage (what it holds) and limits (-1: no limit)."""
+
+    instances: int
+    cores: int
+    ram_mb: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One line of an instance's history: published, refused, claimed, spawned, failed..."""
+
+    time: float
+    event: str
+    host: str | None = None
+    node: str | None = None
+    detail: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """An instance record. ``fault`` keeps admin-only details under ``details``."""
+
+    uuid: str
+    project_id: str
+    user_id: str
+    name: str
+    flavor: Mapping[str, Any]
+    state: State
+    task_state: TaskState = TaskState.NONE
+    host: str | None = None
+    node: str | None = None
+    fault: Mapping[str, Any] | None = None
+    attempts: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    deadline: float | None = None
+    quota: Usage | None = None  # what it holds against its project's quota, if anything
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class Ledger(abc.ABC):
+    """Resource providers, inventories and allocations with generations."""
+
+    @abc.abstractmethod
+    def create_provider(self, uuid: str, name: str, parent_uuid: str | None = None) -> Provider:
+        """Create a provider at generation 0.
+
+        :raises ProviderExists: the uuid or the name is taken.
+        :raises ProviderNotFound: ``parent_uuid`` does not exist.
+        :raises InvalidUUID: a uuid is malformed.
+        """
+
+    @abc.abstractmethod
+    def get_provider(self, uuid: str) -> Provider:
+        """Read one provider with inventories, usages, traits and aggregates (O(1)).
+
+        :raises ProviderNotFound:
+        """
+
+    @abc.abstractmethod
+    def delete_provider(self, uuid: str, generation: int) -> None:
+        """Delete a provider that has no allocations and no children.
+
+        :raises ProviderGenerationConflict: ``generation`` is stale.
+        :raises ProviderInUse: it still has allocations or children.
+        """
+
+    @abc.abstractmethod
+    def set_inventory(
+        self, uuid: str, generation: int, inventories: Mapping[str, Inventory]
+    ) -> int:
+        """Replace all inventories; return the new generation.
+
+        :raises ProviderGenerationConflict: carries the current generation.
+        :raises InvalidInventory, InvalidResourceClass: bad input; nothing written.
+        :raises InventoryInUse: capacity would drop below usage.
+        """
+
+    @abc.abstractmethod
+    def set_traits(self, uuid: str, generation: int, traits: Iterable[str]) -> int:
+        """Replace all traits; return the new generation. Raises as set_inventory."""
+
+    @abc.abstractmethod
+    def set_aggregates(self, uuid: str, generation: int, aggregates: Iterable[str]) -> int:
+        """Replace the aggregate UUIDs; return the new generation."""
+
+    @abc.abstractmethod
+    def list_providers(self) -> list[Provider]:
+        """Every provider of the cell. An admin view: it scans."""
+
+    @abc.abstractmethod
+    def get_allocations(self, consumer_uuid: str) -> Consumer:
+        """Read a consumer's allocations (generation None if it holds nothing)."""
+
+    @abc.abstractmethod
+    def provider_consumers(self, uuid: str) -> set[str]:
+        """UUIDs of the consumers holding allocations on one provider."""
+
+    @abc.abstractmethod
+    def project_usages(self, project_id: str) -> dict[str, int]:
+        """Sum of a project's allocations per resource class (O(1))."""
+
+    @abc.abstractmethod
+    def put_allocations(
+        self,
+        consumer_uuid: str,
+        allocations: Allocations,
+        consumer_generation: int | None,
+        project_id: str,
+        user_id: str,
+        provider_generations: Mapping[str, int] | None = None,
+    ) -> int:
+        """Replace a consumer's allocations as one unit; return its new generation.
+
+        Every provider touched (before or after) gets its generation bumped once.
+        An empty ``allocations`` releases everything.
+
+        :raises ConsumerGenerationConflict: ``consumer_generation`` does not match
+            (None means "a new consumer").
+        :raises ProviderGenerationConflict: a generation in ``provider_generations``
+            is stale.
+        :raises CapacityExceeded: with the provider and class that did not fit.
+        :raises InvalidAmount, InvalidResourceClass, ProviderNotFound: bad input.
+        """
+
+    @abc.abstractmethod
+    def claim(
+        self,
+        instance_uuid: str,
+        allocations: Allocations,
+        host: str,
+        node: str,
+        consumer_generation: int | None = None,
+        provider_generations: Mapping[str, int] | None = None,
+    ) -> int:
+        """Allocate for an instance that is still waiting to be placed, and mark it claimed.
+
+        Atomic with the instance record: the instance must exist in BUILD with no
+        host. A repeated claim with the same host and node is idempotent and returns
+        the current generation, so a redelivered request cannot place twice.
+
+        :raises InstanceNotFound:
+        :raises InstanceNotWaiting: deleted, in error, or claimed by another host.
+        :raises: everything :meth:`put_allocations` raises.
+        """
+
+    @abc.abstractmethod
+    def release(self, instance_uuid: str, host: str | None = None) -> bool:
+        """Drop an instance's allocations and its host, so it can be placed again.
+
+        With ``host`` given, only if the instance is claimed by that host. Returns
+        False when there was nothing to release. Idempotent.
+        """
+
+
+class QuotaStore(abc.ABC):
+    """Per-project limits on instances, cores and RAM, reserved per instance."""
+
+    @abc.abstractmethod
+    def get_limits(self, project_id: str) -> Usage:
+        """The project's limits: its overrides over the configured defaults."""
+
+    @abc.abstractmethod
+    def set_limits(
+        self,
+        project_id: str,
+        instances: int | None = None,
+        cores: int | None = None,
+        ram_mb: int | None = None,
+    ) -> Usage:
+        """Override some limits for one project (-1: no limit); return the new limits."""
+
+    @abc.abstractmethod
+    def get_usage(self, project_id: str) -> Usage:
+        """What the project holds now (O(1))."""
+
+    @abc.abstractmethod
+    def reserve(self, project_id: str, holder: str, cores: int, ram_mb: int) -> Usage:
+        """Reserve one instance with ``cores`` and ``ram_mb`` for ``holder``, atomically.
+
+        Idempotent per holder. Returns the usage after.
+
+        :raises QuotaExceeded: naming the first resource over its limit, with
+            what was requested, used and allowed; nothing is reserved.
+        """
+
+    @abc.abstractmethod
+    def release(self, project_id: str, holder: str) -> bool:
+        """Return what ``holder`` reserved. False if it held nothing. Idempotent."""
+
+
+class InstanceStore(abc.ABC):
+    """Instance records with state, fault and an append-only history."""
+
+    @abc.abstractmethod
+    def create(self, instance: Instance, deadline: float) -> Instance:
+        """Reserve quota for ``instance`` and record it in BUILD, as one atomic step.
+
+        The instance enters the deadline index; its quota is what its flavor asks
+        (one instance, flavor vcpus and ram_mb).
+
+        :raises QuotaExceeded: nothing recorded.
+        :raises InstanceExists: the uuid is taken.
+        """
+
+    @abc.abstractmethod
+    def get(self, uuid: str) -> Instance:
+        """:raises InstanceNotFound:"""
+
+    @abc.abstractmethod
+    def list_project(self, project_id: str) -> list[Instance]:
+        """A project's instances, DELETED ones excluded."""
+
+    @abc.abstractmethod
+    def add_event(
+        self, uuid: str, event: str, host: str | None = None, node: str | None = None, **detail: Any
+    ) -> None:
+        """Append one event to the instance's history (trimmed to the newest N)."""
+
+    @abc.abstractmethod
+    def events(self, uuid: str) -> list[Event]:
+        """The history, oldest first."""
+
+    @abc.abstractmethod
+    def set_active(self, uuid: str, host: str, node: str) -> Instance:
+        """Mark a claimed instance ACTIVE; it leaves the deadline index.
+
+        :raises InstanceNotWaiting: not claimed by ``host``/``node`` any more
+            (deleted meanwhile, for instance).
+        """
+
+    @abc.abstractmethod
+    def requeue(self, uuid: str, host: str | None, reason: str) -> Instance:
+        """Count one attempt and put the instance back to waiting (no host).
+
+        Releases any allocation the instance holds. Returns the record after.
+        """
+
+    @abc.abstractmethod
+    def set_error(self, uuid: str, message: str, details: Mapping[str, Any]) -> Instance:
+        """End a BUILD instance in ERROR with a fault; release its allocations and quota.
+
+        A no-op on an instance already ACTIVE, ERROR or DELETED (returns it as is).
+        """
+
+    @abc.abstractmethod
+    def delete(self, uuid: str) -> Instance:
+        """Mark DELETED and release its allocations and quota. Idempotent.
+
+        :raises InstanceNotFound:
+        """
+
+    @abc.abstractmethod
+    def expired(self, now: float, limit: int = 100) -> list[str]:
+        """UUIDs of instances still waiting whose deadline is past, oldest first."""

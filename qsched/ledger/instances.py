@@ -1,0 +1,146 @@
+"""RedisInstances: instance records, their history, and the deadline index."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from qsched import exception
+from qsched.ledger.base import Event, Instance, InstanceStore, State, TaskState, Usage
+from qsched.ledger.quota import RedisQuota
+from qsched.ledger.redis import RedisStore, canonical_json, text, text_map
+from qsched.resources import check_uuid
+
+
+class RedisInstances(InstanceStore):
+    def __init__(self, store: RedisStore, quota: RedisQuota) -> None:
+        self.store = store
+        self.keys = store.keys
+        self.quota = quota
+
+    def create(self, instance: Instance, deadline: float) -> Instance:
+        uuid = check_uuid(instance.uuid, "Instance UUID")
+        flavor = instance.flavor
+        record = {
+            "uuid": uuid,
+            "project_id": instance.project_id,
+            "user_id": instance.user_id,
+            "name": instance.name,
+            "flavor": canonical_json(dict(flavor)),
+            "extra": canonical_json(dict(instance.extra)),
+        }
+        self.store.run(
+            "instance_create",
+            self.keys.instance(uuid),
+            uuid,
+            instance.project_id,
+            canonical_json(record),
+            int(flavor["vcpus"]),
+            int(flavor["ram_mb"]),
+            *self.quota.default_args(),
+            repr(float(deadline)),
+            self.store.now(),
+            self.store.max_events,
+        )
+        return self.get(uuid)
+
+    def get(self, uuid: str) -> Instance:
+        fields = text_map(self.store.client.hgetall(self.keys.instance(uuid)))
+        if not fields:
+            raise exception.InstanceNotFound(instance=uuid)
+        return _instance(fields)
+
+    def list_project(self, project_id: str) -> list[Instance]:
+        uuids = sorted(text(u) for u in self.store.client.smembers(
+            self.keys.project_instances(project_id)))  # fmt: skip
+        pipe = self.store.client.pipeline(transaction=False)
+        for uuid in uuids:
+            pipe.hgetall(self.keys.instance(uuid))
+        return [_instance(text_map(f)) for f in pipe.execute() if f]
+
+    def add_event(
+        self,
+        uuid: str,
+        event: str,
+        host: str | None = None,
+        node: str | None = None,
+        **detail: Any,
+    ) -> None:
+        entry: dict[str, Any] = {"t": self.store.now(), "event": event, "detail": detail}
+        if host:
+            entry["host"] = host
+        if node:
+            entry["node"] = node
+        key = self.keys.instance_events(uuid)
+        pipe = self.store.client.pipeline(transaction=False)
+        pipe.rpush(key, json.dumps(entry))
+        pipe.ltrim(key, -self.store.max_events, -1)
+        pipe.execute()
+
+    def events(self, uuid: str) -> list[Event]:
+        raw = self.store.client.lrange(self.keys.instance_events(uuid), 0, -1)
+        return [_event(json.loads(item)) for item in raw]
+
+    def set_active(self, uuid: str, host: str, node: str) -> Instance:
+        self._run("instance_active", uuid, host, node)
+        return self.get(uuid)
+
+    def requeue(self, uuid: str, host: str | None, reason: str) -> Instance:
+        self._run("instance_requeue", uuid, host or "", reason)
+        return self.get(uuid)
+
+    def set_error(self, uuid: str, message: str, details: Mapping[str, Any]) -> Instance:
+        fault = {"code": 500, "message": message, "details": dict(details),
+                 "created": self.store.now()}  # fmt: skip
+        self._run("instance_end", uuid, "ERROR", canonical_json(fault))
+        return self.get(uuid)
+
+    def delete(self, uuid: str) -> Instance:
+        self._run("instance_end", uuid, "DELETED", "")
+        return self.get(uuid)
+
+    def expired(self, now: float, limit: int = 100) -> list[str]:
+        found = self.store.client.zrangebyscore(self.keys.deadlines, "-inf", now, 0, limit)
+        return [text(u) for u in found]
+
+    def _run(self, script: str, uuid: str, *args: Any) -> dict[str, Any]:
+        return self.store.run(
+            script, self.keys.instance(uuid), uuid, *args, self.store.now(), self.store.max_events
+        )
+
+
+def _instance(fields: dict[str, str]) -> Instance:
+    quota = None
+    if fields.get("quota"):
+        cores, ram_mb = fields["quota"].split()
+        quota = Usage(1, int(cores), int(ram_mb))
+    return Instance(
+        uuid=fields["uuid"],
+        project_id=fields["project_id"],
+        user_id=fields["user_id"],
+        name=fields["name"],
+        flavor=json.loads(fields["flavor"]),
+        state=State(fields["state"]),
+        task_state=TaskState(fields.get("task_state", "")),
+        host=fields.get("host") or None,
+        node=fields.get("node") or None,
+        fault=json.loads(fields["fault"]) if fields.get("fault") else None,
+        attempts=int(fields.get("attempts", 0)),
+        created_at=float(fields.get("created_at", 0)),
+        updated_at=float(fields.get("updated_at", 0)),
+        deadline=float(fields["deadline"]) if fields.get("deadline") else None,
+        quota=quota,
+        extra=json.loads(fields.get("extra") or "{}"),
+    )
+
+
+def _event(entry: dict[str, Any]) -> Event:
+    detail = entry.get("detail") or {}
+    return Event(
+        time=float(entry["t"]),
+        event=entry["event"],
+        host=entry.get("host"),
+        node=entry.get("node"),
+        detail=detail if isinstance(detail, dict) else {},
+    )

@@ -1,0 +1,76 @@
+"""Key names of one cell. Every key carries the cell's hash tag ``{cell}``.
+
+Redis Cluster hashes only what is inside the braces, so a whole cell lives in
+one slot and every script touching a cell runs on one shard.
+"""
+
+from __future__ import annotations
+
+
+class Keyspace:
+    def __init__(self, cell: str) -> None:
+        if not cell or any(c in cell for c in "{}: "):
+            raise ValueError(f"cell name {cell!r} must be non-empty without braces, ':' or spaces")
+        self.cell = cell
+        self.prefix = f"qsched:{{{cell}}}:"
+
+    # providers
+    def provider(self, uuid: str) -> str:
+        """Hash: name, generation, parent, root, i:<RC> inventory, u:<RC> usage."""
+        return f"{self.prefix}rp:{uuid}"
+
+    def provider_traits(self, uuid: str) -> str:
+        return f"{self.prefix}rp:{uuid}:traits"
+
+    def provider_aggregates(self, uuid: str) -> str:
+        return f"{self.prefix}rp:{uuid}:aggs"
+
+    def provider_consumers(self, uuid: str) -> str:
+        return f"{self.prefix}rp:{uuid}:consumers"
+
+    def provider_children(self, uuid: str) -> str:
+        return f"{self.prefix}rp:{uuid}:children"
+
+    @property
+    def providers(self) -> str:
+        """Set of every provider uuid (admin views only)."""
+        return f"{self.prefix}rps"
+
+    @property
+    def provider_names(self) -> str:
+        """Hash name -> uuid: names are unique, as in Placement."""
+        return f"{self.prefix}rp-names"
+
+    # consumers and usages
+    def consumer(self, uuid: str) -> str:
+        """Hash: generation, project, user, allocs (JSON {rp: {rc: n}})."""
+        return f"{self.prefix}consumer:{uuid}"
+
+    def project_usage(self, project_id: str) -> str:
+        return f"{self.prefix}project:{project_id}:usage"
+
+    # quota
+    def quota_limits(self, project_id: str) -> str:
+        return f"{self.prefix}quota:{project_id}:limits"
+
+    def quota_used(self, project_id: str) -> str:
+        return f"{self.prefix}quota:{project_id}:used"
+
+    def quota_held(self, project_id: str) -> str:
+        """Hash holder -> "cores ram_mb": what each holder reserved, so release is exact."""
+        return f"{self.prefix}quota:{project_id}:held"
+
+    # instances
+    def instance(self, uuid: str) -> str:
+        return f"{self.prefix}inst:{uuid}"
+
+    def instance_events(self, uuid: str) -> str:
+        return f"{self.prefix}inst:{uuid}:events"
+
+    def project_instances(self, project_id: str) -> str:
+        return f"{self.prefix}project:{project_id}:instances"
+
+    @property
+    def deadlines(self) -> str:
+        """Sorted set: instances waiting to be placed, scored by deadline."""
+        return f"{self.prefix}deadlines"

@@ -1,0 +1,103 @@
+-- Replace a consumer's allocations as one unit, or claim for an instance.
+-- KEYS[1]  the consumer key (routes the script to the cell's slot)
+-- ARGV     prefix, consumer, expected consumer generation ("" = new consumer),
+--          project, user, allocations JSON {rp: {rc: n}} (canonical, sorted),
+--          provider generations JSON ("" = not checked), claim ("1" = guard on the
+--          instance record and mark it claimed), host, node, now, max_events
+local consumer, expected, project, user = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local allocs_json, gens_json, claim = ARGV[6], ARGV[7], ARGV[8] == "1"
+local host, node, now, max_events = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
+local ckey = P .. "consumer:" .. consumer
+
+local cur = redis.call("HMGET", ckey, "generation", "allocs", "project")
+local cur_gen = tonumber(cur[1])
+
+if claim then
+    local ikey = P .. "inst:" .. consumer
+    local inst = redis.call("HMGET", ikey, "state", "host", "node")
+    if not inst[1] then return fail("instance_not_found", {instance = consumer}) end
+    if inst[1] ~= "BUILD" then
+        return fail("not_waiting", {instance = consumer, state = inst[1], host = inst[2]})
+    end
+    if inst[2] and inst[2] ~= "" then
+        if inst[2] == host and inst[3] == node and cur[2] == allocs_json then
+            return reply({generation = cur_gen, already = true})
+        end
+        return fail("not_waiting", {instance = consumer, state = inst[1], host = inst[2]})
+    end
+end
+
+if expected == "" then
+    if cur_gen then
+        return fail("consumer_conflict", {consumer = consumer, current = cur_gen})
+    end
+elseif cur_gen ~= tonumber(expected) then
+    return fail("consumer_conflict", {consumer = consumer, expected = tonumber(expected),
+                                      current = cur_gen})
+end
+
+local new = cjson.decode(allocs_json)
+local old = cur[2] and cjson.decode(cur[2]) or {}
+local gens = gens_json ~= "" and cjson.decode(gens_json) or {}
+
+-- Check everything before writing anything: all of it happens or none.
+for rp, amounts in pairs(new) do
+    local rkey = P .. "rp:" .. rp
+    local gen = redis.call("HGET", rkey, "generation")
+    if not gen then return fail("provider_not_found", {provider = rp}) end
+    if gens[rp] and tonumber(gens[rp]) ~= tonumber(gen) then
+        return fail("provider_conflict", {provider = rp, expected = gens[rp],
+                                          current = tonumber(gen)})
+    end
+    for rc, n in pairs(amounts) do
+        local fields = redis.call("HMGET", rkey, "i:" .. rc, "u:" .. rc)
+        local inv = parse_inventory(fields[1])
+        if not inv then
+            return fail("invalid_amount", {provider = rp, resource_class = rc, amount = n,
+                        reason = "the provider has no inventory of " .. rc})
+        end
+        if n < inv.min_unit or n > inv.max_unit or n % inv.step_size ~= 0 then
+            return fail("invalid_amount", {provider = rp, resource_class = rc, amount = n,
+                        reason = string.format("must be within %d..%d in steps of %d",
+                                               inv.min_unit, inv.max_unit, inv.step_size)})
+        end
+        local used = tonumber(fields[2] or 0)
+        local mine = old[rp] and old[rp][rc] or 0
+        local cap = capacity(inv)
+        if used - mine + n > cap then
+            return fail("capacity", {provider = rp, resource_class = rc, requested = n,
+                                     used = used - mine, capacity = cap})
+        end
+    end
+end
+
+drop_allocations(consumer)
+local touched = {}
+for rp, amounts in pairs(new) do
+    local rkey = P .. "rp:" .. rp
+    for rc, n in pairs(amounts) do
+        redis.call("HINCRBY", rkey, "u:" .. rc, n)
+        redis.call("HINCRBY", P .. "project:" .. project .. ":usage", rc, n)
+    end
+    redis.call("SADD", rkey .. ":consumers", consumer)
+    -- drop_allocations already bumped the providers the consumer left or kept
+    if not old[rp] then redis.call("HINCRBY", rkey, "generation", 1) end
+    touched[#touched + 1] = rp
+end
+
+local gen = (cur_gen or 0) + 1
+if #touched == 0 then
+    redis.call("DEL", ckey)
+    gen = cjson.null
+else
+    redis.call("HSET", ckey, "generation", gen, "allocs", allocs_json,
+               "project", project, "user", user)
+end
+
+if claim then
+    local ikey = P .. "inst:" .. consumer
+    redis.call("HSET", ikey, "host", host, "node", node, "task_state", "spawning",
+               "updated_at", now)
+    add_event(consumer, now, "claimed", host, node, new, max_events)
+end
+return reply({generation = gen})

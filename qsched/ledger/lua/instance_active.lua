@@ -1,0 +1,15 @@
+-- Mark a claimed instance ACTIVE on the host that claimed it.
+-- KEYS[1]  the instance key
+-- ARGV     prefix, uuid, host, node, now, max_events
+local uuid, host, node, now, max_events = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local ikey = P .. "inst:" .. uuid
+local inst = redis.call("HMGET", ikey, "state", "host", "node")
+if not inst[1] then return fail("instance_not_found", {instance = uuid}) end
+if inst[1] ~= "BUILD" or inst[2] ~= host or inst[3] ~= node then
+    return fail("not_waiting", {instance = uuid, state = inst[1], host = inst[2]})
+end
+redis.call("HSET", ikey, "state", "ACTIVE", "task_state", "", "launched_at", now,
+           "updated_at", now)
+redis.call("ZREM", P .. "deadlines", uuid)
+add_event(uuid, now, "active", host, node, {}, max_events)
+return reply({state = "ACTIVE"})

@@ -1,0 +1,22 @@
+-- Reserve quota for an instance and record it in BUILD, as one step.
+-- KEYS[1]  the instance key
+-- ARGV     prefix, uuid, project, record JSON {field: string}, cores, ram_mb,
+--          default instances, default cores, default ram_mb, deadline, now, max_events
+local uuid, project, record = ARGV[2], ARGV[3], cjson.decode(ARGV[4])
+local cores, ram = tonumber(ARGV[5]), tonumber(ARGV[6])
+local defaults = {ARGV[7], ARGV[8], ARGV[9]}
+local deadline, now, max_events = ARGV[10], ARGV[11], ARGV[12]
+local ikey = P .. "inst:" .. uuid
+if redis.call("EXISTS", ikey) == 1 then
+    return fail("instance_exists", {instance = uuid})
+end
+local refused = reserve_quota(project, uuid, cores, ram, defaults)
+if refused then return refused end
+for field, value in pairs(record) do redis.call("HSET", ikey, field, value) end
+redis.call("HSET", ikey, "state", "BUILD", "task_state", "scheduling", "attempts", 0,
+           "quota", cores .. " " .. ram, "deadline", deadline, "created_at", now,
+           "updated_at", now)
+redis.call("SADD", P .. "project:" .. project .. ":instances", uuid)
+redis.call("ZADD", P .. "deadlines", deadline, uuid)
+add_event(uuid, now, "accepted", nil, nil, {deadline = tonumber(deadline)}, max_events)
+return reply({created = true})

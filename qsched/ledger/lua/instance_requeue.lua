@@ -1,0 +1,16 @@
+-- Count an attempt and put a BUILD instance back to waiting, releasing any claim.
+-- KEYS[1]  the instance key
+-- ARGV     prefix, uuid, host ("" = any), reason, now, max_events
+local uuid, host, reason, now, max_events = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local ikey = P .. "inst:" .. uuid
+local inst = redis.call("HMGET", ikey, "state", "host")
+if not inst[1] then return fail("instance_not_found", {instance = uuid}) end
+if inst[1] ~= "BUILD" or (host ~= "" and inst[2] ~= "" and inst[2] ~= host) then
+    return fail("not_waiting", {instance = uuid, state = inst[1], host = inst[2]})
+end
+drop_allocations(uuid)
+local attempts = redis.call("HINCRBY", ikey, "attempts", 1)
+redis.call("HSET", ikey, "host", "", "node", "", "task_state", "scheduling",
+           "updated_at", now)
+add_event(uuid, now, "requeued", host, nil, {reason = reason, attempts = attempts}, max_events)
+return reply({attempts = attempts})

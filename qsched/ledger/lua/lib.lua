@@ -1,0 +1,101 @@
+-- Shared helpers, prepended to every qsched script when it is loaded.
+-- ARGV[1] of every script is the cell's key prefix "qsched:{cell}:"; every key
+-- a script builds starts with it, so the whole cell stays in one cluster slot.
+local P = ARGV[1]
+
+local function reply(t)
+    return cjson.encode(t)
+end
+
+local function fail(code, t)
+    t = t or {}
+    t.error = code
+    return cjson.encode(t)
+end
+
+-- "total reserved min_unit max_unit step_size ratio" -> table
+local function parse_inventory(s)
+    if not s then return nil end
+    local f = {}
+    for w in string.gmatch(s, "%S+") do f[#f + 1] = tonumber(w) end
+    return {total = f[1], reserved = f[2], min_unit = f[3], max_unit = f[4],
+            step_size = f[5], ratio = f[6]}
+end
+
+local function capacity(inv)
+    return math.floor((inv.total - inv.reserved) * inv.ratio)
+end
+
+local function add_event(uuid, now, event, host, node, detail, max_events)
+    local key = P .. "inst:" .. uuid .. ":events"
+    local entry = {t = tonumber(now), event = event, detail = detail}
+    if host and host ~= "" then entry.host = host end
+    if node and node ~= "" then entry.node = node end
+    local n = redis.call("RPUSH", key, cjson.encode(entry))
+    local keep = tonumber(max_events)
+    if n > keep then
+        redis.call("LTRIM", key, n - keep, -1)
+        redis.call("HINCRBY", P .. "inst:" .. uuid, "events_trimmed", n - keep)
+    end
+end
+
+-- Remove every allocation of a consumer: usages, project usages, provider
+-- consumer sets, one generation bump per provider. Returns true if it held any.
+local function drop_allocations(consumer)
+    local ckey = P .. "consumer:" .. consumer
+    local raw = redis.call("HGET", ckey, "allocs")
+    if not raw then return false end
+    local project = redis.call("HGET", ckey, "project")
+    local allocs = cjson.decode(raw)
+    for rp, amounts in pairs(allocs) do
+        local rkey = P .. "rp:" .. rp
+        for rc, n in pairs(amounts) do
+            redis.call("HINCRBY", rkey, "u:" .. rc, -n)
+            redis.call("HINCRBY", P .. "project:" .. project .. ":usage", rc, -n)
+        end
+        redis.call("SREM", rkey .. ":consumers", consumer)
+        redis.call("HINCRBY", rkey, "generation", 1)
+    end
+    redis.call("DEL", ckey)
+    return true
+end
+
+-- Return what a holder reserved against its project's quota.
+local function release_quota(project, holder)
+    local held_key = P .. "quota:" .. project .. ":held"
+    local held = redis.call("HGET", held_key, holder)
+    if not held then return false end
+    local cores, ram = string.match(held, "(%d+) (%d+)")
+    local used = P .. "quota:" .. project .. ":used"
+    redis.call("HINCRBY", used, "instances", -1)
+    redis.call("HINCRBY", used, "cores", -tonumber(cores))
+    redis.call("HINCRBY", used, "ram_mb", -tonumber(ram))
+    redis.call("HDEL", held_key, holder)
+    return true
+end
+
+-- Reserve one instance with cores and ram for holder; limits are -1 for none.
+-- Returns nil on success or the failure reply.
+local function reserve_quota(project, holder, cores, ram, defaults)
+    local held_key = P .. "quota:" .. project .. ":held"
+    if redis.call("HEXISTS", held_key, holder) == 1 then return nil end
+    local limits = redis.call("HMGET", P .. "quota:" .. project .. ":limits",
+                              "instances", "cores", "ram_mb")
+    local used_key = P .. "quota:" .. project .. ":used"
+    local used = redis.call("HMGET", used_key, "instances", "cores", "ram_mb")
+    local names = {"instances", "cores", "ram"}
+    local want = {1, cores, ram}
+    for i = 1, 3 do
+        local limit = tonumber(limits[i] or defaults[i])
+        local u = tonumber(used[i] or 0)
+        if limit >= 0 and u + want[i] > limit then
+            return fail("quota", {resource = names[i], requested = want[i], used = u,
+                                  limit = limit})
+        end
+    end
+    redis.call("HINCRBY", used_key, "instances", 1)
+    redis.call("HINCRBY", used_key, "cores", cores)
+    redis.call("HINCRBY", used_key, "ram_mb", ram)
+    redis.call("HSET", held_key, holder, cores .. " " .. ram)
+    return nil
+end

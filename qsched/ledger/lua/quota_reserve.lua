@@ -1,0 +1,12 @@
+-- Reserve quota for a holder, or release it.
+-- KEYS[1]  the project's quota usage key
+-- ARGV     prefix, "reserve" or "release", project, holder, cores, ram_mb,
+--          default instances, default cores, default ram_mb
+local op, project, holder = ARGV[2], ARGV[3], ARGV[4]
+if op == "release" then
+    return reply({released = release_quota(project, holder)})
+end
+local refused = reserve_quota(project, holder, tonumber(ARGV[5]), tonumber(ARGV[6]),
+                              {ARGV[7], ARGV[8], ARGV[9]})
+if refused then return refused end
+return reply({reserved = true})

@@ -1,0 +1,82 @@
+"""Client-driven retries after generation conflicts, done the Placement way.
+
+A conflict is never retried blindly: the caller re-reads what changed, checks
+whether what it wanted is already true or still possible, and only then tries
+again with the generations it just read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+from qsched import exception
+from qsched.ledger.base import Allocations, Ledger
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimResult:
+    generation: int
+    conflicts: int  # how many conflicts were resolved on the way
+    already: bool = False  # the ledger already held exactly this claim
+
+
+def claim(
+    ledger: Ledger,
+    instance_uuid: str,
+    allocations: Allocations,
+    host: str,
+    node: str,
+    provider_generations: Mapping[str, int] | None = None,
+    max_retries: int = 10,
+    on_conflict: Callable[[exception.Conflict], None] | None = None,
+) -> ClaimResult:
+    """Claim ``allocations`` for an instance, resolving generation conflicts.
+
+    :param provider_generations: generations the caller's view was built on; a
+        stale one is re-read and the claim retried only if it still fits.
+    :param on_conflict: called with each conflict resolved (to record it).
+    :raises CapacityExceeded: the re-read shows the claim no longer fits.
+    :raises InstanceNotWaiting, InstanceNotFound: nothing to place any more.
+    :raises Conflict: still conflicting after ``max_retries`` re-reads.
+    """
+    gens = dict(provider_generations or {})
+    consumer_generation: int | None = None
+    last: exception.Conflict | None = None
+    for conflicts in range(max_retries + 1):
+        try:
+            generation = ledger.claim(
+                instance_uuid, allocations, host, node, consumer_generation, gens or None
+            )
+            return ClaimResult(generation, conflicts)
+        except exception.ConsumerGenerationConflict as exc:
+            current = ledger.get_allocations(instance_uuid)
+            if current.generation is not None and _same(current.allocations, allocations):
+                return ClaimResult(current.generation, conflicts, already=True)
+            consumer_generation, last = current.generation, exc
+        except exception.ProviderGenerationConflict as exc:
+            _check_still_fits(ledger, exc.kwargs["provider"], allocations)
+            gens[exc.kwargs["provider"]] = ledger.get_provider(exc.kwargs["provider"]).generation
+            last = exc
+        if on_conflict is not None:
+            on_conflict(last)
+    assert last is not None
+    raise last
+
+
+def _check_still_fits(ledger: Ledger, provider_uuid: str, allocations: Allocations) -> None:
+    provider = ledger.get_provider(provider_uuid)
+    for rc, amount in allocations[provider_uuid].items():
+        free = provider.free(rc)
+        if amount > free:
+            raise exception.CapacityExceeded(
+                provider=provider_uuid,
+                resource_class=rc,
+                requested=amount,
+                used=provider.usages.get(rc, 0),
+                capacity=provider.inventories[rc].capacity if rc in provider.inventories else 0,
+            )
+
+
+def _same(a: Allocations, b: Allocations) -> bool:
+    return {rp: dict(x) for rp, x in a.items()} == {rp: dict(x) for rp, x in b.items()}

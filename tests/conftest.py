@@ -1,0 +1,61 @@
+"""Shared fixtures. Real servers: required under CI=true, skipped elsewhere when absent."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from qsched import conf as qconf
+from qsched.ledger import Stores, open_stores
+
+REDIS_URL = os.environ.get("QSCHED_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+IN_CI = os.environ.get("CI") == "true"
+
+
+def require_server(name: str, url: str, error: Exception, how: str) -> None:
+    """Fail in CI, skip elsewhere: a missing server is a broken CI, not a laptop's fault."""
+    message = f"{name} not reachable at {url} ({error}); {how}"
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def real_redis(url: str = REDIS_URL) -> redis.Redis:
+    client = redis.Redis.from_url(url, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        require_server("Redis", url, exc, "start it with: redis-server --port 6379")
+    return client
+
+
+@pytest.fixture
+def real_redis_url() -> Iterator[str]:
+    """A real Redis database, flushed before and after the test."""
+    client = real_redis()
+    client.flushdb()
+    yield REDIS_URL
+    client.flushdb()
+
+
+@pytest.fixture(params=["fakeredis", pytest.param("redis", marks=pytest.mark.real)])
+def ledger_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every ledger backend: an in-process fakeredis, then a real Redis."""
+    if request.param == "fakeredis":
+        yield f"fakeredis://test-{uuid.uuid4().hex}"
+    else:
+        yield request.getfixturevalue("real_redis_url")
+
+
+@pytest.fixture
+def conf():
+    return qconf.load()
+
+
+@pytest.fixture
+def stores(conf, ledger_url: str) -> Stores:
+    return open_stores(conf, ledger_url)
