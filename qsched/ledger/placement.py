@@ -175,7 +175,7 @@ class RedisLedger(Ledger):
         provider_generations: Mapping[str, int] | None,
         claim: tuple[str, str] | None,
     ) -> int:
-        check_uuid(consumer_uuid, "Consumer UUID")
+        consumer_uuid = check_uuid(consumer_uuid, "Consumer UUID")
         clean = check_allocations(allocations)
         if claim is not None and not clean:
             raise exception.Invalid(reason="a claim must allocate something")

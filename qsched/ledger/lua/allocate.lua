@@ -29,7 +29,8 @@ end
 
 if expected == "" then
     if cur_gen then
-        return fail("consumer_conflict", {consumer = consumer, current = cur_gen})
+        return fail("consumer_conflict", {consumer = consumer, expected = cjson.null,
+                                          current = cur_gen})
     end
 elseif cur_gen ~= tonumber(expected) then
     return fail("consumer_conflict", {consumer = consumer, expected = tonumber(expected),

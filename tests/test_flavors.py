@@ -1,0 +1,100 @@
+"""Flavor and extra-spec parsing, scheduling classes, name checks (no servers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from qsched import exception
+from qsched.flavors import Constraints, Flavor, check_flavor, request_groups, scheduling_class
+from qsched.resources import check_resource_class, check_trait, check_uuid
+
+
+def groups(**specs: str):
+    return request_groups(Flavor("f1", 2, 4096, 20, extra_specs=specs))
+
+
+def test_plain_flavor_is_one_group() -> None:
+    (group,) = groups()
+    assert group.suffix == "" and group.resources == {"VCPU": 2, "MEMORY_MB": 4096, "DISK_GB": 20}
+
+
+def test_overrides_granular_groups_and_traits() -> None:
+    found = groups(
+        **{
+            "resources:VCPU": "0",
+            "resources:PCPU": "2",
+            "resources1:VGPU": "1",
+            "trait1:CUSTOM_FAST": "required",
+            "trait:CUSTOM_SLOW": "forbidden",
+            "trait:HW_CPU_X86_AVX2": "required",
+            "hw:cpu_policy": "dedicated",
+        }
+    )
+    assert [g.suffix for g in found] == ["", "1"]
+    assert found[0].resources == {"PCPU": 2, "MEMORY_MB": 4096, "DISK_GB": 20}
+    assert found[0].required_traits == {"HW_CPU_X86_AVX2"}
+    assert found[0].forbidden_traits == {"CUSTOM_SLOW"}
+    assert found[1].resources == {"VGPU": 1} and found[1].required_traits == {"CUSTOM_FAST"}
+
+
+@pytest.mark.parametrize(
+    "specs",
+    [
+        {"resources:VCPU": "-1"},
+        {"resources:VCPU": "two"},
+        {"resources:GPU": "1"},
+        {"trait:CUSTOM_X": "preferred"},
+        {"trait:lowercase": "required"},
+        {"trait2:CUSTOM_X": "required"},
+        {"group_policy": "sometimes"},
+    ],
+)
+def test_bad_extra_specs(specs) -> None:
+    with pytest.raises(exception.Invalid):
+        groups(**specs)
+
+
+@pytest.mark.parametrize(
+    "flavor",
+    [
+        Flavor("", 1, 1),
+        Flavor("x" * 65, 1, 1),
+        Flavor("ok", 0, 1),
+        Flavor("ok", 1, 0),
+        Flavor("ok", 1, 1, -1),
+        Flavor("ok", True, 1),  # type: ignore[arg-type]
+    ],
+)
+def test_bad_flavors(flavor) -> None:
+    with pytest.raises(exception.Invalid):
+        check_flavor(flavor)
+
+
+def test_round_trip() -> None:
+    flavor = Flavor("m1.small", 1, 2048, 20, "2", {"trait:CUSTOM_X": "required"})
+    assert Flavor.from_dict(flavor.to_dict()) == flavor
+
+
+def test_scheduling_class() -> None:
+    assert scheduling_class("m1.small") == "m1.small"
+    az = Constraints(availability_zone="az1")
+    assert scheduling_class("m1.small", az) == scheduling_class("m1.small", az)
+    assert scheduling_class("m1.small", az).startswith("m1.small+")
+    other = Constraints(availability_zone="az2")
+    assert scheduling_class("m1.small", az) != scheduling_class("m1.small", other)
+    traits = Constraints(required_traits=frozenset({"CUSTOM_B", "CUSTOM_A"}))
+    same = Constraints(required_traits=frozenset({"CUSTOM_A", "CUSTOM_B"}))
+    assert scheduling_class("f", traits) == scheduling_class("f", same)
+
+
+def test_names() -> None:
+    assert check_resource_class("CUSTOM_GPU_A100") == "CUSTOM_GPU_A100"
+    assert check_trait("COMPUTE_STATUS_DISABLED") == "COMPUTE_STATUS_DISABLED"
+    upper = "6F9619FF-8B86-D011-B42D-00C04FC964FF"
+    assert check_uuid(upper) == upper.lower()  # keys never depend on the spelling
+    for bad_uuid in ("6f9619ff8b86d011b42d00c04fc964ff", "{6f9619ff-8b86-d011-b42d-00c04fc964ff}"):
+        with pytest.raises(exception.InvalidUUID):
+            check_uuid(bad_uuid)
+    for bad in ("", "CUSTOM_", "custom_x", None, 5):
+        with pytest.raises(exception.InvalidResourceClass):
+            check_resource_class(bad)

@@ -1,0 +1,313 @@
+"""The ledger contract, run against fakeredis and a real Redis (see ``stores``)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from qsched import exception
+from qsched.ledger import Stores
+from qsched.ledger.base import Instance, Inventory, State
+from qsched.ledger.retry import claim as claim_with_retries
+
+VCPU, RAM, DISK = "VCPU", "MEMORY_MB", "DISK_GB"
+
+
+def new_uuid() -> str:
+    return str(uuid.uuid4())
+
+
+def make_provider(stores: Stores, vcpus: int = 4, ram_mb: int = 8192, **inv: Inventory) -> str:
+    rp = new_uuid()
+    stores.ledger.create_provider(rp, f"host-{rp[:8]}")
+    inventories = {VCPU: Inventory(vcpus), RAM: Inventory(ram_mb), **inv}
+    stores.ledger.set_inventory(rp, 0, inventories)
+    return rp
+
+
+def make_instance(stores: Stores, vcpus: int = 1, ram_mb: int = 512, project: str = "p1") -> str:
+    uuid_ = new_uuid()
+    flavor = {"name": "f", "vcpus": vcpus, "ram_mb": ram_mb}
+    stores.instances.create(
+        Instance(uuid_, project, "u1", "vm", flavor, State.BUILD), deadline=1e12
+    )
+    return uuid_
+
+
+class TestProviders:
+    def test_create_and_read(self, stores: Stores) -> None:
+        rp = new_uuid()
+        created = stores.ledger.create_provider(rp, "compute1")
+        assert (created.generation, created.root_uuid) == (0, rp)
+        got = stores.ledger.get_provider(rp)
+        assert (got.name, got.generation, got.inventories, got.usages) == ("compute1", 0, {}, {})
+
+    def test_names_and_uuids_are_unique(self, stores: Stores) -> None:
+        rp = new_uuid()
+        stores.ledger.create_provider(rp, "compute1")
+        with pytest.raises(exception.ProviderExists, match="uuid"):
+            stores.ledger.create_provider(rp, "compute2")
+        with pytest.raises(exception.ProviderExists, match="name"):
+            stores.ledger.create_provider(new_uuid(), "compute1")
+
+    def test_nested_providers_share_the_root(self, stores: Stores) -> None:
+        root, numa, gpu = new_uuid(), new_uuid(), new_uuid()
+        stores.ledger.create_provider(root, "cn")
+        stores.ledger.create_provider(numa, "cn-numa0", parent_uuid=root)
+        child = stores.ledger.create_provider(gpu, "cn-numa0-gpu0", parent_uuid=numa)
+        assert (child.parent_uuid, child.root_uuid) == (numa, root)
+        with pytest.raises(exception.ProviderNotFound):
+            stores.ledger.create_provider(new_uuid(), "orphan", parent_uuid=new_uuid())
+
+    def test_malformed_uuid(self, stores: Stores) -> None:
+        with pytest.raises(exception.InvalidUUID):
+            stores.ledger.create_provider("not-a-uuid", "x")
+        assert stores.ledger.list_providers() == []
+
+    def test_unknown_provider(self, stores: Stores) -> None:
+        with pytest.raises(exception.ProviderNotFound):
+            stores.ledger.get_provider(new_uuid())
+        with pytest.raises(exception.ProviderNotFound):
+            stores.ledger.set_inventory(new_uuid(), 0, {VCPU: Inventory(1)})
+
+    def test_stale_generation_is_a_conflict_with_the_current_one(self, stores: Stores) -> None:
+        rp = make_provider(stores)
+        with pytest.raises(exception.ProviderGenerationConflict) as err:
+            stores.ledger.set_inventory(rp, 0, {VCPU: Inventory(8)})
+        assert err.value.kwargs["current"] == 1
+        assert stores.ledger.set_inventory(rp, 1, {VCPU: Inventory(8)}) == 2
+        with pytest.raises(exception.ProviderGenerationConflict):
+            stores.ledger.set_traits(rp, 1, ["HW_CPU_X86_AVX2"])
+
+    def test_traits_and_aggregates(self, stores: Stores) -> None:
+        rp = make_provider(stores)
+        agg = new_uuid()
+        gen = stores.ledger.set_traits(rp, 1, ["HW_CPU_X86_AVX2", "CUSTOM_FAST"])
+        gen = stores.ledger.set_aggregates(rp, gen, [agg])
+        got = stores.ledger.get_provider(rp)
+        assert got.traits == {"HW_CPU_X86_AVX2", "CUSTOM_FAST"}
+        assert got.aggregates == {agg} and got.generation == gen == 3
+        with pytest.raises(exception.InvalidTrait):
+            stores.ledger.set_traits(rp, gen, ["lower_case"])
+        with pytest.raises(exception.InvalidUUID):
+            stores.ledger.set_aggregates(rp, gen, ["agg1"])
+        assert stores.ledger.get_provider(rp).generation == gen
+
+    @pytest.mark.parametrize(
+        "inventory, reason",
+        [
+            ({VCPU: Inventory(0)}, "total"),
+            ({VCPU: Inventory(4, reserved=5)}, "reserved"),
+            ({VCPU: Inventory(4, min_unit=3, max_unit=2)}, "min_unit"),
+            ({VCPU: Inventory(4, step_size=0)}, "step_size"),
+            ({VCPU: Inventory(4, allocation_ratio=0)}, "allocation_ratio"),
+            ({VCPU: Inventory(4.5)}, "integers"),  # type: ignore[arg-type]
+        ],
+    )
+    def test_bad_inventory_writes_nothing(self, stores: Stores, inventory, reason) -> None:
+        rp = make_provider(stores)
+        with pytest.raises(exception.InvalidInventory, match=reason):
+            stores.ledger.set_inventory(rp, 1, inventory)
+        got = stores.ledger.get_provider(rp)
+        assert got.generation == 1 and got.inventories[VCPU].total == 4
+
+    def test_unknown_resource_class(self, stores: Stores) -> None:
+        rp = make_provider(stores)
+        with pytest.raises(exception.InvalidResourceClass):
+            stores.ledger.set_inventory(rp, 1, {"GPU": Inventory(1)})
+        with pytest.raises(exception.InvalidResourceClass):
+            stores.ledger.put_allocations(new_uuid(), {rp: {"GPU": 1}}, None, "p", "u")
+
+    def test_capacity_uses_reserved_and_ratio(self, stores: Stores) -> None:
+        assert Inventory(8, reserved=2, allocation_ratio=4.0).capacity == 24
+        rp = make_provider(stores, vcpus=8)
+        stores.ledger.set_inventory(rp, 1, {VCPU: Inventory(8, reserved=2, allocation_ratio=1.5)})
+        stores.ledger.put_allocations(new_uuid(), {rp: {VCPU: 8}}, None, "p", "u")
+        stores.ledger.put_allocations(new_uuid(), {rp: {VCPU: 1}}, None, "p", "u")  # 9 = 6 * 1.5
+        with pytest.raises(exception.CapacityExceeded):
+            stores.ledger.put_allocations(new_uuid(), {rp: {VCPU: 1}}, None, "p", "u")
+
+    def test_inventory_cannot_drop_below_usage(self, stores: Stores) -> None:
+        rp = make_provider(stores)
+        stores.ledger.put_allocations(new_uuid(), {rp: {VCPU: 3}}, None, "p", "u")
+        gen = stores.ledger.get_provider(rp).generation
+        with pytest.raises(exception.InventoryInUse):
+            stores.ledger.set_inventory(rp, gen, {VCPU: Inventory(2), RAM: Inventory(8192)})
+        with pytest.raises(exception.InventoryInUse):
+            stores.ledger.set_inventory(rp, gen, {RAM: Inventory(8192)})
+        stores.ledger.set_inventory(rp, gen, {VCPU: Inventory(3), RAM: Inventory(1)})
+
+    def test_delete_provider(self, stores: Stores) -> None:
+        rp = make_provider(stores)
+        consumer = new_uuid()
+        gen = stores.ledger.put_allocations(consumer, {rp: {VCPU: 1}}, None, "p", "u")
+        with pytest.raises(exception.ProviderInUse, match="allocations"):
+            stores.ledger.delete_provider(rp, 2)
+        stores.ledger.put_allocations(consumer, {}, gen, "p", "u")
+        with pytest.raises(exception.ProviderGenerationConflict):
+            stores.ledger.delete_provider(rp, 2)
+        stores.ledger.delete_provider(rp, 3)
+        with pytest.raises(exception.ProviderNotFound):
+            stores.ledger.get_provider(rp)
+        stores.ledger.create_provider(new_uuid(), f"host-{rp[:8]}")  # the name is free again
+
+
+class TestAllocations:
+    def test_write_read_release(self, stores: Stores) -> None:
+        rp1, rp2 = make_provider(stores), make_provider(stores)
+        consumer = new_uuid()
+        allocs = {rp1: {VCPU: 2, RAM: 1024}, rp2: {VCPU: 1}}
+        assert stores.ledger.put_allocations(consumer, allocs, None, "p1", "u1") == 1
+        got = stores.ledger.get_allocations(consumer)
+        assert (got.generation, got.project_id, got.allocations) == (1, "p1", allocs)
+        assert stores.ledger.get_provider(rp1).usages == {VCPU: 2, RAM: 1024}
+        assert stores.ledger.project_usages("p1") == {VCPU: 3, RAM: 1024}
+        assert stores.ledger.provider_consumers(rp2) == {consumer}
+        assert stores.ledger.put_allocations(consumer, {}, 1, "p1", "u1") is None
+        assert stores.ledger.get_allocations(consumer).generation is None
+        assert stores.ledger.project_usages("p1") == {}
+        assert stores.ledger.provider_consumers(rp2) == set()
+
+    def test_consumer_generation(self, stores: Stores) -> None:
+        rp = make_provider(stores)
+        consumer = new_uuid()
+        stores.ledger.put_allocations(consumer, {rp: {VCPU: 1}}, None, "p", "u")
+        with pytest.raises(exception.ConsumerGenerationConflict) as err:
+            stores.ledger.put_allocations(consumer, {rp: {VCPU: 2}}, None, "p", "u")
+        assert err.value.kwargs["current"] == 1
+        with pytest.raises(exception.ConsumerGenerationConflict):
+            stores.ledger.put_allocations(consumer, {rp: {VCPU: 2}}, 7, "p", "u")
+        assert stores.ledger.put_allocations(consumer, {rp: {VCPU: 2}}, 1, "p", "u") == 2
+        assert stores.ledger.get_provider(rp).usages[VCPU] == 2
+
+    def test_provider_generations_are_checked_when_given(self, stores: Stores) -> None:
+        rp = make_provider(stores)
+        with pytest.raises(exception.ProviderGenerationConflict) as err:
+            stores.ledger.put_allocations(new_uuid(), {rp: {VCPU: 1}}, None, "p", "u", {rp: 0})
+        assert err.value.kwargs["current"] == 1
+        stores.ledger.put_allocations(new_uuid(), {rp: {VCPU: 1}}, None, "p", "u", {rp: 1})
+
+    def test_every_provider_touched_bumps_once(self, stores: Stores) -> None:
+        rp1, rp2, rp3 = (make_provider(stores) for _ in range(3))
+        consumer = new_uuid()
+        first, second = {rp1: {VCPU: 1}, rp2: {VCPU: 1}}, {rp2: {VCPU: 2}, rp3: {VCPU: 1}}
+        gen = stores.ledger.put_allocations(consumer, first, None, "p", "u")
+        stores.ledger.put_allocations(consumer, second, gen, "p", "u")
+        gens = [stores.ledger.get_provider(rp).generation for rp in (rp1, rp2, rp3)]
+        assert gens == [3, 3, 2]
+
+    def test_all_or_nothing_across_providers(self, stores: Stores) -> None:
+        rp1, rp2 = make_provider(stores, vcpus=4), make_provider(stores, vcpus=2)
+        stores.ledger.put_allocations(new_uuid(), {rp2: {VCPU: 1}}, None, "p", "u")
+        consumer, allocs = new_uuid(), {rp1: {VCPU: 2}, rp2: {VCPU: 2}}
+        with pytest.raises(exception.CapacityExceeded) as err:
+            stores.ledger.put_allocations(consumer, allocs, None, "p", "u")
+        assert err.value.kwargs["provider"] == rp2
+        assert err.value.kwargs["resource_class"] == VCPU
+        assert (err.value.requested, err.value.used, err.value.capacity) == (2, 1, 2)
+        assert stores.ledger.get_provider(rp1).usages == {}
+        assert stores.ledger.get_provider(rp1).generation == 1
+        assert stores.ledger.get_allocations(consumer).generation is None
+
+    @pytest.mark.parametrize("amount", [0, -1, 1.5, True, "2", 2**40])
+    def test_bad_amounts(self, stores: Stores, amount) -> None:
+        rp = make_provider(stores)
+        with pytest.raises(exception.InvalidAmount):
+            stores.ledger.put_allocations(new_uuid(), {rp: {VCPU: amount}}, None, "p", "u")
+        assert stores.ledger.get_provider(rp).generation == 1
+
+    @pytest.mark.parametrize(
+        "amount, ok", [(1, False), (2, True), (3, False), (6, True), (8, False)]
+    )
+    def test_min_max_step(self, stores: Stores, amount: int, ok: bool) -> None:
+        rp = make_provider(stores, CUSTOM_GPU=Inventory(8, min_unit=2, max_unit=6, step_size=2))
+        write = lambda: stores.ledger.put_allocations(  # noqa: E731
+            new_uuid(), {rp: {"CUSTOM_GPU": amount}}, None, "p", "u"
+        )
+        if ok:
+            write()
+        else:
+            with pytest.raises(exception.InvalidAmount, match="steps of 2"):
+                write()
+
+    def test_class_without_inventory(self, stores: Stores) -> None:
+        rp = make_provider(stores)
+        with pytest.raises(exception.InvalidAmount, match="no inventory of DISK_GB"):
+            stores.ledger.put_allocations(new_uuid(), {rp: {DISK: 1}}, None, "p", "u")
+
+    def test_malformed_input(self, stores: Stores) -> None:
+        rp = make_provider(stores)
+        with pytest.raises(exception.InvalidUUID):
+            stores.ledger.put_allocations("bad", {rp: {VCPU: 1}}, None, "p", "u")
+        with pytest.raises(exception.InvalidUUID):
+            stores.ledger.put_allocations(new_uuid(), {"bad": {VCPU: 1}}, None, "p", "u")
+        with pytest.raises(exception.ProviderNotFound):
+            stores.ledger.put_allocations(new_uuid(), {new_uuid(): {VCPU: 1}}, None, "p", "u")
+        with pytest.raises(exception.Invalid):
+            stores.ledger.put_allocations(new_uuid(), {rp: {}}, None, "p", "u")
+        assert stores.ledger.get_provider(rp).usages == {}
+
+
+class TestClaim:
+    def test_claim_marks_the_instance(self, stores: Stores) -> None:
+        rp, inst = make_provider(stores), make_instance(stores)
+        stores.ledger.claim(inst, {rp: {VCPU: 1, RAM: 512}}, "h1", "n1")
+        record = stores.instances.get(inst)
+        assert (record.host, record.node, record.task_state) == ("h1", "n1", "spawning")
+        assert [e.event for e in stores.instances.events(inst)] == ["accepted", "claimed"]
+
+    def test_redelivered_claim_places_once(self, stores: Stores) -> None:
+        rp1, rp2, inst = make_provider(stores), make_provider(stores), make_instance(stores)
+        allocs = {rp1: {VCPU: 1}}
+        gen = stores.ledger.claim(inst, allocs, "h1", "n1")
+        assert stores.ledger.claim(inst, allocs, "h1", "n1") == gen  # idempotent
+        with pytest.raises(exception.InstanceNotWaiting):
+            stores.ledger.claim(inst, {rp2: {VCPU: 1}}, "h2", "n2")
+        assert stores.ledger.get_provider(rp1).usages == {VCPU: 1}
+        assert stores.ledger.get_provider(rp2).usages == {}
+
+    def test_only_waiting_instances(self, stores: Stores) -> None:
+        rp, inst = make_provider(stores), make_instance(stores)
+        with pytest.raises(exception.InstanceNotFound):
+            stores.ledger.claim(new_uuid(), {rp: {VCPU: 1}}, "h1", "n1")
+        stores.instances.delete(inst)
+        with pytest.raises(exception.InstanceNotWaiting):
+            stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1")
+        assert stores.ledger.get_provider(rp).usages == {}
+
+    def test_release_makes_it_waiting_again(self, stores: Stores) -> None:
+        rp, inst = make_provider(stores), make_instance(stores)
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1")
+        assert not stores.ledger.release(inst, host="h2")
+        assert stores.ledger.release(inst, host="h1", reason="spawn failed")
+        assert not stores.ledger.release(inst)
+        assert stores.ledger.get_provider(rp).usages == {VCPU: 0}
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h2", "n2")
+        assert stores.instances.get(inst).host == "h2"
+
+
+class TestClientDrivenRetry:
+    def test_stale_provider_generation_is_reread(self, stores: Stores) -> None:
+        rp, inst = make_provider(stores), make_instance(stores)
+        stores.ledger.put_allocations(new_uuid(), {rp: {VCPU: 1}}, None, "p", "u")  # gen 1 -> 2
+        seen: list[exception.Conflict] = []
+        result = claim_with_retries(
+            stores.ledger, inst, {rp: {VCPU: 1}}, "h1", "n1", {rp: 1}, on_conflict=seen.append
+        )
+        assert result.conflicts == 1 and isinstance(seen[0], exception.ProviderGenerationConflict)
+        assert stores.ledger.get_provider(rp).usages[VCPU] == 2
+
+    def test_no_retry_when_it_no_longer_fits(self, stores: Stores) -> None:
+        rp, inst = make_provider(stores, vcpus=1), make_instance(stores)
+        stores.ledger.put_allocations(new_uuid(), {rp: {VCPU: 1}}, None, "p", "u")
+        with pytest.raises(exception.CapacityExceeded):
+            claim_with_retries(stores.ledger, inst, {rp: {VCPU: 1}}, "h1", "n1", {rp: 1})
+
+    def test_what_is_already_true_is_not_redone(self, stores: Stores) -> None:
+        rp, inst = make_provider(stores), make_instance(stores)
+        allocs = {rp: {VCPU: 1}}
+        first = claim_with_retries(stores.ledger, inst, allocs, "h1", "n1")
+        again = claim_with_retries(stores.ledger, inst, allocs, "h1", "n1")
+        assert again.generation == first.generation
+        assert stores.ledger.get_provider(rp).usages[VCPU] == 1
