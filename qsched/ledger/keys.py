@@ -74,3 +74,23 @@ class Keyspace:
     def deadlines(self) -> str:
         """Sorted set: instances waiting to be placed, scored by deadline."""
         return f"{self.prefix}deadlines"
+
+    # services
+    def agent(self, host: str) -> str:
+        """Hash: an agent's heartbeat (time, nodes, classes consumed); expires when it dies."""
+        return f"{self.prefix}agent:{host}"
+
+    @property
+    def agents(self) -> str:
+        """Sorted set: every agent host by its last heartbeat (admin views, janitor)."""
+        return f"{self.prefix}agents"
+
+    @property
+    def classes(self) -> str:
+        """Hash: live scheduling class -> JSON {flavor, constraints}, read by agents."""
+        return f"{self.prefix}classes"
+
+    @property
+    def flavors(self) -> str:
+        """Hash: flavor id -> JSON flavor."""
+        return f"{self.prefix}flavors"
