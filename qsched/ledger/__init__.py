@@ -10,6 +10,7 @@ import dataclasses
 
 from oslo_config import cfg
 
+from qsched.ledger.agents import RedisAgents
 from qsched.ledger.base import Usage
 from qsched.ledger.instances import RedisInstances
 from qsched.ledger.placement import RedisLedger
@@ -26,6 +27,7 @@ class Stores:
     ledger: RedisLedger
     quota: RedisQuota
     instances: RedisInstances
+    agents: RedisAgents
 
 
 def open_stores(conf: cfg.ConfigOpts, url: str | None = None) -> Stores:
@@ -37,4 +39,10 @@ def open_stores(conf: cfg.ConfigOpts, url: str | None = None) -> Stores:
         DISK_GB: conf.ledger.disk_allocation_ratio,
     }
     quota = RedisQuota(store, Usage(conf.quota.instances, conf.quota.cores, conf.quota.ram))
-    return Stores(store, RedisLedger(store, ratios), quota, RedisInstances(store, quota))
+    return Stores(
+        store,
+        RedisLedger(store, ratios),
+        quota,
+        RedisInstances(store, quota),
+        RedisAgents(store),
+    )

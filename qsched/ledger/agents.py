@@ -1,0 +1,69 @@
+"""Agent heartbeats and the live scheduling classes, kept next to the ledger."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from qsched.ledger.redis import RedisStore, text, text_map
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentInfo:
+    host: str
+    last_seen: float
+    alive: bool
+    detail: Mapping[str, Any]
+
+
+class RedisAgents:
+    """Who is alive (a key with a time to live per agent) and which classes exist."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self.keys = store.keys
+
+    def heartbeat(self, host: str, ttl_s: float, **detail: Any) -> None:
+        """Say ``host`` is alive for ``ttl_s`` seconds more; ``detail`` is shown to admins."""
+        now = self.store.now()
+        key = self.keys.agent(host)
+        pipe = self.store.client.pipeline(transaction=False)
+        pipe.hset(key, mapping={"time": now, "detail": json.dumps(detail, sort_keys=True)})
+        pipe.pexpire(key, int(ttl_s * 1000))
+        pipe.zadd(self.keys.agents, {host: now})
+        pipe.execute()
+
+    def alive(self, host: str) -> bool:
+        """True while the host's last heartbeat has not expired (O(1))."""
+        return bool(self.store.client.exists(self.keys.agent(host)))
+
+    def forget(self, host: str) -> None:
+        """An agent that stops cleanly says so at once instead of waiting for its TTL."""
+        pipe = self.store.client.pipeline(transaction=False)
+        pipe.delete(self.keys.agent(host))
+        pipe.execute()
+
+    def list(self) -> list[AgentInfo]:
+        """Every agent ever seen in the cell, alive or not (admin view: it scans)."""
+        hosts: list[Any] = self.store.client.zrange(self.keys.agents, 0, -1, withscores=True)
+        pipe = self.store.client.pipeline(transaction=False)
+        for host, _score in hosts:
+            pipe.hgetall(self.keys.agent(text(host)))
+        infos = []
+        for (host, score), raw in zip(hosts, pipe.execute(), strict=True):
+            fields = text_map(raw)
+            detail = json.loads(fields["detail"]) if fields else {}
+            infos.append(AgentInfo(text(host), float(score), bool(fields), detail))
+        return infos
+
+    def add_class(self, name: str, definition: Mapping[str, Any]) -> bool:
+        """Publish a scheduling class for agents to consider; False if it was known."""
+        value = json.dumps(definition, sort_keys=True)
+        return bool(self.store.client.hsetnx(self.keys.classes, name, value))
+
+    def classes(self) -> dict[str, dict[str, Any]]:
+        """Every live class: O(number of classes), never O(number of hosts)."""
+        raw = text_map(self.store.client.hgetall(self.keys.classes))
+        return {name: json.loads(value) for name, value in raw.items()}

@@ -1,0 +1,31 @@
+"""Agent heartbeats and live classes, against fakeredis and a real Redis."""
+
+from __future__ import annotations
+
+import time
+
+from qsched.ledger import Stores
+
+
+def test_heartbeat_expires(stores: Stores) -> None:
+    stores.agents.heartbeat("cn1", ttl_s=0.2, nodes=3)
+    assert stores.agents.alive("cn1") and not stores.agents.alive("cn2")
+    (info,) = stores.agents.list()
+    assert (info.host, info.alive, info.detail) == ("cn1", True, {"nodes": 3})
+    deadline = time.time() + 5
+    while stores.agents.alive("cn1") and time.time() < deadline:
+        time.sleep(0.05)
+    assert not stores.agents.alive("cn1")
+    assert [(i.host, i.alive) for i in stores.agents.list()] == [("cn1", False)]
+
+
+def test_forget(stores: Stores) -> None:
+    stores.agents.heartbeat("cn1", ttl_s=60)
+    stores.agents.forget("cn1")
+    assert not stores.agents.alive("cn1")
+
+
+def test_classes_are_published_once(stores: Stores) -> None:
+    assert stores.agents.add_class("m1.small", {"flavor": {"name": "m1.small"}})
+    assert not stores.agents.add_class("m1.small", {"flavor": {"name": "other"}})
+    assert stores.agents.classes() == {"m1.small": {"flavor": {"name": "m1.small"}}}
