@@ -136,15 +136,17 @@ class TestInstances:
         rp = provider(stores)
         inst = stores.instances.create(new_instance(), deadline=1e12).uuid
         stores.ledger.claim(inst, {rp: {"VCPU": 2}}, "h1", "n1")
-        failed = stores.instances.set_error(
+        assert stores.instances.set_error(
             inst, "No valid host was found. ", {"refusals": {"h1": "spawn failed"}}
         )
+        failed = stores.instances.get(inst)
         assert failed.state == State.ERROR and failed.fault is not None
         assert failed.fault["code"] == 500
         assert failed.fault["details"] == {"refusals": {"h1": "spawn failed"}}
         assert stores.quota.get_usage("p1") == Usage(0, 0, 0)
         assert stores.ledger.get_allocations(inst).generation is None
-        assert stores.instances.set_error(inst, "again", {}).fault == failed.fault  # no-op
+        assert not stores.instances.set_error(inst, "again", {})
+        assert stores.instances.get(inst).fault == failed.fault
         assert stores.instances.expired(now=1e13) == []
         assert audit(stores).ok
 
@@ -153,7 +155,8 @@ class TestInstances:
         inst = stores.instances.create(new_instance(), deadline=1e12).uuid
         stores.ledger.claim(inst, {rp: {"VCPU": 2}}, "h1", "n1")
         stores.instances.set_active(inst, "h1", "n1")
-        assert stores.instances.set_error(inst, "late", {}).state == State.ACTIVE
+        assert not stores.instances.set_error(inst, "late", {})
+        assert stores.instances.get(inst).state == State.ACTIVE
         assert stores.quota.get_usage("p1").instances == 1
 
     def test_history_is_trimmed(self, conf, ledger_url: str) -> None:

@@ -325,10 +325,13 @@ class InstanceStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def set_error(self, uuid: str, message: str, details: Mapping[str, Any]) -> Instance:
+    def set_error(self, uuid: str, message: str, details: Mapping[str, Any]) -> bool:
         """End a BUILD instance in ERROR with a fault; release its allocations and quota.
 
-        A no-op on an instance already ACTIVE, ERROR or DELETED (returns it as is).
+        Returns False (and changes nothing) for an instance already ACTIVE, ERROR
+        or DELETED.
+
+        :raises InstanceNotFound:
         """
 
     @abc.abstractmethod
@@ -341,3 +344,7 @@ class InstanceStore(abc.ABC):
     @abc.abstractmethod
     def expired(self, now: float, limit: int = 100) -> list[str]:
         """UUIDs of instances still waiting whose deadline is past, oldest first."""
+
+    @abc.abstractmethod
+    def forget_deadline(self, uuid: str) -> None:
+        """Drop an instance from the deadline index (its record is gone)."""

@@ -90,11 +90,10 @@ class RedisInstances(InstanceStore):
         self._run("instance_requeue", uuid, host or "", reason)
         return self.get(uuid)
 
-    def set_error(self, uuid: str, message: str, details: Mapping[str, Any]) -> Instance:
+    def set_error(self, uuid: str, message: str, details: Mapping[str, Any]) -> bool:
         fault = {"code": 500, "message": message, "details": dict(details),
                  "created": self.store.now()}  # fmt: skip
-        self._run("instance_end", uuid, "ERROR", canonical_json(fault))
-        return self.get(uuid)
+        return bool(self._run("instance_end", uuid, "ERROR", canonical_json(fault))["changed"])
 
     def delete(self, uuid: str) -> Instance:
         self._run("instance_end", uuid, "DELETED", "")
@@ -103,6 +102,9 @@ class RedisInstances(InstanceStore):
     def expired(self, now: float, limit: int = 100) -> list[str]:
         found = self.store.client.zrangebyscore(self.keys.deadlines, "-inf", now, 0, limit)
         return [text(u) for u in found]
+
+    def forget_deadline(self, uuid: str) -> None:
+        self.store.client.zrem(self.keys.deadlines, uuid)
 
     def _run(self, script: str, uuid: str, *args: Any) -> dict[str, Any]:
         return self.store.run(

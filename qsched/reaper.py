@@ -1,0 +1,77 @@
+"""End requests that nobody placed before their deadline.
+
+A request can sit in a queue no agent consumes (nothing fits its class), or
+keep circulating between agents that refuse it. Either way its instance stays
+in the deadline index, ordered by deadline, and this reaper ends it in ERROR
+with Nova's NoValidHost fault and its quota returned. It reads only what has
+expired, never every instance.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from qsched import exception
+from qsched.ledger import Stores
+from qsched.ledger.base import Event
+
+LOG = logging.getLogger(__name__)
+
+NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
+
+
+def refusal_summary(events: list[Event]) -> dict[str, Any]:
+    """Admin-only fault details: who refused the request and why, from its history."""
+    refusals = {e.host: e.detail.get("reason", "") for e in events if e.event == "refused"}
+    failures = {e.host: e.detail.get("reason", "") for e in events if e.event == "requeued"}
+    counts = Counter(e.event for e in events)
+    return {"refused_by": refusals, "failed_on": failures, "events": dict(counts)}
+
+
+def fail_no_valid_host(stores: Stores, uuid: str, reason: str) -> bool:
+    """End a waiting instance in ERROR NoValidHost; False if it was not waiting any more."""
+    details = {"reason": reason, **refusal_summary(stores.instances.events(uuid))}
+    return stores.instances.set_error(uuid, NO_VALID_HOST, details)
+
+
+def reap_expired(stores: Stores, now: float | None = None, batch: int = 500) -> int:
+    """End up to ``batch`` waiting instances whose deadline has passed; return how many."""
+    now = time.time() if now is None else now
+    ended = 0
+    for uuid in stores.instances.expired(now, batch):
+        try:
+            done = fail_no_valid_host(stores, uuid, "deadline")
+        except exception.InstanceNotFound:
+            stores.instances.forget_deadline(uuid)
+            continue
+        if done:
+            LOG.info("instance %s: no host took it before its deadline", uuid)
+            ended += 1
+    return ended
+
+
+class Periodic(threading.Thread):
+    """Call ``fn`` every ``interval_s`` seconds until stopped; log and go on on errors."""
+
+    def __init__(self, name: str, interval_s: float, fn: Callable[[], object]) -> None:
+        super().__init__(name=name, daemon=True)
+        self.interval_s = interval_s
+        self.fn = fn
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            try:
+                self.fn()
+            except Exception:
+                LOG.exception(
+                    "periodic task %s failed; next try in %.1fs", self.name, self.interval_s
+                )
+
+    def stop(self) -> None:
+        self._stop_event.set()
