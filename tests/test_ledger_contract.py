@@ -260,8 +260,9 @@ class TestClaim:
     def test_redelivered_claim_places_once(self, stores: Stores) -> None:
         rp1, rp2, inst = make_provider(stores), make_provider(stores), make_instance(stores)
         allocs = {rp1: {VCPU: 1}}
-        gen = stores.ledger.claim(inst, allocs, "h1", "n1")
-        assert stores.ledger.claim(inst, allocs, "h1", "n1") == gen  # idempotent
+        first = stores.ledger.claim(inst, allocs, "h1", "n1")
+        again = stores.ledger.claim(inst, allocs, "h1", "n1")  # a redelivery
+        assert (again.generation, first.already, again.already) == (first.generation, False, True)
         with pytest.raises(exception.InstanceNotWaiting):
             stores.ledger.claim(inst, {rp2: {VCPU: 1}}, "h2", "n2")
         assert stores.ledger.get_provider(rp1).usages == {VCPU: 1}
@@ -275,6 +276,32 @@ class TestClaim:
         with pytest.raises(exception.InstanceNotWaiting):
             stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1")
         assert stores.ledger.get_provider(rp).usages == {}
+
+    def test_release_leaves_active_instances_alone(self, stores: Stores) -> None:
+        rp, inst = make_provider(stores), make_instance(stores)
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1")
+        stores.instances.set_active(inst, "h1", "n1")
+        assert not stores.ledger.release(inst)
+        assert not stores.ledger.release(inst, host="h1")
+        assert stores.ledger.get_provider(rp).usages == {VCPU: 1}
+        assert stores.instances.get(inst).host == "h1"
+
+    def test_allocations_without_a_claim_are_taken_over(self, stores: Stores) -> None:
+        rp, inst = make_provider(stores), make_instance(stores)
+        stores.ledger.put_allocations(inst, {rp: {VCPU: 2}}, None, "p1", "u1")
+        with pytest.raises(exception.ConsumerGenerationConflict) as err:
+            stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1")
+        assert (err.value.expected, err.value.current) == (None, 1)
+        result = claim_with_retries(stores.ledger, inst, {rp: {VCPU: 1}}, "h1", "n1")
+        assert result.conflicts == 1 and not result.already
+        assert stores.instances.get(inst).host == "h1"
+        assert stores.ledger.get_provider(rp).usages == {VCPU: 1}
+
+    def test_consumer_conflict_on_a_missing_consumer(self, stores: Stores) -> None:
+        rp = make_provider(stores)
+        with pytest.raises(exception.ConsumerGenerationConflict) as err:
+            stores.ledger.put_allocations(new_uuid(), {rp: {VCPU: 1}}, 3, "p", "u")
+        assert (err.value.expected, err.value.current) == (3, None)
 
     def test_release_makes_it_waiting_again(self, stores: Stores) -> None:
         rp, inst = make_provider(stores), make_instance(stores)
@@ -309,5 +336,5 @@ class TestClientDrivenRetry:
         allocs = {rp: {VCPU: 1}}
         first = claim_with_retries(stores.ledger, inst, allocs, "h1", "n1")
         again = claim_with_retries(stores.ledger, inst, allocs, "h1", "n1")
-        assert again.generation == first.generation
+        assert again.generation == first.generation and again.already
         assert stores.ledger.get_provider(rp).usages[VCPU] == 1

@@ -132,6 +132,11 @@ class TestInstances:
         assert stores.ledger.get_provider(rp).usages == {"VCPU": 0}
         stores.ledger.claim(inst, {rp: {"VCPU": 2}}, "h2", "n2")
 
+    def test_requeue_of_an_unclaimed_instance(self, stores: Stores) -> None:
+        inst = stores.instances.create(new_instance(), deadline=1e12).uuid
+        after = stores.instances.requeue(inst, "h1", "no room")
+        assert (after.attempts, after.host, after.state) == (1, None, State.BUILD)
+
     def test_error_releases_everything_and_keeps_the_fault(self, stores: Stores) -> None:
         rp = provider(stores)
         inst = stores.instances.create(new_instance(), deadline=1e12).uuid

@@ -1,7 +1,8 @@
 """Check the ledger's invariants from its own records, independently of the services.
 
-An admin view: it scans every provider, consumer and instance of the cell. Use it
-in tests, the demo summary and fault-injection runs, never on a request path.
+An admin view: it scans every provider, consumer, quota record and instance of
+the cell. Use it in tests, the demo summary and fault-injection runs, never on
+a request path.
 """
 
 from __future__ import annotations
@@ -12,16 +13,20 @@ from typing import Any
 
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.ledger.redis import text
+from qsched.ledger.redis import text, text_map
+
+_HOLDING = (State.BUILD.value, State.ACTIVE.value)
 
 
 @dataclasses.dataclass
 class AuditReport:
     providers: int = 0
     consumers: int = 0
+    instances: Counter[str] = dataclasses.field(default_factory=Counter)  # by state
     overcommitted: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     usage_mismatches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     orphan_allocations: list[str] = dataclasses.field(default_factory=list)
+    instance_mismatches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     quota_mismatches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
@@ -30,75 +35,142 @@ class AuditReport:
             self.overcommitted
             or self.usage_mismatches
             or self.orphan_allocations
+            or self.instance_mismatches
             or self.quota_mismatches
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"ok": self.ok}
+        return dataclasses.asdict(self) | {"instances": dict(self.instances), "ok": self.ok}
+
+
+@dataclasses.dataclass
+class _Scan:
+    """What the scan sums up, to compare with the counters the scripts keep."""
+
+    by_provider: defaultdict[str, Counter[str]] = dataclasses.field(
+        default_factory=lambda: defaultdict(Counter)
+    )
+    by_project: defaultdict[str, Counter[str]] = dataclasses.field(
+        default_factory=lambda: defaultdict(Counter)
+    )
+    placed_on: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # consumer -> rps
+    records: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
 
 def audit(stores: Stores) -> AuditReport:
     """Scan the cell and report every broken invariant."""
-    report = AuditReport()
-    summed, project_summed = _sum_consumers(stores, report)
-    for provider in stores.ledger.list_providers():
-        report.providers += 1
-        for rc, inv in provider.inventories.items():
-            used = provider.usages.get(rc, 0)
-            if used > inv.capacity:
-                report.overcommitted.append(
-                    {"provider": provider.uuid, "resource_class": rc, "used": used,
-                     "capacity": inv.capacity}
-                )  # fmt: skip
-        for rc in set(provider.usages) | set(summed[provider.uuid]):
-            if provider.usages.get(rc, 0) != summed[provider.uuid][rc]:
-                report.usage_mismatches.append(
-                    {"provider": provider.uuid, "resource_class": rc,
-                     "usage": provider.usages.get(rc, 0), "allocated": summed[provider.uuid][rc]}
-                )  # fmt: skip
-    for project, amounts in project_summed.items():
-        usages = stores.ledger.project_usages(project)
-        if usages != {rc: n for rc, n in amounts.items() if n}:
-            report.usage_mismatches.append({"project": project, "usage": usages,
-                                            "allocated": dict(amounts)})  # fmt: skip
-    _check_quota(stores, report)
+    report, scan = AuditReport(), _Scan()
+    scan.records = _instances(stores)
+    report.instances.update(r.get("state", "?") for r in scan.records.values())
+    _sum_consumers(stores, report, scan)
+    _check_providers(stores, report, scan)
+    _check_projects(stores, report, scan)
+    _check_instances(report, scan)
+    _check_quota(stores, report, scan)
     return report
 
 
-def _consumer_uuids(stores: Stores) -> set[str]:
-    prefix = stores.store.keys.consumer("")
-    return {text(k)[len(prefix) :] for k in stores.store.client.scan_iter(f"{prefix}*", count=1000)}
+def _scan_suffixes(stores: Stores, prefix: str, suffix: str = "") -> set[str]:
+    """The ``*`` part of every key ``<prefix>*<suffix>`` without a further ':'."""
+    found = set()
+    for key in stores.store.client.scan_iter(f"{prefix}*{suffix}", count=1000):
+        middle = text(key)[len(prefix) : len(text(key)) - len(suffix)]
+        if ":" not in middle:
+            found.add(middle)
+    return found
 
 
-def _sum_consumers(
-    stores: Stores, report: AuditReport
-) -> tuple[defaultdict[str, Counter[str]], defaultdict[str, Counter[str]]]:
-    summed: defaultdict[str, Counter[str]] = defaultdict(Counter)
-    project_summed: defaultdict[str, Counter[str]] = defaultdict(Counter)
-    for uuid in sorted(_consumer_uuids(stores)):
+def _instances(stores: Stores) -> dict[str, dict[str, str]]:
+    uuids = sorted(_scan_suffixes(stores, stores.store.keys.instance("")))
+    pipe = stores.store.client.pipeline(transaction=False)
+    for uuid in uuids:
+        pipe.hmget(stores.store.keys.instance(uuid), "state", "host", "project_id")
+    records = {}
+    for uuid, (state, host, project) in zip(uuids, pipe.execute(), strict=True):
+        if state is not None:
+            records[uuid] = {"state": text(state), "host": text(host or b""),
+                             "project_id": text(project or b"")}  # fmt: skip
+    return records
+
+
+def _sum_consumers(stores: Stores, report: AuditReport, scan: _Scan) -> None:
+    for uuid in sorted(_scan_suffixes(stores, stores.store.keys.consumer(""))):
         consumer = stores.ledger.get_allocations(uuid)
+        if consumer.generation is None:
+            continue
         report.consumers += 1
+        scan.placed_on[uuid] = set(consumer.allocations)
         for rp, amounts in consumer.allocations.items():
-            summed[rp].update(amounts)
-            project_summed[consumer.project_id or ""].update(amounts)
-        state = stores.store.client.hget(stores.store.keys.instance(uuid), "state")
-        if state is not None and text(state) not in (State.BUILD.value, State.ACTIVE.value):
+            scan.by_provider[rp].update(amounts)
+            scan.by_project[consumer.project_id or ""].update(amounts)
+        record = scan.records.get(uuid)
+        if record is not None and record["state"] not in _HOLDING:
             report.orphan_allocations.append(uuid)
-    return summed, project_summed
 
 
-def _check_quota(stores: Stores, report: AuditReport) -> None:
-    """Quota used must equal the sum of what holders reserved, per project."""
-    client = stores.store.client
-    suffix = ":held"
-    pattern = stores.store.keys.quota_held("*")
-    for key in client.scan_iter(pattern, count=1000):
-        key_s = text(key)
-        project = key_s[len(stores.store.keys.quota_held("")) - len(suffix) : -len(suffix)]
-        held = [text(v).split() for v in client.hvals(key_s)]
-        expected = {"instances": len(held), "cores": sum(int(c) for c, _ in held),
-                    "ram_mb": sum(int(r) for _, r in held)}  # fmt: skip
+def _check_providers(stores: Stores, report: AuditReport, scan: _Scan) -> None:
+    for provider in stores.ledger.list_providers():
+        report.providers += 1
+        summed = scan.by_provider[provider.uuid]
+        for rc, inv in provider.inventories.items():
+            used = provider.usages.get(rc, 0)
+            if used > inv.capacity:
+                report.overcommitted.append({"provider": provider.uuid, "resource_class": rc,
+                                             "used": used, "capacity": inv.capacity})  # fmt: skip
+        for rc in set(provider.usages) | set(summed):
+            if provider.usages.get(rc, 0) != summed[rc]:
+                report.usage_mismatches.append(
+                    {"provider": provider.uuid, "resource_class": rc,
+                     "usage": provider.usages.get(rc, 0), "allocated": summed[rc]}
+                )  # fmt: skip
+        consumers = stores.ledger.provider_consumers(provider.uuid)
+        expected = {c for c, rps in scan.placed_on.items() if provider.uuid in rps}
+        if consumers != expected:
+            report.usage_mismatches.append({"provider": provider.uuid,
+                                            "consumers": sorted(consumers ^ expected)})  # fmt: skip
+
+
+def _check_projects(stores: Stores, report: AuditReport, scan: _Scan) -> None:
+    projects = set(scan.by_project) | _scan_suffixes(
+        stores, stores.store.keys.project_usage(""), ":usage"
+    )
+    for project in sorted(projects):
+        usages = stores.ledger.project_usages(project)
+        summed = {rc: n for rc, n in scan.by_project[project].items() if n}
+        if usages != summed:
+            report.usage_mismatches.append({"project": project, "usage": usages,
+                                            "allocated": summed})  # fmt: skip
+
+
+def _check_instances(report: AuditReport, scan: _Scan) -> None:
+    """ACTIVE holds allocations on its host; BUILD holds some only while claimed."""
+    for uuid, record in scan.records.items():
+        holds = uuid in scan.placed_on
+        if record["state"] == State.ACTIVE.value and not holds:
+            report.instance_mismatches.append(
+                {"instance": uuid, "problem": "ACTIVE without allocations"}
+            )
+        elif record["state"] == State.BUILD.value and holds and not record["host"]:
+            report.instance_mismatches.append(
+                {"instance": uuid, "problem": "unclaimed BUILD with allocations"}
+            )
+
+
+def _check_quota(stores: Stores, report: AuditReport, scan: _Scan) -> None:
+    """Quota used equals what the holders reserved, and only live instances hold quota."""
+    keys = stores.store.keys
+    projects = _scan_suffixes(stores, keys.quota_used("")[: -len(":used")], ":used")
+    projects |= _scan_suffixes(stores, keys.quota_held("")[: -len(":held")], ":held")
+    for project in sorted(projects):
+        held = text_map(stores.store.client.hgetall(keys.quota_held(project)))
+        amounts = [v.split() for v in held.values()]
+        expected = {"instances": len(held), "cores": sum(int(c) for c, _ in amounts),
+                    "ram_mb": sum(int(r) for _, r in amounts)}  # fmt: skip
         usage = dataclasses.asdict(stores.quota.get_usage(project))
         if usage != expected:
-            report.quota_mismatches.append({"project": project, "used": usage,
-                                            "held": expected})  # fmt: skip
+            report.quota_mismatches.append({"project": project, "used": usage, "held": expected})
+        for holder in held:
+            record = scan.records.get(holder)
+            if record is not None and record["state"] not in _HOLDING:
+                report.quota_mismatches.append({"project": project, "holder": holder,
+                                                "state": record["state"]})  # fmt: skip

@@ -60,6 +60,14 @@ class Provider:
 
 
 @dataclasses.dataclass(frozen=True)
+class Claim:
+    """A claim in the ledger: the consumer generation, and whether it was there already."""
+
+    generation: int
+    already: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class Consumer:
     """What holds allocations (an instance). generation None: it holds nothing yet."""
 
@@ -220,12 +228,13 @@ class Ledger(abc.ABC):
         node: str,
         consumer_generation: int | None = None,
         provider_generations: Mapping[str, int] | None = None,
-    ) -> int:
+    ) -> Claim:
         """Allocate for an instance that is still waiting to be placed, and mark it claimed.
 
         Atomic with the instance record: the instance must exist in BUILD with no
-        host. A repeated claim with the same host and node is idempotent and returns
-        the current generation, so a redelivered request cannot place twice.
+        host. A repeated claim with the same host, node and allocations changes
+        nothing and returns ``already=True``, so a redelivered request cannot place
+        twice.
 
         :raises InstanceNotFound:
         :raises InstanceNotWaiting: deleted, in error, or claimed by another host.
@@ -233,11 +242,12 @@ class Ledger(abc.ABC):
         """
 
     @abc.abstractmethod
-    def release(self, instance_uuid: str, host: str | None = None) -> bool:
-        """Drop an instance's allocations and its host, so it can be placed again.
+    def release(self, instance_uuid: str, host: str | None = None, reason: str = "") -> bool:
+        """Drop the claim of an instance in BUILD, so it can be placed again.
 
-        With ``host`` given, only if the instance is claimed by that host. Returns
-        False when there was nothing to release. Idempotent.
+        With ``host`` given, only if the instance is claimed by that host. An
+        ACTIVE, ERROR or DELETED instance is left alone. Returns False when there
+        was nothing to release. Idempotent.
         """
 
 
@@ -339,6 +349,17 @@ class InstanceStore(abc.ABC):
         """Mark DELETED and release its allocations and quota. Idempotent.
 
         :raises InstanceNotFound:
+        """
+
+    @abc.abstractmethod
+    def mark_deleting(self, uuid: str) -> Instance:
+        """Set task_state deleting on a placed instance (BUILD with a host, or ACTIVE).
+
+        Its host's agent then destroys it and ends it DELETED. Idempotent; the
+        record returned names the host to ask.
+
+        :raises InstanceNotFound:
+        :raises InstanceNotWaiting: not placed (no host) or already ended.
         """
 
     @abc.abstractmethod

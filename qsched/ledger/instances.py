@@ -99,6 +99,10 @@ class RedisInstances(InstanceStore):
         self._run("instance_end", uuid, "DELETED", "")
         return self.get(uuid)
 
+    def mark_deleting(self, uuid: str) -> Instance:
+        self._run("instance_deleting", uuid)
+        return self.get(uuid)
+
     def expired(self, now: float, limit: int = 100) -> list[str]:
         found = self.store.client.zrangebyscore(self.keys.deadlines, "-inf", now, 0, limit)
         return [text(u) for u in found]

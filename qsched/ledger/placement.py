@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from qsched import exception
-from qsched.ledger.base import Allocations, Consumer, Inventory, Ledger, Provider
+from qsched.ledger.base import Allocations, Claim, Consumer, Inventory, Ledger, Provider
 from qsched.ledger.redis import RedisStore, canonical_json, text, text_map
 from qsched.resources import (
     DISK_GB,
@@ -143,10 +143,11 @@ class RedisLedger(Ledger):
         user_id: str,
         provider_generations: Mapping[str, int] | None = None,
     ) -> int:
-        return self._allocate(
+        result = self._allocate(
             consumer_uuid, allocations, consumer_generation, project_id, user_id,
             provider_generations, claim=None,
         )  # fmt: skip
+        return result["generation"]
 
     def claim(
         self,
@@ -156,14 +157,15 @@ class RedisLedger(Ledger):
         node: str,
         consumer_generation: int | None = None,
         provider_generations: Mapping[str, int] | None = None,
-    ) -> int:
+    ) -> Claim:
         inst = self.store.client.hmget(self.keys.instance(instance_uuid), "project_id", "user_id")
         if inst[0] is None:
             raise exception.InstanceNotFound(instance=instance_uuid)
-        return self._allocate(
+        result = self._allocate(
             instance_uuid, allocations, consumer_generation, text(inst[0]), text(inst[1]),
             provider_generations, claim=(host, node),
         )  # fmt: skip
+        return Claim(result["generation"], bool(result.get("already")))
 
     def _allocate(
         self,
@@ -174,13 +176,13 @@ class RedisLedger(Ledger):
         user_id: str,
         provider_generations: Mapping[str, int] | None,
         claim: tuple[str, str] | None,
-    ) -> int:
+    ) -> dict[str, Any]:
         consumer_uuid = check_uuid(consumer_uuid, "Consumer UUID")
         clean = check_allocations(allocations)
         if claim is not None and not clean:
             raise exception.Invalid(reason="a claim must allocate something")
         host, node = claim or ("", "")
-        result = self.store.run(
+        return self.store.run(
             "allocate",
             self.keys.consumer(consumer_uuid),
             consumer_uuid,
@@ -195,7 +197,6 @@ class RedisLedger(Ledger):
             self.store.now(),
             self.store.max_events,
         )
-        return result["generation"]
 
     def release(self, instance_uuid: str, host: str | None = None, reason: str = "") -> bool:
         result = self.store.run(

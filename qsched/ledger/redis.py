@@ -92,7 +92,7 @@ class RedisStore:
         """Run script ``name`` on ``key``'s slot; raise its error as a qsched exception."""
         try:
             raw = self.script(name)(keys=[key], args=[self.keys.prefix, *args])
-        except redis.ConnectionError as exc:
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise exception.BackendUnavailable(backend="Redis", url="ledger", reason=exc) from exc
         result: dict[str, Any] = json.loads(raw)
         code = result.pop("error", None)

@@ -18,7 +18,7 @@ from qsched.ledger.base import Allocations, Ledger
 class ClaimResult:
     generation: int
     conflicts: int  # how many conflicts were resolved on the way
-    already: bool = False  # the ledger already held exactly this claim
+    already: bool = False  # the ledger already held exactly this claim (a redelivery)
 
 
 def claim(
@@ -45,15 +45,14 @@ def claim(
     last: exception.Conflict | None = None
     for conflicts in range(max_retries + 1):
         try:
-            generation = ledger.claim(
+            done = ledger.claim(
                 instance_uuid, allocations, host, node, consumer_generation, gens or None
             )
-            return ClaimResult(generation, conflicts)
+            return ClaimResult(done.generation, conflicts, done.already)
         except exception.ConsumerGenerationConflict as exc:
-            current = ledger.get_allocations(instance_uuid)
-            if current.generation is not None and _same(current.allocations, allocations):
-                return ClaimResult(current.generation, conflicts, already=True)
-            consumer_generation, last = current.generation, exc
+            # Allocations without a claim on the record (written by hand, say): take them
+            # over with the generation just read; the claim marks the instance this time.
+            consumer_generation, last = ledger.get_allocations(instance_uuid).generation, exc
         except exception.ProviderGenerationConflict as exc:
             _check_still_fits(ledger, exc.kwargs["provider"], allocations)
             gens[exc.kwargs["provider"]] = ledger.get_provider(exc.kwargs["provider"]).generation
@@ -76,7 +75,3 @@ def _check_still_fits(ledger: Ledger, provider_uuid: str, allocations: Allocatio
                 used=provider.usages.get(rc, 0),
                 capacity=provider.inventories[rc].capacity if rc in provider.inventories else 0,
             )
-
-
-def _same(a: Allocations, b: Allocations) -> bool:
-    return {rp: dict(x) for rp, x in a.items()} == {rp: dict(x) for rp, x in b.items()}

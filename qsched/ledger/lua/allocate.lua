@@ -17,13 +17,13 @@ if claim then
     local inst = redis.call("HMGET", ikey, "state", "host", "node")
     if not inst[1] then return fail("instance_not_found", {instance = consumer}) end
     if inst[1] ~= "BUILD" then
-        return fail("not_waiting", {instance = consumer, state = inst[1], host = inst[2]})
+        return fail("not_waiting", {instance = consumer, state = inst[1], host = inst[2] or ""})
     end
     if inst[2] and inst[2] ~= "" then
         if inst[2] == host and inst[3] == node and cur[2] == allocs_json then
             return reply({generation = cur_gen, already = true})
         end
-        return fail("not_waiting", {instance = consumer, state = inst[1], host = inst[2]})
+        return fail("not_waiting", {instance = consumer, state = inst[1], host = inst[2] or ""})
     end
 end
 
@@ -34,7 +34,7 @@ if expected == "" then
     end
 elseif cur_gen ~= tonumber(expected) then
     return fail("consumer_conflict", {consumer = consumer, expected = tonumber(expected),
-                                      current = cur_gen})
+                                      current = cur_gen or cjson.null})
 end
 
 local new = cjson.decode(allocs_json)

@@ -6,7 +6,7 @@ local ikey = P .. "inst:" .. uuid
 local inst = redis.call("HMGET", ikey, "state", "host", "node")
 if not inst[1] then return fail("instance_not_found", {instance = uuid}) end
 if inst[1] ~= "BUILD" or inst[2] ~= host or inst[3] ~= node then
-    return fail("not_waiting", {instance = uuid, state = inst[1], host = inst[2]})
+    return fail("not_waiting", {instance = uuid, state = inst[1], host = inst[2] or ""})
 end
 redis.call("HSET", ikey, "state", "ACTIVE", "task_state", "", "launched_at", now,
            "updated_at", now)

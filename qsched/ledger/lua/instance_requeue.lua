@@ -5,8 +5,9 @@ local uuid, host, reason, now, max_events = ARGV[2], ARGV[3], ARGV[4], ARGV[5], 
 local ikey = P .. "inst:" .. uuid
 local inst = redis.call("HMGET", ikey, "state", "host")
 if not inst[1] then return fail("instance_not_found", {instance = uuid}) end
-if inst[1] ~= "BUILD" or (host ~= "" and inst[2] ~= "" and inst[2] ~= host) then
-    return fail("not_waiting", {instance = uuid, state = inst[1], host = inst[2]})
+local claimed_by = inst[2] or ""
+if inst[1] ~= "BUILD" or (host ~= "" and claimed_by ~= "" and claimed_by ~= host) then
+    return fail("not_waiting", {instance = uuid, state = inst[1], host = claimed_by})
 end
 drop_allocations(uuid)
 local attempts = redis.call("HINCRBY", ikey, "attempts", 1)

@@ -1,0 +1,1 @@
+"""Console entry points: thin commands over the qsched library."""

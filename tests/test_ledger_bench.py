@@ -1,0 +1,110 @@
+"""qsched-ledger-bench through click's CliRunner, on tiny sizes and fakeredis only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from qsched.cmd import ledger_bench
+from qsched.cmd.ledger_bench import main
+
+RESULT_KEYS = {"backend", "threads", "claims", "refused", "conflicts", "seconds",
+               "claims_per_s", "p50_ms", "p99_ms"}  # fmt: skip
+pytestmark = pytest.mark.timeout(30)
+
+TINY = ["--backend", "fakeredis", "--providers", "3", "--claims", "12", "--threads", "3"]
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.output
+
+
+def test_json_shape() -> None:
+    code, stdout, _ = run(*TINY, "--format", "json")
+    assert code == 0, stdout
+    report = json.loads(stdout)  # progress goes to stderr: stdout is pure JSON
+    assert (report["providers"], report["claims"], report["threads"]) == (3, 12, 3)
+    assert [(r["backend"], r["threads"]) for r in report["results"]] == [
+        ("fakeredis", 1),
+        ("fakeredis", 3),
+    ]
+    for r in report["results"]:
+        assert set(r) == RESULT_KEYS
+        assert (r["claims"], r["refused"]) == (12, 0)
+        assert r["claims_per_s"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"]
+    assert report["skipped"] == []
+    assert report["reference"]["claims_per_s"] == [45, 80]
+    assert "not measured" in report["reference"]["note"]
+
+
+def test_a_full_provider_refuses_claims() -> None:
+    args = ["--backend", "fakeredis", "--providers", "1", "--claims", "1030", "--threads", "1"]
+    code, stdout, _ = run(*args, "--format", "json")
+    assert code == 0, stdout
+    (result,) = json.loads(stdout)["results"]
+    assert (result["claims"], result["refused"]) == (1030, 6)  # room for 1024
+
+
+def test_table_names_the_reference_as_not_measured() -> None:
+    code, stdout, _ = run(*TINY)
+    assert code == 0, stdout
+    assert "fakeredis" in stdout and "claims/s" in stdout
+    assert "NOT measured by this run" in stdout and "45-80" in stdout
+
+
+def test_unreachable_redis_is_reported_and_skipped() -> None:
+    args = ["--redis-url", "redis://127.0.0.1:1/9", "--providers", "2", "--claims", "4"]
+    code, stdout, _ = run(*args, "--threads", "1", "--format", "json")
+    assert code == 0, stdout
+    report = json.loads(stdout)
+    assert [r["backend"] for r in report["results"]] == ["fakeredis"]
+    (skipped,) = report["skipped"]
+    assert skipped["backend"] == "redis" and "not reachable" in skipped["reason"]
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379", "unix:///tmp/redis.sock"]
+)
+def test_db_0_is_refused_without_force(url: str) -> None:
+    code, _, output = run("--redis-url", url, "--backend", "redis")
+    assert code == 2
+    assert "FLUSH db 0" in output and "--force" in output
+
+
+def test_force_allows_db_0(monkeypatch: pytest.MonkeyPatch) -> None:
+    reached = []
+    monkeypatch.setattr(ledger_bench, "unreachable", lambda url: reached.append(url) or "down")
+    code, stdout, _ = run("--redis-url", "redis://h:1/0", "--backend", "redis", "--force")
+    assert code == 0 and reached == ["redis://h:1/0"]
+    assert "not reachable (down): skipped" in stdout
+
+
+def test_password_is_not_printed() -> None:
+    assert ledger_bench.redacted("redis://u:s3cret@h:6379/9") == "redis://u:***@h:6379/9"
+    assert ledger_bench.redacted("redis://h:6379/9") == "redis://h:6379/9"
+
+
+def test_help_warns_about_the_flush() -> None:
+    code, stdout, _ = run("--help")
+    assert code == 0
+    assert "FLUSHED" in stdout and "--demo" in stdout and "p99" in stdout
+
+
+def test_demo() -> None:
+    code, stdout, _ = run("--demo")
+    assert code == 0, stdout
+    assert "Quota exceeded for cores" in stdout
+    assert "Not enough MEMORY_MB" in stdout
+    assert "No valid host was found." in stdout
+    assert "Audit of the ledger's own records: ok" in stdout
+
+
+def test_percentile() -> None:
+    values = [float(n) for n in range(1, 101)]
+    assert ledger_bench.percentile(values, 0.50) == 50.0
+    assert ledger_bench.percentile(values, 0.99) == 99.0
+    assert ledger_bench.percentile([7.0], 0.99) == 7.0
+    assert ledger_bench.percentile([], 0.5) == 0.0
