@@ -1,0 +1,792 @@
+"""The qsched bus on kombu transports: in memory, RabbitMQ, Redis.
+
+Features
+========
+``memory://`` (the embedded default: API, agents and tests in one process)
+
+* Everything lives in this process; threads only. No confirms (a put is synchronous).
+* Prefetch 1 per consumer connection (all its queues together).
+* Counts: ready messages only.
+
+``amqp://`` (RabbitMQ, the production path)
+
+* Boot queues are durable quorum queues with ``x-delivery-limit`` and a dead-letter
+  exchange (at-least-once dead lettering), so a message that keeps coming back
+  unacked (say, it crashes every agent that takes it) ends in ``<prefix>.dead``
+  instead of looping forever. Host queues are durable classic queues with the same
+  dead-letter exchange (thousands of hosts: one Raft group each would cost too much).
+* Publisher confirms, and ``mandatory``: a message no queue took comes back, the
+  queue is declared again and the message published once more.
+* Prefetch 1 per queue consumed: quorum queues refuse a channel-wide prefetch, so
+  an agent consuming k classes may hold k + 1 messages at once.
+* Counts: ready and consumers (passive declare); unacked needs the management API.
+
+``redis://`` (kombu's Redis transport)
+
+* Messages go straight to the list named after the queue: kombu's virtual
+  exchanges find a route by scanning every binding of the exchange, which would
+  make each publish O(hosts). The same holds for ``memory://``.
+* A message held unacked longer than ``visibility_timeout_s`` is delivered again,
+  even while its consumer lives; keep it far above any hold (an agent acks right
+  after its claim). A redelivery cannot place twice: the claim is idempotent.
+  A consumer that dies without closing gives its messages back only after it.
+* Prefetch 1 per consumer connection. Counts: ready messages only.
+
+Connection String
+=================
+.. code-block::
+
+    memory://
+    amqp://USER:PASSWORD@HOST[:5672]/[VHOST]
+    redis://[:PASSWORD@]HOST[:6379]/[DB]
+
+Options are in :class:`KombuOptions` (``[bus]`` section, see :meth:`KombuBus.from_conf`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+import kombu
+import kombu.exceptions
+from amqp import exceptions as amqp_exceptions
+
+from qsched import exception
+from qsched.bus import base
+from qsched.message import BootRequest, DeleteRequest
+
+LOG = logging.getLogger(__name__)
+
+CONTENT_TYPE = "application/x-msgpack"
+GIVEN_BACK = "given back"
+SCHEMES = frozenset({"memory", "amqp", "pyamqp", "redis", "rediss"})
+
+
+@dataclasses.dataclass(frozen=True)
+class KombuOptions:
+    """Tunables; the names match the ``[bus]`` options."""
+
+    connect_timeout_s: float = 5.0
+    confirm_timeout_s: float = 5.0  # also the socket timeout of Redis commands
+    heartbeat_s: int = 30  # consumers only; 0 turns AMQP heartbeats off
+    delivery_limit: int = 20  # RabbitMQ boot queues: deliveries without an ack
+    visibility_timeout_s: float = 3600.0  # Redis: unacked past this is delivered again
+    poll_interval_s: float = 0.1  # how often a consumer applies requests between events
+    settle_timeout_s: float = 30.0  # how long a settle from another thread waits
+    reconnect_max_delay_s: float = 5.0
+    publisher_pool_size: int = 8  # idle publishing connections kept
+
+
+class _Unroutable(Exception):
+    """RabbitMQ returned a mandatory message: no queue is bound for its key."""
+
+
+class _Publisher:
+    """One connection, channel and producer, used by one thread at a time."""
+
+    def __init__(self, connection: kombu.Connection, amqp: bool) -> None:
+        self.connection = connection
+        self.channel = connection.channel()
+        self._returned: list[str] = []
+        on_return = self._on_return if amqp else None  # memory channels share one event set
+        self.producer = kombu.Producer(self.channel, on_return=on_return)
+
+    def _on_return(self, exc: Exception, exchange: str, routing_key: str, message: Any) -> None:
+        self._returned.append(f"{exc} (exchange {exchange!r}, key {routing_key!r})")
+
+    def send(self, route: tuple[str, str], body: bytes, timeout_s: float, **props: Any) -> None:
+        self._returned.clear()
+        self.producer.publish(
+            body,
+            exchange=route[0],
+            routing_key=route[1],
+            mandatory=bool(route[0]),
+            content_type=CONTENT_TYPE,
+            content_encoding="binary",
+            delivery_mode=2,
+            timeout=timeout_s,
+            confirm_timeout=timeout_s,
+            **props,
+        )
+        if self._returned:  # the basic.return arrives before the confirm
+            raise _Unroutable(self._returned[0])
+
+    def close(self) -> None:
+        try:
+            self.connection.release()
+        except Exception:  # closing a broken connection; nothing more to do
+            LOG.debug("closing a publisher connection failed", exc_info=True)
+
+
+class KombuBus(base.Bus):
+    """The bus on one kombu transport URL. Thread-safe."""
+
+    def __init__(
+        self,
+        url: str = "memory://",
+        prefix: str = base.DEFAULT_PREFIX,
+        options: KombuOptions | None = None,
+    ) -> None:
+        self.names = base.Names(prefix)
+        self.options = options or KombuOptions()
+        self._url = url
+        scheme = url.partition("://")[0].lower()
+        if scheme not in SCHEMES:
+            schemes = ", ".join(sorted(SCHEMES))
+            raise exception.Invalid(reason=f"bus URL scheme {scheme!r} is not one of {schemes}")
+        probe = kombu.Connection(url)
+        self.driver: str = probe.transport.driver_type  # amqp, redis or memory
+        self.safe_url: str = probe.as_uri()  # password masked
+        self.amqp = self.driver == "amqp"
+        if self.driver == "memory" and not probe.hostname:
+            self._url = "memory://localhost/"  # same broker state; kombu warns without a host
+        self.channel_errors: tuple[type[BaseException], ...] = tuple(probe.channel_errors)
+        self.errors: tuple[type[BaseException], ...] = (
+            *probe.connection_errors,
+            *probe.channel_errors,
+            OSError,
+            kombu.exceptions.OperationalError,
+            amqp_exceptions.MessageNacked,
+            _Unroutable,
+        )
+        self._lock = threading.Lock()
+        self._declared: set[str] = set()  # queue names declared by this process
+        self._classes: set[str] = set()
+        self._idle: list[_Publisher] = []
+        self._closed = False
+        self._boot_entities: dict[str, kombu.Queue] = {}  # few classes; publishing is hot
+        self._dead_entity = self._new_dead_entity()
+
+    @classmethod
+    def from_conf(cls, conf: Any) -> KombuBus:
+        """Build from ``transport_url`` and the ``[bus]`` section of a ConfigOpts."""
+        group = conf.bus
+        options = {f.name: getattr(group, f.name) for f in dataclasses.fields(KombuOptions)}
+        return cls(conf.transport_url, prefix=group.prefix, options=KombuOptions(**options))
+
+    # -- the Bus interface --
+
+    def publish_boot(self, message: BootRequest) -> None:
+        self.note_class(message.scheduling_class)
+        entity = self.boot_entity(message.scheduling_class)
+        self.publish(entity, message.encode(), message_id=message.request_id)
+
+    def publish_delete(self, host: str, message: DeleteRequest) -> None:
+        self.publish(self.host_entity(host), message.encode(), message_id=message.request_id)
+
+    def consumer(
+        self, host: str, on_message: base.OnMessage, classes: Iterable[str] = ()
+    ) -> KombuConsumer:
+        return KombuConsumer(self, host, on_message, classes)
+
+    def boot_classes(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._classes)
+
+    def queue_stats(self, scheduling_class: str) -> base.QueueStats:
+        return self._stats(self.boot_entity(scheduling_class))
+
+    def dead_letter_stats(self) -> base.QueueStats:
+        return self._stats(self.dead_entity())
+
+    def take_dead_letters(self, limit: int = 100) -> list[base.DeadLetter]:
+        letters = []
+        with self._admin_channel() as channel:
+            self.declare(channel, self.dead_entity())
+            for _ in range(limit):
+                message = self.dead_entity()(channel).get(no_ack=False)
+                if message is None:
+                    break
+                letters.append(_dead_letter(message))
+                message.ack()
+        return letters
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed, idle, self._idle = True, self._idle, []
+        for publisher in idle:
+            publisher.close()
+
+    # -- names to kombu entities --
+
+    def boot_entity(self, scheduling_class: str) -> kombu.Queue:
+        entity = self._boot_entities.get(scheduling_class)
+        if entity is None:
+            entity = self._new_boot_entity(scheduling_class)
+            with self._lock:
+                self._boot_entities[scheduling_class] = entity
+        return entity
+
+    def _new_boot_entity(self, scheduling_class: str) -> kombu.Queue:
+        name = self.names.boot_queue(scheduling_class)
+        if not self.amqp:
+            return kombu.Queue(name, kombu.Exchange(""), routing_key=name)
+        args = {
+            "x-queue-type": "quorum",
+            "x-delivery-limit": self.options.delivery_limit,
+            "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish",  # at-least-once dead lettering needs it
+            **self._dead_letter_args(),
+        }
+        key = self.names.boot_routing_key(scheduling_class)
+        return self._amqp_queue(name, key, args)
+
+    def host_entity(self, host: str) -> kombu.Queue:
+        name = self.names.host_queue(host)
+        if not self.amqp:
+            return kombu.Queue(name, kombu.Exchange(""), routing_key=name)
+        return self._amqp_queue(name, self.names.host_routing_key(host), self._dead_letter_args())
+
+    def dead_entity(self) -> kombu.Queue:
+        return self._dead_entity
+
+    def _new_dead_entity(self) -> kombu.Queue:
+        name = self.names.dead_queue
+        if not self.amqp:
+            return kombu.Queue(name, kombu.Exchange(""), routing_key=name)
+        exchange = kombu.Exchange(self.names.dead_exchange, "direct", durable=True)
+        args = {"x-queue-type": "quorum"}
+        return kombu.Queue(
+            name, exchange, base.DEAD_ROUTING_KEY, durable=True, queue_arguments=args
+        )
+
+    def _amqp_queue(self, name: str, key: str, args: Mapping[str, Any]) -> kombu.Queue:
+        exchange = kombu.Exchange(self.names.exchange, "direct", durable=True)
+        return kombu.Queue(name, exchange, key, durable=True, queue_arguments=dict(args))
+
+    def _dead_letter_args(self) -> dict[str, Any]:
+        return {
+            "x-dead-letter-exchange": self.names.dead_exchange,
+            "x-dead-letter-routing-key": base.DEAD_ROUTING_KEY,
+        }
+
+    def route(self, entity: kombu.Queue) -> tuple[str, str]:
+        """(exchange, routing key) to publish to: straight to the queue on virtual transports."""
+        if self.amqp:
+            return entity.exchange.name, entity.routing_key
+        return "", entity.name
+
+    def routing_key(self, entity: kombu.Queue) -> str:
+        """The qsched routing key of a queue, whatever the transport: its name less the prefix."""
+        return str(entity.name[len(self.names.prefix) + 1 :])
+
+    # -- publishing --
+
+    def publish(self, entity: kombu.Queue, body: bytes, **props: Any) -> None:
+        """Publish ``body`` to ``entity``, confirmed; declare it first if this process has not.
+
+        One retry on a fresh connection (a pooled one may predate a broker restart).
+
+        :raises BusUnavailable:
+        """
+        reason = "not tried"
+        for _attempt in range(2):
+            publisher = None
+            try:
+                publisher = self._acquire()
+                self.declare(publisher.channel, entity)
+                publisher.send(self.route(entity), body, self.options.confirm_timeout_s, **props)
+            except _Unroutable as exc:
+                reason = f"unroutable: {exc}"
+                self._forget(entity.name)
+                self._release(publisher)
+            except self.errors as exc:
+                reason = _describe(exc)
+                self._discard_all(publisher)
+            else:
+                self._release(publisher)
+                return
+        raise base.BusUnavailable(self.safe_url, reason)
+
+    def publish_dead(self, body: bytes, reason: str, entity: kombu.Queue) -> None:
+        """Publish ``body`` to the dead letters with ``reason`` and where it came from."""
+        headers = {
+            base.REASON_HEADER: reason[: base.MAX_REASON_CHARS],
+            base.ORIGIN_QUEUE_HEADER: entity.name,
+            base.ORIGIN_KEY_HEADER: self.routing_key(entity),
+            base.DEAD_AT_HEADER: time.time(),
+        }
+        self.publish(self.dead_entity(), body, headers=headers)
+
+    def declare(self, channel: Any, entity: kombu.Queue) -> None:
+        """Declare a queue (and the dead letters first) unless this process already did."""
+        dead = self.dead_entity()
+        for item in (dead, entity) if entity.name != dead.name else (dead,):
+            if item.name not in self._declared:
+                item.declare(channel=channel)
+                with self._lock:
+                    self._declared.add(item.name)
+
+    def redeclare(self, channel: Any, entity: kombu.Queue) -> None:
+        """Declare again (a consumer after it connects: the broker may have lost it)."""
+        self._forget(entity.name)
+        self.declare(channel, entity)
+
+    def note_class(self, scheduling_class: str) -> None:
+        with self._lock:
+            self._classes.add(base.check_class(scheduling_class))
+
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            self._declared.discard(name)
+
+    def connect(self, heartbeat_s: int = 0) -> kombu.Connection:
+        """A new connection, connected now (fails at once, no retries).
+
+        :raises: one of :attr:`errors`.
+        """
+        connection = kombu.Connection(
+            self._url,
+            connect_timeout=self.options.connect_timeout_s,
+            heartbeat=heartbeat_s,
+            transport_options=self._transport_options(),
+        )
+        try:
+            connection.ensure_connection(max_retries=0)
+        except BaseException:
+            connection.release()
+            raise
+        return connection
+
+    def _transport_options(self) -> dict[str, Any]:
+        options = self.options
+        if self.amqp:
+            return {"confirm_publish": True}
+        if self.driver == "memory":
+            return {"polling_interval": min(options.poll_interval_s, 0.02)}
+        prefix = self.names.prefix
+        return {
+            "visibility_timeout": options.visibility_timeout_s,
+            "socket_connect_timeout": options.connect_timeout_s,
+            "socket_timeout": max(options.confirm_timeout_s, 2.0),  # above BRPOP's 1 s
+            "socket_keepalive": True,
+            "unacked_key": f"{prefix}.unacked",
+            "unacked_index_key": f"{prefix}.unacked_index",
+            "unacked_mutex_key": f"{prefix}.unacked_mutex",
+            "client_name": f"{prefix}-bus",  # CLIENT LIST shows who is who
+        }
+
+    def _acquire(self) -> _Publisher:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        connection = self.connect()
+        try:
+            return _Publisher(connection, self.amqp)
+        except BaseException:
+            connection.release()
+            raise
+
+    def _release(self, publisher: _Publisher | None) -> None:
+        if publisher is None:
+            return
+        with self._lock:
+            if not self._closed and len(self._idle) < self.options.publisher_pool_size:
+                self._idle.append(publisher)
+                return
+        publisher.close()
+
+    def _discard_all(self, publisher: _Publisher | None) -> None:
+        # One broken connection usually means all of them (broker restart).
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for each in [publisher, *idle]:
+            if each is not None:
+                each.close()
+
+    # -- admin --
+
+    def _stats(self, entity: kombu.Queue) -> base.QueueStats:
+        with self._admin_channel() as channel:
+            if not self.amqp:  # declaring is free there, and a queue never missing
+                ok = channel.queue_declare(queue=entity.name)
+                return base.QueueStats(entity.name, ok.message_count, None, None)
+            try:
+                ok = entity.queue_declare(passive=True, channel=channel)
+            except amqp_exceptions.NotFound:
+                raise exception.NotFound(what=f"queue {entity.name}") from None
+            return base.QueueStats(entity.name, ok.message_count, None, ok.consumer_count)
+
+    @contextlib.contextmanager
+    def _admin_channel(self) -> Iterator[Any]:
+        """A channel on a short-lived connection; broker errors become BusUnavailable."""
+        try:
+            connection = self.connect()
+        except self.errors as exc:
+            raise base.BusUnavailable(self.safe_url, _describe(exc)) from None
+        try:
+            yield connection.channel()
+        except self.errors as exc:
+            raise base.BusUnavailable(self.safe_url, _describe(exc)) from None
+        finally:
+            connection.release()
+
+
+def _dead_letter(message: Any) -> base.DeadLetter:
+    headers = dict(message.headers or {})
+    reason = headers.get(base.REASON_HEADER)
+    if reason is None:  # dead-lettered by RabbitMQ itself
+        reason = f"the broker dead-lettered it: {headers.get('x-first-death-reason', 'unknown')}"
+    dead_at = headers.get(base.DEAD_AT_HEADER)
+    return base.DeadLetter(
+        body=bytes(message.body),
+        reason=str(reason),
+        queue=headers.get(base.ORIGIN_QUEUE_HEADER) or headers.get("x-first-death-queue"),
+        routing_key=headers.get(base.ORIGIN_KEY_HEADER),
+        dead_at=float(dead_at) if isinstance(dead_at, int | float) else None,
+        headers=headers,
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+# -- consuming --
+
+
+class KombuDelivery(base.Delivery):
+    """A message in the hands of a consumer callback (or of a thread it passed it to)."""
+
+    def __init__(
+        self, consumer: KombuConsumer, message: Any, entity: kombu.Queue, epoch: int
+    ) -> None:
+        self._consumer = consumer
+        self._message = message
+        self._entity = entity
+        self._epoch = epoch
+        self._lock = threading.Lock()
+        self.state: str | None = None  # "acked", "requeued", "rejected"
+
+    @property
+    def queue(self) -> str:
+        return str(self._entity.name)
+
+    @property
+    def routing_key(self) -> str:
+        return self._consumer.bus.routing_key(self._entity)
+
+    @property
+    def redelivered(self) -> bool:
+        return bool(self._message.delivery_info.get("redelivered"))
+
+    @property
+    def headers(self) -> Mapping[str, Any]:
+        return self._message.headers or {}
+
+    def ack(self) -> None:
+        self._settle("acked", None)
+
+    def requeue(self, new_body: bytes) -> None:
+        bus = self._consumer.bus
+        self._settle("requeued", lambda: bus.publish(self._entity, new_body))
+
+    def reject(self, reason: str) -> None:
+        bus = self._consumer.bus
+        body = bytes(self._message.body)
+        self._settle("rejected", lambda: bus.publish_dead(body, reason, self._entity))
+
+    def give_back(self) -> None:
+        """Return it to the broker as it came, unless acked (consumer thread only)."""
+        self.state = self.state or GIVEN_BACK
+        if not self._message.acknowledged:  # only this thread acks: no race
+            self._message.reject(requeue=True)
+        self._consumer.settled(self)
+
+    def _settle(self, state: str, publish: Callable[[], None] | None) -> None:
+        with self._lock:  # claim it: whatever follows fails or not, it is settled once
+            if self.state == GIVEN_BACK:
+                reason = "it was given back to the broker when its consumer disconnected"
+                raise base.BusUnavailable(self._consumer.bus.safe_url, reason)
+            if self.state is not None:
+                raise base.MessageSettled(
+                    delivery=self._message.delivery_tag, queue=self.queue, state=self.state
+                )
+            self.state = state
+        if publish is not None:
+            self._publish_or_give_back(publish)  # confirmed before the ack: never zero copies
+        self._consumer.call_in_loop(self._epoch, self._ack)
+
+    def _publish_or_give_back(self, publish: Callable[[], None]) -> None:
+        try:
+            publish()
+        except base.BusUnavailable:
+            # Held unacked it would block this queue for this consumer (prefetch 1).
+            with contextlib.suppress(base.BusUnavailable):
+                self._consumer.call_in_loop(self._epoch, self.give_back)
+            raise
+
+    def _ack(self) -> None:
+        self._message.ack()
+        self._consumer.settled(self)
+
+
+@dataclasses.dataclass
+class _Command:
+    """Work for the consumer thread: a settle (``epoch`` set) or a class change."""
+
+    run: Callable[[], None]
+    future: Future[None]
+    epoch: int | None = None
+
+
+class KombuConsumer(base.Consumer):
+    """A reconnecting consumer loop in its own thread (kombu ConsumerMixin style).
+
+    All channel work happens in that thread: settles from other threads and
+    class changes are queued to it and applied between ``drain_events`` calls.
+    Callbacks should be short (decode, claim, settle) and hand long work such as
+    a spawn to another thread: while a callback runs, no heartbeat goes out, and
+    RabbitMQ drops a connection silent for about two heartbeats.
+    """
+
+    def __init__(
+        self, bus: KombuBus, host: str, on_message: base.OnMessage, classes: Iterable[str]
+    ) -> None:
+        self.bus = bus
+        self._host = base.check_host(host)
+        self._on_message = on_message
+        self._wanted = {base.check_class(name) for name in classes}
+        self._lock = threading.Lock()
+        self._commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._epoch = 0  # bumped on every disconnect: older deliveries cannot be settled
+        self._connection: kombu.Connection | None = None
+        self._channel: Any = None
+        self._subscriptions: dict[str, kombu.Consumer] = {}
+        self._unsettled: dict[int, KombuDelivery] = {}
+
+    # -- the Consumer interface --
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def classes(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._wanted)
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        name = f"qsched-bus-{self._host}"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return
+        thread.join(timeout_s)
+        if thread.is_alive():
+            LOG.warning(
+                "bus consumer %s: a callback still runs after %.1f s", self._host, timeout_s
+            )
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        return self._ready.wait(timeout_s)
+
+    def add_class(self, scheduling_class: str) -> Future[None]:
+        name = base.check_class(scheduling_class)
+        with self._lock:
+            self._wanted.add(name)
+        return self._queue_change(functools.partial(self._subscribe_class, name))
+
+    def remove_class(self, scheduling_class: str) -> Future[None]:
+        name = base.check_class(scheduling_class)
+        with self._lock:
+            self._wanted.discard(name)
+        return self._queue_change(functools.partial(self._unsubscribe, name))
+
+    # -- for deliveries --
+
+    def call_in_loop(self, epoch: int, work: Callable[[], None]) -> None:
+        """Run ``work`` in the consumer thread if the connection ``epoch`` still lives.
+
+        :raises BusUnavailable: that connection is gone, or the thread is stuck.
+        """
+        if threading.current_thread() is self._thread:
+            self._check_epoch(epoch)
+            return work()
+        command = _Command(work, Future(), epoch)
+        with self._lock:
+            self._check_epoch(epoch)
+            self._commands.put(command)
+        try:
+            return command.future.result(self.bus.options.settle_timeout_s)
+        except FutureTimeout:
+            if command.future.cancel():
+                raise base.BusUnavailable(
+                    self.bus.safe_url, "the consumer thread is busy"
+                ) from None
+            return command.future.result()
+
+    def settled(self, delivery: KombuDelivery) -> None:
+        self._unsettled.pop(id(delivery), None)
+
+    def _check_epoch(self, epoch: int) -> None:
+        if epoch != self._epoch:
+            reason = "the connection that delivered it is gone; the broker delivers it again"
+            raise base.BusUnavailable(self.bus.safe_url, reason)
+
+    # -- the loop --
+
+    def _run(self) -> None:
+        delay_s = 0.0
+        while not self._stop.is_set():
+            try:
+                self._consume()
+                delay_s = 0.0
+            except Exception as exc:  # whatever broke, the answer is: reconnect
+                delay_s = min(max(2 * delay_s, 0.1), self.bus.options.reconnect_max_delay_s)
+                LOG.warning(
+                    "bus consumer %s: %s; reconnecting in %.1f s",
+                    self._host,
+                    _describe(exc),
+                    delay_s,
+                )
+            finally:
+                self._disconnect()
+            self._stop.wait(delay_s)
+        self._fail_commands(keep_changes=False)
+
+    def _consume(self) -> None:
+        self._connection = connection = self.bus.connect(self.bus.options.heartbeat_s)
+        self._channel = connection.channel()
+        self._channel.basic_qos(0, 1, False)  # per consumer: quorum queues refuse global
+        self._subscribe(self.bus.host_entity(self._host))
+        for name in sorted(self.classes):
+            self._subscribe_class(name)
+        self._ready.set()
+        LOG.info("bus consumer %s: consuming %s", self._host, sorted(self._subscriptions))
+        while not self._stop.is_set():
+            self._run_commands()
+            with contextlib.suppress(TimeoutError):  # nothing came: a chance to run commands
+                connection.drain_events(timeout=self.bus.options.poll_interval_s)
+            connection.heartbeat_check()
+        self._run_commands()  # settles already asked for are finished work: do them
+
+    def _subscribe_class(self, name: str) -> None:
+        if name in self._subscriptions or name not in self.classes:
+            return
+        try:
+            self._subscribe(self.bus.boot_entity(name), key=name)
+        except self.bus.channel_errors:
+            with self._lock:  # e.g. declared elsewhere with other arguments: do not loop on it
+                self._wanted.discard(name)
+            LOG.error("bus consumer %s: cannot consume class %s", self._host, name, exc_info=True)
+            raise
+        self.bus.note_class(name)
+
+    def _subscribe(self, entity: kombu.Queue, key: str = "") -> None:
+        self.bus.redeclare(self._channel, entity)
+        on_message = functools.partial(self._deliver, entity)
+        subscription = kombu.Consumer(
+            self._channel,
+            [entity],
+            no_ack=False,
+            auto_declare=False,
+            on_message=on_message,
+            tag_prefix=f"{self._host}.",
+        )
+        subscription.consume()
+        self._subscriptions[key or entity.name] = subscription
+
+    def _unsubscribe(self, name: str) -> None:
+        subscription = self._subscriptions.pop(name, None)
+        if subscription is not None:
+            subscription.cancel()
+
+    def _deliver(self, entity: kombu.Queue, message: Any) -> None:
+        delivery = KombuDelivery(self, message, entity, self._epoch)
+        self._unsettled[id(delivery)] = delivery
+        try:
+            self._on_message(bytes(message.body), delivery)
+        except exception.BackendUnavailable as exc:  # not the message's fault: give it back
+            LOG.warning("bus consumer %s: %s; message given back", self._host, _describe(exc))
+            if delivery.state is None:
+                delivery.give_back()
+        except Exception as exc:
+            LOG.exception("bus consumer %s: callback failed on a message", self._host)
+            if delivery.state is None:
+                with contextlib.suppress(base.BusUnavailable):  # then it was given back
+                    delivery.reject(f"the consumer failed on it: {_describe(exc)}")
+
+    # -- commands and shutdown --
+
+    def _queue_change(self, change: Callable[[], None]) -> Future[None]:
+        command = _Command(change, Future())
+        self._commands.put(command)
+        return command.future
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if not command.future.set_running_or_notify_cancel():
+                continue
+            try:
+                if command.epoch is not None:
+                    self._check_epoch(command.epoch)
+                command.run()
+            except Exception as exc:
+                command.future.set_exception(exc)
+                if isinstance(exc, self.bus.errors):
+                    raise
+            else:
+                command.future.set_result(None)
+
+    def _disconnect(self) -> None:
+        self._ready.clear()
+        for delivery in list(self._unsettled.values()):
+            try:
+                delivery.give_back()
+            except Exception:  # the connection is gone: the broker takes it back itself
+                LOG.debug("bus consumer %s: give back failed", self._host, exc_info=True)
+        self._unsettled.clear()
+        self._subscriptions.clear()
+        connection, self._connection, self._channel = self._connection, None, None
+        with self._lock:
+            self._epoch += 1
+        if connection is not None:
+            _close_quietly(connection)
+        self._fail_commands(keep_changes=True)
+
+    def _fail_commands(self, keep_changes: bool) -> None:
+        kept = []
+        with self._lock:
+            while True:
+                try:
+                    command = self._commands.get_nowait()
+                except queue.Empty:
+                    break
+                if keep_changes and command.epoch is None:
+                    kept.append(command)
+                elif command.future.set_running_or_notify_cancel():
+                    reason = "the consumer disconnected or stopped"
+                    command.future.set_exception(base.BusUnavailable(self.bus.safe_url, reason))
+            for command in kept:
+                self._commands.put(command)
+
+
+def _close_quietly(connection: kombu.Connection) -> None:
+    try:
+        connection.release()
+    except Exception:
+        LOG.debug("closing a consumer connection failed", exc_info=True)

@@ -1,0 +1,425 @@
+"""The messages on the bus: boot requests per scheduling class, deletes per host.
+
+Wire format: a msgpack map with a ``kind`` ("boot" or "delete") and a ``version``
+("MAJOR.MINOR"). A reader accepts every minor of the majors it knows; fields it
+does not know (added by a newer minor) are kept aside in ``extra`` and written
+back on :meth:`encode`, so an older agent that requeues a newer message does not
+strip it. Any other major is :class:`UnsupportedVersion`.
+
+Validation is a table of cheap hand-written checks per field (this runs once per
+delivery on every agent), not a schema engine. Whatever the bytes, :func:`decode`
+returns a message or raises :class:`PoisonMessage` with a reason fit for a
+dead-letter header; it raises nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar, cast
+
+import msgpack
+
+from qsched import exception
+from qsched.flavors import Constraints, Flavor, scheduling_class
+
+MAJOR_VERSION = 1
+BOOT_VERSION = "1.0"
+DELETE_VERSION = "1.0"
+MAX_MESSAGE_BYTES = 64 * 1024
+MAX_NAME_CHARS = 255
+MAX_LIST_ITEMS = 1024
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").fullmatch
+_VERSION = re.compile(r"(\d{1,4})\.(\d{1,4})").fullmatch
+_INT32_MAX = 2**31 - 1
+
+
+class PoisonMessage(exception.Invalid):
+    """A message that cannot be decoded; ``reason`` says why, for the dead-letter header."""
+
+    msg_fmt = "Poison message: {reason}"
+
+
+class UnsupportedVersion(PoisonMessage):
+    """A message from a major version this service does not read (``version`` says which)."""
+
+
+class _Bad(Exception):
+    """A field check failed; ``args[0]`` says what the field must be."""
+
+
+Msg = TypeVar("Msg", bound="_Message")
+
+
+# -- field checks: return the value (normalised) or raise _Bad(what it must be) --
+
+
+def _name(value: Any) -> str:
+    if type(value) is str and 0 < len(value) <= MAX_NAME_CHARS:
+        return value
+    raise _Bad(f"a non-empty string of at most {MAX_NAME_CHARS} characters")
+
+
+def _uuid(value: Any) -> str:
+    if type(value) is str and _UUID(value):
+        return value
+    raise _Bad("a canonical lower-case UUID (8-4-4-4-12 hex)")
+
+
+def _count(low: int) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if type(value) is int and low <= value <= _INT32_MAX:
+            return value
+        raise _Bad(f"an integer between {low} and {_INT32_MAX}")
+
+    return check
+
+
+def _epoch_s(value: Any) -> float:
+    if (type(value) is float or type(value) is int) and 0 <= value < math.inf:
+        return float(value)
+    raise _Bad("a finite number of seconds since the epoch")
+
+
+def _optional_name(value: Any) -> str | None:
+    return None if value is None else _name(value)
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if type(value) is list and len(value) <= MAX_LIST_ITEMS:
+        for item in value:
+            if type(item) is not str or not 0 < len(item) <= MAX_NAME_CHARS:
+                raise _Bad("a list of non-empty strings")
+        return tuple(value)
+    raise _Bad(f"a list of at most {MAX_LIST_ITEMS} strings")
+
+
+def _uuids(value: Any) -> tuple[str, ...]:
+    if type(value) is list and len(value) <= MAX_LIST_ITEMS:
+        for item in value:
+            if type(item) is not str or not _UUID(item):
+                raise _Bad("a list of canonical lower-case UUIDs")
+        return tuple(value)
+    raise _Bad(f"a list of at most {MAX_LIST_ITEMS} UUIDs")
+
+
+_FLAVOR_SIZES = (("vcpus", 1), ("ram_mb", 1), ("disk_gb", 0))
+
+
+def _flavor(value: Any) -> dict[str, Any]:
+    """Shape and types only; :meth:`BootRequest.to_flavor` runs the full flavor checks."""
+    if type(value) is not dict:
+        raise _Bad("a map with name, vcpus, ram_mb, disk_gb and extra_specs")
+    name = value.get("name")
+    if type(name) is not str or not 0 < len(name) <= MAX_NAME_CHARS:
+        raise _Bad("a flavor map with a non-empty string 'name'")
+    for key, low in _FLAVOR_SIZES:
+        size = value.get(key)
+        if type(size) is not int or not low <= size <= _INT32_MAX:
+            raise _Bad(f"a flavor map whose {key!r} is an integer between {low} and {_INT32_MAX}")
+    specs = value.get("extra_specs", _NO_SPECS)
+    if type(specs) is not dict or (specs and not _all_strings(specs)):
+        raise _Bad("a flavor map whose 'extra_specs' maps strings to strings")
+    return value
+
+
+def _all_strings(mapping: dict[Any, Any]) -> bool:
+    return all(type(key) is str and type(item) is str for key, item in mapping.items())
+
+
+_NO_SPECS: dict[str, str] = {}
+
+
+# -- the messages --
+
+
+class _Message:
+    """What every message does; each kind is a frozen dataclass deriving from this."""
+
+    KIND: ClassVar[str] = ""
+    # (name, check, required): the decode table, in wire order.
+    FIELDS: ClassVar[tuple[tuple[str, Callable[[Any], Any], bool], ...]] = ()
+    extra: Mapping[str, Any]  # a field of each kind: what a newer minor added
+
+    def encode(self) -> bytes:
+        """The msgpack bytes of this message (fields unknown to us written back as read)."""
+        wire: dict[str, Any] = dict(self.extra) if self.extra else {}
+        wire["kind"] = self.KIND
+        for name, _check, _required in self.FIELDS:
+            wire[name] = getattr(self, name)
+        return msgpack.packb(wire, use_bin_type=True)
+
+    @classmethod
+    def decode(cls: type[Msg], data: Any) -> Msg:
+        """Decode bytes that must hold this kind of message.
+
+        :raises PoisonMessage: anything wrong (see :func:`decode`), or another kind.
+        """
+        message = decode(data)
+        if not isinstance(message, cls):
+            raise PoisonMessage(reason=f"expected a {cls.KIND} message, got {message.KIND}")
+        return message
+
+
+@dataclasses.dataclass(frozen=True)
+class BootRequest(_Message):
+    """Place one instance: published on ``boot.<scheduling_class>``, pulled by an agent."""
+
+    KIND: ClassVar[str] = "boot"
+
+    request_id: str
+    instance_uuid: str
+    project_id: str
+    user_id: str
+    flavor: Mapping[str, Any]  # Flavor.to_dict()
+    scheduling_class: str
+    deadline: float  # epoch seconds; past it the instance ends in ERROR
+    published_at: float  # epoch seconds, set again on every requeue
+    attempt: int = 1  # 1 for the first try
+    max_attempts: int = 3
+    required_traits: tuple[str, ...] = ()
+    forbidden_traits: tuple[str, ...] = ()
+    member_of: tuple[str, ...] = ()  # aggregate UUIDs: a node must be in all of them
+    availability_zone: str | None = None
+    tried_hosts: tuple[str, ...] = ()
+    version: str = BOOT_VERSION
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+
+    FIELDS: ClassVar[tuple[tuple[str, Callable[[Any], Any], bool], ...]] = (
+        ("version", _name, True),  # major checked before the table runs
+        ("request_id", _name, True),
+        ("instance_uuid", _uuid, True),
+        ("project_id", _name, True),
+        ("user_id", _name, True),
+        ("flavor", _flavor, True),
+        ("scheduling_class", _name, True),
+        ("attempt", _count(1), True),
+        ("max_attempts", _count(1), True),
+        ("deadline", _epoch_s, True),
+        ("published_at", _epoch_s, True),
+        ("required_traits", _names, False),
+        ("forbidden_traits", _names, False),
+        ("member_of", _uuids, False),
+        ("availability_zone", _optional_name, False),
+        ("tried_hosts", _names, False),
+    )
+
+    @classmethod
+    def create(
+        cls,
+        instance_uuid: str,
+        project_id: str,
+        user_id: str,
+        flavor: Flavor,
+        constraints: Constraints | None = None,
+        max_attempts: int = 3,
+        timeout_s: float = 300.0,
+        now: float | None = None,
+        request_id: str | None = None,
+    ) -> BootRequest:
+        """A first attempt for ``flavor`` plus ``constraints``, due ``timeout_s`` from now."""
+        now = time.time() if now is None else now
+        constraints = constraints or Constraints()
+        return cls(
+            request_id=request_id or f"req-{uuidlib.uuid4()}",
+            instance_uuid=instance_uuid,
+            project_id=project_id,
+            user_id=user_id,
+            flavor=flavor.to_dict(),
+            scheduling_class=scheduling_class(flavor.name, constraints),
+            deadline=now + timeout_s,
+            published_at=now,
+            max_attempts=max_attempts,
+            required_traits=tuple(sorted(constraints.required_traits)),
+            forbidden_traits=tuple(sorted(constraints.forbidden_traits)),
+            member_of=tuple(sorted(constraints.member_of)),
+            availability_zone=constraints.availability_zone,
+        )
+
+    def next_attempt(self, host: str | None, now: float | None = None) -> BootRequest:
+        """The copy to requeue: attempt + 1, ``host`` added to tried_hosts, published now."""
+        tried = self.tried_hosts
+        if host is not None and host not in tried:
+            tried = (*tried, host)
+        return dataclasses.replace(
+            self,
+            attempt=self.attempt + 1,
+            tried_hosts=tried,
+            published_at=time.time() if now is None else now,
+        )
+
+    def refused_by(self, host: str, now: float | None = None) -> BootRequest:
+        """The copy to requeue after ``host`` had no room: same attempt, host in tried_hosts.
+
+        A refusal is not an attempt: only spawn failures count against max_attempts;
+        the deadline ends requests that nobody has room for.
+        """
+        tried = self.tried_hosts if host in self.tried_hosts else (*self.tried_hosts, host)
+        return dataclasses.replace(
+            self, tried_hosts=tried, published_at=time.time() if now is None else now
+        )
+
+    def expired(self, now: float | None = None) -> bool:
+        """True once the deadline has passed."""
+        return (time.time() if now is None else now) >= self.deadline
+
+    @property
+    def attempts_left(self) -> int:
+        """Attempts after this one (0: this is the last)."""
+        return max(0, self.max_attempts - self.attempt)
+
+    def constraints(self) -> Constraints:
+        """What the request adds to its flavor."""
+        return Constraints(
+            availability_zone=self.availability_zone,
+            required_traits=frozenset(self.required_traits),
+            forbidden_traits=frozenset(self.forbidden_traits),
+            member_of=frozenset(self.member_of),
+        )
+
+    def to_flavor(self) -> Flavor:
+        """The flavor, fully checked (extra specs parsed).
+
+        :raises Invalid: the flavor is well-formed on the wire but not valid.
+        """
+        return Flavor.from_dict(self.flavor)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteRequest(_Message):
+    """Delete one instance: published on ``host.<host>`` for the agent that runs it."""
+
+    KIND: ClassVar[str] = "delete"
+
+    request_id: str
+    instance_uuid: str
+    host: str
+    node: str
+    version: str = DELETE_VERSION
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+
+    FIELDS: ClassVar[tuple[tuple[str, Callable[[Any], Any], bool], ...]] = (
+        ("version", _name, True),
+        ("request_id", _name, True),
+        ("instance_uuid", _uuid, True),
+        ("host", _name, True),
+        ("node", _name, True),
+    )
+
+
+_KINDS: dict[str, type[_Message]] = {
+    BootRequest.KIND: BootRequest,
+    DeleteRequest.KIND: DeleteRequest,
+}
+
+
+def decode(data: Any) -> BootRequest | DeleteRequest:
+    """Decode a message of any kind.
+
+    :raises UnsupportedVersion: a major version this service does not read.
+    :raises PoisonMessage: not bytes, too big, not msgpack, not a map, an unknown
+        kind, or a missing or wrongly typed field.
+    """
+    wire = _unpack(data)
+    kind = wire.get("kind")
+    cls = _KINDS.get(kind) if type(kind) is str else None
+    if cls is None:
+        raise PoisonMessage(reason=f"unknown message kind {_short(kind)}")
+    _check_version(wire.get("version"))
+    return cast(BootRequest | DeleteRequest, _build(cls, wire))
+
+
+def _unpack(data: Any) -> dict[str, Any]:
+    if type(data) is not bytes and not isinstance(data, bytearray | memoryview):
+        raise PoisonMessage(reason=f"the body is {type(data).__name__}, not bytes")
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise PoisonMessage(reason=f"the body is {len(data)} bytes, over {MAX_MESSAGE_BYTES}")
+    try:
+        wire = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises many types for bad input; all mean one thing
+        raise PoisonMessage(reason=f"not msgpack: {type(exc).__name__}: {_short(exc)}") from None
+    if type(wire) is not dict:
+        raise PoisonMessage(reason=f"the body must be a msgpack map, not {type(wire).__name__}")
+    return wire
+
+
+def _check_version(version: Any) -> None:
+    if type(version) is str and version in _READABLE:
+        return
+    if type(version) is not str or not (match := _VERSION(version)):
+        raise PoisonMessage(reason=f"field 'version' must be 'MAJOR.MINOR', got {_short(version)}")
+    if int(match.group(1)) != MAJOR_VERSION:
+        raise UnsupportedVersion(
+            reason=f"version {version} is not supported: this service reads {MAJOR_VERSION}.x",
+            version=version,
+        )
+    _READABLE.add(version)  # bounded: at most 10,000 minors match _VERSION
+
+
+_READABLE: set[Any] = set()
+
+
+def _build(cls: type[Msg], wire: dict[str, Any]) -> Msg:
+    checks = _CHECKS[cls]
+    try:
+        values = {name: check(wire[name]) for name, check in checks if name in wire}
+    except _Bad:
+        raise _poison_field(checks, wire) from None
+    extra = _extra(cls, wire) if len(wire) > len(values) + 1 else {}
+    if len(values) < len(checks):
+        _fill_defaults(cls, values)
+    values["extra"] = extra
+    # Fill the instance dict in one step: a frozen dataclass __init__ (one
+    # object.__setattr__ per field) would cost as much as all the checks.
+    message = object.__new__(cls)
+    vars(message).update(values)
+    return message
+
+
+def _poison_field(
+    checks: tuple[tuple[str, Callable[[Any], Any]], ...], wire: dict[str, Any]
+) -> PoisonMessage:
+    """The error for the first bad field (the slow path: only for poison)."""
+    for name, check in checks:
+        try:
+            if name in wire:
+                check(wire[name])
+        except _Bad as bad:
+            return PoisonMessage(
+                reason=f"field {name!r} must be {bad.args[0]}, got {_short(wire[name])}"
+            )
+    return PoisonMessage(reason="a field check failed")
+
+
+def _fill_defaults(cls: type[_Message], values: dict[str, Any]) -> None:
+    for name, default in _DEFAULTS[cls].items():
+        if name not in values:
+            if default is _MISSING:
+                raise PoisonMessage(reason=f"field {name!r} is missing")
+            values[name] = default
+
+
+def _extra(cls: type[_Message], wire: dict[str, Any]) -> dict[str, Any]:
+    known = _KNOWN[cls]
+    return {key: value for key, value in wire.items() if key not in known}
+
+
+def _defaults(cls: type[_Message]) -> dict[str, Any]:
+    # A dataclass keeps a plain default as a class attribute.
+    return {name: _MISSING if required else getattr(cls, name) for name, _c, required in cls.FIELDS}
+
+
+_MISSING: Any = object()
+_CHECKS = {cls: tuple((name, check) for name, check, _r in cls.FIELDS) for cls in _KINDS.values()}
+_DEFAULTS = {cls: _defaults(cls) for cls in _KINDS.values()}
+_KNOWN = {cls: frozenset(name for name, _c, _r in cls.FIELDS) | {"kind"} for cls in _KINDS.values()}
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
