@@ -1,0 +1,1 @@
+"""The compute agent: node index, fit checks and virt drivers."""

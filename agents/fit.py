@@ -1,0 +1,600 @@
+"""Does a request fit a node? Pure functions over the agent's view of one node (no I/O).
+
+A node is a tree of resource providers: the root compute node first, then children such as
+NUMA nodes or GPUs. :func:`fit` answers with the allocations that would satisfy a request on
+the node, or a :class:`Refusal` that says why not. The agent uses the same function to decide
+which scheduling classes it subscribes to and to check each message; the ledger claim re-checks
+capacity atomically afterwards, so a stale view costs a conflict, never an over-commit.
+
+Placement semantics, and the choices made where Placement leaves room:
+
+- Capacity is ``(total - reserved) * allocation_ratio``; free is capacity minus usage.
+- Every amount is checked against its provider's ``min_unit``, ``max_unit`` and ``step_size``.
+  When several groups land on the same provider and class, the amounts add up and the sum must
+  stay within ``max_unit`` too, because that sum is what the ledger will be asked to allocate.
+- A granular group (``resources1:VGPU=1``) is satisfied entirely by one provider of the tree,
+  which must carry the group's required traits and none of its forbidden ones. With
+  ``group_policy=isolate`` different granular groups use different providers; the unnumbered
+  group may still share a provider with any of them.
+- The unnumbered group's resources may come from any providers of the tree, each resource class
+  from a single provider.
+- The unnumbered group's required and forbidden traits, and those of the request's
+  :class:`~qsched.flavors.Constraints` (image traits), apply to the root provider: they describe
+  the compute host (CPU flags, hypervisor capabilities), like Placement's ``root_required``.
+- ``member_of`` requires every listed aggregate (like repeated ``member_of`` parameters), checked
+  on the root provider; children inherit their root's aggregates, as in Placement.
+- The availability zone is a property of the node.
+- Shared providers (shared storage reached through an aggregate) are not modelled.
+- The choice is deterministic: providers are tried in tree order (root first), groups in order
+  (granular groups by suffix, then the unnumbered classes), first fit wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+
+from qsched import exception
+from qsched.flavors import Constraints, Flavor, RequestGroup, request_groups
+from qsched.ledger.base import Inventory, Provider
+
+Allocations = dict[str, dict[str, int]]
+"""{provider uuid: {resource class: amount}}"""
+
+NO_CONSTRAINTS = Constraints()
+ROOM_UNBOUNDED = 1 << 30
+"""What :func:`room` says for a request that asks for no resources at all."""
+
+
+class RefusalKind(enum.StrEnum):
+    """Why a request does not fit a node; CAPACITY and COMBINATION may change with usage."""
+
+    AVAILABILITY_ZONE = "availability_zone"
+    AGGREGATE = "aggregate"
+    REQUIRED_TRAIT = "required_trait"
+    FORBIDDEN_TRAIT = "forbidden_trait"
+    NO_INVENTORY = "no_inventory"
+    MIN_UNIT = "min_unit"
+    MAX_UNIT = "max_unit"
+    STEP_SIZE = "step_size"
+    CAPACITY = "capacity"
+    COMBINATION = "combination"
+
+
+_TRANSIENT = frozenset({RefusalKind.CAPACITY, RefusalKind.COMBINATION})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refusal:
+    """A request does not fit a node: ``reason`` for people, the other fields for code.
+
+    ``group`` is the request group's suffix ("" for the unnumbered group), ``provider`` the
+    uuid of the provider the reason is about, ``requested`` and ``free`` amounts of
+    ``resource_class``.
+    """
+
+    kind: RefusalKind
+    reason: str
+    node: str
+    provider: str | None = None
+    resource_class: str | None = None
+    requested: int | None = None
+    free: int | None = None
+    trait: str | None = None
+    aggregate: str | None = None
+    availability_zone: str | None = None
+    group: str | None = None
+
+    @property
+    def transient(self) -> bool:
+        """True when the request may fit once usage drops; False when it never will."""
+        return self.kind in _TRANSIENT
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProviderView:
+    """One provider as the agent sees it. Treat the mappings as read-only."""
+
+    uuid: str
+    name: str
+    inventories: Mapping[str, Inventory]
+    usages: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    traits: frozenset[str] = frozenset()
+    aggregates: frozenset[str] = frozenset()
+    parent_uuid: str | None = None
+    free_by_rc: Mapping[str, int] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # fits read free amounts far more often than usages change: compute them once
+        free = {rc: inv.capacity - self.usages.get(rc, 0) for rc, inv in self.inventories.items()}
+        object.__setattr__(self, "free_by_rc", free)
+
+    def free(self, resource_class: str) -> int:
+        """Capacity minus usage; 0 without inventory, negative when over-used."""
+        return self.free_by_rc.get(resource_class, 0)
+
+    def adjusted(self, amounts: Mapping[str, int], sign: int) -> ProviderView:
+        """A copy with ``sign * amounts`` added to usages, never below zero."""
+        usages = dict(self.usages)
+        for rc, amount in amounts.items():
+            usages[rc] = max(0, usages.get(rc, 0) + sign * amount)
+        return ProviderView(
+            self.uuid,
+            self.name,
+            self.inventories,
+            usages,
+            self.traits,
+            self.aggregates,
+            self.parent_uuid,
+        )
+
+    @classmethod
+    def from_provider(cls, provider: Provider) -> ProviderView:
+        """The view of a provider read from the ledger."""
+        return cls(
+            provider.uuid,
+            provider.name,
+            dict(provider.inventories),
+            dict(provider.usages),
+            provider.traits,
+            provider.aggregates,
+            provider.parent_uuid,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeView:
+    """A node's provider tree in tree order (root first, parents before children).
+
+    :raises Invalid: no providers, a root with a parent, a child whose parent is not
+        earlier in the tuple, or a repeated uuid.
+    """
+
+    name: str
+    providers: tuple[ProviderView, ...]
+    availability_zone: str | None = None
+    uuids: frozenset[str] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uuids", _check_tree(self.name, self.providers))
+
+    @property
+    def root(self) -> ProviderView:
+        return self.providers[0]
+
+    def adjusted(self, allocations: Mapping[str, Mapping[str, int]], sign: int) -> NodeView:
+        """A copy with allocations added (sign 1) or removed (sign -1) from usages.
+
+        :raises ProviderNotFound: an allocation names a provider outside this node.
+        """
+        for uuid in allocations:
+            if uuid not in self.uuids:
+                raise exception.ProviderNotFound(provider=uuid)
+        providers = tuple(
+            p.adjusted(allocations[p.uuid], sign) if p.uuid in allocations else p
+            for p in self.providers
+        )
+        return NodeView(self.name, providers, self.availability_zone)
+
+    def replaced(self, providers: Iterable[ProviderView]) -> NodeView:
+        """A copy with some providers replaced by fresher views of the same uuid.
+
+        :raises ProviderNotFound: a view names a provider outside this node.
+        """
+        fresh = {p.uuid: p for p in providers}
+        for uuid in fresh:
+            if uuid not in self.uuids:
+                raise exception.ProviderNotFound(provider=uuid)
+        return NodeView(
+            self.name,
+            tuple(fresh.get(p.uuid, p) for p in self.providers),
+            self.availability_zone,
+        )
+
+
+def _check_tree(node: str, providers: tuple[ProviderView, ...]) -> frozenset[str]:
+    if not providers:
+        raise exception.Invalid(reason=f"node {node} has no providers")
+    if providers[0].parent_uuid is not None:
+        raise exception.Invalid(reason=f"node {node}: the first provider must be the root")
+    seen: set[str] = set()
+    for p in providers:
+        if p.uuid in seen:
+            raise exception.Invalid(reason=f"node {node}: provider {p.uuid} appears twice")
+        if seen and p.parent_uuid not in seen:
+            raise exception.Invalid(
+                reason=f"node {node}: provider {p.uuid} comes before its parent {p.parent_uuid}"
+            )
+        seen.add(p.uuid)
+    return frozenset(seen)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Unit:
+    """What one provider must satisfy: a granular group, or one unnumbered class."""
+
+    group: str
+    amounts: tuple[tuple[str, int], ...]
+    required: frozenset[str] = frozenset()
+    forbidden: frozenset[str] = frozenset()
+
+    @property
+    def granular(self) -> bool:
+        return bool(self.group)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Request:
+    """A request compiled once and fitted many times (one per scheduling class).
+
+    ``groups`` as :func:`qsched.flavors.request_groups` returns them; ``isolate`` is
+    ``group_policy=isolate``.
+    """
+
+    groups: tuple[RequestGroup, ...]
+    constraints: Constraints = NO_CONSTRAINTS
+    isolate: bool = False
+    units: tuple[_Unit, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    demand: tuple[tuple[str, int], ...] = dataclasses.field(init=False, repr=False, compare=False)
+    merged: frozenset[str] = dataclasses.field(init=False, repr=False, compare=False)
+    granular_count: int = dataclasses.field(init=False, repr=False, compare=False)
+    root_required: frozenset[str] = dataclasses.field(init=False, repr=False, compare=False)
+    root_forbidden: frozenset[str] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        groups = tuple(self.groups)
+        unnumbered = [g for g in groups if not g.suffix]
+        shared: dict[str, int] = {}
+        for g in unnumbered:
+            for rc, amount in g.resources.items():
+                shared[rc] = shared.get(rc, 0) + amount
+        units = [
+            _Unit(g.suffix, _nonzero(g.resources), g.required_traits, g.forbidden_traits)
+            for g in sorted((g for g in groups if g.suffix), key=_suffix_order)
+        ]
+        units += [_Unit("", ((rc, amount),)) for rc, amount in shared.items() if amount]
+        self._set("groups", groups)
+        self._set("units", tuple(units))
+        self._set("granular_count", sum(u.granular for u in units))
+        self._set_demand(units)
+        self._set("root_required", _union(unnumbered, "required_traits", self.constraints))
+        self._set("root_forbidden", _union(unnumbered, "forbidden_traits", self.constraints))
+
+    def _set(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+
+    def _set_demand(self, units: list[_Unit]) -> None:
+        demand: dict[str, int] = {}
+        merged: set[str] = set()
+        for unit in units:
+            for rc, amount in unit.amounts:
+                if rc in demand:
+                    merged.add(rc)
+                demand[rc] = demand.get(rc, 0) + amount
+        self._set("demand", tuple(demand.items()))
+        self._set("merged", frozenset(merged))
+
+    @classmethod
+    def from_flavor(cls, flavor: Flavor, constraints: Constraints = NO_CONSTRAINTS) -> Request:
+        """The request of a flavor's extra specs plus constraints.
+
+        :raises Invalid: malformed extra specs.
+        """
+        isolate = flavor.extra_specs.get("group_policy") == "isolate"
+        return cls(request_groups(flavor), constraints, isolate)
+
+
+def _suffix_order(group: RequestGroup) -> tuple[int, str]:
+    return len(group.suffix), group.suffix  # "2" before "10"
+
+
+def _nonzero(resources: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    return tuple((rc, amount) for rc, amount in resources.items() if amount)
+
+
+def _union(groups: list[RequestGroup], field: str, constraints: Constraints) -> frozenset[str]:
+    traits: set[str] = set(getattr(constraints, field))
+    for g in groups:
+        traits |= getattr(g, field)
+    return frozenset(traits)
+
+
+def fit(
+    node: NodeView,
+    groups: Sequence[RequestGroup],
+    constraints: Constraints = NO_CONSTRAINTS,
+    *,
+    isolate: bool = False,
+) -> Allocations | Refusal:
+    """The allocations that satisfy ``groups`` and ``constraints`` on ``node``, or why not.
+
+    Compiles the request on every call; hold a :class:`Request` and call :func:`fit_request`
+    when fitting the same request many times.
+    """
+    return fit_request(node, Request(tuple(groups), constraints, isolate))
+
+
+def fit_request(node: NodeView, request: Request) -> Allocations | Refusal:
+    """Like :func:`fit` for a compiled request. Static reasons are reported before capacity."""
+    refusal = _check_node(node, request)
+    if refusal is not None:
+        return refusal
+    if len(node.providers) == 1:
+        return _fit_single(node, node.providers[0], request)
+    return _fit_tree(node, request)
+
+
+def room(node: NodeView, request: Request) -> int:
+    """How many copies of ``request`` the node's free resources could hold, at most.
+
+    Exact on a single-provider node where the request fits once; on a tree an upper bound
+    (it sums free amounts over providers and ignores traits and group boundaries).
+    """
+    providers = node.providers
+    best = ROOM_UNBOUNDED
+    if len(providers) == 1:
+        free = providers[0].free_by_rc
+        for rc, amount in request.demand:
+            copies = free.get(rc, 0) // amount
+            if copies < best:
+                best = copies
+    else:
+        for rc, amount in request.demand:
+            copies = sum(max(p.free_by_rc.get(rc, 0), 0) for p in providers) // amount
+            best = min(best, copies)
+    return max(best, 0)
+
+
+def _check_node(node: NodeView, request: Request) -> Refusal | None:
+    """Zone, aggregates and root traits: what does not depend on usage."""
+    zone = request.constraints.availability_zone
+    if zone and zone != node.availability_zone:
+        reason = (
+            f"{node.name} is not in availability zone {zone} "
+            f"(it is in {node.availability_zone or 'no zone'})"
+        )
+        return Refusal(RefusalKind.AVAILABILITY_ZONE, reason, node.name, availability_zone=zone)
+    root = node.providers[0]
+    member_of = request.constraints.member_of
+    if member_of and not member_of <= root.aggregates:
+        aggregate = min(member_of - root.aggregates)
+        reason = f"{node.name} is not a member of aggregate {aggregate}"
+        return Refusal(RefusalKind.AGGREGATE, reason, node.name, root.uuid, aggregate=aggregate)
+    return _check_traits(node, root, "", request.root_required, request.root_forbidden)
+
+
+def _check_traits(
+    node: NodeView,
+    provider: ProviderView,
+    group: str,
+    required: frozenset[str],
+    forbidden: frozenset[str],
+) -> Refusal | None:
+    traits = provider.traits
+    if required and not required <= traits:
+        trait = min(required - traits)
+        reason = f"{_where(provider, group)} is missing required trait {trait}"
+        kind = RefusalKind.REQUIRED_TRAIT
+    elif forbidden and not forbidden.isdisjoint(traits):
+        trait = min(forbidden & traits)
+        reason = f"{_where(provider, group)} has forbidden trait {trait}"
+        kind = RefusalKind.FORBIDDEN_TRAIT
+    else:
+        return None
+    return Refusal(kind, reason, node.name, provider.uuid, trait=trait, group=group)
+
+
+def _where(provider: ProviderView, group: str) -> str:
+    return f"group {group}: {provider.name}" if group else provider.name
+
+
+def _check_amount(
+    node: NodeView, provider: ProviderView, rc: str, amount: int, group: str
+) -> Refusal | None:
+    """Inventory, min_unit, max_unit and step_size: whether the amount can ever fit here."""
+    inv = provider.inventories.get(rc)
+    if (
+        inv is not None
+        and inv.min_unit <= amount <= (inv.total if inv.max_unit is None else inv.max_unit)
+        and not amount % inv.step_size
+    ):
+        return None
+    return _amount_refusal(node, provider, rc, amount, group)
+
+
+def _amount_refusal(
+    node: NodeView, provider: ProviderView, rc: str, amount: int, group: str
+) -> Refusal:
+    inv = provider.inventories.get(rc)
+    where = _where(provider, group)
+    if inv is None:
+        kind, reason = RefusalKind.NO_INVENTORY, f"{where} has no {rc} inventory"
+    elif amount < inv.min_unit:
+        kind, reason = RefusalKind.MIN_UNIT, f"amount {amount} of {rc} is below min_unit"
+        reason = f"{reason} {inv.min_unit} on {where}"
+    elif amount > inv.effective_max_unit:
+        kind, reason = RefusalKind.MAX_UNIT, f"amount {amount} of {rc} is above max_unit"
+        reason = f"{reason} {inv.effective_max_unit} on {where}"
+    else:
+        kind, reason = RefusalKind.STEP_SIZE, f"amount {amount} of {rc} is off step_size"
+        reason = f"{reason} {inv.step_size} on {where}"
+    return Refusal(kind, reason, node.name, provider.uuid, rc, amount, group=group)
+
+
+def _capacity_refusal(
+    node: NodeView, provider: ProviderView, rc: str, amount: int, group: str
+) -> Refusal:
+    free = provider.free_by_rc.get(rc, 0)
+    where = _where(provider, group)
+    reason = f"not enough {rc} on {where}: {max(free, 0)} free of {amount} needed"
+    return Refusal(
+        RefusalKind.CAPACITY, reason, node.name, provider.uuid, rc, amount, free, group=group
+    )
+
+
+def _check_merged(node: NodeView, provider: ProviderView, rc: str, amount: int) -> Refusal | None:
+    limit = provider.inventories[rc].effective_max_unit
+    if amount <= limit:
+        return None
+    reason = f"amounts of {rc} add up to {amount} on {provider.name}, above max_unit {limit}"
+    return Refusal(RefusalKind.MAX_UNIT, reason, node.name, provider.uuid, rc, amount)
+
+
+def _fit_single(node: NodeView, provider: ProviderView, request: Request) -> Allocations | Refusal:
+    """The whole request on the one provider of a flat node (the hot path)."""
+    if request.isolate and request.granular_count > 1:
+        return _combination(node, request)
+    for unit in request.units:
+        if unit.granular:
+            refusal = _check_traits(node, provider, unit.group, unit.required, unit.forbidden)
+            if refusal is not None:
+                return refusal
+        for rc, amount in unit.amounts:
+            refusal = _check_amount(node, provider, rc, amount, unit.group)
+            if refusal is not None:
+                return refusal
+    free = provider.free_by_rc
+    for rc, amount in request.demand:
+        if amount > free.get(rc, 0):
+            return _capacity_refusal(node, provider, rc, amount, "")
+    demand = dict(request.demand)
+    for rc in request.merged:
+        refusal = _check_merged(node, provider, rc, demand[rc])
+        if refusal is not None:
+            return refusal
+    return {provider.uuid: demand} if demand else {}
+
+
+def _fit_unit(node: NodeView, provider: ProviderView, unit: _Unit) -> Refusal | None:
+    """Whether one provider alone could satisfy one unit, ignoring the other units."""
+    refusal = None
+    for rc, amount in unit.amounts:
+        if rc not in provider.inventories:
+            return _amount_refusal(node, provider, rc, amount, unit.group)
+    if unit.granular:
+        refusal = _check_traits(node, provider, unit.group, unit.required, unit.forbidden)
+    for rc, amount in unit.amounts:
+        refusal = refusal or _check_amount(node, provider, rc, amount, unit.group)
+    for rc, amount in unit.amounts:
+        if refusal is None and amount > provider.free_by_rc.get(rc, 0):
+            refusal = _capacity_refusal(node, provider, rc, amount, unit.group)
+    return refusal
+
+
+def _fit_tree(node: NodeView, request: Request) -> Allocations | Refusal:
+    candidates = [[p for p in node.providers if _unit_fits(p, u)] for u in request.units]
+    if not all(candidates):
+        return _tree_refusal(node, request, candidates)
+    allocations: Allocations = {}
+    if _search(request, candidates, 0, allocations, set()):
+        return allocations
+    return _combination(node, request)
+
+
+def _unit_fits(provider: ProviderView, unit: _Unit) -> bool:
+    """The quick yes or no of :func:`_fit_unit`, without building a refusal."""
+    traits = provider.traits
+    if unit.required and not unit.required <= traits:
+        return False
+    if unit.forbidden and not unit.forbidden.isdisjoint(traits):
+        return False
+    inventories = provider.inventories
+    free = provider.free_by_rc
+    for rc, amount in unit.amounts:
+        inv = inventories.get(rc)
+        if inv is None or not inv.min_unit <= amount <= free[rc]:
+            return False
+        if amount > inv.effective_max_unit or amount % inv.step_size:
+            return False
+    return True
+
+
+def _tree_refusal(
+    node: NodeView, request: Request, candidates: list[list[ProviderView]]
+) -> Refusal:
+    """Why the units without a candidate fit nowhere; a reason that never changes first."""
+    refusals = []
+    for unit, found in zip(request.units, candidates, strict=True):
+        if not found:
+            tried = [_fit_unit(node, p, unit) for p in node.providers]
+            refusals.append(_unit_refusal(node, unit, [r for r in tried if r is not None]))
+    return min(refusals, key=lambda r: r.transient)
+
+
+def _unit_refusal(node: NodeView, unit: _Unit, tried: list[Refusal]) -> Refusal:
+    """One refusal for a unit no provider satisfies: every relevant reason in the text."""
+    relevant = [r for r in tried if r.kind is not RefusalKind.NO_INVENTORY]
+    if not relevant:
+        classes = ", ".join(rc for rc, _ in unit.amounts)
+        reason = f"no provider of {node.name} has {classes} inventory"
+        if unit.granular:
+            reason = f"group {unit.group}: {reason}"
+        return Refusal(RefusalKind.NO_INVENTORY, reason, node.name, group=unit.group)
+    primary = next((r for r in relevant if r.transient), relevant[0])
+    if len(relevant) == 1:
+        return primary
+    what = f"group {unit.group}" if unit.granular else unit.amounts[0][0]
+    reasons = "; ".join(r.reason.removeprefix(f"{what}: ") for r in relevant)
+    reason = f"{what} fits no provider of {node.name}: {reasons}"
+    return dataclasses.replace(primary, reason=reason)
+
+
+def _search(
+    request: Request,
+    candidates: list[list[ProviderView]],
+    index: int,
+    allocations: Allocations,
+    taken: set[str],
+) -> bool:
+    """Depth-first: give unit ``index`` and the ones after it a provider, first fit wins."""
+    if index == len(request.units):
+        return True
+    unit = request.units[index]
+    isolated = request.isolate and unit.granular
+    for provider in candidates[index]:
+        if isolated and provider.uuid in taken:
+            continue
+        current = allocations.get(provider.uuid, {})
+        if not _has_room(provider, unit, current):
+            continue
+        _add(allocations, provider.uuid, unit.amounts, 1)
+        if isolated:
+            taken.add(provider.uuid)
+        if _search(request, candidates, index + 1, allocations, taken):
+            return True
+        _add(allocations, provider.uuid, unit.amounts, -1)
+        if isolated:
+            taken.discard(provider.uuid)
+    return False
+
+
+def _has_room(provider: ProviderView, unit: _Unit, current: Mapping[str, int]) -> bool:
+    for rc, amount in unit.amounts:
+        total = current.get(rc, 0) + amount
+        if total > provider.free(rc) or total > provider.inventories[rc].effective_max_unit:
+            return False
+    return True
+
+
+def _add(
+    allocations: Allocations, uuid: str, amounts: Iterable[tuple[str, int]], sign: int
+) -> None:
+    current = allocations.setdefault(uuid, {})
+    for rc, amount in amounts:
+        current[rc] = current.get(rc, 0) + sign * amount
+        if not current[rc]:
+            del current[rc]
+    if not current:
+        del allocations[uuid]
+
+
+def _combination(node: NodeView, request: Request) -> Refusal:
+    names = ", ".join(u.group or u.amounts[0][0] for u in request.units)
+    reason = f"{names} each fit some provider of {node.name} but not all at once"
+    if request.isolate:
+        reason += " (group_policy=isolate needs a separate provider per granular group)"
+    return Refusal(RefusalKind.COMBINATION, reason, node.name)

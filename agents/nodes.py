@@ -1,0 +1,420 @@
+"""The agent's node index: which classes fit somewhere now, and which node to pick, without scans.
+
+An agent may drive up to about 100,000 (simulated) nodes and knows a few tens of scheduling
+classes. Per request it must not look at every node, so the index keeps, per class, the nodes
+where the class fits now, grouped into buckets by :func:`agents.fit.room` (how many more copies
+of the class the node could hold), and a heap over the bucket keys.
+
+Policy
+------
+``pack`` (the default) picks a node with the least room left for the class, that is the
+most-used node that still fits. It fills nodes one after another, which keeps large holes open
+for large flavors (less fragmentation), leaves whole nodes empty for maintenance or power
+saving, and lets a class go unfittable, and its queue be cancelled, as late as possible.
+``spread`` picks a node with the most room. Ties go to the last node of the bucket, which is
+deterministic for a given sequence of operations.
+On a single-provider node room is exact; on a tree it is an upper bound, so packing there is
+approximate, while whether a class fits is always decided by :func:`agents.fit.fit_request`.
+
+Notifications
+-------------
+Every change returns :class:`ClassChanges`: the classes that went from fittable by no node to
+fittable by some (start consuming their queue) and back (cancel it). The optional
+``on_change(class_name, fittable)`` callback hears the same transitions, in order, under the
+index's lock: keep it short and do not block in it.
+
+Complexity (N nodes, K classes, B distinct room values of one class, fit = one fit_request)
+--------------------------------------------------------------------------------------------
+- ``pick(C)``: O(log B) amortised, plus one fit on the chosen node to build its allocations.
+- ``fittable()`` O(K); ``can_fit(C)`` O(1).
+- ``claim(node, allocations)``: O(K' x (fit + log B)) where K' is the classes that fit the node
+  before the claim (a claim never makes a class fit). On a single-provider node a class that
+  fitted before needs no fit, only ``room``.
+- ``release``, ``refresh``, ``add_node``, ``remove_node``: O(K x (fit + log B)).
+- ``add_class(C)``: O(N x fit), once per class: the only scan, and classes are long-lived.
+- Memory: O(N x providers) for the views plus two machine integers per node and class.
+Nothing per request depends on N.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import threading
+from array import array
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from agents.fit import (
+    NO_CONSTRAINTS,
+    Allocations,
+    NodeView,
+    ProviderView,
+    Refusal,
+    Request,
+    fit_request,
+    room,
+)
+from qsched import exception
+from qsched.flavors import Constraints, RequestGroup
+
+POLICIES = ("pack", "spread")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassChanges:
+    """Classes that became fittable by some node, and classes that no node fits any more."""
+
+    now_fittable: frozenset[str] = frozenset()
+    now_unfittable: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.now_fittable or self.now_unfittable)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pick:
+    """A node chosen for a class, and the allocations that satisfy the class there."""
+
+    node: str
+    allocations: Allocations
+
+
+class _Buckets:
+    """The nodes (by id) where one class fits, grouped by key; the smallest key first.
+
+    Keys are non-zero integers; 0 means "not here". Each bucket is a list with the position
+    of every node kept alongside, so removing is a swap with the last element.
+    """
+
+    __slots__ = ("_buckets", "_heap", "_in_heap", "_key_of", "_pos_of", "size")
+
+    def __init__(self, capacity: int) -> None:
+        self._key_of = array("q", [0]) * capacity
+        self._pos_of = array("q", [0]) * capacity
+        self._buckets: dict[int, list[int]] = {}
+        self._heap: list[int] = []
+        self._in_heap: set[int] = set()
+        self.size = 0
+
+    def grow(self, capacity: int) -> None:
+        """Make room for node ids below ``capacity``."""
+        missing = capacity - len(self._key_of)
+        if missing > 0:
+            self._key_of.extend(array("q", [0]) * missing)
+            self._pos_of.extend(array("q", [0]) * missing)
+
+    def key(self, nid: int) -> int:
+        return self._key_of[nid]
+
+    def set(self, nid: int, key: int) -> None:
+        """Move node ``nid`` to bucket ``key`` (0: out of every bucket)."""
+        old = self._key_of[nid]
+        if old == key:
+            return
+        if old:
+            self._remove(nid, old)
+        if key:
+            self._insert(nid, key)
+
+    def first(self) -> int | None:
+        """A node of the smallest non-empty bucket, or None."""
+        heap = self._heap
+        while heap:
+            bucket = self._buckets.get(heap[0])
+            if bucket:
+                return bucket[-1]
+            self._in_heap.discard(heapq.heappop(heap))
+        return None
+
+    def _insert(self, nid: int, key: int) -> None:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = []
+            if key not in self._in_heap:
+                self._in_heap.add(key)
+                heapq.heappush(self._heap, key)
+        self._pos_of[nid] = len(bucket)
+        bucket.append(nid)
+        self._key_of[nid] = key
+        self.size += 1
+
+    def _remove(self, nid: int, key: int) -> None:
+        bucket = self._buckets[key]
+        last = bucket.pop()
+        if last != nid:
+            position = self._pos_of[nid]
+            bucket[position] = last
+            self._pos_of[last] = position
+        if not bucket:
+            del self._buckets[key]  # its key stays in the heap until first() meets it
+        self._key_of[nid] = 0
+        self.size -= 1
+
+
+class _Changes:
+    """Transitions collected during one operation; each is told to the callback at once."""
+
+    __slots__ = ("_callback", "fittable", "unfittable")
+
+    def __init__(self, callback: Callable[[str, bool], None] | None) -> None:
+        self._callback = callback
+        self.fittable: set[str] = set()
+        self.unfittable: set[str] = set()
+
+    def note(self, name: str, fittable: bool) -> None:
+        (self.fittable if fittable else self.unfittable).add(name)
+        if self._callback is not None:
+            self._callback(name, fittable)
+
+    def result(self) -> ClassChanges:
+        if not (self.fittable or self.unfittable):
+            return _NO_CHANGES
+        return ClassChanges(frozenset(self.fittable), frozenset(self.unfittable))
+
+
+@dataclasses.dataclass
+class _Class:
+    name: str
+    request: Request
+    buckets: _Buckets
+
+
+class NodeIndex:
+    """Nodes and scheduling classes of one agent; thread-safe.
+
+    :param policy: ``pack`` (most-used node that fits) or ``spread`` (least-used).
+    :param on_change: called as ``on_change(class_name, fittable)`` on every transition.
+    :raises Invalid: an unknown policy.
+    """
+
+    def __init__(
+        self,
+        policy: str = "pack",
+        on_change: Callable[[str, bool], None] | None = None,
+    ) -> None:
+        if policy not in POLICIES:
+            raise exception.Invalid(reason=f"policy {policy!r}: use one of {', '.join(POLICIES)}")
+        self.policy = policy
+        self._sign = 1 if policy == "pack" else -1
+        self._on_change = on_change
+        self._lock = threading.RLock()
+        self._ids: dict[str, int] = {}
+        self._views: list[NodeView | None] = []
+        self._free_ids: list[int] = []
+        self._classes: dict[str, _Class] = {}
+
+    # -- nodes ---------------------------------------------------------------------------
+
+    def add_node(self, view: NodeView) -> ClassChanges:
+        """Add a node, or replace the whole view of a node already known (same name)."""
+        with self._lock:
+            nid = self._ids.get(view.name)
+            if nid is None:
+                nid = self._new_id(view.name)
+            self._views[nid] = view
+            return self._reindex(nid, view, self._classes.values(), fitted_before=False)
+
+    def remove_node(self, name: str) -> ClassChanges:
+        """Forget a node. :raises NotFound: an unknown node."""
+        with self._lock:
+            nid = self._id(name)
+            changes = _Changes(self._on_change)
+            for entry in self._classes.values():
+                self._move(entry, nid, 0, changes)
+            del self._ids[name]
+            self._views[nid] = None
+            self._free_ids.append(nid)
+            return changes.result()
+
+    def node(self, name: str) -> NodeView:
+        """The current view of one node. :raises NotFound:"""
+        with self._lock:
+            view = self._views[self._id(name)]
+            assert view is not None
+            return view
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ids
+
+    # -- classes -------------------------------------------------------------------------
+
+    def add_class(
+        self,
+        name: str,
+        groups: Sequence[RequestGroup],
+        constraints: Constraints = NO_CONSTRAINTS,
+        *,
+        isolate: bool = False,
+    ) -> ClassChanges:
+        """Know a scheduling class (replacing one of the same name); scans the nodes once."""
+        return self.add_request(name, Request(tuple(groups), constraints, isolate))
+
+    def add_request(self, name: str, request: Request) -> ClassChanges:
+        """Like :meth:`add_class` with a compiled request."""
+        with self._lock:
+            old = self._classes.get(name)
+            if old is not None and old.request == request:
+                return ClassChanges()
+            was_fittable = old is not None and old.buckets.size > 0
+            entry = _Class(name, request, _Buckets(len(self._views)))
+            self._classes[name] = entry
+            for nid, view in enumerate(self._views):
+                if view is not None:
+                    entry.buckets.set(nid, self._key(view, request, fitted_before=False))
+            changes = _Changes(self._on_change)
+            if was_fittable != (entry.buckets.size > 0):
+                changes.note(name, not was_fittable)
+            return changes.result()
+
+    def remove_class(self, name: str) -> ClassChanges:
+        """Forget a class; reported unfittable if some node fitted it. No-op if unknown."""
+        with self._lock:
+            entry = self._classes.pop(name, None)
+            changes = _Changes(self._on_change)
+            if entry is not None and entry.buckets.size:
+                changes.note(name, False)
+            return changes.result()
+
+    def classes(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._classes)
+
+    def request(self, name: str) -> Request:
+        """The compiled request of a class. :raises NotFound:"""
+        with self._lock:
+            return self._class(name).request
+
+    # -- queries -------------------------------------------------------------------------
+
+    def fittable(self) -> frozenset[str]:
+        """The classes at least one node fits now (what to consume). O(K)."""
+        with self._lock:
+            return frozenset(name for name, e in self._classes.items() if e.buckets.size)
+
+    def can_fit(self, name: str) -> bool:
+        """Whether some node fits class ``name`` now; False for an unknown class."""
+        with self._lock:
+            entry = self._classes.get(name)
+            return entry is not None and entry.buckets.size > 0
+
+    def pick(self, name: str) -> Pick | None:
+        """A node for class ``name`` by the policy, with its allocations; None if none fits.
+
+        Nothing is held: call :meth:`claim` with the allocations to account for them.
+        :raises NotFound: an unknown class.
+        """
+        with self._lock:
+            entry = self._class(name)
+            while (nid := entry.buckets.first()) is not None:
+                view = self._views[nid]
+                assert view is not None
+                result = fit_request(view, entry.request)
+                if not isinstance(result, Refusal):
+                    return Pick(view.name, result)
+                # only if a view was mutated behind the index's back: drop the node, go on
+                self._move(entry, nid, 0, _Changes(self._on_change))
+            return None
+
+    # -- updates -------------------------------------------------------------------------
+
+    def claim(self, node: str, allocations: Mapping[str, Mapping[str, int]]) -> ClassChanges:
+        """Add allocations to a node's usages (after a claim, or to hold a pick).
+
+        :raises NotFound: an unknown node.
+        :raises ProviderNotFound: an allocation outside the node.
+        """
+        with self._lock:
+            nid = self._id(node)
+            view = self._set_view(nid, self._view(nid).adjusted(allocations, 1))
+            fitting = [e for e in self._classes.values() if e.buckets.key(nid)]
+            return self._reindex(nid, view, fitting, fitted_before=True)
+
+    def release(self, node: str, allocations: Mapping[str, Mapping[str, int]]) -> ClassChanges:
+        """Take allocations off a node's usages (never below zero). Raises as :meth:`claim`."""
+        with self._lock:
+            nid = self._id(node)
+            view = self._set_view(nid, self._view(nid).adjusted(allocations, -1))
+            return self._reindex(nid, view, self._classes.values(), fitted_before=None)
+
+    def refresh(self, node: str, providers: Iterable[ProviderView]) -> ClassChanges:
+        """Replace some providers of a node with fresher views, e.g. read after a conflict.
+
+        Use :meth:`ProviderView.from_provider` on what the ledger returned.
+        :raises NotFound: an unknown node. :raises ProviderNotFound: a provider not in it.
+        """
+        with self._lock:
+            nid = self._id(node)
+            view = self._set_view(nid, self._view(nid).replaced(providers))
+            return self._reindex(nid, view, self._classes.values(), fitted_before=False)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _new_id(self, name: str) -> int:
+        if self._free_ids:
+            nid = self._free_ids.pop()
+        else:
+            nid = len(self._views)
+            self._views.append(None)
+            for entry in self._classes.values():
+                entry.buckets.grow(nid + 1)
+        self._ids[name] = nid
+        return nid
+
+    def _id(self, name: str) -> int:
+        nid = self._ids.get(name)
+        if nid is None:
+            raise exception.NotFound(what=f"node {name!r} in this agent")
+        return nid
+
+    def _view(self, nid: int) -> NodeView:
+        view = self._views[nid]
+        assert view is not None
+        return view
+
+    def _set_view(self, nid: int, view: NodeView) -> NodeView:
+        self._views[nid] = view
+        return view
+
+    def _class(self, name: str) -> _Class:
+        entry = self._classes.get(name)
+        if entry is None:
+            raise exception.NotFound(what=f"scheduling class {name!r} in this agent")
+        return entry
+
+    def _key(self, view: NodeView, request: Request, fitted_before: bool | None) -> int:
+        """The bucket key of a node for a class: 0 if it does not fit.
+
+        ``fitted_before``: True if the class fitted the node before a usage change (then,
+        on a single-provider node, only room can have changed); None: look it up.
+        """
+        copies = room(view, request)
+        if not copies:
+            return 0
+        known = fitted_before and len(view.providers) == 1
+        if not known and isinstance(fit_request(view, request), Refusal):
+            return 0
+        return self._sign * copies
+
+    def _reindex(
+        self, nid: int, view: NodeView, entries: Iterable[_Class], fitted_before: bool | None
+    ) -> ClassChanges:
+        changes = _Changes(self._on_change)
+        for entry in list(entries):
+            before = fitted_before
+            if before is None:
+                before = entry.buckets.key(nid) != 0
+            self._move(entry, nid, self._key(view, entry.request, before), changes)
+        return changes.result()
+
+    @staticmethod
+    def _move(entry: _Class, nid: int, key: int, changes: _Changes) -> None:
+        was_fittable = entry.buckets.size > 0
+        entry.buckets.set(nid, key)
+        if was_fittable != (entry.buckets.size > 0):
+            changes.note(entry.name, not was_fittable)
+
+
+_NO_CHANGES = ClassChanges()

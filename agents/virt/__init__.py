@@ -1,0 +1,1 @@
+"""Virt drivers: one interface (base.py), one module per technology."""

@@ -1,0 +1,101 @@
+"""The virt driver interface: what a compute agent needs from a hypervisor.
+
+A driver drives one node or many (like nova-compute with ironic). It reports each node as a
+tree of resource providers with inventories and traits; the agent writes those to the ledger.
+Usages, aggregates and availability zones are not the driver's business: the ledger and the
+operator own them.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Mapping
+
+from agents.fit import NodeView, ProviderView
+from qsched import exception
+from qsched.flavors import Flavor
+from qsched.ledger.base import Inventory
+
+
+class SpawnFailed(exception.QschedError):
+    """The instance did not start; nothing of it is left on the node. Reschedule it."""
+
+    msg_fmt = "Spawning instance {instance} on node {node} failed: {reason}"
+
+
+class NodeNotFound(exception.NotFound):
+    msg_fmt = "Node {node} is not driven by this agent."
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProviderInfo:
+    """One provider of a node as the driver reports it."""
+
+    uuid: str
+    name: str
+    inventories: Mapping[str, Inventory]
+    traits: frozenset[str] = frozenset()
+    parent_uuid: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One node: its name (the ``node`` of a claim) and its providers, root first."""
+
+    name: str
+    providers: tuple[ProviderInfo, ...]
+
+    @property
+    def root(self) -> ProviderInfo:
+        return self.providers[0]
+
+    def view(
+        self, availability_zone: str | None = None, aggregates: frozenset[str] = frozenset()
+    ) -> NodeView:
+        """A fresh view with no usage; ``aggregates`` go on the root provider."""
+        providers = tuple(
+            ProviderView(
+                p.uuid,
+                p.name,
+                p.inventories,
+                {},
+                p.traits,
+                aggregates if p.parent_uuid is None else frozenset(),
+                p.parent_uuid,
+            )
+            for p in self.providers
+        )
+        return NodeView(self.name, providers, availability_zone)
+
+
+class VirtDriver(abc.ABC):
+    """Start and stop instances on the nodes of one agent. Implementations are thread-safe."""
+
+    @abc.abstractmethod
+    def nodes(self) -> list[NodeInfo]:
+        """Every node this driver drives, sorted by name, with its provider tree."""
+
+    @abc.abstractmethod
+    def spawn(self, instance_uuid: str, node: str, flavor: Flavor) -> None:
+        """Start an instance on a node and return once it runs.
+
+        Idempotent: spawning an instance already running on ``node`` returns at once.
+
+        :raises SpawnFailed: the instance could not start (unknown node, already running on
+            another node, hypervisor error); nothing of it is left behind.
+        """
+
+    @abc.abstractmethod
+    def destroy(self, instance_uuid: str, node: str) -> bool:
+        """Stop an instance and free what it used; False if it was not on ``node``.
+
+        Idempotent. :raises NodeNotFound: an unknown node.
+        """
+
+    @abc.abstractmethod
+    def list_instances(self, node: str) -> list[str]:
+        """UUIDs of the instances on a node, sorted (for reconciliation).
+
+        :raises NodeNotFound: an unknown node.
+        """

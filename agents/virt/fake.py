@@ -1,0 +1,198 @@
+"""A fake virt driver that simulates many nodes in one process.
+
+Features
+--------
+- ``node_count`` identical nodes named ``<host>-<index>``; provider UUIDs derive from the
+  host and node names, so a restarted agent reports the same providers.
+- Per-node inventory from a :class:`FakeNodeSpec`: vcpus, ram_mb, disk_gb, allocation
+  ratios, traits, and optional child providers (GPUs, NUMA nodes) with their own resources.
+- ``spawn_delay_s``: how long a spawn takes (0 allowed); spawns on different threads overlap.
+- ``failure_rate`` (0..1): the share of spawns that raise :class:`SpawnFailed`. Whether one
+  spawn fails is a keyed hash of (seed, instance, node, earlier failures of that instance on
+  this driver): the same seed gives the same outcomes whatever the order or threads.
+- ``spawn_hook(instance_uuid, node)``: called when a spawn has done everything but record the
+  instance. A test can raise there (the spawn records nothing) or block there (the spawn stays
+  in flight) to inject faults at a known point. It may be set or cleared at any time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
+from agents.virt.base import NodeInfo, NodeNotFound, ProviderInfo, SpawnFailed, VirtDriver
+from qsched import exception
+from qsched.flavors import Flavor
+from qsched.ledger.base import Inventory
+from qsched.resources import DISK_GB, MEMORY_MB, VCPU
+
+_NAMESPACE = uuidlib.UUID("5b0f6f9e-1d7c-4c55-9a57-7f2f0f3f9a11")
+
+SpawnHook = Callable[[str, str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeChild:
+    """A child provider of every fake node, e.g. ``FakeChild("gpu0", {"VGPU": 4})``."""
+
+    name: str
+    resources: Mapping[str, int]
+    traits: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeNodeSpec:
+    """What each fake node reports."""
+
+    vcpus: int = 32
+    ram_mb: int = 131072
+    disk_gb: int = 1000
+    cpu_allocation_ratio: float = 1.0
+    ram_allocation_ratio: float = 1.0
+    traits: frozenset[str] = frozenset()
+    children: tuple[FakeChild, ...] = ()
+
+    def root_inventories(self) -> Mapping[str, Inventory]:
+        inventories = {
+            VCPU: Inventory(self.vcpus, allocation_ratio=self.cpu_allocation_ratio),
+            MEMORY_MB: Inventory(self.ram_mb, allocation_ratio=self.ram_allocation_ratio),
+        }
+        if self.disk_gb:
+            inventories[DISK_GB] = Inventory(self.disk_gb)
+        return MappingProxyType(inventories)
+
+
+class FakeDriver(VirtDriver):
+    """Simulated nodes; thread-safe. See the module docstring for the knobs.
+
+    :raises Invalid: a negative count or delay, or a failure rate outside 0..1.
+    """
+
+    def __init__(
+        self,
+        node_count: int = 1,
+        node_spec: FakeNodeSpec | None = None,
+        *,
+        host: str = "fake",
+        spawn_delay_s: float = 0.0,
+        failure_rate: float = 0.0,
+        seed: int = 0,
+        spawn_hook: SpawnHook | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        _check_config(node_count, spawn_delay_s, failure_rate)
+        self.host = host
+        self.node_spec = node_spec or FakeNodeSpec()
+        self.spawn_delay_s = spawn_delay_s
+        self.failure_rate = failure_rate
+        self.seed = seed
+        self.spawn_hook = spawn_hook
+        self._sleep = sleep
+        width = len(str(max(node_count - 1, 0)))
+        self._names = [f"{host}-{i:0{width}d}" for i in range(node_count)]
+        self._instances: dict[str, set[str]] = {name: set() for name in self._names}
+        self._where: dict[str, str] = {}
+        self._failures: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._root_inventories = self.node_spec.root_inventories()
+        self._child_inventories = [
+            MappingProxyType({rc: Inventory(n) for rc, n in child.resources.items()})
+            for child in self.node_spec.children
+        ]
+
+    def nodes(self) -> list[NodeInfo]:
+        """Every node, sorted by name. Built on each call: O(node_count)."""
+        return [self.node(name) for name in self._names]
+
+    def node(self, name: str) -> NodeInfo:
+        """One node's provider tree. :raises NodeNotFound:"""
+        self._check_node(name)
+        root_uuid = self._uuid(name)
+        spec = self.node_spec
+        providers = [ProviderInfo(root_uuid, name, self._root_inventories, spec.traits)]
+        for child, inventories in zip(spec.children, self._child_inventories, strict=True):
+            child_name = f"{name}_{child.name}"
+            providers.append(
+                ProviderInfo(
+                    self._uuid(child_name), child_name, inventories, child.traits, root_uuid
+                )
+            )
+        return NodeInfo(name, tuple(providers))
+
+    def spawn(self, instance_uuid: str, node: str, flavor: Flavor) -> None:
+        """Simulate a spawn: delay, maybe fail, call the hook, record. See VirtDriver."""
+        if node not in self._instances:
+            raise SpawnFailed(instance=instance_uuid, node=node, reason="no such node")
+        with self._lock:
+            if self._placed(instance_uuid, node):
+                return
+            failures = self._failures.get(instance_uuid, 0)
+        if self.spawn_delay_s:
+            self._sleep(self.spawn_delay_s)
+        if self._roll(instance_uuid, node, failures) < self.failure_rate:
+            with self._lock:
+                self._failures[instance_uuid] = failures + 1
+            reason = f"injected failure (failure_rate={self.failure_rate})"
+            raise SpawnFailed(instance=instance_uuid, node=node, reason=reason)
+        hook = self.spawn_hook
+        if hook is not None:
+            hook(instance_uuid, node)
+        with self._lock:
+            if not self._placed(instance_uuid, node):
+                self._where[instance_uuid] = node
+                self._instances[node].add(instance_uuid)
+                self._failures.pop(instance_uuid, None)
+
+    def destroy(self, instance_uuid: str, node: str) -> bool:
+        """Forget an instance. See VirtDriver."""
+        self._check_node(node)
+        with self._lock:
+            if self._where.get(instance_uuid) != node:
+                return False
+            del self._where[instance_uuid]
+            self._instances[node].discard(instance_uuid)
+            return True
+
+    def list_instances(self, node: str) -> list[str]:
+        """See VirtDriver."""
+        self._check_node(node)
+        with self._lock:
+            return sorted(self._instances[node])
+
+    def _check_node(self, node: str) -> None:
+        if node not in self._instances:
+            raise NodeNotFound(node=node)
+
+    def _placed(self, instance_uuid: str, node: str) -> bool:
+        """True if already on ``node``. Call with the lock held.
+
+        :raises SpawnFailed: it runs on another node of this driver.
+        """
+        where = self._where.get(instance_uuid)
+        if where is not None and where != node:
+            reason = f"already running on node {where}"
+            raise SpawnFailed(instance=instance_uuid, node=node, reason=reason)
+        return where == node
+
+    def _uuid(self, name: str) -> str:
+        return str(uuidlib.uuid5(_NAMESPACE, f"{self.host}/{name}"))
+
+    def _roll(self, instance_uuid: str, node: str, failures: int) -> float:
+        """A number in [0, 1) fixed by the seed, the instance, the node and earlier failures."""
+        key = f"{self.seed}:{instance_uuid}:{node}:{failures}".encode()
+        digest = hashlib.sha256(key).digest()
+        return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def _check_config(node_count: int, spawn_delay_s: float, failure_rate: float) -> None:
+    if node_count < 0:
+        raise exception.Invalid(reason=f"node_count {node_count} must be >= 0")
+    if spawn_delay_s < 0:
+        raise exception.Invalid(reason=f"spawn_delay_s {spawn_delay_s} must be >= 0")
+    if not 0.0 <= failure_rate <= 1.0:
+        raise exception.Invalid(reason=f"failure_rate {failure_rate} must be between 0 and 1")
