@@ -1,0 +1,83 @@
+"""qsched-api: the Nova-shaped HTTP front door (falcon WSGI).
+
+:mod:`qsched.api.app` builds the application; the handlers in
+:mod:`~qsched.api.servers` and :mod:`~qsched.api.flavors` parse a request, call one
+:class:`qsched.compute.ComputeAPI` method and render Nova's shapes. The helpers
+below are what every handler shares.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import TYPE_CHECKING, Any
+
+import falcon
+
+from qsched import exception
+
+if TYPE_CHECKING:  # qsched.compute imports qsched.api.opts, so not at run time
+    from qsched.compute import RequestContext
+
+API_VERSION = "2.1"
+PREFIX = "/v2.1"
+
+
+def context_of(req: falcon.Request) -> RequestContext:
+    """The caller, as the auth middleware found it."""
+    context: RequestContext = req.context.compute
+    return context
+
+
+def base_url(req: falcon.Request, public_endpoint: str | None) -> str:
+    """Where links point: ``[api] public_endpoint`` or the request's own scheme and host."""
+    return (public_endpoint or req.prefix).rstrip("/")
+
+
+def read_json(req: falcon.Request, limit: int) -> Any:
+    """The request body parsed as JSON, at most ``limit`` bytes.
+
+    :raises HTTPContentTooLarge: over the limit (413), before reading it all.
+    :raises HTTPUnsupportedMediaType: a Content-Type other than JSON.
+    :raises Invalid: empty or malformed (400).
+    """
+    length = req.content_length
+    if length is not None and length > limit:
+        raise _too_large(length, limit)
+    media_type = (req.content_type or "application/json").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise falcon.HTTPUnsupportedMediaType(
+            description=f"Unsupported Content-Type {media_type!r}; send application/json."
+        )
+    raw = req.bounded_stream.read(limit + 1)
+    if len(raw) > limit:
+        raise _too_large(None, limit)
+    if not raw.strip():
+        raise exception.Invalid(message="The request body is empty; send a JSON object.")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise exception.Invalid(message=f"Malformed request body: {exc}") from None
+
+
+def _too_large(length: int | None, limit: int) -> falcon.HTTPError:
+    size = f"{length} bytes" if length is not None else "larger than that"
+    return falcon.HTTPContentTooLarge(
+        description=f"Request is too large: the body is {size}; the limit is {limit} bytes."
+    )
+
+
+def iso8601(epoch_s: float | None) -> str | None:
+    """Nova's timestamp form: ``2024-05-01T12:00:00Z``."""
+    if not epoch_s:
+        return None
+    moment = datetime.datetime.fromtimestamp(epoch_s, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def links(base: str, collection: str, item_id: str) -> list[dict[str, str]]:
+    """Nova's self and bookmark links of one item."""
+    return [
+        {"rel": "self", "href": f"{base}{PREFIX}/{collection}/{item_id}"},
+        {"rel": "bookmark", "href": f"{base}/{collection}/{item_id}"},
+    ]

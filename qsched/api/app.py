@@ -1,0 +1,309 @@
+"""The WSGI application: routes, middleware and Nova-format errors.
+
+:func:`create_app` builds it from a ConfigOpts, the ledger stores and a bus
+(tests and the embedded demo pass their own). For a WSGI server, ``wsgi_app`` in
+this module is the application itself, built on its first request from the
+files named in ``QSCHED_CONFIG`` (``os.pathsep``-separated)::
+
+    QSCHED_CONFIG=/etc/qsched/qsched.conf gunicorn qsched.api.app:wsgi_app
+
+and ``load_app`` is the same as a factory (``gunicorn 'qsched.api.app:load_app()'``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import falcon
+import redis
+from oslo_config import cfg
+
+from qsched import conf as qconf
+from qsched import exception
+from qsched.api import API_VERSION, PREFIX, auth, base_url, opts
+from qsched.api import flavors as flavor_handlers
+from qsched.api import servers as server_handlers
+from qsched.bus.base import Bus, BusUnavailable
+from qsched.compute import ComputeAPI, Forbidden, Publisher
+from qsched.ledger import Stores, open_stores
+
+LOG = logging.getLogger(__name__)
+CONFIG_ENV = "QSCHED_CONFIG"
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+
+# Nova's fault names (nova/api/openstack/wsgi.py habit); anything else is computeFault.
+_FAULT_NAMES = {
+    400: "badRequest",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "itemNotFound",
+    405: "badMethod",
+    406: "notAcceptable",
+    409: "conflictingRequest",
+    413: "overLimit",
+    415: "badMediaType",
+    429: "overLimit",
+    501: "notImplemented",
+    503: "serviceUnavailable",
+}
+_DEFAULT_MESSAGES = {
+    404: "The resource could not be found.",
+    405: "The method is not allowed for this resource.",
+}
+# Domain errors by HTTP status, most specific first (looked up along the MRO).
+_STATUS: dict[type[Exception], int] = {
+    Forbidden: 403,
+    exception.QuotaExceeded: 403,
+    exception.NotFound: 404,
+    exception.Invalid: 400,
+    exception.Conflict: 409,
+    exception.BackendUnavailable: 503,
+    redis.ConnectionError: 503,
+    redis.TimeoutError: 503,
+}
+_VERSION_HEADERS = {
+    "OpenStack-API-Version": f"compute {API_VERSION}",
+    "X-OpenStack-Nova-API-Version": API_VERSION,
+    "Vary": "OpenStack-API-Version, X-OpenStack-Nova-API-Version",
+}
+
+
+def create_app(conf: cfg.ConfigOpts, stores: Stores, bus: Bus | Publisher) -> falcon.App:
+    """The qsched-api WSGI application; writes the configured flavors to the ledger.
+
+    :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
+    :raises BackendUnavailable: the ledger is unreachable.
+    """
+    opts.register_opts(conf)
+    compute = ComputeAPI(conf, stores, bus)
+    compute.seed_flavors()
+    middleware: list[Any] = [RequestMiddleware(), auth.NoAuthMiddleware()]
+    app = falcon.App(middleware=middleware)
+    app.req_options.strip_url_path_trailing_slash = True
+    app.req_options.auto_parse_qs_csv = False
+    app.set_error_serializer(_serialize_error)
+    app.add_error_handler(Exception, _unexpected_error)
+    app.add_error_handler(tuple(_STATUS), _domain_error)
+    _add_routes(app, compute, conf.api.public_endpoint, conf.api.max_request_body_bytes)
+    return app
+
+
+def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_body: int) -> None:
+    args = (compute, endpoint, max_body)
+    app.add_route("/", Versions(endpoint, single=False))
+    app.add_route(PREFIX, Versions(endpoint, single=True))
+    app.add_route("/healthcheck", Healthcheck(compute))
+    app.add_route(f"{PREFIX}/servers", server_handlers.Servers(*args))
+    app.add_route(f"{PREFIX}/servers/detail", server_handlers.ServersDetail(*args))
+    app.add_route(f"{PREFIX}/servers/{{server_id}}", server_handlers.Server(*args))
+    app.add_route(f"{PREFIX}/flavors", flavor_handlers.Flavors(*args))
+    app.add_route(f"{PREFIX}/flavors/detail", flavor_handlers.FlavorsDetail(*args))
+    app.add_route(f"{PREFIX}/flavors/{{flavor_id}}", flavor_handlers.FlavorItem(*args))
+    app.add_route(
+        f"{PREFIX}/flavors/{{flavor_id}}/os-extra_specs", flavor_handlers.ExtraSpecs(*args)
+    )
+    app.add_route(
+        f"{PREFIX}/flavors/{{flavor_id}}/os-extra_specs/{{key}}", flavor_handlers.ExtraSpec(*args)
+    )
+
+
+class RequestMiddleware:
+    """A request id on every response and log line; API version headers; an access log."""
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        rid = f"req-{uuid.uuid4()}"
+        req.context.request_id = rid
+        req.context.started = time.monotonic()
+        req.context.log_token = request_id.set(rid)
+        _check_microversion(req)
+
+    def process_response(
+        self, req: falcon.Request, resp: falcon.Response, resource: Any, req_succeeded: bool
+    ) -> None:
+        rid = getattr(req.context, "request_id", "-")
+        resp.set_header("x-openstack-request-id", rid)
+        resp.set_header("x-compute-request-id", rid)
+        resp.set_headers(_VERSION_HEADERS)
+        if LOG.isEnabledFor(logging.INFO):
+            elapsed = time.monotonic() - getattr(req.context, "started", time.monotonic())
+            LOG.info(
+                '%s "%s %s" status: %s time: %.4f',
+                req.remote_addr, req.method, req.relative_uri, resp.status, elapsed,
+            )  # fmt: skip
+        token = getattr(req.context, "log_token", None)
+        if token is not None:
+            request_id.reset(token)
+
+
+def _check_microversion(req: falcon.Request) -> None:
+    """Only 2.1 is spoken; asking for a later microversion is 406, as Nova answers."""
+    wanted = req.get_header("OpenStack-API-Version")
+    if wanted:
+        service, _sep, version = wanted.strip().partition(" ")
+        if service.lower() != "compute":
+            return
+    else:
+        version = req.get_header("X-OpenStack-Nova-API-Version") or ""
+    version = version.strip().lower()
+    if version and version not in (API_VERSION, "latest"):
+        raise falcon.HTTPNotAcceptable(
+            description=f"Version {version} is not supported by the API. Minimum is "
+            f"{API_VERSION} and maximum is {API_VERSION}."
+        )
+
+
+class Versions:
+    """``/`` (every version) and ``/v2.1`` (this one): discovery, no token needed."""
+
+    def __init__(self, public_endpoint: str | None, single: bool) -> None:
+        self.public_endpoint = public_endpoint
+        self.single = single
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        base = base_url(req, self.public_endpoint)
+        version = {
+            "id": "v2.1",
+            "status": "CURRENT",
+            "version": API_VERSION,
+            "min_version": API_VERSION,
+            "updated": "2013-07-23T11:33:21Z",
+            "links": [{"rel": "self", "href": f"{base}{PREFIX}/"}],
+            "media-types": [
+                {
+                    "base": "application/json",
+                    "type": f"application/vnd.openstack.compute+json;version={API_VERSION}",
+                }
+            ],
+        }
+        resp.media = {"version": version} if self.single else {"versions": [version]}
+
+
+class Healthcheck:
+    """``/healthcheck``: 200 OK while the ledger answers, 503 otherwise."""
+
+    def __init__(self, compute: ComputeAPI) -> None:
+        self.compute = compute
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        self.compute.check_health()
+        resp.content_type = falcon.MEDIA_TEXT
+        resp.text = "OK"
+
+    on_head = on_get
+
+
+# -- errors --
+
+
+def nova_fault(resp: falcon.Response, code: int, message: str) -> None:
+    """Write ``{"<faultName>": {"code": ..., "message": ...}}`` with that status."""
+    resp.status = code
+    resp.content_type = falcon.MEDIA_JSON
+    name = _FAULT_NAMES.get(code, "computeFault")
+    resp.text = json.dumps({name: {"code": code, "message": message}})
+
+
+def _serialize_error(req: falcon.Request, resp: falcon.Response, error: falcon.HTTPError) -> None:
+    code = falcon.http_status_to_code(error.status)
+    nova_fault(resp, code, error.description or _DEFAULT_MESSAGES.get(code) or error.title)
+
+
+def _domain_error(
+    req: falcon.Request, resp: falcon.Response, error: Exception, params: Any
+) -> None:
+    code = next(_STATUS[c] for c in type(error).__mro__ if c in _STATUS)
+    if code != 503:
+        nova_fault(resp, code, str(error))
+        return
+    # Say what is down, not where it is: the full reason goes to the log only.
+    what = "the message bus" if isinstance(error, BusUnavailable) else "the ledger"
+    LOG.warning("503: %s", error)
+    message = f"The service is temporarily unavailable: {what} did not answer. Try again later."
+    nova_fault(resp, 503, message)
+    resp.set_header("Retry-After", "5")
+
+
+def _unexpected_error(
+    req: falcon.Request, resp: falcon.Response, error: Exception, params: Any
+) -> None:
+    if isinstance(error, falcon.HTTPError | falcon.HTTPStatus):
+        raise error  # falcon's own handlers render these
+    rid = getattr(req.context, "request_id", "-")
+    LOG.exception("unexpected error in %s %s", req.method, req.path)
+    nova_fault(resp, 500, f"Unexpected API Error. See the qsched-api log for request {rid}.")
+
+
+# -- logging and loading --
+
+
+def install_request_id_logging(level: int = logging.INFO) -> None:
+    """Give every log record ``request_id`` and log with it (process entry points only)."""
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "qsched_request_id", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        record.request_id = request_id.get()
+        return record
+
+    factory.qsched_request_id = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(process)d %(levelname)s %(name)s [%(request_id)s] "
+        "%(message)s",
+    )  # fmt: skip
+
+
+def load_app(
+    config_files: Sequence[str] | None = None,
+    open_bus: Callable[[cfg.ConfigOpts], Bus] | None = None,
+) -> falcon.App:
+    """Build the application from config files (default: ``$QSCHED_CONFIG``)."""
+    if config_files is None:
+        config_files = [f for f in os.environ.get(CONFIG_ENV, "").split(os.pathsep) if f]
+    conf = qconf.load(args=[], config_files=config_files)
+    opts.register_opts(conf)
+    install_request_id_logging()
+    stores = open_stores(conf)
+    bus = (open_bus or default_bus)(conf)
+    return create_app(conf, stores, bus)
+
+
+def default_bus(conf: cfg.ConfigOpts) -> Bus:
+    """The configured bus (``transport_url`` and ``[bus]``)."""
+    from qsched.bus.kombu import KombuBus  # kombu is loaded only when serving
+
+    return KombuBus.from_conf(conf)
+
+
+class LazyApp:
+    """A WSGI application built on its first request (after a server forks its workers)."""
+
+    def __init__(self, load: Callable[[], Callable[..., Iterable[bytes]]]) -> None:
+        self._load = load
+        self._app: Callable[..., Iterable[bytes]] | None = None
+        self._lock = threading.Lock()
+
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        app = self._app
+        if app is None:
+            with self._lock:
+                if self._app is None:
+                    self._app = self._load()
+                app = self._app
+        return app(environ, start_response)
+
+
+wsgi_app = LazyApp(load_app)

@@ -1,0 +1,52 @@
+"""noauth2: Placement's test-and-demo authentication, without Keystone.
+
+``X-Auth-Token: admin`` is the admin (user and project "admin");
+``X-Auth-Token: <user>:<project>`` is that user acting in that project (a token
+without ':' is a user whose project has the same name). Anything else, or no
+token, is 401. Version documents and the health check need no token.
+"""
+
+from __future__ import annotations
+
+import re
+
+import falcon
+
+from qsched.compute import RequestContext
+
+ADMIN_TOKEN = "admin"
+PUBLIC_PATHS = frozenset({"/", "/v2.1", "/healthcheck"})
+
+# IDs end up in ledger keys and queue headers: keep them plain.
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,254}$")
+
+
+def context_from_token(token: str, request_id: str) -> RequestContext:
+    """The caller named by a noauth2 token.
+
+    :raises HTTPUnauthorized: a malformed token.
+    """
+    if token == ADMIN_TOKEN:
+        return RequestContext(ADMIN_TOKEN, ADMIN_TOKEN, is_admin=True, request_id=request_id)
+    user_id, _sep, project_id = token.partition(":")
+    project_id = project_id or user_id
+    if not (_ID.match(user_id) and _ID.match(project_id)):
+        raise falcon.HTTPUnauthorized(
+            description="Invalid X-Auth-Token: use 'admin' or '<user>:<project>' with letters, "
+            "digits, '_', '.', '@' or '-'."
+        )
+    return RequestContext(user_id, project_id, is_admin=False, request_id=request_id)
+
+
+class NoAuthMiddleware:
+    """Puts the caller's :class:`RequestContext` on ``req.context.compute``."""
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if req.path in PUBLIC_PATHS:
+            return
+        token = req.get_header("X-Auth-Token")
+        if not token:
+            raise falcon.HTTPUnauthorized(
+                description="Authentication required: send X-Auth-Token: admin or <user>:<project>."
+            )
+        req.context.compute = context_from_token(token, req.context.request_id)

@@ -1,0 +1,209 @@
+"""JSON schemas of the request bodies, in Nova's shapes, and their compiled validators.
+
+Validators are compiled once at import; :func:`validate` gives Nova's message
+("Invalid input for field/attribute ...") for the most relevant error. A
+subschema may carry ``x-message``: a plainer explanation used instead of the
+validator's own words.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema.exceptions import best_match
+from jsonschema.protocols import Validator
+
+from qsched import exception
+
+# -- parameter types (Nova's parameter_types, reduced to what qsched reads) --
+
+_PRINTABLE = r"[^\x00-\x1f\x7f]"
+_EDGE = r"[^\s\x00-\x1f\x7f]"
+
+name = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 255,
+    "pattern": f"^{_EDGE}(?:{_PRINTABLE}*{_EDGE})?$",
+    "x-message": "must be 1 to 255 printable characters without leading or trailing spaces",
+}
+
+uuid_like = {
+    "type": "string",
+    "pattern": "^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$",
+    "x-message": "must be a UUID",
+}
+
+image_ref = {
+    "anyOf": [uuid_like, {"type": "string", "maxLength": 0}],
+    "x-message": "must be an image UUID (or empty when booting from a volume)",
+}
+
+flavor_ref = {
+    "type": ["string", "integer"],
+    "minLength": 1,
+    "maxLength": 255,
+    "minimum": 0,
+    "x-message": "must be a flavor id (a string of 1 to 255 characters or an integer)",
+}
+
+metadata = {
+    "type": "object",
+    "maxProperties": 128,
+    "propertyNames": {"pattern": "^[a-zA-Z0-9-_:. ]{1,255}$"},
+    "additionalProperties": {"type": "string", "maxLength": 255},
+}
+
+# A request builds one server; Nova's multiple create is not supported.
+_one = {"enum": [1, "1"], "x-message": "must be 1: qsched creates one server per request"}
+
+_loose_string = {"type": "string", "maxLength": 255}
+
+server_create = {
+    "type": "object",
+    "properties": {
+        "server": {
+            "type": "object",
+            "properties": {
+                "name": name,
+                "flavorRef": flavor_ref,
+                "imageRef": image_ref,
+                "availability_zone": name,
+                "metadata": metadata,
+                "min_count": _one,
+                "max_count": _one,
+                # Accepted for client compatibility and ignored (no network, key or
+                # config drive service behind qsched).
+                "networks": {"type": ["string", "array"], "maxItems": 64},
+                "key_name": _loose_string,
+                "security_groups": {"type": "array", "maxItems": 64},
+                "user_data": {"type": "string", "maxLength": 65535},
+                "config_drive": {"type": ["boolean", "string"]},
+                "OS-DCF:diskConfig": {"enum": ["AUTO", "MANUAL"]},
+                "accessIPv4": _loose_string,
+                "accessIPv6": _loose_string,
+                "adminPass": _loose_string,
+                "description": {"type": ["string", "null"], "maxLength": 255},
+                "tags": {"type": "array", "maxItems": 50, "items": _loose_string},
+                "return_reservation_id": {"type": ["boolean", "string"]},
+            },
+            "required": ["name", "flavorRef", "imageRef"],
+            "additionalProperties": False,
+        },
+        "os:scheduler_hints": {"type": "object", "maxProperties": 64},
+        "OS-SCH-HNT:scheduler_hints": {"type": "object", "maxProperties": 64},
+    },
+    "required": ["server"],
+    "additionalProperties": False,
+}
+
+_count = {
+    "type": ["integer", "string"],
+    "pattern": "^[0-9]{1,10}$",
+    "minimum": 0,
+    "maximum": 2**31 - 1,
+    "x-message": "must be a whole number",
+}
+
+flavor_id = {
+    "type": ["string", "null"],
+    "minLength": 1,
+    "maxLength": 255,
+    "pattern": r"^(?! )[a-zA-Z0-9. _-]+(?<! )$",
+    "x-message": "must be 1 to 255 of letters, digits, spaces, '.', '_', '-' (or null)",
+}
+
+extra_specs = {
+    "type": "object",
+    "maxProperties": 128,
+    "propertyNames": {"pattern": "^[a-zA-Z0-9-_:. ]{1,255}$"},
+    "additionalProperties": {"type": ["string", "integer", "number", "boolean"], "maxLength": 255},
+}
+
+flavor_create = {
+    "type": "object",
+    "properties": {
+        "flavor": {
+            "type": "object",
+            "properties": {
+                "name": name,
+                "id": flavor_id,
+                "ram": _count,
+                "vcpus": _count,
+                "disk": _count,
+                "OS-FLV-EXT-DATA:ephemeral": {
+                    "enum": [0, "0"],
+                    "x-message": "must be 0: ephemeral disks are not supported",
+                },
+                "swap": {"enum": [0, "0", ""], "x-message": "must be 0: swap is not supported"},
+                "rxtx_factor": {"type": ["number", "string"]},
+                "os-flavor-access:is_public": {"type": ["boolean", "string"]},
+                "description": {"type": ["string", "null"], "maxLength": 65535},
+                # qsched extension: extra specs at creation (Nova sets them afterwards).
+                "extra_specs": extra_specs,
+            },
+            "required": ["name", "ram", "vcpus", "disk"],
+            "additionalProperties": False,
+        }
+    },
+    "required": ["flavor"],
+    "additionalProperties": False,
+}
+
+extra_specs_set = {
+    "type": "object",
+    "properties": {"extra_specs": extra_specs},
+    "required": ["extra_specs"],
+    "additionalProperties": False,
+}
+
+
+def _compile(schema: dict[str, Any]) -> Validator:
+    cls = validators.validator_for(schema, default=Draft202012Validator)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+SERVER_CREATE = _compile(server_create)
+FLAVOR_CREATE = _compile(flavor_create)
+EXTRA_SPECS_SET = _compile(extra_specs_set)
+
+
+def validate(validator: Validator, body: Any) -> Any:
+    """Return ``body`` if it matches, else raise Invalid with Nova's wording."""
+    error = best_match(validator.iter_errors(body))
+    if error is None:
+        return body
+    raise exception.Invalid(message=_message(error))
+
+
+def _message(error: ValidationError) -> str:
+    where = "/".join(str(p) for p in error.absolute_path) or "body"
+    explanation = _explanation(error)
+    return (
+        f"Invalid input for field/attribute {where}. Value: {_short(error.instance)}. {explanation}"
+    )
+
+
+def _explanation(error: ValidationError) -> str:
+    if error.validator in ("required", "additionalProperties", "maxProperties"):
+        return str(error.message)
+    # A missing or wrongly shaped field explains itself better in plain words.
+    for schema in (error.schema, *_parents(error)):
+        if isinstance(schema, dict) and "x-message" in schema:
+            return f"It {schema['x-message']}."
+    return str(error.message)
+
+
+def _parents(error: ValidationError) -> list[Any]:
+    parents = []
+    while error.parent is not None:
+        error = error.parent
+        parents.append(error.schema)
+    return parents
+
+
+def _short(value: Any, limit: int = 100) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

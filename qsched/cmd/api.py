@@ -1,0 +1,82 @@
+"""qsched-api: serve the compute API in this process.
+
+``qsched-api --config-file /etc/qsched/qsched.conf`` listens on ``[api] host`` and
+``[api] port`` with a threaded WSGI server from the standard library: enough for
+the embedded default and a laptop. In production run the same application under
+gunicorn (``QSCHED_CONFIG=... gunicorn qsched.api.app:wsgi_app``), several workers
+behind a load balancer. SIGTERM or SIGINT stops it after the requests in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socketserver
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
+from wsgiref import simple_server
+
+from qsched import conf as qconf
+from qsched.api import app as api_app
+from qsched.api import opts
+from qsched.ledger import open_stores
+
+LOG = logging.getLogger(__name__)
+
+
+class _Handler(simple_server.WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        # The application logs every request with its request id already.
+        LOG.debug("%s " + format, self.address_string(), *args)
+
+
+class ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
+    """One thread per connection; a deep accept backlog so a burst is queued, not refused."""
+
+    daemon_threads = True
+    request_queue_size = 1024
+
+
+def make_server(
+    application: Callable[..., Any], host: str = "127.0.0.1", port: int = 8774
+) -> ThreadingWSGIServer:
+    """A threaded WSGI server bound to ``host:port`` (port 0: any free one, see
+    ``server.server_port``); call ``serve_forever()`` on it, ``shutdown()`` from another
+    thread to stop."""
+    server = simple_server.make_server(
+        host, port, application, server_class=ThreadingWSGIServer, handler_class=_Handler
+    )
+    assert isinstance(server, ThreadingWSGIServer)
+    return server
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    conf = qconf.load(sys.argv[1:] if argv is None else argv)
+    opts.register_opts(conf)
+    api_app.install_request_id_logging()
+    bus = api_app.default_bus(conf)
+    application = api_app.create_app(conf, open_stores(conf), bus)
+    server = make_server(application, conf.api.host, conf.api.port)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        LOG.info("signal %s: stopping", signum)
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if conf.transport_url.startswith("memory://"):
+        LOG.warning("transport_url is memory://: only agents in this process see the requests")
+    LOG.info("qsched-api listening on http://%s:%s/v2.1", conf.api.host, server.server_port)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+        bus.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,447 @@
+"""The front door's domain: boot, show, list and delete servers; the flavor catalog.
+
+No HTTP here: :mod:`qsched.api` parses requests, calls one method of
+:class:`ComputeAPI` and maps its errors; a benchmark or the demo can call it
+straight. Every call does O(1) ledger work except the project-scoped list and
+the admin flavor writes.
+
+Boot, step by step: resolve the flavor (one HGET), reserve quota and record the
+instance BUILD (one Lua script), make sure agents know its scheduling class
+(one HSETNX per new class per process), publish the boot request. If anything
+fails after the record exists, the instance is ended DELETED, which returns its
+quota; the DELETED record stays as a trace (its history says why, and GET gives
+404 as for any deleted server). A request the broker did take although it did
+not confirm meets a DELETED instance, and the agent drops it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import functools
+import json
+import logging
+import uuid as uuidlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+import redis
+from oslo_config import cfg
+
+from qsched import exception
+from qsched.api import opts
+from qsched.flavors import Constraints, Flavor, check_flavor
+from qsched.ledger import Stores
+from qsched.ledger.base import Instance, State
+from qsched.ledger.flavors import FlavorNotFound, RedisFlavors
+from qsched.message import BootRequest, DeleteRequest
+from qsched.resources import check_uuid
+
+LOG = logging.getLogger(__name__)
+
+MAX_NAME_CHARS = 255
+_DELETE_RACES = 5  # re-reads when an instance moves while it is being deleted
+
+
+class Forbidden(exception.QschedError):
+    msg_fmt = "Policy doesn't allow {action} to be performed."
+
+
+class FlavorRefNotFound(exception.Invalid):
+    """An unknown flavor in a boot request: the request is bad (400), not a missing URL."""
+
+    msg_fmt = "Flavor {flavor} could not be found."
+
+
+class FlavorExtraSpecNotFound(exception.NotFound):
+    msg_fmt = "Flavor {flavor} has no extra specs with key {key}."
+
+
+class MarkerNotFound(exception.Invalid):
+    msg_fmt = "marker [{marker}] not found"
+
+
+class Publisher(Protocol):
+    """What the front door needs of the bus (see :mod:`qsched.bus.base`)."""
+
+    def publish_boot(self, msg: BootRequest) -> None: ...
+
+    def publish_delete(self, host: str, msg: DeleteRequest) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestContext:
+    """Who asks: a user acting in a project, admin or not, and the request id for logs."""
+
+    user_id: str
+    project_id: str
+    is_admin: bool = False
+    request_id: str = dataclasses.field(default_factory=lambda: f"req-{uuidlib.uuid4()}")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _ledger_errors(method: F) -> F:
+    """Turn a lost Redis connection into BackendUnavailable (503), whatever the call."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise exception.BackendUnavailable(backend="Redis", url="ledger", reason=exc) from exc
+
+    return call  # type: ignore[return-value]
+
+
+class ComputeAPI:
+    """Servers and flavors for one cell: ``conf`` (a ConfigOpts), its stores and bus."""
+
+    def __init__(self, conf: cfg.ConfigOpts, stores: Stores, bus: Publisher) -> None:
+        opts.register_opts(conf)
+        self.conf = conf
+        self.stores = stores
+        self.bus = bus
+        self.flavors = RedisFlavors(stores.store)
+        self._timeout_s = conf.scheduler.build_timeout_s
+        self._max_attempts = conf.scheduler.max_attempts
+        self.max_limit: int = conf.api.max_limit  # most items one list call returns
+        self._classes: dict[str, str] = {}  # scheduling class -> definition known published
+
+    # -- servers --
+
+    @_ledger_errors
+    def boot(
+        self,
+        context: RequestContext,
+        name: str,
+        flavor_ref: str | int,
+        image_ref: str = "",
+        availability_zone: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Instance:
+        """Accept one server: quota reserved, recorded BUILD, boot request published.
+
+        :raises FlavorRefNotFound: no such flavor (400).
+        :raises Invalid: a bad name or zone.
+        :raises QuotaExceeded: nothing recorded (403).
+        :raises BackendUnavailable: the ledger is unreachable (503).
+        :raises BusUnavailable: the broker did not confirm (503); the instance
+            is then ended DELETED and its quota returned. Any other failure
+            after the record exists is rolled back the same way, then re-raised.
+        """
+        _check_name("name", name)
+        if availability_zone is not None:
+            _check_name("availability_zone", availability_zone)
+        flavor = self._boot_flavor(flavor_ref)
+        constraints = Constraints(availability_zone=availability_zone or None)
+        request = BootRequest.create(
+            str(uuidlib.uuid4()), context.project_id, context.user_id, flavor, constraints,
+            max_attempts=self._max_attempts, timeout_s=self._timeout_s,
+            request_id=context.request_id,
+        )  # fmt: skip
+        record = _record(request, name, image_ref, availability_zone, metadata)
+        instance = self.stores.instances.create(record, deadline=request.deadline)
+        try:
+            self._publish_class(request.scheduling_class, flavor, constraints)
+            self.bus.publish_boot(request)
+        except Exception as exc:
+            self._roll_back(instance.uuid, exc)
+            raise
+        return instance
+
+    @_ledger_errors
+    def get(self, context: RequestContext, uuid: str) -> Instance:
+        """One server the caller may see; DELETED ones are not found, as in Nova.
+
+        :raises InstanceNotFound: unknown, malformed uuid, deleted, or another
+            project's and the caller is no admin.
+        """
+        try:
+            uuid = check_uuid(uuid, "Instance UUID")
+            instance = self.stores.instances.get(uuid)
+        except exception.InvalidUUID:
+            raise exception.InstanceNotFound(instance=uuid) from None
+        if instance.state == State.DELETED or not _may_see(context, instance):
+            raise exception.InstanceNotFound(instance=uuid)
+        return instance
+
+    @_ledger_errors
+    def list(
+        self,
+        context: RequestContext,
+        project_id: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        marker: str | None = None,
+    ) -> list[Instance]:
+        """A project's servers, newest first: the caller's, or ``project_id``'s for admins.
+
+        Non-admins' ``project_id`` is ignored, as Nova ignores filters they may not use.
+
+        :raises MarkerNotFound: ``marker`` is not among them.
+        :raises Invalid: a negative ``limit``.
+        """
+        if limit is not None and limit < 0:
+            raise exception.Invalid(reason="limit must be an integer >= 0")
+        project = project_id if project_id and context.is_admin else context.project_id
+        found = sorted(
+            self.stores.instances.list_project(project), key=lambda i: (-i.created_at, i.uuid)
+        )
+        if status:
+            found = [i for i in found if i.state.value == status.upper()]
+        if marker:
+            index = next((n for n, i in enumerate(found) if i.uuid == marker), None)
+            if index is None:
+                raise MarkerNotFound(marker=marker)
+            found = found[index + 1 :]
+        return found[: self.page_size(limit)]
+
+    def page_size(self, limit: int | None) -> int:
+        """How many items a list call returns at most for ``limit``."""
+        return self.max_limit if limit is None else min(limit, self.max_limit)
+
+    @_ledger_errors
+    def delete(self, context: RequestContext, uuid: str) -> Instance:
+        """Delete a server; return its record after.
+
+        Not placed (or ended in ERROR): ended DELETED here, quota returned; a queued
+        boot request is dropped by the agent that meets it. Placed on a host whose
+        agent is alive: marked deleting and a delete request published to that host,
+        whose agent destroys it and releases everything. Placed on a host whose
+        agent's heartbeat expired: released here, as Nova does for a down compute.
+
+        :raises InstanceNotFound: as :meth:`get`.
+        :raises BusUnavailable: the broker did not confirm (503); the instance
+            stays deleting and a retried delete publishes again.
+        """
+        instance = self.get(context, uuid)
+        for _ in range(_DELETE_RACES):
+            host = instance.host
+            if host is None or instance.state not in (State.BUILD, State.ACTIVE):
+                return self.stores.instances.delete(instance.uuid)
+            if not self.stores.agents.alive(host):
+                return self._release_locally(instance, host)
+            try:
+                instance = self.stores.instances.mark_deleting(instance.uuid)
+            except exception.InstanceNotWaiting:
+                instance = self.get(context, uuid)  # moved meanwhile: decide again
+                continue
+            if instance.host == host:
+                node = instance.node or host
+                msg = DeleteRequest(context.request_id, instance.uuid, host, node)
+                self.bus.publish_delete(host, msg)
+                return instance
+        raise exception.Conflict(reason=f"instance {uuid} kept changing while being deleted")
+
+    # -- flavors --
+
+    @_ledger_errors
+    def get_flavor(self, flavor_id: str) -> Flavor:
+        """:raises FlavorNotFound:"""
+        return self.flavors.get(flavor_id)
+
+    @_ledger_errors
+    def list_flavors(self) -> builtins.list[Flavor]:
+        """Every flavor, sorted by id."""
+        return self.flavors.list()
+
+    @_ledger_errors
+    def create_flavor(self, context: RequestContext, flavor: Flavor) -> Flavor:
+        """Admin only. A flavor without an id gets a new UUID, as in Nova.
+
+        :raises Forbidden, FlavorExists, Invalid:
+        """
+        _require_admin(context, "os_compute_api:os-flavor-manage:create")
+        if not flavor.id:
+            flavor = dataclasses.replace(flavor, id=str(uuidlib.uuid4()))
+        return self.flavors.create(flavor)
+
+    @_ledger_errors
+    def delete_flavor(self, context: RequestContext, flavor_id: str) -> Flavor:
+        """Admin only; servers keep the copy they were booted with.
+
+        :raises Forbidden, FlavorNotFound:
+        """
+        _require_admin(context, "os_compute_api:os-flavor-manage:delete")
+        return self.flavors.delete(flavor_id)
+
+    @_ledger_errors
+    def set_flavor_extra_specs(
+        self, context: RequestContext, flavor_id: str, specs: Mapping[str, str]
+    ) -> Flavor:
+        """Admin only: add or change extra specs (Nova syntax), checked as a whole.
+
+        :raises Forbidden, FlavorNotFound, Invalid:
+        """
+        _require_admin(context, "os_compute_api:os-flavor-extra-specs:create")
+        return self.flavors.update(
+            flavor_id,
+            lambda f: dataclasses.replace(f, extra_specs={**f.extra_specs, **specs}),
+        )
+
+    @_ledger_errors
+    def delete_flavor_extra_spec(self, context: RequestContext, flavor_id: str, key: str) -> Flavor:
+        """Admin only: remove one extra spec.
+
+        :raises Forbidden, FlavorNotFound, FlavorExtraSpecNotFound:
+        """
+        _require_admin(context, "os_compute_api:os-flavor-extra-specs:delete")
+
+        def drop(flavor: Flavor) -> Flavor:
+            if key not in flavor.extra_specs:
+                raise FlavorExtraSpecNotFound(flavor=flavor_id, key=key)
+            specs = {k: v for k, v in flavor.extra_specs.items() if k != key}
+            return dataclasses.replace(flavor, extra_specs=specs)
+
+        return self.flavors.update(flavor_id, drop)
+
+    @_ledger_errors
+    def seed_flavors(self) -> builtins.list[Flavor]:
+        """Create or update the flavors of ``[api] flavor``; return them.
+
+        :raises Invalid: a malformed option line, or a flavor that does not check.
+        :raises FlavorExists: a configured name is taken by another id.
+        """
+        seeded = flavors_from_config(self.conf.api.flavor, self.conf.api.flavor_extra_spec)
+        for flavor in seeded:
+            if self.flavors.put(flavor):
+                LOG.info("flavor %s (%s) written from configuration", flavor.name, flavor.id)
+        return seeded
+
+    # -- health --
+
+    @_ledger_errors
+    def check_health(self) -> None:
+        """:raises BackendUnavailable: the ledger does not answer."""
+        self.stores.store.client.ping()
+
+    # -- helpers --
+
+    def _boot_flavor(self, flavor_ref: str | int) -> Flavor:
+        # flavorRef is an id or a link ending in one.
+        flavor_id = str(flavor_ref).rstrip("/").rsplit("/", 1)[-1]
+        try:
+            return self.flavors.get(flavor_id)
+        except FlavorNotFound:
+            raise FlavorRefNotFound(flavor=flavor_id) from None
+
+    def _publish_class(self, name: str, flavor: Flavor, constraints: Constraints) -> None:
+        """Tell agents the class exists: one HSETNX per new class (or changed flavor)."""
+        definition = class_definition(flavor, constraints)
+        value = json.dumps(definition, sort_keys=True)
+        if self._classes.get(name) != value:
+            self.stores.agents.add_class(name, definition)
+            self._classes[name] = value
+
+    def _roll_back(self, uuid: str, cause: Exception) -> None:
+        """End an instance that was never published; its quota comes back."""
+        reason = f"{type(cause).__name__}: {cause}"
+        try:
+            self.stores.instances.add_event(uuid, "publish_failed", reason=reason)
+            self.stores.instances.delete(uuid)
+        except Exception:
+            # The deadline reaper ends it in ERROR and returns its quota.
+            LOG.exception("instance %s: rollback failed; the reaper will end it", uuid)
+        else:
+            LOG.warning("instance %s: not published (%s); ended DELETED", uuid, reason)
+
+    def _release_locally(self, instance: Instance, host: str) -> Instance:
+        self.stores.instances.add_event(
+            instance.uuid, "local_delete", host=host, reason="agent heartbeat expired"
+        )
+        LOG.info("instance %s: agent on %s is down; deleted locally", instance.uuid, host)
+        return self.stores.instances.delete(instance.uuid)
+
+
+def _record(
+    request: BootRequest,
+    name: str,
+    image_ref: str,
+    availability_zone: str | None,
+    metadata: Mapping[str, str] | None,
+) -> Instance:
+    """The BUILD record of a boot request; what only the API shows goes in ``extra``."""
+    extra = {
+        "image_ref": image_ref,
+        "availability_zone": availability_zone,
+        "metadata": dict(metadata or {}),
+        "scheduling_class": request.scheduling_class,
+        "request_id": request.request_id,
+    }
+    return Instance(
+        request.instance_uuid, request.project_id, request.user_id, name, request.flavor,
+        State.BUILD, extra=extra,
+    )  # fmt: skip
+
+
+def class_definition(flavor: Flavor, constraints: Constraints) -> dict[str, Any]:
+    """What agents read about a scheduling class (the ``classes`` hash)."""
+    return {
+        "flavor": flavor.to_dict(),
+        "constraints": {
+            "availability_zone": constraints.availability_zone,
+            "required_traits": sorted(constraints.required_traits),
+            "forbidden_traits": sorted(constraints.forbidden_traits),
+            "member_of": sorted(constraints.member_of),
+        },
+    }
+
+
+def flavors_from_config(lines: Sequence[str], spec_lines: Sequence[str] = ()) -> list[Flavor]:
+    """Parse ``[api] flavor`` (name:vcpus:ram_mb[:disk_gb[:id]]) and ``flavor_extra_spec``.
+
+    :raises Invalid: naming the line that is wrong.
+    """
+    specs: dict[str, dict[str, str]] = {}
+    for line in spec_lines:
+        name, sep, spec = line.strip().partition(":")
+        key, eq, value = spec.partition("=")
+        if not (sep and eq and name and key.strip()):
+            raise exception.Invalid(
+                reason=f"[api] flavor_extra_spec {line!r}: use <flavor name>:<key>=<value>"
+            )
+        specs.setdefault(name, {})[key.strip()] = value.strip()
+    flavors = [_config_flavor(line, specs) for line in lines]
+    unknown = set(specs) - {f.name for f in flavors}
+    if unknown:
+        raise exception.Invalid(
+            reason=f"[api] flavor_extra_spec names unconfigured flavors: {sorted(unknown)}"
+        )
+    return flavors
+
+
+def _config_flavor(line: str, specs: Mapping[str, Mapping[str, str]]) -> Flavor:
+    fields = [f.strip() for f in line.strip().split(":")]
+    try:
+        if not 3 <= len(fields) <= 5:
+            raise ValueError(line)
+        name, vcpus, ram_mb = fields[0], int(fields[1]), int(fields[2])
+        disk_gb = int(fields[3]) if len(fields) > 3 and fields[3] else 0
+    except ValueError:
+        raise exception.Invalid(
+            reason=f"[api] flavor {line!r}: use name:vcpus:ram_mb[:disk_gb[:id]]"
+        ) from None
+    flavor_id = fields[4] if len(fields) > 4 and fields[4] else name
+    flavor = Flavor(name, vcpus, ram_mb, disk_gb, flavor_id, dict(specs.get(name, {})))
+    try:
+        return check_flavor(flavor)
+    except exception.Invalid as exc:
+        raise exception.Invalid(reason=f"[api] flavor {line!r}: {exc}") from None
+
+
+def _check_name(field: str, value: object) -> None:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME_CHARS:
+        raise exception.Invalid(
+            reason=f"{field} must be a string of 1 to {MAX_NAME_CHARS} characters"
+        )
+
+
+def _may_see(context: RequestContext, instance: Instance) -> bool:
+    return context.is_admin or instance.project_id == context.project_id
+
+
+def _require_admin(context: RequestContext, action: str) -> None:
+    if not context.is_admin:
+        raise Forbidden(action=action)
