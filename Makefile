@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 demo: $(STAMP)
-	$(BIN)/qsched-ledger-bench --demo
+	$(BIN)/qsched-demo $(DEMO_ARGS)
 
 bench-ledger: $(STAMP)
 	$(BIN)/qsched-ledger-bench $(BENCH_ARGS)

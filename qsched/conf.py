@@ -73,6 +73,68 @@ ledger_opts = [
     ),
 ]
 
+bus_opts = [
+    cfg.StrOpt(
+        "prefix",
+        default="qsched",
+        help="Exchange and queue name prefix: <prefix>.boot.<class>, <prefix>.host.<host>, "
+        "<prefix>.dead.",
+    ),
+    cfg.FloatOpt(
+        "connect_timeout_s",
+        default=5.0,
+        min=0.1,
+        help="Broker connect timeout; a publish fails (the API answers 503) after about "
+        "twice this.",
+    ),
+    cfg.FloatOpt(
+        "confirm_timeout_s",
+        default=5.0,
+        min=0.1,
+        help="How long a publish waits for the broker's confirm (also the Redis socket timeout).",
+    ),
+    cfg.IntOpt("heartbeat_s", default=30, min=0, help="AMQP heartbeat of agent consumers; 0: off."),
+    cfg.IntOpt(
+        "delivery_limit",
+        default=20,
+        min=1,
+        help="RabbitMQ boot queues: deliveries without an ack before a message is "
+        "dead-lettered. Fixed when a queue is created; change it later with a policy.",
+    ),
+    cfg.FloatOpt(
+        "visibility_timeout_s",
+        default=3600.0,
+        min=1.0,
+        help="kombu Redis transport: a message held unacked this long is delivered again, "
+        "even to a live consumer. Keep it far above any hold.",
+    ),
+    cfg.FloatOpt(
+        "poll_interval_s",
+        default=0.1,
+        min=0.01,
+        help="How often a consumer applies class changes and settles from other threads.",
+    ),
+    cfg.FloatOpt(
+        "settle_timeout_s",
+        default=30.0,
+        min=0.1,
+        help="How long an ack, requeue or reject from another thread waits for the "
+        "consumer thread.",
+    ),
+    cfg.FloatOpt(
+        "reconnect_max_delay_s",
+        default=5.0,
+        min=0.1,
+        help="Upper bound of the consumer reconnect backoff.",
+    ),
+    cfg.IntOpt(
+        "publisher_pool_size",
+        default=8,
+        min=0,
+        help="Idle publishing connections kept per process.",
+    ),
+]
+
 quota_opts = [
     cfg.IntOpt("instances", default=10, min=-1, help="Instances per project; -1: no limit."),
     cfg.IntOpt("cores", default=20, min=-1, help="VCPUs per project; -1: no limit."),
@@ -88,10 +150,16 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 
 def list_opts() -> list[tuple[str | None, list[Any]]]:
     """The options by section, for oslo-config-generator and :func:`register_opts`."""
+    from agents import opts as agent_opts  # the agent's section lives with the agent
+    from qsched.api import opts as api_opts
+
     return [
         (None, default_opts),
+        ("bus", bus_opts),
         ("ledger", ledger_opts),
         ("quota", quota_opts),
+        *api_opts.list_opts(),
+        *agent_opts.list_opts(),
     ]
 
 

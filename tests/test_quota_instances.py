@@ -132,6 +132,16 @@ class TestInstances:
         assert stores.ledger.get_provider(rp).usages == {"VCPU": 0}
         stores.ledger.claim(inst, {rp: {"VCPU": 2}}, "h2", "n2")
 
+    def test_requeue_of_an_instance_being_deleted_ends_it(self, stores: Stores) -> None:
+        rp = provider(stores)
+        inst = stores.instances.create(new_instance(), deadline=1e12).uuid
+        stores.ledger.claim(inst, {rp: {"VCPU": 2}}, "h1", "n1")
+        stores.instances.mark_deleting(inst)
+        after = stores.instances.requeue(inst, "h1", "spawn failed")
+        assert after.state == State.DELETED and after.host == "h1"
+        assert stores.quota.get_usage("p1") == Usage(0, 0, 0)
+        assert audit(stores).ok
+
     def test_requeue_of_an_unclaimed_instance(self, stores: Stores) -> None:
         inst = stores.instances.create(new_instance(), deadline=1e12).uuid
         after = stores.instances.requeue(inst, "h1", "no room")

@@ -130,6 +130,7 @@ class Instance:
     created_at: float = 0.0
     updated_at: float = 0.0
     deadline: float | None = None
+    launched_at: float | None = None  # when it went ACTIVE
     quota: Usage | None = None  # what it holds against its project's quota, if anything
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -331,7 +332,8 @@ class InstanceStore(abc.ABC):
     def requeue(self, uuid: str, host: str | None, reason: str) -> Instance:
         """Count one attempt and put the instance back to waiting (no host).
 
-        Releases any allocation the instance holds. Returns the record after.
+        Releases any allocation the instance holds. An instance marked deleting
+        ends DELETED instead, with its quota returned. Returns the record after.
         """
 
     @abc.abstractmethod

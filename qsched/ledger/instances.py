@@ -136,6 +136,7 @@ def _instance(fields: dict[str, str]) -> Instance:
         created_at=float(fields.get("created_at", 0)),
         updated_at=float(fields.get("updated_at", 0)),
         deadline=float(fields["deadline"]) if fields.get("deadline") else None,
+        launched_at=float(fields["launched_at"]) if fields.get("launched_at") else None,
         quota=quota,
         extra=json.loads(fields.get("extra") or "{}"),
     )

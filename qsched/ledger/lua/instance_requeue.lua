@@ -1,15 +1,27 @@
 -- Count an attempt and put a BUILD instance back to waiting, releasing any claim.
+-- An instance marked deleting meanwhile ends DELETED instead (quota returned), so
+-- a delete that raced with a failed spawn is never lost.
 -- KEYS[1]  the instance key
 -- ARGV     prefix, uuid, host ("" = any), reason, now, max_events
 local uuid, host, reason, now, max_events = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local ikey = P .. "inst:" .. uuid
-local inst = redis.call("HMGET", ikey, "state", "host")
+local inst = redis.call("HMGET", ikey, "state", "host", "task_state", "project_id")
 if not inst[1] then return fail("instance_not_found", {instance = uuid}) end
 local claimed_by = inst[2] or ""
 if inst[1] ~= "BUILD" or (host ~= "" and claimed_by ~= "" and claimed_by ~= host) then
     return fail("not_waiting", {instance = uuid, state = inst[1], host = claimed_by})
 end
 drop_allocations(uuid)
+if inst[3] == "deleting" then
+    release_quota(inst[4], uuid)
+    redis.call("HSET", ikey, "state", "DELETED", "task_state", "", "updated_at", now,
+               "deleted_at", now)
+    redis.call("HDEL", ikey, "quota")
+    redis.call("SREM", P .. "project:" .. inst[4] .. ":instances", uuid)
+    redis.call("ZREM", P .. "deadlines", uuid)
+    add_event(uuid, now, "deleted", host, nil, {reason = reason}, max_events)
+    return reply({attempts = -1})
+end
 local attempts = redis.call("HINCRBY", ikey, "attempts", 1)
 redis.call("HSET", ikey, "host", "", "node", "", "task_state", "scheduling",
            "updated_at", now)

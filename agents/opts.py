@@ -1,0 +1,93 @@
+"""Options of the compute agent: the [agent] section."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from oslo_config import cfg
+
+agent_opts = [
+    cfg.StrOpt(
+        "host",
+        default=socket.gethostname(),
+        sample_default="<hostname>",
+        help="Name of this compute service: its queue is <prefix>.host.<host>, its nodes "
+        "are named <host>-<n>. Unique per agent.",
+    ),
+    cfg.IntOpt(
+        "node_count",
+        default=1,
+        min=1,
+        help="Nodes this agent drives. One for a hypervisor; thousands to simulate a "
+        "large cloud with the fake driver.",
+    ),
+    cfg.IntOpt("node_vcpus", default=32, min=1, help="VCPUs of each fake node."),
+    cfg.IntOpt("node_ram_mb", default=131072, min=1, help="MiB of RAM of each fake node."),
+    cfg.IntOpt("node_disk_gb", default=1000, min=0, help="GiB of disk of each fake node."),
+    cfg.ListOpt("node_traits", default=[], help="Traits of every node, e.g. HW_CPU_X86_AVX2."),
+    cfg.StrOpt(
+        "availability_zone",
+        default="nova",
+        help="Availability zone of this agent's nodes (Nova's default zone is 'nova').",
+    ),
+    cfg.ListOpt(
+        "aggregates", default=[], help="Aggregate UUIDs the nodes of this agent belong to."
+    ),
+    cfg.FloatOpt("spawn_delay_s", default=0.0, min=0.0, help="Fake driver: seconds per spawn."),
+    cfg.FloatOpt(
+        "spawn_failure_rate",
+        default=0.0,
+        min=0.0,
+        max=1.0,
+        help="Fake driver: share of spawns that fail (they are rescheduled).",
+    ),
+    cfg.IntOpt("seed", default=0, help="Fake driver: seed of the failure draws."),
+    cfg.StrOpt(
+        "placement_policy",
+        default="pack",
+        choices=[
+            ("pack", "fill the most used node that still fits first (less fragmentation)"),
+            ("spread", "use the least used node first"),
+        ],
+        help="Which of its nodes the agent picks for a request.",
+    ),
+    cfg.IntOpt(
+        "spawn_workers",
+        default=8,
+        min=1,
+        help="Spawns in flight at once. The consumer claims and acks, then hands the spawn "
+        "to these workers and takes the next request.",
+    ),
+    cfg.FloatOpt("heartbeat_interval_s", default=2.0, min=0.1, help="Seconds between heartbeats."),
+    cfg.FloatOpt(
+        "heartbeat_ttl_s",
+        default=10.0,
+        min=0.5,
+        help="A heartbeat older than this marks the agent down: the API then releases "
+        "deleted instances locally, as Nova does for a down compute.",
+    ),
+    cfg.FloatOpt(
+        "class_poll_interval_s",
+        default=1.0,
+        min=0.05,
+        help="Seconds between reads of the live scheduling classes (one small hash).",
+    ),
+    cfg.FloatOpt(
+        "reap_interval_s",
+        default=5.0,
+        min=0.0,
+        help="Seconds between runs of the deadline reaper in this agent; 0 turns it off. "
+        "Running it in several services is safe.",
+    ),
+    cfg.FloatOpt(
+        "shutdown_timeout_s",
+        default=30.0,
+        min=0.0,
+        help="On SIGTERM, how long to wait for spawns in flight before exiting.",
+    ),
+]
+
+
+def list_opts() -> list[tuple[str, list[Any]]]:
+    return [("agent", agent_opts)]

@@ -1,0 +1,373 @@
+"""The compute agent: pull boot requests for classes its nodes fit, claim, spawn.
+
+One agent drives one node or many. It consumes only the scheduling classes that
+at least one of its nodes can fit right now (its :class:`~agents.nodes.NodeIndex`
+says which, and which node to pick, without scanning nodes), plus its own host
+queue for deletes. Per boot request it:
+
+1. decodes it (undecodable: dead letter with the reason, go on);
+2. drops it if the instance was deleted or placed meanwhile, and ends it in
+   NoValidHost if its deadline has passed;
+3. picks a node and claims in the ledger (client-driven retries on conflicts);
+   when no node has room it records why in the instance history, stops
+   consuming the class, and republishes the request at the tail of the queue;
+4. acks, and hands the spawn to a worker: ACTIVE on success; on failure the claim
+   is released and the request rescheduled until ``max_attempts``.
+
+A request is acked only once its claim is in the ledger, so a crash before that
+gives it back to the broker; the claim is idempotent per instance, so the
+redelivery cannot place twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from agents.fit import Refusal, Request, fit_request
+from agents.nodes import NodeIndex, Pick
+from agents.registration import read_node, register_node
+from agents.virt.base import SpawnFailed, VirtDriver
+from qsched import exception, message
+from qsched.bus.base import Bus, Consumer, Delivery
+from qsched.flavors import Constraints, Flavor
+from qsched.ledger import Stores, retry
+from qsched.ledger.base import Allocations, State
+from qsched.reaper import Periodic, fail_no_valid_host, reap_expired
+
+LOG = logging.getLogger(__name__)
+
+#: How many nodes one request may try after the ledger refused the first pick.
+MAX_PICKS = 3
+
+
+@dataclasses.dataclass
+class _Build:
+    """A claimed instance whose spawn is in flight."""
+
+    request: message.BootRequest
+    pick: Pick
+
+
+class ComputeAgent:
+    def __init__(self, conf: Any, stores: Stores, bus: Bus, driver: VirtDriver) -> None:
+        self.conf = conf
+        self.opts = conf.agent
+        self.host: str = conf.agent.host
+        self.stores = stores
+        self.bus = bus
+        self.driver = driver
+        self.index = NodeIndex(policy=conf.agent.placement_policy, on_change=self._on_change)
+        self.consumer: Consumer | None = None
+        self._builds: dict[str, _Build] = {}
+        self._lock = threading.Lock()
+        self._spawner = ThreadPoolExecutor(conf.agent.spawn_workers, f"spawn-{self.host}")
+        self._periodic: list[Periodic] = []
+        self._stopped = threading.Event()
+        self.counters: Counter[str] = Counter()
+        self._sample_node: str | None = None  # where refusals are explained
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    def start(self, ready_timeout_s: float = 30.0) -> None:
+        """Register the nodes, learn the classes, start consuming and heartbeating."""
+        for node in self.driver.nodes():
+            view = register_node(
+                self.stores.ledger, node, self.opts.availability_zone, self.opts.aggregates
+            )
+            self.index.add_node(view)
+            self._sample_node = self._sample_node or view.name
+        self.sync_classes()
+        self.heartbeat()
+        self.consumer = self.bus.consumer(self.host, self.on_message, self.index.fittable())
+        self.consumer.start()
+        if not self.consumer.wait_ready(ready_timeout_s):
+            LOG.warning("agent %s: bus not ready after %.0fs; it keeps trying", self.host,
+                        ready_timeout_s)  # fmt: skip
+        self._start_periodic()
+        LOG.info("agent %s: %d nodes, consuming %s", self.host, len(self.index),
+                 sorted(self.index.fittable()) or "nothing yet")  # fmt: skip
+
+    def _start_periodic(self) -> None:
+        tasks: list[tuple[str, float, Callable[[], object]]] = [
+            ("heartbeat", self.opts.heartbeat_interval_s, self.heartbeat),
+            ("classes", self.opts.class_poll_interval_s, self.sync_classes),
+        ]
+        if self.opts.reap_interval_s:
+            tasks.append(("reaper", self.opts.reap_interval_s, lambda: reap_expired(self.stores)))
+        for name, interval_s, fn in tasks:
+            task = Periodic(f"{name}-{self.host}", interval_s, fn)
+            task.start()
+            self._periodic.append(task)
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop taking requests, let spawns in flight finish, say goodbye. Idempotent.
+
+        Deliveries not yet settled go back to the broker unacked.
+        """
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        timeout_s = self.opts.shutdown_timeout_s if timeout_s is None else timeout_s
+        if self.consumer is not None:
+            self.consumer.stop(timeout_s)
+        for task in self._periodic:
+            task.stop()
+        self._spawner.shutdown(wait=True, cancel_futures=False)
+        try:
+            self.stores.agents.forget(self.host)
+        except exception.QschedError:
+            LOG.warning("agent %s: could not clear its heartbeat", self.host)
+
+    def heartbeat(self) -> None:
+        consumer = self.consumer
+        classes = sorted(consumer.classes) if consumer is not None else []
+        self.stores.agents.heartbeat(
+            self.host,
+            self.opts.heartbeat_ttl_s,
+            nodes=len(self.index),
+            classes=classes,
+            building=len(self._builds),
+            counters=dict(self.counters),
+        )
+
+    def sync_classes(self) -> None:
+        """Learn the live classes from the ledger: O(number of classes)."""
+        known = self.index.classes()
+        for name, definition in self.stores.agents.classes().items():
+            if name not in known:
+                self._learn_class(name, definition)
+
+    def _learn_class(self, name: str, definition: dict[str, Any]) -> None:
+        try:
+            flavor = Flavor.from_dict(definition["flavor"])
+            constraints = Constraints(**_constraints(definition.get("constraints") or {}))
+            self.index.add_request(name, Request.from_flavor(flavor, constraints))
+        except (exception.Invalid, KeyError, TypeError) as exc:
+            LOG.error("agent %s: ignoring class %s with a bad definition: %s", self.host, name,
+                      exc)  # fmt: skip
+
+    def _on_change(self, name: str, fittable: bool) -> None:
+        consumer = self.consumer
+        if consumer is None:
+            return  # before start: the consumer is built with index.fittable()
+        if fittable:
+            consumer.add_class(name)
+        else:
+            consumer.remove_class(name)
+
+    # -- messages -----------------------------------------------------------------------
+
+    def on_message(self, body: bytes, delivery: Delivery) -> None:
+        """The consumer callback: settle every delivery exactly once."""
+        try:
+            msg = message.decode(body)
+        except message.PoisonMessage as exc:
+            self.counters["poison"] += 1
+            LOG.warning("agent %s: dead-lettering a message from %s: %s", self.host,
+                        delivery.queue, exc)  # fmt: skip
+            delivery.reject(str(exc))
+            return
+        if isinstance(msg, message.DeleteRequest):
+            self.delete(msg, delivery)
+        else:
+            self.boot(msg, delivery)
+
+    def boot(self, msg: message.BootRequest, delivery: Delivery) -> None:
+        uuid = msg.instance_uuid
+        if not self._still_waiting(msg):
+            self.counters["dropped"] += 1
+            delivery.ack()
+            return
+        if msg.expired():
+            fail_no_valid_host(self.stores, uuid, "deadline")
+            delivery.ack()
+            return
+        try:
+            self._ensure_class(msg)
+        except exception.Invalid as exc:
+            self._fail_bad_request(msg, delivery, exc)
+            return
+        placed = self._place(msg)
+        if isinstance(placed, Refusal):
+            self._refuse(msg, delivery, placed)
+            return
+        if placed is not None:
+            delivery.ack()
+            self._spawner.submit(self._spawn, uuid)
+            return
+        delivery.ack()  # nothing to place any more (deleted, or placed by someone else)
+
+    def _still_waiting(self, msg: message.BootRequest) -> bool:
+        with self._lock:
+            if msg.instance_uuid in self._builds:
+                return False  # a redelivery while our spawn is in flight
+        try:
+            inst = self.stores.instances.get(msg.instance_uuid)
+        except exception.InstanceNotFound:
+            return False
+        return inst.state == State.BUILD and inst.host in (None, self.host)
+
+    def _ensure_class(self, msg: message.BootRequest) -> None:
+        if msg.scheduling_class not in self.index.classes():
+            flavor = msg.to_flavor()
+            self.index.add_request(
+                msg.scheduling_class, Request.from_flavor(flavor, msg.constraints())
+            )
+
+    def _place(self, msg: message.BootRequest) -> Pick | Refusal | None:
+        """Claim a node; the pick, why nothing fits, or None if it needs no placing."""
+        for _ in range(MAX_PICKS):
+            pick = self.index.pick(msg.scheduling_class)
+            if pick is None:
+                return self._why_not(msg)
+            try:
+                result = retry.claim(
+                    self.stores.ledger, msg.instance_uuid, pick.allocations, self.host,
+                    pick.node, max_retries=self.conf.ledger.max_conflict_retries,
+                    on_conflict=functools.partial(self._note_conflict, msg, pick),
+                )  # fmt: skip
+            except exception.CapacityExceeded as exc:
+                self._note_conflict(msg, pick, exc)
+                fresh = read_node(self.stores.ledger, self.index.node(pick.node))
+                self.index.refresh(pick.node, fresh)
+                continue
+            except (exception.InstanceNotWaiting, exception.InstanceNotFound):
+                return None
+            # ``already``: a redelivery after a restart; the index read the claim from the ledger
+            self._hold(msg, pick, account=not result.already)
+            return pick
+        return self._why_not(msg)
+
+    def _hold(self, msg: message.BootRequest, pick: Pick, account: bool) -> None:
+        with self._lock:
+            self._builds[msg.instance_uuid] = _Build(msg, pick)
+        if account:
+            self.index.claim(pick.node, pick.allocations)
+        self.counters["claimed"] += 1
+
+    def _note_conflict(self, msg: message.BootRequest, pick: Pick, exc: Exception) -> None:
+        self.counters["conflicts"] += 1
+        self.stores.instances.add_event(
+            msg.instance_uuid, "conflict", host=self.host, node=pick.node,
+            reason=str(exc), retried=True,
+        )  # fmt: skip
+
+    def _why_not(self, msg: message.BootRequest) -> Refusal | None:
+        """Why no node fits, told on one node: exact for one node, a sample for many."""
+        if self._sample_node is None:
+            return None
+        node = self.index.node(self._sample_node)
+        result = fit_request(node, self.index.request(msg.scheduling_class))
+        return result if isinstance(result, Refusal) else None
+
+    def _refuse(self, msg: message.BootRequest, delivery: Delivery, why: Refusal | None) -> None:
+        reason = str(why) if why is not None else "no node of this agent fits the request"
+        self.counters["refused"] += 1
+        self.stores.instances.add_event(
+            msg.instance_uuid, "refused", host=self.host, node=why.node if why else None,
+            reason=reason, kind=why.kind.value if why else "none", nodes=len(self.index),
+        )  # fmt: skip
+        delivery.requeue(msg.refused_by(self.host).encode())
+
+    def _fail_bad_request(
+        self, msg: message.BootRequest, delivery: Delivery, exc: exception.Invalid
+    ) -> None:
+        """A decodable request with an invalid flavor: end it, and keep it for admins."""
+        self.stores.instances.set_error(
+            msg.instance_uuid, "Invalid boot request.", {"reason": str(exc)}
+        )
+        delivery.reject(f"invalid flavor in boot request: {exc}")
+
+    # -- spawning -----------------------------------------------------------------------
+
+    def _spawn(self, uuid: str) -> None:
+        build = self._builds[uuid]
+        msg, pick = build.request, build.pick
+        try:
+            self.driver.spawn(uuid, pick.node, msg.to_flavor())
+        except SpawnFailed as exc:
+            self._reschedule(build, str(exc))
+            return
+        except Exception as exc:  # a driver bug must not leak the claim
+            LOG.exception("agent %s: spawn of %s crashed", self.host, uuid)
+            self._reschedule(build, f"spawn crashed: {exc}")
+            return
+        try:
+            self.stores.instances.set_active(uuid, self.host, pick.node)
+            self.counters["active"] += 1
+        except (exception.InstanceNotWaiting, exception.InstanceNotFound):
+            # deleted (or ended by its deadline) while spawning: its claim is gone
+            self.driver.destroy(uuid, pick.node)
+            self._forget(uuid, release=False)
+            return
+        self._forget(uuid, release=False)
+
+    def _reschedule(self, build: _Build, reason: str) -> None:
+        msg = build.request
+        uuid = msg.instance_uuid
+        self.counters["spawn_failed"] += 1
+        try:
+            inst = self.stores.instances.requeue(uuid, self.host, reason)
+        except (exception.InstanceNotWaiting, exception.InstanceNotFound):
+            self._forget(uuid, release=False)
+            return
+        self._forget(uuid, release=True)
+        if inst.state != State.BUILD:
+            return  # it was being deleted: the ledger ended it
+        if inst.attempts >= msg.max_attempts:
+            fail_no_valid_host(self.stores, uuid, "max_attempts")
+            return
+        try:
+            self.bus.publish_boot(msg.next_attempt(self.host))
+        except exception.BackendUnavailable:
+            LOG.error("agent %s: could not reschedule %s; its deadline will end it", self.host,
+                      uuid)  # fmt: skip
+
+    def _forget(self, uuid: str, release: bool) -> None:
+        with self._lock:
+            build = self._builds.pop(uuid, None)
+        if build is not None and release:
+            self.index.release(build.pick.node, build.pick.allocations)
+
+    # -- deletes ------------------------------------------------------------------------
+
+    def delete(self, msg: message.DeleteRequest, delivery: Delivery) -> None:
+        """Destroy an instance of this host, then release its claim and quota."""
+        uuid = msg.instance_uuid
+        allocations: Allocations = self.stores.ledger.get_allocations(uuid).allocations
+        if msg.node in self.index:
+            self.driver.destroy(uuid, msg.node)
+        with contextlib.suppress(exception.InstanceNotFound):
+            self.stores.instances.delete(uuid)
+        if allocations and msg.node in self.index:
+            self.index.release(msg.node, allocations)
+        self.counters["deleted"] += 1
+        delivery.ack()
+
+
+def _constraints(raw: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "availability_zone": raw.get("availability_zone"),
+        "required_traits": frozenset(raw.get("required_traits") or ()),
+        "forbidden_traits": frozenset(raw.get("forbidden_traits") or ()),
+        "member_of": frozenset(raw.get("member_of") or ()),
+    }
+
+
+def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.01) -> bool:
+    """Poll ``predicate`` until true or timed out (for tests and the demo)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval_s)
+    return True

@@ -1,0 +1,109 @@
+"""The whole of qsched in one process: the embedded default (memory bus, fakeredis).
+
+The API serves on a local port with a threaded WSGI server, agents drive fake
+nodes in threads, and the deadline reaper runs in the API's process, as it
+does in ``qsched-api``. Used by ``qsched-demo`` and the end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import uuid
+from typing import Any
+
+from oslo_config import cfg
+
+from agents.service import ComputeAgent
+from agents.virt.fake import FakeDriver, FakeNodeSpec
+from qsched import conf as qconf
+from qsched.api import app as api_app
+from qsched.bus.kombu import KombuBus
+from qsched.cmd.api import ThreadingWSGIServer, make_server
+from qsched.ledger import Stores, open_stores
+from qsched.reaper import Periodic, reap_expired
+
+DEMO_FLAVORS = (
+    "m1.tiny:1:512:1",
+    "m1.small:1:2048:20",
+    "m1.medium:2:4096:40",
+    "m1.large:4:8192:80",
+)
+
+
+def embedded_conf(**overrides: Any) -> cfg.ConfigOpts:
+    """Options for an in-process stack with its own fakeredis server and bus prefix."""
+    conf = qconf.load()
+    run = uuid.uuid4().hex[:8]
+    conf.set_override("transport_url", "memory://")
+    conf.set_override("url", f"fakeredis://embedded-{run}", group="ledger")
+    conf.set_override("prefix", f"qsched-{run}", group="bus")
+    conf.set_override("flavor", list(DEMO_FLAVORS), group="api")
+    for name, (group, value) in overrides.items():
+        conf.set_override(name, value, group=group)
+    return conf
+
+
+@dataclasses.dataclass
+class Stack:
+    conf: cfg.ConfigOpts
+    stores: Stores
+    bus: KombuBus
+    server: ThreadingWSGIServer
+    agents: list[ComputeAgent]
+    reaper: Periodic
+    thread: threading.Thread
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}"
+
+    @property
+    def providers(self) -> int:
+        return sum(len(agent.index) for agent in self.agents)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.reaper.stop()
+        for agent in self.agents:
+            agent.stop(timeout_s=10)
+        self.bus.close()
+
+
+def start_stack(
+    conf: cfg.ConfigOpts,
+    hosts: int,
+    agents: int,
+    node_spec: FakeNodeSpec,
+    port: int = 0,
+    spawn_delay_s: float = 0.0,
+    failure_rate: float = 0.0,
+) -> Stack:
+    """Start the API on 127.0.0.1:``port`` and ``agents`` agents sharing ``hosts`` nodes."""
+    stores = open_stores(conf)
+    bus = KombuBus.from_conf(conf)
+    app = api_app.create_app(conf, stores, bus)
+    server = make_server(app, "127.0.0.1", port)
+    thread = threading.Thread(target=server.serve_forever, name="qsched-api", daemon=True)
+    thread.start()
+    conf.set_override("reap_interval_s", 0, group="agent")  # one reaper, below
+    running = []
+    for i, count in enumerate(_split(hosts, agents)):
+        driver = FakeDriver(
+            count, node_spec, host=f"cn{i}", spawn_delay_s=spawn_delay_s,
+            failure_rate=failure_rate, seed=i,
+        )  # fmt: skip
+        conf.set_override("host", f"cn{i}", group="agent")
+        agent = ComputeAgent(conf, stores, bus, driver)
+        agent.start()
+        running.append(agent)
+    reaper = Periodic("reaper", 1.0, lambda: reap_expired(stores))
+    reaper.start()
+    return Stack(conf, stores, bus, server, running, reaper, thread)
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """``total`` nodes over ``parts`` agents, as even as can be, none empty."""
+    parts = max(1, min(parts, total))
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]

@@ -1,0 +1,187 @@
+"""The compute agent end to end in one process: memory bus, fakeredis ledger."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from agents.service import ComputeAgent, wait_until
+from agents.virt.fake import FakeDriver, FakeNodeSpec
+from qsched.bus.kombu import KombuBus
+from qsched.compute import ComputeAPI, RequestContext
+from qsched.flavors import Flavor
+from qsched.ledger import Stores
+from qsched.ledger.audit import audit
+from qsched.ledger.base import State, Usage
+from qsched.message import BootRequest
+from qsched.reaper import NO_VALID_HOST, reap_expired
+
+USER = RequestContext("u1", "p1")
+
+
+@pytest.fixture
+def bus() -> Iterator[KombuBus]:
+    bus = KombuBus("memory://", prefix=f"t{uuid.uuid4().hex[:10]}")
+    yield bus
+    bus.close()
+
+
+@pytest.fixture
+def api(conf, stores: Stores, bus: KombuBus) -> ComputeAPI:
+    conf.set_override("build_timeout_s", 30, group="scheduler")
+    compute = ComputeAPI(conf, stores, bus)
+    for flavor in (Flavor("small", 1, 1024, 0), Flavor("big", 8, 8192, 0)):
+        compute.flavors.create(flavor)
+    stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
+    return compute
+
+
+def make_agent(conf, stores, bus, host, nodes=2, vcpus=4, ram_mb=4096, **driver) -> ComputeAgent:
+    conf.set_override("host", host, group="agent")
+    conf.set_override("heartbeat_interval_s", 0.2, group="agent")
+    conf.set_override("class_poll_interval_s", 0.05, group="agent")
+    spec = FakeNodeSpec(vcpus=vcpus, ram_mb=ram_mb, disk_gb=0)
+    agent = ComputeAgent(conf, stores, bus, FakeDriver(nodes, spec, host=host, **driver))
+    agent.start(ready_timeout_s=5)
+    return agent
+
+
+@pytest.fixture
+def agents() -> Iterator[list[ComputeAgent]]:
+    running: list[ComputeAgent] = []
+    yield running
+    for agent in running:
+        agent.stop(timeout_s=5)
+
+
+def settled(stores: Stores, uuids: list[str]) -> bool:
+    return all(stores.instances.get(u).state != State.BUILD for u in uuids)
+
+
+def test_boots_reach_active_without_overcommit(conf, stores, bus, api, agents) -> None:
+    agents += [make_agent(conf, stores, bus, f"cn{i}") for i in range(2)]
+    uuids = [api.boot(USER, f"vm{i}", "small").uuid for i in range(14)]
+    assert wait_until(lambda: settled(stores, uuids), timeout_s=20)
+    states = [stores.instances.get(u) for u in uuids]
+    assert {s.state for s in states} == {State.ACTIVE}
+    assert {s.host for s in states} == {"cn0", "cn1"}
+    report = audit(stores)
+    assert report.ok and not report.overcommitted, report.to_dict()
+
+
+class RecordingDelivery:
+    """A delivery handed straight to the agent: records how it was settled."""
+
+    queue = "qsched.boot.small"
+    routing_key = "boot.small"
+    redelivered = False
+    headers: dict = {}
+
+    def __init__(self) -> None:
+        self.settled: list[tuple[str, object]] = []
+
+    def ack(self) -> None:
+        self.settled.append(("ack", None))
+
+    def requeue(self, new_body: bytes) -> None:
+        self.settled.append(("requeue", BootRequest.decode(new_body)))
+
+    def reject(self, reason: str) -> None:
+        self.settled.append(("reject", reason))
+
+
+def test_full_cloud_stops_consuming_and_the_deadline_ends_it(
+    conf, stores, bus, api, agents
+) -> None:
+    agents.append(make_agent(conf, stores, bus, "cn0", nodes=1, vcpus=2))
+    placed = [api.boot(USER, f"vm{i}", "small").uuid for i in range(2)]
+    assert wait_until(lambda: settled(stores, placed), timeout_s=10)
+    assert wait_until(lambda: "small" not in agents[0].consumer.classes, timeout_s=5)
+    late = api.boot(USER, "late", "small").uuid  # waits in the queue: nobody spins on it
+    assert stores.instances.get(late).state == State.BUILD
+    assert reap_expired(stores, now=stores.instances.get(late).deadline + 1) == 1
+    failed = stores.instances.get(late)
+    assert failed.state == State.ERROR and failed.fault["message"] == NO_VALID_HOST
+    assert stores.quota.get_usage("p1") == Usage(2, 2, 2048)
+
+
+def test_a_request_that_no_longer_fits_is_refused_and_requeued(
+    conf, stores, bus, api, agents
+) -> None:
+    agents.append(make_agent(conf, stores, bus, "cn0", nodes=1, vcpus=2))
+    placed = [api.boot(USER, f"vm{i}", "small").uuid for i in range(2)]
+    assert wait_until(lambda: settled(stores, placed), timeout_s=10)
+    late = api.boot(USER, "late", "small").uuid
+    msg = BootRequest.create(late, "p1", "u1", Flavor("small", 1, 1024, 0))
+    delivery = RecordingDelivery()  # as if it arrived before the queue was cancelled
+    agents[0].on_message(msg.encode(), delivery)
+    ((how, requeued),) = delivery.settled
+    assert how == "requeue" and requeued.tried_hosts == ("cn0",)
+    assert requeued.attempt == msg.attempt  # a refusal is not an attempt
+    (refusal,) = [e for e in stores.instances.events(late) if e.event == "refused"]
+    assert refusal.host == "cn0"
+    assert refusal.detail["reason"] == "not enough VCPU on cn0-0: 0 free of 1 needed"
+    assert refusal.detail["kind"] == "capacity"
+
+
+def test_room_again_resumes_consuming(conf, stores, bus, api, agents) -> None:
+    agents.append(make_agent(conf, stores, bus, "cn0", nodes=1, vcpus=1))
+    first = api.boot(USER, "first", "small").uuid
+    assert wait_until(lambda: settled(stores, [first]), timeout_s=10)
+    waiting = api.boot(USER, "waiting", "small").uuid
+    assert wait_until(lambda: "small" not in agents[0].consumer.classes, timeout_s=10)
+    api.delete(USER, first)  # the agent destroys it and frees the node
+    assert wait_until(lambda: settled(stores, [waiting]), timeout_s=10)
+    assert stores.instances.get(waiting).state == State.ACTIVE
+    assert audit(stores).ok
+
+
+def test_spawn_failures_reschedule_then_end_in_error(conf, stores, bus, api, agents) -> None:
+    agents.append(make_agent(conf, stores, bus, "cn0", failure_rate=1.0))
+    doomed = api.boot(USER, "doomed", "small").uuid
+    assert wait_until(lambda: settled(stores, [doomed]), timeout_s=10)
+    record = stores.instances.get(doomed)
+    assert record.state == State.ERROR and record.attempts == 3
+    assert record.fault["details"]["reason"] == "max_attempts"
+    assert stores.quota.get_usage("p1") == Usage(0, 0, 0)
+    assert audit(stores).ok
+
+
+def test_poison_is_dead_lettered_and_the_rest_goes_on(conf, stores, bus, api, agents) -> None:
+    agents.append(make_agent(conf, stores, bus, "cn0"))
+    good = api.boot(USER, "good", "small").uuid
+    assert wait_until(lambda: settled(stores, [good]), timeout_s=10)
+    entity = bus.boot_entity("small")
+    bus.publish(entity, b"\xc1 not msgpack")
+    after = api.boot(USER, "after", "small").uuid
+    assert wait_until(lambda: settled(stores, [after]), timeout_s=10)
+    assert stores.instances.get(after).state == State.ACTIVE
+    assert wait_until(lambda: agents[0].counters["poison"] == 1, timeout_s=5)
+    (dead,) = bus.take_dead_letters()
+    assert dead.body == b"\xc1 not msgpack" and dead.reason
+
+
+def test_deleted_before_placement_is_dropped(conf, stores, bus, api, agents) -> None:
+    doomed = api.boot(USER, "doomed", "small").uuid
+    api.delete(USER, doomed)
+    agents.append(make_agent(conf, stores, bus, "cn0"))
+    assert wait_until(lambda: agents[0].counters["dropped"] == 1, timeout_s=10)
+    assert stores.instances.get(doomed).state == State.DELETED
+    assert stores.quota.get_usage("p1") == Usage(0, 0, 0)
+    assert audit(stores).ok
+
+
+def test_redelivery_does_not_place_twice(conf, stores, bus, api, agents) -> None:
+    agents += [make_agent(conf, stores, bus, f"cn{i}") for i in range(2)]
+    inst = api.boot(USER, "once", "small").uuid
+    assert wait_until(lambda: settled(stores, [inst]), timeout_s=10)
+    record = stores.instances.get(inst)
+    again = BootRequest.create(inst, "p1", "u1", Flavor("small", 1, 1024, 0))
+    bus.publish_boot(again)  # what a broker redelivery looks like to the agents
+    assert wait_until(lambda: sum(a.counters["dropped"] for a in agents) == 1, timeout_s=10)
+    assert stores.instances.get(inst).host == record.host
+    consumers = [stores.ledger.get_allocations(inst)]
+    assert len(consumers[0].allocations) == 1
+    assert audit(stores).ok
