@@ -80,6 +80,20 @@ agent_opts = [
         help="Seconds between runs of the deadline reaper in this agent; 0 turns it off. "
         "Running it in several services is safe.",
     ),
+    cfg.BoolOpt(
+        "release_leaked_allocations",
+        default=True,
+        help="On start, release allocations on this agent's nodes that no live instance "
+        "of this host explains (its record is gone, ended, or placed elsewhere). Off: "
+        "only report them.",
+    ),
+    cfg.FloatOpt(
+        "ledger_retry_max_s",
+        default=5.0,
+        min=0.1,
+        help="While the ledger is unreachable the agent stops taking requests and retries "
+        "with a backoff up to this many seconds; what it holds goes back to the broker.",
+    ),
     cfg.FloatOpt(
         "shutdown_timeout_s",
         default=30.0,

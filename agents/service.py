@@ -30,10 +30,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from agents.fit import Refusal, Request, fit_request
 from agents.nodes import NodeIndex, Pick
+from agents.reconcile import ReconcileReport, reconcile
 from agents.registration import read_node, register_node
 from agents.virt.base import SpawnFailed, VirtDriver
 from qsched import exception, message
@@ -44,6 +45,7 @@ from qsched.ledger.base import Allocations, State
 from qsched.reaper import Periodic, fail_no_valid_host, reap_expired
 
 LOG = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: How many nodes one request may try after the ledger refused the first pick.
 MAX_PICKS = 3
@@ -74,15 +76,27 @@ class ComputeAgent:
         self._stopped = threading.Event()
         self.counters: Counter[str] = Counter()
         self._sample_node: str | None = None  # where refusals are explained
+        self._backoff = Backoff(conf.agent.ledger_retry_max_s)
+        self.reconciled = ReconcileReport()
+        # A test hook: called with each request the agent is about to claim.
+        self.before_claim: Callable[[message.BootRequest], None] | None = None
 
     # -- life cycle ---------------------------------------------------------------------
 
     def start(self, ready_timeout_s: float = 30.0) -> None:
         """Register the nodes, learn the classes, start consuming and heartbeating."""
-        for node in self.driver.nodes():
-            view = register_node(
-                self.stores.ledger, node, self.opts.availability_zone, self.opts.aggregates
-            )
+        views = [
+            register_node(self.stores.ledger, node, self.opts.availability_zone,
+                          self.opts.aggregates)
+            for node in self.driver.nodes()
+        ]  # fmt: skip
+        self.reconciled = reconcile(
+            self.stores, self.bus, self.driver, self.host, views,
+            self.opts.release_leaked_allocations,
+        )  # fmt: skip
+        for view in views:
+            if view.name in self.reconciled.touched_nodes:
+                view = view.replaced(read_node(self.stores.ledger, view))
             self.index.add_node(view)
             self._sample_node = self._sample_node or view.name
         self.sync_classes()
@@ -167,7 +181,24 @@ class ComputeAgent:
     # -- messages -----------------------------------------------------------------------
 
     def on_message(self, body: bytes, delivery: Delivery) -> None:
-        """The consumer callback: settle every delivery exactly once."""
+        """The consumer callback: settle every delivery exactly once.
+
+        While the ledger or the broker is unreachable it waits (so the consumer
+        stops taking requests), then raises: the bus gives the message back
+        unacked and delivers it again once things answer.
+        """
+        try:
+            self._handle(body, delivery)
+        except exception.BackendUnavailable as exc:
+            self.counters["backend_down"] += 1
+            delay_s = self._backoff.next()
+            LOG.warning("agent %s: %s; pausing %.1fs, the request goes back to the broker",
+                        self.host, exc, delay_s)  # fmt: skip
+            self._stopped.wait(delay_s)
+            raise
+        self._backoff.reset()
+
+    def _handle(self, body: bytes, delivery: Delivery) -> None:
         try:
             msg = message.decode(body)
         except message.PoisonMessage as exc:
@@ -196,15 +227,20 @@ class ComputeAgent:
         except exception.Invalid as exc:
             self._fail_bad_request(msg, delivery, exc)
             return
+        if self.before_claim is not None:
+            self.before_claim(msg)
         placed = self._place(msg)
         if isinstance(placed, Refusal):
             self._refuse(msg, delivery, placed)
             return
         if placed is not None:
-            delivery.ack()
+            # The claim is in the ledger: spawn even if the ack fails (a redelivery
+            # then finds the build in flight or done, and is dropped).
             self._spawner.submit(self._spawn, uuid)
+            delivery.ack()
             return
-        delivery.ack()  # nothing to place any more (deleted, or placed by someone else)
+        self.counters["dropped"] += 1  # nothing to place any more (deleted, placed elsewhere)
+        delivery.ack()
 
     def _still_waiting(self, msg: message.BootRequest) -> bool:
         with self._lock:
@@ -302,7 +338,7 @@ class ComputeAgent:
             self._reschedule(build, f"spawn crashed: {exc}")
             return
         try:
-            self.stores.instances.set_active(uuid, self.host, pick.node)
+            self._persist(msg, lambda: self.stores.instances.set_active(uuid, self.host, pick.node))
             self.counters["active"] += 1
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
             # deleted (or ended by its deadline) while spawning: its claim is gone
@@ -316,7 +352,9 @@ class ComputeAgent:
         uuid = msg.instance_uuid
         self.counters["spawn_failed"] += 1
         try:
-            inst = self.stores.instances.requeue(uuid, self.host, reason)
+            inst = self._persist(
+                msg, lambda: self.stores.instances.requeue(uuid, self.host, reason)
+            )
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
             self._forget(uuid, release=False)
             return
@@ -327,10 +365,25 @@ class ComputeAgent:
             fail_no_valid_host(self.stores, uuid, "max_attempts")
             return
         try:
-            self.bus.publish_boot(msg.next_attempt(self.host))
+            self._persist(msg, lambda: self.bus.publish_boot(msg.next_attempt(self.host)))
         except exception.BackendUnavailable:
             LOG.error("agent %s: could not reschedule %s; its deadline will end it", self.host,
                       uuid)  # fmt: skip
+
+    def _persist(self, msg: message.BootRequest, write: Callable[[], T]) -> T:
+        """Run ``write``, retrying while the ledger or bus is down, up to the deadline.
+
+        A spawn worker holds a claim nobody else will finish, so it keeps trying
+        instead of giving up at the first outage.
+        """
+        backoff = Backoff(self.opts.ledger_retry_max_s)
+        while True:
+            try:
+                return write()
+            except exception.BackendUnavailable:
+                if msg.expired() or self._stopped.is_set():
+                    raise
+                self._stopped.wait(backoff.next())
 
     def _forget(self, uuid: str, release: bool) -> None:
         with self._lock:
@@ -352,6 +405,21 @@ class ComputeAgent:
             self.index.release(msg.node, allocations)
         self.counters["deleted"] += 1
         delivery.ack()
+
+
+class Backoff:
+    """Exponential delays from 0.1 s, doubling up to ``max_s``."""
+
+    def __init__(self, max_s: float) -> None:
+        self.max_s = max_s
+        self._delay_s = 0.05
+
+    def next(self) -> float:
+        self._delay_s = min(self.max_s, self._delay_s * 2)
+        return self._delay_s
+
+    def reset(self) -> None:
+        self._delay_s = 0.05
 
 
 def _constraints(raw: dict[str, Any]) -> dict[str, Any]:

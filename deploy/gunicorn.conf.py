@@ -15,3 +15,11 @@ keepalive = 5
 max_requests = 100000
 max_requests_jitter = 10000
 accesslog = "-"
+
+
+def post_worker_init(worker):
+    # Build the application (and start the reaper and janitor) when the worker
+    # starts, not on its first request.
+    from qsched.api.app import wsgi_app
+
+    wsgi_app.ensure_loaded()

@@ -369,6 +369,7 @@ def _record(
         "metadata": dict(metadata or {}),
         "scheduling_class": request.scheduling_class,
         "request_id": request.request_id,
+        "max_attempts": request.max_attempts,
     }
     return Instance(
         request.instance_uuid, request.project_id, request.user_id, name, request.flavor,

@@ -27,7 +27,7 @@ import redis
 from oslo_config import cfg
 
 from qsched import conf as qconf
-from qsched import exception
+from qsched import exception, janitor
 from qsched.api import API_VERSION, PREFIX, auth, base_url, opts
 from qsched.api import flavors as flavor_handlers
 from qsched.api import servers as server_handlers
@@ -276,7 +276,9 @@ def load_app(
     install_request_id_logging()
     stores = open_stores(conf)
     bus = (open_bus or default_bus)(conf)
-    return create_app(conf, stores, bus)
+    app = create_app(conf, stores, bus)
+    janitor.start_periodic_tasks(conf, stores, bus)
+    return app
 
 
 def default_bus(conf: cfg.ConfigOpts) -> Bus:
@@ -293,6 +295,13 @@ class LazyApp:
         self._load = load
         self._app: Callable[..., Iterable[bytes]] | None = None
         self._lock = threading.Lock()
+
+    def ensure_loaded(self) -> None:
+        """Build the application now (a server's worker start hook), not on a request."""
+        if self._app is None:
+            with self._lock:
+                if self._app is None:
+                    self._app = self._load()
 
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]

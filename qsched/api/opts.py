@@ -62,6 +62,20 @@ api_opts = [
 
 scheduler_opts = [
     cfg.FloatOpt(
+        "reap_interval_s",
+        default=5.0,
+        min=0.0,
+        help="Seconds between runs of the deadline reaper in the API service (it ends "
+        "requests nobody placed in time); 0: off. Safe to run in every worker.",
+    ),
+    cfg.FloatOpt(
+        "janitor_interval_s",
+        default=10.0,
+        min=0.0,
+        help="Seconds between runs of the janitor in the API service (it releases and "
+        "requeues the unfinished claims of agents whose heartbeat expired); 0: off.",
+    ),
+    cfg.FloatOpt(
         "build_timeout_s",
         default=300.0,
         min=1.0,

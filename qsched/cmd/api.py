@@ -20,6 +20,7 @@ from typing import Any
 from wsgiref import simple_server
 
 from qsched import conf as qconf
+from qsched import janitor
 from qsched.api import app as api_app
 from qsched.api import opts
 from qsched.ledger import open_stores
@@ -58,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts.register_opts(conf)
     api_app.install_request_id_logging()
     bus = api_app.default_bus(conf)
-    application = api_app.create_app(conf, open_stores(conf), bus)
+    stores = open_stores(conf)
+    application = api_app.create_app(conf, stores, bus)
+    janitor.start_periodic_tasks(conf, stores, bus)
     server = make_server(application, conf.api.host, conf.api.port)
 
     def stop(signum: int, frame: FrameType | None) -> None:

@@ -365,6 +365,10 @@ class InstanceStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def building(self, host: str) -> set[str]:
+        """Instances ``host`` has claimed and not made ACTIVE yet (O(that many))."""
+
+    @abc.abstractmethod
     def expired(self, now: float, limit: int = 100) -> list[str]:
         """UUIDs of instances still waiting whose deadline is past, oldest first."""
 

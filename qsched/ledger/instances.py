@@ -103,6 +103,9 @@ class RedisInstances(InstanceStore):
         self._run("instance_deleting", uuid)
         return self.get(uuid)
 
+    def building(self, host: str) -> set[str]:
+        return {text(u) for u in self.store.client.smembers(self.keys.host_building(host))}
+
     def expired(self, now: float, limit: int = 100) -> list[str]:
         found = self.store.client.zrangebyscore(self.keys.deadlines, "-inf", now, 0, limit)
         return [text(u) for u in found]

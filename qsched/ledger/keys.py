@@ -61,6 +61,10 @@ class Keyspace:
         return f"{self.prefix}quota:{project_id}:held"
 
     # instances
+    def host_building(self, host: str) -> str:
+        """Set: instances claimed by ``host`` and not ACTIVE yet (for the janitor)."""
+        return f"{self.prefix}host:{host}:building"
+
     def instance(self, uuid: str) -> str:
         return f"{self.prefix}inst:{uuid}"
 

@@ -99,6 +99,7 @@ if claim then
     local ikey = P .. "inst:" .. consumer
     redis.call("HSET", ikey, "host", host, "node", node, "task_state", "spawning",
                "updated_at", now)
+    redis.call("SADD", P .. "host:" .. host .. ":building", consumer)
     add_event(consumer, now, "claimed", host, node, new, max_events)
 end
 return reply({generation = gen})

@@ -11,5 +11,6 @@ end
 redis.call("HSET", ikey, "state", "ACTIVE", "task_state", "", "launched_at", now,
            "updated_at", now)
 redis.call("ZREM", P .. "deadlines", uuid)
+unbuild(uuid, host)
 add_event(uuid, now, "active", host, node, {}, max_events)
 return reply({state = "ACTIVE"})

@@ -11,6 +11,7 @@ if inst[1] == "DELETED" or (state == "ERROR" and inst[1] ~= "BUILD") then
 end
 drop_allocations(uuid)
 release_quota(inst[2], uuid)
+unbuild(uuid, inst[3])
 redis.call("HSET", ikey, "state", state, "task_state", "", "updated_at", now)
 redis.call("HDEL", ikey, "quota")
 if fault ~= "" then redis.call("HSET", ikey, "fault", fault) end

@@ -12,6 +12,7 @@ if inst[1] ~= "BUILD" or (host ~= "" and claimed_by ~= "" and claimed_by ~= host
     return fail("not_waiting", {instance = uuid, state = inst[1], host = claimed_by})
 end
 drop_allocations(uuid)
+unbuild(uuid, claimed_by)
 if inst[3] == "deleting" then
     release_quota(inst[4], uuid)
     redis.call("HSET", ikey, "state", "DELETED", "task_state", "", "updated_at", now,

@@ -39,6 +39,13 @@ local function add_event(uuid, now, event, host, node, detail, max_events)
     end
 end
 
+-- Forget that a host is building an instance (claimed, not ACTIVE yet).
+local function unbuild(uuid, host)
+    if host and host ~= "" then
+        redis.call("SREM", P .. "host:" .. host .. ":building", uuid)
+    end
+end
+
 -- Remove every allocation of a consumer: usages, project usages, provider
 -- consumer sets, one generation bump per provider. Returns true if it held any.
 local function drop_allocations(consumer)

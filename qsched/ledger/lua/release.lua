@@ -10,6 +10,7 @@ if inst[1] ~= "BUILD" or (host ~= "" and claimed_by ~= host) then
     return reply({released = false})
 end
 local released = drop_allocations(uuid)
+unbuild(uuid, claimed_by)
 if claimed_by ~= "" then
     redis.call("HSET", ikey, "host", "", "node", "", "task_state", "scheduling",
                "updated_at", now)

@@ -1,0 +1,135 @@
+"""What a (re)starting agent does before it consumes: make the ledger match its nodes.
+
+* Instances it had claimed but not made ACTIVE (it died in between): ACTIVE if
+  the driver runs them, otherwise their claim is released and their request
+  published again.
+* Allocations on its nodes that no live instance of this host explains (a record
+  gone, ended, or placed elsewhere): reported, and released unless
+  ``[agent] release_leaked_allocations`` is off.
+* ACTIVE instances of this host that the driver does not run: reported only; a
+  hypervisor that lost a VM needs an operator, not a silent release.
+
+It reads the consumers of its own providers only: O(its nodes), once at start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from agents.fit import NodeView
+from agents.virt.base import VirtDriver
+from qsched import exception
+from qsched.bus.base import Bus
+from qsched.janitor import requeue_orphan
+from qsched.ledger import Stores
+from qsched.ledger.base import State
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class ReconcileReport:
+    activated: list[str] = dataclasses.field(default_factory=list)
+    requeued: list[str] = dataclasses.field(default_factory=list)
+    leaked: list[str] = dataclasses.field(default_factory=list)
+    released: list[str] = dataclasses.field(default_factory=list)
+    missing: list[str] = dataclasses.field(default_factory=list)
+    touched_nodes: set[str] = dataclasses.field(default_factory=set)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"touched_nodes": sorted(self.touched_nodes)}
+
+
+def reconcile(
+    stores: Stores,
+    bus: Bus,
+    driver: VirtDriver,
+    host: str,
+    views: Iterable[NodeView],
+    release_leaked: bool = True,
+) -> ReconcileReport:
+    """Bring the ledger in line with what ``host`` runs; see the module docstring."""
+    report = ReconcileReport()
+    views = list(views)
+    _finish_builds(stores, bus, driver, host, report)
+    _check_allocations(stores, host, views, release_leaked, report)
+    _check_active(stores, driver, host, views, report)
+    if report.requeued or report.activated or report.leaked or report.missing:
+        LOG.warning(
+            "agent %s reconciled: %d builds made ACTIVE, %d requeued; %d leaked allocations "
+            "(%d released); %d ACTIVE instances the driver does not run",
+            host, len(report.activated), len(report.requeued), len(report.leaked),
+            len(report.released), len(report.missing),
+        )  # fmt: skip
+    return report
+
+
+def _finish_builds(
+    stores: Stores, bus: Bus, driver: VirtDriver, host: str, report: ReconcileReport
+) -> None:
+    for uuid in sorted(stores.instances.building(host)):
+        inst = stores.instances.get(uuid)
+        node = inst.node or ""
+        if inst.state == State.BUILD and node and uuid in _running(driver, node):
+            stores.instances.set_active(uuid, host, node)
+            report.activated.append(uuid)
+        elif requeue_orphan(stores, bus, uuid, host, f"agent {host} restarted before it"
+                            " finished the build"):  # fmt: skip
+            report.requeued.append(uuid)
+            report.touched_nodes.add(node)
+
+
+def _check_allocations(
+    stores: Stores, host: str, views: list[NodeView], release: bool, report: ReconcileReport
+) -> None:
+    for view in views:
+        for provider in view.providers:
+            for consumer in sorted(stores.ledger.provider_consumers(provider.uuid)):
+                if _explained(stores, consumer, host):
+                    continue
+                report.leaked.append(consumer)
+                if release and _release(stores, consumer):
+                    report.released.append(consumer)
+                    report.touched_nodes.add(view.name)
+
+
+def _explained(stores: Stores, consumer: str, host: str) -> bool:
+    try:
+        inst = stores.instances.get(consumer)
+    except exception.InstanceNotFound:
+        return False
+    return inst.state in (State.BUILD, State.ACTIVE) and inst.host == host
+
+
+def _release(stores: Stores, consumer: str) -> bool:
+    held = stores.ledger.get_allocations(consumer)
+    if held.generation is None:
+        return False
+    try:
+        stores.ledger.put_allocations(
+            consumer, {}, held.generation, held.project_id or "", held.user_id or ""
+        )
+    except exception.ConsumerGenerationConflict:
+        return False  # it changed under us: someone is using it after all
+    return True
+
+
+def _check_active(
+    stores: Stores, driver: VirtDriver, host: str, views: list[NodeView], report: ReconcileReport
+) -> None:
+    for view in views:
+        running = set(_running(driver, view.name))
+        for consumer in stores.ledger.provider_consumers(view.root.uuid):
+            inst = stores.instances.get(consumer) if _explained(stores, consumer, host) else None
+            if inst is not None and inst.state == State.ACTIVE and consumer not in running:
+                report.missing.append(consumer)
+
+
+def _running(driver: VirtDriver, node: str) -> list[str]:
+    try:
+        return driver.list_instances(node)
+    except exception.NotFound:
+        return []

@@ -1,0 +1,122 @@
+"""Finish what dead agents left behind, and rebuild boot requests from records.
+
+An agent acks a boot request once its claim is in the ledger, then spawns. If it
+dies in between, nothing on the bus remembers the request: the claim is the only
+trace. Every claimed, not yet ACTIVE instance is in its host's ``building`` set,
+so once the host's heartbeat has expired the janitor finds those instances
+without scanning, releases their claims and publishes their requests again.
+A restarting agent does the same for itself (:mod:`agents.reconcile`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from qsched import exception
+from qsched.bus.base import Bus
+from qsched.ledger import Stores
+from qsched.ledger.base import Instance, State
+from qsched.message import BootRequest
+from qsched.reaper import Periodic, reap_expired
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class JanitorReport:
+    dead_agents: list[str] = dataclasses.field(default_factory=list)
+    requeued: list[str] = dataclasses.field(default_factory=list)
+    ended: list[str] = dataclasses.field(default_factory=list)  # deleted or ended meanwhile
+    failed: list[str] = dataclasses.field(default_factory=list)  # republish failed
+    dry_run: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def boot_request_for(instance: Instance, now: float | None = None) -> BootRequest:
+    """The boot request of a waiting instance, rebuilt from its record."""
+    extra = instance.extra
+    return BootRequest(
+        request_id=extra.get("request_id") or f"req-{instance.uuid}",
+        instance_uuid=instance.uuid,
+        project_id=instance.project_id,
+        user_id=instance.user_id,
+        flavor=dict(instance.flavor),
+        scheduling_class=extra.get("scheduling_class") or instance.flavor["name"],
+        deadline=instance.deadline or time.time(),
+        published_at=time.time() if now is None else now,
+        attempt=instance.attempts + 1,
+        max_attempts=int(extra.get("max_attempts") or max(3, instance.attempts + 1)),
+        availability_zone=extra.get("availability_zone"),
+    )
+
+
+def requeue_orphan(stores: Stores, bus: Bus, uuid: str, host: str, reason: str) -> bool:
+    """Release a claim nobody will finish and publish the request again.
+
+    Returns False when the instance had ended meanwhile (nothing to publish).
+    :raises BusUnavailable: the request could not be published; the instance
+        waits in BUILD and its deadline ends it if nobody publishes it again.
+    """
+    try:
+        inst = stores.instances.requeue(uuid, host, reason)
+    except (exception.InstanceNotWaiting, exception.InstanceNotFound):
+        return False
+    if inst.state != State.BUILD:
+        return False
+    bus.publish_boot(boot_request_for(inst))
+    LOG.info("instance %s: claim of %s released (%s), request published again", uuid, host,
+             reason)  # fmt: skip
+    return True
+
+
+def run(
+    stores: Stores, bus: Bus | None = None, now: float | None = None, dry_run: bool = False
+) -> JanitorReport:
+    """Requeue the unfinished claims of every agent whose heartbeat has expired.
+
+    Reads the agents seen in the cell (an admin-sized list) and, per dead agent,
+    only the instances it was building. ``dry_run`` (or no ``bus``) only reports.
+    """
+    report = JanitorReport(dry_run=dry_run or bus is None)
+    for agent in stores.agents.list():
+        if agent.alive:
+            continue
+        building = sorted(stores.instances.building(agent.host))
+        if not building:
+            continue
+        report.dead_agents.append(agent.host)
+        for uuid in building:
+            _requeue(stores, bus, report, uuid, agent.host)
+    return report
+
+
+def _requeue(stores: Stores, bus: Bus | None, report: JanitorReport, uuid: str, host: str) -> None:
+    if report.dry_run or bus is None:
+        report.requeued.append(uuid)
+        return
+    try:
+        done = requeue_orphan(stores, bus, uuid, host, f"agent {host} is down")
+    except exception.BackendUnavailable as exc:
+        LOG.error("janitor: could not publish %s again: %s", uuid, exc)
+        report.failed.append(uuid)
+        return
+    (report.requeued if done else report.ended).append(uuid)
+
+
+def start_periodic_tasks(conf: Any, stores: Stores, bus: Bus) -> list[Periodic]:
+    """The API service's housekeeping: the deadline reaper and this janitor."""
+    tasks = []
+    if conf.scheduler.reap_interval_s:
+        tasks.append(Periodic("reaper", conf.scheduler.reap_interval_s,
+                              lambda: reap_expired(stores)))  # fmt: skip
+    if conf.scheduler.janitor_interval_s:
+        tasks.append(Periodic("janitor", conf.scheduler.janitor_interval_s,
+                              lambda: run(stores, bus)))  # fmt: skip
+    for task in tasks:
+        task.start()
+    return tasks

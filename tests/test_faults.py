@@ -1,0 +1,200 @@
+"""Faults on the embedded stack: dead agents, restarts, leaks, redelivery.
+
+The same tests run with a real Redis ledger under CI (the ``stores`` fixture);
+tests/test_faults_real.py kills real processes and restarts real servers.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from agents.service import ComputeAgent, wait_until
+from agents.virt.fake import FakeDriver, FakeNodeSpec
+from qsched import janitor
+from qsched.bus.kombu import KombuBus
+from qsched.compute import ComputeAPI, RequestContext
+from qsched.flavors import Flavor
+from qsched.ledger import Stores
+from qsched.ledger.audit import audit
+from qsched.ledger.base import Instance, State
+from qsched.message import BootRequest
+
+USER = RequestContext("u1", "p1")
+
+
+class SimulatedCrash(BaseException):
+    """Raised in a spawn worker of an agent we pretend has died: nothing else runs."""
+
+
+@pytest.fixture
+def bus() -> Iterator[KombuBus]:
+    bus = KombuBus("memory://", prefix=f"f{uuid.uuid4().hex[:10]}")
+    yield bus
+    bus.close()
+
+
+@pytest.fixture
+def api(conf, stores: Stores, bus: KombuBus) -> ComputeAPI:
+    compute = ComputeAPI(conf, stores, bus)
+    compute.flavors.create(Flavor("small", 1, 1024, 0))
+    stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
+    return compute
+
+
+@pytest.fixture
+def agents() -> Iterator[list[ComputeAgent]]:
+    running: list[ComputeAgent] = []
+    yield running
+    for agent in running:
+        agent.stop(timeout_s=5)
+
+
+def start_agent(conf, stores, bus, host: str, hook=None) -> ComputeAgent:
+    conf.set_override("host", host, group="agent")
+    conf.set_override("class_poll_interval_s", 0.05, group="agent")
+    conf.set_override("heartbeat_ttl_s", 60, group="agent")
+    spec = FakeNodeSpec(vcpus=4, ram_mb=8192, disk_gb=0)
+    agent = ComputeAgent(conf, stores, bus, FakeDriver(2, spec, host=host, spawn_hook=hook))
+    agent.start(ready_timeout_s=5)
+    return agent
+
+
+def crash(agent: ComputeAgent) -> None:
+    """Stop consuming without finishing anything, like a SIGKILL would."""
+    assert agent.consumer is not None
+    agent.consumer.stop(timeout_s=5)
+    for task in agent._periodic:
+        task.stop()
+    agent.stores.agents.forget(agent.host)  # its heartbeat expires
+
+
+def test_the_janitor_requeues_what_a_dead_agent_claimed(conf, stores, bus, api, agents) -> None:
+    release = threading.Event()
+
+    def hang(instance: str, node: str) -> None:
+        release.wait(10)
+        raise SimulatedCrash
+
+    dying = start_agent(conf, stores, bus, "cn-dying", hook=hang)
+    inst = api.boot(USER, "vm", "small").uuid
+    assert wait_until(lambda: stores.instances.building("cn-dying") == {inst}, 10)
+    crash(dying)
+    dry = janitor.run(stores, bus, dry_run=True)
+    assert (dry.dead_agents, dry.requeued) == (["cn-dying"], [inst])
+    assert stores.instances.get(inst).host == "cn-dying"  # a dry run changes nothing
+    agents.append(start_agent(conf, stores, bus, "cn-live"))
+    report = janitor.run(stores, bus)
+    assert report.requeued == [inst]
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    record = stores.instances.get(inst)
+    assert (record.host, record.attempts) == ("cn-live", 1)
+    assert stores.instances.building("cn-dying") == set()
+    release.set()
+    assert audit(stores).ok, audit(stores).to_dict()
+
+
+def test_a_restarted_agent_finishes_its_builds_and_drops_leaks(
+    conf, stores, bus, api, agents
+) -> None:
+    release = threading.Event()
+
+    def hang(instance: str, node: str) -> None:
+        release.wait(10)
+        raise SimulatedCrash
+
+    first = start_agent(conf, stores, bus, "cn0", hook=hang)
+    inst = api.boot(USER, "vm", "small").uuid
+    assert wait_until(lambda: stores.instances.building("cn0") == {inst}, 10)
+    crash(first)
+    node = first.index.node("cn0-0")
+    ghost = str(uuid.uuid4())  # allocations no instance explains
+    stores.ledger.put_allocations(ghost, {node.root.uuid: {"VCPU": 1}}, None, "p1", "u1")
+    again = start_agent(conf, stores, bus, "cn0")
+    agents.append(again)
+    assert again.reconciled.requeued == [inst]
+    assert again.reconciled.released == [ghost]
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    assert stores.instances.get(inst).host == "cn0"
+    release.set()
+    report = audit(stores)
+    assert report.ok, report.to_dict()
+
+
+def test_a_build_the_driver_finished_is_made_active_on_restart(
+    conf, stores, bus, api, agents
+) -> None:
+    release = threading.Event()
+    driver_seen: list[tuple[str, str]] = []
+
+    def hang(instance: str, node: str) -> None:
+        driver_seen.append((instance, node))
+        release.wait(10)
+        raise SimulatedCrash
+
+    first = start_agent(conf, stores, bus, "cn0", hook=hang)
+    inst = api.boot(USER, "vm", "small").uuid
+    assert wait_until(lambda: bool(driver_seen), 10)
+    crash(first)
+    conf.set_override("host", "cn0", group="agent")
+    spec = FakeNodeSpec(vcpus=4, ram_mb=8192, disk_gb=0)
+    driver = FakeDriver(2, spec, host="cn0")
+    driver.spawn(inst, driver_seen[0][1], Flavor("small", 1, 1024, 0))  # the VM did start
+    again = ComputeAgent(conf, stores, bus, driver)
+    again.start(ready_timeout_s=5)
+    agents.append(again)
+    assert again.reconciled.activated == [inst]
+    assert stores.instances.get(inst).state == State.ACTIVE
+    release.set()
+    assert audit(stores).ok
+
+
+def test_a_redelivered_request_is_not_spawned_twice(conf, stores, bus, api, agents) -> None:
+    spawns: list[str] = []
+    hold = threading.Event()
+    agents += [
+        start_agent(conf, stores, bus, f"cn{i}", hook=lambda i_, n: spawns.append(i_))
+        for i in range(2)
+    ]
+    slow = agents[0]
+    entered = threading.Event()
+
+    def held(msg: BootRequest) -> None:  # holds the request, unacked, past its claim check
+        entered.set()
+        hold.wait(10)
+
+    slow.before_claim = held
+    inst = str(uuid.uuid4())
+    flavor = Flavor("small", 1, 1024, 0)
+    stores.instances.create(Instance(inst, "p1", "u1", "vm", flavor.to_dict(), State.BUILD), 1e12)
+    msg = BootRequest.create(inst, "p1", "u1", flavor)
+    first = _AckOnly()
+    threading.Thread(target=slow.on_message, args=(msg.encode(), first)).start()
+    assert entered.wait(10)
+    agents[1].on_message(msg.encode(), _AckOnly())  # the broker's redelivery, elsewhere
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    hold.set()
+    assert wait_until(lambda: first.acked, 10)
+    assert spawns == [inst] and slow.counters["dropped"] == 1
+    assert stores.instances.get(inst).host == "cn1"
+    assert audit(stores).ok
+
+
+class _AckOnly:
+    queue = "q"
+    routing_key = "boot.small"
+    redelivered = True
+    headers: dict = {}
+    acked = False
+
+    def ack(self) -> None:
+        self.acked = True
+
+    def requeue(self, new_body: bytes) -> None:
+        raise AssertionError("a placed request must not be requeued")
+
+    def reject(self, reason: str) -> None:
+        raise AssertionError(reason)
