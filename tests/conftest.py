@@ -9,7 +9,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from agents.service import ComputeAgent
 from qsched import conf as qconf
+from qsched.bus.kombu import KombuBus
+from qsched.compute import ComputeAPI
+from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 
 REDIS_URL = os.environ.get("QSCHED_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
@@ -59,3 +63,31 @@ def conf():
 @pytest.fixture
 def stores(conf, ledger_url: str) -> Stores:
     return open_stores(conf, ledger_url)
+
+
+@pytest.fixture
+def bus() -> Iterator[KombuBus]:
+    """An in-process bus under a prefix of its own."""
+    bus = KombuBus("memory://", prefix=f"t{uuid.uuid4().hex[:10]}")
+    yield bus
+    bus.close()
+
+
+@pytest.fixture
+def api(conf, stores: Stores, bus: KombuBus) -> ComputeAPI:
+    """The front door with flavors small (1 VCPU) and big (8), project p1 unlimited."""
+    conf.set_override("build_timeout_s", 30, group="scheduler")
+    compute = ComputeAPI(conf, stores, bus)
+    for flavor in (Flavor("small", 1, 1024, 0), Flavor("big", 8, 8192, 0)):
+        compute.flavors.create(flavor)
+    stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
+    return compute
+
+
+@pytest.fixture
+def agents() -> Iterator[list[ComputeAgent]]:
+    """Agents a test starts; stopped at the end."""
+    running: list[ComputeAgent] = []
+    yield running
+    for agent in running:
+        agent.stop(timeout_s=5)

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
-import pytest
-
 from agents.service import ComputeAgent, wait_until
 from agents.virt.fake import FakeDriver, FakeNodeSpec
-from qsched.bus.kombu import KombuBus
-from qsched.compute import ComputeAPI, RequestContext
+from qsched.compute import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
@@ -21,23 +15,6 @@ from qsched.reaper import NO_VALID_HOST, reap_expired
 USER = RequestContext("u1", "p1")
 
 
-@pytest.fixture
-def bus() -> Iterator[KombuBus]:
-    bus = KombuBus("memory://", prefix=f"t{uuid.uuid4().hex[:10]}")
-    yield bus
-    bus.close()
-
-
-@pytest.fixture
-def api(conf, stores: Stores, bus: KombuBus) -> ComputeAPI:
-    conf.set_override("build_timeout_s", 30, group="scheduler")
-    compute = ComputeAPI(conf, stores, bus)
-    for flavor in (Flavor("small", 1, 1024, 0), Flavor("big", 8, 8192, 0)):
-        compute.flavors.create(flavor)
-    stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
-    return compute
-
-
 def make_agent(conf, stores, bus, host, nodes=2, vcpus=4, ram_mb=4096, **driver) -> ComputeAgent:
     conf.set_override("host", host, group="agent")
     conf.set_override("heartbeat_interval_s", 0.2, group="agent")
@@ -46,14 +23,6 @@ def make_agent(conf, stores, bus, host, nodes=2, vcpus=4, ram_mb=4096, **driver)
     agent = ComputeAgent(conf, stores, bus, FakeDriver(nodes, spec, host=host, **driver))
     agent.start(ready_timeout_s=5)
     return agent
-
-
-@pytest.fixture
-def agents() -> Iterator[list[ComputeAgent]]:
-    running: list[ComputeAgent] = []
-    yield running
-    for agent in running:
-        agent.stop(timeout_s=5)
 
 
 def settled(stores: Stores, uuids: list[str]) -> bool:

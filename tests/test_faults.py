@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
-
-import pytest
 
 from agents.service import ComputeAgent, wait_until
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import janitor
-from qsched.bus.kombu import KombuBus
-from qsched.compute import ComputeAPI, RequestContext
+from qsched.compute import RequestContext
 from qsched.flavors import Flavor
-from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, State
 from qsched.message import BootRequest
@@ -28,29 +23,6 @@ USER = RequestContext("u1", "p1")
 
 class SimulatedCrash(BaseException):
     """Raised in a spawn worker of an agent we pretend has died: nothing else runs."""
-
-
-@pytest.fixture
-def bus() -> Iterator[KombuBus]:
-    bus = KombuBus("memory://", prefix=f"f{uuid.uuid4().hex[:10]}")
-    yield bus
-    bus.close()
-
-
-@pytest.fixture
-def api(conf, stores: Stores, bus: KombuBus) -> ComputeAPI:
-    compute = ComputeAPI(conf, stores, bus)
-    compute.flavors.create(Flavor("small", 1, 1024, 0))
-    stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
-    return compute
-
-
-@pytest.fixture
-def agents() -> Iterator[list[ComputeAgent]]:
-    running: list[ComputeAgent] = []
-    yield running
-    for agent in running:
-        agent.stop(timeout_s=5)
 
 
 def start_agent(conf, stores, bus, host: str, hook=None) -> ComputeAgent:

@@ -119,12 +119,11 @@ def start_redis(binary: str, port: int, data: Path) -> None:
          "--logfile", str(data / "redis.log")],
         check=True,
     )  # fmt: skip
-    ping = lambda: (
-        subprocess.run(  # noqa: E731
-            ["redis-cli", "-p", str(port), "ping"], capture_output=True
-        ).stdout.strip()
-        == b"PONG"
-    )
+
+    def ping() -> bool:
+        pong = subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True)
+        return pong.stdout.strip() == b"PONG"
+
     assert wait_until(ping, 10, interval_s=0.1)
 
 
