@@ -133,9 +133,17 @@ class ComputeAgent:
         timeout_s = self.opts.shutdown_timeout_s if timeout_s is None else timeout_s
         if self.consumer is not None:
             self.consumer.stop(timeout_s)
+        self._spawner.shutdown(wait=False, cancel_futures=False)
+        # Keep heartbeating while spawns finish: a silent agent's builds are the
+        # janitor's to requeue, and it would take them from under a live spawn.
+        deadline = time.monotonic() + timeout_s
+        while self._builds and time.monotonic() < deadline:
+            time.sleep(0.05)
         for task in self._periodic:
             task.stop()
-        self._spawner.shutdown(wait=True, cancel_futures=False)
+        if self._builds:
+            LOG.warning("agent %s: %d builds unfinished at exit; the janitor requeues them",
+                        self.host, len(self._builds))  # fmt: skip
         try:
             self.stores.agents.forget(self.host)
         except exception.QschedError:

@@ -10,15 +10,24 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
+import threading
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
-from agents.service import wait_until
+from agents.service import ComputeAgent, wait_until
+from agents.virt.fake import FakeDriver, FakeNodeSpec
+from qsched.bus.kombu import KombuBus, KombuOptions
+from qsched.compute import ComputeAPI, RequestContext
+from qsched.flavors import Flavor
+from qsched.ledger import open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, Usage
-from tests.cloud import AMQP_URL, Cloud, free_port, require_rabbitmq
+from tests.cloud import AMQP_URL, BUS_REDIS_URL, Cloud, free_port, require_rabbitmq
 from tests.conftest import IN_CI, real_redis
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -157,3 +166,61 @@ def test_a_ledger_restart_answers_503_then_recovers(own_redis, tmp_path: Path) -
         assert cloud.stores.quota.get_usage("p1") == Usage(2, 2, 2048)
     finally:
         cloud.stop()
+
+
+def test_a_sigterm_finishes_the_spawn_in_flight(cloud: Cloud) -> None:
+    cloud.start(agent_extra={0: "spawn_delay_s = 3\n"})
+    uuid_ = cloud.boot(token="u1:p3")[1]["server"]["id"]
+    claimed = lambda: cloud.stores.instances.building(cloud.host(0)) == {uuid_}  # noqa: E731
+    assert wait_until(claimed, 20), cloud.tail_logs()
+    proc = cloud.agents.pop(0)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert cloud.state(uuid_) == State.ACTIVE  # finished before it exited
+    assert cloud.host(0) not in cloud.alive_agents()  # said goodbye at once
+    assert audit(cloud.stores).ok
+
+
+def test_a_redis_transport_redelivery_places_and_spawns_once(conf, real_redis_url) -> None:
+    """kombu's Redis transport hands a message held past visibility_timeout to another
+    consumer while the first still holds it: the claim decides, one spawn happens."""
+    real_redis(BUS_REDIS_URL)
+    conf.set_override("url", real_redis_url, group="ledger")
+    conf.set_override("class_poll_interval_s", 0.05, group="agent")
+    stores = open_stores(conf)
+    bus = KombuBus(BUS_REDIS_URL, prefix=f"vis{uuid.uuid4().hex[:8]}",
+                   options=KombuOptions(visibility_timeout_s=1.0))  # fmt: skip
+    api = ComputeAPI(conf, stores, bus)
+    api.flavors.create(Flavor("small", 1, 1024, 0))
+    spawns: list[str] = []
+    holding, release = threading.Event(), threading.Event()
+    started: list[ComputeAgent] = []
+
+    def agent(host: str) -> ComputeAgent:
+        conf.set_override("host", host, group="agent")
+        spec = FakeNodeSpec(vcpus=4, ram_mb=8192, disk_gb=0)
+        driver = FakeDriver(1, spec, host=host, spawn_hook=lambda i, n: spawns.append(i))
+        started.append(ComputeAgent(conf, stores, bus, driver))
+        started[-1].start(ready_timeout_s=10)
+        return started[-1]
+
+    try:
+        slow = agent("cn-slow")
+        slow.before_claim = lambda msg: (holding.set(), release.wait(10))
+        time.sleep(0.3)  # it subscribes to the class within its poll interval
+        inst = api.boot(RequestContext("u1", "p1"), "vm", "small").uuid
+        assert holding.wait(10)
+        agent("cn-fast")
+        assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 15)
+        release.set()
+        assert wait_until(lambda: slow.counters["dropped"] == 1, 10)
+        assert spawns == [inst] and stores.instances.get(inst).host == "cn-fast"
+        assert audit(stores).ok
+    finally:
+        release.set()
+        for running in started:
+            running.stop(timeout_s=5)
+        bus.close()
+        client_ = redis.Redis.from_url(BUS_REDIS_URL)
+        for key in client_.scan_iter(match=f"*{bus.names.prefix}*"):
+            client_.delete(key)
