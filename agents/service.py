@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from agents.fit import Refusal, Request, fit_request
 from agents.nodes import NodeIndex, Pick
 from agents.reconcile import ReconcileReport, reconcile
-from agents.registration import read_node, register_node
+from agents.registration import read_node, register_nodes
 from agents.virt.base import SpawnFailed, VirtDriver
 from qsched import exception, message
 from qsched.bus.base import Bus, Consumer, Delivery
@@ -85,11 +85,10 @@ class ComputeAgent:
 
     def start(self, ready_timeout_s: float = 30.0) -> None:
         """Register the nodes, learn the classes, start consuming and heartbeating."""
-        views = [
-            register_node(self.stores.ledger, node, self.opts.availability_zone,
-                          self.opts.aggregates)
-            for node in self.driver.nodes()
-        ]  # fmt: skip
+        views = register_nodes(
+            self.stores.ledger, self.driver.nodes(), self.opts.availability_zone,
+            self.opts.aggregates,
+        )  # fmt: skip
         self.reconciled = reconcile(
             self.stores, self.bus, self.driver, self.host, views,
             self.opts.release_leaked_allocations,

@@ -8,7 +8,7 @@ import pytest
 
 from qsched import exception
 from qsched.ledger import Stores
-from qsched.ledger.base import Instance, Inventory, State
+from qsched.ledger.base import Instance, Inventory, ProviderSpec, State
 from qsched.ledger.retry import claim as claim_with_retries
 
 VCPU, RAM, DISK = "VCPU", "MEMORY_MB", "DISK_GB"
@@ -338,3 +338,53 @@ class TestClientDrivenRetry:
         again = claim_with_retries(stores.ledger, inst, allocs, "h1", "n1")
         assert again.generation == first.generation and again.already
         assert stores.ledger.get_provider(rp).usages[VCPU] == 1
+
+
+class TestRegisterProviders:
+    def specs(self, n: int = 3, vcpus: int = 4, traits=frozenset()) -> list[ProviderSpec]:
+        return [
+            ProviderSpec(str(uuid.UUID(int=i + 1)), f"cn-{i}",
+                         {VCPU: Inventory(vcpus), RAM: Inventory(8192)}, frozenset(traits))
+            for i in range(n)
+        ]  # fmt: skip
+
+    def test_create_then_idempotent(self, stores: Stores) -> None:
+        first = stores.ledger.register_providers(self.specs())
+        assert [p.generation for p in first] == [1, 1, 1]
+        again = stores.ledger.register_providers(self.specs())
+        assert [p.generation for p in again] == [1, 1, 1]
+        read = stores.ledger.get_provider(first[0].uuid)
+        assert (read.name, read.inventories, read.generation) == ("cn-0", again[0].inventories, 1)
+        assert again[0] == read
+
+    def test_changes_bump_once_and_keep_usages(self, stores: Stores) -> None:
+        (rp,) = stores.ledger.register_providers(self.specs(1))
+        stores.ledger.put_allocations(new_uuid(), {rp.uuid: {VCPU: 2}}, None, "p", "u")
+        (changed,) = stores.ledger.register_providers(
+            self.specs(1, vcpus=8, traits={"CUSTOM_FAST"})
+        )
+        assert changed.generation == 3 and changed.usages == {VCPU: 2}
+        assert changed.traits == {"CUSTOM_FAST"} and changed.inventories[VCPU].total == 8
+        with pytest.raises(exception.InventoryInUse):
+            stores.ledger.register_providers(self.specs(1, vcpus=1))
+        assert stores.ledger.get_provider(rp.uuid).generation == 3
+
+    def test_nested_and_bad_batches_write_nothing(self, stores: Stores) -> None:
+        root, child = new_uuid(), new_uuid()
+        specs = [
+            ProviderSpec(root, "cn", {VCPU: Inventory(4)}),
+            ProviderSpec(child, "cn_gpu0", {"VGPU": Inventory(2)}, parent_uuid=root),
+        ]
+        registered = stores.ledger.register_providers(specs)
+        assert registered[1].root_uuid == root and registered[1].parent_uuid == root
+        taken = ProviderSpec(new_uuid(), "cn", {VCPU: Inventory(4)})
+        orphan = ProviderSpec(new_uuid(), "orphan", {VCPU: Inventory(4)}, parent_uuid=new_uuid())
+        bad_rc = ProviderSpec(new_uuid(), "bad", {"GPU": Inventory(4)})
+        for batch, error in (
+            ([self.specs(1)[0], taken], exception.ProviderExists),
+            ([self.specs(1)[0], orphan], exception.ProviderNotFound),
+            ([self.specs(1)[0], bad_rc], exception.InvalidResourceClass),
+        ):
+            with pytest.raises(error):
+                stores.ledger.register_providers(batch)
+            assert len(stores.ledger.list_providers()) == 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 # {provider uuid: {resource class: amount}}
@@ -57,6 +57,18 @@ class Provider:
         if inv is None:
             return 0
         return inv.capacity - self.usages.get(resource_class, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProviderSpec:
+    """What a provider should look like: registered as such by ``register_providers``."""
+
+    uuid: str
+    name: str
+    inventories: Mapping[str, Inventory]
+    traits: frozenset[str] = frozenset()
+    aggregates: frozenset[str] = frozenset()
+    parent_uuid: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +192,19 @@ class Ledger(abc.ABC):
     @abc.abstractmethod
     def set_aggregates(self, uuid: str, generation: int, aggregates: Iterable[str]) -> int:
         """Replace the aggregate UUIDs; return the new generation."""
+
+    @abc.abstractmethod
+    def register_providers(self, specs: Sequence[ProviderSpec]) -> list[Provider]:
+        """Create or update providers to match ``specs`` in one atomic step; read them back.
+
+        Idempotent: a provider already as specified keeps its generation; one that
+        changes gets it bumped once. Usages are kept. Parents come before children.
+
+        :raises ProviderExists: a name belongs to another provider.
+        :raises ProviderNotFound: a parent neither exists nor comes earlier.
+        :raises InventoryInUse: an inventory would drop below its usage.
+        :raises Invalid: a malformed spec; nothing is written.
+        """
 
     @abc.abstractmethod
     def list_providers(self) -> list[Provider]:

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from qsched import exception
-from qsched.ledger.base import Allocations, Claim, Consumer, Inventory, Ledger, Provider
+from qsched.ledger.base import (
+    Allocations,
+    Claim,
+    Consumer,
+    Inventory,
+    Ledger,
+    Provider,
+    ProviderSpec,
+)
 from qsched.ledger.redis import RedisStore, canonical_json, text, text_map
 from qsched.resources import (
     DISK_GB,
@@ -80,6 +89,34 @@ class RedisLedger(Ledger):
         key = self.keys.provider(uuid)
         result = self.store.run("provider_members", key, uuid, generation, kind, *members)
         return int(result["generation"])
+
+    def register_providers(self, specs: Sequence[ProviderSpec]) -> list[Provider]:
+        if not specs:
+            return []
+        batch = [self._spec_json(spec) for spec in specs]
+        result = self.store.run(
+            "provider_register", self.keys.providers, self.store.now(), canonical_json(batch)
+        )
+        return [
+            _registered(spec, item) for spec, item in zip(specs, result["providers"], strict=True)
+        ]
+
+    def _spec_json(self, spec: ProviderSpec) -> dict[str, Any]:
+        uuid = check_uuid(spec.uuid, "Provider UUID")
+        if spec.parent_uuid is not None:
+            check_uuid(spec.parent_uuid, "Parent provider UUID")
+        if not isinstance(spec.name, str) or not 0 < len(spec.name) <= 200:
+            raise exception.Invalid(reason="provider name must be a string of 1-200 characters")
+        return {
+            "uuid": uuid,
+            "name": spec.name,
+            "parent": spec.parent_uuid or "",
+            "inv": {
+                rc: self._inventory_spec(uuid, rc, inv) for rc, inv in spec.inventories.items()
+            },
+            "traits": sorted(check_trait(t) for t in spec.traits),
+            "aggs": sorted(check_aggregate(a) for a in spec.aggregates),
+        }
 
     def list_providers(self) -> list[Provider]:
         uuids = sorted(text(u) for u in self.store.client.smembers(self.keys.providers))
@@ -233,6 +270,28 @@ def check_allocations(allocations: Allocations) -> dict[str, dict[str, int]]:
 
 def _json_allocations(raw: str) -> dict[str, dict[str, int]]:
     return {rp: dict(amounts) for rp, amounts in json.loads(raw).items()}
+
+
+def _registered(spec: ProviderSpec, item: dict[str, Any]) -> Provider:
+    usages = item["usages"] if isinstance(item["usages"], dict) else {}
+    return Provider(
+        uuid=spec.uuid,
+        name=spec.name,
+        generation=int(item["generation"]),
+        parent_uuid=spec.parent_uuid,
+        root_uuid=item["root"],
+        inventories={rc: _stored(inv) for rc, inv in spec.inventories.items()},
+        usages={rc: int(n) for rc, n in usages.items()},
+        traits=frozenset(spec.traits),
+        aggregates=frozenset(spec.aggregates),
+    )
+
+
+def _stored(inv: Inventory) -> Inventory:
+    """An inventory as the ledger stores it (max_unit spelled out)."""
+    return dataclasses.replace(
+        inv, max_unit=inv.effective_max_unit, allocation_ratio=float(inv.allocation_ratio)
+    )
 
 
 def _provider(uuid: str, fields: dict[str, str], traits: Any, aggs: Any) -> Provider:

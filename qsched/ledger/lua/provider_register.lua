@@ -1,0 +1,92 @@
+-- Create or update many providers at once (an agent registering its nodes).
+-- Idempotent: a provider already as described is left alone; a change bumps its
+-- generation once. Parents come before their children in the batch.
+-- KEYS[1]  the providers set (routes the script to the cell's slot)
+-- ARGV     prefix, now, JSON [{uuid, name, parent, inv: {rc: spec}, traits: [], aggs: []}]
+local now, batch = ARGV[2], cjson.decode(ARGV[3])
+
+local function same_members(key, wanted)
+    local have = redis.call("SMEMBERS", key)
+    if #have ~= #wanted then return false end
+    local set = {}
+    for _, m in ipairs(have) do set[m] = true end
+    for _, m in ipairs(wanted) do if not set[m] then return false end end
+    return true
+end
+
+local function replace_members(key, wanted)
+    redis.call("DEL", key)
+    for _, m in ipairs(wanted) do redis.call("SADD", key, m) end
+end
+
+-- Check everything first: a bad provider leaves the whole batch unwritten.
+local known = {}
+for _, p in ipairs(batch) do
+    local rkey = P .. "rp:" .. p.uuid
+    local owner = redis.call("HGET", P .. "rp-names", p.name)
+    if owner and owner ~= p.uuid then
+        return fail("provider_exists", {field = "name", value = p.name})
+    end
+    if p.parent ~= "" and not known[p.parent] and redis.call("EXISTS", P .. "rp:" .. p.parent) == 0 then
+        return fail("provider_not_found", {provider = p.parent})
+    end
+    for rc, spec in pairs(p.inv) do
+        local used = tonumber(redis.call("HGET", rkey, "u:" .. rc) or 0)
+        local cap = capacity(parse_inventory(spec))
+        if used > cap then
+            return fail("inventory_in_use", {provider = p.uuid, resource_class = rc,
+                                             used = used, capacity = cap})
+        end
+    end
+    known[p.uuid] = true
+end
+
+local out = {}
+for i, p in ipairs(batch) do
+    local rkey = P .. "rp:" .. p.uuid
+    local changed = false
+    if redis.call("EXISTS", rkey) == 0 then
+        local root = p.uuid
+        if p.parent ~= "" then
+            root = redis.call("HGET", P .. "rp:" .. p.parent, "root")
+            redis.call("SADD", P .. "rp:" .. p.parent .. ":children", p.uuid)
+        end
+        redis.call("HSET", rkey, "name", p.name, "generation", 0, "parent", p.parent,
+                   "root", root, "created_at", now)
+        redis.call("HSET", P .. "rp-names", p.name, p.uuid)
+        redis.call("SADD", P .. "rps", p.uuid)
+    end
+    local fields = redis.call("HGETALL", rkey)
+    local usages = {}
+    for j = 1, #fields, 2 do
+        local rc = string.match(fields[j], "^i:(.+)$")
+        if rc and not p.inv[rc] then
+            redis.call("HDEL", rkey, fields[j])
+            changed = true
+        end
+        local urc = string.match(fields[j], "^u:(.+)$")
+        if urc then usages[urc] = tonumber(fields[j + 1]) end
+    end
+    for rc, spec in pairs(p.inv) do
+        if redis.call("HGET", rkey, "i:" .. rc) ~= spec then
+            redis.call("HSET", rkey, "i:" .. rc, spec)
+            changed = true
+        end
+    end
+    if not same_members(rkey .. ":traits", p.traits) then
+        replace_members(rkey .. ":traits", p.traits)
+        changed = true
+    end
+    if not same_members(rkey .. ":aggs", p.aggs) then
+        replace_members(rkey .. ":aggs", p.aggs)
+        changed = true
+    end
+    local gen
+    if changed then
+        gen = redis.call("HINCRBY", rkey, "generation", 1)
+    else
+        gen = tonumber(redis.call("HGET", rkey, "generation"))
+    end
+    out[i] = {generation = gen, usages = usages, root = redis.call("HGET", rkey, "root")}
+end
+return reply({providers = out})
