@@ -195,11 +195,8 @@ class RedisLedger(Ledger):
         consumer_generation: int | None = None,
         provider_generations: Mapping[str, int] | None = None,
     ) -> Claim:
-        inst = self.store.client.hmget(self.keys.instance(instance_uuid), "project_id", "user_id")
-        if inst[0] is None:
-            raise exception.InstanceNotFound(instance=instance_uuid)
         result = self._allocate(
-            instance_uuid, allocations, consumer_generation, text(inst[0]), text(inst[1]),
+            instance_uuid, allocations, consumer_generation, "", "",  # from the record
             provider_generations, claim=(host, node),
         )  # fmt: skip
         return Claim(result["generation"], bool(result.get("already")))

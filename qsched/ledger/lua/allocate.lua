@@ -14,8 +14,9 @@ local cur_gen = tonumber(cur[1])
 
 if claim then
     local ikey = P .. "inst:" .. consumer
-    local inst = redis.call("HMGET", ikey, "state", "host", "node")
+    local inst = redis.call("HMGET", ikey, "state", "host", "node", "project_id", "user_id")
     if not inst[1] then return fail("instance_not_found", {instance = consumer}) end
+    project, user = inst[4], inst[5]  -- a claim allocates for the instance's owner
     if inst[1] ~= "BUILD" then
         return fail("not_waiting", {instance = consumer, state = inst[1], host = inst[2] or ""})
     end
