@@ -42,6 +42,7 @@ import dataclasses
 import heapq
 import threading
 from array import array
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from agents.fit import (
@@ -202,6 +203,8 @@ class NodeIndex:
         self._views: list[NodeView | None] = []
         self._free_ids: list[int] = []
         self._classes: dict[str, _Class] = {}
+        self._capacity: Counter[str] = Counter()  # over all nodes, kept as views change
+        self._used: Counter[str] = Counter()
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -211,7 +214,7 @@ class NodeIndex:
             nid = self._ids.get(view.name)
             if nid is None:
                 nid = self._new_id(view.name)
-            self._views[nid] = view
+            self._set_view(nid, view)
             return self._reindex(nid, view, self._classes.values(), fitted_before=False)
 
     def remove_node(self, name: str) -> ClassChanges:
@@ -222,6 +225,7 @@ class NodeIndex:
             for entry in self._classes.values():
                 self._move(entry, nid, 0, changes)
             del self._ids[name]
+            self._account(self._views[nid], -1)
             self._views[nid] = None
             self._free_ids.append(nid)
             return changes.result()
@@ -375,8 +379,23 @@ class NodeIndex:
         return view
 
     def _set_view(self, nid: int, view: NodeView) -> NodeView:
+        self._account(self._views[nid], -1)
         self._views[nid] = view
+        self._account(view, 1)
         return view
+
+    def _account(self, view: NodeView | None, sign: int) -> None:
+        if view is None:
+            return
+        for provider in view.providers:
+            for rc, inventory in provider.inventories.items():
+                self._capacity[rc] += sign * inventory.capacity
+                self._used[rc] += sign * provider.usages.get(rc, 0)
+
+    def totals(self) -> dict[str, tuple[int, int]]:
+        """(used, capacity) per resource class over every node: O(classes), kept up to date."""
+        with self._lock:
+            return {rc: (self._used[rc], self._capacity[rc]) for rc in sorted(self._capacity)}
 
     def _class(self, name: str) -> _Class:
         entry = self._classes.get(name)

@@ -158,7 +158,9 @@ class ComputeAgent:
             classes=classes,
             building=len(self._builds),
             counters=dict(self.counters),
-        )
+            resources={rc: {"used": used, "capacity": cap}
+                       for rc, (used, cap) in self.index.totals().items()},
+        )  # fmt: skip
 
     def sync_classes(self) -> None:
         """Learn the live classes from the ledger: O(number of classes)."""

@@ -38,6 +38,12 @@ def test_boots_reach_active_without_overcommit(conf, stores, bus, api, agents) -
     assert {s.host for s in states} == {"cn0", "cn1"}
     report = audit(stores)
     assert report.ok and not report.overcommitted, report.to_dict()
+    for agent in agents:  # the running totals the heartbeat shows match the ledger
+        used = sum(
+            stores.ledger.get_provider(view.root.uuid).usages.get("VCPU", 0)
+            for view in (agent.index.node(f"{agent.host}-{i}") for i in range(2))
+        )
+        assert agent.index.totals()["VCPU"] == (used, 8)
 
 
 class RecordingDelivery:
