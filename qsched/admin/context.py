@@ -1,0 +1,193 @@
+"""What every qsched-admin command shares: its configuration, the stores and bus it
+opens on first use, the shared options, and expected failures as one-line errors.
+
+Exit codes: 0 ok, 1 an error (unreachable Redis or broker, unknown id, a
+conflict), 2 a usage error (bad option, unreadable config file, invalid value).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+import redis
+from oslo_config import cfg
+
+from qsched import conf as qconf
+from qsched import exception
+from qsched.admin import views
+from qsched.bus import BusUnavailable, open_bus
+from qsched.bus.kombu import KombuBus
+from qsched.compute import ComputeAPI, RequestContext
+from qsched.ledger import Stores, open_stores
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ADMIN = RequestContext("admin", "admin", is_admin=True, request_id="req-qsched-admin")
+
+CONFIG_HELP = (
+    "INI file(s) read with oslo.config, as the services read them; later files override "
+    "earlier ones. Default: $QSCHED_CONFIG."
+)
+
+
+class AdminError(click.ClickException):
+    """An expected failure: one line on stderr, no traceback, exit code 1."""
+
+    exit_code = 1
+
+
+class AdminUsageError(AdminError):
+    """Bad input that got past the option parser (an invalid value): exit code 2."""
+
+    exit_code = 2
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password masked."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def load_conf(config_files: tuple[str, ...]) -> cfg.ConfigOpts:
+    try:
+        return qconf.load([], config_files)
+    except cfg.Error as exc:
+        raise AdminUsageError(f"cannot read the configuration: {exc}") from None
+
+
+class Admin:
+    """The configuration of one command run and what it opens, opened on first use."""
+
+    def __init__(self, config_files: tuple[str, ...]) -> None:
+        self.config_files = config_files
+        self.conf = load_conf(config_files)
+        self._stores: Stores | None = None
+        self._bus: KombuBus | None = None
+
+    @property
+    def stores(self) -> Stores:
+        if self._stores is None:
+            self._stores = open_stores(self.conf)
+            self._warn_if_alone(self._stores)
+        return self._stores
+
+    @property
+    def bus(self) -> KombuBus:
+        if self._bus is None:
+            bus = open_bus(self.conf)
+            if not isinstance(bus, KombuBus):  # the only family so far
+                raise AdminError(f"qsched-admin does not know the bus {type(bus).__name__}")
+            self._bus = bus
+        return self._bus
+
+    @functools.cached_property
+    def compute(self) -> ComputeAPI:
+        return ComputeAPI(self.conf, self.stores, self.bus)
+
+    @property
+    def max_attempts(self) -> int:
+        return int(self.conf.scheduler.max_attempts)
+
+    @staticmethod
+    def now() -> float:
+        return time.time()
+
+    def close(self) -> None:
+        if self._bus is not None:
+            self._bus.close()
+
+    def _warn_if_alone(self, stores: Stores) -> None:
+        url = str(self.conf.ledger.url)
+        if url.startswith("fakeredis://") and not stores.store.client.dbsize():
+            click.echo(
+                f"warning: [ledger] url is {url}, a ledger inside this command that nothing "
+                "else shares, and it is empty. Pass --config-file with the deployment's "
+                "qsched.conf (docs/admin.rst says how to inspect qsched-demo --serve).",
+                err=True,
+            )
+
+    def where(self) -> str:
+        return ", ".join(self.config_files) or "no --config-file: built-in defaults"
+
+
+def explain(exc: Exception, admin: Admin, hint: str = "") -> AdminError:
+    """An expected failure as a one-line error that says what to do."""
+    if isinstance(exc, BusUnavailable):
+        what = str(exc).rstrip(".")
+        return AdminError(
+            f"{what}. Check transport_url ({admin.where()}) and that the broker runs."
+        )
+    if isinstance(exc, exception.BackendUnavailable | redis.ConnectionError | redis.TimeoutError):
+        url = safe_url(str(admin.conf.ledger.url))
+        reason = exc.kwargs.get("reason", exc) if isinstance(exc, exception.QschedError) else exc
+        return AdminError(
+            f"the ledger (Redis at {url}) is unreachable: {str(reason).rstrip('.')}. "
+            f"Check [ledger] url ({admin.where()}) and that Redis runs."
+        )
+    if isinstance(exc, exception.NotFound):
+        return AdminError(f"{exc} {hint}".strip())
+    if isinstance(exc, exception.Invalid):
+        return AdminUsageError(str(exc))
+    return AdminError(str(exc))
+
+
+EXPECTED = (exception.QschedError, redis.ConnectionError, redis.TimeoutError)
+
+
+def config_option(envvar: str | None = None) -> Callable[[F], F]:
+    """``--config-file`` (repeatable), read from ``envvar`` when not given."""
+    return click.option(
+        "--config-file",
+        "config_files",
+        multiple=True,
+        type=click.Path(exists=True, dir_okay=False),
+        envvar=envvar,
+        help=CONFIG_HELP,
+    )
+
+
+def admin_command(not_found: str = "") -> Callable[[F], F]:
+    """Give a command ``--config-file`` and an :class:`Admin` as first argument.
+
+    ``not_found`` is appended to "not found" errors: where to look up the right id.
+    Expected failures become :class:`AdminError`; the bus is closed in any case.
+    """
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def run(*args: Any, config_files: tuple[str, ...], **kwargs: Any) -> Any:
+            ctx = click.get_current_context()
+            files = config_files or (ctx.obj or {}).get("config_files", ())
+            admin = Admin(tuple(files))
+            try:
+                return fn(admin, *args, **kwargs)
+            except EXPECTED as exc:
+                raise explain(exc, admin, not_found) from None
+            finally:
+                admin.close()
+
+        return config_option()(run)  # type: ignore[return-value]
+
+    return decorate
+
+
+def output_option(*formats: str) -> Callable[[F], F]:
+    """``--format`` / ``-f``: one of ``formats``, the first being the default."""
+    choices = formats or views.FORMATS
+    return click.option(
+        "--format",
+        "-f",
+        "fmt",
+        type=click.Choice(choices),
+        default=choices[0],
+        show_default=True,
+        help="table for people; json (and csv for listings) for scripts.",
+    )

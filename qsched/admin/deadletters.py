@@ -1,0 +1,229 @@
+"""Dead letters for admins: read them without losing one, requeue them, purge them.
+
+The bus only takes dead letters (:meth:`~qsched.bus.base.Bus.take_dead_letters`
+removes them). Reading must not lose one on any broker, and must not count as a
+delivery either: RabbitMQ 4 gives quorum queues a default delivery limit, so
+"get and give back" would in the end drop them. So every operation here gets up
+to ``limit`` letters unacked, then for each one either acts on it (requeue:
+publish it to its queue; purge: nothing) or publishes a copy back to the dead
+letters, confirmed, and only then acks it. A crash in between leaves two copies,
+never none. Letters kept move to the tail; when they died stays in their headers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from qsched import exception
+from qsched.bus import base
+from qsched.bus.kombu import KombuBus, _dead_letter
+from qsched.ledger import Stores
+from qsched.ledger.base import State
+from qsched.message import BootRequest, DeleteRequest, PoisonMessage, decode
+
+DEFAULT_LIMIT = 1000
+NOT_SELECTED = "not selected"
+
+#: What to do with one letter: None when it leaves the dead letters, else why it stays.
+Action = Callable[["Letter"], str | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Letter:
+    """A dead letter with a short id and, when its body decodes, the message."""
+
+    id: str
+    dead: base.DeadLetter
+    message: BootRequest | DeleteRequest | None
+    problem: str | None  # why the body does not decode
+
+    def row(self, now: float) -> dict[str, Any]:
+        msg = self.message
+        key = self.dead.routing_key or ""
+        return {
+            "id": self.id,
+            "dead_at": self.dead.dead_at,
+            "age_s": now - self.dead.dead_at if self.dead.dead_at else None,
+            "queue": self.dead.queue,
+            "class": key.removeprefix("boot.") if key.startswith("boot.") else None,
+            "reason": self.dead.reason,
+            "kind": msg.KIND if msg is not None else None,
+            "instance": msg.instance_uuid if msg is not None else None,
+            "bytes": len(self.dead.body),
+        }
+
+    def doc(self, now: float) -> dict[str, Any]:
+        msg = self.message
+        fields = dataclasses.asdict(msg) if msg is not None else None
+        return {
+            **self.row(now),
+            "routing_key": self.dead.routing_key,
+            "problem": self.problem,
+            "message": fields,
+            "body_hex": self.dead.body[:256].hex() if msg is None else None,
+            "headers": {str(k): _plain(v) for k, v in self.dead.headers.items()},
+        }
+
+
+def _plain(value: Any) -> Any:
+    """Header values as JSON can carry them (AMQP tables hold bytes, dates, lists)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)
+
+
+def letter_id(dead: base.DeadLetter) -> str:
+    """12 hex digits from the body and when it died: stable while it stays a dead letter."""
+    digest = hashlib.sha256(dead.body)
+    digest.update(repr((dead.dead_at, dead.reason, dead.queue)).encode())
+    return digest.hexdigest()[:12]
+
+
+def _letter(dead: base.DeadLetter) -> Letter:
+    try:
+        message: BootRequest | DeleteRequest | None = decode(dead.body)
+        problem = None
+    except PoisonMessage as exc:
+        message, problem = None, str(exc)
+    return Letter(letter_id(dead), dead, message, problem)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """One letter handled: ``kept`` says why it stayed a dead letter (None: it left)."""
+
+    letter: Letter
+    kept: str | None
+
+    def row(self, done: str) -> dict[str, Any]:
+        """``done`` is what happened to a letter that left."""
+        msg = self.letter.message
+        return {
+            "id": self.letter.id,
+            "instance": msg.instance_uuid if msg is not None else None,
+            "result": done if self.kept is None else self.kept,
+        }
+
+
+class DeadLetterBox:
+    """The dead letters of one bus, handled so that none is ever lost."""
+
+    def __init__(self, bus: KombuBus, limit: int = DEFAULT_LIMIT) -> None:
+        self.bus = bus
+        self.limit = limit
+
+    def read(self) -> list[Letter]:
+        """Up to ``limit`` letters, all kept."""
+        return [o.letter for o in self.handle(lambda letter: "listed")]
+
+    def find(self, letter_id: str) -> Letter:
+        """:raises NotFound: no letter with that id among the first ``limit``."""
+        for letter in self.read():
+            if letter.id == letter_id:
+                return letter
+        raise exception.NotFound(what=f"dead letter {letter_id} (among the first {self.limit})")
+
+    def purge(self, ids: set[str] | None = None) -> list[Outcome]:
+        """Drop the letters with these ids (all when None); the others stay."""
+        return self.handle(lambda letter: _unless_selected(letter, ids))
+
+    def requeue(self, stores: Stores, ids: set[str] | None = None) -> list[Outcome]:
+        """Publish the selected letters back to their queue when that can still help."""
+
+        def act(letter: Letter) -> str | None:
+            return _unless_selected(letter, ids) or self._requeue_one(stores, letter)
+
+        return self.handle(act)
+
+    def _requeue_one(self, stores: Stores, letter: Letter) -> str | None:
+        msg = letter.message
+        if msg is None:
+            return f"not requeued: {letter.problem}"
+        if isinstance(msg, DeleteRequest):
+            self.bus.publish_delete(msg.host, msg)
+            return None
+        try:
+            inst = stores.instances.get(msg.instance_uuid)
+        except exception.InstanceNotFound:
+            return "not requeued: its instance is gone"
+        if inst.state != State.BUILD or inst.host:
+            return f"not requeued: its instance is {inst.state.value}, nothing to place"
+        self.bus.publish_boot(msg)
+        return None
+
+    def handle(self, act: Action) -> list[Outcome]:
+        """Get up to ``limit`` letters unacked, act on each, keep a copy of those it keeps.
+
+        :raises BusUnavailable: letters not yet handled are given back to the broker.
+        """
+        dead = self.bus.dead_entity()
+        outcomes = []
+        with admin_channel(self.bus) as channel:
+            self.bus.declare(channel, dead)
+            held = _get_all(dead(channel), self.limit)
+            try:
+                while held:
+                    message = held[0]
+                    letter = _letter(_dead_letter(message))
+                    kept = act(letter)
+                    if kept is not None:
+                        self.bus.publish(dead, bytes(message.body), headers=message.headers)
+                    message.ack()
+                    held.pop(0)
+                    outcomes.append(Outcome(letter, kept))
+            finally:
+                for message in held:
+                    with contextlib.suppress(*self.bus.errors):
+                        message.reject(requeue=True)
+        return outcomes
+
+
+@contextlib.contextmanager
+def admin_channel(bus: KombuBus) -> Iterator[Any]:
+    """A channel on a short-lived connection; broker errors become BusUnavailable."""
+    try:
+        connection = bus.connect()
+    except bus.errors as exc:
+        raise base.BusUnavailable(bus.safe_url, str(exc) or type(exc).__name__) from None
+    try:
+        yield connection.channel()
+    except bus.errors as exc:
+        raise base.BusUnavailable(bus.safe_url, str(exc) or type(exc).__name__) from None
+    finally:
+        connection.release()
+
+
+def _get_all(queue: Any, limit: int) -> list[Any]:
+    held = []
+    for _ in range(limit):
+        message = queue.get(no_ack=False)
+        if message is None:
+            break
+        held.append(message)
+    return held
+
+
+def _unless_selected(letter: Letter, ids: set[str] | None) -> str | None:
+    return None if ids is None or letter.id in ids else NOT_SELECTED
+
+
+def purge_queue(bus: KombuBus, scheduling_class: str) -> int:
+    """Drop every message of one class queue; return how many.
+
+    :raises NotFound: RabbitMQ has no such queue.
+    :raises BusUnavailable:
+    """
+    stats = bus.queue_stats(scheduling_class)  # NotFound before anything is dropped
+    with admin_channel(bus) as channel:
+        purged = channel.queue_purge(stats.queue)
+    return int(purged or 0)
