@@ -12,6 +12,7 @@ import threading
 import uuid
 from typing import Any
 
+import fakeredis
 from oslo_config import cfg
 
 from agents.service import ComputeAgent
@@ -36,7 +37,7 @@ def embedded_conf(**overrides: Any) -> cfg.ConfigOpts:
     conf = qconf.load()
     run = uuid.uuid4().hex[:8]
     conf.set_override("transport_url", "memory://")
-    conf.set_override("url", f"fakeredis://embedded-{run}", group="ledger")
+    conf.set_override("url", f"fakeredis://embedded-{run}", group="ledger")  # may be overridden
     conf.set_override("prefix", f"qsched-{run}", group="bus")
     conf.set_override("flavor", list(DEMO_FLAVORS), group="api")
     for name, (group, value) in overrides.items():
@@ -101,6 +102,31 @@ def start_stack(
     reaper = Periodic("reaper", 1.0, lambda: reap_expired(stores))
     reaper.start()
     return Stack(conf, stores, bus, server, running, reaper, thread)
+
+
+class SharedState:
+    """The embedded ledger and bus served over TCP (fakeredis speaks the Redis protocol),
+    so that ``qsched-admin`` in another terminal sees what this process holds."""
+
+    def __init__(self, port: int) -> None:
+        self.server = fakeredis.TcpFakeServer(("127.0.0.1", port), server_type="redis")
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.ledger_url = f"redis://127.0.0.1:{port}/0"
+        self.transport_url = f"redis://127.0.0.1:{port}/1"
+
+    def write_config(self, conf: cfg.ConfigOpts, path: str) -> None:
+        """A config file for qsched-admin pointing at this state."""
+        with open(path, "w") as out:
+            out.write(
+                f"[DEFAULT]\ntransport_url = {self.transport_url}\n\n"
+                f"[bus]\nprefix = {conf.bus.prefix}\n\n"
+                f"[ledger]\nurl = {self.ledger_url}\n"
+            )
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def _split(total: int, parts: int) -> list[int]:

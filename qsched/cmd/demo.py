@@ -17,11 +17,13 @@ from urllib.parse import urlsplit
 import click
 
 from agents.virt.fake import FakeNodeSpec
-from qsched.embedded import Stack, embedded_conf, start_stack
+from qsched.embedded import SharedState, Stack, embedded_conf, start_stack
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State
 
 PROJECT, USER = "demo", "demo"
+STATE_PORT = 8775  # --serve: the embedded ledger and bus, for qsched-admin
+ADMIN_CONFIG = "qsched-demo.conf"
 IMAGE = "6b9f3c1e-58f4-4f0e-9d4b-0c7f3a1d2e55"  # any image UUID: the fake driver boots none
 FLAVOR_MIX = (("m1.tiny", 4), ("m1.small", 3), ("m1.medium", 2), ("m1.large", 1))
 
@@ -145,6 +147,8 @@ def serve_until_interrupted(stack: Stack, echo: Callable[[str], None]) -> None:
         f"""-d '{{"server": {{"name": "vm1", "flavorRef": "m1.small", "imageRef": "{IMAGE}"}}}}' """
         f"{stack.url}/v2.1/servers"
     )
+    echo(f"From another terminal: qsched-admin --config-file {ADMIN_CONFIG} queues")
+    echo(f"  (also agents, providers, top, server why ID; {ADMIN_CONFIG} was written here)")
     stopped = threading.Event()
     try:
         stopped.wait()
@@ -207,7 +211,9 @@ def serve_until_interrupted(stack: Stack, echo: Callable[[str], None]) -> None:
     "--serve",
     is_flag=True,
     help="Keep the stack up on 127.0.0.1:8774 for curl or python-novaclient "
-    "(token 'demo:demo' or 'admin') until Ctrl-C.",
+    "(token 'demo:demo' or 'admin') until Ctrl-C. The ledger and bus are then served "
+    "on 127.0.0.1:8775 (Redis protocol) and qsched-demo.conf is written in the current "
+    "directory, so that qsched-admin --config-file qsched-demo.conf can inspect them.",
 )
 def main(
     boots: int | None,
@@ -233,7 +239,14 @@ def main(
     Hosts have 32 VCPUs (allocation ratio 4.0), 128 GiB of RAM and 2 TB of disk.
     """  # fmt: skip
     boots = (0 if serve else 2000) if boots is None else boots
-    conf = embedded_conf(build_timeout_s=("scheduler", timeout_s))
+    overrides: dict[str, tuple[str | None, object]] = {"build_timeout_s": ("scheduler", timeout_s)}
+    shared = SharedState(STATE_PORT) if serve else None
+    if shared is not None:
+        overrides |= {"url": ("ledger", shared.ledger_url),
+                      "transport_url": (None, shared.transport_url)}  # fmt: skip
+    conf = embedded_conf(**overrides)
+    if shared is not None:
+        shared.write_config(conf, ADMIN_CONFIG)
     spec = FakeNodeSpec(vcpus=32, ram_mb=131072, disk_gb=2000, cpu_allocation_ratio=4.0)
     stack = start_stack(conf, hosts, agents, spec, port=8774 if serve else 0,
                         spawn_delay_s=spawn_delay_s, failure_rate=failure_rate)  # fmt: skip
@@ -252,3 +265,5 @@ def main(
             serve_until_interrupted(stack, lambda s: click.echo(s, err=True))
     finally:
         stack.stop()
+        if shared is not None:
+            shared.stop()

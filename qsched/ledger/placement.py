@@ -29,6 +29,7 @@ from qsched.resources import (
 )
 
 _MAX_AMOUNT = 2**31 - 1
+_LIST_CHUNK = 1000  # providers read per round trip by list_providers
 
 
 class RedisLedger(Ledger):
@@ -120,7 +121,20 @@ class RedisLedger(Ledger):
 
     def list_providers(self) -> list[Provider]:
         uuids = sorted(text(u) for u in self.store.client.smembers(self.keys.providers))
-        return [self.get_provider(u) for u in uuids]
+        found = []
+        for start in range(0, len(uuids), _LIST_CHUNK):
+            chunk = uuids[start : start + _LIST_CHUNK]
+            pipe = self.store.client.pipeline(transaction=False)
+            for uuid in chunk:
+                pipe.hgetall(self.keys.provider(uuid))
+                pipe.smembers(self.keys.provider_traits(uuid))
+                pipe.smembers(self.keys.provider_aggregates(uuid))
+            replies = pipe.execute()
+            for i, uuid in enumerate(chunk):
+                fields, traits, aggs = replies[3 * i : 3 * i + 3]
+                if fields:  # deleted since the SMEMBERS
+                    found.append(_provider(uuid, text_map(fields), traits, aggs))
+        return found
 
     def default_inventory(self, resource_class: str, total: int, **fields: Any) -> Inventory:
         """An Inventory with the configured allocation ratio for its class."""
