@@ -49,6 +49,8 @@ T = TypeVar("T")
 
 #: How many nodes one request may try after the ledger refused the first pick.
 MAX_PICKS = 3
+#: A delete marked longer ago than this without its request arriving is done anyway.
+STUCK_DELETE_S = 10.0
 
 
 @dataclasses.dataclass
@@ -100,6 +102,7 @@ class ComputeAgent:
             self._sample_node = self._sample_node or view.name
         self.sync_classes()
         self.heartbeat()
+        self.finish_deletes()  # whatever a previous run of this agent left undone
         self.consumer = self.bus.consumer(self.host, self.on_message, self.index.fittable())
         self.consumer.start()
         if not self.consumer.wait_ready(ready_timeout_s):
@@ -113,7 +116,9 @@ class ComputeAgent:
         tasks: list[tuple[str, float, Callable[[], object]]] = [
             ("heartbeat", self.opts.heartbeat_interval_s, self.heartbeat),
             ("classes", self.opts.class_poll_interval_s, self.sync_classes),
-        ]
+            ("deletes", STUCK_DELETE_S / 2,
+             lambda: self.finish_deletes(time.time() - STUCK_DELETE_S)),
+        ]  # fmt: skip
         if self.opts.reap_interval_s:
             tasks.append(("reaper", self.opts.reap_interval_s, lambda: reap_expired(self.stores)))
         for name, interval_s, fn in tasks:
@@ -223,7 +228,12 @@ class ComputeAgent:
 
     def boot(self, msg: message.BootRequest, delivery: Delivery) -> None:
         uuid = msg.instance_uuid
-        if not self._still_waiting(msg):
+        waiting = self._still_waiting(msg)
+        if waiting is None:
+            self._stopped.wait(0.1)
+            delivery.requeue(msg.encode())
+            return
+        if not waiting:
             self.counters["dropped"] += 1
             delivery.ack()
             return
@@ -251,14 +261,19 @@ class ComputeAgent:
         self.counters["dropped"] += 1  # nothing to place any more (deleted, placed elsewhere)
         delivery.ack()
 
-    def _still_waiting(self, msg: message.BootRequest) -> bool:
-        with self._lock:
-            if msg.instance_uuid in self._builds:
-                return False  # a redelivery while our spawn is in flight
+    def _still_waiting(self, msg: message.BootRequest) -> bool | None:
+        """True: place it. False: nothing to do. None: not now (an old spawn of it runs)."""
         try:
             inst = self.stores.instances.get(msg.instance_uuid)
         except exception.InstanceNotFound:
             return False
+        with self._lock:
+            in_flight = msg.instance_uuid in self._builds
+        if in_flight:
+            # A redelivery while our spawn runs: drop it. But if the ledger took our claim
+            # back (the janitor thought us dead), the request is due again: once that
+            # spawn has given up, we or another agent must take it.
+            return None if inst.state == State.BUILD and inst.host is None else False
         return inst.state == State.BUILD and inst.host in (None, self.host)
 
     def _ensure_class(self, msg: message.BootRequest) -> None:
@@ -403,17 +418,38 @@ class ComputeAgent:
     # -- deletes ------------------------------------------------------------------------
 
     def delete(self, msg: message.DeleteRequest, delivery: Delivery) -> None:
+        self._destroy(msg.instance_uuid, msg.node)
+        delivery.ack()
+
+    def _destroy(self, uuid: str, node: str) -> None:
         """Destroy an instance of this host, then release its claim and quota."""
-        uuid = msg.instance_uuid
         allocations: Allocations = self.stores.ledger.get_allocations(uuid).allocations
-        if msg.node in self.index:
-            self.driver.destroy(uuid, msg.node)
+        if node in self.index:
+            self.driver.destroy(uuid, node)
         with contextlib.suppress(exception.InstanceNotFound):
             self.stores.instances.delete(uuid)
-        if allocations and msg.node in self.index:
-            self.index.release(msg.node, allocations)
+        if allocations and node in self.index:
+            self.index.release(node, allocations)
         self.counters["deleted"] += 1
-        delivery.ack()
+
+    def finish_deletes(self, marked_before: float | None = None) -> int:
+        """Finish deletes of this host's instances marked before ``marked_before``.
+
+        Catches a delete request lost on the bus (or with a previous run of this
+        agent): reads only this host's deleting set.
+        """
+        done = 0
+        for uuid in self.stores.instances.deleting(self.host, marked_before):
+            with self._lock:
+                if uuid in self._builds:
+                    continue  # its spawn ends first; its delete request is still due
+            try:
+                node = self.stores.instances.get(uuid).node or ""
+            except exception.InstanceNotFound:
+                continue
+            self._destroy(uuid, node)
+            done += 1
+        return done
 
 
 class Backoff:

@@ -29,6 +29,7 @@ LOG = logging.getLogger(__name__)
 class JanitorReport:
     dead_agents: list[str] = dataclasses.field(default_factory=list)
     requeued: list[str] = dataclasses.field(default_factory=list)
+    deleted: list[str] = dataclasses.field(default_factory=list)  # deletes it left undone
     ended: list[str] = dataclasses.field(default_factory=list)  # deleted or ended meanwhile
     failed: list[str] = dataclasses.field(default_factory=list)  # republish failed
     dry_run: bool = False
@@ -75,23 +76,46 @@ def requeue_orphan(stores: Stores, bus: Bus, uuid: str, host: str, reason: str) 
 
 
 def run(
-    stores: Stores, bus: Bus | None = None, now: float | None = None, dry_run: bool = False
+    stores: Stores,
+    bus: Bus | None = None,
+    now: float | None = None,
+    dry_run: bool = False,
+    grace_s: float = 0.0,
+    suspects: dict[str, float] | None = None,
 ) -> JanitorReport:
-    """Requeue the unfinished claims of every agent whose heartbeat has expired.
+    """Finish the work of every agent whose heartbeat has been expired for ``grace_s``.
 
+    Its unfinished claims are released and their requests published again; the
+    deletes it was asked for are done here, as Nova does for a down compute.
     Reads the agents seen in the cell (an admin-sized list) and, per dead agent,
-    only the instances it was building. ``dry_run`` (or no ``bus``) only reports.
+    only its building and deleting sets. ``dry_run`` (or no ``bus``) only reports.
+
+    ``suspects`` (host -> when this janitor first saw it silent) makes the grace
+    count from that moment: after a ledger outage every heartbeat has expired at
+    once, and live agents must get the time to beat again before being judged.
+    Without it the grace counts from the agent's last heartbeat.
     """
+    now = time.time() if now is None else now
     report = JanitorReport(dry_run=dry_run or bus is None)
     for agent in stores.agents.list():
         if agent.alive:
+            if suspects is not None:
+                suspects.pop(agent.host, None)
+            continue
+        since = agent.last_seen if suspects is None else suspects.setdefault(agent.host, now)
+        if now - since < grace_s:
             continue
         building = sorted(stores.instances.building(agent.host))
-        if not building:
+        deleting = stores.instances.deleting(agent.host)
+        if not building and not deleting:
             continue
         report.dead_agents.append(agent.host)
         for uuid in building:
             _requeue(stores, bus, report, uuid, agent.host)
+        for uuid in deleting:
+            if not report.dry_run:
+                stores.instances.delete(uuid)
+            report.deleted.append(uuid)
     return report
 
 
@@ -115,8 +139,13 @@ def start_periodic_tasks(conf: Any, stores: Stores, bus: Bus) -> list[Periodic]:
         tasks.append(Periodic("reaper", conf.scheduler.reap_interval_s,
                               lambda: reap_expired(stores)))  # fmt: skip
     if conf.scheduler.janitor_interval_s:
-        tasks.append(Periodic("janitor", conf.scheduler.janitor_interval_s,
-                              lambda: run(stores, bus)))  # fmt: skip
+        suspects: dict[str, float] = {}
+        grace_s = conf.scheduler.janitor_grace_s
+
+        def janitor() -> JanitorReport:
+            return run(stores, bus, grace_s=grace_s, suspects=suspects)
+
+        tasks.append(Periodic("janitor", conf.scheduler.janitor_interval_s, janitor))
     for task in tasks:
         task.start()
     return tasks

@@ -170,3 +170,88 @@ class _AckOnly:
 
     def reject(self, reason: str) -> None:
         raise AssertionError(reason)
+
+
+def test_the_janitor_waits_out_its_grace(conf, stores, bus, api, agents) -> None:
+    release = threading.Event()
+
+    def hang(instance: str, node: str) -> None:
+        release.wait(10)
+        raise SimulatedCrash
+
+    dying = start_agent(conf, stores, bus, "cn-dying", hook=hang)
+    inst = api.boot(USER, "vm", "small").uuid
+    assert wait_until(lambda: stores.instances.building("cn-dying") == {inst}, 10)
+    crash(dying)
+    suspects: dict[str, float] = {}
+    assert janitor.run(stores, bus, now=100.0, grace_s=10, suspects=suspects).requeued == []
+    assert janitor.run(stores, bus, now=105.0, grace_s=10, suspects=suspects).requeued == []
+    stores.agents.heartbeat("cn-dying", ttl_s=60)  # it was only a ledger outage: it beats again
+    assert janitor.run(stores, bus, now=111.0, grace_s=10, suspects=suspects).requeued == []
+    assert suspects == {}
+    stores.agents.forget("cn-dying")
+    assert janitor.run(stores, bus, now=200.0, grace_s=10, suspects=suspects).requeued == []
+    assert janitor.run(stores, bus, now=210.0, grace_s=10, suspects=suspects).requeued == [inst]
+    release.set()
+
+
+def test_a_lost_delete_request_is_finished_anyway(conf, stores, bus, api, agents) -> None:
+    agent = start_agent(conf, stores, bus, "cn0")
+    agents.append(agent)
+    inst = api.boot(USER, "vm", "small").uuid
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    stores.instances.mark_deleting(inst)  # as the API does, but its request never arrives
+    assert stores.instances.deleting("cn0") == [inst]
+    assert agent.finish_deletes(marked_before=0.0) == 0  # not stuck yet
+    assert agent.finish_deletes() == 1
+    assert stores.instances.get(inst).state == State.DELETED
+    assert stores.instances.deleting("cn0") == []
+    assert agent.index.totals()["VCPU"][0] == 0
+    assert audit(stores).ok
+
+
+def test_the_janitor_finishes_a_dead_agents_deletes(conf, stores, bus, api, agents) -> None:
+    agent = start_agent(conf, stores, bus, "cn0")
+    inst = api.boot(USER, "vm", "small").uuid
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    crash(agent)
+    stores.instances.mark_deleting(inst)
+    report = janitor.run(stores, bus)
+    assert (report.dead_agents, report.deleted) == (["cn0"], [inst])
+    assert stores.instances.get(inst).state == State.DELETED
+    assert audit(stores).ok
+
+
+def test_a_request_released_under_a_running_spawn_is_not_dropped(
+    conf, stores, bus, api, agents
+) -> None:
+    release = threading.Event()
+
+    def slow(instance: str, node: str) -> None:
+        release.wait(10)
+
+    agent = start_agent(conf, stores, bus, "cn0", hook=slow)
+    agents.append(agent)
+    inst = api.boot(USER, "vm", "small").uuid
+    assert wait_until(lambda: stores.instances.building("cn0") == {inst}, 10)
+    record = stores.instances.requeue(inst, "cn0", "taken back by a janitor")
+    msg = BootRequest.create(inst, "p1", "u1", Flavor("small", 1, 1024, 0))
+    delivery = _Recording()
+    agent.on_message(msg.encode(), delivery)
+    assert delivery.settled == ["requeue"] and record.host is None  # due again, not dropped
+    release.set()  # the old spawn finds its claim gone, destroys its VM and lets go
+    assert wait_until(lambda: not agent._builds, 10)
+    agent.on_message(msg.encode(), _Recording())  # the requeued copy comes back
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 15)
+    assert audit(stores).ok
+
+
+class _Recording(_AckOnly):
+    def __init__(self) -> None:
+        self.settled: list[str] = []
+
+    def ack(self) -> None:
+        self.settled.append("ack")
+
+    def requeue(self, new_body: bytes) -> None:
+        self.settled.append("requeue")

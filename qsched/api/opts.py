@@ -69,6 +69,14 @@ scheduler_opts = [
         "requests nobody placed in time); 0: off. Safe to run in every worker.",
     ),
     cfg.FloatOpt(
+        "janitor_grace_s",
+        default=10.0,
+        min=0.0,
+        help="How long the janitor must see an agent without a heartbeat before it takes "
+        "over the agent's unfinished work. Counted from when it first saw the agent "
+        "silent, so that after a ledger outage live agents can beat again first.",
+    ),
+    cfg.FloatOpt(
         "janitor_interval_s",
         default=10.0,
         min=0.0,

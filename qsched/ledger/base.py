@@ -390,6 +390,10 @@ class InstanceStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def deleting(self, host: str, marked_before: float | None = None) -> list[str]:
+        """Instances of ``host`` marked deleting (before ``marked_before``), oldest first."""
+
+    @abc.abstractmethod
     def building(self, host: str) -> set[str]:
         """Instances ``host`` has claimed and not made ACTIVE yet (O(that many))."""
 

@@ -103,6 +103,11 @@ class RedisInstances(InstanceStore):
         self._run("instance_deleting", uuid)
         return self.get(uuid)
 
+    def deleting(self, host: str, marked_before: float | None = None) -> list[str]:
+        until = "+inf" if marked_before is None else marked_before
+        found = self.store.client.zrangebyscore(self.keys.host_deleting(host), "-inf", until)
+        return [text(u) for u in found]
+
     def building(self, host: str) -> set[str]:
         return {text(u) for u in self.store.client.smembers(self.keys.host_building(host))}
 

@@ -61,6 +61,10 @@ class Keyspace:
         return f"{self.prefix}quota:{project_id}:held"
 
     # instances
+    def host_deleting(self, host: str) -> str:
+        """Sorted set: instances of ``host`` marked deleting, by when (for stuck deletes)."""
+        return f"{self.prefix}host:{host}:deleting"
+
     def host_building(self, host: str) -> str:
         """Set: instances claimed by ``host`` and not ACTIVE yet (for the janitor)."""
         return f"{self.prefix}host:{host}:building"

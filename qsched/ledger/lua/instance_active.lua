@@ -3,12 +3,14 @@
 -- ARGV     prefix, uuid, host, node, now, max_events
 local uuid, host, node, now, max_events = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local ikey = P .. "inst:" .. uuid
-local inst = redis.call("HMGET", ikey, "state", "host", "node")
+local inst = redis.call("HMGET", ikey, "state", "host", "node", "task_state")
 if not inst[1] then return fail("instance_not_found", {instance = uuid}) end
 if inst[1] ~= "BUILD" or inst[2] ~= host or inst[3] ~= node then
     return fail("not_waiting", {instance = uuid, state = inst[1], host = inst[2] or ""})
 end
-redis.call("HSET", ikey, "state", "ACTIVE", "task_state", "", "launched_at", now,
+-- a delete asked for while it spawned stays asked for: its host's agent finishes it
+local task = inst[4] == "deleting" and "deleting" or ""
+redis.call("HSET", ikey, "state", "ACTIVE", "task_state", task, "launched_at", now,
            "updated_at", now)
 redis.call("ZREM", P .. "deadlines", uuid)
 unbuild(uuid, host)

@@ -12,6 +12,7 @@ if (inst[1] ~= "BUILD" and inst[1] ~= "ACTIVE") or host == "" then
 end
 if inst[4] ~= "deleting" then
     redis.call("HSET", ikey, "task_state", "deleting", "updated_at", now)
+    redis.call("ZADD", P .. "host:" .. host .. ":deleting", "NX", now, uuid)
     add_event(uuid, now, "deleting", host, inst[3], {}, max_events)
 end
 return reply({host = host})

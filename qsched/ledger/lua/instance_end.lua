@@ -12,6 +12,7 @@ end
 drop_allocations(uuid)
 release_quota(inst[2], uuid)
 unbuild(uuid, inst[3])
+undelete(uuid, inst[3])
 redis.call("HSET", ikey, "state", state, "task_state", "", "updated_at", now)
 redis.call("HDEL", ikey, "quota")
 if fault ~= "" then redis.call("HSET", ikey, "fault", fault) end

@@ -14,6 +14,7 @@ end
 drop_allocations(uuid)
 unbuild(uuid, claimed_by)
 if inst[3] == "deleting" then
+    undelete(uuid, claimed_by)
     release_quota(inst[4], uuid)
     redis.call("HSET", ikey, "state", "DELETED", "task_state", "", "updated_at", now,
                "deleted_at", now)

@@ -46,6 +46,13 @@ local function unbuild(uuid, host)
     end
 end
 
+-- Forget that a host still has to delete an instance.
+local function undelete(uuid, host)
+    if host and host ~= "" then
+        redis.call("ZREM", P .. "host:" .. host .. ":deleting", uuid)
+    end
+end
+
 -- Remove every allocation of a consumer: usages, project usages, provider
 -- consumer sets, one generation bump per provider. Returns true if it held any.
 local function drop_allocations(consumer)
