@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench-ledger sample-config clean
+.PHONY: install test lint demo bench-ledger chaos sample-config clean
 
 install: $(STAMP)
 
@@ -27,6 +27,9 @@ demo: $(STAMP)
 
 bench-ledger: $(STAMP)
 	$(BIN)/qsched-ledger-bench $(BENCH_ARGS)
+
+chaos: $(STAMP)
+	$(BIN)/qsched-chaos --transport both --duration-s 180 $(CHAOS_ARGS)
 
 sample-config: $(STAMP)
 	$(BIN)/oslo-config-generator --config-file deploy/qsched-config-generator.conf

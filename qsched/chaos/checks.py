@@ -1,0 +1,404 @@
+"""The invariants, checked from the ledger's raw keys and what the client saw.
+
+Nothing here asks a service: the checks read the Redis keys of the cell
+(instance records, consumers, provider hashes and consumer sets, quota
+counters) and compare them with the calls the load generator recorded. They
+scan everything, which is fine for a test cell and never done on a request path.
+:func:`qsched.ledger.audit.audit` runs as well, and its findings count.
+
+Every check returns a list of findings (dicts naming the instance, provider or
+project and the problem); an empty list means the invariant held.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from qsched.chaos.load import Call
+from qsched.ledger import Stores
+from qsched.ledger.audit import audit
+from qsched.ledger.redis import text, text_map
+
+HOLDING = ("BUILD", "ACTIVE")  # the states that hold quota (and, once claimed, allocations)
+ENDED = ("ACTIVE", "ERROR", "DELETED")  # where an accepted request may end
+
+
+@dataclasses.dataclass
+class Snapshot:
+    """Everything the checks read, taken in one pass (the services should be quiet)."""
+
+    records: dict[str, dict[str, str]]  # instance uuid -> every field of its record
+    consumers: dict[str, dict[str, Any]]  # consumer uuid -> {"project", "allocs"}
+    capacity: dict[str, dict[str, int]]  # provider -> resource class -> capacity
+    usage: dict[str, dict[str, int]]  # provider -> resource class -> usage counter
+    provider_consumers: dict[str, set[str]]
+    provider_host: dict[str, str]  # provider -> the agent host it belongs to
+    quota_used: dict[str, dict[str, int]]  # project -> instances, cores, ram_mb
+    quota_held: dict[str, dict[str, str]]  # project -> holder -> "cores ram_mb"
+
+    def by_name(self) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = defaultdict(list)
+        for uuid, record in self.records.items():
+            found[record.get("name", "")].append(uuid)
+        return found
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def _suffixes(stores: Stores, prefix: str, suffix: str = "") -> list[str]:
+    """The ``*`` of every key ``<prefix>*<suffix>`` that has no further ':' in it."""
+    found = set()
+    for key in stores.store.client.scan_iter(f"{prefix}*{suffix}", count=1000):
+        middle = text(key)[len(prefix) : len(text(key)) - len(suffix)]
+        if middle and ":" not in middle:
+            found.add(middle)
+    return sorted(found)
+
+
+def read_records(stores: Stores, uuids: Iterable[str] | None = None) -> dict[str, dict[str, str]]:
+    """Instance records (all fields), of ``uuids`` or of every instance of the cell."""
+    keys = stores.store.keys
+    wanted = list(uuids) if uuids is not None else _suffixes(stores, keys.instance(""))
+    pipe = stores.store.client.pipeline(transaction=False)
+    for uuid in wanted:
+        pipe.hgetall(keys.instance(uuid))
+    return {u: text_map(f) for u, f in zip(wanted, pipe.execute(), strict=True) if f}
+
+
+def claimed_by(stores: Stores, host: str, uuids: Iterable[str] | None = None) -> set[str]:
+    """Instances in BUILD claimed by ``host`` (of ``uuids``, or of the whole cell)."""
+    records = read_records(stores, uuids)
+    return {u for u, r in records.items() if r.get("state") == "BUILD" and r.get("host") == host}
+
+
+def take_snapshot(stores: Stores, hosts: list[str]) -> Snapshot:
+    keys = stores.store.keys
+    client = stores.store.client
+    consumers = {}
+    for uuid in _suffixes(stores, keys.consumer("")):
+        fields = text_map(client.hgetall(keys.consumer(uuid)))
+        if fields.get("allocs"):
+            consumers[uuid] = {
+                "project": fields.get("project", ""),
+                "allocs": json.loads(fields["allocs"]),
+            }
+    snap = Snapshot(read_records(stores), consumers, {}, {}, {}, {}, {}, {})
+    _read_providers(stores, hosts, snap)
+    for project in _suffixes(stores, keys.quota_used("")[: -len(":used")], ":used"):
+        snap.quota_used[project] = {
+            k: int(v) for k, v in text_map(client.hgetall(keys.quota_used(project))).items()
+        }
+    for project in _suffixes(stores, keys.quota_held("")[: -len(":held")], ":held"):
+        snap.quota_held[project] = text_map(client.hgetall(keys.quota_held(project)))
+    return snap
+
+
+def _read_providers(stores: Stores, hosts: list[str], snap: Snapshot) -> None:
+    keys = stores.store.keys
+    client = stores.store.client
+    names, roots = {}, {}
+    for rp in sorted(text(u) for u in client.smembers(keys.providers)):
+        fields = text_map(client.hgetall(keys.provider(rp)))
+        names[rp], roots[rp] = fields.get("name", ""), fields.get("root") or rp
+        snap.capacity[rp] = {f[2:]: _capacity(v) for f, v in fields.items() if f.startswith("i:")}
+        snap.usage[rp] = {f[2:]: int(v) for f, v in fields.items() if f.startswith("u:")}
+        snap.provider_consumers[rp] = {
+            text(c) for c in client.smembers(keys.provider_consumers(rp))
+        }
+    for rp, root in roots.items():
+        snap.provider_host[rp] = _host_of(names.get(root, ""), hosts)
+
+
+def _capacity(inventory: str) -> int:
+    """``"total reserved min max step ratio"`` -> (total - reserved) * ratio, rounded down."""
+    total, reserved, *_rest, ratio = inventory.split()
+    return int((int(total) - int(reserved)) * float(ratio))
+
+
+def _host_of(node_name: str, hosts: list[str]) -> str:
+    """Fake nodes are named ``<host>-<digits>``."""
+    host, _sep, number = node_name.rpartition("-")
+    return host if host in hosts and number.isdigit() else f"?{node_name}"
+
+
+# -- the invariants --------------------------------------------------------------------
+
+
+def lost(snap: Snapshot, accepted: dict[str, Call]) -> list[dict[str, Any]]:
+    """Accepted (202) requests whose instance is not ACTIVE, ERROR or DELETED."""
+    found: list[dict[str, Any]] = []
+    for uuid, call in sorted(accepted.items()):
+        record = snap.records.get(uuid)
+        if record is None:
+            found.append({"instance": uuid, "name": call.name, "problem": "no record"})
+        elif record.get("state") not in ENDED:
+            found.append(
+                {
+                    "instance": uuid,
+                    "name": call.name,
+                    "state": record.get("state"),
+                    "host": record.get("host", ""),
+                    "task_state": record.get("task_state", ""),
+                }
+            )
+    return found
+
+
+def lost_deletes(snap: Snapshot, deletes: list[Call]) -> list[dict[str, Any]]:
+    """Instances whose last DELETE was answered 204 but that are not DELETED."""
+    last: dict[str, Call] = {}
+    for call in sorted(deletes, key=lambda c: c.sent):
+        if call.uuid:
+            last[call.uuid] = call
+    found: list[dict[str, Any]] = []
+    for uuid, call in sorted(last.items()):
+        state = snap.records.get(uuid, {}).get("state")
+        if call.status == 204 and state != "DELETED":
+            record = snap.records.get(uuid, {})
+            found.append(
+                {
+                    "instance": uuid,
+                    "state": state,
+                    "host": record.get("host", ""),
+                    "task_state": record.get("task_state", ""),
+                    "problem": "DELETE answered 204 but the instance is not DELETED",
+                }
+            )
+    return found
+
+
+def duplicates(snap: Snapshot, histories: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Instances placed twice: allocations on two hosts, a provider of another host
+    holding them, or a history with two ACTIVE events or overlapping claims."""
+    found: list[dict[str, Any]] = []
+    for uuid, consumer in sorted(snap.consumers.items()):
+        hosts = sorted({snap.provider_host.get(rp, f"?{rp}") for rp in consumer["allocs"]})
+        if len(hosts) > 1:
+            found.append(
+                {"instance": uuid, "problem": "allocations on several hosts", "hosts": hosts}
+            )
+    for rp, members in sorted(snap.provider_consumers.items()):
+        for uuid in sorted(members):
+            record = snap.records.get(uuid, {})
+            host = record.get("host", "")
+            if record.get("state") in HOLDING and host and host != snap.provider_host.get(rp):
+                found.append(
+                    {
+                        "instance": uuid,
+                        "problem": "held by a provider of another host",
+                        "provider_host": snap.provider_host.get(rp),
+                        "record_host": host,
+                    }
+                )
+    for uuid, events in sorted(histories.items()):
+        problem = _history_problem(events)
+        if problem:
+            found.append({"instance": uuid, "problem": problem})
+    return found
+
+
+def _history_problem(events: list[dict[str, Any]]) -> str:
+    """Two ACTIVE events, or a claim by one host while another held it."""
+    holder = None
+    actives = 0
+    for event in events:
+        kind, host = event.get("event"), event.get("host")
+        if kind == "active":
+            actives += 1
+        elif kind == "claimed":
+            if holder and holder != host:
+                return f"claimed by {host} while {holder} held it"
+            holder = host
+        elif kind in ("released", "requeued", "deleted", "error"):
+            holder = None
+    return f"{actives} ACTIVE events" if actives > 1 else ""
+
+
+def overcommits(snap: Snapshot) -> list[dict[str, Any]]:
+    """Providers whose allocations (summed from consumers) or usage exceed capacity."""
+    summed = _summed_allocations(snap)
+    found: list[dict[str, Any]] = []
+    for rp, capacities in sorted(snap.capacity.items()):
+        for rc, capacity in sorted(capacities.items()):
+            allocated, usage = summed[rp][rc], snap.usage.get(rp, {}).get(rc, 0)
+            if max(allocated, usage) > capacity:
+                found.append(
+                    {
+                        "provider": rp,
+                        "host": snap.provider_host.get(rp),
+                        "resource_class": rc,
+                        "allocated": allocated,
+                        "usage": usage,
+                        "capacity": capacity,
+                    }
+                )
+    return found
+
+
+def _summed_allocations(snap: Snapshot) -> defaultdict[str, Counter[str]]:
+    summed: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    for consumer in snap.consumers.values():
+        for rp, amounts in consumer["allocs"].items():
+            summed[rp].update({rc: int(n) for rc, n in amounts.items()})
+    return summed
+
+
+def leaks(snap: Snapshot) -> list[dict[str, Any]]:
+    """Allocations or quota held for no live instance."""
+    found: list[dict[str, Any]] = []
+    for uuid in sorted(snap.consumers):
+        record = snap.records.get(uuid)
+        state = record.get("state") if record else None
+        if state not in HOLDING:
+            found.append(
+                {"instance": uuid, "problem": "allocations without a live instance", "state": state}
+            )
+        elif state == "BUILD" and not record.get("host"):  # type: ignore[union-attr]
+            found.append({"instance": uuid, "problem": "allocations of an unclaimed BUILD"})
+    for project, held in sorted(snap.quota_held.items()):
+        for holder in sorted(held):
+            state = snap.records.get(holder, {}).get("state")
+            if state not in HOLDING:
+                found.append(
+                    {
+                        "instance": holder,
+                        "project": project,
+                        "state": state,
+                        "problem": "quota held for an instance that is not live",
+                    }
+                )
+    return found
+
+
+def accounting(snap: Snapshot) -> list[dict[str, Any]]:
+    """Counters that disagree with what they count: provider usage and consumer sets,
+    ACTIVE instances without allocations, quota used vs the live instances."""
+    found: list[dict[str, Any]] = []
+    summed = _summed_allocations(snap)
+    for rp in sorted(set(snap.usage) | set(summed)):
+        counted = {rc: n for rc, n in snap.usage.get(rp, {}).items() if n}
+        allocated = {rc: n for rc, n in summed[rp].items() if n}
+        if counted != allocated:
+            found.append(
+                {
+                    "provider": rp,
+                    "problem": "usage counter differs from allocations",
+                    "usage": counted,
+                    "allocated": allocated,
+                }
+            )
+        holders = {c for c, v in snap.consumers.items() if rp in v["allocs"]}
+        if snap.provider_consumers.get(rp, set()) != holders:
+            found.append(
+                {
+                    "provider": rp,
+                    "problem": "consumer set differs from allocations",
+                    "extra_or_missing": sorted(snap.provider_consumers.get(rp, set()) ^ holders),
+                }
+            )
+    for uuid, record in sorted(snap.records.items()):
+        if record.get("state") == "ACTIVE" and uuid not in snap.consumers:
+            found.append({"instance": uuid, "problem": "ACTIVE without allocations"})
+    return found + quota_mismatches(snap)
+
+
+def quota_mismatches(snap: Snapshot) -> list[dict[str, Any]]:
+    """Quota used must equal the sum over the project's live instances' flavors."""
+    expected: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    for record in snap.records.values():
+        if record.get("state") in HOLDING:
+            flavor = json.loads(record.get("flavor") or "{}")
+            expected[record.get("project_id", "")].update(
+                {
+                    "instances": 1,
+                    "cores": int(flavor.get("vcpus", 0)),
+                    "ram_mb": int(flavor.get("ram_mb", 0)),
+                }
+            )
+    found: list[dict[str, Any]] = []
+    for project in sorted(set(expected) | set(snap.quota_used)):
+        used = {k: v for k, v in snap.quota_used.get(project, {}).items() if v}
+        want = {k: v for k, v in expected[project].items() if v}
+        if used != want:
+            found.append(
+                {
+                    "project": project,
+                    "problem": "quota used differs from live instances",
+                    "used": used,
+                    "live_instances": want,
+                }
+            )
+    return found
+
+
+def partial_state(snap: Snapshot, refused: list[Call]) -> list[dict[str, Any]]:
+    """A boot answered 5xx must leave nothing: no live record, no quota, no allocation."""
+    names = snap.by_name()
+    held = {h for holders in snap.quota_held.values() for h in holders}
+    found: list[dict[str, Any]] = []
+    for call in sorted(refused, key=lambda c: c.name):
+        for uuid in names.get(call.name, []):
+            record = snap.records[uuid]
+            if record.get("state") != "DELETED" or uuid in held or uuid in snap.consumers:
+                found.append(
+                    {
+                        "instance": uuid,
+                        "name": call.name,
+                        "status": call.status,
+                        "state": record.get("state"),
+                        "quota_held": uuid in held,
+                        "allocations": uuid in snap.consumers,
+                    }
+                )
+    return found
+
+
+def drained(snap: Snapshot) -> list[dict[str, Any]]:
+    """After every server was deleted: nothing may be held anywhere."""
+    found: list[dict[str, Any]] = []
+    for uuid, record in sorted(snap.records.items()):
+        if record.get("state") != "DELETED":
+            found.append(
+                {
+                    "instance": uuid,
+                    "problem": "not DELETED after the drain",
+                    "state": record.get("state"),
+                    "host": record.get("host", ""),
+                }
+            )
+    found += [{"instance": u, "problem": "allocations left"} for u in sorted(snap.consumers)]
+    for rp, usage in sorted(snap.usage.items()):
+        if any(usage.values()):
+            found.append({"provider": rp, "problem": "usage left", "usage": usage})
+    for project, used in sorted(snap.quota_used.items()):
+        if any(used.values()):
+            found.append({"project": project, "problem": "quota used left", "used": used})
+    return found
+
+
+def audit_findings(stores: Stores) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The ledger's own audit, and its findings flattened."""
+    report = audit(stores).to_dict()
+    keys = (
+        "overcommitted",
+        "usage_mismatches",
+        "orphan_allocations",
+        "instance_mismatches",
+        "quota_mismatches",
+    )
+    found = [{"audit": key, "finding": item} for key in keys for item in report.get(key, [])]
+    return report, found
+
+
+def histories(stores: Stores, uuids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+    """The event history of each instance, oldest first, as raw dicts."""
+    wanted = sorted(uuids)
+    pipe = stores.store.client.pipeline(transaction=False)
+    for uuid in wanted:
+        pipe.lrange(stores.store.keys.instance_events(uuid), 0, -1)
+    return {u: [json.loads(e) for e in raw] for u, raw in zip(wanted, pipe.execute(), strict=True)}

@@ -1,0 +1,429 @@
+"""One chaos run on one transport: servers, stack, load with faults, settle, check.
+
+:class:`ChaosRun` owns everything it starts and stops it in ``finally``: the
+stack's processes, its own Redis servers, the run's queues on RabbitMQ. A
+RabbitMQ restart in progress always ends with ``start_app``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from qsched.chaos import checks, report
+from qsched.chaos.faults import Fault, FaultInjector, default_counts, make_plan
+from qsched.chaos.load import Call, LoadGenerator, token
+from qsched.chaos.servers import RabbitMQ, RedisServer, wait_for
+from qsched.chaos.stack import FLAVORS, Stack, StackSpec
+
+AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
+EVIDENCE_ITEMS = 10  # findings per invariant shown with their history
+HISTORY_EVENTS = 30
+Echo = Callable[[str], None]
+
+
+@dataclasses.dataclass
+class RunSettings:
+    transport: str  # "amqp" or "redis"
+    duration_s: float = 180.0
+    seed: int = 1
+    rate: float = 4.0
+    lifetime_s: float = 8.0
+    clients: int = 8
+    outage_s: float = 5.0
+    fault_counts: dict[str, int] | None = None  # None: faults.default_counts(duration_s)
+    amqp_url: str = AMQP_URL
+    spec: StackSpec = dataclasses.field(default_factory=StackSpec)
+    projects: int = 3
+    drain: bool = True
+    ledger_signal: int = signal.SIGTERM  # how the ledger restart stops Redis
+    progress_every_s: float = 5.0
+
+    def counts(self) -> dict[str, int]:
+        return (
+            self.fault_counts if self.fault_counts is not None else default_counts(self.duration_s)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["fault_counts"] = self.counts()
+        out["spec"] = {k: v for k, v in out["spec"].items() if k != "extra_config"}
+        out.pop("amqp_url")  # may carry a password
+        out["ledger_signal"] = signal.Signals(self.ledger_signal).name
+        return out
+
+
+class ChaosRun:
+    def __init__(self, settings: RunSettings, directory: Path, echo: Echo) -> None:
+        self.settings = settings
+        self.dir = directory
+        self.echo = echo
+        self.ledger: RedisServer | None = None
+        self.bus_server: RedisServer | None = None
+        self.rabbit: RabbitMQ | None = None
+        self.stack: Stack | None = None
+        self.load: LoadGenerator | None = None
+        self.injector: FaultInjector | None = None
+        self.faults: list[Fault] = []
+        self.crashes: list[dict[str, Any]] = []
+        self.t0 = 0.0
+        self.quiescence: dict[str, Any] = {}
+        self.drain_info: dict[str, Any] = {}
+
+    # -- the run -----------------------------------------------------------------------
+
+    def execute(self) -> dict[str, Any]:
+        """Run everything; return the report (``ok`` False if any invariant broke)."""
+        result: dict[str, Any] | None = None
+        try:
+            self._start()
+            self._load_with_faults()
+            self._settle()
+            result = self._check()
+        finally:
+            cleanup = self._cleanup()
+        result["cleanup"] = cleanup
+        return result
+
+    def _start(self) -> None:
+        s = self.settings
+        self.ledger = RedisServer(self.dir, "ledger-redis", s.ledger_signal)
+        self.ledger.start()
+        if s.transport == "redis":
+            self.bus_server = RedisServer(self.dir, "bus-redis")
+            self.bus_server.start()
+            transport_url = self.bus_server.url
+        else:
+            self.rabbit = RabbitMQ(s.amqp_url)
+            self.rabbit.check()
+            if s.counts().get("broker_restart"):
+                self.rabbit.check_restartable()
+            transport_url = s.amqp_url
+        self.stack = Stack(s.spec, self.dir, transport_url, self.ledger.url)
+        self.echo(
+            f"[{s.transport}] starting the API and {s.spec.agents} agents "
+            f"(bus prefix {self.stack.prefix}, logs in {self.stack.logs})"
+        )
+        self.stack.start()
+
+    def _load_with_faults(self) -> None:
+        s, stack = self.settings, self._stack()
+        projects = [f"{stack.prefix}-p{i}" for i in range(s.projects)]
+        self.faults = make_plan(s.duration_s, s.counts(), random.Random(s.seed))
+        self.load = LoadGenerator(
+            stack.port,
+            projects,
+            [(n, w) for n, _, _, w in FLAVORS],
+            tag=stack.prefix,
+            rate=s.rate,
+            lifetime_s=s.lifetime_s,
+            clients=s.clients,
+            seed=s.seed,
+        )
+        self.t0 = time.time()
+        broker = self.rabbit if s.transport == "amqp" else self.bus_server
+        self.injector = FaultInjector(
+            stack,
+            self.faults,
+            broker,
+            self._ledger(),
+            s.outage_s,
+            random.Random(s.seed + 1),
+            self.t0,
+            s.duration_s,
+        )
+        self.echo(
+            f"[{s.transport}] load {s.rate}/s for {s.duration_s:.0f} s; faults planned: "
+            + ", ".join(f"{f.kind}@{f.at_s:.0f}s" for f in self.faults)
+        )
+        self.load.start()
+        self.injector.start()
+        aborted = True
+        try:
+            self._tick_until(lambda: time.time() >= self.t0 + s.duration_s, "load")
+            aborted = False
+        finally:
+            self.load.stop()
+            self.injector.finish(abort=aborted)
+
+    def _settle(self) -> None:
+        """All agents up again, then wait until no accepted request is still waiting."""
+        stack = self._stack()
+        for index in stack.agents:
+            if not stack.agent_running(index):
+                stack.start_agent(index)
+        wait_for(lambda: all(stack.alive(h) for h in stack.hosts), 30, 0.2)
+        timeout_s = self.settings.spec.build_timeout_s + 30
+        started = time.time()
+        reached = self._tick_until(lambda: not self._pending(), "settle", timeout_s)
+        self.quiescence = {
+            "reached": reached,
+            "waited_s": round(time.time() - started, 1),
+            "timeout_s": timeout_s,
+            "waiting": len(self._pending()),
+        }
+
+    def _pending(self) -> list[str]:
+        """Accepted instances in BUILD, and 204-deleted ones not DELETED yet."""
+        calls = self._load().snapshot()
+        accepted = {c.uuid for c in calls if c.kind == "boot" and c.status == 202 and c.uuid}
+        deleted = {c.uuid for c in calls if c.kind == "delete" and c.status == 204 and c.uuid}
+        records = checks.read_records(self._stack().stores, accepted)
+        return sorted(
+            u
+            for u in accepted
+            if records.get(u, {}).get("state") == "BUILD"
+            or (u in deleted and records.get(u, {}).get("state") != "DELETED")
+        )
+
+    def _tick_until(self, done: Callable[[], bool], phase: str, timeout_s: float = 1e9) -> bool:
+        """Poll once a second (held claims, crashed processes, progress) until ``done``."""
+        deadline = time.time() + timeout_s
+        last_progress = 0.0
+        while True:
+            try:
+                if done():
+                    return True
+            except Exception:
+                pass
+            if time.time() > deadline:
+                return False
+            self._watch_processes()
+            self._poll_held()
+            if time.time() - last_progress >= self.settings.progress_every_s:
+                self.echo(self._progress(phase))
+                last_progress = time.time()
+            time.sleep(1.0)
+
+    def _poll_held(self) -> None:
+        try:
+            if self.injector is not None:
+                self.injector.poll_held()
+        except Exception:
+            pass
+
+    def _watch_processes(self) -> None:
+        """A process that exits without being told to is a crash: note it, start it again."""
+        stack = self._stack()
+        current = self.injector.current if self.injector else None
+        for index, proc in list(stack.agents.items()):
+            host = stack.hosts[index]
+            if proc.poll() is not None and not (current and current.target == host):
+                self._note_crash(f"agent{index}", host, proc.returncode)
+                stack.start_agent(index)
+        if stack.api is not None and stack.api.poll() is not None:
+            self._note_crash("api", "gunicorn", stack.api.returncode)
+            stack.start_api()
+
+    def _note_crash(self, name: str, target: str, code: int | None) -> None:
+        log = self._stack().logs / f"{name}.log"
+        tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+        self.crashes.append(
+            {
+                "process": name,
+                "target": target,
+                "exit_code": code,
+                "at_s": round(time.time() - self.t0, 1),
+                "log_tail": tail,
+            }
+        )
+        self.echo(f"!! {name} ({target}) exited by itself with {code}; restarting it")
+
+    def _progress(self, phase: str) -> str:
+        s, calls = self.settings, self._load().snapshot()
+        boots = [c for c in calls if c.kind == "boot"]
+        statuses = Counter("none" if c.status is None else c.status for c in boots)
+        try:
+            stores = self._stack().stores
+            waiting: Any = stores.store.client.zcard(stores.store.keys.deadlines)
+        except Exception:
+            waiting = "? (ledger down)"
+        done = sum(1 for f in self.faults if f.started is not None)
+        current = self.injector.current if self.injector else None
+        now = f", now {current.kind} {current.target}" if current else ""
+        return (
+            f"[{s.transport} {phase} {time.time() - self.t0:5.0f}s/{s.duration_s:.0f}s] "
+            f"boots {len(boots)} ({', '.join(f'{k}: {v}' for k, v in sorted(statuses.items(), key=str))}) "  # noqa: E501
+            f"deletes {len(calls) - len(boots)} | waiting {waiting} | faults "
+            f"{done}/{len(self.faults)}{now} | crashes {len(self.crashes)}"
+        )
+
+    # -- the checks --------------------------------------------------------------------
+
+    def _check(self) -> dict[str, Any]:
+        stack, calls = self._stack(), self._load().snapshot()
+        self.echo(f"[{self.settings.transport}] checking the ledger")
+        snap = checks.take_snapshot(stack.stores, stack.hosts)
+        history = checks.histories(stack.stores, snap.records)
+        audit_report, audit_found = checks.audit_findings(stack.stores)
+        accepted = {c.uuid: c for c in calls if c.kind == "boot" and c.status == 202 and c.uuid}
+        refused = [c for c in calls if c.kind == "boot" and c.status not in (None, 202)]
+        found = {
+            "lost": checks.lost(snap, accepted),
+            "lost_deletes": checks.lost_deletes(snap, [c for c in calls if c.kind == "delete"]),
+            "duplicates": checks.duplicates(snap, history),
+            "overcommits": checks.overcommits(snap),
+            "leaks": checks.leaks(snap),
+            "accounting": checks.accounting(snap),
+            "partial_state": checks.partial_state(snap, refused),
+            "audit": audit_found,
+            "crashes": self.crashes,
+        }
+        if self.settings.drain:
+            found["drain"] = self._drain(snap)
+        return self._report(calls, snap, history, found, audit_report, accepted)
+
+    def _drain(self, snap: checks.Snapshot) -> list[dict[str, Any]]:
+        """Delete every server left through the API, wait, and expect an empty ledger."""
+        stack = self._stack()
+        left = {u: r["project_id"] for u, r in snap.records.items() if r.get("state") != "DELETED"}
+        self.echo(f"[{self.settings.transport}] draining: deleting the {len(left)} servers left")
+        started = time.time()
+        with ThreadPoolExecutor(8) as pool:
+            answers = dict(
+                zip(left, pool.map(lambda u: self._delete_hard(u, left[u]), left), strict=True)
+            )
+
+        def gone() -> bool:
+            records = checks.read_records(stack.stores, left).values()
+            return all(r.get("state") == "DELETED" for r in records)
+
+        reached = wait_for(gone, 60, 0.5)
+        after = checks.take_snapshot(stack.stores, stack.hosts)
+        self.drain_info = {
+            "deleted": len(left),
+            "reached": reached,
+            "waited_s": round(time.time() - started, 1),
+            "refused": {u: s for u, s in answers.items() if s not in (204, 404)},
+        }
+        return checks.drained(after) + checks.overcommits(after) + checks.accounting(after)
+
+    def _delete_hard(self, uuid: str, project: str) -> int | None:
+        status: int | None = None
+        for _ in range(5):
+            try:
+                status = self._stack().request(
+                    "DELETE", f"/v2.1/servers/{uuid}", token=token(project)
+                )[0]
+            except OSError:
+                status = None
+            if status in (204, 404):
+                return status
+            time.sleep(1.0)
+        return status
+
+    def _report(
+        self,
+        calls: list[Call],
+        snap: checks.Snapshot,
+        history: dict[str, list[dict[str, Any]]],
+        found: dict[str, list[dict[str, Any]]],
+        audit_report: dict[str, Any],
+        accepted: dict[str, Call],
+    ) -> dict[str, Any]:
+        launched = report.launched_times(snap)
+        events = [report.fault_figures(f, calls, launched, history, self.t0) for f in self.faults]
+        # A run whose faults did not happen as planned proves nothing.
+        found["faults"] = [
+            {"fault": e["kind"], "target": e["target"], "error": e["error"]}
+            for e in events
+            if e.get("error")
+        ]
+        failed = [name for name, items in found.items() if items]
+        no_answer = [c.name for c in calls if c.kind == "boot" and c.status is None]
+        names = snap.by_name()
+        return {
+            "transport": self.settings.transport,
+            "ok": not failed,
+            "failed": failed,
+            "settings": self.settings.to_dict(),
+            "requests": report.requests_summary(calls, self._load().skipped),
+            "final": {
+                **report.final_states(snap, list(accepted)),
+                "errors": self._evidence(report.errors(snap, list(accepted)), history),
+            },
+            "unanswered_boots_created": dict(
+                Counter(snap.records[u].get("state") for n in no_answer for u in names.get(n, []))
+            ),
+            "faults": {
+                "by_kind": dict(Counter(f.kind for f in self.faults if f.started)),
+                "events": events,
+            },
+            "quiescence": self.quiescence,
+            "drain": self.drain_info,
+            "invariants": {
+                name: {
+                    "count": len(items),
+                    "ok": not items,
+                    "items": self._evidence(items, history),
+                }
+                for name, items in found.items()
+            },
+            "audit": {
+                k: v
+                for k, v in audit_report.items()
+                if k in ("providers", "consumers", "instances", "ok")
+            },
+            "logs": str(self._stack().logs),
+        }
+
+    def _evidence(
+        self, items: list[dict[str, Any]], history: dict[str, list[dict[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """The first findings, each instance with its history (times from the load's start)."""
+        shown = []
+        for item in items[:EVIDENCE_ITEMS]:
+            uuid = item.get("instance")
+            if uuid:
+                events = history.get(uuid) or checks.histories(self._stack().stores, [uuid])[uuid]
+                item = {**item, "history": [self._event(e) for e in events[-HISTORY_EVENTS:]]}
+            shown.append(item)
+        return shown
+
+    def _event(self, event: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "at_s": round(float(event.get("t", 0)) - self.t0, 3),
+            **{k: v for k, v in event.items() if k != "t" and v},
+        }
+
+    # -- cleanup -----------------------------------------------------------------------
+
+    def _cleanup(self) -> dict[str, Any]:
+        info: dict[str, Any] = {}
+        if self.injector is not None:
+            self.injector.finish(abort=True)
+        if self.load is not None:
+            self.load.stop()
+        if self.stack is not None:
+            classes = [name for name, *_ in FLAVORS]
+            with contextlib.suppress(Exception):  # the ledger may be what failed
+                classes = sorted(set(classes) | set(self.stack.stores.agents.classes()))
+            info["exit_codes"] = self.stack.stop()
+            try:
+                info["bus_cleanup_failed"] = self.stack.forget_bus(classes)
+            except Exception as exc:
+                info["bus_cleanup_failed"] = [f"{type(exc).__name__}: {exc}"]
+        for server in (self.bus_server, self.ledger):
+            if server is not None:
+                server.stop()
+        return info
+
+    def _stack(self) -> Stack:
+        assert self.stack is not None
+        return self.stack
+
+    def _load(self) -> LoadGenerator:
+        assert self.load is not None
+        return self.load
+
+    def _ledger(self) -> RedisServer:
+        assert self.ledger is not None
+        return self.ledger

@@ -1,0 +1,227 @@
+"""The chaos harness: its checks must catch each broken invariant, and a short run works.
+
+The checks are tested on an in-process fakeredis ledger with each invariant
+broken on purpose. The smoke run starts a real stack on the Redis transport with
+its own two ``redis-server`` processes (it restarts them, so it never touches a
+shared server) and injects one fault of each kind for a few seconds.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from qsched import conf as qconf
+from qsched.chaos import checks
+from qsched.chaos.faults import KINDS, WINDOW, make_plan
+from qsched.chaos.load import Call
+from qsched.chaos.report import table
+from qsched.chaos.runner import ChaosRun, RunSettings
+from qsched.chaos.stack import StackSpec
+from qsched.ledger import Stores, open_stores
+from qsched.ledger.base import Instance, Inventory, State
+from tests.conftest import require_server
+
+HOSTS = ["h0", "h1"]
+FLAVOR = {"name": "small", "vcpus": 1, "ram_mb": 1024}
+
+
+@pytest.fixture
+def cloud() -> Stores:
+    """Two hosts with one node each (named as the fake driver names them)."""
+    stores = open_stores(qconf.load(), f"fakeredis://chaos-{uuid.uuid4().hex}")
+    for host in HOSTS:
+        rp = str(uuid.uuid5(uuid.NAMESPACE_DNS, host))
+        stores.ledger.create_provider(rp, f"{host}-0")
+        stores.ledger.set_inventory(rp, 0, {"VCPU": Inventory(4), "MEMORY_MB": Inventory(8192)})
+    return stores
+
+
+def rp_of(host: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_DNS, host))
+
+
+def boot(stores: Stores, name: str = "vm", host: str | None = "h0", active: bool = True) -> str:
+    uuid_ = str(uuid.uuid4())
+    stores.instances.create(
+        Instance(uuid_, "p1", "u1", name, FLAVOR, State.BUILD), time.time() + 60
+    )
+    if host:
+        stores.ledger.claim(uuid_, {rp_of(host): {"VCPU": 1, "MEMORY_MB": 1024}}, host, f"{host}-0")
+        if active:
+            stores.instances.set_active(uuid_, host, f"{host}-0")
+    return uuid_
+
+
+def accepted(*uuids: str) -> dict[str, Call]:
+    return {u: Call("boot", f"vm-{u[:4]}", "p1", 0.0, 0.1, 202, u) for u in uuids}
+
+
+def run_all(stores: Stores, accepted_: dict[str, Call], calls: list[Call] = ()) -> dict:
+    snap = checks.take_snapshot(stores, HOSTS)
+    return {
+        "lost": checks.lost(snap, accepted_),
+        "lost_deletes": checks.lost_deletes(snap, [c for c in calls if c.kind == "delete"]),
+        "duplicates": checks.duplicates(snap, checks.histories(stores, snap.records)),
+        "overcommits": checks.overcommits(snap),
+        "leaks": checks.leaks(snap),
+        "accounting": checks.accounting(snap),
+        "partial_state": checks.partial_state(snap, [c for c in calls if c.status == 503]),
+    }
+
+
+def broken(found: dict) -> set[str]:
+    return {name for name, items in found.items() if items}
+
+
+class TestChecks:
+    def test_a_clean_ledger_passes_every_check(self, cloud: Stores) -> None:
+        active, ended, failed = boot(cloud), boot(cloud, host="h1"), boot(cloud, host=None)
+        cloud.instances.delete(ended)
+        cloud.instances.set_error(failed, "No valid host was found.", {"reason": "deadline"})
+        deletes = [Call("delete", ended, "p1", 1.0, 1.1, 204, ended)]
+        assert broken(run_all(cloud, accepted(active, ended, failed), deletes)) == set()
+        assert checks.audit_findings(cloud)[1] == []
+
+    def test_a_request_left_waiting_is_lost(self, cloud: Stores) -> None:
+        waiting, claimed = boot(cloud, host=None), boot(cloud, active=False)
+        found = run_all(cloud, accepted(waiting, claimed))
+        assert broken(found) == {"lost"}
+        assert {f["instance"] for f in found["lost"]} == {waiting, claimed}
+
+    def test_an_accepted_request_without_a_record_is_lost(self, cloud: Stores) -> None:
+        found = run_all(cloud, accepted(str(uuid.uuid4())))
+        assert [f["problem"] for f in found["lost"]] == ["no record"]
+
+    def test_allocations_on_two_hosts_are_a_duplicate(self, cloud: Stores) -> None:
+        inst = boot(cloud)
+        consumer = cloud.ledger.get_allocations(inst)
+        both = {rp_of(h): {"VCPU": 1, "MEMORY_MB": 1024} for h in HOSTS}
+        cloud.ledger.put_allocations(inst, both, consumer.generation, "p1", "u1")
+        found = run_all(cloud, accepted(inst))
+        problems = {f["problem"] for f in found["duplicates"]}
+        assert "allocations on several hosts" in problems
+        assert "held by a provider of another host" in problems
+        assert "duplicates" in broken(found)
+
+    def test_two_active_events_are_a_duplicate(self, cloud: Stores) -> None:
+        inst = boot(cloud)
+        cloud.instances.add_event(inst, "active", host="h1", node="h1-0")
+        assert run_all(cloud, accepted(inst))["duplicates"] == [
+            {"instance": inst, "problem": "2 ACTIVE events"}
+        ]
+
+    def test_a_claim_while_another_host_holds_it_is_a_duplicate(self, cloud: Stores) -> None:
+        inst = boot(cloud, active=False)
+        cloud.instances.add_event(inst, "claimed", host="h1", node="h1-0")
+        cloud.instances.add_event(inst, "active", host="h1", node="h1-0")
+        problems = [f["problem"] for f in run_all(cloud, {})["duplicates"]]
+        assert problems == ["claimed by h1 while h0 held it"]
+
+    def test_usage_over_capacity_is_an_overcommit(self, cloud: Stores) -> None:
+        boot(cloud)
+        cloud.store.client.hincrby(cloud.store.keys.provider(rp_of("h0")), "u:VCPU", 4)
+        found = run_all(cloud, {})
+        assert [(f["resource_class"], f["usage"], f["capacity"]) for f in found["overcommits"]] == [
+            ("VCPU", 5, 4)
+        ]
+        assert "usage counter differs from allocations" in {
+            f["problem"] for f in found["accounting"]
+        }
+
+    def test_allocations_of_an_ended_instance_leak(self, cloud: Stores) -> None:
+        inst = boot(cloud)
+        cloud.store.client.hset(cloud.store.keys.instance(inst), "state", "ERROR")
+        problems = {f["problem"] for f in run_all(cloud, {})["leaks"]}
+        assert problems == {
+            "allocations without a live instance",
+            "quota held for an instance that is not live",
+        }
+
+    def test_quota_used_must_match_the_live_instances(self, cloud: Stores) -> None:
+        boot(cloud)
+        cloud.store.client.hincrby(cloud.store.keys.quota_used("p1"), "cores", 1)
+        found = run_all(cloud, {})
+        assert broken(found) == {"accounting"}
+        assert found["accounting"][0]["used"]["cores"] == 2
+
+    def test_active_without_allocations_is_a_mismatch(self, cloud: Stores) -> None:
+        inst = boot(cloud)
+        cloud.store.client.delete(cloud.store.keys.consumer(inst))
+        problems = {f["problem"] for f in run_all(cloud, {})["accounting"]}
+        assert "ACTIVE without allocations" in problems
+
+    def test_a_503_must_leave_nothing(self, cloud: Stores) -> None:
+        left = boot(cloud, name="refused-1", host=None)
+        rolled_back = boot(cloud, name="refused-2", host=None)
+        cloud.instances.delete(rolled_back)
+        calls = [Call("boot", f"refused-{i}", "p1", 0.0, 0.1, 503) for i in (1, 2, 3)]
+        found = run_all(cloud, {}, calls)["partial_state"]
+        assert [(f["instance"], f["state"], f["quota_held"]) for f in found] == [
+            (left, "BUILD", True)
+        ]
+
+    def test_a_204_delete_must_end_deleted(self, cloud: Stores) -> None:
+        inst = boot(cloud)
+        calls = [Call("delete", inst, "p1", 1.0, 1.1, 204, inst)]
+        found = run_all(cloud, accepted(inst), calls)
+        assert [f["instance"] for f in found["lost_deletes"]] == [inst]
+
+    def test_a_drained_ledger_holds_nothing(self, cloud: Stores) -> None:
+        inst = boot(cloud)
+        assert {f["problem"] for f in checks.drained(checks.take_snapshot(cloud, HOSTS))} == {
+            "not DELETED after the drain",
+            "allocations left",
+            "usage left",
+            "quota used left",
+        }
+        cloud.instances.delete(inst)
+        assert checks.drained(checks.take_snapshot(cloud, HOSTS)) == []
+
+    def test_claimed_by_reads_build_claims_of_one_host(self, cloud: Stores) -> None:
+        building, _active = boot(cloud, active=False), boot(cloud)
+        boot(cloud, host="h1", active=False)
+        assert checks.claimed_by(cloud, "h0") == {building}
+
+
+def test_the_fault_plan_is_seeded_and_inside_the_window() -> None:
+    counts = {"agent_kill": 3, "agent_term": 1, "broker_restart": 1, "ledger_restart": 1}
+    plan = make_plan(100, counts, random.Random(7))
+    assert plan == make_plan(100, counts, random.Random(7))
+    assert sorted(f.kind for f in plan) == sorted(k for k in KINDS for _ in range(counts[k]))
+    times = [f.at_s for f in plan]
+    assert times == sorted(times)
+    assert WINDOW[0] * 100 <= times[0] and times[-1] <= WINDOW[1] * 100
+
+
+@pytest.mark.real
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_short_run_injects_every_fault_and_checks(tmp_path: Path) -> None:
+    """Redis transport on servers of the run's own: nothing shared is restarted."""
+    if shutil.which("redis-server") is None:
+        require_server("redis-server", "PATH", FileNotFoundError("redis-server"),
+                       "install it with: apt-get install redis-server")  # fmt: skip
+    if shutil.which("gunicorn", path=str(Path(sys.executable).parent)) is None:
+        pytest.fail("gunicorn is missing from the virtual environment: run make install")
+    spec = StackSpec(agents=3, nodes_per_agent=2, node_vcpus=4, node_ram_mb=8192,
+                     spawn_delay_s=0.3, build_timeout_s=10, shutdown_timeout_s=5,
+                     heartbeat_ttl_s=2)  # fmt: skip
+    counts = {kind: 1 for kind in KINDS}
+    settings = RunSettings("redis", duration_s=22, rate=3, lifetime_s=3, outage_s=2,
+                           fault_counts=counts, spec=spec, progress_every_s=60)  # fmt: skip
+    report = ChaosRun(settings, tmp_path, lambda line: None).execute()
+    events = report["faults"]["events"]
+    assert [e.get("error") for e in events] == [None] * len(KINDS), events
+    assert report["faults"]["by_kind"] == counts
+    assert all(e["back_after_s"] > 0 for e in events), events
+    assert report["requests"]["accepted"] > 10
+    assert report["quiescence"]["reached"]
+    assert "lost" in table(report)
+    assert report["ok"], {k: v for k, v in report["invariants"].items() if not v["ok"]}
