@@ -160,6 +160,7 @@ class ComputeAgent:
             self.host,
             self.opts.heartbeat_ttl_s,
             nodes=len(self.index),
+            availability_zone=self.opts.availability_zone,
             classes=classes,
             building=len(self._builds),
             counters=dict(self.counters),
