@@ -35,6 +35,16 @@ def start_agent(conf, stores, bus, host: str, hook=None) -> ComputeAgent:
     return agent
 
 
+def crash_in_spawn(release: threading.Event):
+    """A spawn hook that blocks until ``release``, then dies like its process did."""
+
+    def hang(instance: str, node: str) -> None:
+        release.wait(10)
+        raise SimulatedCrash
+
+    return hang
+
+
 def crash(agent: ComputeAgent) -> None:
     """Stop consuming without finishing anything, like a SIGKILL would."""
     assert agent.consumer is not None
@@ -46,11 +56,7 @@ def crash(agent: ComputeAgent) -> None:
 
 def test_the_janitor_requeues_what_a_dead_agent_claimed(conf, stores, bus, api, agents) -> None:
     release = threading.Event()
-
-    def hang(instance: str, node: str) -> None:
-        release.wait(10)
-        raise SimulatedCrash
-
+    hang = crash_in_spawn(release)
     dying = start_agent(conf, stores, bus, "cn-dying", hook=hang)
     inst = api.boot(USER, "vm", "small").uuid
     assert wait_until(lambda: stores.instances.building("cn-dying") == {inst}, 10)
@@ -73,11 +79,7 @@ def test_a_restarted_agent_finishes_its_builds_and_drops_leaks(
     conf, stores, bus, api, agents
 ) -> None:
     release = threading.Event()
-
-    def hang(instance: str, node: str) -> None:
-        release.wait(10)
-        raise SimulatedCrash
-
+    hang = crash_in_spawn(release)
     first = start_agent(conf, stores, bus, "cn0", hook=hang)
     inst = api.boot(USER, "vm", "small").uuid
     assert wait_until(lambda: stores.instances.building("cn0") == {inst}, 10)
@@ -174,11 +176,7 @@ class _AckOnly:
 
 def test_the_janitor_waits_out_its_grace(conf, stores, bus, api, agents) -> None:
     release = threading.Event()
-
-    def hang(instance: str, node: str) -> None:
-        release.wait(10)
-        raise SimulatedCrash
-
+    hang = crash_in_spawn(release)
     dying = start_agent(conf, stores, bus, "cn-dying", hook=hang)
     inst = api.boot(USER, "vm", "small").uuid
     assert wait_until(lambda: stores.instances.building("cn-dying") == {inst}, 10)
