@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: install test lint demo bench-ledger chaos sample-config clean
+.PHONY: install test lint demo bench bench-quick bench-ledger chaos sample-config clean
 
 install: $(STAMP)
 
@@ -24,6 +25,16 @@ lint: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/qsched-demo $(DEMO_ARGS)
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/qsched-bench $(BENCH_ARGS)
+
+bench-quick: $(BENCH_STAMP)
+	$(BIN)/qsched-bench --quick $(BENCH_ARGS)
 
 bench-ledger: $(STAMP)
 	$(BIN)/qsched-ledger-bench $(BENCH_ARGS)

@@ -1,0 +1,342 @@
+"""``qsched-bench``: issue 6's benchmark, end to end, with a JSON report and a plot."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from qsched.bench import machine, report
+from qsched.bench.measure import BenchFailure
+from qsched.bench.scenarios import SCENARIOS, Runner, Settings
+from qsched.bench.stack import CloudFailed
+
+DEFAULT_LEDGER = "redis://127.0.0.1:6379/10"
+DEFAULT_AMQP = "amqp://guest:guest@127.0.0.1:5672//"
+DEFAULT_BUS_REDIS = "redis://127.0.0.1:6379/11"
+
+#: (full, quick) defaults of the sizing options.
+PRESETS: dict[str, tuple[Any, Any]] = {
+    "sizes": ([100, 1_000, 10_000, 100_000], [100, 1_000, 10_000]),
+    "rate": (100.0, 100.0),
+    "duration_s": (15.0, 3.0),
+    "saturation_hosts": (1_000, 1_000),
+    "saturation_rates": (
+        [100, 200, 300, 350, 400, 450, 500, 600, 800, 1000, 1200],
+        [100, 200, 400],
+    ),
+    "step_s": (5.0, 2.0),
+    "fill_hosts": (100, 40),
+    "fill_rate": (100.0, 100.0),
+    "burst_s": (4.0, 1.5),
+}
+
+
+class Clock:
+    """Progress lines on stderr, stamped with the time since the run began."""
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+
+    def say(self, message: str) -> None:
+        click.echo(f"[{time.monotonic() - self.began:7.1f}s] {message}", err=True)
+
+
+def _numbers(text: str | None, cast: type) -> list[Any] | None:
+    if text is None:
+        return None
+    try:
+        return [cast(x.replace("_", "")) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise click.BadParameter(f"{text!r}: use comma-separated numbers") from exc
+
+
+def pick_backends(
+    embedded: bool,
+    ledger_url: str,
+    amqp_url: str,
+    bus_redis_url: str,
+    buses: tuple[str, ...],
+    say: Any,
+) -> tuple[bool, dict[str, str], dict[str, Any]]:
+    """Real servers when they answer, the embedded default otherwise; say which."""
+    facts: dict[str, Any] = {"embedded": embedded}
+    if not embedded:
+        why = machine.reachable(ledger_url)
+        if why is not None:
+            say(f"Redis ledger at {ledger_url} not reachable ({why}): embedded default")
+            embedded, facts["ledger_unreachable"] = True, why
+    transports: dict[str, str] = {}
+    if not embedded:
+        for name, url in (("rabbitmq", amqp_url), ("redis", bus_redis_url)):
+            if buses and name not in buses:
+                continue
+            why = machine.reachable(url)
+            if why is None:
+                transports[name] = url
+            else:
+                say(f"{name} bus at {url} not reachable ({why}): skipped")
+                facts[f"{name}_unreachable"] = why
+        embedded = embedded or not transports
+    if embedded:
+        facts.update(
+            embedded=True,
+            summary="embedded default: fakeredis ledger, memory:// bus, "
+            "everything in one process (not comparable with a deployment)",
+        )
+        return True, {"memory": "memory://"}, facts
+    facts["ledger"] = {"url": machine.redacted(ledger_url), **machine.redis_facts(ledger_url)}
+    facts["buses"] = {
+        name: {"url": machine.redacted(url), **machine.broker_facts(url)}
+        for name, url in transports.items()
+    }
+    if "redis" in transports:
+        facts["buses"]["redis"].update(machine.redis_facts(transports["redis"]))
+    bus = next(iter(facts["buses"].values()))
+    facts["summary"] = (
+        f"Redis {facts['ledger']['version']} ledger, "
+        f"{bus.get('product') or 'kombu Redis'} {bus.get('version', '')} bus, "
+        "separate processes"
+    )
+    return False, transports, facts
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--quick", is_flag=True, help="The everyday run: N up to 10,000, short load (<2 min)."
+)
+@click.option(
+    "--scenario",
+    "scenarios",
+    multiple=True,
+    type=click.Choice(list(SCENARIOS)),
+    help="Run only these scenarios (repeatable) [default: all three].",
+)
+@click.option("--sizes", metavar="N,N,...", help="Scale sweep host counts.")
+@click.option(
+    "--agents",
+    type=click.IntRange(1),
+    default=4,
+    show_default=True,
+    help="Agent processes; the hosts are split evenly between them.",
+)
+@click.option("--rate", type=click.FloatRange(min=1), help="Scale sweep: boots/s offered per path.")
+@click.option("--duration-s", type=click.FloatRange(min=0.1), help="Scale sweep: seconds per path.")
+@click.option("--saturation-hosts", type=click.IntRange(1), help="Hosts of the saturation cloud.")
+@click.option("--saturation-rates", metavar="R,R,...", help="Offered rates of the ladder.")
+@click.option("--step-s", type=click.FloatRange(min=0.1), help="Seconds per saturation step.")
+@click.option(
+    "--burst-s",
+    "burst",
+    type=click.FloatRange(min=0),
+    help="Scale sweep: seconds of a 1,000/s burst per N, to see what it places with a "
+    "backlog (0: none).",
+)
+@click.option("--fill-hosts", type=click.IntRange(1), help="Hosts of the fill cloud.")
+@click.option(
+    "--ledger-url",
+    default=DEFAULT_LEDGER,
+    show_default=True,
+    help="Redis for the ledger. Nothing is flushed: each cloud uses its own cell "
+    "and deletes only its keys.",
+)
+@click.option("--amqp-url", default=DEFAULT_AMQP, show_default=True, help="RabbitMQ.")
+@click.option(
+    "--bus-redis-url",
+    default=DEFAULT_BUS_REDIS,
+    show_default=True,
+    help="Redis for kombu's Redis transport (saturation); only this run's keys are deleted.",
+)
+@click.option(
+    "--embedded",
+    is_flag=True,
+    help="Use the embedded default (fakeredis, memory://, one process) even if servers answer.",
+)
+@click.option(
+    "--bus",
+    "buses",
+    multiple=True,
+    type=click.Choice(["rabbitmq", "redis"]),
+    help="Buses to use (repeatable) [default: both when they answer; the first runs the "
+    "sweep and the fill].",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("bench-results/qsched-bench.json"),
+    show_default=True,
+    help="The JSON report; the plot goes next to it (.png).",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the PNG instead.",
+)
+@click.option("--samples", is_flag=True, help="Keep every request's latencies in the JSON (large).")
+@click.option(
+    "--profile",
+    "profile_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Sample every process with py-spy during each timed phase; collapsed stacks go "
+    "here, the top frames into the JSON. Costs some CPU: not for the headline figures.",
+)
+@click.option(
+    "--keep-logs",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep process logs and configs in this directory.",
+)
+def main(
+    quick: bool,
+    scenarios: tuple[str, ...],
+    sizes: str | None,
+    agents: int,
+    rate: float | None,
+    duration_s: float | None,
+    saturation_hosts: int | None,
+    saturation_rates: str | None,
+    step_s: float | None,
+    burst: float | None,
+    fill_hosts: int | None,
+    ledger_url: str,
+    amqp_url: str,
+    bus_redis_url: str,
+    buses: tuple[str, ...],
+    embedded: bool,
+    output: Path,
+    plot_path: Path | None,
+    samples: bool,
+    profile_dir: Path | None,
+    keep_logs: Path | None,
+) -> None:
+    """Measure qsched against issue 6: scale sweep, saturation, fill.
+
+    Starts real clouds (qsched-api under gunicorn, agent processes driving
+    simulated hosts, RabbitMQ and a Redis ledger when they answer, otherwise the
+    embedded default, said on stderr and in the report), sends boots, and reads
+    every figure from the ledger's own records. Any over-commit or lost request
+    fails the run (exit status 1) after the report is written.
+
+    \b
+    Scenarios:
+      scale       N hosts (default 100 to 100,000): registration time, latency from
+                  submit to claimed and to ACTIVE through HTTP and through the library
+                  call at a fixed offered load, placements/s, agent peak RSS
+      saturation  a ladder of offered rates per bus (RabbitMQ, kombu Redis): the
+                  highest rate still sustained
+      fill        mixed flavors into a finite cloud until the first NoValidHost, next
+                  to an offline best-fit packing of the same stream
+
+    \b
+    Examples:
+      qsched-bench --quick
+      qsched-bench
+      qsched-bench --scenario scale --sizes 100,100000 --duration-s 20
+    """
+    clock = Clock()
+    pick = 1 if quick else 0
+    settings_values = {key: value[pick] for key, value in PRESETS.items()}
+    workdir = keep_logs or Path(tempfile.mkdtemp(prefix="qsched-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    # The library's own log lines (e.g. boots refused while a broker restarts) go to a
+    # file: stderr is for progress. The counts are in the report.
+    logging.basicConfig(
+        level=logging.INFO,
+        filename=workdir / "bench.log",
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    embedded, transports, backends = pick_backends(
+        embedded, ledger_url, amqp_url, bus_redis_url, buses, clock.say
+    )
+    settings = Settings(
+        sizes=_numbers(sizes, int) or settings_values["sizes"],
+        agents=agents,
+        rate_per_s=rate or settings_values["rate"],
+        duration_s=duration_s or settings_values["duration_s"],
+        saturation_hosts=saturation_hosts or settings_values["saturation_hosts"],
+        saturation_rates=_numbers(saturation_rates, float) or settings_values["saturation_rates"],
+        saturation_step_s=step_s or settings_values["step_s"],
+        fill_hosts=fill_hosts or settings_values["fill_hosts"],
+        fill_rate_per_s=settings_values["fill_rate"],
+        ledger_url=ledger_url,
+        transports=transports,
+        embedded=embedded,
+        workdir=workdir,
+        samples=samples,
+        profile_dir=profile_dir,
+        burst_s=settings_values["burst_s"] if burst is None else burst,
+    )
+    command = shlex.join(["qsched-bench", *sys.argv[1:]])
+    results: dict[str, Any] = {
+        "tool": "qsched-bench",
+        "command": command,
+        "mode": "quick" if quick else "full",
+        "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine.machine_facts(),
+        "backends": backends,
+        "settings": _public(settings),
+        "reference": report.REFERENCE,
+        "failures": [],
+    }
+    clock.say(f"backends: {backends['summary']}")
+    busy = machine.busy_cores()
+    results["machine"]["busy_cores_before"] = busy
+    if busy is not None and busy > 0.3:
+        clock.say(f"WARNING: {busy} of {os.cpu_count()} cores busy before the run started: "
+                  "other work on this machine will show in the figures")  # fmt: skip
+    runner = Runner(settings, clock.say)
+    try:
+        for name in scenarios or tuple(SCENARIOS):
+            results[name] = SCENARIOS[name](runner)
+    except (BenchFailure, CloudFailed) as exc:
+        results["failures"].append(f"{type(exc).__name__}: {exc}")
+        clock.say(f"FAILED: {exc}")
+    except Exception as exc:  # keep what was measured; the traceback goes in the report
+        results["failures"].append(f"unexpected {type(exc).__name__}: {exc}\n"
+                                   + traceback.format_exc())  # fmt: skip
+        clock.say(f"FAILED (unexpected): {type(exc).__name__}: {exc}")
+    results["targets"] = report.targets(results)
+    results["elapsed_s"] = round(time.monotonic() - clock.began, 1)
+    results["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    finish(results, output, plot_path, clock)
+    if results["failures"]:
+        click.secho(f"qsched-bench FAILED (logs in {workdir}):", fg="red", bold=True, err=True)
+        for failure in results["failures"]:
+            click.secho(f"  {failure[:2000]}", fg="red", err=True)
+        sys.exit(1)
+    if keep_logs is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _public(settings: Settings) -> dict[str, Any]:
+    """The settings for the report: no work directory, no passwords."""
+    found = {k: v for k, v in vars(settings).items() if k != "workdir"}
+    found["ledger_url"] = machine.redacted(settings.ledger_url)
+    found["transports"] = {k: machine.redacted(v) for k, v in settings.transports.items()}
+    return found
+
+
+def finish(results: dict[str, Any], output: Path, plot_path: Path | None, clock: Clock) -> None:
+    """Write the JSON, draw the plot, print the tables."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2, sort_keys=False, default=str) + "\n")
+    png = plot_path or output.with_suffix(".png")
+    why_not = report.plot(results, png)
+    clock.say(f"report: {output}" + (f", plot: {png}" if why_not is None else f" ({why_not})"))
+    click.echo(report.render(results))
+
+
+if __name__ == "__main__":
+    main()

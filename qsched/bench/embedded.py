@@ -1,0 +1,73 @@
+"""The cloud of a run without servers: the embedded default, all in this process.
+
+:func:`qsched.embedded.start_stack` on fakeredis and ``memory://``, agents as
+threads, the API on a local port. For machines without Redis or RabbitMQ and
+for the test suite; its figures are not comparable with a deployment's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agents.virt.fake import FakeNodeSpec
+from qsched.bench.stack import Cloud, CloudSpec, registration_summary
+from qsched.bench.timing import REGISTRATION, PhaseTimer, peak_rss_kb
+from qsched.embedded import embedded_conf, start_stack
+
+
+class EmbeddedCloud(Cloud):
+    """Everything in this process on fakeredis and memory:// (no servers needed)."""
+
+    mode = "embedded"
+
+    def __init__(self, spec: CloudSpec) -> None:
+        self.spec = spec
+        conf = embedded_conf(
+            flavor=("api", [f.config_line for f in spec.flavors]),
+            instances=("quota", -1),
+            cores=("quota", -1),
+            ram=("quota", -1),
+            build_timeout_s=("scheduler", spec.build_timeout_s),
+            heartbeat_interval_s=("agent", spec.heartbeat_interval_s),
+            class_poll_interval_s=("agent", spec.class_poll_interval_s),
+        )
+        node = FakeNodeSpec(
+            spec.node_vcpus,
+            spec.node_ram_mb,
+            spec.node_disk_gb,
+            cpu_allocation_ratio=spec.cpu_allocation_ratio,
+        )
+        timer = PhaseTimer()
+        timer.wrap("registration", REGISTRATION)
+        began_at = time.time()
+        try:
+            self.stack = start_stack(conf, spec.hosts, len(spec.node_counts()), node)
+        finally:
+            timer.restore()
+        phase = timer.phases["registration"]
+        report = {
+            "host": "all agents (in this process, one after another)",
+            "nodes": spec.hosts,
+            "start_s": time.time() - began_at,
+            "phases": timer.to_dict(),
+        }
+        self.registration = registration_summary(spec.hosts, [report], began_at)
+        self.registration["agents"] = len(spec.node_counts())
+        self.registration["note"] = "agents registered one after another in one process"
+        assert phase.calls
+        self._open(conf, self.stack.stores)
+        self.api_url = self.stack.url
+
+    def peak_rss(self) -> dict[str, Any]:
+        return {
+            "scope": "the whole bench process (embedded: agents, API and load generator)",
+            "per_agent_kb": {},
+            "max_kb": peak_rss_kb(),
+            "nodes_per_agent": max(self.spec.node_counts()),
+        }
+
+    def stop(self) -> list[dict[str, Any]]:
+        counters = [{"host": a.host, "counters": dict(a.counters)} for a in self.stack.agents]
+        self.stack.stop()
+        return counters

@@ -1,0 +1,203 @@
+"""Read what happened to the requests a benchmark sent, from the ledger's own records.
+
+Per instance: its state, when an agent claimed it (the ``claimed`` event the claim
+script writes) and when it went ACTIVE (``launched_at``). All reads are pipelined
+in chunks; only the bench does them, after (or between) the timed phases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from qsched.ledger import Stores
+from qsched.ledger.audit import audit
+from qsched.ledger.redis import text
+
+CHUNK = 2000
+FINAL = frozenset({"ACTIVE", "ERROR", "DELETED"})
+
+
+class BenchFailure(Exception):
+    """An invariant broke during a run (over-commit, a lost request, a bad audit)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    uuid: str
+    state: str | None  # None: no record at all
+    host: str | None
+    claimed_at: float | None
+    launched_at: float | None
+
+
+def read_outcomes(stores: Stores, uuids: Sequence[str]) -> dict[str, Outcome]:
+    """State, host, claim and launch times of each instance."""
+    keys = stores.store.keys
+    found: dict[str, Outcome] = {}
+    for start in range(0, len(uuids), CHUNK):
+        chunk = uuids[start : start + CHUNK]
+        pipe = stores.store.client.pipeline(transaction=False)
+        for uuid in chunk:
+            pipe.hmget(keys.instance(uuid), "state", "host", "launched_at")
+            pipe.lrange(keys.instance_events(uuid), 0, -1)
+        replies = pipe.execute()
+        for i, uuid in enumerate(chunk):
+            (state, host, launched), events = replies[2 * i], replies[2 * i + 1]
+            found[uuid] = Outcome(
+                uuid,
+                text(state) if state is not None else None,
+                text(host) if host else None,
+                _claimed_at(events),
+                float(launched) if launched else None,
+            )
+    return found
+
+
+def _claimed_at(events: Iterable[Any]) -> float | None:
+    for raw in events:
+        entry = json.loads(raw)
+        if entry.get("event") == "claimed":
+            return float(entry["t"])
+    return None
+
+
+def states(stores: Stores, uuids: Sequence[str]) -> dict[str, str | None]:
+    """The state of each instance (None: no record)."""
+    result: dict[str, str | None] = {}
+    keys = stores.store.keys
+    for start in range(0, len(uuids), CHUNK):
+        chunk = uuids[start : start + CHUNK]
+        pipe = stores.store.client.pipeline(transaction=False)
+        for uuid in chunk:
+            pipe.hget(keys.instance(uuid), "state")
+        for uuid, state in zip(chunk, pipe.execute(), strict=True):
+            result[uuid] = text(state) if state is not None else None
+    return result
+
+
+def wait_settled(
+    stores: Stores,
+    uuids: Sequence[str],
+    timeout_s: float,
+    tick: Callable[[int, int], None] | None = None,
+    interval_s: float = 0.1,
+) -> list[str]:
+    """Wait until no instance is in BUILD; return those still in BUILD at the timeout."""
+    pending = list(uuids)
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        now = states(stores, pending)
+        pending = [u for u in pending if now[u] not in FINAL]
+        if tick is not None:
+            tick(len(uuids) - len(pending), len(uuids))
+        if not pending or time.monotonic() > deadline:
+            break
+        time.sleep(interval_s)
+    return pending
+
+
+def percentiles(values_s: Iterable[float]) -> dict[str, float | int | None]:
+    """count, p50, p95, p99, max and mean of durations in seconds, reported in ms."""
+    ordered = sorted(values_s)
+    if not ordered:
+        return {"count": 0, "p50": None, "p95": None, "p99": None, "max": None, "mean": None}
+
+    def rank(q: float) -> float:
+        return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)] * 1000, 2)
+
+    return {
+        "count": len(ordered),
+        "p50": rank(0.50),
+        "p95": rank(0.95),
+        "p99": rank(0.99),
+        "max": round(ordered[-1] * 1000, 2),
+        "mean": round(sum(ordered) / len(ordered) * 1000, 2),
+    }
+
+
+def cloud_usage(stores: Stores) -> tuple[dict[str, int], dict[str, int]]:
+    """(used, capacity) by resource class over every provider (an admin scan)."""
+    used: dict[str, int] = {}
+    capacity: dict[str, int] = {}
+    for provider in stores.ledger.list_providers():
+        for rc, inventory in provider.inventories.items():
+            capacity[rc] = capacity.get(rc, 0) + inventory.capacity
+            used[rc] = used.get(rc, 0) + provider.usages.get(rc, 0)
+    return used, capacity
+
+
+def host_capacities(stores: Stores) -> list[dict[str, int]]:
+    """Each provider's capacity by resource class (for the offline reference)."""
+    return [
+        {rc: inv.capacity for rc, inv in p.inventories.items()}
+        for p in stores.ledger.list_providers()
+    ]
+
+
+def command_stats(stores: Stores) -> dict[str, tuple[int, int]]:
+    """Calls and microseconds so far of each command of the ledger's Redis (whole server)."""
+    try:
+        raw = stores.store.client.info("commandstats")
+    except Exception:  # fakeredis or a Redis that refuses INFO: no figures, no failure
+        return {}
+    return {
+        name.removeprefix("cmdstat_"): (int(v.get("calls", 0)), int(v.get("usec", 0)))
+        for name, v in raw.items()
+        if isinstance(v, dict)
+    }
+
+
+def commands_per_placement(
+    before: dict[str, tuple[int, int]],
+    after: dict[str, tuple[int, int]],
+    placed: int,
+    top: int = 10,
+) -> dict[str, dict[str, float]]:
+    """The Redis commands that cost the server most per placement: calls and µs each."""
+    if not (before and after and placed):
+        return {}
+    delta = {
+        name: (calls - before.get(name, (0, 0))[0], usec - before.get(name, (0, 0))[1])
+        for name, (calls, usec) in after.items()
+    }
+    ranked = sorted(delta.items(), key=lambda item: -item[1][1])[:top]
+    return {
+        name: {"calls": round(calls / placed, 2), "usec": round(usec / placed, 1)}
+        for name, (calls, usec) in ranked
+        if calls > 0
+    }
+
+
+def check_ledger(stores: Stores, where: str) -> dict[str, Any]:
+    """Audit the ledger (it scans the cell); raise BenchFailure if an invariant broke."""
+    began = time.perf_counter()
+    report = audit(stores)
+    summary = {
+        "ok": report.ok,
+        "providers": report.providers,
+        "consumers": report.consumers,
+        "instances": dict(report.instances),
+        "overcommitted": len(report.overcommitted),
+        "usage_mismatches": len(report.usage_mismatches),
+        "orphan_allocations": len(report.orphan_allocations),
+        "instance_mismatches": len(report.instance_mismatches),
+        "quota_mismatches": len(report.quota_mismatches),
+        "seconds": round(time.perf_counter() - began, 2),
+    }
+    if not report.ok:
+        detail = json.dumps(report.to_dict(), default=str)[:2000]
+        raise BenchFailure(f"{where}: the ledger audit failed: {detail}")
+    return summary
+
+
+def check_lost(outcomes: dict[str, Outcome], accepted: Sequence[str], where: str) -> None:
+    """Every accepted request ends ACTIVE or ERROR: raise BenchFailure otherwise."""
+    lost = [u for u in accepted if outcomes[u].state not in ("ACTIVE", "ERROR")]
+    if lost:
+        sample = {u: outcomes[u].state for u in lost[:5]}
+        raise BenchFailure(f"{where}: {len(lost)} accepted requests lost (e.g. {sample})")

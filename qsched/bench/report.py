@@ -1,0 +1,415 @@
+"""What a run reports: the targets of issue 6, tables for people, the plot.
+
+The reference figures of Nova and Placement come from the issue; this bench does
+not measure them, and every output that shows them says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REFERENCE: dict[str, Any] = {
+    "note": "from issue 6 (same kind of 2-core machine); NOT measured by this run",
+    "placement_allocation_candidates_median_ms": {"100": 36, "1000": 116, "10000": 870},
+    "nova_filter_weigh_ms": {"100": 7, "1000": 77, "10000": 1400},
+    "placement_claims_per_s": {"sqlite": 45, "mariadb_8_threads": 80},
+    "placement_providers_registered_per_s": 57,
+    "kube_scheduler_pods_per_s": "100-300 at 5,000-30,000 nodes",
+    "nomad_placements_per_s": "about 3,750 (1M containers on 5,000 hosts, 5 servers)",
+}
+FLAT_RATIO = 1.3
+P99_CLAIMED_MS = 50.0
+SUSTAINED_PER_S = 1000.0
+REGISTRATION_PER_S = 5000.0
+FILL_WITHIN = 0.05
+FULL_N = 100_000
+
+
+# -- targets ---------------------------------------------------------------------------
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target of issue 6 with what this run measured; ``met`` None if not measured."""
+    found: list[dict[str, Any]] = []
+    scale = results.get("scale") or []
+    if scale:
+        found += _flat_targets(scale) + _p99_targets(scale) + [_registration_target(scale)]
+    amqp = (results.get("saturation") or {}).get("rabbitmq")
+    if "saturation" in results and amqp is None:
+        why = results.get("backends", {}).get("rabbitmq_unreachable", "not in this run")
+        target = f"over {SUSTAINED_PER_S:,.0f} placements/s sustained (RabbitMQ bus, Redis ledger)"
+        found.append(_row(target, f"RabbitMQ not measured: {why}", None))
+    if amqp is not None:
+        measured = f"{amqp['sustained_per_s']:,.0f}/s sustained, peak {amqp['peak_per_s']:,.0f}/s"
+        if not amqp.get("saturated", True):
+            measured += " (the ladder ended before saturation)"
+        target = f"over {SUSTAINED_PER_S:,.0f} placements/s sustained (RabbitMQ bus, Redis ledger)"
+        found.append(_row(target, measured, amqp["sustained_per_s"] > SUSTAINED_PER_S))
+    fill = results.get("fill")
+    if fill:
+        found += _fill_targets(fill)
+    return found
+
+
+def _row(target: str, measured: str, met: bool | None) -> dict[str, Any]:
+    return {"target": target, "measured": measured, "met": met}
+
+
+def _flat_targets(scale: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    low, high = scale[0], scale[-1]
+    rows = []
+    for path in ("library", "http"):
+        a = low["paths"][path]["submit_to_claimed_ms"]["p50"]
+        b = high["paths"][path]["submit_to_claimed_ms"]["p50"]
+        if a is None or b is None:
+            continue
+        ratio = b / a
+        measured = (
+            f"p50 {b:.1f} ms at N={high['hosts']:,} vs {a:.1f} ms at "
+            f"N={low['hosts']:,}: {ratio:.2f}x"
+        )
+        met = ratio <= FLAT_RATIO if low["hosts"] <= 100 and high["hosts"] >= FULL_N else None
+        rows.append(
+            _row(
+                f"flat: submit-to-claimed p50 at 100,000 hosts within "
+                f"{FLAT_RATIO}x of 100 hosts ({path})",
+                measured,
+                met,
+            )
+        )
+    return rows
+
+
+def _p99_targets(scale: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    high = scale[-1]
+    rows = []
+    for path in ("library", "http"):
+        p99 = high["paths"][path]["submit_to_claimed_ms"]["p99"]
+        met = p99 < P99_CLAIMED_MS if high["hosts"] >= FULL_N and p99 is not None else None
+        rows.append(
+            _row(
+                f"p99 submit-to-claimed at 100,000 hosts under {P99_CLAIMED_MS:.0f} ms ({path})",
+                f"{p99} ms at N={high['hosts']:,}",
+                met,
+            )
+        )
+    return rows
+
+
+def _registration_target(scale: list[dict[str, Any]]) -> dict[str, Any]:
+    high = scale[-1]
+    reg = high["registration"]
+    met = reg["hosts_per_s"] > REGISTRATION_PER_S if high["hosts"] >= FULL_N else None
+    return _row(
+        f"host registration over {REGISTRATION_PER_S:,.0f} hosts/s",
+        f"{reg['hosts_per_s']:,.0f} hosts/s ({high['hosts']:,} hosts in "
+        f"{reg['seconds']:.1f}s, {reg['agents']} agents)",
+        met,
+    )
+
+
+def _fill_targets(fill: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    pairs = (
+        (
+            "at the first NoValidHost",
+            fill["qsched"]["at_first_nvh"],
+            fill["reference"]["at_first_failure"]["fractions"],
+        ),
+        (
+            "after the queue drains",
+            fill["qsched"]["after_drain"],
+            fill["reference"]["same_requests"]["fractions"],
+        ),
+    )
+    for when, ours, ref in pairs:
+        mine, best = ours.get("bottleneck", 0.0), ref.get("bottleneck", 0.0)
+        met = bool(best) and mine >= (1 - FILL_WITHIN) * best
+        rows.append(
+            _row(
+                f"fill within 5% of best fit, {when}",
+                f"{mine:.1%} vs {best:.1%} of the bottleneck resource",
+                met,
+            )
+        )
+    return rows
+
+
+# -- tables ----------------------------------------------------------------------------
+
+
+def simple_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """An reStructuredText simple table (also readable as plain text)."""
+    cells = [[str(c) for c in header]] + [[_cell(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    rule = "  ".join("=" * w for w in widths)
+    lines = [rule, _line(cells[0], widths), rule]
+    lines += [_line(row, widths) for row in cells[1:]]
+    return [*lines, rule]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _line(row: Sequence[str], widths: Sequence[int]) -> str:
+    return "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+
+
+def _ms(stats: dict[str, Any]) -> str:
+    return " / ".join(_cell(stats[k]) for k in ("p50", "p95", "p99"))
+
+
+def scale_table(scale: list[dict[str, Any]]) -> list[str]:
+    rows = []
+    for entry in scale:
+        reg, rss = entry["registration"], entry.get("peak_rss", {})
+        for path in ("http", "library"):
+            s = entry["paths"][path]
+            rows.append((entry["hosts"], path, _ms(s["submit_to_claimed_ms"]),
+                         _ms(s["submit_to_active_ms"]), _ms(s["api_call_ms"]),
+                         s["placements_per_s"], s["refused"], reg["seconds"], reg["hosts_per_s"],
+                         _mb(rss.get("max_kb")), _other(s), _note(s)))  # fmt: skip
+    header = ("hosts", "path", "to claimed ms p50/p95/p99", "to ACTIVE ms p50/p95/p99",
+              "API call ms p50/p95/p99", "placed/s", "refused", "register s", "hosts/s",
+              "agent RSS MB", "other CPU", "note")  # fmt: skip
+    return simple_table(header, rows)
+
+
+def burst_table(scale: list[dict[str, Any]]) -> list[str]:
+    rows = []
+    for entry in scale:
+        b = entry.get("burst")
+        if b:
+            rows.append((entry["hosts"], b["requests"], b["refused"], b["sent_per_s"],
+                         b["capacity_per_s"], _ms(b["submit_to_claimed_ms"]), _other(b),
+                         _note(b)))  # fmt: skip
+    header = ("hosts", "boots", "refused", "sent/s", "placed/s with backlog",
+              "to claimed ms p50/p95/p99", "other CPU", "note")  # fmt: skip
+    return simple_table(header, rows) if rows else []
+
+
+COST_PARTS = ("generator", "api", "agents", "redis", "rabbitmq", "other")
+
+
+def cost_table(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """CPU ms per placement of each part: what one placement costs, where."""
+    body = [(label, *(stats.get("cpu_ms_per_placement", {}).get(k) for k in COST_PARTS),
+             stats.get("placed_in_window_per_s")) for label, stats in rows]  # fmt: skip
+    header = ("phase", "front door (bench process)", "API workers", "agents", "Redis",
+              "RabbitMQ", "other", "placed/s")  # fmt: skip
+    return simple_table(header, [tuple(_cost_cell(c) for c in row) for row in body])
+
+
+def _cost_cell(value: Any) -> Any:
+    return f"{value:.2f}" if isinstance(value, float) and value < 100 else value
+
+
+def cost_rows(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    rows = []
+    for entry in results.get("scale") or []:
+        for path in ("http", "library"):
+            rows.append((f"N={entry['hosts']:,} {path}", entry["paths"][path]))
+        if entry.get("burst"):
+            rows.append((f"N={entry['hosts']:,} burst", entry["burst"]))
+    for name, entry in (results.get("saturation") or {}).items():
+        for step in entry["steps"]:
+            rows.append((f"{name} {step['offered_per_s']:g}/s", step))
+    return [(label, stats) for label, stats in rows if stats.get("cpu_ms_per_placement")]
+
+
+def redis_sample(results: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The Redis commands of the fastest sustained RabbitMQ step (else any phase that has them)."""
+    steps = (results.get("saturation") or {}).get("rabbitmq", {}).get("steps", [])
+    for step in sorted(steps, key=lambda s: -s["offered_per_s"]):
+        if step.get("sustained") and step.get("redis_per_placement"):
+            return f"RabbitMQ bus, {step['offered_per_s']:g}/s", step["redis_per_placement"]
+    for label, stats in cost_rows(results):
+        if stats.get("redis_per_placement"):
+            return label, stats["redis_per_placement"]
+    return "", {}
+
+
+def redis_table(commands: dict[str, Any]) -> list[str]:
+    rows = [(name, c["calls"], c["usec"]) for name, c in commands.items()]
+    return simple_table(("command", "calls", "server µs"), rows)
+
+
+def _note(stats: dict[str, Any]) -> str:
+    """Why a row's figures may be disturbed: a server restarted, boots refused."""
+    notes = [f"{name} restarted" for name in stats.get("servers_restarted") or []]
+    notes += [f"{n} refused: {why}" for why, n in (stats.get("refusals") or {}).items()]
+    return ", ".join(notes)
+
+
+def _other(stats: dict[str, Any]) -> str:
+    """Cores used by processes outside the run (other work on the machine)."""
+    other = stats.get("cpu_cores", {}).get("other")
+    return "-" if other is None else f"{other:.2f}"
+
+
+def _mb(kb: int | None) -> str:
+    return "-" if kb is None else f"{kb / 1024:,.0f}"
+
+
+def saturation_table(saturation: dict[str, Any]) -> list[str]:
+    rows = []
+    for name, entry in saturation.items():
+        for s in entry["steps"]:
+            verdict = "yes" if s["sustained"] else "no"
+            rows.append((name, s["offered_per_s"], s["sent_per_s"], s["placed_in_window_per_s"],
+                         _ms(s["submit_to_claimed_ms"]), _ms(s["submit_to_active_ms"]), verdict,
+                         s["refused"], _other(s), _note(s)))  # fmt: skip
+    header = ("bus", "offered/s", "sent/s", "placed/s", "to claimed ms p50/p95/p99",
+              "to ACTIVE ms p50/p95/p99", "sustained", "refused", "other CPU", "note")  # fmt: skip
+    return simple_table(header, rows)
+
+
+def fill_table(fill: dict[str, Any]) -> list[str]:
+    ref = fill["reference"]
+    rows = [
+        ("qsched, at the first NoValidHost", *_fractions(fill["qsched"]["at_first_nvh"])),
+        (
+            "best fit, arrival order, until its first failure",
+            *_fractions(ref["at_first_failure"]["fractions"]),
+        ),
+        ("qsched, after the queue drained", *_fractions(fill["qsched"]["after_drain"])),
+        ("best fit, arrival order, same requests", *_fractions(ref["same_requests"]["fractions"])),
+    ]
+    return simple_table(("packing", "VCPU", "MEMORY_MB", "DISK_GB", "bottleneck"), rows)
+
+
+def _fractions(shares: dict[str, float]) -> list[str]:
+    return [f"{shares.get(rc, 0.0):.1%}" for rc in ("VCPU", "MEMORY_MB", "DISK_GB", "bottleneck")]
+
+
+def targets_table(rows: list[dict[str, Any]]) -> list[str]:
+    verdict = {True: "met", False: "MISSED", None: "not measured"}
+    return simple_table(
+        ("target", "measured", "verdict"),
+        [(r["target"], r["measured"], verdict[r["met"]]) for r in rows],
+    )
+
+
+def render(results: dict[str, Any]) -> str:
+    """Every table of a run, as text that is also reStructuredText."""
+    parts: list[str] = [f"qsched-bench ({results['mode']}): {results['command']}", ""]
+    if results.get("scale"):
+        bus = results["scale"][0].get("bus", "?")
+        parts += [f"Scale sweep ({bus} bus)", "", *scale_table(results["scale"]), ""]
+        burst = burst_table(results["scale"])
+        if burst:
+            parts += ["Burst (library path, backlog)", "", *burst, ""]
+    if results.get("saturation"):
+        parts += ["Saturation", "", *saturation_table(results["saturation"]), ""]
+    if results.get("fill"):
+        fill = results["fill"]
+        title = (f"Fill ({fill['hosts']} hosts, {fill.get('bus', '?')} bus, {fill['accepted']} "
+                 f"boots, the first NoValidHost is boot {fill['first_nvh_index']})")  # fmt: skip
+        parts += [title, "", *fill_table(fill), ""]
+    costs = cost_rows(results)
+    if costs:
+        parts += ["CPU ms per placement", "", *cost_table(costs), ""]
+    label, commands = redis_sample(results)
+    if commands:
+        parts += [f"Redis commands per placement ({label}; server-wide INFO commandstats; "
+                  "commands that scripts run count in their own rows and in EVALSHA's time)",
+                  "", *redis_table(commands), ""]  # fmt: skip
+    parts += ["Targets", "", *targets_table(results["targets"]), ""]
+    parts.append(f"Reference figures are {REFERENCE['note']}.")
+    return "\n".join(parts)
+
+
+# -- the plot --------------------------------------------------------------------------
+
+
+def plot(results: dict[str, Any], path: Path) -> str | None:
+    """Latency percentiles and throughput against N; None, or why no plot was made."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install matplotlib): no plot"
+    scale = results.get("scale") or []
+    if not scale:
+        return "no scale sweep in this run: no plot"
+    fig, (left, mid, right) = plt.subplots(1, 3, figsize=(16, 5.2))
+    _latency_panel(left, scale)
+    _throughput_panel(mid, scale, results.get("saturation") or {})
+    _registration_panel(right, scale)
+    machine = results["machine"]
+    fig.suptitle(
+        f"{results['command']}\n{machine['cpu_count']} CPUs ({machine['cpu_model']}), "
+        f"{results['backends']['summary']}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def _latency_panel(ax: Any, scale: list[dict[str, Any]]) -> None:
+    hosts = [e["hosts"] for e in scale]
+    colors = {"p50": "tab:blue", "p95": "tab:orange", "p99": "tab:red"}
+    for path, style in (("library", "-"), ("http", "--")):
+        for q, color in colors.items():
+            ys = [e["paths"][path]["submit_to_claimed_ms"][q] for e in scale]
+            ax.plot(hosts, ys, style, marker="o", color=color, label=f"qsched {q}, {path}")
+    references = (
+        ("placement_allocation_candidates_median_ms", "Placement GET a_c median", ":"),
+        ("nova_filter_weigh_ms", "Nova filter+weigh", "-."),
+    )
+    for key, label, style in references:
+        ref = REFERENCE[key]
+        xs = [int(n) for n in ref]
+        ax.plot(xs, list(ref.values()), style, color="grey", label=f"{label} (not measured)")
+    ax.set(xscale="log", yscale="log", xlabel="hosts (N)", ylabel="ms")
+    ax.set_title("submit to claimed; solid: library call, dashed: HTTP", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6, loc="upper left")
+
+
+def _throughput_panel(ax: Any, scale: list[dict[str, Any]], saturation: dict[str, Any]) -> None:
+    hosts = [e["hosts"] for e in scale]
+    for path in ("library", "http"):
+        ys = [e["paths"][path]["placements_per_s"] for e in scale]
+        ax.plot(hosts, ys, "o-", label=f"{path}, fixed offered load")
+    bursts = [(e["hosts"], e["burst"]["capacity_per_s"]) for e in scale if e.get("burst")]
+    if bursts:
+        ax.plot([b[0] for b in bursts], [b[1] for b in bursts], "s-",
+                label="library, burst: placed/s with a backlog")  # fmt: skip
+    for (name, entry), (marker, shift) in zip(
+        saturation.items(), (("*", 0.85), ("P", 1.15)), strict=False
+    ):
+        ax.plot([entry["hosts"] * shift], [entry["sustained_per_s"]], marker, markersize=11,
+                linestyle="none", label=f"saturation: highest sustained, {name} bus")  # fmt: skip
+    ax.axhline(SUSTAINED_PER_S, color="red", linestyle=":", label="target 1,000/s")
+    ax.set(xscale="log", xlabel="hosts (N)", ylabel="placements/s")
+    ax.set_title("throughput", fontsize=10)
+    ax.set_ylim(0, 1150)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6, loc="upper left")
+
+
+def _registration_panel(ax: Any, scale: list[dict[str, Any]]) -> None:
+    hosts = [e["hosts"] for e in scale]
+    ax.plot(hosts, [e["registration"]["hosts_per_s"] for e in scale], "o-", label="qsched")
+    ax.axhline(REGISTRATION_PER_S, color="red", linestyle=":", label="target 5,000/s")
+    ax.axhline(REFERENCE["placement_providers_registered_per_s"], color="grey", linestyle="-.",
+               label="Placement (reference, not measured)")  # fmt: skip
+    ax.set(xscale="log", yscale="log", xlabel="hosts (N)", ylabel="hosts/s")
+    ax.set_title("registration (all agents together)", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6, loc="lower right")

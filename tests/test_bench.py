@@ -1,0 +1,142 @@
+"""qsched-bench: its pure parts, and a tiny end-to-end run of the harness.
+
+The smoke runs check that the harness works and that the run it reports is
+sound (no over-commit, nothing lost, every figure present); they time nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from qsched.bench import cli, report
+from qsched.bench.measure import percentiles
+from qsched.bench.packing import BenchFlavor, best_fit, flavor_stream, fractions
+from qsched.bench.profile import top_frames
+from qsched.bench.stack import CloudSpec
+from tests.cloud import AMQP_URL, require_rabbitmq
+from tests.conftest import real_redis
+
+SMALL = {"VCPU": 1, "MEMORY_MB": 1}
+BIG = {"VCPU": 2, "MEMORY_MB": 2}
+
+
+def test_best_fit_fills_the_fullest_host_that_fits() -> None:
+    hosts = [{"VCPU": 2, "MEMORY_MB": 2}, {"VCPU": 2, "MEMORY_MB": 2}]
+    packing = best_fit(hosts, [SMALL, SMALL, BIG, BIG], stop_at_first_failure=True)
+    # both smalls share host 0, the first big takes host 1, the second fits nowhere
+    assert (packing.placed, packing.first_failure) == (3, 3)
+    assert packing.fractions() == {"MEMORY_MB": 1.0, "VCPU": 1.0, "bottleneck": 1.0}
+
+
+def test_best_fit_skips_what_does_not_fit_unless_told_to_stop() -> None:
+    hosts = [{"VCPU": 2, "MEMORY_MB": 2}]
+    stream = [BIG, {"VCPU": 1, "MEMORY_MB": 1}, SMALL]
+    assert best_fit(hosts, stream, stop_at_first_failure=False).placed == 1
+    assert best_fit([{"VCPU": 3, "MEMORY_MB": 3}], stream, False).placed == 2
+
+
+def test_fractions_name_the_bottleneck() -> None:
+    shares = fractions({"VCPU": 1, "MEMORY_MB": 3}, {"VCPU": 4, "MEMORY_MB": 4, "DISK_GB": 0})
+    assert shares == {"MEMORY_MB": 0.75, "VCPU": 0.25, "bottleneck": 0.75}
+
+
+def test_flavor_stream_is_seeded_and_weighted() -> None:
+    flavors = [BenchFlavor("a", 1, 512, 1, weight=9), BenchFlavor("b", 1, 512, 1, weight=1)]
+    stream = flavor_stream(flavors, 1000, seed=3)
+    assert stream == flavor_stream(flavors, 1000, seed=3)
+    assert 800 < sum(f.name == "a" for f in stream) < 980
+
+
+def test_percentiles_are_nearest_rank_in_ms() -> None:
+    stats = percentiles([i / 1000 for i in range(1, 101)])
+    assert (stats["p50"], stats["p95"], stats["p99"], stats["max"]) == (50.0, 95.0, 99.0, 100.0)
+    assert percentiles([])["p50"] is None
+
+
+def test_node_counts_split_evenly_and_never_empty() -> None:
+    spec = CloudSpec(10, 4, (), "memory://", "fakeredis://")
+    assert spec.node_counts() == [3, 3, 2, 2]
+    assert CloudSpec(2, 4, (), "memory://", "fakeredis://").node_counts() == [1, 1]
+
+
+def test_top_frames_attribute_samples_to_our_innermost_frame() -> None:
+    collapsed = (
+        "run (threading.py:1);boot (agents/service.py:9);execute (redis/client.py:5) 3\n"
+        "run (threading.py:1);boot (agents/service.py:9) 1\n"
+    )
+    top = top_frames([collapsed])
+    assert top["samples"] == 4
+    assert top["ours"] == [["boot (agents/service.py:9)", 100.0]]
+    assert top["self"][0] == ["execute (redis/client.py:5)", 75.0]
+
+
+def _scale(hosts: int, p50: float, p99: float) -> dict[str, object]:
+    path = {"submit_to_claimed_ms": {"p50": p50, "p99": p99}}
+    return {"hosts": hosts, "paths": {"library": path, "http": path},
+            "registration": {"hosts_per_s": 9000.0, "seconds": 11.0, "agents": 4}}  # fmt: skip
+
+
+def test_targets_are_judged_only_where_measured() -> None:
+    full = report.targets({"scale": [_scale(100, 4.0, 9.0), _scale(100_000, 5.0, 60.0)]})
+    verdicts = {row["target"]: row["met"] for row in full}
+    assert verdicts[next(t for t in verdicts if t.startswith("flat") and "library" in t)]
+    assert not verdicts[next(t for t in verdicts if t.startswith("p99") and "library" in t)]
+    quick = report.targets({"scale": [_scale(100, 4.0, 9.0), _scale(10_000, 4.0, 9.0)]})
+    assert all(row["met"] is None for row in quick)
+
+
+def _check_run(result: Any, path: Path, scenarios: tuple[str, ...]) -> dict[str, Any]:
+    assert result.exit_code == 0, result.output
+    found: dict[str, Any] = json.loads(path.read_text())
+    assert found["failures"] == []
+    for name in scenarios:
+        assert name in found
+    for entry in found.get("scale", []):
+        assert entry["audit"]["ok"] and entry["audit"]["overcommitted"] == 0
+        for stats in entry["paths"].values():
+            assert stats["active"] == stats["accepted"] > 0
+            assert stats["submit_to_claimed_ms"]["count"] == stats["active"]
+    return found
+
+
+def test_smoke_run_on_the_embedded_default(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    args = ["--embedded", "--sizes", "8", "--agents", "2", "--rate", "40", "--duration-s",
+            "0.5", "--burst-s", "0.1", "--saturation-hosts", "8", "--saturation-rates", "40",
+            "--step-s", "0.5",
+            "--fill-hosts", "2", "-o", str(out)]  # fmt: skip
+    found = _check_run(CliRunner().invoke(cli.main, args), out, ("scale", "saturation", "fill"))
+    assert found["backends"]["embedded"] is True
+    assert found["scale"][0]["burst"]["capacity_per_s"] > 0
+    fill = found["fill"]
+    assert fill["no_valid_host"] >= 1 and fill["first_nvh_index"] is not None
+    assert fill["audit"]["ok"]
+    assert out.with_suffix(".png").exists() or not _has_matplotlib()
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_smoke_run_on_real_servers(tmp_path: Path) -> None:
+    real_redis()
+    require_rabbitmq()
+    out = tmp_path / "bench.json"
+    args = ["--scenario", "scale", "--sizes", "8", "--agents", "2", "--rate", "40",
+            "--duration-s", "0.5", "--burst-s", "0", "--bus", "rabbitmq", "--amqp-url", AMQP_URL,
+            "-o", str(out)]  # fmt: skip
+    found = _check_run(CliRunner().invoke(cli.main, args), out, ("scale",))
+    assert found["backends"]["embedded"] is False
+    registration = found["scale"][0]["registration"]
+    assert registration["hosts"] == 8 and registration["per_agent"][0]["nodes"] == 4
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
