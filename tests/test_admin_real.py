@@ -9,9 +9,7 @@ prefix of its own, and its queues and exchanges are deleted at the end.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +17,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import jsonschema
 import pytest
@@ -35,12 +32,11 @@ from qsched.compute import ComputeAPI, RequestContext
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import State
 from qsched.reaper import reap_expired
-from tests.conftest import REDIS_URL, real_redis, require_server
+from tests.cloud import AMQP_URL, BUS_REDIS_URL, require_rabbitmq
+from tests.conftest import REDIS_URL, real_redis
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(90)]
 
-AMQP_URL = os.environ.get("QSCHED_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
-BUS_REDIS_URL = os.environ.get("QSCHED_TEST_BUS_REDIS_URL", "redis://127.0.0.1:6379/6")
 USER = RequestContext("u1", "p1")
 BUILD_TIMEOUT_S = 60
 
@@ -67,14 +63,6 @@ heartbeat_ttl_s = 3
 class_poll_interval_s = 0.1
 reap_interval_s = 0.3
 """
-
-
-def require_rabbitmq() -> None:
-    parts = urlsplit(AMQP_URL)
-    try:
-        socket.create_connection((parts.hostname, parts.port or 5672), timeout=2).close()
-    except OSError as exc:
-        require_server("RabbitMQ", AMQP_URL, exc, "start it with: rabbitmq-server -detached")
 
 
 class Cell:
