@@ -228,18 +228,28 @@ class ComputeAgent:
             self.boot(msg, delivery)
 
     def boot(self, msg: message.BootRequest, delivery: Delivery) -> None:
+        """Claim a node for a boot request and spawn; requeue it if nothing here fits.
+
+        The claim script is the check that the instance still waits (a deleted,
+        placed or ended one fails it), so the usual path reads no record first.
+        """
         uuid = msg.instance_uuid
-        waiting = self._still_waiting(msg)
-        if waiting is None:
-            self._stopped.wait(0.1)
-            delivery.requeue(msg.encode())
-            return
-        if not waiting:
-            self.counters["dropped"] += 1
-            delivery.ack()
+        with self._lock:
+            in_flight = uuid in self._builds
+        if in_flight:
+            # A redelivery while our spawn runs: drop it. But if the ledger took our
+            # claim back (the janitor thought us dead), the request is due again: once
+            # that spawn has given up, we or another agent must take it.
+            if self._still_waiting(msg):
+                self._stopped.wait(0.1)
+                delivery.requeue(msg.encode())
+            else:
+                self.counters["dropped"] += 1
+                delivery.ack()
             return
         if msg.expired():
-            fail_no_valid_host(self.stores, uuid, "deadline")
+            with contextlib.suppress(exception.InstanceNotFound):
+                fail_no_valid_host(self.stores, uuid, "deadline")
             delivery.ack()
             return
         try:
@@ -251,7 +261,11 @@ class ComputeAgent:
             self.before_claim(msg)
         placed = self._place(msg)
         if isinstance(placed, Refusal):
-            self._refuse(msg, delivery, placed)
+            if self._still_waiting(msg):
+                self._refuse(msg, delivery, placed)
+            else:
+                self.counters["dropped"] += 1
+                delivery.ack()
             return
         if placed is not None:
             # The claim is in the ledger: spawn even if the ack fails (a redelivery
@@ -262,20 +276,13 @@ class ComputeAgent:
         self.counters["dropped"] += 1  # nothing to place any more (deleted, placed elsewhere)
         delivery.ack()
 
-    def _still_waiting(self, msg: message.BootRequest) -> bool | None:
-        """True: place it. False: nothing to do. None: not now (an old spawn of it runs)."""
+    def _still_waiting(self, msg: message.BootRequest) -> bool:
+        """Whether the instance still waits for a host: worth requeueing its request."""
         try:
             inst = self.stores.instances.get(msg.instance_uuid)
         except exception.InstanceNotFound:
             return False
-        with self._lock:
-            in_flight = msg.instance_uuid in self._builds
-        if in_flight:
-            # A redelivery while our spawn runs: drop it. But if the ledger took our claim
-            # back (the janitor thought us dead), the request is due again: once that
-            # spawn has given up, we or another agent must take it.
-            return None if inst.state == State.BUILD and inst.host is None else False
-        return inst.state == State.BUILD and inst.host in (None, self.host)
+        return inst.state == State.BUILD and inst.host is None
 
     def _ensure_class(self, msg: message.BootRequest) -> None:
         if msg.scheduling_class not in self.index.classes():

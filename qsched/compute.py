@@ -5,8 +5,9 @@ No HTTP here: :mod:`qsched.api` parses requests, calls one method of
 straight. Every call does O(1) ledger work except the project-scoped list and
 the admin flavor writes.
 
-Boot, step by step: resolve the flavor (one HGET), reserve quota and record the
-instance BUILD (one Lua script), make sure agents know its scheduling class
+Boot, step by step: resolve the flavor (kept in memory after the first HGET),
+reserve quota and record the instance BUILD (one Lua script, which also checks
+the flavor is still what was kept), make sure agents know its scheduling class
 (one HSETNX per new class per process), publish the boot request. If anything
 fails after the record exists, the instance is ended DELETED, which returns its
 quota; the DELETED record stays as a trace (its history says why, and GET gives
@@ -41,6 +42,7 @@ LOG = logging.getLogger(__name__)
 
 MAX_NAME_CHARS = 255
 _DELETE_RACES = 5  # re-reads when an instance moves while it is being deleted
+_FLAVOR_CACHE_SIZE = 1024  # flavors kept in memory; emptied when full
 
 
 class Forbidden(exception.QschedError):
@@ -108,6 +110,7 @@ class ComputeAPI:
         self._max_attempts = conf.scheduler.max_attempts
         self.max_limit: int = conf.api.max_limit  # most items one list call returns
         self._classes: dict[str, str] = {}  # scheduling class -> definition known published
+        self._flavor_cache: dict[str, tuple[Flavor, str]] = {}  # id -> (flavor, stored form)
 
     # -- servers --
 
@@ -134,15 +137,27 @@ class ComputeAPI:
         _check_name("name", name)
         if availability_zone is not None:
             _check_name("availability_zone", availability_zone)
-        flavor = self._boot_flavor(flavor_ref)
+        # flavorRef is an id or a link ending in one.
+        flavor_id = str(flavor_ref).rstrip("/").rsplit("/", 1)[-1]
         constraints = Constraints(availability_zone=availability_zone or None)
-        request = BootRequest.create(
-            str(uuidlib.uuid4()), context.project_id, context.user_id, flavor, constraints,
-            max_attempts=self._max_attempts, timeout_s=self._timeout_s,
-            request_id=context.request_id,
-        )  # fmt: skip
-        record = _record(request, name, image_ref, availability_zone, metadata)
-        instance = self.stores.instances.create(record, deadline=request.deadline)
+        for fresh in (False, True):
+            flavor, stored = self._boot_flavor(flavor_id, fresh)
+            request = BootRequest.create(
+                str(uuidlib.uuid4()), context.project_id, context.user_id, flavor, constraints,
+                max_attempts=self._max_attempts, timeout_s=self._timeout_s,
+                request_id=context.request_id,
+            )  # fmt: skip
+            record = _record(request, name, image_ref, availability_zone, metadata)
+            try:
+                instance = self.stores.instances.create(
+                    record, deadline=request.deadline, expect_flavor=(flavor_id, stored)
+                )
+            except exception.FlavorChanged:
+                self._flavor_cache.pop(flavor_id, None)
+                if fresh:
+                    raise
+                continue
+            break
         try:
             self._publish_class(request.scheduling_class, flavor, constraints)
             self.bus.publish_boot(request)
@@ -319,13 +334,23 @@ class ComputeAPI:
 
     # -- helpers --
 
-    def _boot_flavor(self, flavor_ref: str | int) -> Flavor:
-        # flavorRef is an id or a link ending in one.
-        flavor_id = str(flavor_ref).rstrip("/").rsplit("/", 1)[-1]
-        try:
-            return self.flavors.get(flavor_id)
-        except FlavorNotFound:
-            raise FlavorRefNotFound(flavor=flavor_id) from None
+    def _boot_flavor(self, flavor_id: str, fresh: bool) -> tuple[Flavor, str]:
+        """A flavor and its stored form, from memory unless ``fresh``.
+
+        The create script checks the stored form against the catalog, so a flavor
+        changed or deleted since it was kept here costs one more read, never a
+        server booted with what the flavor was.
+        """
+        found = None if fresh else self._flavor_cache.get(flavor_id)
+        if found is None:
+            try:
+                found = self.flavors.get_stored(flavor_id)
+            except FlavorNotFound:
+                raise FlavorRefNotFound(flavor=flavor_id) from None
+            if len(self._flavor_cache) >= _FLAVOR_CACHE_SIZE:
+                self._flavor_cache.clear()
+            self._flavor_cache[flavor_id] = found
+        return found
 
     def _publish_class(self, name: str, flavor: Flavor, constraints: Constraints) -> None:
         """Tell agents the class exists: one HSETNX per new class (or changed flavor)."""

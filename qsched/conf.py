@@ -129,9 +129,11 @@ bus_opts = [
     ),
     cfg.IntOpt(
         "publisher_pool_size",
-        default=8,
+        default=32,
         min=0,
-        help="Idle publishing connections kept per process.",
+        help="Idle publishing connections kept per process. Keep it at least the number "
+        "of threads that publish at once (gunicorn's threads in the API): a connection "
+        "beyond it is opened and closed for every message.",
     ),
 ]
 

@@ -115,5 +115,9 @@ class InstanceExists(Conflict):
     msg_fmt = "Instance {instance} already exists."
 
 
+class FlavorChanged(Conflict):
+    msg_fmt = "Flavor {flavor} changed while the server was being created; try again."
+
+
 class BackendUnavailable(QschedError):
     msg_fmt = "{backend} at {url} is unreachable: {reason}"

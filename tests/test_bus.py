@@ -267,7 +267,7 @@ PROPOSED_BUS_OPTS = [
     cfg.FloatOpt("poll_interval_s", default=0.1, min=0.01),
     cfg.FloatOpt("settle_timeout_s", default=30.0, min=0.1),
     cfg.FloatOpt("reconnect_max_delay_s", default=5.0, min=0.1),
-    cfg.IntOpt("publisher_pool_size", default=8, min=0),
+    cfg.IntOpt("publisher_pool_size", default=32, min=0),
 ]
 
 

@@ -360,6 +360,27 @@ class TestFlavors:
         assert specs == {"trait:CUSTOM_A": "required"}
         assert bus.boots[-1].flavor["extra_specs"] == specs
 
+    def test_flavors_are_read_once_and_changes_elsewhere_are_seen(
+        self, compute, stores, bus, conf, monkeypatch
+    ) -> None:
+        reads = []
+        real = compute.flavors.get_stored
+        monkeypatch.setattr(compute.flavors, "get_stored", lambda i: reads.append(i) or real(i))
+        for _ in range(3):
+            boot(compute)
+        assert reads == ["m1.small"]
+        # another API process changes the flavor, then deletes it
+        other = ComputeAPI(conf, stores, RecordingBus())
+        other.set_flavor_extra_specs(ADMIN, "m1.small", {"trait:CUSTOM_A": "required"})
+        changed = boot(compute)
+        assert changed.flavor["extra_specs"] == {"trait:CUSTOM_A": "required"}
+        assert bus.boots[-1].flavor["extra_specs"] == {"trait:CUSTOM_A": "required"}
+        assert reads == ["m1.small"] * 2
+        other.delete_flavor(ADMIN, "m1.small")
+        with pytest.raises(FlavorRefNotFound):
+            boot(compute)
+        assert len(bus.boots) == 4 and stores.quota.get_usage("pa") == Usage(4, 4, 4 * 2048)
+
     def test_config_change_rewrites(self, compute, conf) -> None:
         conf.set_override("flavor", ["m1.small:2:2048:20"], group="api")
         conf.set_override("flavor_extra_spec", [], group="api")

@@ -253,3 +253,21 @@ class _Recording(_AckOnly):
 
     def requeue(self, new_body: bytes) -> None:
         self.settled.append("requeue")
+
+
+def test_a_request_nothing_here_fits_is_requeued_only_while_it_waits(
+    conf, stores, bus, api, agents
+) -> None:
+    agent = start_agent(conf, stores, bus, "cn0")
+    agents.append(agent)
+    huge = Flavor("huge", 64, 32768, 0)  # more than any node of cn0 has
+    api.flavors.create(huge)
+    gone = api.boot(USER, "gone", "huge").uuid
+    api.delete(USER, gone)
+    kept = api.boot(USER, "kept", "huge").uuid
+    for uuid_, expected in ((gone, ["ack"]), (kept, ["requeue"])):
+        delivery = _Recording()
+        agent.on_message(BootRequest.create(uuid_, "p1", "u1", huge).encode(), delivery)
+        assert delivery.settled == expected, uuid_
+    assert agent.counters["dropped"] == 1 and agent.counters["refused"] == 1
+    assert stores.instances.get(kept).state == State.BUILD

@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
 
 from qsched import exception
+from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, Inventory, State, Usage
+from qsched.ledger.flavors import RedisFlavors
 
 FLAVOR = {"name": "m1.small", "vcpus": 2, "ram_mb": 2048}
 
 
 def new_instance(project: str = "p1", flavor=FLAVOR) -> Instance:
     return Instance(str(uuid.uuid4()), project, "u1", "vm", flavor, State.BUILD)
+
+
+def stores_flavor(stores: Stores) -> tuple[Flavor, str]:
+    flavors = RedisFlavors(stores.store)
+    flavors.create(Flavor("m1.kept", 2, 2048, 20, "m1.kept"))
+    return flavors.get_stored("m1.kept")
 
 
 def provider(stores: Stores) -> str:
@@ -83,6 +92,29 @@ class TestInstances:
         assert stores.instances.expired(now=99.0) == []
         assert stores.instances.expired(now=100.0) == [inst.uuid]
 
+    def test_create_returns_what_get_reads(self, stores: Stores) -> None:
+        record = dataclasses.replace(
+            new_instance(), extra={"metadata": {"k": "v"}, "image_ref": "img"}
+        )
+        created = stores.instances.create(record, deadline=123.25)
+        assert created == stores.instances.get(record.uuid)
+        assert created.created_at == created.updated_at > 0
+
+    def test_create_checks_the_flavor_the_caller_kept(self, stores: Stores) -> None:
+        flavor, stored = stores_flavor(stores)
+        kept = stores.instances.create(new_instance(), 1e12, expect_flavor=(flavor.id, stored))
+        assert kept.state == State.BUILD
+        RedisFlavors(stores.store).update(flavor.id, lambda f: dataclasses.replace(f, vcpus=4))
+        stale = new_instance()
+        with pytest.raises(exception.FlavorChanged, match=r"m1\.kept changed"):
+            stores.instances.create(stale, 1e12, expect_flavor=(flavor.id, stored))
+        RedisFlavors(stores.store).delete(flavor.id)
+        with pytest.raises(exception.FlavorChanged):
+            stores.instances.create(stale, 1e12, expect_flavor=(flavor.id, stored))
+        with pytest.raises(exception.InstanceNotFound):
+            stores.instances.get(stale.uuid)
+        assert stores.quota.get_usage("p1") == Usage(1, 2, 2048)
+
     def test_over_quota_records_nothing(self, stores: Stores) -> None:
         stores.quota.set_limits("p1", instances=1)
         stores.instances.create(new_instance(), deadline=1e12)
@@ -105,7 +137,8 @@ class TestInstances:
         inst = stores.instances.create(new_instance(), deadline=50.0).uuid
         stores.instances.add_event(inst, "refused", host="h0", reason="not enough VCPU")
         stores.ledger.claim(inst, {rp: {"VCPU": 2, "MEMORY_MB": 2048}}, "h1", "n1")
-        active = stores.instances.set_active(inst, "h1", "n1")
+        stores.instances.set_active(inst, "h1", "n1")
+        active = stores.instances.get(inst)
         assert (active.state, active.host, active.task_state) == (State.ACTIVE, "h1", "")
         assert stores.instances.expired(now=1e12) == []
         with pytest.raises(exception.InstanceNotWaiting):

@@ -84,7 +84,7 @@ class KombuOptions:
     poll_interval_s: float = 0.1  # how often a consumer applies requests between events
     settle_timeout_s: float = 30.0  # how long a settle from another thread waits
     reconnect_max_delay_s: float = 5.0
-    publisher_pool_size: int = 8  # idle publishing connections kept
+    publisher_pool_size: int = 32  # idle publishing connections kept
 
 
 class _Unroutable(Exception):

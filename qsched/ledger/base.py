@@ -317,14 +317,22 @@ class InstanceStore(abc.ABC):
     """Instance records with state, fault and an append-only history."""
 
     @abc.abstractmethod
-    def create(self, instance: Instance, deadline: float) -> Instance:
+    def create(
+        self, instance: Instance, deadline: float, expect_flavor: tuple[str, str] | None = None
+    ) -> Instance:
         """Reserve quota for ``instance`` and record it in BUILD, as one atomic step.
 
         The instance enters the deadline index; its quota is what its flavor asks
-        (one instance, flavor vcpus and ram_mb).
+        (one instance, flavor vcpus and ram_mb). Returns the record as written,
+        without reading it back.
+
+        ``expect_flavor``, a flavor id and the form the catalog stored it in when
+        the caller read it, makes the step fail unless the catalog still holds
+        exactly that: a caller may then keep flavors in memory.
 
         :raises QuotaExceeded: nothing recorded.
         :raises InstanceExists: the uuid is taken.
+        :raises FlavorChanged: ``expect_flavor`` is out of date; nothing recorded.
         """
 
     @abc.abstractmethod
@@ -346,7 +354,7 @@ class InstanceStore(abc.ABC):
         """The history, oldest first."""
 
     @abc.abstractmethod
-    def set_active(self, uuid: str, host: str, node: str) -> Instance:
+    def set_active(self, uuid: str, host: str, node: str) -> None:
         """Mark a claimed instance ACTIVE; it leaves the deadline index.
 
         :raises InstanceNotWaiting: not claimed by ``host``/``node`` any more

@@ -43,6 +43,13 @@ class FlavorStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def get_stored(self, flavor_id: str) -> tuple[Flavor, str]:
+        """One flavor and the exact form it is stored in, for ``expect_flavor`` checks.
+
+        :raises FlavorNotFound:
+        """
+
+    @abc.abstractmethod
     def list(self) -> list[Flavor]:
         """Every flavor, sorted by id."""
 
@@ -84,10 +91,14 @@ class RedisFlavors(FlavorStore):
         self.keys = store.keys
 
     def get(self, flavor_id: str) -> Flavor:
+        return self.get_stored(flavor_id)[0]
+
+    def get_stored(self, flavor_id: str) -> tuple[Flavor, str]:
         raw = self.store.client.hget(self.keys.flavors, flavor_id)
         if raw is None:
             raise FlavorNotFound(flavor=flavor_id)
-        return _flavor(text(raw))
+        stored = text(raw)
+        return _flavor(stored), stored
 
     def list(self) -> list[Flavor]:
         raw = text_map(self.store.client.hgetall(self.keys.flavors))

@@ -19,31 +19,41 @@ class RedisInstances(InstanceStore):
         self.keys = store.keys
         self.quota = quota
 
-    def create(self, instance: Instance, deadline: float) -> Instance:
+    def create(
+        self, instance: Instance, deadline: float, expect_flavor: tuple[str, str] | None = None
+    ) -> Instance:
         uuid = check_uuid(instance.uuid, "Instance UUID")
-        flavor = instance.flavor
+        flavor, extra = dict(instance.flavor), dict(instance.extra)
         record = {
             "uuid": uuid,
             "project_id": instance.project_id,
             "user_id": instance.user_id,
             "name": instance.name,
-            "flavor": canonical_json(dict(flavor)),
-            "extra": canonical_json(dict(instance.extra)),
+            "flavor": canonical_json(flavor),
+            "extra": canonical_json(extra),
         }
+        now, deadline = self.store.now(), float(deadline)
+        quota = Usage(1, int(flavor["vcpus"]), int(flavor["ram_mb"]))
         self.store.run(
             "instance_create",
             self.keys.instance(uuid),
             uuid,
             instance.project_id,
             canonical_json(record),
-            int(flavor["vcpus"]),
-            int(flavor["ram_mb"]),
+            quota.cores,
+            quota.ram_mb,
             *self.quota.default_args(),
-            repr(float(deadline)),
-            self.store.now(),
+            repr(deadline),
+            now,
             self.store.max_events,
+            *(expect_flavor or ("", "")),
         )
-        return self.get(uuid)
+        # what the script wrote, as get() would read it back
+        return Instance(
+            uuid, instance.project_id, instance.user_id, instance.name, flavor, State.BUILD,
+            TaskState.SCHEDULING, created_at=now, updated_at=now, deadline=deadline,
+            quota=quota, extra=extra,
+        )  # fmt: skip
 
     def get(self, uuid: str) -> Instance:
         fields = text_map(self.store.client.hgetall(self.keys.instance(uuid)))
@@ -82,9 +92,8 @@ class RedisInstances(InstanceStore):
         raw = self.store.client.lrange(self.keys.instance_events(uuid), 0, -1)
         return [_event(json.loads(item)) for item in raw]
 
-    def set_active(self, uuid: str, host: str, node: str) -> Instance:
+    def set_active(self, uuid: str, host: str, node: str) -> None:
         self._run("instance_active", uuid, host, node)
-        return self.get(uuid)
 
     def requeue(self, uuid: str, host: str | None, reason: str) -> Instance:
         self._run("instance_requeue", uuid, host or "", reason)

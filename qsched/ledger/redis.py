@@ -65,6 +65,7 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "quota": exception.QuotaExceeded,
         "instance_not_found": exception.InstanceNotFound,
         "instance_exists": exception.InstanceExists,
+        "flavor_changed": exception.FlavorChanged,
         "not_waiting": exception.InstanceNotWaiting,
     }
 

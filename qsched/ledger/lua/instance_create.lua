@@ -1,21 +1,31 @@
 -- Reserve quota for an instance and record it in BUILD, as one step.
 -- KEYS[1]  the instance key
 -- ARGV     prefix, uuid, project, record JSON {field: string}, cores, ram_mb,
---          default instances, default cores, default ram_mb, deadline, now, max_events
+--          default instances, default cores, default ram_mb, deadline, now, max_events,
+--          flavor id, the flavor as stored when the caller read it ("" "": no check)
 local uuid, project, record = ARGV[2], ARGV[3], cjson.decode(ARGV[4])
 local cores, ram = tonumber(ARGV[5]), tonumber(ARGV[6])
 local defaults = {ARGV[7], ARGV[8], ARGV[9]}
 local deadline, now, max_events = ARGV[10], ARGV[11], ARGV[12]
+local flavor_id, flavor_stored = ARGV[13], ARGV[14]
 local ikey = P .. "inst:" .. uuid
 if redis.call("EXISTS", ikey) == 1 then
     return fail("instance_exists", {instance = uuid})
 end
+-- a caller that read the flavor earlier (a cache) learns here if it changed since
+if flavor_id ~= "" and redis.call("HGET", P .. "flavors", flavor_id) ~= flavor_stored then
+    return fail("flavor_changed", {flavor = flavor_id})
+end
 local refused = reserve_quota(project, uuid, cores, ram, defaults)
 if refused then return refused end
-for field, value in pairs(record) do redis.call("HSET", ikey, field, value) end
-redis.call("HSET", ikey, "state", "BUILD", "task_state", "scheduling", "attempts", 0,
-           "quota", cores .. " " .. ram, "deadline", deadline, "created_at", now,
-           "updated_at", now)
+local fields = {"state", "BUILD", "task_state", "scheduling", "attempts", 0,
+                "quota", cores .. " " .. ram, "deadline", deadline, "created_at", now,
+                "updated_at", now}
+for field, value in pairs(record) do
+    fields[#fields + 1] = field
+    fields[#fields + 1] = value
+end
+redis.call("HSET", ikey, unpack(fields))
 redis.call("SADD", P .. "project:" .. project .. ":instances", uuid)
 redis.call("ZADD", P .. "deadlines", deadline, uuid)
 add_event(uuid, now, "accepted", nil, nil, {deadline = tonumber(deadline)}, max_events)
