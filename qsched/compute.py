@@ -6,12 +6,12 @@ straight. Every call does O(1) ledger work except the project-scoped list and
 the admin flavor writes.
 
 Boot, step by step: resolve the flavor (kept in memory after the first HGET),
-reserve quota and record the instance BUILD (one Lua script, which also checks
-the flavor is still what was kept), make sure agents know its scheduling class
-(one HSETNX per new class per process), publish the boot request. If anything
-fails after the record exists, the instance is ended DELETED, which returns its
-quota; the DELETED record stays as a trace (its history says why, and GET gives
-404 as for any deleted server). A request the broker did take although it did
+reserve quota, record the instance BUILD and make sure agents know its
+scheduling class (one Lua script, which also checks the flavor is still what
+was kept), publish the boot request. If anything fails after the record
+exists, the instance is ended DELETED, which returns its quota; the DELETED
+record stays as a trace (its history says why, and GET gives 404 as for any
+deleted server). A request the broker did take although it did
 not confirm meets a DELETED instance, and the agent drops it.
 """
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import functools
-import json
 import logging
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +32,7 @@ from qsched import exception
 from qsched.api import opts
 from qsched.flavors import Constraints, Flavor, check_flavor
 from qsched.ledger import Stores
+from qsched.ledger.agents import class_json
 from qsched.ledger.base import Instance, State
 from qsched.ledger.flavors import FlavorNotFound, RedisFlavors
 from qsched.message import BootRequest, DeleteRequest
@@ -42,7 +42,7 @@ LOG = logging.getLogger(__name__)
 
 MAX_NAME_CHARS = 255
 _DELETE_RACES = 5  # re-reads when an instance moves while it is being deleted
-_FLAVOR_CACHE_SIZE = 1024  # flavors kept in memory; emptied when full
+_CACHE_SIZE = 1024  # flavors and classes kept in memory; emptied when full
 
 
 class Forbidden(exception.QschedError):
@@ -109,7 +109,8 @@ class ComputeAPI:
         self._timeout_s = conf.scheduler.build_timeout_s
         self._max_attempts = conf.scheduler.max_attempts
         self.max_limit: int = conf.api.max_limit  # most items one list call returns
-        self._classes: dict[str, str] = {}  # scheduling class -> definition known published
+        # scheduling class -> what its definition was made of, and the definition
+        self._classes: dict[str, tuple[Flavor, Constraints, str]] = {}
         self._flavor_cache: dict[str, tuple[Flavor, str]] = {}  # id -> (flavor, stored form)
 
     # -- servers --
@@ -148,9 +149,10 @@ class ComputeAPI:
                 request_id=context.request_id,
             )  # fmt: skip
             record = _record(request, name, image_ref, availability_zone, metadata)
+            name_and_definition = self._class(request.scheduling_class, flavor, constraints)
             try:
                 instance = self.stores.instances.create(
-                    record, deadline=request.deadline, expect_flavor=(flavor_id, stored)
+                    record, request.deadline, (flavor_id, stored), name_and_definition
                 )
             except exception.FlavorChanged:
                 self._flavor_cache.pop(flavor_id, None)
@@ -159,7 +161,6 @@ class ComputeAPI:
                 continue
             break
         try:
-            self._publish_class(request.scheduling_class, flavor, constraints)
             self.bus.publish_boot(request)
         except Exception as exc:
             self._roll_back(instance.uuid, exc)
@@ -347,18 +348,20 @@ class ComputeAPI:
                 found = self.flavors.get_stored(flavor_id)
             except FlavorNotFound:
                 raise FlavorRefNotFound(flavor=flavor_id) from None
-            if len(self._flavor_cache) >= _FLAVOR_CACHE_SIZE:
+            if len(self._flavor_cache) >= _CACHE_SIZE:
                 self._flavor_cache.clear()
             self._flavor_cache[flavor_id] = found
         return found
 
-    def _publish_class(self, name: str, flavor: Flavor, constraints: Constraints) -> None:
-        """Tell agents the class exists: one HSETNX per new class (or changed flavor)."""
-        definition = class_definition(flavor, constraints)
-        value = json.dumps(definition, sort_keys=True)
-        if self._classes.get(name) != value:
-            self.stores.agents.add_class(name, definition)
-            self._classes[name] = value
+    def _class(self, name: str, flavor: Flavor, constraints: Constraints) -> tuple[str, str]:
+        """The class and its definition for agents, which the create script publishes."""
+        known = self._classes.get(name)
+        if known is None or known[:2] != (flavor, constraints):
+            known = (flavor, constraints, class_json(class_definition(flavor, constraints)))
+            if len(self._classes) >= _CACHE_SIZE:
+                self._classes.clear()
+            self._classes[name] = known
+        return name, known[2]
 
     def _roll_back(self, uuid: str, cause: Exception) -> None:
         """End an instance that was never published; its quota comes back."""

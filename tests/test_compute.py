@@ -7,7 +7,6 @@ import time
 import uuid
 
 import pytest
-import redis
 
 from qsched import exception
 from qsched.api import opts
@@ -118,14 +117,19 @@ class TestBoot:
         assert classes["m1.small"]["flavor"]["vcpus"] == 1
         assert classes["m1.small"]["constraints"]["availability_zone"] is None
 
-    def test_a_class_is_published_once_per_process(self, compute, stores, monkeypatch) -> None:
+    def test_a_class_is_published_with_every_boot(self, compute, stores, monkeypatch) -> None:
         calls = []
-        real = stores.agents.add_class
-        monkeypatch.setattr(stores.agents, "add_class", lambda *a: calls.append(a) or real(*a))
-        for _ in range(3):
-            boot(compute)
+        monkeypatch.setattr(stores.agents, "add_class", lambda *a: calls.append(a))
+        boot(compute)
         boot(compute, flavor="large-id")
-        assert [c[0] for c in calls] == ["m1.small", "m1.large"]
+        assert sorted(stores.agents.classes()) == ["m1.large", "m1.small"]
+        assert calls == []  # in the create script: no round trip of its own
+        flavor = compute.get_flavor("m1.small")
+        compute.delete_flavor(ADMIN, "m1.small")  # drops its class
+        compute.create_flavor(ADMIN, flavor)  # the same flavor again
+        assert sorted(stores.agents.classes()) == ["m1.large"]
+        boot(compute)
+        assert stores.agents.classes()["m1.small"]["flavor"] == flavor.to_dict()
 
     def test_zone_makes_its_own_class(self, compute, stores, bus) -> None:
         boot(compute, availability_zone="az1")
@@ -181,12 +185,14 @@ class TestBoot:
         with pytest.raises(exception.InstanceNotFound):
             compute.get(ALICE, uuid_)
 
-    def test_ledger_lost_after_the_record_rolls_back(self, compute, stores, monkeypatch) -> None:
-        def lost(*args):
-            raise redis.ConnectionError("connection reset")
+    def test_any_failure_after_the_record_rolls_back(
+        self, compute, stores, bus, monkeypatch
+    ) -> None:
+        def broken(*args):
+            raise RuntimeError("a bug in the bus")
 
-        monkeypatch.setattr(stores.agents, "add_class", lost)
-        with pytest.raises(exception.BackendUnavailable):
+        monkeypatch.setattr(bus, "publish_boot", broken)
+        with pytest.raises(RuntimeError):
             boot(compute)
         assert nothing_held(stores) and stores.instances.list_project("pa") == []
 

@@ -60,10 +60,14 @@ class RedisAgents:
 
     def add_class(self, name: str, definition: Mapping[str, Any]) -> bool:
         """Publish a scheduling class for agents to consider; False if it was known."""
-        value = json.dumps(definition, sort_keys=True)
-        return bool(self.store.client.hsetnx(self.keys.classes, name, value))
+        return bool(self.store.client.hsetnx(self.keys.classes, name, class_json(definition)))
 
     def classes(self) -> dict[str, dict[str, Any]]:
         """Every live class: O(number of classes), never O(number of hosts)."""
         raw = text_map(self.store.client.hgetall(self.keys.classes))
         return {name: json.loads(value) for name, value in raw.items()}
+
+
+def class_json(definition: Mapping[str, Any]) -> str:
+    """A scheduling class definition as the ``classes`` hash stores it."""
+    return json.dumps(definition, sort_keys=True)

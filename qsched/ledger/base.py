@@ -318,7 +318,11 @@ class InstanceStore(abc.ABC):
 
     @abc.abstractmethod
     def create(
-        self, instance: Instance, deadline: float, expect_flavor: tuple[str, str] | None = None
+        self,
+        instance: Instance,
+        deadline: float,
+        expect_flavor: tuple[str, str] | None = None,
+        scheduling_class: tuple[str, str] | None = None,
     ) -> Instance:
         """Reserve quota for ``instance`` and record it in BUILD, as one atomic step.
 
@@ -329,6 +333,9 @@ class InstanceStore(abc.ABC):
         ``expect_flavor``, a flavor id and the form the catalog stored it in when
         the caller read it, makes the step fail unless the catalog still holds
         exactly that: a caller may then keep flavors in memory.
+        ``scheduling_class``, a class name and its definition (JSON, as
+        :func:`qsched.ledger.agents.class_json`), is published for agents in
+        the same step unless the class is known.
 
         :raises QuotaExceeded: nothing recorded.
         :raises InstanceExists: the uuid is taken.

@@ -20,7 +20,11 @@ class RedisInstances(InstanceStore):
         self.quota = quota
 
     def create(
-        self, instance: Instance, deadline: float, expect_flavor: tuple[str, str] | None = None
+        self,
+        instance: Instance,
+        deadline: float,
+        expect_flavor: tuple[str, str] | None = None,
+        scheduling_class: tuple[str, str] | None = None,
     ) -> Instance:
         uuid = check_uuid(instance.uuid, "Instance UUID")
         flavor, extra = dict(instance.flavor), dict(instance.extra)
@@ -47,6 +51,7 @@ class RedisInstances(InstanceStore):
             now,
             self.store.max_events,
             *(expect_flavor or ("", "")),
+            *(scheduling_class or ("", "")),
         )
         # what the script wrote, as get() would read it back
         return Instance(

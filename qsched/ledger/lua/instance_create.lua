@@ -2,12 +2,14 @@
 -- KEYS[1]  the instance key
 -- ARGV     prefix, uuid, project, record JSON {field: string}, cores, ram_mb,
 --          default instances, default cores, default ram_mb, deadline, now, max_events,
---          flavor id, the flavor as stored when the caller read it ("" "": no check)
+--          flavor id, the flavor as stored when the caller read it ("" "": no check),
+--          scheduling class, its definition JSON for agents ("" "": none)
 local uuid, project, record = ARGV[2], ARGV[3], cjson.decode(ARGV[4])
 local cores, ram = tonumber(ARGV[5]), tonumber(ARGV[6])
 local defaults = {ARGV[7], ARGV[8], ARGV[9]}
 local deadline, now, max_events = ARGV[10], ARGV[11], ARGV[12]
 local flavor_id, flavor_stored = ARGV[13], ARGV[14]
+local class_name, class_definition = ARGV[15], ARGV[16]
 local ikey = P .. "inst:" .. uuid
 if redis.call("EXISTS", ikey) == 1 then
     return fail("instance_exists", {instance = uuid})
@@ -26,6 +28,9 @@ for field, value in pairs(record) do
     fields[#fields + 1] = value
 end
 redis.call("HSET", ikey, unpack(fields))
+-- agents consume only classes they know: make sure its class is known, every time
+-- (a flavor written since drops its classes)
+if class_name ~= "" then redis.call("HSETNX", P .. "classes", class_name, class_definition) end
 redis.call("SADD", P .. "project:" .. project .. ":instances", uuid)
 redis.call("ZADD", P .. "deadlines", deadline, uuid)
 add_event(uuid, now, "accepted", nil, nil, {deadline = tonumber(deadline)}, max_events)
