@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 
 import pytest
 
 from qsched import exception
-from qsched.ledger import Stores
+from qsched.ledger import Stores, placement
 from qsched.ledger.base import Instance, Inventory, ProviderSpec, State
+from qsched.ledger.redis import read_many
 from qsched.ledger.retry import claim as claim_with_retries
 
 VCPU, RAM, DISK = "VCPU", "MEMORY_MB", "DISK_GB"
@@ -168,6 +170,17 @@ class TestAllocations:
         assert stores.ledger.get_allocations(consumer).generation is None
         assert stores.ledger.project_usages("p1") == {}
         assert stores.ledger.provider_consumers(rp2) == set()
+
+    def test_batched_reads_match_single_ones(self, stores: Stores, monkeypatch) -> None:
+        monkeypatch.setattr(placement, "read_many", functools.partial(read_many, chunk=2))
+        providers = [make_provider(stores) for _ in range(5)]
+        consumers = [new_uuid() for _ in range(3)]
+        for i, consumer in enumerate(consumers):
+            stores.ledger.put_allocations(consumer, {providers[i]: {VCPU: 1}}, None, "p", "u")
+        found = stores.ledger.providers_consumers(providers)
+        assert found == {rp: stores.ledger.provider_consumers(rp) for rp in providers}
+        assert [len(found[rp]) for rp in providers] == [1, 1, 1, 0, 0]
+        assert stores.ledger.providers_consumers([]) == {}
 
     def test_consumer_generation(self, stores: Stores) -> None:
         rp = make_provider(stores)

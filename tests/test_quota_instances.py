@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 
 import pytest
 
 from qsched import exception
 from qsched.flavors import Flavor
-from qsched.ledger import Stores
+from qsched.ledger import Stores, instances
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, Inventory, State, Usage
 from qsched.ledger.flavors import RedisFlavors
+from qsched.ledger.redis import read_many
 
 FLAVOR = {"name": "m1.small", "vcpus": 2, "ram_mb": 2048}
 
@@ -114,6 +116,13 @@ class TestInstances:
         with pytest.raises(exception.InstanceNotFound):
             stores.instances.get(stale.uuid)
         assert stores.quota.get_usage("p1") == Usage(1, 2, 2048)
+
+    def test_get_many(self, stores: Stores, monkeypatch) -> None:
+        monkeypatch.setattr(instances, "read_many", functools.partial(read_many, chunk=2))
+        made = [stores.instances.create(new_instance(), deadline=1e12) for _ in range(3)]
+        unknown = str(uuid.uuid4())
+        found = stores.instances.get_many([i.uuid for i in made] + [unknown])
+        assert found == {i.uuid: stores.instances.get(i.uuid) for i in made}
 
     def test_over_quota_records_nothing(self, stores: Stores) -> None:
         stores.quota.set_limits("p1", instances=1)

@@ -219,6 +219,10 @@ class Ledger(abc.ABC):
         """UUIDs of the consumers holding allocations on one provider."""
 
     @abc.abstractmethod
+    def providers_consumers(self, uuids: Sequence[str]) -> dict[str, set[str]]:
+        """:meth:`provider_consumers` of many providers, in few round trips."""
+
+    @abc.abstractmethod
     def project_usages(self, project_id: str) -> dict[str, int]:
         """Sum of a project's allocations per resource class (O(1))."""
 
@@ -345,6 +349,10 @@ class InstanceStore(abc.ABC):
     @abc.abstractmethod
     def get(self, uuid: str) -> Instance:
         """:raises InstanceNotFound:"""
+
+    @abc.abstractmethod
+    def get_many(self, uuids: Sequence[str]) -> dict[str, Instance]:
+        """The records of those that exist, in few round trips."""
 
     @abc.abstractmethod
     def list_project(self, project_id: str) -> list[Instance]:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from qsched import exception
 from qsched.ledger.base import Event, Instance, InstanceStore, State, TaskState, Usage
 from qsched.ledger.quota import RedisQuota
-from qsched.ledger.redis import RedisStore, canonical_json, text, text_map
+from qsched.ledger.redis import RedisStore, canonical_json, read_many, text, text_map
 from qsched.resources import check_uuid
 
 
@@ -66,13 +66,15 @@ class RedisInstances(InstanceStore):
             raise exception.InstanceNotFound(instance=uuid)
         return _instance(fields)
 
+    def get_many(self, uuids: Sequence[str]) -> dict[str, Instance]:
+        keys = [self.keys.instance(u) for u in uuids]
+        replies = read_many(self.store.client, "hgetall", keys)
+        return {u: _instance(text_map(f)) for u, f in zip(uuids, replies, strict=True) if f}
+
     def list_project(self, project_id: str) -> list[Instance]:
         uuids = sorted(text(u) for u in self.store.client.smembers(
             self.keys.project_instances(project_id)))  # fmt: skip
-        pipe = self.store.client.pipeline(transaction=False)
-        for uuid in uuids:
-            pipe.hgetall(self.keys.instance(uuid))
-        return [_instance(text_map(f)) for f in pipe.execute() if f]
+        return list(self.get_many(uuids).values())
 
     def add_event(
         self,

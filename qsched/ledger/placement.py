@@ -17,7 +17,7 @@ from qsched.ledger.base import (
     Provider,
     ProviderSpec,
 )
-from qsched.ledger.redis import RedisStore, canonical_json, text, text_map
+from qsched.ledger.redis import RedisStore, canonical_json, read_many, text, text_map
 from qsched.resources import (
     DISK_GB,
     MEMORY_MB,
@@ -180,6 +180,11 @@ class RedisLedger(Ledger):
 
     def provider_consumers(self, uuid: str) -> set[str]:
         return {text(c) for c in self.store.client.smembers(self.keys.provider_consumers(uuid))}
+
+    def providers_consumers(self, uuids: Sequence[str]) -> dict[str, set[str]]:
+        keys = [self.keys.provider_consumers(u) for u in uuids]
+        replies = read_many(self.store.client, "smembers", keys)
+        return {u: {text(c) for c in found} for u, found in zip(uuids, replies, strict=True)}
 
     def project_usages(self, project_id: str) -> dict[str, int]:
         raw = text_map(self.store.client.hgetall(self.keys.project_usage(project_id)))

@@ -19,7 +19,7 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
@@ -104,6 +104,18 @@ class RedisStore:
     @staticmethod
     def now() -> float:
         return time.time()
+
+
+def read_many(client: Any, command: str, keys: Sequence[str], chunk: int = 1000) -> list[Any]:
+    """One read ``command`` (``hgetall``, ``smembers``...) per key, pipelined
+    ``chunk`` at a time: the replies in the order of ``keys``."""
+    replies: list[Any] = []
+    for start in range(0, len(keys), chunk):
+        pipe = client.pipeline(transaction=False)
+        for key in keys[start : start + chunk]:
+            getattr(pipe, command)(key)
+        replies += pipe.execute()
+    return replies
 
 
 def canonical_json(value: Any) -> str:
