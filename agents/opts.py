@@ -29,7 +29,9 @@ agent_opts = [
     cfg.StrOpt(
         "availability_zone",
         default="nova",
-        help="Availability zone of this agent's nodes (Nova's default zone is 'nova').",
+        help="Availability zone of this agent's nodes (Nova's default zone is 'nova'). "
+        "The agent registers it at start; the API refuses boots into zones no agent has "
+        "registered. Empty: the nodes are in no zone.",
     ),
     cfg.ListOpt(
         "aggregates", default=[], help="Aggregate UUIDs the nodes of this agent belong to."

@@ -86,11 +86,13 @@ class ComputeAgent:
     # -- life cycle ---------------------------------------------------------------------
 
     def start(self, ready_timeout_s: float = 30.0) -> None:
-        """Register the nodes, learn the classes, start consuming and heartbeating."""
+        """Register the nodes and their zone, learn the classes, consume and heartbeat."""
         views = register_nodes(
             self.stores.ledger, self.driver.nodes(), self.opts.availability_zone,
             self.opts.aggregates,
         )  # fmt: skip
+        if self.opts.availability_zone:  # the API accepts boots only in registered zones
+            self.stores.agents.add_zone(self.opts.availability_zone)
         self.reconciled = reconcile(
             self.stores, self.bus, self.driver, self.host, views,
             self.opts.release_leaked_allocations,

@@ -5,14 +5,17 @@ No HTTP here: :mod:`qsched.api` parses requests, calls one method of
 straight. Every call does O(1) ledger work except the project-scoped list and
 the admin flavor writes.
 
-Boot, step by step: resolve the flavor (kept in memory after the first HGET),
-reserve quota, record the instance BUILD and make sure agents know its
-scheduling class (one Lua script, which also checks the flavor is still what
-was kept), publish the boot request. If anything fails after the record
-exists, the instance is ended DELETED, which returns its quota; the DELETED
-record stays as a trace (its history says why, and GET gives 404 as for any
-deleted server). A request the broker did take although it did
-not confirm meets a DELETED instance, and the agent drops it.
+Boot, step by step: check that a requested availability zone is one an agent
+registered (kept in memory once seen; any other zone would make a scheduling
+class and a broker queue of its own, so it is refused before anything is held),
+resolve the flavor (kept in memory after the first HGET), reserve quota, record
+the instance BUILD and make sure agents know its scheduling class (one Lua
+script, which also checks the flavor is still what was kept), publish the boot
+request. If anything fails after the record exists, the instance is ended
+DELETED, which returns its quota; the DELETED record stays as a trace (its
+history says why, and GET gives 404 as for any deleted server). A request the
+broker did take although it did not confirm meets a DELETED instance, and the
+agent drops it.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ LOG = logging.getLogger(__name__)
 
 MAX_NAME_CHARS = 255
 _DELETE_RACES = 5  # re-reads when an instance moves while it is being deleted
-_CACHE_SIZE = 1024  # flavors and classes kept in memory; emptied when full
+_CACHE_SIZE = 1024  # flavors, classes and zones kept in memory; emptied when full
 
 
 class Forbidden(exception.QschedError):
@@ -53,6 +56,12 @@ class FlavorRefNotFound(exception.Invalid):
     """An unknown flavor in a boot request: the request is bad (400), not a missing URL."""
 
     msg_fmt = "Flavor {flavor} could not be found."
+
+
+class AvailabilityZoneNotAvailable(exception.Invalid):
+    """A zone no agent registered (400, Nova's words): each zone makes classes and queues."""
+
+    msg_fmt = "The requested availability zone is not available"
 
 
 class FlavorExtraSpecNotFound(exception.NotFound):
@@ -112,6 +121,7 @@ class ComputeAPI:
         # scheduling class -> what its definition was made of, and the definition
         self._classes: dict[str, tuple[Flavor, Constraints, str]] = {}
         self._flavor_cache: dict[str, tuple[Flavor, str]] = {}  # id -> (flavor, stored form)
+        self._zones: set[str] = set()  # zones known to exist (zones are never removed)
 
     # -- servers --
 
@@ -128,7 +138,9 @@ class ComputeAPI:
         """Accept one server: quota reserved, recorded BUILD, boot request published.
 
         :raises FlavorRefNotFound: no such flavor (400).
-        :raises Invalid: a bad name or zone.
+        :raises AvailabilityZoneNotAvailable: no agent registered the zone (400);
+            checked first, so nothing is held.
+        :raises Invalid: a bad name or zone name.
         :raises QuotaExceeded: nothing recorded (403).
         :raises BackendUnavailable: the ledger is unreachable (503).
         :raises BusUnavailable: the broker did not confirm (503); the instance
@@ -138,6 +150,7 @@ class ComputeAPI:
         _check_name("name", name)
         if availability_zone is not None:
             _check_name("availability_zone", availability_zone)
+            self._check_zone(availability_zone)
         # flavorRef is an id or a link ending in one.
         flavor_id = str(flavor_ref).rstrip("/").rsplit("/", 1)[-1]
         constraints = Constraints(availability_zone=availability_zone or None)
@@ -334,6 +347,20 @@ class ComputeAPI:
         self.stores.store.client.ping()
 
     # -- helpers --
+
+    def _check_zone(self, zone: str) -> None:
+        """Refuse a zone no agent registered; one SISMEMBER per zone not seen yet.
+
+        Only known zones are kept: an unknown one is asked again on each boot, so a
+        zone an agent registers meanwhile is accepted at once.
+        """
+        if zone in self._zones:
+            return
+        if not self.stores.agents.has_zone(zone):
+            raise AvailabilityZoneNotAvailable(zone=zone)
+        if len(self._zones) >= _CACHE_SIZE:
+            self._zones.clear()
+        self._zones.add(zone)
 
     def _boot_flavor(self, flavor_id: str, fresh: bool) -> tuple[Flavor, str]:
         """A flavor and its stored form, from memory unless ``fresh``.

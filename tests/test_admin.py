@@ -126,6 +126,15 @@ def test_queues_agents_and_providers(cloud) -> None:
     assert "FREE" in admin("provider", "show", shown["uuid"]).stdout
 
 
+def test_zones(cloud) -> None:
+    stack, admin, _ = cloud
+    stack.stores.agents.add_zone("az9")  # its agents are gone: the zone stays
+    expected = [{"zone": "az9", "agents": 0}, {"zone": "nova", "agents": 2}]
+    assert admin.json(schemas.ZONES, "zones") == expected
+    assert admin("zones").stdout.split() == ["ZONE", "AGENTS", "az9", "0", "nova", "2"]
+    assert admin("zones", "-f", "csv").stdout.splitlines() == ["zone,agents", "az9,0", "nova,2"]
+
+
 def _consumers(admin: Admin, cls: str) -> int | None:
     rows = json.loads(admin("queues", "-f", "json").stdout)
     return next((r["agents"] for r in rows if r["class"] == cls), None)

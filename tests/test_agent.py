@@ -46,6 +46,21 @@ def test_boots_reach_active_without_overcommit(conf, stores, bus, api, agents) -
         assert agent.index.totals()["VCPU"] == (used, 8)
 
 
+def test_a_started_agent_registers_its_zone(conf, stores, bus, api, agents) -> None:
+    conf.set_override("availability_zone", "az1", group="agent")
+    agents.append(make_agent(conf, stores, bus, "cn0"))
+    assert stores.agents.zones() == {"az1"}
+    booted = api.boot(USER, "vm", "small", availability_zone="az1").uuid
+    assert wait_until(lambda: settled(stores, [booted]), timeout_s=10)
+    assert stores.instances.get(booted).state == State.ACTIVE
+
+
+def test_an_agent_without_a_zone_registers_none(conf, stores, bus, agents) -> None:
+    conf.set_override("availability_zone", "", group="agent")
+    agents.append(make_agent(conf, stores, bus, "cn0"))
+    assert stores.agents.zones() == set()
+
+
 class RecordingDelivery:
     """A delivery handed straight to the agent: records how it was settled."""
 

@@ -25,6 +25,15 @@ def test_forget(stores: Stores) -> None:
     assert not stores.agents.alive("cn1")
 
 
+def test_zones_are_registered_and_kept(stores: Stores) -> None:
+    assert stores.agents.zones() == set() and not stores.agents.has_zone("az1")
+    for zone in ("az1", "nova", "az1"):  # every agent of a zone registers it at start
+        stores.agents.add_zone(zone)
+    assert stores.agents.zones() == {"az1", "nova"}
+    assert stores.agents.has_zone("az1") and not stores.agents.has_zone("az2")
+    assert stores.store.keys.zones == "qsched:{cell1}:zones"  # in the cell's slot
+
+
 def test_classes_are_published_once(stores: Stores) -> None:
     assert stores.agents.add_class("m1.small", {"flavor": {"name": "m1.small"}})
     assert not stores.agents.add_class("m1.small", {"flavor": {"name": "other"}})

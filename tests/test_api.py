@@ -201,6 +201,15 @@ class TestBadInput:
         message = fault(post_server(client, flavorRef="nope"), 400, "badRequest")
         assert message == "Flavor nope could not be found."
 
+    def test_unknown_zone(self, client, stores, bus) -> None:
+        stores.agents.add_zone("az1")
+        snap = Snapshot(stores, bus)
+        message = fault(post_server(client, availability_zone="az2"), 400, "badRequest")
+        assert message == "The requested availability zone is not available"
+        assert snap.unchanged() and stores.agents.classes() == {}
+        assert post_server(client, availability_zone="az1").status_code == 202
+        assert bus.boots[0].availability_zone == "az1"
+
     def test_not_json(self, client, stores, bus) -> None:
         snap = Snapshot(stores, bus)
         result = client.simulate_post(

@@ -8,10 +8,12 @@ import uuid
 
 import pytest
 
+from qsched import compute as compute_module
 from qsched import exception
 from qsched.api import opts
 from qsched.bus.base import BusUnavailable
 from qsched.compute import (
+    AvailabilityZoneNotAvailable,
     ComputeAPI,
     FlavorExtraSpecNotFound,
     FlavorRefNotFound,
@@ -21,7 +23,7 @@ from qsched.compute import (
     flavors_from_config,
 )
 from qsched.flavors import Constraints, Flavor, scheduling_class
-from qsched.ledger import Stores
+from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Inventory, State, TaskState, Usage
 from qsched.ledger.flavors import FlavorExists, FlavorNotFound
@@ -132,11 +134,49 @@ class TestBoot:
         assert stores.agents.classes()["m1.small"]["flavor"] == flavor.to_dict()
 
     def test_zone_makes_its_own_class(self, compute, stores, bus) -> None:
+        stores.agents.add_zone("az1")
         boot(compute, availability_zone="az1")
         expected = scheduling_class("m1.small", Constraints(availability_zone="az1"))
         assert bus.boots[0].scheduling_class == expected != "m1.small"
         assert bus.boots[0].availability_zone == "az1"
         assert stores.agents.classes()[expected]["constraints"]["availability_zone"] == "az1"
+
+    def test_unknown_zone_costs_one_read_and_holds_nothing(
+        self, compute, stores, bus, monkeypatch
+    ) -> None:
+        stores.agents.add_zone("az1")
+        keys_before = sorted(stores.store.client.keys("*"))
+        reads = []
+        real = stores.agents.has_zone
+        monkeypatch.setattr(stores.agents, "has_zone", lambda z: reads.append(z) or real(z))
+        monkeypatch.setattr(compute.flavors, "get_stored", lambda i: reads.append(i))
+        with pytest.raises(AvailabilityZoneNotAvailable) as err:
+            boot(compute, availability_zone="az2")
+        assert str(err.value) == "The requested availability zone is not available"
+        assert isinstance(err.value, exception.Invalid)  # 400
+        assert reads == ["az2"]
+        assert nothing_held(stores) and stores.instances.list_project("pa") == []
+        assert stores.agents.classes() == {} and bus.boots == []
+        assert sorted(stores.store.client.keys("*")) == keys_before
+
+    def test_zones_are_read_until_known(
+        self, compute, stores, bus, conf, ledger_url, monkeypatch
+    ) -> None:
+        reads = []
+        real = stores.agents.has_zone
+        monkeypatch.setattr(stores.agents, "has_zone", lambda z: reads.append(z) or real(z))
+        with pytest.raises(AvailabilityZoneNotAvailable):
+            boot(compute, availability_zone="az1")
+        open_stores(conf, ledger_url).agents.add_zone("az1")  # an agent starts elsewhere
+        for _ in range(3):
+            boot(compute, availability_zone="az1")
+        assert reads == ["az1", "az1"]  # a refusal is not remembered; a known zone is
+        assert [m.availability_zone for m in bus.boots] == ["az1"] * 3
+        monkeypatch.setattr(compute_module, "_CACHE_SIZE", 1)
+        open_stores(conf, ledger_url).agents.add_zone("az2")
+        boot(compute, availability_zone="az2")
+        boot(compute, availability_zone="az1")
+        assert reads == ["az1", "az1", "az2", "az1"]  # the memory stays bounded
 
     @pytest.mark.parametrize("ref", ["large-id", "http://x/v2.1/flavors/large-id"])
     def test_flavor_ref_is_an_id_or_a_link(self, compute, bus, ref) -> None:
@@ -197,8 +237,6 @@ class TestBoot:
         assert nothing_held(stores) and stores.instances.list_project("pa") == []
 
     def test_ledger_unreachable(self, conf, bus) -> None:
-        from qsched.ledger import open_stores
-
         configure(conf)
         down = open_stores(conf, "redis://127.0.0.1:1/0")
         with pytest.raises(exception.BackendUnavailable):
@@ -334,6 +372,7 @@ class TestFlavors:
             compute.create_flavor(ADMIN, Flavor("bad", 1, 512, extra_specs={"trait:X": "maybe"}))
 
     def test_delete_drops_its_classes(self, compute, stores) -> None:
+        stores.agents.add_zone("az1")
         boot(compute)
         boot(compute, availability_zone="az1")
         boot(compute, flavor="large-id")

@@ -47,7 +47,7 @@ def main() -> None:
     cli(prog_name="qsched-admin")
 
 
-# -- queues and agents --------------------------------------------------------------------
+# -- queues, agents and zones -----------------------------------------------------------------
 
 QUEUE_COLUMNS = (
     top.CLASS_COLUMN,
@@ -109,6 +109,20 @@ def agents(admin: Admin, fmt: str) -> None:
     what its nodes have free (from the ledger's providers named <host>-<n>)."""
     rows = queries.agent_rows(admin.stores, admin.now())
     echo(views.render_rows(rows, AGENT_COLUMNS, fmt, empty="no agent has ever heartbeated"))
+
+
+ZONE_COLUMNS = (views.Column("zone", "zone"), views.number("agents", "agents"))
+
+
+@cli.command()
+@output_option(*views.FORMATS)
+@admin_command()
+def zones(admin: Admin, fmt: str) -> None:
+    """The availability zones agents have registered: the only ones a boot may name.
+    AGENTS: live agents whose heartbeat says they are in the zone. A zone stays
+    when its agents stop, as in Nova."""
+    rows = queries.zone_rows(admin.stores)
+    echo(views.render_rows(rows, ZONE_COLUMNS, fmt, empty="no agent has registered a zone"))
 
 
 # -- servers ------------------------------------------------------------------------------

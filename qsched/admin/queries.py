@@ -165,6 +165,12 @@ def agent_rows(stores: Stores, now: float) -> list[dict[str, Any]]:
     return rows
 
 
+def zone_rows(stores: Stores) -> list[dict[str, Any]]:
+    """Every registered availability zone, with the live agents whose heartbeat names it."""
+    counts = Counter(zones(live_agents(stores)).values())
+    return [{"zone": zone, "agents": counts[zone]} for zone in sorted(stores.agents.zones())]
+
+
 def cluster_fill(providers: Iterable[Provider]) -> dict[str, dict[str, Any]]:
     """Per resource class: used, capacity and their ratio over every provider."""
     used: Counter[str] = Counter()

@@ -72,6 +72,8 @@ AGENTS = array(
     )
 )
 
+ZONES = array(obj(zone=STRING, agents=INT))
+
 INVENTORY = obj(
     total=INT,
     reserved=INT,

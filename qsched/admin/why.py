@@ -376,5 +376,7 @@ def _live_text(live: Live) -> str:
             ("largest free", largest or "-"),
         ]
         if not report.zone_checked:
-            pairs.append(("note", "availability zones not checked: agents do not report them"))
+            pairs.append(
+                ("note", "availability zones not checked: some agents do not report theirs")
+            )
     return "\n".join("  " + line for line in views.key_values(pairs).splitlines())

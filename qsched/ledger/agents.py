@@ -1,4 +1,4 @@
-"""Agent heartbeats and the live scheduling classes, kept next to the ledger."""
+"""Agent heartbeats, the live scheduling classes and the known zones, next to the ledger."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class AgentInfo:
 
 
 class RedisAgents:
-    """Who is alive (a key with a time to live per agent) and which classes exist."""
+    """Who is alive (a key with a time to live per agent), which classes and zones exist."""
 
     def __init__(self, store: RedisStore) -> None:
         self.store = store
@@ -66,6 +66,18 @@ class RedisAgents:
         """Every live class: O(number of classes), never O(number of hosts)."""
         raw = text_map(self.store.client.hgetall(self.keys.classes))
         return {name: json.loads(value) for name, value in raw.items()}
+
+    def add_zone(self, zone: str) -> None:
+        """Make ``zone`` bootable. Never removed: a zone outlives its hosts being down."""
+        self.store.client.sadd(self.keys.zones, zone)
+
+    def zones(self) -> set[str]:
+        """Every known availability zone (admin view)."""
+        return {text(zone) for zone in self.store.client.smembers(self.keys.zones)}
+
+    def has_zone(self, zone: str) -> bool:
+        """Whether a boot may name ``zone``: O(1)."""
+        return bool(self.store.client.sismember(self.keys.zones, zone))
 
 
 def class_json(definition: Mapping[str, Any]) -> str:

@@ -99,6 +99,11 @@ class Keyspace:
         return f"{self.prefix}classes"
 
     @property
+    def zones(self) -> str:
+        """Set: every availability zone an agent has registered; the API refuses others."""
+        return f"{self.prefix}zones"
+
+    @property
     def flavors(self) -> str:
         """Hash: flavor id -> JSON flavor."""
         return f"{self.prefix}flavors"
