@@ -56,10 +56,9 @@ def reconcile(
     report = ReconcileReport()
     views = list(views)
     _finish_builds(stores, bus, driver, host, report)
-    consumers = stores.ledger.providers_consumers([p.uuid for v in views for p in v.providers])
-    instances = stores.instances.get_many(sorted(set().union(*consumers.values())))
-    _check_allocations(stores, host, views, consumers, instances, release_leaked, report)
-    _check_active(driver, host, views, consumers, instances, report)
+    held = _Held.read(stores, views)
+    _check_allocations(stores, host, views, held, release_leaked, report)
+    _check_active(driver, host, views, held, report)
     if report.requeued or report.activated or report.leaked or report.missing:
         LOG.warning(
             "agent %s reconciled: %d builds made ACTIVE, %d requeued; %d leaked allocations "
@@ -85,19 +84,32 @@ def _finish_builds(
             report.touched_nodes.add(node)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Held:
+    """The consumers on each of the agent's providers, and the records of those consumers."""
+
+    consumers: dict[str, set[str]]
+    instances: dict[str, Instance]
+
+    @classmethod
+    def read(cls, stores: Stores, views: list[NodeView]) -> _Held:
+        consumers = stores.ledger.providers_consumers([p.uuid for v in views for p in v.providers])
+        uuids = sorted(set().union(*consumers.values()))
+        return cls(consumers, stores.instances.get_many(uuids))
+
+
 def _check_allocations(
     stores: Stores,
     host: str,
     views: list[NodeView],
-    consumers: dict[str, set[str]],
-    instances: dict[str, Instance],
+    held: _Held,
     release: bool,
     report: ReconcileReport,
 ) -> None:
     for view in views:
         for provider in view.providers:
-            for consumer in sorted(consumers[provider.uuid]):
-                if _explained(instances.get(consumer), host):
+            for consumer in sorted(held.consumers[provider.uuid]):
+                if _explained(held.instances.get(consumer), host):
                     continue
                 report.leaked.append(consumer)
                 if release and _release(stores, consumer):
@@ -123,17 +135,12 @@ def _release(stores: Stores, consumer: str) -> bool:
 
 
 def _check_active(
-    driver: VirtDriver,
-    host: str,
-    views: list[NodeView],
-    consumers: dict[str, set[str]],
-    instances: dict[str, Instance],
-    report: ReconcileReport,
+    driver: VirtDriver, host: str, views: list[NodeView], held: _Held, report: ReconcileReport
 ) -> None:
     for view in views:
         running = set(_running(driver, view.name))
-        for consumer in sorted(consumers[view.root.uuid]):
-            inst = instances.get(consumer)
+        for consumer in sorted(held.consumers[view.root.uuid]):
+            inst = held.instances.get(consumer)
             active_here = inst is not None and (inst.state, inst.host) == (State.ACTIVE, host)
             if active_here and consumer not in running:
                 report.missing.append(consumer)
