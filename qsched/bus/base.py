@@ -319,3 +319,8 @@ class Bus(abc.ABC):
     def requeue(self, delivery: Delivery, new_body: bytes) -> None:
         """Same as ``delivery.requeue(new_body)``: publish the copy, confirmed, then ack."""
         delivery.requeue(new_body)
+
+
+def describe(exc: BaseException) -> str:
+    """An exception in one line for logs and reasons: its type, and its text if any."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
