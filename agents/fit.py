@@ -35,9 +35,8 @@ import dataclasses
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 
-from qsched import exception
+from agents.views import NodeView, ProviderView
 from qsched.flavors import Constraints, Flavor, RequestGroup, request_groups
-from qsched.ledger.base import Inventory, Provider
 
 Allocations = dict[str, dict[str, int]]
 """{provider uuid: {resource class: amount}}"""
@@ -93,124 +92,6 @@ class Refusal:
 
     def __str__(self) -> str:
         return self.reason
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ProviderView:
-    """One provider as the agent sees it. Treat the mappings as read-only."""
-
-    uuid: str
-    name: str
-    inventories: Mapping[str, Inventory]
-    usages: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    traits: frozenset[str] = frozenset()
-    aggregates: frozenset[str] = frozenset()
-    parent_uuid: str | None = None
-    free_by_rc: Mapping[str, int] = dataclasses.field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        # fits read free amounts far more often than usages change: compute them once
-        free = {rc: inv.capacity - self.usages.get(rc, 0) for rc, inv in self.inventories.items()}
-        object.__setattr__(self, "free_by_rc", free)
-
-    def free(self, resource_class: str) -> int:
-        """Capacity minus usage; 0 without inventory, negative when over-used."""
-        return self.free_by_rc.get(resource_class, 0)
-
-    def adjusted(self, amounts: Mapping[str, int], sign: int) -> ProviderView:
-        """A copy with ``sign * amounts`` added to usages, never below zero."""
-        usages = dict(self.usages)
-        for rc, amount in amounts.items():
-            usages[rc] = max(0, usages.get(rc, 0) + sign * amount)
-        return ProviderView(
-            self.uuid,
-            self.name,
-            self.inventories,
-            usages,
-            self.traits,
-            self.aggregates,
-            self.parent_uuid,
-        )
-
-    @classmethod
-    def from_provider(cls, provider: Provider) -> ProviderView:
-        """The view of a provider read from the ledger."""
-        return cls(
-            provider.uuid,
-            provider.name,
-            dict(provider.inventories),
-            dict(provider.usages),
-            provider.traits,
-            provider.aggregates,
-            provider.parent_uuid,
-        )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NodeView:
-    """A node's provider tree in tree order (root first, parents before children).
-
-    :raises Invalid: no providers, a root with a parent, a child whose parent is not
-        earlier in the tuple, or a repeated uuid.
-    """
-
-    name: str
-    providers: tuple[ProviderView, ...]
-    availability_zone: str | None = None
-    uuids: frozenset[str] = dataclasses.field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "uuids", _check_tree(self.name, self.providers))
-
-    @property
-    def root(self) -> ProviderView:
-        return self.providers[0]
-
-    def adjusted(self, allocations: Mapping[str, Mapping[str, int]], sign: int) -> NodeView:
-        """A copy with allocations added (sign 1) or removed (sign -1) from usages.
-
-        :raises ProviderNotFound: an allocation names a provider outside this node.
-        """
-        for uuid in allocations:
-            if uuid not in self.uuids:
-                raise exception.ProviderNotFound(provider=uuid)
-        providers = tuple(
-            p.adjusted(allocations[p.uuid], sign) if p.uuid in allocations else p
-            for p in self.providers
-        )
-        return NodeView(self.name, providers, self.availability_zone)
-
-    def replaced(self, providers: Iterable[ProviderView]) -> NodeView:
-        """A copy with some providers replaced by fresher views of the same uuid.
-
-        :raises ProviderNotFound: a view names a provider outside this node.
-        """
-        fresh = {p.uuid: p for p in providers}
-        for uuid in fresh:
-            if uuid not in self.uuids:
-                raise exception.ProviderNotFound(provider=uuid)
-        return NodeView(
-            self.name,
-            tuple(fresh.get(p.uuid, p) for p in self.providers),
-            self.availability_zone,
-        )
-
-
-def _check_tree(node: str, providers: tuple[ProviderView, ...]) -> frozenset[str]:
-    if not providers:
-        raise exception.Invalid(reason=f"node {node} has no providers")
-    if providers[0].parent_uuid is not None:
-        raise exception.Invalid(reason=f"node {node}: the first provider must be the root")
-    seen: set[str] = set()
-    for p in providers:
-        if p.uuid in seen:
-            raise exception.Invalid(reason=f"node {node}: provider {p.uuid} appears twice")
-        if seen and p.parent_uuid not in seen:
-            raise exception.Invalid(
-                reason=f"node {node}: provider {p.uuid} comes before its parent {p.parent_uuid}"
-            )
-        seen.add(p.uuid)
-    return frozenset(seen)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -48,13 +48,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from agents.fit import (
     NO_CONSTRAINTS,
     Allocations,
-    NodeView,
-    ProviderView,
     Refusal,
     Request,
     fit_request,
     room,
 )
+from agents.views import NodeView, ProviderView
 from qsched import exception
 from qsched.flavors import Constraints, RequestGroup
 

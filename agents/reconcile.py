@@ -20,7 +20,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from agents.fit import NodeView
+from agents.views import NodeView
 from agents.virt.base import VirtDriver
 from qsched import exception
 from qsched.bus.base import Bus

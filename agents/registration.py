@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from agents.fit import NodeView, ProviderView
+from agents.views import NodeView, ProviderView
 from agents.virt.base import NodeInfo
 from qsched.ledger.base import Ledger, ProviderSpec
 

@@ -9,8 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.fit import (
-    NodeView,
-    ProviderView,
     Refusal,
     RefusalKind,
     Request,
@@ -18,6 +16,7 @@ from agents.fit import (
     fit_request,
     room,
 )
+from agents.views import NodeView, ProviderView
 from qsched import exception
 from qsched.flavors import Constraints, Flavor, RequestGroup
 from qsched.ledger.base import Inventory, Provider

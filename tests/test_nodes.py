@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.fit import NodeView, ProviderView, Refusal, Request, fit_request, room
+from agents.fit import Refusal, Request, fit_request, room
 from agents.nodes import ClassChanges, NodeIndex
+from agents.views import NodeView, ProviderView
 from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec
 from qsched import exception
 from qsched.flavors import Constraints, Flavor

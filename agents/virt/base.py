@@ -12,7 +12,7 @@ import abc
 import dataclasses
 from collections.abc import Mapping
 
-from agents.fit import NodeView, ProviderView
+from agents.views import NodeView, ProviderView
 from qsched import exception
 from qsched.flavors import Flavor
 from qsched.ledger.base import Inventory

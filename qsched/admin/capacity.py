@@ -15,7 +15,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from agents.fit import NodeView, ProviderView, Refusal, RefusalKind, Request, fit_request
+from agents.fit import Refusal, RefusalKind, Request, fit_request
+from agents.views import NodeView, ProviderView
 from qsched import exception
 from qsched.ledger.base import Provider
 
