@@ -42,14 +42,33 @@ def build_agent(conf: qconf.cfg.ConfigOpts) -> ComputeAgent:
     return ComputeAgent(conf, open_stores(conf), open_bus(conf), driver)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
+#: ``--config-file``, repeatable: the INI files of an agent process
+config_file_option = click.option(
     "--config-file",
     "config_files",
     multiple=True,
     type=click.Path(exists=True, dir_okay=False),
     help="INI file(s) read with oslo.config; later files override earlier ones.",
 )
+
+
+def wait_for_stop_signal() -> int:
+    """Block until SIGTERM or SIGINT, the ways an agent process is told to stop; return it."""
+    received: list[int] = []
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    stop.wait()
+    return received[0]
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@config_file_option
 @click.option("--debug", is_flag=True, help="Log at DEBUG level.")
 def main(config_files: tuple[str, ...], debug: bool) -> None:
     """Run a qsched compute agent.
@@ -74,15 +93,8 @@ def main(config_files: tuple[str, ...], debug: bool) -> None:
         agent.start()
     except exception.QschedError as exc:
         raise click.ClickException(f"{exc} (check transport_url and [ledger] url)") from exc
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        LOG.info("agent %s: signal %d, stopping", agent.host, signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    stop.wait()
+    signum = wait_for_stop_signal()
+    LOG.info("agent %s: signal %d, stopping", agent.host, signum)
     agent.stop()
     LOG.info("agent %s: stopped (%s)", agent.host, dict(agent.counters))
     sys.exit(0)

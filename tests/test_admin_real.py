@@ -9,9 +9,6 @@ prefix of its own, and its queues and exchanges are deleted at the end.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,84 +17,46 @@ from typing import Any
 
 import jsonschema
 import pytest
-import redis
 from click.testing import CliRunner, Result
 
 from agents.service import wait_until
-from qsched import conf as qconf
 from qsched.admin import schemas
 from qsched.admin.cli import cli
 from qsched.bus.kombu import KombuBus
 from qsched.compute import ComputeAPI, RequestContext
-from qsched.ledger import Stores, open_stores
+from qsched.ledger import Stores
 from qsched.ledger.base import State
 from qsched.reaper import reap_expired
-from tests.cloud import AMQP_URL, BUS_REDIS_URL, require_rabbitmq
-from tests.conftest import REDIS_URL, real_redis
+from tests.cloud import Cloud, transport_url
+from tests.conftest import real_redis
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(90)]
 
 USER = RequestContext("u1", "p1")
 BUILD_TIMEOUT_S = 60
 
-CONFIG = """
-[DEFAULT]
-transport_url = {transport_url}
-[bus]
-prefix = {prefix}
-[ledger]
-url = {ledger_url}
-cpu_allocation_ratio = 1.0
-[scheduler]
-build_timeout_s = {timeout}
-[api]
-flavor = small:1:1024:0
-flavor = huge:64:1024:0
-[agent]
-node_count = 2
-node_vcpus = 2
-node_ram_mb = 8192
-node_disk_gb = 0
-heartbeat_interval_s = 0.3
-heartbeat_ttl_s = 3
-class_poll_interval_s = 0.1
-reap_interval_s = 0.3
-"""
+FAST_AGENTS = {
+    "agent": {"heartbeat_interval_s": 0.3, "class_poll_interval_s": 0.1, "reap_interval_s": 0.3}
+}
 
 
 class Cell:
     """Two agent processes on RabbitMQ and Redis, and qsched-admin pointed at them."""
 
     def __init__(self, tmp: Path, transport_url: str) -> None:
-        self.tmp = tmp
-        self.prefix = f"adm{uuid.uuid4().hex[:8]}"
-        self.hosts = [f"{self.prefix}-cn{i}" for i in range(2)]
-        self.config = tmp / "qsched.conf"
-        self.config.write_text(
-            CONFIG.format(
-                transport_url=transport_url, prefix=self.prefix, ledger_url=REDIS_URL,
-                timeout=BUILD_TIMEOUT_S,
-            )
-        )  # fmt: skip
-        self.conf = qconf.load([], [str(self.config)])
-        self.stores: Stores = open_stores(self.conf)
-        self.bus = KombuBus.from_conf(self.conf)
-        self.api = ComputeAPI(self.conf, self.stores, self.bus)
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.cloud = Cloud(tmp, transport_url, options=FAST_AGENTS, timeout_s=BUILD_TIMEOUT_S)
+        self.config = self.cloud.config
+        self.prefix = self.cloud.prefix
+        self.hosts = [self.cloud.host(i) for i in range(self.cloud.agent_count)]
+        self.stores: Stores = self.cloud.stores
+        self.bus = KombuBus.from_conf(self.cloud.conf)
+        self.api = ComputeAPI(self.cloud.conf, self.stores, self.bus)
         self.runner = CliRunner()
 
     def start(self) -> None:
         self.api.seed_flavors()
         self.stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
-        agent = str(Path(sys.executable).parent / "qsched-agent")
-        for host in self.hosts:
-            host_conf = self.tmp / f"{host}.conf"
-            host_conf.write_text(f"[agent]\nhost = {host}\n")
-            log = open(self.tmp / f"{host}.log", "wb")  # noqa: SIM115 (closed with the process)
-            cmd = [agent, "--config-file", str(self.config), "--config-file", str(host_conf)]
-            self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
-        alive = lambda: sum(a.alive for a in self.stores.agents.list()) == 2  # noqa: E731
-        assert wait_until(alive, timeout_s=30, interval_s=0.1), self.logs()
+        self.cloud.start(api=False)
 
     def admin(self, *args: str, code: int = 0) -> Result:
         result = self.runner.invoke(cli, ["--config-file", str(self.config), *args])
@@ -116,37 +75,11 @@ class Cell:
         return self.stores.instances.get(uuid_).state
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in self.tmp.glob("*.log"))
+        return self.cloud.tail_logs()
 
     def stop(self) -> None:
-        for proc in self.procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        self._delete_queues()
+        self.cloud.shutdown()
         self.bus.close()
-
-    def _delete_queues(self) -> None:
-        names = self.bus.names
-        queues = [names.dead_queue, *(names.boot_queue(c) for c in ("small", "huge")),
-                  *(names.host_queue(h) for h in self.hosts)]  # fmt: skip
-        if not self.bus.amqp:  # kombu's Redis transport: keys named after the prefix
-            client = redis.Redis.from_url(BUS_REDIS_URL)
-            for key in client.scan_iter(match=f"*{self.prefix}*"):
-                client.delete(key)
-            return
-        connection = self.bus.connect()
-        try:
-            channel = connection.channel()
-            for name in queues:
-                channel.queue_delete(name)
-            channel.exchange_delete(names.exchange)
-            channel.exchange_delete(names.dead_exchange)
-        finally:
-            connection.release()
 
 
 @pytest.fixture(scope="module", params=["rabbitmq", "redis"])
@@ -154,12 +87,7 @@ def cell(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cell]:
     ledger = real_redis()
-    if request.param == "rabbitmq":
-        require_rabbitmq()
-        transport = AMQP_URL
-    else:
-        real_redis(BUS_REDIS_URL)
-        transport = BUS_REDIS_URL
+    transport = transport_url(request.param)
     ledger.flushdb()
     cell = Cell(tmp_path_factory.mktemp(request.param), transport)
     try:

@@ -22,7 +22,7 @@ from qsched.bus.kombu import KombuBus
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, Usage
 from qsched.reaper import NO_VALID_HOST
-from tests.cloud import AMQP_URL, BUILD_TIMEOUT_S, BUS_REDIS_URL, Cloud, require_rabbitmq
+from tests.cloud import BUILD_TIMEOUT_S, Cloud, transport_url
 from tests.conftest import real_redis
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(180)]
@@ -35,17 +35,12 @@ def cloud(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Cloud]:
     if shutil.which("gunicorn", path=str(Path(sys.executable).parent)) is None:
         pytest.fail("gunicorn is missing from the virtual environment: run make install")
     ledger = real_redis()
-    if request.param == "rabbitmq":
-        require_rabbitmq()
-        transport = AMQP_URL
-    else:
-        real_redis(BUS_REDIS_URL)
-        transport = BUS_REDIS_URL
+    transport = transport_url(request.param)
     ledger.flushdb()
     cloud = Cloud(tmp_path_factory.mktemp(request.param), transport)
     cloud.start()
     yield cloud
-    cloud.stop()
+    cloud.shutdown()
     ledger.flushdb()
 
 

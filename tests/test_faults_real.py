@@ -27,19 +27,16 @@ from qsched.flavors import Flavor
 from qsched.ledger import open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, Usage
-from tests.cloud import AMQP_URL, BUS_REDIS_URL, Cloud, free_port, require_rabbitmq
+from qsched.stack import free_port
+from tests.cloud import AMQP_URL, BUS_REDIS_URL, Cloud, require_rabbitmq
 from tests.conftest import IN_CI, real_redis
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(240)]
 
-FAST_FAILOVER = """
-[scheduler]
-janitor_interval_s = 0.5
-reap_interval_s = 0.5
-[bus]
-connect_timeout_s = 1
-confirm_timeout_s = 2
-"""
+FAST_FAILOVER = {
+    "scheduler": {"janitor_interval_s": 0.5, "reap_interval_s": 0.5},
+    "bus": {"connect_timeout_s": 1, "confirm_timeout_s": 2},
+}
 
 
 def rabbitmqctl(*args: str) -> None:
@@ -51,19 +48,20 @@ def cloud(tmp_path: Path) -> Iterator[Cloud]:
     require_rabbitmq()
     ledger = real_redis()
     ledger.flushdb()
-    cloud = Cloud(tmp_path, AMQP_URL, extra=FAST_FAILOVER, agents=1, timeout_s=60)
+    cloud = Cloud(tmp_path, AMQP_URL, options=FAST_FAILOVER, agents=1, timeout_s=60)
     yield cloud
-    cloud.stop()
+    cloud.shutdown()
     ledger.flushdb()
 
 
 def test_an_agent_killed_mid_build_loses_nothing(cloud: Cloud) -> None:
-    cloud.start(agent_extra={0: "spawn_delay_s = 30\n"})
+    cloud.start(agent_options={0: {"spawn_delay_s": 30}})
     token = "u1:p1"
     uuid_ = cloud.boot(token=token)[1]["server"]["id"]
     claimed = lambda: cloud.stores.instances.building(cloud.host(0)) == {uuid_}  # noqa: E731
     assert wait_until(claimed, 20), cloud.tail_logs()
     cloud.start_agent(1)
+    cloud.wait_ready(timeout_s=30)
     cloud.kill_agent(0, signal.SIGKILL)  # claimed, acked, spawn in flight: only the ledger knows
     cloud.settle([uuid_], timeout_s=30)
     record = cloud.stores.instances.get(uuid_)
@@ -73,6 +71,7 @@ def test_an_agent_killed_mid_build_loses_nothing(cloud: Cloud) -> None:
     events = [e.event for e in cloud.stores.instances.events(uuid_)]
     assert events.count("claimed") == 2 and events.count("requeued") == 1
     cloud.start_agent(0)  # back: nothing of its own left to reconcile
+    cloud.wait_ready(timeout_s=30)
     report = audit(cloud.stores)
     assert report.ok, report.to_dict()
     assert cloud.stores.quota.get_usage("p1") == Usage(1, 1, 1024)
@@ -140,7 +139,7 @@ def test_a_ledger_restart_answers_503_then_recovers(own_redis, tmp_path: Path) -
     require_rabbitmq()
     binary, data, port = own_redis
     cloud = Cloud(tmp_path, AMQP_URL, ledger_url=f"redis://127.0.0.1:{port}/0",
-                  extra=FAST_FAILOVER, timeout_s=60)  # fmt: skip
+                  options=FAST_FAILOVER, timeout_s=60)  # fmt: skip
     try:
         cloud.start()
         before = cloud.boot()[1]["server"]["id"]
@@ -165,19 +164,17 @@ def test_a_ledger_restart_answers_503_then_recovers(own_redis, tmp_path: Path) -
         assert report.ok, report.to_dict()
         assert cloud.stores.quota.get_usage("p1") == Usage(2, 2, 2048)
     finally:
-        cloud.stop()
+        cloud.shutdown()
 
 
 def test_a_sigterm_finishes_the_spawn_in_flight(cloud: Cloud) -> None:
-    cloud.start(agent_extra={0: "spawn_delay_s = 3\n"})
+    cloud.start(agent_options={0: {"spawn_delay_s": 3}})
     uuid_ = cloud.boot(token="u1:p3")[1]["server"]["id"]
     claimed = lambda: cloud.stores.instances.building(cloud.host(0)) == {uuid_}  # noqa: E731
     assert wait_until(claimed, 20), cloud.tail_logs()
-    proc = cloud.agents.pop(0)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0
+    assert cloud.kill_agent(0, signal.SIGTERM) == 0
     assert cloud.state(uuid_) == State.ACTIVE  # finished before it exited
-    assert cloud.host(0) not in cloud.alive_agents()  # said goodbye at once
+    assert not cloud.stores.agents.alive(cloud.host(0))  # said goodbye at once
     assert audit(cloud.stores).ok
 
 

@@ -5,8 +5,8 @@ Modules:
 * :mod:`qsched.bench.cli` -- the ``qsched-bench`` command;
 * :mod:`qsched.bench.scenarios` -- scale sweep, saturation, fill;
 * :mod:`qsched.bench.stack` -- the cloud they run on: processes on real servers
-  (:mod:`qsched.bench.embedded`: the embedded default; :mod:`qsched.bench.cleanup`:
-  removing a cloud's keys and queues);
+  (started and removed with :mod:`qsched.stack`; :mod:`qsched.bench.embedded`: the
+  embedded default);
 * :mod:`qsched.bench.agent` -- one agent process with its start timed
   (:mod:`qsched.bench.timing`);
 * :mod:`qsched.bench.load` -- the open-loop load generator (HTTP and library call);

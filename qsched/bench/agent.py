@@ -14,16 +14,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import threading
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import click
 
-from agents.main import build_agent
+from agents.main import build_agent, config_file_option, wait_for_stop_signal
 from qsched import conf as qconf
 from qsched.bench.timing import RECONCILE, REGISTRATION, PhaseTimer, peak_rss_kb
 
@@ -38,13 +35,7 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--config-file",
-    "config_files",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="INI file(s) as for qsched-agent.",
-)
+@config_file_option
 @click.option(
     "--go",
     "go_path",
@@ -84,14 +75,7 @@ def main(config_files: tuple[str, ...], go_path: Path | None, report_path: Path)
     }
     write_report(report_path, report)
     LOG.info("bench agent %s: started in %.2fs", agent.host, report["start_s"])
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    stop.wait()
+    wait_for_stop_signal()
     report["peak_rss_kb"] = peak_rss_kb()
     agent.stop()
     report["counters"] = dict(agent.counters)

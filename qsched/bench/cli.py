@@ -20,7 +20,7 @@ import click
 from qsched.bench import machine, report
 from qsched.bench.measure import BenchFailure
 from qsched.bench.scenarios import SCENARIOS, Runner, Settings
-from qsched.bench.stack import CloudFailed
+from qsched.stack import StackFailed
 
 DEFAULT_LEDGER = "redis://127.0.0.1:6379/10"
 DEFAULT_AMQP = "amqp://guest:guest@127.0.0.1:5672//"
@@ -300,7 +300,7 @@ def main(
     try:
         for name in scenarios or tuple(SCENARIOS):
             results[name] = SCENARIOS[name](runner)
-    except (BenchFailure, CloudFailed) as exc:
+    except (BenchFailure, StackFailed) as exc:
         results["failures"].append(f"{type(exc).__name__}: {exc}")
         clock.say(f"FAILED: {exc}")
     except Exception as exc:  # keep what was measured; the traceback goes in the report

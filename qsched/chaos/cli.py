@@ -15,6 +15,7 @@ from qsched.chaos.report import table, to_json
 from qsched.chaos.runner import AMQP_URL, ChaosRun, RunSettings
 from qsched.chaos.servers import ChaosError
 from qsched.chaos.stack import StackSpec
+from qsched.stack import StackFailed
 
 
 def _echo_err(line: str) -> None:
@@ -211,7 +212,7 @@ def main(**options: Any) -> None:
             if not options["as_json"]:
                 click.echo(table(reports[-1]))
                 click.echo("")
-    except ChaosError as exc:
+    except (ChaosError, StackFailed) as exc:
         _echo_err(f"qsched-chaos: {exc}")
         _echo_err(f"qsched-chaos: files kept in {workdir}")
         sys.exit(2)

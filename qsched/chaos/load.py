@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import json
 import random
 import threading
 import time
@@ -25,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http import client
 from typing import Any
 
-from qsched.chaos.servers import LOOPBACK
+from qsched.stack import http_call
 
 IMAGE = "6b9f3c1e-58f4-4f0e-9d4b-0c7f3a1d2e55"  # the fake driver boots no image
 SHORT_LIFE_SHARE = 0.15  # deleted within ~1.5 s: races the delete with the claim
@@ -200,20 +199,3 @@ class LoadGenerator:
 def token(project: str) -> str:
     """The noauth2 token of the load's user in ``project``."""
     return f"chaos:{project}"
-
-
-def http_call(
-    port: int, method: str, path: str, body: Any, auth: str | None, timeout_s: float
-) -> tuple[int, dict[str, Any]]:
-    """One call to 127.0.0.1:``port``: (status, JSON body or {})."""
-    conn = client.HTTPConnection(LOOPBACK, port, timeout=timeout_s)
-    headers = {"Content-Type": "application/json"}
-    if auth:
-        headers["X-Auth-Token"] = auth
-    try:
-        conn.request(method, path, json.dumps(body) if body is not None else None, headers)
-        response = conn.getresponse()
-        raw = response.read()
-        return response.status, json.loads(raw) if raw.strip().startswith(b"{") else {}
-    finally:
-        conn.close()

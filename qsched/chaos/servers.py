@@ -22,18 +22,11 @@ from urllib.parse import urlsplit
 
 import redis
 
-LOOPBACK = "127.0.0.1"
+from qsched.stack import LOOPBACK, free_port
 
 
 class ChaosError(Exception):
     """The harness itself could not do what it needed (not an invariant failure)."""
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now, on the loopback interface."""
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 def port_open(host: str, port: int, timeout_s: float = 1.0) -> bool:
