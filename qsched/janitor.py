@@ -64,7 +64,7 @@ def requeue_orphan(stores: Stores, bus: Bus, uuid: str, host: str, reason: str) 
         waits in BUILD and its deadline ends it if nobody publishes it again.
     """
     try:
-        inst = stores.instances.requeue(uuid, host, reason)
+        inst = stores.instances.requeue(uuid, host, reason, claimed_only=True)
     except (exception.InstanceNotWaiting, exception.InstanceNotFound):
         return False
     if inst.state != State.BUILD:

@@ -75,6 +75,25 @@ def test_the_janitor_requeues_what_a_dead_agent_claimed(conf, stores, bus, api, 
     assert audit(stores).ok, audit(stores).to_dict()
 
 
+def test_two_janitors_requeue_an_orphan_once(conf, stores, bus, api, agents) -> None:
+    """Every API worker runs a janitor: the slower one must find nothing left to do."""
+    release = threading.Event()
+    dying = start_agent(conf, stores, bus, "cn-dying", hook=crash_in_spawn(release))
+    inst = api.boot(USER, "vm", "small").uuid
+    assert wait_until(lambda: stores.instances.building("cn-dying") == {inst}, 10)
+    crash(dying)
+    published = []
+    real = bus.publish_boot
+    bus.publish_boot = lambda msg: published.append(msg) or real(msg)
+    assert janitor.requeue_orphan(stores, bus, inst, "cn-dying", "agent cn-dying is down")
+    assert not janitor.requeue_orphan(stores, bus, inst, "cn-dying", "agent cn-dying is down")
+    assert [m.instance_uuid for m in published] == [inst]
+    events = [e.event for e in stores.instances.events(inst)]
+    assert events.count("requeued") == 1 and stores.instances.get(inst).attempts == 1
+    release.set()
+    assert audit(stores).ok, audit(stores).to_dict()
+
+
 def test_a_restarted_agent_finishes_its_builds_and_drops_leaks(
     conf, stores, bus, api, agents
 ) -> None:

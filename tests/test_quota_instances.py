@@ -186,6 +186,8 @@ class TestInstances:
 
     def test_requeue_of_an_unclaimed_instance(self, stores: Stores) -> None:
         inst = stores.instances.create(new_instance(), deadline=1e12).uuid
+        with pytest.raises(exception.InstanceNotWaiting):
+            stores.instances.requeue(inst, "h1", "agent h1 is down", claimed_only=True)
         after = stores.instances.requeue(inst, "h1", "no room")
         assert (after.attempts, after.host, after.state) == (1, None, State.BUILD)
 

@@ -377,11 +377,17 @@ class InstanceStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def requeue(self, uuid: str, host: str | None, reason: str) -> Instance:
+    def requeue(
+        self, uuid: str, host: str | None, reason: str, claimed_only: bool = False
+    ) -> Instance:
         """Count one attempt and put the instance back to waiting (no host).
 
         Releases any allocation the instance holds. An instance marked deleting
         ends DELETED instead, with its quota returned. Returns the record after.
+
+        :raises InstanceNotWaiting: not BUILD, claimed by another host than
+            ``host``, or (``claimed_only``) not claimed by ``host`` at all: two
+            janitors taking back the same orphan requeue it once.
         """
 
     @abc.abstractmethod

@@ -102,8 +102,10 @@ class RedisInstances(InstanceStore):
     def set_active(self, uuid: str, host: str, node: str) -> None:
         self._run("instance_active", uuid, host, node)
 
-    def requeue(self, uuid: str, host: str | None, reason: str) -> Instance:
-        self._run("instance_requeue", uuid, host or "", reason)
+    def requeue(
+        self, uuid: str, host: str | None, reason: str, claimed_only: bool = False
+    ) -> Instance:
+        self._run("instance_requeue", uuid, host or "", reason, "1" if claimed_only else "")
         return self.get(uuid)
 
     def set_error(self, uuid: str, message: str, details: Mapping[str, Any]) -> bool:

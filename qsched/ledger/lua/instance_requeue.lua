@@ -2,13 +2,17 @@
 -- An instance marked deleting meanwhile ends DELETED instead (quota returned), so
 -- a delete that raced with a failed spawn is never lost.
 -- KEYS[1]  the instance key
--- ARGV     prefix, uuid, host ("" = any), reason, now, max_events
-local uuid, host, reason, now, max_events = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+-- ARGV     prefix, uuid, host ("" = any), reason, claimed only ("1": the instance
+--          must be claimed by host, so an orphan taken back twice is requeued once),
+--          now, max_events
+local uuid, host, reason = ARGV[2], ARGV[3], ARGV[4]
+local claimed_only, now, max_events = ARGV[5] == "1", ARGV[6], ARGV[7]
 local ikey = P .. "inst:" .. uuid
 local inst = redis.call("HMGET", ikey, "state", "host", "task_state", "project_id")
 if not inst[1] then return fail("instance_not_found", {instance = uuid}) end
 local claimed_by = inst[2] or ""
-if inst[1] ~= "BUILD" or (host ~= "" and claimed_by ~= "" and claimed_by ~= host) then
+local others = host ~= "" and claimed_by ~= host and (claimed_only or claimed_by ~= "")
+if inst[1] ~= "BUILD" or others then
     return fail("not_waiting", {instance = uuid, state = inst[1], host = claimed_by})
 end
 drop_allocations(uuid)
