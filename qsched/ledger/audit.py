@@ -8,12 +8,13 @@ a request path.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter, defaultdict
 from typing import Any
 
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.ledger.redis import text, text_map
+from qsched.ledger.redis import read_many, text, text_map
 
 _HOLDING = (State.BUILD.value, State.ACTIVE.value)
 
@@ -94,22 +95,33 @@ def _instances(stores: Stores) -> dict[str, dict[str, str]]:
 
 
 def _sum_consumers(stores: Stores, report: AuditReport, scan: _Scan) -> None:
-    for uuid in sorted(_scan_suffixes(stores, stores.store.keys.consumer(""))):
-        consumer = stores.ledger.get_allocations(uuid)
-        if consumer.generation is None:
+    uuids = sorted(_scan_suffixes(stores, stores.store.keys.consumer("")))
+    found = read_many(
+        stores.store.client, "hgetall", [stores.store.keys.consumer(u) for u in uuids]
+    )
+    for uuid, raw in zip(uuids, found, strict=True):
+        fields = text_map(raw)
+        if not fields:
             continue
+        allocations: dict[str, dict[str, int]] = json.loads(fields["allocs"])
         report.consumers += 1
-        scan.placed_on[uuid] = set(consumer.allocations)
-        for rp, amounts in consumer.allocations.items():
+        scan.placed_on[uuid] = set(allocations)
+        for rp, amounts in allocations.items():
             scan.by_provider[rp].update(amounts)
-            scan.by_project[consumer.project_id or ""].update(amounts)
+            scan.by_project[fields.get("project", "")].update(amounts)
         record = scan.records.get(uuid)
         if record is not None and record["state"] not in _HOLDING:
             report.orphan_allocations.append(uuid)
 
 
 def _check_providers(stores: Stores, report: AuditReport, scan: _Scan) -> None:
-    for provider in stores.ledger.list_providers():
+    providers = stores.ledger.list_providers()
+    consumers_of = stores.ledger.providers_consumers([p.uuid for p in providers])
+    expected_of: defaultdict[str, set[str]] = defaultdict(set)
+    for consumer, rps in scan.placed_on.items():
+        for rp in rps:
+            expected_of[rp].add(consumer)
+    for provider in providers:
         report.providers += 1
         summed = scan.by_provider[provider.uuid]
         for rc, inv in provider.inventories.items():
@@ -123,8 +135,7 @@ def _check_providers(stores: Stores, report: AuditReport, scan: _Scan) -> None:
                     {"provider": provider.uuid, "resource_class": rc,
                      "usage": provider.usages.get(rc, 0), "allocated": summed[rc]}
                 )  # fmt: skip
-        consumers = stores.ledger.provider_consumers(provider.uuid)
-        expected = {c for c, rps in scan.placed_on.items() if provider.uuid in rps}
+        consumers, expected = consumers_of[provider.uuid], expected_of.get(provider.uuid, set())
         if consumers != expected:
             report.usage_mismatches.append({"provider": provider.uuid,
                                             "consumers": sorted(consumers ^ expected)})  # fmt: skip
