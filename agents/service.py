@@ -59,6 +59,7 @@ class _Build:
 
     request: message.BootRequest
     pick: Pick
+    given_back: bool = False  # a delete released its amount from the index already
 
 
 class ComputeAgent:
@@ -375,9 +376,10 @@ class ComputeAgent:
             self._persist(msg, lambda: self.stores.instances.set_active(uuid, self.host, pick.node))
             self.counters["active"] += 1
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
-            # deleted (or ended by its deadline) while spawning: its claim is gone
+            # Deleted, ended by its deadline or taken back by a janitor while it
+            # spawned: the ledger released its claim, so the index gives it back too.
             self.driver.destroy(uuid, pick.node)
-            self._forget(uuid, release=False)
+            self._forget(uuid, release=True)
             return
         self._forget(uuid, release=False)
 
@@ -390,7 +392,7 @@ class ComputeAgent:
                 msg, lambda: self.stores.instances.requeue(uuid, self.host, reason)
             )
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
-            self._forget(uuid, release=False)
+            self._forget(uuid, release=True)  # its claim was released under it
             return
         self._forget(uuid, release=True)
         if inst.state != State.BUILD:
@@ -420,9 +422,10 @@ class ComputeAgent:
                 self._stopped.wait(backoff.next())
 
     def _forget(self, uuid: str, release: bool) -> None:
+        """End a build; ``release``: its claim is gone from the ledger, free it here too."""
         with self._lock:
             build = self._builds.pop(uuid, None)
-        if build is not None and release:
+        if build is not None and release and not build.given_back:
             self.index.release(build.pick.node, build.pick.allocations)
 
     # -- deletes ------------------------------------------------------------------------
@@ -434,6 +437,11 @@ class ComputeAgent:
     def _destroy(self, uuid: str, node: str) -> None:
         """Destroy an instance of this host, then release its claim and quota."""
         allocations: Allocations = self.stores.ledger.get_allocations(uuid).allocations
+        if allocations and node in self.index:
+            with self._lock:  # a spawn of it that ends now must not free it a second time
+                build = self._builds.get(uuid)
+                if build is not None:
+                    build.given_back = True
         if node in self.index:
             self.driver.destroy(uuid, node)
         with contextlib.suppress(exception.InstanceNotFound):

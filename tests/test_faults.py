@@ -7,6 +7,7 @@ tests/test_faults_real.py kills real processes and restarts real servers.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 from agents.service import ComputeAgent, wait_until
@@ -17,6 +18,7 @@ from qsched.flavors import Flavor
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, State
 from qsched.message import BootRequest
+from qsched.reaper import reap_expired
 
 USER = RequestContext("u1", "p1")
 
@@ -290,3 +292,48 @@ def test_a_request_nothing_here_fits_is_requeued_only_while_it_waits(
         assert delivery.settled == expected, uuid_
     assert agent.counters["dropped"] == 1 and agent.counters["refused"] == 1
     assert stores.instances.get(kept).state == State.BUILD
+
+
+def blocking(uuids: set[str], release: threading.Event):
+    """A spawn hook that holds the spawns of ``uuids`` until ``release``."""
+
+    def hook(instance: str, node: str) -> None:
+        if instance in uuids:
+            release.wait(10)
+
+    return hook
+
+
+def test_a_spawn_that_outlives_its_deadline_gives_its_room_back(
+    conf, stores, bus, api, agents
+) -> None:
+    release, slow = threading.Event(), set()
+    agent = start_agent(conf, stores, bus, "cn0", hook=blocking(slow, release))
+    agents.append(agent)
+    slow.add(api.boot(USER, "slow", "small").uuid)
+    (inst,) = slow
+    assert wait_until(lambda: stores.instances.building("cn0") == {inst}, 10)
+    assert agent.index.totals()["VCPU"][0] == 1
+    assert reap_expired(stores, now=time.time() + 3600) == 1  # the reaper ends it in ERROR
+    release.set()
+    assert wait_until(lambda: not agent._builds, 10)
+    assert stores.instances.get(inst).state == State.ERROR
+    assert agent.index.totals()["VCPU"][0] == 0  # the ledger freed it: so does the index
+    assert audit(stores).ok
+
+
+def test_a_delete_during_a_spawn_frees_its_room_once(conf, stores, bus, api, agents) -> None:
+    release, slow = threading.Event(), set()
+    agent = start_agent(conf, stores, bus, "cn0", hook=blocking(slow, release))
+    agents.append(agent)
+    kept = api.boot(USER, "kept", "small").uuid
+    assert wait_until(lambda: stores.instances.get(kept).state == State.ACTIVE, 10)
+    slow.add(api.boot(USER, "doomed", "small").uuid)
+    (doomed,) = slow
+    assert wait_until(lambda: stores.instances.building("cn0") == {doomed}, 10)
+    api.delete(USER, doomed)  # its agent destroys it and frees its room
+    assert wait_until(lambda: stores.instances.get(doomed).state == State.DELETED, 10)
+    release.set()  # then the spawn ends and finds it gone
+    assert wait_until(lambda: not agent._builds, 10)
+    assert agent.index.totals()["VCPU"][0] == 1  # only kept's: freed once, not twice
+    assert audit(stores).ok
