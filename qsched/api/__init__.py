@@ -17,10 +17,22 @@ import falcon
 from qsched import exception
 
 if TYPE_CHECKING:  # qsched.compute imports qsched.api.opts, so not at run time
-    from qsched.compute import RequestContext
+    from qsched.compute import ComputeAPI, RequestContext
 
 API_VERSION = "2.1"
 PREFIX = "/v2.1"
+
+
+class Handler:
+    """What every resource handler holds: the front door, where links point, the body limit."""
+
+    def __init__(self, compute: ComputeAPI, public_endpoint: str | None, max_body: int) -> None:
+        self.compute = compute
+        self.public_endpoint = public_endpoint
+        self.max_body = max_body
+
+    def base(self, req: falcon.Request) -> str:
+        return base_url(req, self.public_endpoint)
 
 
 def context_of(req: falcon.Request) -> RequestContext:

@@ -6,22 +6,12 @@ from typing import Any
 
 import falcon
 
-from qsched.api import base_url, context_of, links, read_json, schemas
-from qsched.compute import ComputeAPI, FlavorExtraSpecNotFound
+from qsched.api import Handler, context_of, links, read_json, schemas
+from qsched.compute import FlavorExtraSpecNotFound
 from qsched.flavors import Flavor
 
 
-class _Handler:
-    def __init__(self, compute: ComputeAPI, public_endpoint: str | None, max_body: int) -> None:
-        self.compute = compute
-        self.public_endpoint = public_endpoint
-        self.max_body = max_body
-
-    def base(self, req: falcon.Request) -> str:
-        return base_url(req, self.public_endpoint)
-
-
-class Flavors(_Handler):
+class Flavors(Handler):
     """``/v2.1/flavors``: list (id, name, links) and, for admins, create."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -34,7 +24,7 @@ class Flavors(_Handler):
         resp.media = {"flavor": detail(flavor, self.base(req))}
 
 
-class FlavorsDetail(_Handler):
+class FlavorsDetail(Handler):
     """``/v2.1/flavors/detail``."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -42,7 +32,7 @@ class FlavorsDetail(_Handler):
         resp.media = {"flavors": [detail(f, base) for f in self.compute.list_flavors()]}
 
 
-class FlavorItem(_Handler):
+class FlavorItem(Handler):
     """``/v2.1/flavors/{flavor_id}``: show and, for admins, delete."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, flavor_id: str) -> None:
@@ -53,7 +43,7 @@ class FlavorItem(_Handler):
         resp.status = falcon.HTTP_202
 
 
-class ExtraSpecs(_Handler):
+class ExtraSpecs(Handler):
     """``/v2.1/flavors/{flavor_id}/os-extra_specs``: show and, for admins, add or change."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, flavor_id: str) -> None:
@@ -66,7 +56,7 @@ class ExtraSpecs(_Handler):
         resp.media = {"extra_specs": specs}
 
 
-class ExtraSpec(_Handler):
+class ExtraSpec(Handler):
     """``/v2.1/flavors/{flavor_id}/os-extra_specs/{key}``: show and, for admins, delete."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, flavor_id: str, key: str) -> None:

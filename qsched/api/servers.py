@@ -9,8 +9,8 @@ from urllib.parse import urlencode
 import falcon
 
 from qsched import exception
-from qsched.api import PREFIX, base_url, context_of, iso8601, links, read_json, schemas
-from qsched.compute import ComputeAPI, RequestContext
+from qsched.api import PREFIX, Handler, context_of, iso8601, links, read_json, schemas
+from qsched.compute import RequestContext
 from qsched.ledger.base import Instance, State
 
 _VM_STATES = {
@@ -21,15 +21,7 @@ _VM_STATES = {
 }
 
 
-class _Handler:
-    def __init__(self, compute: ComputeAPI, public_endpoint: str | None, max_body: int) -> None:
-        self.compute = compute
-        self.public_endpoint = public_endpoint
-        self.max_body = max_body
-
-    def base(self, req: falcon.Request) -> str:
-        return base_url(req, self.public_endpoint)
-
+class _Handler(Handler):
     def next_link(
         self,
         req: falcon.Request,
