@@ -56,13 +56,18 @@ def crash(agent: ComputeAgent) -> None:
     agent.stores.agents.forget(agent.host)  # its heartbeat expires
 
 
-def test_the_janitor_requeues_what_a_dead_agent_claimed(conf, stores, bus, api, agents) -> None:
+def claimed_then_crashed(conf, stores, bus, api, host: str):
+    """An agent that claimed one boot and died mid-spawn: (agent, instance, its spawn's release)."""
     release = threading.Event()
-    hang = crash_in_spawn(release)
-    dying = start_agent(conf, stores, bus, "cn-dying", hook=hang)
+    agent = start_agent(conf, stores, bus, host, hook=crash_in_spawn(release))
     inst = api.boot(USER, "vm", "small").uuid
-    assert wait_until(lambda: stores.instances.building("cn-dying") == {inst}, 10)
-    crash(dying)
+    assert wait_until(lambda: stores.instances.building(host) == {inst}, 10)
+    crash(agent)
+    return agent, inst, release
+
+
+def test_the_janitor_requeues_what_a_dead_agent_claimed(conf, stores, bus, api, agents) -> None:
+    _, inst, release = claimed_then_crashed(conf, stores, bus, api, "cn-dying")
     dry = janitor.run(stores, bus, dry_run=True)
     assert (dry.dead_agents, dry.requeued) == (["cn-dying"], [inst])
     assert stores.instances.get(inst).host == "cn-dying"  # a dry run changes nothing
@@ -79,11 +84,7 @@ def test_the_janitor_requeues_what_a_dead_agent_claimed(conf, stores, bus, api, 
 
 def test_two_janitors_requeue_an_orphan_once(conf, stores, bus, api, agents) -> None:
     """Every API worker runs a janitor: the slower one must find nothing left to do."""
-    release = threading.Event()
-    dying = start_agent(conf, stores, bus, "cn-dying", hook=crash_in_spawn(release))
-    inst = api.boot(USER, "vm", "small").uuid
-    assert wait_until(lambda: stores.instances.building("cn-dying") == {inst}, 10)
-    crash(dying)
+    _, inst, release = claimed_then_crashed(conf, stores, bus, api, "cn-dying")
     published = []
     real = bus.publish_boot
     bus.publish_boot = lambda msg: published.append(msg) or real(msg)
@@ -99,12 +100,7 @@ def test_two_janitors_requeue_an_orphan_once(conf, stores, bus, api, agents) -> 
 def test_a_restarted_agent_finishes_its_builds_and_drops_leaks(
     conf, stores, bus, api, agents
 ) -> None:
-    release = threading.Event()
-    hang = crash_in_spawn(release)
-    first = start_agent(conf, stores, bus, "cn0", hook=hang)
-    inst = api.boot(USER, "vm", "small").uuid
-    assert wait_until(lambda: stores.instances.building("cn0") == {inst}, 10)
-    crash(first)
+    first, inst, release = claimed_then_crashed(conf, stores, bus, api, "cn0")
     node = first.index.node("cn0-0")
     ghost = str(uuid.uuid4())  # allocations no instance explains
     stores.ledger.put_allocations(ghost, {node.root.uuid: {"VCPU": 1}}, None, "p1", "u1")
@@ -196,12 +192,7 @@ class _AckOnly:
 
 
 def test_the_janitor_waits_out_its_grace(conf, stores, bus, api, agents) -> None:
-    release = threading.Event()
-    hang = crash_in_spawn(release)
-    dying = start_agent(conf, stores, bus, "cn-dying", hook=hang)
-    inst = api.boot(USER, "vm", "small").uuid
-    assert wait_until(lambda: stores.instances.building("cn-dying") == {inst}, 10)
-    crash(dying)
+    _, inst, release = claimed_then_crashed(conf, stores, bus, api, "cn-dying")
     suspects: dict[str, float] = {}
     assert janitor.run(stores, bus, now=100.0, grace_s=10, suspects=suspects).requeued == []
     assert janitor.run(stores, bus, now=105.0, grace_s=10, suspects=suspects).requeued == []
