@@ -38,6 +38,7 @@ def build_agent(conf: qconf.cfg.ConfigOpts) -> ComputeAgent:
         spawn_delay_s=opts.spawn_delay_s,
         failure_rate=opts.spawn_failure_rate,
         seed=opts.seed,
+        state_path=opts.fake_state_path or None,
     )
     return ComputeAgent(conf, open_stores(conf), open_bus(conf), driver)
 

@@ -23,6 +23,18 @@ fittable by some (start consuming their queue) and back (cancel it). The optiona
 ``on_change(class_name, fittable)`` callback hears the same transitions, in order, under the
 index's lock: keep it short and do not block in it.
 
+Convergence
+-----------
+The ledger is the truth; the index is the agent's copy, kept by its own claims and releases
+and brought back to the ledger by the agent's reconcile, which reads a node and replaces its
+view with :meth:`NodeIndex.refresh_if`. That replacement must not undo a change the agent
+makes meanwhile: every ledger write of the agent on a node runs inside
+:meth:`NodeIndex.writing` (the ledger write, then the matching index change), and
+:meth:`NodeIndex.sync_token`, taken before the read, is refused by ``refresh_if`` if any
+such write started or was running since. A refused refresh waits for the next pass.
+:meth:`NodeIndex.digest` sums the usages up (see :func:`agents.views.usage_term`) so that
+a harness can compare an agent's index with the ledger from outside the process.
+
 Complexity (N nodes, K classes, B distinct room values of one class, fit = one fit_request)
 --------------------------------------------------------------------------------------------
 - ``pick(C)``: O(log B) amortised, plus one fit on the chosen node to build its allocations.
@@ -32,18 +44,21 @@ Complexity (N nodes, K classes, B distinct room values of one class, fit = one f
   fitted before needs no fit, only ``room``.
 - ``release``, ``refresh``, ``add_node``, ``remove_node``: O(K x (fit + log B)).
 - ``add_class(C)``: O(N x fit), once per class: the only scan, and classes are long-lived.
+- ``writing``, ``sync_token``, ``digest``: O(1); ``refresh_if`` as ``refresh``; ``names(start,
+  count)``: O(count) (plus the ids of removed nodes it skips).
 - Memory: O(N x providers) for the views plus two machine integers per node and class.
 Nothing per request depends on N.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import heapq
 import threading
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from agents.fit import (
     NO_CONSTRAINTS,
@@ -53,7 +68,7 @@ from agents.fit import (
     fit_request,
     room,
 )
-from agents.views import NodeView, ProviderView
+from agents.views import NodeView, ProviderView, usage_term
 from qsched import exception
 from qsched.flavors import Constraints, RequestGroup
 
@@ -204,6 +219,9 @@ class NodeIndex:
         self._classes: dict[str, _Class] = {}
         self._capacity: Counter[str] = Counter()  # over all nodes, kept as views change
         self._used: Counter[str] = Counter()
+        self._version = array("q")  # per node id: bumped on every change of its view
+        self._writing = array("q")  # per node id: ledger writes of the agent in flight
+        self._digest = 0
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -235,6 +253,25 @@ class NodeIndex:
             view = self._views[self._id(name)]
             assert view is not None
             return view
+
+    def names(self, start: int = 0, count: int | None = None) -> tuple[list[str], int]:
+        """Up to ``count`` node names from position ``start`` on, and where to go on from.
+
+        Positions wrap around, so repeated calls walk every node in turn.
+        """
+        with self._lock:
+            size = len(self._views)
+            wanted = len(self._ids) if count is None else min(count, len(self._ids))
+            found: list[str] = []
+            position = start % size if size else 0
+            for _ in range(size):
+                if len(found) >= wanted:
+                    break
+                view = self._views[position]
+                if view is not None:
+                    found.append(view.name)
+                position = (position + 1) % size
+            return found, position
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -342,6 +379,47 @@ class NodeIndex:
             view = self._set_view(nid, self._view(nid).adjusted(allocations, -1))
             return self._reindex(nid, view, self._classes.values(), fitted_before=None)
 
+    @contextlib.contextmanager
+    def writing(self, node: str) -> Iterator[None]:
+        """Wrap a ledger write of the agent on ``node`` and the index change that follows.
+
+        A refresh read before or during it is refused (see the module docstring).
+        :raises NotFound: an unknown node.
+        """
+        with self._lock:
+            nid = self._id(node)
+            self._writing[nid] += 1
+            self._version[nid] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._writing[nid] -= 1
+                self._version[nid] += 1
+
+    def sync_token(self, node: str) -> int | None:
+        """Take before reading ``node`` from the ledger; None while a write is in flight."""
+        with self._lock:
+            nid = self._ids.get(node)
+            if nid is None or self._writing[nid]:
+                return None
+            return self._version[nid]
+
+    def refresh_if(
+        self, node: str, providers: Iterable[ProviderView], token: int | None
+    ) -> ClassChanges | None:
+        """:meth:`refresh` unless the node changed since ``token`` was taken; None then."""
+        with self._lock:
+            nid = self._ids.get(node)
+            if token is None or nid is None or self._version[nid] != token:
+                return None
+            return self.refresh(node, providers)
+
+    def digest(self) -> str:
+        """The usage digest of every node (see :func:`agents.views.usage_term`), in hex."""
+        with self._lock:
+            return f"{self._digest:016x}"
+
     def refresh(self, node: str, providers: Iterable[ProviderView]) -> ClassChanges:
         """Replace some providers of a node with fresher views, e.g. read after a conflict.
 
@@ -361,6 +439,8 @@ class NodeIndex:
         else:
             nid = len(self._views)
             self._views.append(None)
+            self._version.append(0)
+            self._writing.append(0)
             for entry in self._classes.values():
                 entry.buckets.grow(nid + 1)
         self._ids[name] = nid
@@ -381,6 +461,7 @@ class NodeIndex:
         self._account(self._views[nid], -1)
         self._views[nid] = view
         self._account(view, 1)
+        self._version[nid] += 1
         return view
 
     def _account(self, view: NodeView | None, sign: int) -> None:
@@ -388,8 +469,11 @@ class NodeIndex:
             return
         for provider in view.providers:
             for rc, inventory in provider.inventories.items():
+                used = provider.usages.get(rc, 0)
                 self._capacity[rc] += sign * inventory.capacity
-                self._used[rc] += sign * provider.usages.get(rc, 0)
+                self._used[rc] += sign * used
+                if used:
+                    self._digest ^= usage_term(provider.uuid, rc, used)
 
     def totals(self) -> dict[str, tuple[int, int]]:
         """(used, capacity) per resource class over every node: O(classes), kept up to date."""

@@ -46,6 +46,12 @@ agent_opts = [
     ),
     cfg.IntOpt("seed", default=0, help="Fake driver: seed of the failure draws."),
     cfg.StrOpt(
+        "fake_state_path",
+        help="Fake driver: a file where the simulated hypervisor keeps what runs on its "
+        "nodes, so that its VMs outlive the agent process as real ones outlive a killed "
+        "nova-compute (one line per spawn or destroy). Unset: they live in the process.",
+    ),
+    cfg.StrOpt(
         "placement_policy",
         default="pack",
         choices=[
@@ -88,6 +94,38 @@ agent_opts = [
         help="On start, release allocations on this agent's nodes that no live instance "
         "of this host explains (its record is gone, ended, or placed elsewhere). Off: "
         "only report them.",
+    ),
+    cfg.FloatOpt(
+        "reconcile_interval_s",
+        default=10.0,
+        min=0.05,
+        help="Seconds between passes of the periodic reconcile over a slice of this "
+        "agent's nodes (reconcile_batch of them): allocations no live instance of this "
+        "host explains are released (if release_leaked_allocations), instances the driver "
+        "runs that the ledger has deleted, ended or placed elsewhere are handled as "
+        "running_deleted_instance_action says, and the node views are brought back to "
+        "the ledger. Every node is seen within ceil(nodes / reconcile_batch) passes; an "
+        "agent that finds it was silent past its heartbeat TTL runs every slice at once.",
+    ),
+    cfg.IntOpt(
+        "reconcile_batch",
+        default=1000,
+        min=1,
+        help="Nodes per reconcile pass. Each pass costs a few pipelined ledger reads per "
+        "thousand nodes and one list_instances per node.",
+    ),
+    cfg.StrOpt(
+        "running_deleted_instance_action",
+        default="reap",
+        choices=[
+            ("reap", "destroy it and free what it uses (Nova's default)"),
+            ("log", "log a warning and leave it running"),
+            ("noop", "do nothing"),
+        ],
+        help="What the reconcile does with an instance the driver runs while the ledger "
+        "calls it deleted or ended, places it on another host, or does not know it (as "
+        "Nova's option of the same name). An agent cut off past its TTL comes back to "
+        "find its instances deleted locally by the API.",
     ),
     cfg.FloatOpt(
         "ledger_retry_max_s",

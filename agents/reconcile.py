@@ -1,26 +1,46 @@
-"""What a (re)starting agent does before it consumes: make the ledger match its nodes.
+"""The agent and its nodes made to agree with the ledger: at start, and all the time after.
 
-* Instances it had claimed but not made ACTIVE (it died in between): ACTIVE if
-  the driver runs them, otherwise their claim is released and their request
-  published again.
-* Allocations on its nodes that no live instance of this host explains (a record
-  gone, ended, or placed elsewhere): reported, and released unless
-  ``[agent] release_leaked_allocations`` is off.
-* ACTIVE instances of this host that the driver does not run: reported only; a
-  hypervisor that lost a VM needs an operator, not a silent release.
+The ledger is the truth. An agent's view of its nodes (its node index) and what its
+driver runs can drift from it through faults the agent never hears about: the API
+deletes instances of an agent it thinks is down, a janitor or the deadline reaper
+ends claims, a ledger failover or rollback loses writes. Convergence is the agent's
+job, within a bounded time and without a restart.
 
-It reads the consumers of its own providers only: O(its nodes), once at start, in
-pipelined batches (a thousand reads per round trip).
+At start (:func:`reconcile`), before it consumes, the agent finishes the builds a
+previous run of it left: ACTIVE if the driver runs them, otherwise the claim is
+released and the request published again. Then it runs every slice of
+:class:`Reconciler` at once.
+
+Periodically (:class:`Reconciler`, every ``[agent] reconcile_interval_s``), on a slice
+of ``reconcile_batch`` nodes in turn, so that every node is seen within
+``ceil(nodes / reconcile_batch)`` passes (and every slice at once when the agent finds
+it was silent past its heartbeat TTL):
+
+* allocations on its providers that no live instance of this host explains (a record
+  gone, ended, or placed elsewhere) are released, in one atomic step with that check
+  (``[agent] release_leaked_allocations``; off: only reported);
+* instances the driver runs that the ledger has deleted or ended, places on another
+  host, or does not know are reaped, logged or left (``running_deleted_instance_action``,
+  as Nova's periodic task of that name), unless a spawn of them is in flight here;
+* ACTIVE instances of this host that the driver does not run are reported only: a
+  hypervisor that lost a VM needs an operator, not a silent release;
+* the node views are read again and replace the index's where they differ, unless the
+  agent wrote to that node meanwhile (see :mod:`agents.nodes`, "Convergence").
+
+Cost per pass, for b nodes with p providers and i instances: about 4 reads per
+provider and one per instance, pipelined a thousand per round trip, and b driver
+listings. Nothing on a request's path; nothing grows with the hosts of the cloud.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from agents.views import NodeView
+from agents.nodes import NodeIndex
+from agents.views import NodeView, ProviderView, same_usage
 from agents.virt.base import VirtDriver
 from qsched import exception
 from qsched.bus.base import Bus
@@ -30,42 +50,41 @@ from qsched.ledger.base import Instance, State
 
 LOG = logging.getLogger(__name__)
 
+ACTIONS = ("reap", "log", "noop")
+
 
 @dataclasses.dataclass
 class ReconcileReport:
+    """What one reconcile found and did (instance uuids, node names)."""
+
     activated: list[str] = dataclasses.field(default_factory=list)
     requeued: list[str] = dataclasses.field(default_factory=list)
     leaked: list[str] = dataclasses.field(default_factory=list)
     released: list[str] = dataclasses.field(default_factory=list)
+    running_deleted: list[str] = dataclasses.field(default_factory=list)
+    reaped: list[str] = dataclasses.field(default_factory=list)
     missing: list[str] = dataclasses.field(default_factory=list)
-    touched_nodes: set[str] = dataclasses.field(default_factory=set)
+    refreshed: list[str] = dataclasses.field(default_factory=list)  # nodes whose view was off
+    nodes: int = 0  # nodes looked at
+
+    def add(self, other: ReconcileReport) -> None:
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+    def found_anything(self) -> bool:
+        return any(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "nodes")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"touched_nodes": sorted(self.touched_nodes)}
+        return dataclasses.asdict(self)
 
 
 def reconcile(
-    stores: Stores,
-    bus: Bus,
-    driver: VirtDriver,
-    host: str,
-    views: Iterable[NodeView],
-    release_leaked: bool = True,
+    stores: Stores, bus: Bus, driver: VirtDriver, host: str, reconciler: Reconciler
 ) -> ReconcileReport:
-    """Bring the ledger in line with what ``host`` runs; see the module docstring."""
+    """At start: finish the builds a previous run left, then every slice at once."""
     report = ReconcileReport()
-    views = list(views)
     _finish_builds(stores, bus, driver, host, report)
-    held = _Held.read(stores, views)
-    _check_allocations(stores, host, views, held, release_leaked, report)
-    _check_active(driver, host, views, held, report)
-    if report.requeued or report.activated or report.leaked or report.missing:
-        LOG.warning(
-            "agent %s reconciled: %d builds made ACTIVE, %d requeued; %d leaked allocations "
-            "(%d released); %d ACTIVE instances the driver does not run",
-            host, len(report.activated), len(report.requeued), len(report.leaked),
-            len(report.released), len(report.missing),
-        )  # fmt: skip
+    report.add(reconciler.run_all())
     return report
 
 
@@ -81,69 +100,181 @@ def _finish_builds(
         elif requeue_orphan(stores, bus, uuid, host, f"agent {host} restarted before it"
                             " finished the build"):  # fmt: skip
             report.requeued.append(uuid)
-            report.touched_nodes.add(node)
 
 
 @dataclasses.dataclass(frozen=True)
-class _Held:
-    """The consumers on each of the agent's providers, and the records of those consumers."""
+class _Slice:
+    """What the ledger and the driver hold for some nodes, read in few round trips."""
 
-    consumers: dict[str, set[str]]
-    instances: dict[str, Instance]
+    views: dict[str, NodeView]
+    tokens: dict[str, int | None]
+    consumers: dict[str, set[str]]  # provider uuid -> consumers
+    running: dict[str, list[str]]  # node -> instances the driver runs there
+    records: dict[str, Instance]
 
     @classmethod
-    def read(cls, stores: Stores, views: list[NodeView]) -> _Held:
-        consumers = stores.ledger.providers_consumers([p.uuid for v in views for p in v.providers])
-        uuids = sorted(set().union(*consumers.values()))
-        return cls(consumers, stores.instances.get_many(uuids))
+    def read(cls, stores: Stores, driver: VirtDriver, index: NodeIndex, names: list[str]) -> _Slice:
+        tokens = {name: index.sync_token(name) for name in names}  # before any read
+        views = {name: index.node(name) for name in names}
+        uuids = [p.uuid for v in views.values() for p in v.providers]
+        consumers = stores.ledger.providers_consumers(uuids)
+        running = {name: _running(driver, name) for name in names}
+        wanted = set().union(*consumers.values(), *running.values())
+        return cls(views, tokens, consumers, running, stores.instances.get_many(sorted(wanted)))
 
 
-def _check_allocations(
-    stores: Stores,
-    host: str,
-    views: list[NodeView],
-    held: _Held,
-    release: bool,
-    report: ReconcileReport,
-) -> None:
-    for view in views:
-        for provider in view.providers:
-            for consumer in sorted(held.consumers[provider.uuid]):
-                if _explained(held.instances.get(consumer), host):
+class Reconciler:
+    """The periodic reconcile of one agent's nodes; see the module docstring.
+
+    :param building: whether a spawn of an instance is in flight on this agent.
+    :param release_leaked: release unexplained allocations (else only report them).
+    :param action: ``reap``, ``log`` or ``noop`` for instances running while deleted.
+    """
+
+    def __init__(
+        self,
+        stores: Stores,
+        driver: VirtDriver,
+        host: str,
+        index: NodeIndex,
+        building: Callable[[str], bool],
+        batch: int = 1000,
+        release_leaked: bool = True,
+        action: str = "reap",
+    ) -> None:
+        if action not in ACTIONS:
+            raise exception.Invalid(reason=f"action {action!r}: use one of {', '.join(ACTIONS)}")
+        self.stores = stores
+        self.driver = driver
+        self.host = host
+        self.index = index
+        self.building = building
+        self.batch = batch
+        self.release_leaked = release_leaked
+        self.action = action
+        self._cursor = 0
+
+    def run_pass(self) -> ReconcileReport:
+        """Reconcile the next slice of nodes."""
+        names, self._cursor = self.index.names(self._cursor, self.batch)
+        return self.reconcile_nodes(names)
+
+    def run_all(self) -> ReconcileReport:
+        """Reconcile every node, a slice at a time."""
+        report = ReconcileReport()
+        names, _ = self.index.names(0)
+        for start in range(0, len(names), self.batch):
+            report.add(self.reconcile_nodes(names[start : start + self.batch]))
+        return report
+
+    def reconcile_nodes(self, names: list[str]) -> ReconcileReport:
+        """Reconcile these nodes now (see the module docstring)."""
+        report = ReconcileReport(nodes=len(names))
+        if not names:
+            return report
+        found = _Slice.read(self.stores, self.driver, self.index, names)
+        self._check_allocations(found, report)
+        self._check_running(found, report)
+        self._refresh(found, report)
+        if report.found_anything():
+            _log(self.host, report)
+        return report
+
+    def refresh_nodes(self, names: Iterable[str]) -> list[str]:
+        """Read these nodes again and refresh the index where it is off: the nodes fixed.
+
+        For a node whose usage the ledger changed under the agent (a claim taken back).
+        """
+        wanted = [name for name in names if name in self.index]
+        tokens = {name: self.index.sync_token(name) for name in wanted}
+        views = {name: self.index.node(name) for name in wanted}
+        return self._apply(views, tokens)
+
+    # -- the checks --
+
+    def _check_allocations(self, found: _Slice, report: ReconcileReport) -> None:
+        for view in found.views.values():
+            for provider in view.providers:
+                for consumer in sorted(found.consumers.get(provider.uuid, ())):
+                    if _explained(found.records.get(consumer), self.host):
+                        continue
+                    report.leaked.append(consumer)
+                    if self.release_leaked and self.stores.ledger.release_unexplained(
+                        consumer, self.host, provider.uuid
+                    ):
+                        report.released.append(consumer)
+
+    def _check_running(self, found: _Slice, report: ReconcileReport) -> None:
+        for name, running in found.running.items():
+            for uuid in running:
+                inst = found.records.get(uuid)
+                if self.building(uuid) or _runs_here(inst, self.host, name):
                     continue
-                report.leaked.append(consumer)
-                if release and _release(stores, consumer):
-                    report.released.append(consumer)
-                    report.touched_nodes.add(view.name)
+                if _built_here(inst, self.host, name):  # a spawn that finished, unrecorded
+                    self.stores.instances.set_active(uuid, self.host, name)
+                    report.activated.append(uuid)
+                    continue
+                report.running_deleted.append(uuid)
+                if self.action == "reap":
+                    self.driver.destroy(uuid, name)
+                    report.reaped.append(uuid)
+                elif self.action == "log":
+                    LOG.warning("agent %s: %s runs on %s but the ledger has it %s", self.host,
+                                uuid, name, _where(inst))  # fmt: skip
+            held = found.consumers.get(found.views[name].root.uuid, set())
+            for uuid in sorted(held - set(running)):
+                inst = found.records.get(uuid)
+                if inst is not None and (inst.state, inst.host) == (State.ACTIVE, self.host):
+                    report.missing.append(uuid)
+
+    def _refresh(self, found: _Slice, report: ReconcileReport) -> None:
+        report.refreshed += self._apply(found.views, found.tokens)
+
+    def _apply(self, views: dict[str, NodeView], tokens: dict[str, int | None]) -> list[str]:
+        uuids = [p.uuid for v in views.values() for p in v.providers]
+        fresh = self.stores.ledger.get_providers(uuids)
+        fixed = []
+        for name, view in views.items():
+            providers = [ProviderView.from_provider(fresh[p.uuid]) for p in view.providers
+                         if p.uuid in fresh]  # fmt: skip
+            current = {p.uuid: p for p in view.providers}
+            if all(same_usage(current[p.uuid], p) for p in providers):
+                continue
+            if self.index.refresh_if(name, providers, tokens.get(name)) is not None:
+                fixed.append(name)
+        return fixed
 
 
 def _explained(inst: Instance | None, host: str) -> bool:
     return inst is not None and inst.state in (State.BUILD, State.ACTIVE) and inst.host == host
 
 
-def _release(stores: Stores, consumer: str) -> bool:
-    held = stores.ledger.get_allocations(consumer)
-    if held.generation is None:
-        return False
-    try:
-        stores.ledger.put_allocations(
-            consumer, {}, held.generation, held.project_id or "", held.user_id or ""
-        )
-    except exception.ConsumerGenerationConflict:
-        return False  # it changed under us: someone is using it after all
-    return True
+def _runs_here(inst: Instance | None, host: str, node: str) -> bool:
+    """The ledger agrees that the instance lives on this node (spawning or ACTIVE)."""
+    return (
+        inst is not None and inst.state == State.ACTIVE and (inst.host, inst.node) == (host, node)
+    )
 
 
-def _check_active(
-    driver: VirtDriver, host: str, views: list[NodeView], held: _Held, report: ReconcileReport
-) -> None:
-    for view in views:
-        running = set(_running(driver, view.name))
-        for consumer in sorted(held.consumers[view.root.uuid]):
-            inst = held.instances.get(consumer)
-            active_here = inst is not None and (inst.state, inst.host) == (State.ACTIVE, host)
-            if active_here and consumer not in running:
-                report.missing.append(consumer)
+def _built_here(inst: Instance | None, host: str, node: str) -> bool:
+    return inst is not None and inst.state == State.BUILD and (inst.host, inst.node) == (host, node)
+
+
+def _where(inst: Instance | None) -> str:
+    if inst is None:
+        return "unknown (no record)"
+    return f"{inst.state.value} on {inst.host or 'no host'}"
+
+
+def _log(host: str, report: ReconcileReport) -> None:
+    LOG.warning(
+        "agent %s reconciled %d nodes: %d builds made ACTIVE, %d requeued; %d leaked "
+        "allocations (%d released); %d instances running while deleted (%d reaped); %d "
+        "ACTIVE instances the driver does not run; %d node views refreshed",
+        host, report.nodes, len(report.activated), len(report.requeued), len(report.leaked),
+        len(report.released), len(report.running_deleted), len(report.reaped),
+        len(report.missing), len(report.refreshed),
+    )  # fmt: skip
 
 
 def _running(driver: VirtDriver, node: str) -> list[str]:

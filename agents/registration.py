@@ -57,8 +57,3 @@ def _register(
         )
         for node in nodes
     ]
-
-
-def read_node(ledger: Ledger, view: NodeView) -> list[ProviderView]:
-    """Fresh views of a node's providers, as the ledger holds them now."""
-    return [ProviderView.from_provider(ledger.get_provider(p.uuid)) for p in view.providers]

@@ -17,6 +17,11 @@ queue for deletes. Per boot request it:
 A request is acked only once its claim is in the ledger, so a crash before that
 gives it back to the broker; the claim is idempotent per instance, so the
 redelivery cannot place twice.
+
+Its index and its driver are kept in line with the ledger by
+:mod:`agents.reconcile`: at start, every ``[agent] reconcile_interval_s`` on a
+slice of its nodes, at once when its heartbeat finds it was silent past the TTL,
+and for a node whose claim the ledger took back under a spawn.
 """
 
 from __future__ import annotations
@@ -34,14 +39,14 @@ from typing import Any, TypeVar
 
 from agents.fit import Refusal, Request, fit_request
 from agents.nodes import NodeIndex, Pick
-from agents.reconcile import ReconcileReport, reconcile
-from agents.registration import read_node, register_nodes
+from agents.reconcile import Reconciler, ReconcileReport, reconcile
+from agents.registration import register_nodes
 from agents.virt.base import SpawnFailed, VirtDriver
 from qsched import exception, message
 from qsched.bus.base import Bus, Consumer, Delivery
 from qsched.flavors import Constraints, Flavor
 from qsched.ledger import Stores, retry
-from qsched.ledger.base import Allocations, State
+from qsched.ledger.base import State
 from qsched.reaper import Periodic, fail_no_valid_host, reap_expired
 
 LOG = logging.getLogger(__name__)
@@ -59,7 +64,13 @@ class _Build:
 
     request: message.BootRequest
     pick: Pick
-    given_back: bool = False  # a delete released its amount from the index already
+
+
+class UnknownClass(exception.Invalid):
+    msg_fmt = (
+        "scheduling class {name} is not published in the ledger: no front door made it, so "
+        "no agent consumes it"
+    )
 
 
 class ComputeAgent:
@@ -76,11 +87,20 @@ class ComputeAgent:
         self._lock = threading.Lock()
         self._spawner = ThreadPoolExecutor(conf.agent.spawn_workers, f"spawn-{self.host}")
         self._periodic: list[Periodic] = []
+        self._reconcile_task: Periodic | None = None
         self._stopped = threading.Event()
         self.counters: Counter[str] = Counter()
         self._sample_node: str | None = None  # where refusals are explained
         self._backoff = Backoff(conf.agent.ledger_retry_max_s)
-        self.reconciled = ReconcileReport()
+        self.reconciler = Reconciler(
+            stores, driver, self.host, self.index, self._building,
+            batch=conf.agent.reconcile_batch,
+            release_leaked=conf.agent.release_leaked_allocations,
+            action=conf.agent.running_deleted_instance_action,
+        )  # fmt: skip
+        self.reconciled = ReconcileReport()  # what the start found
+        self._last_beat: float | None = None  # monotonic time of the last heartbeat written
+        self._came_back = threading.Event()  # silent past the TTL: reconcile everything
         # A test hook: called with each request the agent is about to claim.
         self.before_claim: Callable[[message.BootRequest], None] | None = None
 
@@ -94,15 +114,10 @@ class ComputeAgent:
         )  # fmt: skip
         if self.opts.availability_zone:  # the API accepts boots only in registered zones
             self.stores.agents.add_zone(self.opts.availability_zone)
-        self.reconciled = reconcile(
-            self.stores, self.bus, self.driver, self.host, views,
-            self.opts.release_leaked_allocations,
-        )  # fmt: skip
         for view in views:
-            if view.name in self.reconciled.touched_nodes:
-                view = view.replaced(read_node(self.stores.ledger, view))
             self.index.add_node(view)
             self._sample_node = self._sample_node or view.name
+        self.reconciled = reconcile(self.stores, self.bus, self.driver, self.host, self.reconciler)
         self.sync_classes()
         self.heartbeat()
         self.finish_deletes()  # whatever a previous run of this agent left undone
@@ -119,6 +134,7 @@ class ComputeAgent:
         tasks: list[tuple[str, float, Callable[[], object]]] = [
             ("heartbeat", self.opts.heartbeat_interval_s, self.heartbeat),
             ("classes", self.opts.class_poll_interval_s, self.sync_classes),
+            ("reconcile", self.opts.reconcile_interval_s, self.reconcile_pass),
             ("deletes", STUCK_DELETE_S / 2,
              lambda: self.finish_deletes(time.time() - STUCK_DELETE_S)),
         ]  # fmt: skip
@@ -128,6 +144,8 @@ class ComputeAgent:
             task = Periodic(f"{name}-{self.host}", interval_s, fn)
             task.start()
             self._periodic.append(task)
+            if name == "reconcile":
+                self._reconcile_task = task
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop taking requests, let spawns in flight finish, say goodbye. Idempotent.
@@ -157,8 +175,14 @@ class ComputeAgent:
             LOG.warning("agent %s: could not clear its heartbeat", self.host)
 
     def heartbeat(self) -> None:
+        """Say this agent lives; notice when it was silent past its TTL (frozen, cut off).
+
+        While it was silent the API may have deleted its instances locally and a
+        janitor taken back its claims: the next reconcile then covers every node.
+        """
         consumer = self.consumer
         classes = sorted(consumer.classes) if consumer is not None else []
+        started = time.monotonic()
         self.stores.agents.heartbeat(
             self.host,
             self.opts.heartbeat_ttl_s,
@@ -169,7 +193,32 @@ class ComputeAgent:
             counters=dict(self.counters),
             resources={rc: {"used": used, "capacity": cap}
                        for rc, (used, cap) in self.index.totals().items()},
+            index_digest=self.index.digest(),
         )  # fmt: skip
+        last, self._last_beat = self._last_beat, started
+        if last is not None and started - last > self.opts.heartbeat_ttl_s:
+            LOG.warning("agent %s: silent for %.1fs, past its heartbeat TTL of %.1fs; "
+                        "reconciling every node", self.host, started - last,
+                        self.opts.heartbeat_ttl_s)  # fmt: skip
+            self.counters["came_back"] += 1
+            self._came_back.set()
+            if self._reconcile_task is not None:
+                self._reconcile_task.wake()
+
+    def reconcile_pass(self) -> ReconcileReport:
+        """One periodic reconcile: the next slice, or every node after a silence."""
+        if self._came_back.is_set():
+            self._came_back.clear()
+            report = self.reconciler.run_all()
+        else:
+            report = self.reconciler.run_pass()
+        for name in ("released", "reaped", "running_deleted", "missing", "refreshed"):
+            self.counters[f"reconcile_{name}"] += len(getattr(report, name))
+        return report
+
+    def _building(self, uuid: str) -> bool:
+        with self._lock:
+            return uuid in self._builds
 
     def sync_classes(self) -> None:
         """Learn the live classes from the ledger: O(number of classes)."""
@@ -257,8 +306,11 @@ class ComputeAgent:
             return
         try:
             self._ensure_class(msg)
-        except exception.Invalid as exc:
-            self._fail_bad_request(msg, delivery, exc)
+        except UnknownClass as exc:
+            self.counters["unknown_class"] += 1
+            LOG.warning("agent %s: dead-lettering a boot request from %s: %s", self.host,
+                        delivery.queue, exc)  # fmt: skip
+            delivery.reject(str(exc))
             return
         if self.before_claim is not None:
             self.before_claim(msg)
@@ -288,11 +340,15 @@ class ComputeAgent:
         return inst.state == State.BUILD and inst.host is None
 
     def _ensure_class(self, msg: message.BootRequest) -> None:
+        """Know the request's class, from the ledger only: agents consume what it lists.
+
+        :raises UnknownClass: the ledger does not list it (a forged or stray message).
+        """
+        if msg.scheduling_class in self.index.classes():
+            return
+        self.sync_classes()
         if msg.scheduling_class not in self.index.classes():
-            flavor = msg.to_flavor()
-            self.index.add_request(
-                msg.scheduling_class, Request.from_flavor(flavor, msg.constraints())
-            )
+            raise UnknownClass(name=msg.scheduling_class)
 
     def _place(self, msg: message.BootRequest) -> Pick | Refusal | None:
         """Claim a node; the pick, why nothing fits, or None if it needs no placing."""
@@ -301,20 +357,20 @@ class ComputeAgent:
             if pick is None:
                 return self._why_not(msg)
             try:
-                result = retry.claim(
-                    self.stores.ledger, msg.instance_uuid, pick.allocations, self.host,
-                    pick.node, max_retries=self.conf.ledger.max_conflict_retries,
-                    on_conflict=functools.partial(self._note_conflict, msg, pick),
-                )  # fmt: skip
+                with self.index.writing(pick.node):
+                    result = retry.claim(
+                        self.stores.ledger, msg.instance_uuid, pick.allocations, self.host,
+                        pick.node, max_retries=self.conf.ledger.max_conflict_retries,
+                        on_conflict=functools.partial(self._note_conflict, msg, pick),
+                    )  # fmt: skip
+                    # ``already``: a redelivery after a restart; the index read it from the ledger
+                    self._hold(msg, pick, account=not result.already)
             except exception.CapacityExceeded as exc:
                 self._note_conflict(msg, pick, exc)
-                fresh = read_node(self.stores.ledger, self.index.node(pick.node))
-                self.index.refresh(pick.node, fresh)
+                self.reconciler.refresh_nodes([pick.node])
                 continue
             except (exception.InstanceNotWaiting, exception.InstanceNotFound):
                 return None
-            # ``already``: a redelivery after a restart; the index read the claim from the ledger
-            self._hold(msg, pick, account=not result.already)
             return pick
         return self._why_not(msg)
 
@@ -377,24 +433,27 @@ class ComputeAgent:
             self.counters["active"] += 1
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
             # Deleted, ended by its deadline or taken back by a janitor while it
-            # spawned: the ledger released its claim, so the index gives it back too.
+            # spawned: the ledger released its claim; the index reads the node again.
             self.driver.destroy(uuid, pick.node)
-            self._forget(uuid, release=True)
+            self._forget(uuid)
+            self.reconciler.refresh_nodes([pick.node])
             return
-        self._forget(uuid, release=False)
+        self._forget(uuid)
 
     def _reschedule(self, build: _Build, reason: str) -> None:
-        msg = build.request
+        msg, node = build.request, build.pick.node
         uuid = msg.instance_uuid
         self.counters["spawn_failed"] += 1
         try:
-            inst = self._persist(
-                msg, lambda: self.stores.instances.requeue(uuid, self.host, reason)
-            )
+            with self.index.writing(node):
+                inst = self._persist(
+                    msg, lambda: self.stores.instances.requeue(uuid, self.host, reason)
+                )
+                self._forget(uuid, release=True)
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
-            self._forget(uuid, release=True)  # its claim was released under it
+            self._forget(uuid)  # its claim was released under it: read the node again
+            self.reconciler.refresh_nodes([node])
             return
-        self._forget(uuid, release=True)
         if inst.state != State.BUILD:
             return  # it was being deleted: the ledger ended it
         if inst.attempts >= msg.max_attempts:
@@ -402,9 +461,10 @@ class ComputeAgent:
             return
         try:
             self._persist(msg, lambda: self.bus.publish_boot(msg.next_attempt(self.host)))
+            self.stores.instances.outbox_done([(uuid, inst.outbox)] if inst.outbox else [])
         except exception.BackendUnavailable:
-            LOG.error("agent %s: could not reschedule %s; its deadline will end it", self.host,
-                      uuid)  # fmt: skip
+            LOG.error("agent %s: could not reschedule %s; the janitor publishes it from the "
+                      "outbox", self.host, uuid)  # fmt: skip
 
     def _persist(self, msg: message.BootRequest, write: Callable[[], T]) -> T:
         """Run ``write``, retrying while the ledger or bus is down, up to the deadline.
@@ -421,11 +481,11 @@ class ComputeAgent:
                     raise
                 self._stopped.wait(backoff.next())
 
-    def _forget(self, uuid: str, release: bool) -> None:
-        """End a build; ``release``: its claim is gone from the ledger, free it here too."""
+    def _forget(self, uuid: str, release: bool = False) -> None:
+        """End a build; ``release``: the agent released its claim, free it here too."""
         with self._lock:
             build = self._builds.pop(uuid, None)
-        if build is not None and release and not build.given_back:
+        if build is not None and release:
             self.index.release(build.pick.node, build.pick.allocations)
 
     # -- deletes ------------------------------------------------------------------------
@@ -436,18 +496,17 @@ class ComputeAgent:
 
     def _destroy(self, uuid: str, node: str) -> None:
         """Destroy an instance of this host, then release its claim and quota."""
-        allocations: Allocations = self.stores.ledger.get_allocations(uuid).allocations
-        if allocations and node in self.index:
-            with self._lock:  # a spawn of it that ends now must not free it a second time
-                build = self._builds.get(uuid)
-                if build is not None:
-                    build.given_back = True
         if node in self.index:
             self.driver.destroy(uuid, node)
-        with contextlib.suppress(exception.InstanceNotFound):
-            self.stores.instances.delete(uuid)
-        if allocations and node in self.index:
-            self.index.release(node, allocations)
+            with self.index.writing(node):
+                allocations = self.stores.ledger.get_allocations(uuid).allocations
+                with contextlib.suppress(exception.InstanceNotFound):
+                    self.stores.instances.delete(uuid)
+                if allocations:
+                    self.index.release(node, allocations)
+        else:
+            with contextlib.suppress(exception.InstanceNotFound):
+                self.stores.instances.delete(uuid)
         self.counters["deleted"] += 1
 
     def finish_deletes(self, marked_before: float | None = None) -> int:

@@ -7,6 +7,7 @@ release changes it, and :mod:`agents.fit` reads them to decide what fits.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Iterable, Mapping
 
 from qsched import exception
@@ -129,3 +130,37 @@ def _check_tree(node: str, providers: tuple[ProviderView, ...]) -> frozenset[str
             )
         seen.add(p.uuid)
     return frozenset(seen)
+
+
+def usage_term(provider_uuid: str, resource_class: str, used: int) -> int:
+    """One provider's usage of one class, as a 64-bit term of a usage digest.
+
+    The digest of a set of providers is the XOR of the terms of their non-zero
+    usages: equal usages give equal digests whatever the order, and the node index
+    keeps its own up to date in O(1) per change. A harness compares an agent's
+    digest with one computed from the ledger to check that the two agree.
+    """
+    key = f"{provider_uuid} {resource_class} {used}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+
+
+def usage_digest(providers: Iterable[ProviderView]) -> str:
+    """The usage digest of some providers, as :meth:`agents.nodes.NodeIndex.digest` gives it."""
+    digest = 0
+    for provider in providers:
+        for rc in provider.inventories:
+            used = provider.usages.get(rc, 0)
+            if used:
+                digest ^= usage_term(provider.uuid, rc, used)
+    return f"{digest:016x}"
+
+
+def same_usage(a: ProviderView, b: ProviderView) -> bool:
+    """Whether two views of a provider agree on everything the ledger holds for it."""
+    return (
+        a.inventories == b.inventories
+        and {rc: n for rc, n in a.usages.items() if n} == {rc: n for rc, n in b.usages.items() if n}
+        and a.traits == b.traits
+        and a.aggregates == b.aggregates
+        and a.parent_uuid == b.parent_uuid
+    )

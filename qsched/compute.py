@@ -21,6 +21,7 @@ agent drops it.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -39,6 +40,7 @@ from qsched.ledger.agents import class_json
 from qsched.ledger.base import Instance, State
 from qsched.ledger.flavors import FlavorNotFound, RedisFlavors
 from qsched.message import BootRequest, DeleteRequest
+from qsched.outbox import Abandoner, Confirmations
 from qsched.resources import check_uuid
 
 LOG = logging.getLogger(__name__)
@@ -122,6 +124,8 @@ class ComputeAPI:
         self._classes: dict[str, tuple[Flavor, Constraints, str]] = {}
         self._flavor_cache: dict[str, tuple[Flavor, str]] = {}  # id -> (flavor, stored form)
         self._zones: set[str] = set()  # zones known to exist (zones are never removed)
+        self.confirmations = Confirmations(stores)  # published boots leave the outbox
+        self.abandoner = Abandoner(self.abandon)  # boots told 503 must never run
 
     # -- servers --
 
@@ -154,10 +158,40 @@ class ComputeAPI:
         # flavorRef is an id or a link ending in one.
         flavor_id = str(flavor_ref).rstrip("/").rsplit("/", 1)[-1]
         constraints = Constraints(availability_zone=availability_zone or None)
+        uuid = str(uuidlib.uuid4())
+        try:
+            instance, request = self._create(
+                context, uuid, name, flavor_id, constraints, image_ref, metadata
+            )
+        except exception.BackendUnavailable as exc:
+            # The create may have run, or may still run once the ledger answers: the
+            # client is told 503, so make sure it never boots.
+            self.abandoner.add(uuid, f"the client was told 503: {exc}")
+            raise
+        try:
+            self.bus.publish_boot(request)
+        except Exception as exc:
+            self._roll_back(instance.uuid, exc)
+            raise
+        self.confirmations.confirmed(instance.uuid, instance.outbox)
+        return instance
+
+    def _create(
+        self,
+        context: RequestContext,
+        uuid: str,
+        name: str,
+        flavor_id: str,
+        constraints: Constraints,
+        image_ref: str,
+        metadata: Mapping[str, str] | None,
+    ) -> tuple[Instance, BootRequest]:
+        """Reserve quota and record the instance; its boot request, not published yet."""
+        availability_zone = constraints.availability_zone
         for fresh in (False, True):
             flavor, stored = self._boot_flavor(flavor_id, fresh)
             request = BootRequest.create(
-                str(uuidlib.uuid4()), context.project_id, context.user_id, flavor, constraints,
+                uuid, context.project_id, context.user_id, flavor, constraints,
                 max_attempts=self._max_attempts, timeout_s=self._timeout_s,
                 request_id=context.request_id,
             )  # fmt: skip
@@ -172,13 +206,8 @@ class ComputeAPI:
                 if fresh:
                     raise
                 continue
-            break
-        try:
-            self.bus.publish_boot(request)
-        except Exception as exc:
-            self._roll_back(instance.uuid, exc)
-            raise
-        return instance
+            return instance, request
+        raise AssertionError("unreachable: the second try raises or returns")
 
     @_ledger_errors
     def get(self, context: RequestContext, uuid: str) -> Instance:
@@ -245,7 +274,10 @@ class ComputeAPI:
         :raises BusUnavailable: the broker did not confirm (503); the instance
             stays deleting and a retried delete publishes again.
         """
-        instance = self.get(context, uuid)
+        return self._delete(self.get(context, uuid), context.request_id)
+
+    def _delete(self, instance: Instance, request_id: str) -> Instance:
+        """Delete a record the caller may delete; see :meth:`delete`."""
         for _ in range(_DELETE_RACES):
             host = instance.host
             if host is None or instance.state not in (State.BUILD, State.ACTIVE):
@@ -255,14 +287,32 @@ class ComputeAPI:
             try:
                 instance = self.stores.instances.mark_deleting(instance.uuid)
             except exception.InstanceNotWaiting:
-                instance = self.get(context, uuid)  # moved meanwhile: decide again
+                instance = self.stores.instances.get(instance.uuid)  # moved: decide again
+                if instance.state == State.DELETED:
+                    raise exception.InstanceNotFound(instance=instance.uuid) from None
                 continue
             if instance.host == host:
                 node = instance.node or host
-                msg = DeleteRequest(context.request_id, instance.uuid, host, node)
+                msg = DeleteRequest(request_id, instance.uuid, host, node)
                 self.bus.publish_delete(host, msg)
                 return instance
-        raise exception.Conflict(reason=f"instance {uuid} kept changing while being deleted")
+        raise exception.Conflict(
+            reason=f"instance {instance.uuid} kept changing while being deleted"
+        )
+
+    @_ledger_errors
+    def abandon(self, uuid: str, reason: str) -> None:
+        """Make sure a boot whose client was told it failed never runs.
+
+        Whether or not its create ran (see :meth:`InstanceStore.abandon`); one the
+        janitor published and an agent placed meanwhile is deleted.
+
+        :raises BackendUnavailable: try again (:class:`~qsched.outbox.Abandoner` does).
+        """
+        state, host = self.stores.instances.abandon(uuid, reason)
+        if host is not None and state in (State.BUILD, State.ACTIVE):
+            with contextlib.suppress(exception.InstanceNotFound):
+                self._delete(self.stores.instances.get(uuid), f"req-abandon-{uuid}")
 
     # -- flavors --
 
@@ -395,9 +445,13 @@ class ComputeAPI:
         reason = f"{type(cause).__name__}: {cause}"
         try:
             self.stores.instances.add_event(uuid, "publish_failed", reason=reason)
-            self.stores.instances.delete(uuid)
+            self.abandon(uuid, f"not published: {reason}")
+        except exception.BackendUnavailable:
+            # The client is told 503: it must not boot when the janitor finds it.
+            LOG.warning("instance %s: rollback failed; abandoning it once the ledger answers",
+                        uuid)  # fmt: skip
+            self.abandoner.add(uuid, f"not published: {reason}")
         except Exception:
-            # The deadline reaper ends it in ERROR and returns its quota.
             LOG.exception("instance %s: rollback failed; the reaper will end it", uuid)
         else:
             LOG.warning("instance %s: not published (%s); ended DELETED", uuid, reason)

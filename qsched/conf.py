@@ -64,6 +64,60 @@ ledger_opts = [
         help="How many times a client re-reads and retries after a generation conflict "
         "before it gives up.",
     ),
+    cfg.FloatOpt(
+        "connect_timeout_s",
+        default=2.0,
+        min=0.1,
+        help="How long a connection to the ledger's Redis may take to open.",
+    ),
+    cfg.FloatOpt(
+        "timeout_s",
+        default=10.0,
+        min=0.1,
+        help="How long one ledger command may take. A stalled ledger then fails the call "
+        "(the API answers 503, an agent gives its request back) instead of hanging; a "
+        "create that ran late anyway is ended by the front door that gave up on it.",
+    ),
+    cfg.StrOpt(
+        "durability",
+        default="async",
+        choices=[
+            (
+                "async",
+                "acknowledged once Redis applied a write; a crash of the ledger's "
+                "machine loses what its server had not written to disk (appendfsync everysec: "
+                "about the last second)",
+            ),
+            (
+                "replica",
+                "acknowledged once durability_replicas replicas hold it (WAIT after "
+                "every state change, in the same round trip); a failover to such a replica "
+                "loses nothing acknowledged",
+            ),
+            (
+                "disk",
+                "acknowledged once on the ledger server's disk: needs the server to run "
+                "appendonly yes with appendfsync always, checked at start",
+            ),
+        ],
+        help="When the ledger counts a write as done, and so what an acknowledged boot, "
+        "claim or delete can lose in a machine crash. docs/reliability.rst gives the cost "
+        "of each in claims per second.",
+    ),
+    cfg.IntOpt(
+        "durability_replicas",
+        default=1,
+        min=1,
+        help="durability = replica: how many replicas must hold a write.",
+    ),
+    cfg.IntOpt(
+        "durability_timeout_ms",
+        default=1000,
+        min=1,
+        help="durability = replica: how long a write waits for its replicas. Past it the "
+        "call fails as if the ledger were down (the API answers 503), although the master "
+        "has the write.",
+    ),
     cfg.IntOpt(
         "max_events",
         default=200,

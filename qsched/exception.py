@@ -115,6 +115,12 @@ class InstanceExists(Conflict):
     msg_fmt = "Instance {instance} already exists."
 
 
+class InstanceAbandoned(Conflict):
+    """The front door told the client this boot failed (its outcome was unknown then)."""
+
+    msg_fmt = "Instance {instance} was abandoned: its client was told the boot failed."
+
+
 class FlavorChanged(Conflict):
     msg_fmt = "Flavor {flavor} changed while the server was being created; try again."
 

@@ -6,6 +6,10 @@ trace. Every claimed, not yet ACTIVE instance is in its host's ``building`` set,
 so once the host's heartbeat has expired the janitor finds those instances
 without scanning, releases their claims and publishes their requests again.
 A restarting agent does the same for itself (:mod:`agents.reconcile`).
+
+The janitor also empties the outbox (:mod:`qsched.outbox`): boot requests recorded
+and never confirmed by the broker (a front door killed in between) are published
+once they have waited ``[scheduler] outbox_grace_s``.
 """
 
 from __future__ import annotations
@@ -20,9 +24,13 @@ from qsched.bus.base import Bus
 from qsched.ledger import Stores
 from qsched.ledger.base import Instance, State
 from qsched.message import BootRequest
+from qsched.outbox import publish_stranded
 from qsched.reaper import Periodic, reap_expired
 
 LOG = logging.getLogger(__name__)
+
+#: The ledger must answer this long after an outage before the outbox is published.
+OUTBOX_SETTLE_S = 5.0
 
 
 @dataclasses.dataclass
@@ -32,6 +40,7 @@ class JanitorReport:
     deleted: list[str] = dataclasses.field(default_factory=list)  # deletes it left undone
     ended: list[str] = dataclasses.field(default_factory=list)  # deleted or ended meanwhile
     failed: list[str] = dataclasses.field(default_factory=list)  # republish failed
+    published: list[str] = dataclasses.field(default_factory=list)  # stranded in the outbox
     dry_run: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,6 +79,7 @@ def requeue_orphan(stores: Stores, bus: Bus, uuid: str, host: str, reason: str) 
     if inst.state != State.BUILD:
         return False
     bus.publish_boot(boot_request_for(inst))
+    stores.instances.outbox_done([(uuid, inst.outbox)] if inst.outbox else [])
     LOG.info("instance %s: claim of %s released (%s), request published again", uuid, host,
              reason)  # fmt: skip
     return True
@@ -82,6 +92,7 @@ def run(
     dry_run: bool = False,
     grace_s: float = 0.0,
     suspects: dict[str, float] | None = None,
+    outbox_grace_s: float | None = None,
 ) -> JanitorReport:
     """Finish the work of every agent whose heartbeat has been expired for ``grace_s``.
 
@@ -94,9 +105,14 @@ def run(
     count from that moment: after a ledger outage every heartbeat has expired at
     once, and live agents must get the time to beat again before being judged.
     Without it the grace counts from the agent's last heartbeat.
+
+    ``outbox_grace_s`` (not for a dry run): also publish the boot requests that
+    have waited that long in the outbox.
     """
     now = time.time() if now is None else now
     report = JanitorReport(dry_run=dry_run or bus is None)
+    if outbox_grace_s is not None and bus is not None and not report.dry_run:
+        report.published = publish_stranded(stores, bus, outbox_grace_s, boot_request_for)
     for agent in stores.agents.list():
         if agent.alive:
             if suspects is not None:
@@ -132,8 +148,42 @@ def _requeue(stores: Stores, bus: Bus | None, report: JanitorReport, uuid: str, 
     (report.requeued if done else report.ended).append(uuid)
 
 
+class OutboxPass:
+    """The janitor's outbox pass, run only once the ledger has answered for ``settle_s``.
+
+    After a ledger outage the front doors retry their abandons first (a client
+    told 503 must not see its server boot): each retries at least every second,
+    so waiting a few seconds of steady answers lets them land before this pass
+    could publish what they abandon.
+    """
+
+    def __init__(self, stores: Stores, bus: Bus, grace_s: float, settle_s: float) -> None:
+        self.stores = stores
+        self.bus = bus
+        self.grace_s = grace_s
+        self.settle_s = settle_s
+        self._up_since: float | None = None
+
+    def __call__(self) -> list[str]:
+        now = time.monotonic()
+        try:
+            self.stores.store.server_time()
+        except exception.BackendUnavailable:
+            self._up_since = None
+            raise
+        if self._up_since is None:
+            self._up_since = now
+        if now - self._up_since < self.settle_s:
+            return []
+        try:
+            return publish_stranded(self.stores, self.bus, self.grace_s, boot_request_for)
+        except exception.BackendUnavailable:
+            self._up_since = None
+            raise
+
+
 def start_periodic_tasks(conf: Any, stores: Stores, bus: Bus) -> list[Periodic]:
-    """The API service's housekeeping: the deadline reaper and this janitor."""
+    """The API service's housekeeping: the deadline reaper, this janitor, the outbox."""
     tasks = []
     if conf.scheduler.reap_interval_s:
         tasks.append(Periodic("reaper", conf.scheduler.reap_interval_s,
@@ -146,6 +196,9 @@ def start_periodic_tasks(conf: Any, stores: Stores, bus: Bus) -> list[Periodic]:
             return run(stores, bus, grace_s=grace_s, suspects=suspects)
 
         tasks.append(Periodic("janitor", conf.scheduler.janitor_interval_s, janitor))
+    if conf.scheduler.outbox_interval_s:
+        outbox = OutboxPass(stores, bus, conf.scheduler.outbox_grace_s, OUTBOX_SETTLE_S)
+        tasks.append(Periodic("outbox", conf.scheduler.outbox_interval_s, outbox))
     for task in tasks:
         task.start()
     return tasks

@@ -63,9 +63,14 @@ class Periodic(threading.Thread):
         self.interval_s = interval_s
         self.fn = fn
         self._stop_event = threading.Event()
+        self._wake = threading.Event()
 
     def run(self) -> None:
-        while not self._stop_event.wait(self.interval_s):
+        while True:
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stop_event.is_set():
+                return
             try:
                 self.fn()
             except Exception:
@@ -73,5 +78,10 @@ class Periodic(threading.Thread):
                     "periodic task %s failed; next try in %.1fs", self.name, self.interval_s
                 )
 
+    def wake(self) -> None:
+        """Run ``fn`` now rather than at the end of the interval."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop_event.set()
+        self._wake.set()

@@ -13,17 +13,26 @@ Features
 - ``spawn_hook(instance_uuid, node)``: called when a spawn has done everything but record the
   instance. A test can raise there (the spawn records nothing) or block there (the spawn stays
   in flight) to inject faults at a known point. It may be set or cleared at any time.
+- ``state_path``: the simulated hypervisor's memory of what runs where, kept in a file so that
+  it outlives the agent process, as VMs outlive a killed nova-compute. Each spawn and destroy
+  appends one line (``+ <uuid> <node>`` or ``- <uuid> <node>``, flushed to the operating
+  system, so a SIGKILL of the agent loses none); the file is replayed and compacted when the
+  driver starts. Unset: the VMs live only in this process. :func:`read_state` reads the file
+  from another process (a test harness checking what runs).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import MappingProxyType
+from typing import IO
 
 from agents.virt.base import NodeInfo, NodeNotFound, ProviderInfo, SpawnFailed, VirtDriver
 from qsched import exception
@@ -84,6 +93,7 @@ class FakeDriver(VirtDriver):
         seed: int = 0,
         spawn_hook: SpawnHook | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        state_path: str | os.PathLike[str] | None = None,
     ) -> None:
         _check_config(node_count, spawn_delay_s, failure_rate)
         self.host = host
@@ -104,6 +114,9 @@ class FakeDriver(VirtDriver):
             MappingProxyType({rc: Inventory(n) for rc, n in child.resources.items()})
             for child in self.node_spec.children
         ]
+        self._log: IO[str] | None = None
+        if state_path is not None:
+            self._log = self._load(Path(state_path))
 
     def nodes(self) -> list[NodeInfo]:
         """Every node, sorted by name. Built on each call: O(node_count)."""
@@ -147,6 +160,7 @@ class FakeDriver(VirtDriver):
                 self._where[instance_uuid] = node
                 self._instances[node].add(instance_uuid)
                 self._failures.pop(instance_uuid, None)
+                self._note("+", instance_uuid, node)
 
     def destroy(self, instance_uuid: str, node: str) -> bool:
         """Forget an instance. See VirtDriver."""
@@ -156,6 +170,7 @@ class FakeDriver(VirtDriver):
                 return False
             del self._where[instance_uuid]
             self._instances[node].discard(instance_uuid)
+            self._note("-", instance_uuid, node)
             return True
 
     def list_instances(self, node: str) -> list[str]:
@@ -163,6 +178,31 @@ class FakeDriver(VirtDriver):
         self._check_node(node)
         with self._lock:
             return sorted(self._instances[node])
+
+    def close(self) -> None:
+        """Close the state file, if any (the VMs stay in it)."""
+        with self._lock:
+            log, self._log = self._log, None
+        if log is not None:
+            log.close()
+
+    def _load(self, path: Path) -> IO[str]:
+        """Replay the state file, rewrite it compacted, and keep it open for appends."""
+        for uuid, node in read_state(path).items():
+            if node in self._instances:  # a node this driver no longer has is forgotten
+                self._where[uuid] = node
+                self._instances[node].add(uuid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = path.with_name(path.name + ".new")
+        with open(fresh, "w") as out:
+            out.writelines(f"+ {uuid} {node}\n" for uuid, node in sorted(self._where.items()))
+        os.replace(fresh, path)
+        return open(path, "a", buffering=1)  # line-buffered: each line reaches the OS at once
+
+    def _note(self, sign: str, instance_uuid: str, node: str) -> None:
+        """Append one change to the state file. Call with the lock held."""
+        if self._log is not None:
+            self._log.write(f"{sign} {instance_uuid} {node}\n")
 
     def _check_node(self, node: str) -> None:
         if node not in self._instances:
@@ -187,6 +227,25 @@ class FakeDriver(VirtDriver):
         key = f"{self.seed}:{instance_uuid}:{node}:{failures}".encode()
         digest = hashlib.sha256(key).digest()
         return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def read_state(path: str | os.PathLike[str]) -> dict[str, str]:
+    """What a state file says runs: instance uuid -> node. A torn last line is ignored."""
+    where: dict[str, str] = {}
+    try:
+        with open(path) as lines:
+            for line in lines:
+                fields = line.split()
+                if len(fields) != 3 or fields[0] not in ("+", "-") or not line.endswith("\n"):
+                    continue
+                sign, uuid, node = fields
+                if sign == "+":
+                    where[uuid] = node
+                elif where.get(uuid) == node:
+                    del where[uuid]
+    except FileNotFoundError:
+        pass
+    return where
 
 
 def _check_config(node_count: int, spawn_delay_s: float, failure_rate: float) -> None:

@@ -259,7 +259,11 @@ def janitor() -> None:
 @admin_command()
 def janitor_run(admin: Admin, dry_run: bool, fmt: str) -> None:
     """Once: release the unfinished claims of agents whose heartbeat has expired and
-    publish their requests again."""
+    publish their requests again; publish the boot requests that stayed in the outbox
+    longer than [scheduler] outbox_grace_s (recorded, never confirmed by the broker)."""
     bus = None if dry_run else admin.bus
-    report = qjanitor.run(admin.stores, bus, now=admin.now(), dry_run=dry_run).to_dict()
+    report = qjanitor.run(
+        admin.stores, bus, now=admin.now(), dry_run=dry_run,
+        outbox_grace_s=admin.conf.scheduler.outbox_grace_s,
+    ).to_dict()  # fmt: skip
     echo(views.to_json(report) if fmt == "json" else views.key_values(sorted(report.items())))

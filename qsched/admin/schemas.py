@@ -251,6 +251,7 @@ JANITOR = {
         "requeued": array(STRING),
         "ended": array(STRING),
         "failed": array(STRING),
+        "published": array(STRING),
         "dry_run": BOOL,
     },
     "required": ["dead_agents", "requeued", "dry_run"],

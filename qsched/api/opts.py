@@ -77,6 +77,22 @@ scheduler_opts = [
         "silent, so that after a ledger outage live agents can beat again first.",
     ),
     cfg.FloatOpt(
+        "outbox_grace_s",
+        default=10.0,
+        min=1.0,
+        help="A boot request recorded and not confirmed by the broker for this long (a "
+        "front door killed in between, an agent that could not reschedule) is published "
+        "by the janitor. Keep it above a publish's worst case (about connect_timeout_s + "
+        "confirm_timeout_s): a copy published meanwhile is harmless, only wasted.",
+    ),
+    cfg.FloatOpt(
+        "outbox_interval_s",
+        default=2.0,
+        min=0.0,
+        help="Seconds between the janitor's passes over the outbox in the API service; "
+        "0: off. Safe in every worker: two never take the same entry.",
+    ),
+    cfg.FloatOpt(
         "janitor_interval_s",
         default=10.0,
         min=0.0,

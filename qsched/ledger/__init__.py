@@ -15,7 +15,7 @@ from qsched.ledger.base import Usage
 from qsched.ledger.instances import RedisInstances
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
-from qsched.ledger.redis import RedisStore, connect
+from qsched.ledger.redis import Durability, RedisStore, connect
 from qsched.resources import DISK_GB, MEMORY_MB, VCPU
 
 
@@ -31,8 +31,17 @@ class Stores:
 
 
 def open_stores(conf: cfg.ConfigOpts, url: str | None = None) -> Stores:
-    """Open the stores at ``url`` (default ``[ledger] url``) with the configured defaults."""
-    store = RedisStore(connect(url or conf.ledger.url), conf.ledger.cell, conf.ledger.max_events)
+    """Open the stores at ``url`` (default ``[ledger] url``) with the configured defaults.
+
+    :raises Invalid: the server cannot keep the ``[ledger] durability`` promise.
+    :raises BackendUnavailable: it could not be asked (only for ``replica`` and ``disk``).
+    """
+    durability = Durability(
+        conf.ledger.durability, conf.ledger.durability_replicas, conf.ledger.durability_timeout_ms
+    )
+    client = connect(url or conf.ledger.url, conf.ledger.connect_timeout_s, conf.ledger.timeout_s)
+    store = RedisStore(client, conf.ledger.cell, conf.ledger.max_events, durability)
+    store.check_durability()
     ratios = {
         VCPU: conf.ledger.cpu_allocation_ratio,
         MEMORY_MB: conf.ledger.ram_allocation_ratio,

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from qsched.ledger.redis import RedisStore, text, text_map
+from qsched.ledger.redis import RedisStore, maps_errors, text, text_map
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,6 +18,7 @@ class AgentInfo:
     detail: Mapping[str, Any]
 
 
+@maps_errors
 class RedisAgents:
     """Who is alive (a key with a time to live per agent), which classes and zones exist."""
 

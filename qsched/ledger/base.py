@@ -145,6 +145,9 @@ class Instance:
     launched_at: float | None = None  # when it went ACTIVE
     quota: Usage | None = None  # what it holds against its project's quota, if anything
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The outbox entry that create or requeue just made (not stored in the record):
+    # give it to InstanceStore.outbox_done once the boot request is published.
+    outbox: str | None = dataclasses.field(default=None, compare=False)
 
 
 class Ledger(abc.ABC):
@@ -205,6 +208,10 @@ class Ledger(abc.ABC):
         :raises InventoryInUse: an inventory would drop below its usage.
         :raises Invalid: a malformed spec; nothing is written.
         """
+
+    @abc.abstractmethod
+    def get_providers(self, uuids: Sequence[str]) -> dict[str, Provider]:
+        """Those of ``uuids`` that exist, in few round trips (a thousand per trip)."""
 
     @abc.abstractmethod
     def list_providers(self) -> list[Provider]:
@@ -269,6 +276,13 @@ class Ledger(abc.ABC):
         :raises InstanceNotFound:
         :raises InstanceNotWaiting: deleted, in error, or claimed by another host.
         :raises: everything :meth:`put_allocations` raises.
+        """
+
+    @abc.abstractmethod
+    def release_unexplained(self, consumer_uuid: str, host: str, provider_uuid: str) -> bool:
+        """Release a consumer's allocations found on ``host``'s provider, in one atomic
+        step with the check that no live instance of ``host`` explains them (its record
+        is gone, ended, or names another host). False if they are explained or moved.
         """
 
     @abc.abstractmethod
@@ -341,9 +355,15 @@ class InstanceStore(abc.ABC):
         :func:`qsched.ledger.agents.class_json`), is published for agents in
         the same step unless the class is known.
 
+        The instance enters the outbox as well, until its boot request is published
+        (:meth:`outbox_done` with the returned ``outbox``); the janitor publishes
+        what stays there too long (:meth:`outbox_take`).
+
         :raises QuotaExceeded: nothing recorded.
         :raises InstanceExists: the uuid is taken.
         :raises FlavorChanged: ``expect_flavor`` is out of date; nothing recorded.
+        :raises InstanceAbandoned: the caller already gave up on this uuid
+            (:meth:`abandon`); nothing recorded.
         """
 
     @abc.abstractmethod
@@ -433,3 +453,30 @@ class InstanceStore(abc.ABC):
     @abc.abstractmethod
     def forget_deadline(self, uuid: str) -> None:
         """Drop an instance from the deadline index (its record is gone)."""
+
+    @abc.abstractmethod
+    def abandon(self, uuid: str, reason: str) -> tuple[State | None, str | None]:
+        """Make sure a boot whose client was told it failed never runs.
+
+        For a create whose outcome the caller does not know (a timeout): with no
+        record yet, a mark makes a create arriving later refuse; a waiting,
+        unclaimed instance ends DELETED with its quota back. Returns the state
+        after (None: no record) and, for a placed instance, its host: the caller
+        then deletes it as a client would. Idempotent.
+        """
+
+    @abc.abstractmethod
+    def outbox_take(self, grace_s: float, limit: int = 100) -> list[tuple[str, str]]:
+        """Instances whose boot request has waited over ``grace_s`` (server time) to be
+        published, with the new outbox entry each now has: publish each, then
+        :meth:`outbox_done`. Two callers never take the same one within ``grace_s``.
+        """
+
+    @abc.abstractmethod
+    def outbox_done(self, entries: Sequence[tuple[str, str]]) -> int:
+        """Clear outbox entries ``(uuid, outbox)`` whose request the broker confirmed;
+        an entry made since (a requeue) stays. Returns how many were cleared."""
+
+    @abc.abstractmethod
+    def unpublished(self, limit: int = 100) -> list[tuple[str, float]]:
+        """The oldest outbox entries: (uuid, seconds waiting), oldest first."""

@@ -19,7 +19,7 @@ import redis
 
 from qsched import exception
 from qsched.flavors import Flavor, check_flavor
-from qsched.ledger.redis import RedisStore, canonical_json, text, text_map
+from qsched.ledger.redis import RedisStore, canonical_json, maps_errors, text, text_map
 
 _MAX_WATCH_RETRIES = 20
 
@@ -85,6 +85,7 @@ class FlavorStore(abc.ABC):
         """
 
 
+@maps_errors
 class RedisFlavors(FlavorStore):
     def __init__(self, store: RedisStore) -> None:
         self.store = store
@@ -148,6 +149,7 @@ class RedisFlavors(FlavorStore):
             pipe.hdel(self.keys.classes, *classes)
         if not pipe.execute()[0]:
             raise FlavorNotFound(flavor=flavor_id)
+        self.store.barrier()
         return flavor
 
     def _classes_of(self, client: Any, flavor_names: set[str]) -> builtins.list[str]:
@@ -178,6 +180,7 @@ class RedisFlavors(FlavorStore):
                     if classes:
                         pipe.hdel(self.keys.classes, *classes)
                     pipe.execute()
+                    self.store.barrier()
                     return flavor
                 except redis.WatchError:
                     continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -9,10 +10,22 @@ from typing import Any
 from qsched import exception
 from qsched.ledger.base import Event, Instance, InstanceStore, State, TaskState, Usage
 from qsched.ledger.quota import RedisQuota
-from qsched.ledger.redis import RedisStore, canonical_json, read_many, text, text_map
+from qsched.ledger.redis import (
+    RedisStore,
+    canonical_json,
+    maps_errors,
+    read_many,
+    text,
+    text_map,
+)
 from qsched.resources import check_uuid
 
+#: How long a mark left by abandon keeps a late create out. A create can only arrive
+#: late by waiting in a stalled server's buffers, which a day outlasts by far.
+ABANDON_MARK_S = 86400
 
+
+@maps_errors
 class RedisInstances(InstanceStore):
     def __init__(self, store: RedisStore, quota: RedisQuota) -> None:
         self.store = store
@@ -38,7 +51,7 @@ class RedisInstances(InstanceStore):
         }
         now, deadline = self.store.now(), float(deadline)
         quota = Usage(1, int(flavor["vcpus"]), int(flavor["ram_mb"]))
-        self.store.run(
+        result = self.store.run(
             "instance_create",
             self.keys.instance(uuid),
             uuid,
@@ -57,7 +70,7 @@ class RedisInstances(InstanceStore):
         return Instance(
             uuid, instance.project_id, instance.user_id, instance.name, flavor, State.BUILD,
             TaskState.SCHEDULING, created_at=now, updated_at=now, deadline=deadline,
-            quota=quota, extra=extra,
+            quota=quota, extra=extra, outbox=result["outbox"],
         )  # fmt: skip
 
     def get(self, uuid: str) -> Instance:
@@ -105,8 +118,10 @@ class RedisInstances(InstanceStore):
     def requeue(
         self, uuid: str, host: str | None, reason: str, claimed_only: bool = False
     ) -> Instance:
-        self._run("instance_requeue", uuid, host or "", reason, "1" if claimed_only else "")
-        return self.get(uuid)
+        result = self._run(
+            "instance_requeue", uuid, host or "", reason, "1" if claimed_only else ""
+        )
+        return dataclasses.replace(self.get(uuid), outbox=result.get("outbox"))
 
     def set_error(self, uuid: str, message: str, details: Mapping[str, Any]) -> bool:
         fault = {"code": 500, "message": message, "details": dict(details),
@@ -135,6 +150,30 @@ class RedisInstances(InstanceStore):
 
     def forget_deadline(self, uuid: str) -> None:
         self.store.client.zrem(self.keys.deadlines, uuid)
+
+    def abandon(self, uuid: str, reason: str) -> tuple[State | None, str | None]:
+        uuid = check_uuid(uuid, "Instance UUID")
+        result = self._run("instance_abandon", uuid, reason, ABANDON_MARK_S)
+        state = result["state"]
+        return (None if state == "absent" else State(state)), (result.get("host") or None)
+
+    def outbox_take(self, grace_s: float, limit: int = 100) -> list[tuple[str, str]]:
+        result = self.store.run("outbox_take", self.keys.outbox, repr(float(grace_s)), limit)
+        taken = result["taken"] or []  # cjson writes an empty table as {}
+        return [(str(entry[0]), str(entry[1])) for entry in taken]
+
+    def outbox_done(self, entries: Sequence[tuple[str, str]]) -> int:
+        if not entries:
+            return 0
+        pairs = [item for entry in entries for item in entry]
+        return int(self.store.run("outbox_done", self.keys.outbox, *pairs)["cleared"])
+
+    def unpublished(self, limit: int = 100) -> list[tuple[str, float]]:
+        oldest: list[Any] = self.store.client.zrange(
+            self.keys.outbox, 0, limit - 1, withscores=True
+        )
+        now = self.store.server_time()
+        return [(text(uuid), max(0.0, now - float(score))) for uuid, score in oldest]
 
     def _run(self, script: str, uuid: str, *args: Any) -> dict[str, Any]:
         return self.store.run(

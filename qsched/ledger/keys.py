@@ -75,6 +75,21 @@ class Keyspace:
     def instance_events(self, uuid: str) -> str:
         return f"{self.prefix}inst:{uuid}:events"
 
+    def instance_abandoned(self, uuid: str) -> str:
+        """String with a time to live: the client was told this boot failed; never create it."""
+        return f"{self.prefix}inst:{uuid}:abandoned"
+
+    @property
+    def outbox(self) -> str:
+        """Sorted set: instances waiting for their boot request to be published, by when
+        (server time) they started waiting; the janitor publishes those left too long."""
+        return f"{self.prefix}outbox"
+
+    @property
+    def durability_barrier(self) -> str:
+        """Counter written before a WAIT that covers writes made on other connections."""
+        return f"{self.prefix}durability-barrier"
+
     def project_instances(self, project_id: str) -> str:
         return f"{self.prefix}project:{project_id}:instances"
 

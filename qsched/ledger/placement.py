@@ -17,7 +17,14 @@ from qsched.ledger.base import (
     Provider,
     ProviderSpec,
 )
-from qsched.ledger.redis import RedisStore, canonical_json, read_many, text, text_map
+from qsched.ledger.redis import (
+    RedisStore,
+    canonical_json,
+    maps_errors,
+    read_many,
+    text,
+    text_map,
+)
 from qsched.resources import (
     DISK_GB,
     MEMORY_MB,
@@ -32,6 +39,7 @@ _MAX_AMOUNT = 2**31 - 1
 _LIST_CHUNK = 1000  # providers read per round trip by list_providers
 
 
+@maps_errors
 class RedisLedger(Ledger):
     def __init__(self, store: RedisStore, default_ratios: Mapping[str, float] | None = None):
         self.store = store
@@ -121,7 +129,10 @@ class RedisLedger(Ledger):
 
     def list_providers(self) -> list[Provider]:
         uuids = sorted(text(u) for u in self.store.client.smembers(self.keys.providers))
-        found = []
+        return list(self.get_providers(uuids).values())
+
+    def get_providers(self, uuids: Sequence[str]) -> dict[str, Provider]:
+        found: dict[str, Provider] = {}
         for start in range(0, len(uuids), _LIST_CHUNK):
             chunk = uuids[start : start + _LIST_CHUNK]
             pipe = self.store.client.pipeline(transaction=False)
@@ -133,7 +144,7 @@ class RedisLedger(Ledger):
             for i, uuid in enumerate(chunk):
                 fields, traits, aggs = replies[3 * i : 3 * i + 3]
                 if fields:  # deleted since the SMEMBERS
-                    found.append(_provider(uuid, text_map(fields), traits, aggs))
+                    found[uuid] = _provider(uuid, text_map(fields), traits, aggs)
         return found
 
     def default_inventory(self, resource_class: str, total: int, **fields: Any) -> Inventory:
@@ -250,6 +261,14 @@ class RedisLedger(Ledger):
             self.store.now(),
             self.store.max_events,
         )
+
+    def release_unexplained(self, consumer_uuid: str, host: str, provider_uuid: str) -> bool:
+        consumer_uuid = check_uuid(consumer_uuid, "Consumer UUID")
+        result = self.store.run(
+            "release_unexplained", self.keys.consumer(consumer_uuid), consumer_uuid, host,
+            provider_uuid,
+        )  # fmt: skip
+        return bool(result["released"])
 
     def release(self, instance_uuid: str, host: str | None = None, reason: str = "") -> bool:
         result = self.store.run(

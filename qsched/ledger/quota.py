@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from qsched import exception
 from qsched.ledger.base import QuotaStore, Usage
-from qsched.ledger.redis import RedisStore, text_map
+from qsched.ledger.redis import RedisStore, maps_errors, text_map
 
 
+@maps_errors
 class RedisQuota(QuotaStore):
     def __init__(self, store: RedisStore, defaults: Usage) -> None:
         self.store = store
@@ -39,6 +40,7 @@ class RedisQuota(QuotaStore):
                 raise exception.Invalid(reason=f"quota {name!s} must be an integer >= -1")
         if changes:
             self.store.client.hset(self.keys.quota_limits(project_id), mapping=dict(changes))  # type: ignore[arg-type]
+            self.store.barrier()
         return self.get_limits(project_id)
 
     def get_usage(self, project_id: str) -> Usage:

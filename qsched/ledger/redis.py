@@ -11,17 +11,40 @@ Connection string
     ``fakeredis://[name]``: an in-process fakeredis server with Lua, shared by
     every store of this process opened with the same name. Embedded default
     and tests only; nothing survives the process.
+
+Durability (``[ledger] durability``, see :class:`Durability`)
+    ``async``: a write is acknowledged once Redis applied it; what a crash of
+    the machine loses is what the server had not written to disk yet
+    (``appendfsync everysec``: about the last second).
+    ``replica``: every state change is followed by ``WAIT``, on the same
+    connection and in the same round trip, and is acknowledged only once
+    ``replicas`` replicas hold it; fewer within the timeout is
+    :class:`~qsched.exception.BackendUnavailable` (the write did happen on
+    the master: callers treat it as an outcome they do not know, as after a
+    timeout).
+    ``disk``: acknowledged once on the server's disk. Redis before 7.2 has no
+    ``WAITAOF``, so the server must run ``appendonly yes`` with ``appendfsync
+    always`` (it then writes and fsyncs the AOF before it answers); the store
+    checks that when it opens and refuses to run otherwise.
+
+Errors
+    Every call of a store class decorated with :func:`maps_errors` turns a
+    lost or refusing Redis (connection refused or dropped, timeout, loading,
+    read-only replica, out of memory) into
+    :class:`~qsched.exception.BackendUnavailable`, so that no caller mistakes
+    an outage for bad input.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import threading
 import time
 from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import fakeredis
@@ -30,19 +53,29 @@ import redis
 from qsched import exception
 from qsched.ledger.keys import Keyspace
 
+DURABILITY_MODES = ("async", "replica", "disk")
+T = TypeVar("T")
+
 _fake_servers: dict[str, fakeredis.FakeServer] = {}
 _fake_lock = threading.Lock()
 
 
-def connect(url: str) -> redis.Redis:
-    """Return a client for ``url`` (see the module docstring)."""
+def connect(url: str, connect_timeout_s: float = 2.0, timeout_s: float = 10.0) -> redis.Redis:
+    """Return a client for ``url`` (see the module docstring).
+
+    ``timeout_s`` bounds every command: a stalled server makes a call fail with
+    BackendUnavailable after it (and the API answer 503) rather than hang.
+    """
     if url.startswith("fakeredis://"):
         name = urlsplit(url).netloc or "default"
         with _fake_lock:
             server = _fake_servers.setdefault(name, fakeredis.FakeServer())
         return fakeredis.FakeRedis(server=server)
     return redis.Redis.from_url(
-        url, socket_connect_timeout=2, socket_timeout=10, health_check_interval=30
+        url,
+        socket_connect_timeout=connect_timeout_s,
+        socket_timeout=timeout_s,
+        health_check_interval=30,
     )
 
 
@@ -67,20 +100,102 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "instance_exists": exception.InstanceExists,
         "flavor_changed": exception.FlavorChanged,
         "not_waiting": exception.InstanceNotWaiting,
+        "abandoned": exception.InstanceAbandoned,
     }
 
 
 _ERRORS = _error_map()
 
 
+#: Redis replies that mean "not now" rather than "not this": the server is loading,
+#: read-only (a replica, during a failover), out of memory, busy with a script, or
+#: short of replicas for ``min-replicas-to-write``.
+_UNAVAILABLE_REPLIES = ("LOADING", "READONLY", "OOM", "BUSY", "NOREPLICAS", "MASTERDOWN",
+                        "CLUSTERDOWN", "TRYAGAIN")  # fmt: skip
+#: and the classes redis-py parses some of them into (the prefix is gone from their text)
+_UNAVAILABLE_ERRORS = (
+    redis.ConnectionError,  # refused, dropped, loading (BusyLoadingError)
+    redis.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.OutOfMemoryError,
+    redis.exceptions.ClusterDownError,  # and MasterDownError
+    redis.exceptions.TryAgainError,
+)
+
+
+def unavailable(exc: BaseException) -> exception.BackendUnavailable | None:
+    """The BackendUnavailable a Redis error means, or None if it is not an outage."""
+    if isinstance(exc, exception.BackendUnavailable):
+        return exc
+    outage = isinstance(exc, _UNAVAILABLE_ERRORS) or (
+        isinstance(exc, redis.ResponseError) and str(exc).startswith(_UNAVAILABLE_REPLIES)
+    )
+    if not outage:
+        return None
+    return exception.BackendUnavailable(backend="Redis", url="ledger", reason=exc)
+
+
+def mapped(method: Callable[..., T]) -> Callable[..., T]:
+    """``method`` with Redis outages raised as BackendUnavailable (see :func:`unavailable`)."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> T:
+        try:
+            return method(*args, **kwargs)
+        except redis.RedisError as exc:
+            down = unavailable(exc)
+            if down is None:
+                raise
+            raise down from exc
+
+    return call
+
+
+C = TypeVar("C", bound=type)
+
+
+def maps_errors(cls: C) -> C:
+    """Class decorator: every public method of ``cls`` maps Redis outages (:func:`mapped`)."""
+    for name, value in list(vars(cls).items()):
+        if callable(value) and not name.startswith("_"):
+            setattr(cls, name, mapped(value))
+    return cls
+
+
+@dataclasses.dataclass(frozen=True)
+class Durability:
+    """When a write counts as done; the ``[ledger] durability`` options (see the module doc)."""
+
+    mode: str = "async"
+    replicas: int = 1  # replica: how many must hold a write
+    timeout_ms: int = 1000  # replica: how long a write waits for them
+
+    def __post_init__(self) -> None:
+        if self.mode not in DURABILITY_MODES:
+            modes = ", ".join(DURABILITY_MODES)
+            raise exception.Invalid(reason=f"[ledger] durability {self.mode!r}: use one of {modes}")
+        if self.replicas < 1 or self.timeout_ms < 1:
+            raise exception.Invalid(
+                reason="[ledger] durability_replicas and durability_timeout_ms must be >= 1"
+            )
+
+
 class RedisStore:
     """A cell's keyspace on one Redis, with the scripts loaded once."""
 
-    def __init__(self, client: redis.Redis, cell: str = "cell1", max_events: int = 200) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        cell: str = "cell1",
+        max_events: int = 200,
+        durability: Durability | None = None,
+    ) -> None:
         self.client = client
         self.keys = Keyspace(cell)
         self.max_events = max_events
+        self.durability = durability or Durability()
         self._scripts: dict[str, Any] = {}
+        self._wait = self.durability.mode == "replica"
 
     def script(self, name: str) -> Any:
         """The registered script ``name`` (lib.lua prepended), loaded on first use."""
@@ -90,16 +205,104 @@ class RedisStore:
         return found
 
     def run(self, name: str, key: str, *args: Any) -> dict[str, Any]:
-        """Run script ``name`` on ``key``'s slot; raise its error as a qsched exception."""
+        """Run script ``name`` on ``key``'s slot; raise its error as a qsched exception.
+
+        With ``replica`` durability the script and a ``WAIT`` go in one round trip.
+        :raises BackendUnavailable: Redis is down, or (``replica``) too few
+            replicas acknowledged in time: the write may have happened.
+        """
+        argv = [self.keys.prefix, *args]
         try:
-            raw = self.script(name)(keys=[key], args=[self.keys.prefix, *args])
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise exception.BackendUnavailable(backend="Redis", url="ledger", reason=exc) from exc
+            if self._wait:
+                raw = self._run_and_wait(self.script(name), key, argv)
+            else:
+                raw = self.script(name)(keys=[key], args=argv)
+        except redis.RedisError as exc:
+            down = unavailable(exc)
+            if down is None:
+                raise
+            raise down from exc
         result: dict[str, Any] = json.loads(raw)
         code = result.pop("error", None)
         if code is not None:
             raise _ERRORS[code](**result)
         return result
+
+    def _run_and_wait(self, script: Any, key: str, argv: list[Any]) -> Any:
+        """EVALSHA then WAIT on one connection (WAIT counts that connection's writes)."""
+        for _attempt in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.execute_command("EVALSHA", script.sha, 1, key, *argv)
+            pipe.execute_command("WAIT", self.durability.replicas, self.durability.timeout_ms)
+            raw, acked = pipe.execute(raise_on_error=False)
+            if isinstance(raw, redis.exceptions.NoScriptError):
+                script.sha = self.client.script_load(script.script)  # a restarted server
+                continue
+            if isinstance(raw, Exception):
+                raise raw
+            self._check_acked(acked)
+            return raw
+        raise redis.exceptions.NoScriptError("the script could not be loaded")
+
+    def _check_acked(self, acked: Any) -> None:
+        if isinstance(acked, Exception):
+            raise acked
+        if int(acked) < self.durability.replicas:
+            raise exception.BackendUnavailable(
+                backend="Redis",
+                url="ledger",
+                reason=f"the write is on the master but {acked} of {self.durability.replicas} "
+                f"replicas acknowledged it within {self.durability.timeout_ms} ms "
+                "([ledger] durability = replica)",
+            )
+
+    @mapped
+    def barrier(self) -> None:
+        """Wait until every write made so far, on any connection, is as durable as set.
+
+        For writes that are not scripts (the flavor catalog, quota limits): under
+        ``replica`` a small write followed by ``WAIT`` on one connection; replicas
+        apply the stream in order, so its acknowledgement covers what came before.
+        """
+        if not self._wait:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        pipe.incr(self.keys.durability_barrier)
+        pipe.execute_command("WAIT", self.durability.replicas, self.durability.timeout_ms)
+        self._check_acked(pipe.execute()[1])
+
+    @mapped
+    def check_durability(self) -> None:
+        """Check the server can keep the promise of the durability setting.
+
+        :raises Invalid: ``disk`` on a server without ``appendonly yes`` and
+            ``appendfsync always``, or either mode on fakeredis; the message
+            says what to change.
+        """
+        mode = self.durability.mode
+        if mode == "async":
+            return
+        if isinstance(self.client, fakeredis.FakeRedis):
+            raise exception.Invalid(
+                reason=f"[ledger] durability = {mode} needs a real Redis: fakeredis keeps "
+                "nothing on disk and has no replicas; use durability = async"
+            )
+        if mode == "disk":
+            raw = {**self.client.config_get("appendonly"), **self.client.config_get("appendfsync")}
+            found = {text(k): text(v) for k, v in raw.items()}
+            if (found.get("appendonly"), found.get("appendfsync")) != ("yes", "always"):
+                raise exception.Invalid(
+                    reason="[ledger] durability = disk needs the ledger's Redis to run with "
+                    "appendonly yes and appendfsync always (it has appendonly "
+                    f"{found.get('appendonly')}, appendfsync {found.get('appendfsync')}): set "
+                    "them in redis.conf, or choose durability = replica or async"
+                )
+
+    @mapped
+    def server_time(self) -> float:
+        """The ledger server's clock (the outbox ages by it, whatever the callers' clocks)."""
+        seconds, micros = self.client.time()
+        return float(seconds) + float(micros) / 1e6
 
     @staticmethod
     def now() -> float:

@@ -101,6 +101,7 @@ if claim then
     redis.call("HSET", ikey, "host", host, "node", node, "task_state", "spawning",
                "updated_at", now)
     redis.call("SADD", P .. "host:" .. host .. ":building", consumer)
+    outbox_drop(consumer)  -- its request arrived: nothing left to publish
     add_event(consumer, now, "claimed", host, node, new, max_events)
 end
 return reply({generation = gen})

@@ -14,6 +14,10 @@ local ikey = P .. "inst:" .. uuid
 if redis.call("EXISTS", ikey) == 1 then
     return fail("instance_exists", {instance = uuid})
 end
+-- the front door gave up on this create (it answered 503) before it ran here
+if redis.call("EXISTS", ikey .. ":abandoned") == 1 then
+    return fail("abandoned", {instance = uuid})
+end
 -- a caller that read the flavor earlier (a cache) learns here if it changed since
 if flavor_id ~= "" and redis.call("HGET", P .. "flavors", flavor_id) ~= flavor_stored then
     return fail("flavor_changed", {flavor = flavor_id})
@@ -33,5 +37,7 @@ redis.call("HSET", ikey, unpack(fields))
 if class_name ~= "" then redis.call("HSETNX", P .. "classes", class_name, class_definition) end
 redis.call("SADD", P .. "project:" .. project .. ":instances", uuid)
 redis.call("ZADD", P .. "deadlines", deadline, uuid)
+-- until its publish is confirmed: the janitor publishes it otherwise
+local outbox = outbox_add(uuid)
 add_event(uuid, now, "accepted", nil, nil, {deadline = tonumber(deadline)}, max_events)
-return reply({created = true})
+return reply({created = true, outbox = outbox})

@@ -15,21 +15,17 @@ local others = host ~= "" and claimed_by ~= host and (claimed_only or claimed_by
 if inst[1] ~= "BUILD" or others then
     return fail("not_waiting", {instance = uuid, state = inst[1], host = claimed_by})
 end
-drop_allocations(uuid)
-unbuild(uuid, claimed_by)
 if inst[3] == "deleting" then
-    undelete(uuid, claimed_by)
-    release_quota(inst[4], uuid)
-    redis.call("HSET", ikey, "state", "DELETED", "task_state", "", "updated_at", now,
-               "deleted_at", now)
-    redis.call("HDEL", ikey, "quota")
-    redis.call("SREM", P .. "project:" .. inst[4] .. ":instances", uuid)
-    redis.call("ZREM", P .. "deadlines", uuid)
-    add_event(uuid, now, "deleted", host, nil, {reason = reason}, max_events)
+    end_instance(uuid, {project = inst[4], host = claimed_by}, "DELETED", "", now, max_events,
+                 {reason = reason})
     return reply({attempts = -1})
 end
+drop_allocations(uuid)
+unbuild(uuid, claimed_by)
 local attempts = redis.call("HINCRBY", ikey, "attempts", 1)
 redis.call("HSET", ikey, "host", "", "node", "", "task_state", "scheduling",
            "updated_at", now)
+-- whoever requeued it publishes it; if that is lost, the janitor does
+local outbox = outbox_add(uuid)
 add_event(uuid, now, "requeued", host, nil, {reason = reason, attempts = attempts}, max_events)
-return reply({attempts = attempts})
+return reply({attempts = attempts, outbox = outbox})

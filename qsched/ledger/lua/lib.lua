@@ -39,6 +39,27 @@ local function add_event(uuid, now, event, host, node, detail, max_events)
     end
 end
 
+-- The server's clock in seconds: the outbox ages by it, whatever the callers' clocks
+-- (a create that waited in a stalled server's buffers is as young as when it ran).
+local function server_now()
+    local t = redis.call("TIME")
+    return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+-- An instance now waits for its boot request to be published (created, requeued).
+-- Returns its score as a string (JSON numbers would round it): the publisher clears
+-- the entry with it once the broker confirmed.
+local function outbox_add(uuid)
+    local score = string.format("%.6f", server_now())
+    redis.call("ZADD", P .. "outbox", score, uuid)
+    return score
+end
+
+-- Its request was published, claimed, or it ended: true if it was still waiting.
+local function outbox_drop(uuid)
+    return redis.call("ZREM", P .. "outbox", uuid) == 1
+end
+
 -- Forget that a host is building an instance (claimed, not ACTIVE yet).
 local function unbuild(uuid, host)
     if host and host ~= "" then
@@ -112,4 +133,25 @@ local function reserve_quota(project, holder, cores, ram, defaults)
     redis.call("HINCRBY", used_key, "ram_mb", ram)
     redis.call("HSET", held_key, holder, cores .. " " .. ram)
     return nil
+end
+
+-- End an instance in ERROR or DELETED: its allocations and quota are released and it
+-- leaves every index. inst = {project=, host=, node=} as the record holds them; detail
+-- goes into the history, marked unpublished when its boot request never went out.
+local function end_instance(uuid, inst, state, fault, now, max_events, detail)
+    local ikey = P .. "inst:" .. uuid
+    drop_allocations(uuid)
+    release_quota(inst.project, uuid)
+    unbuild(uuid, inst.host)
+    undelete(uuid, inst.host)
+    redis.call("HSET", ikey, "state", state, "task_state", "", "updated_at", now)
+    redis.call("HDEL", ikey, "quota")
+    if fault ~= "" then redis.call("HSET", ikey, "fault", fault) end
+    if state == "DELETED" then
+        redis.call("HSET", ikey, "deleted_at", now)
+        redis.call("SREM", P .. "project:" .. inst.project .. ":instances", uuid)
+    end
+    redis.call("ZREM", P .. "deadlines", uuid)
+    if outbox_drop(uuid) then detail.unpublished = true end
+    add_event(uuid, now, string.lower(state), inst.host, inst.node, detail, max_events)
 end

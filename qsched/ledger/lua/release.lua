@@ -14,6 +14,7 @@ unbuild(uuid, claimed_by)
 if claimed_by ~= "" then
     redis.call("HSET", ikey, "host", "", "node", "", "task_state", "scheduling",
                "updated_at", now)
+    outbox_add(uuid)
     if reason ~= "" then
         add_event(uuid, now, "released", claimed_by, inst[3], {reason = reason}, max_events)
     end

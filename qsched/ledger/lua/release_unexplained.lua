@@ -1,0 +1,16 @@
+-- Release the allocations of a consumer found on a host's provider when no live
+-- instance of that host explains them (its record is gone, ended, or placed
+-- elsewhere), in one step with the check: a claim racing with it cannot lose.
+-- KEYS[1]  the consumer key
+-- ARGV     prefix, consumer, host, provider
+local consumer, host, provider = ARGV[2], ARGV[3], ARGV[4]
+local inst = redis.call("HMGET", P .. "inst:" .. consumer, "state", "host")
+if (inst[1] == "BUILD" or inst[1] == "ACTIVE") and inst[2] == host then
+    return reply({released = false})
+end
+local raw = redis.call("HGET", KEYS[1], "allocs")
+if not raw or not cjson.decode(raw)[provider] then
+    return reply({released = false})  -- it changed meanwhile
+end
+drop_allocations(consumer)
+return reply({released = true})

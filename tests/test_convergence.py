@@ -1,0 +1,227 @@
+"""An agent's index and driver converge on the ledger after faults, without a restart.
+
+Each test makes the ledger change under an agent the way a fault does (a delete
+while the agent is down, the API deleting the instances of an agent it thinks
+dead, a claim taken back) and checks that the agent's index, compared with the
+ledger by its usage digest, and what its driver runs, agree with the ledger
+again within the reconcile's bound. The same tests run on a real Redis in CI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import uuid
+
+import pytest
+
+from agents.service import ComputeAgent, wait_until
+from agents.views import ProviderView, usage_digest
+from agents.virt.fake import FakeDriver, FakeNodeSpec, read_state
+from qsched.compute import RequestContext
+from qsched.flavors import Flavor
+from qsched.ledger import Stores
+from qsched.ledger.audit import audit
+from qsched.ledger.base import State
+from qsched.message import BootRequest
+
+USER = RequestContext("u1", "p1")
+SPEC = FakeNodeSpec(vcpus=4, ram_mb=8192, disk_gb=0)
+
+
+def start(conf, stores, bus, host, driver=None, interval_s=0.2, **agent) -> ComputeAgent:
+    """An agent of one node with 4 VCPUs (a long heartbeat TTL: it stays alive)."""
+    options = {"host": host, "class_poll_interval_s": 0.05, "heartbeat_interval_s": 0.1,
+               "heartbeat_ttl_s": 60, "reconcile_interval_s": interval_s, **agent}  # fmt: skip
+    for name, value in options.items():
+        conf.set_override(name, value, group="agent")
+    running = ComputeAgent(conf, stores, bus, driver or FakeDriver(1, SPEC, host=host))
+    running.start(ready_timeout_s=5)
+    return running
+
+
+def ledger_digest(stores: Stores, agent: ComputeAgent) -> str:
+    names, _ = agent.index.names(0)
+    uuids = [p.uuid for n in names for p in agent.index.node(n).providers]
+    return usage_digest(
+        ProviderView.from_provider(p) for p in stores.ledger.get_providers(uuids).values()
+    )
+
+
+def converged(stores: Stores, agent: ComputeAgent) -> bool:
+    return agent.index.digest() == ledger_digest(stores, agent)
+
+
+def freeze(agent: ComputeAgent) -> None:
+    """Stop consuming and every periodic task, as a SIGSTOP or a SIGKILL would."""
+    assert agent.consumer is not None
+    agent.consumer.stop(timeout_s=5)
+    for task in agent._periodic:
+        task.stop()
+
+
+@pytest.fixture
+def medium(api) -> Flavor:
+    flavor = Flavor("medium", 2, 2048, 0)
+    api.flavors.create(flavor)
+    api.flavors.create(Flavor("whole", 4, 4096, 0))  # only an empty node fits it
+    return flavor
+
+
+def test_a_build_deleted_while_its_agent_was_down_frees_its_room(
+    conf, stores, bus, api, agents, medium
+) -> None:
+    """Killed mid-build, the build deleted meanwhile: the restarted agent has the room."""
+    release = threading.Event()
+    hung = start(conf, stores, bus, "cn0", FakeDriver(1, SPEC, host="cn0",
+                 spawn_hook=lambda i, n: release.wait(10)))  # fmt: skip
+    doomed = api.boot(USER, "doomed", "medium").uuid
+    assert wait_until(lambda: stores.instances.building("cn0") == {doomed}, 10)
+    freeze(hung)  # killed; its heartbeat has not expired yet
+    api.delete(USER, doomed)  # marked deleting, its delete request queued for cn0
+    again = start(conf, stores, bus, "cn0", interval_s=60)  # no periodic pass in time
+    agents.append(again)
+    release.set()
+    assert again.index.totals()["VCPU"][0] == 0, again.reconciled
+    assert converged(stores, again)
+    whole = api.boot(USER, "whole", "whole").uuid
+    assert wait_until(lambda: stores.instances.get(whole).state == State.ACTIVE, 10)
+    assert audit(stores).ok
+
+
+def test_an_agent_comes_back_to_find_its_instances_deleted(
+    conf, stores, bus, api, agents, medium, tmp_path
+) -> None:
+    """The API deleted the instances of an agent it thought down: reaped, room back."""
+    state = tmp_path / "cn0.vms"
+    driver = FakeDriver(1, SPEC, host="cn0", state_path=state)
+    agent = start(conf, stores, bus, "cn0", driver)
+    agents.append(agent)
+    kept, gone = (api.boot(USER, name, "medium").uuid for name in ("kept", "gone"))
+    assert wait_until(lambda: all(stores.instances.get(u).state == State.ACTIVE
+                                  for u in (kept, gone)), 10)  # fmt: skip
+    stores.agents.forget("cn0")  # silent past its TTL, as a frozen agent is
+    assert api.delete(USER, gone).state == State.DELETED  # deleted locally, as Nova does
+    assert agent.index.totals()["VCPU"][0] == 4  # the agent was not told
+    assert wait_until(lambda: sorted(read_state(state)) == [kept], 5), read_state(state)
+    assert wait_until(lambda: converged(stores, agent), 5)
+    assert agent.index.totals()["VCPU"][0] == 2
+    assert agent.counters["reconcile_reaped"] == 1
+    assert audit(stores).ok
+
+
+def test_a_silence_past_the_ttl_reconciles_every_node_at_once(
+    conf, stores, bus, api, agents, medium
+) -> None:
+    agent = start(conf, stores, bus, "cn0", interval_s=3600)  # only the wake-up can run it
+    agents.append(agent)
+    inst = api.boot(USER, "vm", "medium").uuid
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    stores.agents.forget("cn0")
+    api.delete(USER, inst)
+    assert agent._last_beat is not None
+    agent._last_beat -= 120  # its last heartbeat, as the clock sees it after a freeze
+    agent.heartbeat()
+    assert agent.counters["came_back"] == 1
+    assert wait_until(lambda: agent.driver.list_instances("cn0-0") == [], 5)
+    assert wait_until(lambda: converged(stores, agent), 5)
+
+
+@pytest.mark.parametrize("action", ["log", "noop"])
+def test_running_deleted_instances_can_be_left_running(
+    conf, stores, bus, api, agents, medium, action
+) -> None:
+    agent = start(conf, stores, bus, "cn0", running_deleted_instance_action=action)
+    agents.append(agent)
+    inst = api.boot(USER, "vm", "medium").uuid
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    stores.agents.forget("cn0")
+    api.delete(USER, inst)
+    assert wait_until(lambda: agent.counters["reconcile_running_deleted"] >= 1, 5)
+    assert agent.driver.list_instances("cn0-0") == [inst]  # left as the operator asked
+    assert agent.counters["reconcile_reaped"] == 0
+    assert wait_until(lambda: converged(stores, agent), 5)  # the index follows the ledger
+
+
+def test_a_claim_taken_back_under_a_spawn_is_given_back_to_the_index(
+    conf, stores, bus, api, agents, medium
+) -> None:
+    release = threading.Event()
+    driver = FakeDriver(1, SPEC, host="cn0", spawn_hook=lambda i, n: release.wait(10))
+    agent = start(conf, stores, bus, "cn0", driver, interval_s=3600)
+    agents.append(agent)
+    inst = api.boot(USER, "vm", "medium").uuid
+    assert wait_until(lambda: stores.instances.building("cn0") == {inst}, 10)
+    stores.instances.requeue(inst, "cn0", "taken back by a janitor")  # the ledger lets go
+    api.delete(USER, inst)
+    release.set()
+    assert wait_until(lambda: not agent._builds, 10)
+    assert agent.index.totals()["VCPU"][0] == 0 and converged(stores, agent)
+
+
+def test_leaked_allocations_are_released_without_a_restart(conf, stores, bus, api, agents) -> None:
+    agent = start(conf, stores, bus, "cn0")
+    agents.append(agent)
+    node = agent.index.node("cn0-0")
+    ghost = str(uuid.uuid4())  # allocations whose consumer is gone (a ledger rollback)
+    stores.ledger.put_allocations(ghost, {node.root.uuid: {"VCPU": 3}}, None, "p1", "u1")
+    assert wait_until(lambda: stores.ledger.get_allocations(ghost).generation is None, 5)
+    assert wait_until(lambda: converged(stores, agent), 5)
+    assert agent.index.totals()["VCPU"][0] == 0
+    assert audit(stores).ok
+
+
+def test_the_index_refresh_never_undoes_a_write_in_flight(conf, stores, bus, agents) -> None:
+    """A refresh read before a claim lands must not erase that claim from the index."""
+    agent = start(conf, stores, bus, "cn0", interval_s=3600)
+    agents.append(agent)
+    view = agent.index.node("cn0-0")
+    token = agent.index.sync_token("cn0-0")
+    stale = [ProviderView.from_provider(stores.ledger.get_provider(view.root.uuid))]
+    with agent.index.writing("cn0-0"):  # the agent claims meanwhile
+        assert agent.index.sync_token("cn0-0") is None
+        agent.index.claim("cn0-0", {view.root.uuid: {"VCPU": 1}})
+    assert agent.index.refresh_if("cn0-0", stale, token) is None
+    assert agent.index.totals()["VCPU"][0] == 1
+
+
+def test_agents_consume_only_classes_the_ledger_lists(conf, stores, bus, api, agents) -> None:
+    """A boot naming a class nobody published is dead-lettered, never consumed."""
+    agent = start(conf, stores, bus, "cn0")
+    agents.append(agent)
+    flavor = Flavor("small", 1, 1024, 0)
+    msg = BootRequest.create(str(uuid.uuid4()), "p1", "u1", flavor)
+    hostile = dataclasses.replace(msg, scheduling_class="rel.hostile-class")
+    delivery = _Recording()
+    agent.on_message(hostile.encode(), delivery)
+    assert delivery.settled == [
+        (
+            "reject",
+            "scheduling class rel.hostile-class is not published "
+            "in the ledger: no front door made it, so no agent consumes it",
+        )
+    ]
+    time.sleep(0.2)
+    assert "rel.hostile-class" not in agent.index.classes()
+    assert agent.consumer is not None and "rel.hostile-class" not in agent.consumer.classes
+    assert "rel.hostile-class" not in bus.boot_classes()
+
+
+class _Recording:
+    queue = "q"
+    routing_key = "boot.small"
+    redelivered = False
+    headers: dict = {}
+
+    def __init__(self) -> None:
+        self.settled: list[tuple[str, str]] = []
+
+    def ack(self) -> None:
+        self.settled.append(("ack", ""))
+
+    def requeue(self, new_body: bytes) -> None:
+        self.settled.append(("requeue", ""))
+
+    def reject(self, reason: str) -> None:
+        self.settled.append(("reject", reason))

@@ -1,0 +1,165 @@
+"""A ledger that does not answer is an outage everywhere, never bad input.
+
+Every public call of every store raises BackendUnavailable when Redis is gone
+(the table below must name them all: a new method fails the coverage test until
+it is added), and an agent gives back the requests it holds instead of
+dead-lettering them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from agents.service import wait_until
+from qsched import exception
+from qsched.compute import RequestContext
+from qsched.flavors import Flavor
+from qsched.ledger import Stores, open_stores
+from qsched.ledger.agents import RedisAgents
+from qsched.ledger.base import Instance, Inventory, ProviderSpec, State
+from qsched.ledger.flavors import RedisFlavors
+from qsched.ledger.instances import RedisInstances
+from qsched.ledger.placement import RedisLedger
+from qsched.ledger.quota import RedisQuota
+from qsched.ledger.redis import unavailable
+from qsched.message import DeleteRequest
+from qsched.stack import free_port
+from tests.test_convergence import freeze, start
+
+U = str(uuid.uuid4())
+FLAVOR = Flavor("small", 1, 1024, 0)
+RECORD = Instance(U, "p1", "u1", "vm", FLAVOR.to_dict(), State.BUILD)
+SPEC = ProviderSpec(U, "n1", {"VCPU": Inventory(4)})
+
+#: every public method of every store, called with arguments that pass its own checks
+CALLS: dict[str, Callable[[Stores], Any]] = {
+    "RedisLedger.create_provider": lambda s: s.ledger.create_provider(U, "n1"),
+    "RedisLedger.get_provider": lambda s: s.ledger.get_provider(U),
+    "RedisLedger.delete_provider": lambda s: s.ledger.delete_provider(U, 0),
+    "RedisLedger.set_inventory": lambda s: s.ledger.set_inventory(U, 0, {"VCPU": Inventory(4)}),
+    "RedisLedger.set_traits": lambda s: s.ledger.set_traits(U, 0, ["HW_CPU_X86_AVX2"]),
+    "RedisLedger.set_aggregates": lambda s: s.ledger.set_aggregates(U, 0, [U]),
+    "RedisLedger.register_providers": lambda s: s.ledger.register_providers([SPEC]),
+    "RedisLedger.list_providers": lambda s: s.ledger.list_providers(),
+    "RedisLedger.get_providers": lambda s: s.ledger.get_providers([U]),
+    "RedisLedger.get_allocations": lambda s: s.ledger.get_allocations(U),
+    "RedisLedger.provider_consumers": lambda s: s.ledger.provider_consumers(U),
+    "RedisLedger.providers_consumers": lambda s: s.ledger.providers_consumers([U]),
+    "RedisLedger.project_usages": lambda s: s.ledger.project_usages("p1"),
+    "RedisLedger.put_allocations": lambda s: s.ledger.put_allocations(
+        U, {U: {"VCPU": 1}}, None, "p1", "u1"
+    ),
+    "RedisLedger.claim": lambda s: s.ledger.claim(U, {U: {"VCPU": 1}}, "h1", "n1"),
+    "RedisLedger.release_unexplained": lambda s: s.ledger.release_unexplained(U, "h1", U),
+    "RedisLedger.release": lambda s: s.ledger.release(U),
+    "RedisQuota.get_limits": lambda s: s.quota.get_limits("p1"),
+    "RedisQuota.set_limits": lambda s: s.quota.set_limits("p1", instances=1),
+    "RedisQuota.get_usage": lambda s: s.quota.get_usage("p1"),
+    "RedisQuota.reserve": lambda s: s.quota.reserve("p1", U, 1, 1),
+    "RedisQuota.release": lambda s: s.quota.release("p1", U),
+    "RedisInstances.create": lambda s: s.instances.create(RECORD, 1e12),
+    "RedisInstances.get": lambda s: s.instances.get(U),
+    "RedisInstances.get_many": lambda s: s.instances.get_many([U]),
+    "RedisInstances.list_project": lambda s: s.instances.list_project("p1"),
+    "RedisInstances.add_event": lambda s: s.instances.add_event(U, "x"),
+    "RedisInstances.events": lambda s: s.instances.events(U),
+    "RedisInstances.set_active": lambda s: s.instances.set_active(U, "h1", "n1"),
+    "RedisInstances.requeue": lambda s: s.instances.requeue(U, "h1", "r"),
+    "RedisInstances.set_error": lambda s: s.instances.set_error(U, "m", {}),
+    "RedisInstances.delete": lambda s: s.instances.delete(U),
+    "RedisInstances.mark_deleting": lambda s: s.instances.mark_deleting(U),
+    "RedisInstances.deleting": lambda s: s.instances.deleting("h1"),
+    "RedisInstances.building": lambda s: s.instances.building("h1"),
+    "RedisInstances.expired": lambda s: s.instances.expired(1.0),
+    "RedisInstances.forget_deadline": lambda s: s.instances.forget_deadline(U),
+    "RedisInstances.abandon": lambda s: s.instances.abandon(U, "r"),
+    "RedisInstances.outbox_take": lambda s: s.instances.outbox_take(1.0),
+    "RedisInstances.outbox_done": lambda s: s.instances.outbox_done([(U, "1.0")]),
+    "RedisInstances.unpublished": lambda s: s.instances.unpublished(),
+    "RedisAgents.heartbeat": lambda s: s.agents.heartbeat("h1", 1.0),
+    "RedisAgents.alive": lambda s: s.agents.alive("h1"),
+    "RedisAgents.forget": lambda s: s.agents.forget("h1"),
+    "RedisAgents.list": lambda s: s.agents.list(),
+    "RedisAgents.add_class": lambda s: s.agents.add_class("small", {}),
+    "RedisAgents.classes": lambda s: s.agents.classes(),
+    "RedisAgents.add_zone": lambda s: s.agents.add_zone("az1"),
+    "RedisAgents.zones": lambda s: s.agents.zones(),
+    "RedisAgents.has_zone": lambda s: s.agents.has_zone("az1"),
+    "RedisFlavors.get": lambda s: RedisFlavors(s.store).get("small"),
+    "RedisFlavors.get_stored": lambda s: RedisFlavors(s.store).get_stored("small"),
+    "RedisFlavors.list": lambda s: RedisFlavors(s.store).list(),
+    "RedisFlavors.create": lambda s: RedisFlavors(s.store).create(FLAVOR),
+    "RedisFlavors.put": lambda s: RedisFlavors(s.store).put(FLAVOR),
+    "RedisFlavors.update": lambda s: RedisFlavors(s.store).update("small", lambda f: f),
+    "RedisFlavors.delete": lambda s: RedisFlavors(s.store).delete("small"),
+}
+NO_IO = {"RedisLedger.default_inventory", "RedisQuota.default_args"}  # pure helpers
+
+
+@pytest.fixture
+def dead(conf) -> Stores:
+    """Stores whose Redis refuses connections (nothing listens on the port)."""
+    return open_stores(conf, f"redis://127.0.0.1:{free_port()}/0")
+
+
+def test_the_table_names_every_public_store_method() -> None:
+    public = {
+        f"{cls.__name__}.{name}"
+        for cls in (RedisLedger, RedisQuota, RedisInstances, RedisAgents, RedisFlavors)
+        for name, _ in inspect.getmembers(cls, inspect.isfunction)
+        if not name.startswith("_")
+    }
+    assert public - NO_IO == set(CALLS)
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_every_store_call_reports_an_outage(dead: Stores, name: str) -> None:
+    with pytest.raises(exception.BackendUnavailable):
+        CALLS[name](dead)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.ConnectionError("Connection refused"),
+        redis.TimeoutError("Timeout reading from socket"),
+        redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory"),
+        redis.exceptions.ReadOnlyError("You can't write against a read only replica."),
+        redis.ResponseError("NOREPLICAS Not enough good replicas to write."),
+        redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'."),
+    ],
+)
+def test_replies_that_mean_not_now_are_outages(error: Exception) -> None:
+    assert isinstance(unavailable(error), exception.BackendUnavailable)
+
+
+def test_replies_that_mean_not_this_are_not_outages() -> None:
+    assert unavailable(redis.ResponseError("WRONGTYPE Operation against a key")) is None
+
+
+def test_an_agent_gives_back_a_delete_while_the_ledger_is_down(
+    conf, stores, bus, api, agents
+) -> None:
+    """Dead-lettering it would lose the delete: it must come back once the ledger does."""
+    conf.set_override("ledger_retry_max_s", 0.2, group="agent")
+    agent = start(conf, stores, bus, "cn0")
+    agents.append(agent)
+    inst = api.boot(RequestContext("u1", "p1"), "vm", "small").uuid
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    node = stores.instances.get(inst).node or ""
+    live = agent.stores.store.client
+    agent.stores.store.client = redis.Redis(port=free_port(), socket_connect_timeout=0.2)
+    try:
+        bus.publish_delete("cn0", DeleteRequest("req-1", inst, "cn0", node))
+        assert wait_until(lambda: agent.counters["backend_down"] >= 2, 10)
+    finally:
+        agent.stores.store.client = live
+    assert wait_until(lambda: stores.instances.get(inst).state == State.DELETED, 10)
+    assert bus.dead_letter_stats().ready == 0
+    freeze(agent)
