@@ -13,7 +13,7 @@ import click
 
 from qsched.chaos.report import table, to_json
 from qsched.chaos.runner import AMQP_URL, ChaosRun, RunSettings
-from qsched.chaos.servers import ChaosError
+from qsched.chaos.servers import ChaosError, RedisServerError
 from qsched.chaos.stack import StackSpec
 from qsched.stack import StackFailed
 
@@ -212,7 +212,7 @@ def main(**options: Any) -> None:
             if not options["as_json"]:
                 click.echo(table(reports[-1]))
                 click.echo("")
-    except (ChaosError, StackFailed) as exc:
+    except (ChaosError, RedisServerError, StackFailed) as exc:
         _echo_err(f"qsched-chaos: {exc}")
         _echo_err(f"qsched-chaos: files kept in {workdir}")
         sys.exit(2)

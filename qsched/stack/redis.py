@@ -1,0 +1,214 @@
+"""``redis-server`` processes a harness or a test owns: own port, own directory, AOF on.
+
+A harness never restarts or flushes a Redis it did not start; this is how it gets
+one to break. Each server writes an AOF (``appendfsync`` as asked) in its own
+directory, so a restart keeps what was written, and can follow another as its
+replica. :meth:`RedisServer.crash` emulates a crash of the server's *machine*:
+what the operating system had not written to disk is lost, so the AOF is cut back
+to where it was ``lose_s`` seconds before (sampled by :class:`AofSampler`) before
+the server starts again. With ``appendfsync always`` Redis fsyncs before it
+answers, so such a crash loses nothing acknowledged and ``lose_s`` is 0.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+
+from qsched.stack.processes import LOOPBACK, free_port
+
+
+class RedisServerError(Exception):
+    """A server could not be started or crashed as asked (a harness problem)."""
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.1) -> bool:
+    """Poll ``predicate`` until true or ``timeout_s`` has passed; a raising call is false."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if predicate():
+                return True
+        except Exception:
+            pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval_s)
+
+
+class RedisServer:
+    """A ``redis-server`` process of one run.
+
+    :param fsync: the server's ``appendfsync``: ``everysec`` or ``always``.
+    :param replica_of: another server this one replicates.
+    :param restart_signal: how :meth:`restart` stops it (SIGTERM: a clean shutdown).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        name: str,
+        restart_signal: int = signal.SIGTERM,
+        fsync: str = "everysec",
+        replica_of: RedisServer | None = None,
+    ) -> None:
+        if shutil.which("redis-server") is None:
+            raise RedisServerError(
+                "redis-server is not on PATH: install Redis (apt-get install redis-server)"
+            )
+        self.name = name
+        self.dir = directory / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.fsync = fsync
+        self.replica_of = replica_of
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self.restart_signal = restart_signal
+
+    @property
+    def url(self) -> str:
+        return f"redis://{LOOPBACK}:{self.port}/0"
+
+    def command(self) -> list[str]:
+        cmd = ["redis-server", "--port", str(self.port), "--bind", LOOPBACK,
+               "--dir", str(self.dir), "--logfile", "redis.log", "--save", "",
+               "--appendonly", "yes", "--appendfsync", self.fsync,
+               "--auto-aof-rewrite-percentage", "0",  # one AOF file to cut back in a crash
+               "--repl-diskless-sync-delay", "0",  # a replica syncs at once
+               "--shutdown-timeout", "0",  # SIGTERM does not wait for replicas
+               "--daemonize", "no"]  # fmt: skip
+        if self.replica_of is not None:
+            cmd += ["--replicaof", LOOPBACK, str(self.replica_of.port)]
+        return cmd
+
+    def start(self, timeout_s: float = 15.0) -> None:
+        """Start it (loading its AOF if any) and wait until it answers PING."""
+        self.proc = subprocess.Popen(
+            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        if not wait_for(self.ping, timeout_s):
+            raise RedisServerError(
+                f"{self.name} redis-server on port {self.port} did not answer "
+                f"within {timeout_s:.0f}s (see {self.dir / 'redis.log'})"
+            )
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host=LOOPBACK, port=self.port, socket_connect_timeout=1,
+                           socket_timeout=5)  # fmt: skip
+
+    def ping(self) -> bool:
+        client = self.client()
+        try:
+            return bool(client.ping())  # while it loads its AOF it answers LOADING
+        finally:
+            client.close()
+
+    def wait_synced(self, timeout_s: float = 15.0) -> bool:
+        """A replica: wait until its master counts it online (so WAIT counts it too)."""
+        master = self.replica_of
+        assert master is not None, f"{self.name} is no replica"
+
+        def online() -> bool:
+            info = master.client().info("replication")
+            return any(
+                isinstance(v, dict) and v.get("port") == self.port and v.get("state") == "online"
+                for k, v in info.items()
+                if k.startswith("slave")
+            )
+
+        return wait_for(online, timeout_s)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> None:
+        """Stop it; SIGTERM makes Redis fsync its AOF before it exits. Idempotent."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def restart(self, outage_s: float, abort: threading.Event) -> float:
+        """Stop, stay down ``outage_s`` (less if ``abort`` is set), start; return when up."""
+        self.stop(self.restart_signal)
+        abort.wait(outage_s)
+        self.start()
+        self.restarts += 1
+        return time.time()
+
+    def crash(self, sampler: AofSampler, lose_s: float, outage_s: float,
+              abort: threading.Event) -> dict[str, float]:  # fmt: skip
+        """A crash of the machine: SIGKILL, the AOF cut back by ``lose_s``, start again.
+
+        :returns: the bytes the AOF had and kept, and the time the cut went back to.
+        """
+        self.stop(signal.SIGKILL)
+        path = self.aof_path()
+        size = path.stat().st_size
+        kept = sampler.size_before(time.time() - lose_s) if lose_s > 0 else size
+        kept = min(kept, size)
+        os.truncate(path, kept)
+        abort.wait(outage_s)
+        self.start()
+        self.restarts += 1
+        return {"aof_bytes": size, "aof_kept_bytes": kept, "lost_bytes": size - kept}
+
+    def aof_path(self) -> Path:
+        """The AOF file new writes go to (Redis 7: the incr file of the manifest)."""
+        folder = self.dir / "appendonlydir"
+        manifest = next(folder.glob("*.manifest"), None)
+        if manifest is None:
+            raise RedisServerError(f"{self.name}: no AOF manifest in {folder}")
+        incr = [line.split()[1] for line in manifest.read_text().splitlines()
+                if line.split()[-1:] == ["i"]]  # fmt: skip
+        if not incr:
+            raise RedisServerError(f"{self.name}: no incremental AOF file in {manifest}")
+        return folder / incr[-1]
+
+
+class AofSampler(threading.Thread):
+    """Samples the size of a server's AOF every ``interval_s``, to cut it back in a crash."""
+
+    def __init__(self, server: RedisServer, interval_s: float = 0.05) -> None:
+        super().__init__(name=f"aof-{server.name}", daemon=True)
+        self.server = server
+        self.interval_s = interval_s
+        self._times: list[float] = []
+        self._sizes: list[int] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                size = self.server.aof_path().stat().st_size
+            except (OSError, RedisServerError):
+                continue
+            with self._lock:
+                if self._sizes and size < self._sizes[-1]:  # cut back or rewritten
+                    self._times, self._sizes = [], []
+                self._times.append(time.time())
+                self._sizes.append(size)
+
+    def size_before(self, moment: float) -> int:
+        """The AOF's size at the last sample taken at or before ``moment`` (0 if none)."""
+        with self._lock:
+            index = bisect.bisect_right(self._times, moment) - 1
+            if index < 0:  # nothing that old since the last cut: keep what it had then
+                return self._sizes[0] if self._sizes else 0
+            return self._sizes[index]
+
+    def stop(self) -> None:
+        self._stop.set()
