@@ -59,7 +59,7 @@ import kombu.exceptions
 from amqp import exceptions as amqp_exceptions
 
 from qsched import exception
-from qsched.bus import base
+from qsched.bus import base, kombu_message
 from qsched.bus.kombu_consumer import KombuConsumer
 from qsched.message import BootRequest, DeleteRequest
 
@@ -201,10 +201,10 @@ class KombuBus(base.Bus):
         with self._admin_channel() as channel:
             self.declare(channel, self.dead_entity())
             for _ in range(limit):
-                message = self.dead_entity()(channel).get(no_ack=False)
+                message = kombu_message.get_message(channel, self.names.dead_queue)
                 if message is None:
                     break
-                letters.append(_dead_letter(message))
+                letters.append(kombu_message.dead_letter(message))
                 message.ack()
         return letters
 
@@ -427,19 +427,3 @@ class KombuBus(base.Bus):
             raise base.BusUnavailable(self.safe_url, base.describe(exc)) from None
         finally:
             connection.release()
-
-
-def _dead_letter(message: Any) -> base.DeadLetter:
-    headers = dict(message.headers or {})
-    reason = headers.get(base.REASON_HEADER)
-    if reason is None:  # dead-lettered by RabbitMQ itself
-        reason = f"the broker dead-lettered it: {headers.get('x-first-death-reason', 'unknown')}"
-    dead_at = headers.get(base.DEAD_AT_HEADER)
-    return base.DeadLetter(
-        body=bytes(message.body),
-        reason=str(reason),
-        queue=headers.get(base.ORIGIN_QUEUE_HEADER) or headers.get("x-first-death-queue"),
-        routing_key=headers.get(base.ORIGIN_KEY_HEADER),
-        dead_at=float(dead_at) if isinstance(dead_at, int | float) else None,
-        headers=headers,
-    )
