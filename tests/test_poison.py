@@ -166,6 +166,39 @@ def test_poison_is_dead_lettered_once_and_boots_go_on(cell: Cell) -> None:
     assert cell.letters() == []
 
 
+def publish_dead_raw(bus: KombuBus, body: Any, **props: Any) -> None:
+    """Publish ``body`` to the dead-letter queue as a broker's dead-lettering would."""
+    connection = bus.connect()
+    try:
+        channel = connection.channel()
+        dead = bus.dead_entity()
+        bus.declare(channel, dead)
+        exchange, key = bus.route(dead)
+        kombu.Producer(channel).publish(body, exchange=exchange, routing_key=key, **props)
+    finally:
+        connection.release()
+
+
+def test_letters_the_broker_wrote_are_listed(cell: Cell) -> None:
+    """RabbitMQ's delivery limit dead-lettered the empty body: every list then exited 1."""
+    death = {"x-first-death-reason": "delivery_limit", "x-first-death-queue": "q.boot.x",
+             "x-qsched-dead-at": "not a time", "x-qsched-reason": b""}  # fmt: skip
+    publish_dead_raw(cell.bus, b"", **BINARY, headers=death)
+    publish_dead_raw(cell.bus, "text", content_type="text/plain", headers={"compression": "zlib"})
+    letters = {row["bytes"]: row for row in cell.letters()}
+    assert sorted(letters) == [0, 4], letters
+    assert letters[0]["reason"] == "the broker dead-lettered it: delivery_limit"
+    assert (letters[0]["queue"], letters[0]["dead_at"]) == ("q.boot.x", None)
+    assert letters[4]["reason"].startswith("no reason given")
+    for row in letters.values():
+        cell.admin.json(schemas.DEAD_LETTER, "dead-letters", "show", row["id"])
+    assert "delivery_limit" in cell.admin("dead-letters", "list").stdout
+    assert len(cell.letters()) == 2, "reading kept both"
+    cell.admin("dead-letters", "requeue", "--all")
+    cell.admin("dead-letters", "purge", "--all", "--yes")
+    assert cell.letters() == []
+
+
 # -- pure parts ------------------------------------------------------------------------------
 
 
