@@ -201,10 +201,12 @@ class Delivery(abc.ABC):
         """
 
 
-#: A consumer callback: the raw body and its delivery. It runs in the consumer's
-#: thread. If it raises without settling, the message is dead-lettered with the
-#: exception as the reason -- unless the exception is a BackendUnavailable (a
-#: ledger or bus outage is not the message's fault): then it is given back.
+#: A consumer callback: the raw body (bytes, whatever type the transport handed
+#: over) and its delivery. It runs in the consumer's thread. If it raises without
+#: settling, the message is dead-lettered with the exception as the reason --
+#: unless the exception is a BackendUnavailable (a ledger or bus outage is not the
+#: message's fault): then it is given back. It is not called for a message kombu
+#: could not decode: that one is dead-lettered with kombu's reason.
 OnMessage = Callable[[bytes, Delivery], None]
 
 
