@@ -34,6 +34,7 @@ from oslo_config import cfg
 
 from qsched import exception
 from qsched.api import opts
+from qsched.bus.base import BusUnavailable
 from qsched.flavors import Constraints, Flavor, check_flavor
 from qsched.ledger import Stores
 from qsched.ledger.agents import class_json
@@ -46,6 +47,12 @@ from qsched.resources import check_uuid
 LOG = logging.getLogger(__name__)
 
 MAX_NAME_CHARS = 255
+# Why the ledger is down, for /healthcheck: the first class an error is an instance of.
+_LEDGER_DOWN = (
+    (redis.TimeoutError, "timed out"),
+    (redis.ConnectionError, "unreachable"),
+    (redis.RedisError, "error"),
+)
 _DELETE_RACES = 5  # re-reads when an instance moves while it is being deleted
 _CACHE_SIZE = 1024  # flavors, classes and zones kept in memory; emptied when full
 
@@ -80,6 +87,8 @@ class Publisher(Protocol):
     def publish_boot(self, msg: BootRequest) -> None: ...
 
     def publish_delete(self, host: str, msg: DeleteRequest) -> None: ...
+
+    def check_health(self) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -391,10 +400,25 @@ class ComputeAPI:
 
     # -- health --
 
-    @_ledger_errors
-    def check_health(self) -> None:
-        """:raises BackendUnavailable: the ledger does not answer."""
-        self.stores.store.client.ping()
+    def check_health(self) -> dict[str, str | None]:
+        """Each part a boot needs, and why it does not answer (None: it does).
+
+        ``ledger``: a PING. ``bus``: :meth:`qsched.bus.base.Bus.check_health` (a
+        cached probe, and what boot publishes met lately). The reasons are single
+        words fit for a public page, no URL, host or password; the errors go to the log.
+        """
+        health: dict[str, str | None] = {"ledger": None, "bus": None}
+        try:
+            self.stores.store.client.ping()
+        except redis.RedisError as exc:
+            LOG.warning("healthcheck: the ledger does not answer: %s", exc)
+            health["ledger"] = next(why for kind, why in _LEDGER_DOWN if isinstance(exc, kind))
+        try:
+            self.bus.check_health()
+        except BusUnavailable as exc:
+            LOG.warning("healthcheck: %s", exc)
+            health["bus"] = exc.category
+        return health
 
     # -- helpers --
 

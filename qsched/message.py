@@ -339,6 +339,8 @@ def _unpack(data: Any) -> dict[str, Any]:
         raise PoisonMessage(reason=f"the body is {type(data).__name__}, not bytes")
     if len(data) > MAX_MESSAGE_BYTES:
         raise PoisonMessage(reason=f"the body is {len(data)} bytes, over {MAX_MESSAGE_BYTES}")
+    if not data:
+        raise PoisonMessage(reason="not msgpack: the body is empty")
     try:
         wire = msgpack.unpackb(data, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises many types for bad input; all mean one thing

@@ -126,7 +126,8 @@ class TestBoot:
         )
         stores.store._scripts.clear()
         assert "ledger" in fault(post_server(client), 503, "serviceUnavailable")
-        assert fault(client.simulate_get("/healthcheck"), 503, "serviceUnavailable")
+        health = client.simulate_get("/healthcheck")
+        assert (health.status_code, health.text) == (503, "DOWN: ledger (unreachable)")
         assert bus.boots == []
 
     def test_concurrent_burst_never_exceeds_quota(self, client, stores, bus) -> None:

@@ -557,6 +557,32 @@ class TestThreads:
         inbox.expect_nothing(0.3)
 
 
+class TestHealth:
+    def test_a_healthy_bus_answers_the_probe(self, harness: Harness) -> None:
+        harness.bus.check_health()
+        harness.bus.check_health()  # from the cache
+        harness.bus.publish_boot(request())
+        harness.bus.check_health()
+
+    def test_publishes_failing_mark_it_down_until_one_succeeds(
+        self, harness: Harness, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        def refuse(channel: Any, entity: Any) -> None:
+            raise OSError("the broker failed to declare it")
+
+        monkeypatch.setattr(harness.bus, "declare", refuse)
+        with pytest.raises(BusUnavailable) as failed:
+            harness.bus.publish_boot(request())
+        assert failed.value.category == "declares failing"
+        harness.bus.probe()  # the probe does not see it
+        with pytest.raises(BusUnavailable) as down:
+            harness.bus.check_health()
+        assert down.value.category == "declares failing"
+        monkeypatch.undo()
+        harness.bus.publish_boot(request())
+        harness.bus.check_health()
+
+
 # -- broker specifics --
 
 
@@ -580,8 +606,13 @@ def test_unreachable_broker_raises_promptly(scheme: str) -> None:
         bus.publish_boot(request())
     assert time.monotonic() - started < 3.0
     assert "secret" not in str(info.value), "the password never shows"
+    assert info.value.category == "unreachable"
     with pytest.raises(BusUnavailable):
         bus.queue_stats("m1.small")
+    with pytest.raises(BusUnavailable) as probed:
+        bus.check_health()
+    assert probed.value.category == "unreachable"
+    assert time.monotonic() - started < 5.0
 
 
 def test_blackholed_broker_times_out() -> None:

@@ -56,6 +56,10 @@ class RecordingBus:
         with self._lock:
             self.deletes.append((host, msg))
 
+    def check_health(self) -> None:
+        if self.fail:
+            raise BusUnavailable("memory://", "no confirm within 5.0 s", "publishes failing")
+
     def _check(self) -> None:
         if self.fail:
             raise BusUnavailable(url="memory://", reason="no confirm within 5.0 s")

@@ -15,18 +15,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from qsched import exception
-from qsched.bus import base
-from qsched.bus.kombu import KombuBus, _dead_letter
+from qsched.bus import base, kombu_message
+from qsched.bus.kombu import KombuBus
 from qsched.ledger import Stores
 from qsched.ledger.base import State
 from qsched.message import BootRequest, DeleteRequest, PoisonMessage, decode
 
 DEFAULT_LIMIT = 1000
 NOT_SELECTED = "not selected"
+MAX_DEPTH = 16  # header nesting shown; deeper is shown as text
 
 #: What to do with one letter: None when it leaves the dead letters, else why it stays.
 Action = Callable[["Letter"], str | None]
@@ -65,21 +67,29 @@ class Letter:
             "problem": self.problem,
             "message": fields,
             "body_hex": self.dead.body[:256].hex() if msg is None else None,
-            "headers": {str(k): _plain(v) for k, v in self.dead.headers.items()},
+            "headers": _plain(dict(self.dead.headers)),
         }
 
 
-def _plain(value: Any) -> Any:
-    """Header values as JSON can carry them (AMQP tables hold bytes, dates, lists)."""
+def _plain(value: Any, depth: int = 0) -> Any:
+    """Header values as JSON can carry them (AMQP tables hold bytes, dates, lists).
+
+    Anything else, a float JSON has no word for (NaN, infinity) or nesting past
+    :data:`MAX_DEPTH` becomes printable text: a letter's headers are anyone's.
+    """
+    if depth >= MAX_DEPTH:
+        return kombu_message.text(value)
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [_plain(v, depth + 1) for v in value]
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {kombu_message.text(k): _plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return kombu_message.text(value)
     if isinstance(value, str | int | float | bool) or value is None:
         return value
-    return str(value)
+    return kombu_message.text(value)
 
 
 def letter_id(dead: base.DeadLetter) -> str:
@@ -161,6 +171,11 @@ class DeadLetterBox:
         self.bus.publish_boot(msg)
         return None
 
+    def _keep(self, dead: base.DeadLetter) -> None:
+        """Publish a copy of a letter back to the dead letters, confirmed."""
+        headers = kombu_message.kept_headers(dead.headers)
+        self.bus.publish(self.bus.dead_entity(), dead.body, headers=headers)
+
     def handle(self, act: Action) -> list[Outcome]:
         """Get up to ``limit`` letters unacked, act on each, keep a copy of those it keeps.
 
@@ -170,14 +185,14 @@ class DeadLetterBox:
         outcomes = []
         with admin_channel(self.bus) as channel:
             self.bus.declare(channel, dead)
-            held = _get_all(dead(channel), self.limit)
+            held = _get_all(channel, dead.name, self.limit)
             try:
                 while held:
                     message = held[0]
-                    letter = _letter(_dead_letter(message))
+                    letter = _letter(kombu_message.dead_letter(message))
                     kept = act(letter)
                     if kept is not None:
-                        self.bus.publish(dead, bytes(message.body), headers=message.headers)
+                        self._keep(letter.dead)
                     message.ack()
                     held.pop(0)
                     outcomes.append(Outcome(letter, kept))
@@ -203,10 +218,10 @@ def admin_channel(bus: KombuBus) -> Iterator[Any]:
         connection.release()
 
 
-def _get_all(queue: Any, limit: int) -> list[Any]:
+def _get_all(channel: Any, queue: str, limit: int) -> list[Any]:
     held = []
     for _ in range(limit):
-        message = queue.get(no_ack=False)
+        message = kombu_message.get_message(channel, queue)
         if message is None:
             break
         held.append(message)

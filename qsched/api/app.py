@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import falcon
@@ -188,17 +188,53 @@ class Versions:
 
 
 class Healthcheck:
-    """``/healthcheck``: 200 OK while the ledger answers, 503 otherwise."""
+    """``/healthcheck``, for load balancers and monitoring: public, so it says what, never where.
+
+    200 ``OK`` when the ledger and the bus answer. Otherwise 503 naming the parts
+    down, with a word each for why (``DOWN: bus (unreachable)``), or, when the
+    client prefers ``application/json``, :func:`health_document`. HEAD answers
+    with the same status and no body. What each check costs and sees:
+    :meth:`qsched.compute.ComputeAPI.check_health`.
+    """
 
     def __init__(self, compute: ComputeAPI) -> None:
         self.compute = compute
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        self.compute.check_health()
-        resp.content_type = falcon.MEDIA_TEXT
-        resp.text = "OK"
+        health = self.compute.check_health()
+        resp.status = falcon.HTTP_503 if any(health.values()) else falcon.HTTP_200
+        resp.cache_control = ["no-store"]
+        if req.client_prefers(_HEALTH_MEDIA) == falcon.MEDIA_JSON:
+            resp.content_type = falcon.MEDIA_JSON
+            resp.text = json.dumps(health_document(health))
+        else:
+            resp.content_type = falcon.MEDIA_TEXT
+            resp.text = health_text(health)
 
     on_head = on_get
+
+
+_HEALTH_MEDIA = ("text/plain", falcon.MEDIA_JSON)
+
+
+def health_text(health: Mapping[str, str | None]) -> str:
+    """``OK``, or ``DOWN: ledger (timed out), bus (unreachable)``: the parts down and why."""
+    down = [f"{part} ({why})" for part, why in health.items() if why]
+    return f"DOWN: {', '.join(down)}" if down else "OK"
+
+
+def health_document(health: Mapping[str, str | None]) -> dict[str, Any]:
+    """The JSON answer: the verdict, then each part with its own and why it is down::
+
+    {"status": "DOWN", "reasons": ["bus: unreachable"],
+     "parts": {"ledger": {"status": "UP"}, "bus": {"status": "DOWN", "reason": "unreachable"}}}
+    """
+    parts = {
+        part: {"status": "DOWN", "reason": why} if why else {"status": "UP"}
+        for part, why in health.items()
+    }
+    reasons = [f"{part}: {why}" for part, why in health.items() if why]
+    return {"status": "DOWN" if reasons else "OK", "reasons": reasons, "parts": parts}
 
 
 # -- errors --

@@ -52,13 +52,28 @@ _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}").fullmatch
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}").fullmatch
 
 
+#: Why the bus is unavailable, in words safe for a public page (no URL, host or
+#: password): ``BusUnavailable.category``, and what ``/healthcheck`` shows.
+UNAVAILABLE = "unavailable"  # no more is known
+UNREACHABLE = "unreachable"  # no connection: down, refused, timed out, bad credentials
+DECLARE_FAILED = "declares failing"  # connected, but the broker fails to declare queues
+PUBLISH_FAILED = "publishes failing"  # declared, but no confirm in time, or the write refused
+REFUSED = "queue refused"  # the broker refused one queue: its arguments, full, no route
+
+
 class BusUnavailable(exception.BackendUnavailable):
-    """The broker did not take a message (unreachable, no confirm in time, nacked)."""
+    """The broker did not take a message (unreachable, no confirm in time, nacked).
+
+    ``category`` is one of the words above; ``reason`` is for logs only.
+    """
 
     msg_fmt = "Message bus at {url} is unavailable: {reason}"
+    url: str  # password masked
+    reason: str
+    category: str
 
-    def __init__(self, url: str, reason: str) -> None:
-        super().__init__(backend="Message bus", url=url, reason=reason)
+    def __init__(self, url: str, reason: str, category: str = UNAVAILABLE) -> None:
+        super().__init__(backend="Message bus", url=url, reason=reason, category=category)
 
 
 class MessageSettled(exception.QschedError):
@@ -201,10 +216,12 @@ class Delivery(abc.ABC):
         """
 
 
-#: A consumer callback: the raw body and its delivery. It runs in the consumer's
-#: thread. If it raises without settling, the message is dead-lettered with the
-#: exception as the reason -- unless the exception is a BackendUnavailable (a
-#: ledger or bus outage is not the message's fault): then it is given back.
+#: A consumer callback: the raw body (bytes, whatever type the transport handed
+#: over) and its delivery. It runs in the consumer's thread. If it raises without
+#: settling, the message is dead-lettered with the exception as the reason --
+#: unless the exception is a BackendUnavailable (a ledger or bus outage is not the
+#: message's fault): then it is given back. It is not called for a message kombu
+#: could not decode: that one is dead-lettered with kombu's reason.
 OnMessage = Callable[[bytes, Delivery], None]
 
 
@@ -310,6 +327,21 @@ class Bus(abc.ABC):
         """Remove up to ``limit`` dead letters, oldest first, and return them.
 
         :raises BusUnavailable:
+        """
+
+    @abc.abstractmethod
+    def check_health(self) -> None:
+        """Check that boots can be published now; cheap enough for a load balancer's polls.
+
+        Thread-safe. Two sources: a probe of the broker (a real round trip, its
+        outcome reused for about a second), and what this process's boot
+        publishes met lately, which a probe may not see (a broker that accepts
+        connections but fails to declare queues). One class whose queue the
+        broker refuses does not make the bus unhealthy; see
+        :class:`qsched.bus.health.PublishHistory`.
+
+        :raises BusUnavailable: its ``category`` says why, in a word fit for a
+            public page.
         """
 
     @abc.abstractmethod

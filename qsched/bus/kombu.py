@@ -59,7 +59,7 @@ import kombu.exceptions
 from amqp import exceptions as amqp_exceptions
 
 from qsched import exception
-from qsched.bus import base
+from qsched.bus import base, health, kombu_message
 from qsched.bus.kombu_consumer import KombuConsumer
 from qsched.message import BootRequest, DeleteRequest
 
@@ -67,6 +67,9 @@ LOG = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/x-msgpack"
 SCHEMES = frozenset({"memory", "amqp", "pyamqp", "redis", "rediss"})
+PROBE_KEY = "health"  # the probe's routing key: no queue binds it (boot.*, host.* do)
+# The steps of a publish, which say what a failure means (see failure_category).
+CONNECT, DECLARE, PUBLISH = "connect", "declare", "publish"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +89,24 @@ class KombuOptions:
 
 class _Unroutable(Exception):
     """RabbitMQ returned a mandatory message: no queue is bound for its key."""
+
+
+#: Failures of one queue, not of the broker: it refused that queue (declared
+#: elsewhere with other arguments, full and rejecting publishes) or had no route to it.
+_QUEUE_ERRORS = (amqp_exceptions.ChannelError, amqp_exceptions.MessageNacked, _Unroutable)
+
+
+def failure_category(step: str, exc: BaseException) -> str:
+    """The :mod:`~qsched.bus.base` category of a publish that failed at ``step`` with ``exc``.
+
+    A connection-level error while declaring (RabbitMQ's INTERNAL_ERROR 541) is the
+    broker's, a channel-level one (PRECONDITION_FAILED 406) one queue's.
+    """
+    if step == CONNECT:
+        return base.UNREACHABLE
+    if isinstance(exc, _QUEUE_ERRORS):
+        return base.REFUSED
+    return base.DECLARE_FAILED if step == DECLARE else base.PUBLISH_FAILED
 
 
 class _Publisher:
@@ -163,6 +184,8 @@ class KombuBus(base.Bus):
         self._closed = False
         self._boot_entities: dict[str, kombu.Queue] = {}  # few classes; publishing is hot
         self._dead_entity = self._new_dead_entity()
+        self.history = health.PublishHistory()
+        self._probe_cache = health.ProbeCache(self.probe)
 
     @classmethod
     def from_conf(cls, conf: Any) -> KombuBus:
@@ -176,7 +199,12 @@ class KombuBus(base.Bus):
     def publish_boot(self, message: BootRequest) -> None:
         self.note_class(message.scheduling_class)
         entity = self.boot_entity(message.scheduling_class)
-        self.publish(entity, message.encode(), message_id=message.request_id)
+        try:
+            self.publish(entity, message.encode(), message_id=message.request_id)
+        except base.BusUnavailable as exc:
+            self.history.failed(message.scheduling_class, exc.category)
+            raise
+        self.history.succeeded()
 
     def publish_delete(self, host: str, message: DeleteRequest) -> None:
         self.publish(self.host_entity(host), message.encode(), message_id=message.request_id)
@@ -201,12 +229,19 @@ class KombuBus(base.Bus):
         with self._admin_channel() as channel:
             self.declare(channel, self.dead_entity())
             for _ in range(limit):
-                message = self.dead_entity()(channel).get(no_ack=False)
+                message = kombu_message.get_message(channel, self.names.dead_queue)
                 if message is None:
                     break
-                letters.append(_dead_letter(message))
+                letters.append(kombu_message.dead_letter(message))
                 message.ack()
         return letters
+
+    def check_health(self) -> None:
+        verdict = self.history.verdict()
+        if verdict is not None:  # seen by boots; a probe may not see it (see PublishHistory)
+            reason = f"boot publishes failed lately and none succeeded: {verdict}"
+            raise base.BusUnavailable(self.safe_url, reason, verdict)
+        self._probe_cache.check()
 
     def close(self) -> None:
         with self._lock:
@@ -286,24 +321,71 @@ class KombuBus(base.Bus):
 
         :raises BusUnavailable:
         """
-        reason = "not tried"
+        failure = base.BusUnavailable(self.safe_url, "not tried")
         for _attempt in range(2):
-            publisher = None
+            publisher, step = None, CONNECT
             try:
                 publisher = self._acquire()
+                step = DECLARE
                 self.declare(publisher.channel, entity)
+                step = PUBLISH
                 publisher.send(self.route(entity), body, self.options.confirm_timeout_s, **props)
             except _Unroutable as exc:
-                reason = f"unroutable: {exc}"
+                failure = self._failure(step, exc, f"unroutable: {exc}")
                 self._forget(entity.name)
                 self._release(publisher)
             except self.errors as exc:
-                reason = base.describe(exc)
+                failure = self._failure(step, exc)
                 self._discard_all(publisher)
             else:
                 self._release(publisher)
                 return
-        raise base.BusUnavailable(self.safe_url, reason)
+        raise failure
+
+    def _failure(self, step: str, exc: BaseException, reason: str = "") -> base.BusUnavailable:
+        category = failure_category(step, exc)
+        return base.BusUnavailable(self.safe_url, reason or base.describe(exc), category)
+
+    def probe(self) -> None:
+        """One round trip that a broker taking boots answers: the health probe.
+
+        A new connection, opened within ``connect_timeout_s``. On RabbitMQ, then a
+        declare of the exchange (idempotent) and a confirmed publish of an empty,
+        transient message with a routing key no queue binds, which the broker
+        confirms and drops. On Redis and memory, a declare of the dead-letter
+        queue (on Redis: a PING when connecting, then its length).
+
+        It catches a broker down or unreachable, refused credentials or vhost, one
+        that cannot open a channel or declare an exchange, and on RabbitMQ one that
+        blocks publishers on a memory or disk alarm (no confirm within
+        ``confirm_timeout_s``). It does not catch what only a boot queue shows:
+        queues the broker fails to declare (INTERNAL_ERROR 541), one queue refused
+        or full (the publish history sees both), or no agent consuming a class.
+
+        :raises BusUnavailable:
+        """
+        step, connection = CONNECT, None
+        try:
+            connection = self.connect()
+            channel = connection.channel()
+            step = DECLARE
+            if not self.amqp:
+                channel.queue_declare(queue=self.names.dead_queue)
+                return
+            exchange = kombu.Exchange(self.names.exchange, "direct", durable=True)
+            exchange.declare(channel=channel)
+            step = PUBLISH
+            timeout_s = self.options.confirm_timeout_s
+            kombu.Producer(channel).publish(
+                b"", exchange=exchange.name, routing_key=PROBE_KEY, delivery_mode=1,
+                content_type=CONTENT_TYPE, content_encoding="binary", timeout=timeout_s,
+                confirm_timeout=timeout_s,
+            )  # fmt: skip
+        except self.errors as exc:
+            raise self._failure(step, exc) from None
+        finally:
+            if connection is not None:
+                connection.release()
 
     def publish_dead(self, body: bytes, reason: str, entity: kombu.Queue) -> None:
         """Publish ``body`` to the dead letters with ``reason`` and where it came from."""
@@ -427,19 +509,3 @@ class KombuBus(base.Bus):
             raise base.BusUnavailable(self.safe_url, base.describe(exc)) from None
         finally:
             connection.release()
-
-
-def _dead_letter(message: Any) -> base.DeadLetter:
-    headers = dict(message.headers or {})
-    reason = headers.get(base.REASON_HEADER)
-    if reason is None:  # dead-lettered by RabbitMQ itself
-        reason = f"the broker dead-lettered it: {headers.get('x-first-death-reason', 'unknown')}"
-    dead_at = headers.get(base.DEAD_AT_HEADER)
-    return base.DeadLetter(
-        body=bytes(message.body),
-        reason=str(reason),
-        queue=headers.get(base.ORIGIN_QUEUE_HEADER) or headers.get("x-first-death-queue"),
-        routing_key=headers.get(base.ORIGIN_KEY_HEADER),
-        dead_at=float(dead_at) if isinstance(dead_at, int | float) else None,
-        headers=headers,
-    )

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import kombu
 
 from qsched import exception
-from qsched.bus import base
+from qsched.bus import base, kombu_message
 
 if TYPE_CHECKING:
     from qsched.bus.kombu import KombuBus
@@ -43,6 +43,7 @@ class KombuDelivery(base.Delivery):
         self._epoch = epoch
         self._lock = threading.Lock()
         self.state: str | None = None  # "acked", "requeued", "rejected"
+        self.body = kombu_message.body_bytes(message)  # bytes, whatever kombu handed over
 
     @property
     def queue(self) -> str:
@@ -69,8 +70,8 @@ class KombuDelivery(base.Delivery):
 
     def reject(self, reason: str) -> None:
         bus = self._consumer.bus
-        body = bytes(self._message.body)
-        self._settle("rejected", lambda: bus.publish_dead(body, reason, self._entity))
+        why = reason if isinstance(reason, str) else kombu_message.text(reason)
+        self._settle("rejected", lambda: bus.publish_dead(self.body, why, self._entity))
 
     def give_back(self) -> None:
         """Return it to the broker as it came, unless acked (consumer thread only)."""
@@ -270,13 +271,15 @@ class KombuConsumer(base.Consumer):
 
     def _subscribe(self, entity: kombu.Queue, key: str = "") -> None:
         self.bus.redeclare(self._channel, entity)
-        on_message = functools.partial(self._deliver, entity)
         subscription = kombu.Consumer(
             self._channel,
             [entity],
             no_ack=False,
             auto_declare=False,
-            on_message=on_message,
+            on_message=functools.partial(self._deliver, entity),
+            # Without it kombu raises what it could not decode out of drain_events:
+            # the consumer would reconnect, get the message again, and loop on it.
+            on_decode_error=functools.partial(self._undecodable, entity),
             tag_prefix=f"{self._host}.",
         )
         subscription.consume()
@@ -287,20 +290,39 @@ class KombuConsumer(base.Consumer):
         if subscription is not None:
             subscription.cancel()
 
-    def _deliver(self, entity: kombu.Queue, message: Any) -> None:
+    def _deliver(self, entity: kombu.Queue, message: Any, problem: str | None = None) -> None:
         delivery = KombuDelivery(self, message, entity, self._epoch)
         self._unsettled[id(delivery)] = delivery
+        problem = problem or kombu_message.problem(message)
+        if problem is not None:  # kombu could not build it: nothing for the callback
+            LOG.warning("bus consumer %s: dead-lettering a message from %s: %s",
+                        self._host, entity.name, problem)  # fmt: skip
+            return self._reject(delivery, problem)
         try:
-            self._on_message(bytes(message.body), delivery)
+            self._on_message(delivery.body, delivery)
         except exception.BackendUnavailable as exc:  # not the message's fault: give it back
             LOG.warning("bus consumer %s: %s; message given back", self._host, base.describe(exc))
             if delivery.state is None:
                 delivery.give_back()
         except Exception as exc:
             LOG.exception("bus consumer %s: callback failed on a message", self._host)
-            if delivery.state is None:
-                with contextlib.suppress(base.BusUnavailable):  # then it was given back
-                    delivery.reject(f"the consumer failed on it: {base.describe(exc)}")
+            self._reject(delivery, f"the consumer failed on it: {base.describe(exc)}")
+
+    def _undecodable(self, entity: kombu.Queue, message: Any, exc: Exception) -> None:
+        """kombu's ``on_decode_error``: it recorded errors while building the message."""
+        if not hasattr(message, "ack"):
+            # kombu failed before it had a message object (not something a kombu
+            # publish can cause): nothing to settle, so reconnect as for any error.
+            raise exc
+        why = kombu_message.problem(message) or f"kombu could not decode it: {base.describe(exc)}"
+        self._deliver(entity, message, why)
+
+    @staticmethod
+    def _reject(delivery: KombuDelivery, reason: str) -> None:
+        """Dead-letter it unless settled already; a failed publish gave it back."""
+        if delivery.state is None:
+            with contextlib.suppress(base.BusUnavailable):
+                delivery.reject(reason)
 
     # -- commands and shutdown --
 
