@@ -6,9 +6,7 @@ deletes instances of an agent it thinks is down, a janitor or the deadline reape
 ends claims, a ledger failover or rollback loses writes. Convergence is the agent's
 job, within a bounded time and without a restart.
 
-At start (:func:`reconcile`), before it consumes, the agent finishes the builds a
-previous run of it left: ACTIVE if the driver runs them, otherwise the claim is
-released and the request published again. Then it runs every slice of
+At start (:func:`reconcile`), before it consumes, the agent runs every slice of
 :class:`Reconciler` at once.
 
 Periodically (:class:`Reconciler`, every ``[agent] reconcile_interval_s``), on a slice
@@ -25,7 +23,11 @@ it was silent past its heartbeat TTL):
 * ACTIVE instances of this host that the driver does not run are reported only: a
   hypervisor that lost a VM needs an operator, not a silent release;
 * the node views are read again and replace the index's where they differ, unless the
-  agent wrote to that node meanwhile (see :mod:`agents.nodes`, "Convergence").
+  agent wrote to that node meanwhile (see :mod:`agents.nodes`, "Convergence");
+* and on every pass, builds the ledger says this host claimed that no spawn of this
+  agent holds (a previous run of it died, or a rolled-back ledger forgot that one
+  ended): ACTIVE if the driver runs them, otherwise the claim is released and the
+  request published again.
 
 Cost per pass, for b nodes with p providers and i instances: about 4 reads per
 provider and one per instance, pipelined a thousand per round trip, and b driver
@@ -78,28 +80,9 @@ class ReconcileReport:
         return dataclasses.asdict(self)
 
 
-def reconcile(
-    stores: Stores, bus: Bus, driver: VirtDriver, host: str, reconciler: Reconciler
-) -> ReconcileReport:
-    """At start: finish the builds a previous run left, then every slice at once."""
-    report = ReconcileReport()
-    _finish_builds(stores, bus, driver, host, report)
-    report.add(reconciler.run_all())
-    return report
-
-
-def _finish_builds(
-    stores: Stores, bus: Bus, driver: VirtDriver, host: str, report: ReconcileReport
-) -> None:
-    for uuid in sorted(stores.instances.building(host)):
-        inst = stores.instances.get(uuid)
-        node = inst.node or ""
-        if inst.state == State.BUILD and node and uuid in _running(driver, node):
-            stores.instances.set_active(uuid, host, node)
-            report.activated.append(uuid)
-        elif requeue_orphan(stores, bus, uuid, host, f"agent {host} restarted before it"
-                            " finished the build"):  # fmt: skip
-            report.requeued.append(uuid)
+def reconcile(reconciler: Reconciler) -> ReconcileReport:
+    """At start, before the agent consumes: every slice at once."""
+    return reconciler.run_all()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +117,7 @@ class Reconciler:
     def __init__(
         self,
         stores: Stores,
+        bus: Bus,
         driver: VirtDriver,
         host: str,
         index: NodeIndex,
@@ -145,6 +129,7 @@ class Reconciler:
         if action not in ACTIONS:
             raise exception.Invalid(reason=f"action {action!r}: use one of {', '.join(ACTIONS)}")
         self.stores = stores
+        self.bus = bus
         self.driver = driver
         self.host = host
         self.index = index
@@ -155,16 +140,44 @@ class Reconciler:
         self._cursor = 0
 
     def run_pass(self) -> ReconcileReport:
-        """Reconcile the next slice of nodes."""
+        """Reconcile the next slice of nodes, and the builds of this host."""
+        report = self.finish_builds()
         names, self._cursor = self.index.names(self._cursor, self.batch)
-        return self.reconcile_nodes(names)
+        report.add(self.reconcile_nodes(names))
+        return report
 
     def run_all(self) -> ReconcileReport:
-        """Reconcile every node, a slice at a time."""
-        report = ReconcileReport()
+        """Reconcile every node, a slice at a time, and the builds of this host."""
+        report = self.finish_builds()
         names, _ = self.index.names(0)
         for start in range(0, len(names), self.batch):
             report.add(self.reconcile_nodes(names[start : start + self.batch]))
+        return report
+
+    def finish_builds(self) -> ReconcileReport:
+        """Builds the ledger says this host claimed and no spawn of this agent holds.
+
+        ACTIVE if the driver runs them, else released and published again. A claim
+        being written now is left alone: its node is being written to (the index
+        says so) or its spawn is known by the time the node is free again.
+        """
+        report = ReconcileReport()
+        orphans = [u for u in sorted(self.stores.instances.building(self.host))
+                   if not self.building(u)]  # fmt: skip
+        for uuid, inst in self.stores.instances.get_many(orphans).items():
+            node = inst.node or ""
+            if node in self.index and self.index.sync_token(node) is None:
+                continue  # a claim on that node is in flight
+            if self.building(uuid):
+                continue
+            if inst.state == State.BUILD and node and uuid in _running(self.driver, node):
+                self.stores.instances.set_active(uuid, self.host, node)
+                report.activated.append(uuid)
+            elif requeue_orphan(self.stores, self.bus, uuid, self.host,
+                                f"agent {self.host} holds no spawn of it"):  # fmt: skip
+                report.requeued.append(uuid)
+        if report.found_anything():
+            _log(self.host, report)
         return report
 
     def reconcile_nodes(self, names: list[str]) -> ReconcileReport:
@@ -193,15 +206,17 @@ class Reconciler:
     # -- the checks --
 
     def _check_allocations(self, found: _Slice, report: ReconcileReport) -> None:
+        """Unexplained allocations; released ones are those the atomic re-check confirmed
+        (a claim or a requeue between the two reads is no leak)."""
         for view in found.views.values():
             for provider in view.providers:
                 for consumer in sorted(found.consumers.get(provider.uuid, ())):
                     if _explained(found.records.get(consumer), self.host):
                         continue
-                    report.leaked.append(consumer)
-                    if self.release_leaked and self.stores.ledger.release_unexplained(
-                        consumer, self.host, provider.uuid
-                    ):
+                    if not self.release_leaked:
+                        report.leaked.append(consumer)
+                    elif self.stores.ledger.release_unexplained(consumer, self.host, provider.uuid):
+                        report.leaked.append(consumer)
                         report.released.append(consumer)
 
     def _check_running(self, found: _Slice, report: ReconcileReport) -> None:
@@ -222,10 +237,11 @@ class Reconciler:
                     LOG.warning("agent %s: %s runs on %s but the ledger has it %s", self.host,
                                 uuid, name, _where(inst))  # fmt: skip
             held = found.consumers.get(found.views[name].root.uuid, set())
-            for uuid in sorted(held - set(running)):
-                inst = found.records.get(uuid)
-                if inst is not None and (inst.state, inst.host) == (State.ACTIVE, self.host):
-                    report.missing.append(uuid)
+            gone = [uuid for uuid in sorted(held - set(running))
+                    if _runs_here(found.records.get(uuid), self.host, name)]  # fmt: skip
+            if gone:  # listed before the records were read: a spawn may have ended between
+                now = set(_running(self.driver, name))
+                report.missing += [uuid for uuid in gone if uuid not in now]
 
     def _refresh(self, found: _Slice, report: ReconcileReport) -> None:
         report.refreshed += self._apply(found.views, found.tokens)

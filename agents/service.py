@@ -93,7 +93,7 @@ class ComputeAgent:
         self._sample_node: str | None = None  # where refusals are explained
         self._backoff = Backoff(conf.agent.ledger_retry_max_s)
         self.reconciler = Reconciler(
-            stores, driver, self.host, self.index, self._building,
+            stores, bus, driver, self.host, self.index, self._building,
             batch=conf.agent.reconcile_batch,
             release_leaked=conf.agent.release_leaked_allocations,
             action=conf.agent.running_deleted_instance_action,
@@ -117,7 +117,7 @@ class ComputeAgent:
         for view in views:
             self.index.add_node(view)
             self._sample_node = self._sample_node or view.name
-        self.reconciled = reconcile(self.stores, self.bus, self.driver, self.host, self.reconciler)
+        self.reconciled = reconcile(self.reconciler)
         self.sync_classes()
         self.heartbeat()
         self.finish_deletes()  # whatever a previous run of this agent left undone

@@ -73,6 +73,9 @@ class Periodic(threading.Thread):
                 return
             try:
                 self.fn()
+            except exception.BackendUnavailable as exc:  # an outage: no traceback to read
+                LOG.warning("periodic task %s: %s; next try in %.1fs", self.name, exc,
+                            self.interval_s)  # fmt: skip
             except Exception:
                 LOG.exception(
                     "periodic task %s failed; next try in %.1fs", self.name, self.interval_s

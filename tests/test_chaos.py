@@ -184,14 +184,93 @@ class TestChecks:
         cloud.instances.delete(inst)
         assert checks.drained(checks.take_snapshot(cloud, HOSTS)) == []
 
+    def test_an_unanswered_boot_left_waiting_is_lost(self, cloud: Stores) -> None:
+        waiting = boot(cloud, name="no-answer", host=None)
+        found = run_all(cloud, {})["lost"]
+        assert [(f["instance"], f["problem"]) for f in found] == [
+            (waiting, "its boot got no answer and it is still waiting")
+        ]
+
+    def test_an_index_that_differs_from_the_ledger_is_a_mismatch(self, cloud: Stores) -> None:
+        boot(cloud)
+        snap = checks.take_snapshot(cloud, HOSTS)
+        digests = checks.ledger_digests(snap)
+        details = {"h0": {"index_digest": digests["h0"]}, "h1": {"index_digest": f"{0:016x}"}}
+        assert checks.index_mismatches(snap, details) == []
+        details["h1"] = {"index_digest": digests["h0"]}  # h1's agent thinks it holds h0's VM
+        assert [f["host"] for f in checks.index_mismatches(snap, details)] == ["h1"]
+
+    def test_vms_the_ledger_does_not_place_are_driver_mismatches(self, cloud: Stores) -> None:
+        active, ended = boot(cloud), boot(cloud)
+        cloud.instances.delete(ended)
+        snap = checks.take_snapshot(cloud, HOSTS)
+        assert checks.driver_mismatches(snap, {"h0": {active: "h0-0"}, "h1": {}}) == []
+        found = checks.driver_mismatches(snap, {"h0": {ended: "h0-0"}, "h1": {active: "h1-0"}})
+        assert {(f["instance"], f["problem"]) for f in found} == {
+            (ended, "runs while the ledger does not place it here"),  # deleted, still running
+            (active, "runs while the ledger does not place it here"),  # on the wrong host
+            (active, "ACTIVE but its host's driver does not run it"),
+        }
+
+    def test_an_error_while_unpublished_held_quota_for_nothing(self, cloud: Stores) -> None:
+        stranded, published = boot(cloud, host=None), boot(cloud, host=None)
+        cloud.instances.outbox_done([(published, _score(cloud, published))])
+        for uuid_ in (stranded, published):
+            cloud.instances.set_error(uuid_, "No valid host was found.", {"reason": "deadline"})
+        found = checks.unpublished(checks.histories(cloud, [stranded, published]))
+        assert [f["instance"] for f in found] == [stranded]
+
+    def test_quota_over_its_limit_at_any_sample_is_a_finding(self) -> None:
+        limits = {"instances": 2, "cores": 4, "ram_mb": 8192}
+        fine = {"p1": {"instances": 2, "cores": 4, "ram_mb": 4096}}
+        over = {"p1": {"instances": 3, "cores": 4, "ram_mb": 4096}}
+        assert checks.quota_exceeded([(1.0, fine)], limits) == []
+        found = checks.quota_exceeded([(1.0, fine), (2.0, over)], limits)
+        assert [(f["at"], f["over"]) for f in found] == [(2.0, {"instances": 3})]
+
+    def test_poison_must_be_dead_lettered_once_and_valid_requests_never(
+        self, cloud: Stores
+    ) -> None:
+        from qsched.bus.base import DeadLetter
+        from qsched.message import BootRequest
+
+        inst = boot(cloud)
+        valid = BootRequest.create(inst, "p1", "u1", _flavor()).encode()
+        poison = [{"kind": "garbage", "queue": "q", "token": "t1"},
+                  {"kind": "empty", "queue": "q", "token": None}]  # fmt: skip
+
+        def letter(body: bytes) -> DeadLetter:
+            return DeadLetter(body, "reason", "q", "boot.small", 1.0)
+
+        records = checks.read_records(cloud)
+        assert checks.dead_letter_findings([letter(b"x t1"), letter(b"")], poison, records) == []
+        found = checks.dead_letter_findings(
+            [letter(b"x t1"), letter(b"t1 again"), letter(valid)], poison, records
+        )
+        assert [f["problem"] for f in found] == [
+            "empty bodies dead-lettered",
+            "dead-lettered 2 times, not once",
+            "a valid request was dead-lettered",
+        ]
+
     def test_claimed_by_reads_build_claims_of_one_host(self, cloud: Stores) -> None:
         building, _active = boot(cloud, active=False), boot(cloud)
         boot(cloud, host="h1", active=False)
         assert checks.claimed_by(cloud, "h0") == {building}
 
 
+def _score(stores: Stores, uuid_: str) -> str:
+    return f"{stores.store.client.zscore(stores.store.keys.outbox, uuid_):.6f}"
+
+
+def _flavor():
+    from qsched.flavors import Flavor
+
+    return Flavor("small", 1, 1024, 0)
+
+
 def test_the_fault_plan_is_seeded_and_inside_the_window() -> None:
-    counts = {"agent_kill": 3, "agent_term": 1, "broker_restart": 1, "ledger_restart": 1}
+    counts = {kind: 1 for kind in KINDS} | {"agent_kill": 3}
     plan = make_plan(100, counts, random.Random(7))
     assert plan == make_plan(100, counts, random.Random(7))
     assert sorted(f.kind for f in plan) == sorted(k for k in KINDS for _ in range(counts[k]))
@@ -202,7 +281,7 @@ def test_the_fault_plan_is_seeded_and_inside_the_window() -> None:
 
 @pytest.mark.real
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(150)
 def test_a_short_run_injects_every_fault_and_checks(tmp_path: Path) -> None:
     """Redis transport on servers of the run's own: nothing shared is restarted."""
     if shutil.which("redis-server") is None:
@@ -212,10 +291,11 @@ def test_a_short_run_injects_every_fault_and_checks(tmp_path: Path) -> None:
         pytest.fail("gunicorn is missing from the virtual environment: run make install")
     spec = StackSpec(agents=3, nodes_per_agent=2, node_vcpus=4, node_ram_mb=8192,
                      spawn_delay_s=0.3, build_timeout_s=10, shutdown_timeout_s=5,
-                     heartbeat_ttl_s=2)  # fmt: skip
+                     heartbeat_ttl_s=1, reconcile_interval_s=1, ledger_timeout_s=1)  # fmt: skip
     counts = {kind: 1 for kind in KINDS}
-    settings = RunSettings("redis", duration_s=22, rate=3, lifetime_s=3, outage_s=2,
-                           fault_counts=counts, spec=spec, progress_every_s=60)  # fmt: skip
+    settings = RunSettings("redis", duration_s=40, rate=3, lifetime_s=3, outage_s=1.5,
+                           stall_s=2, fault_counts=counts, spec=spec,
+                           progress_every_s=60)  # fmt: skip
     report = ChaosRun(settings, tmp_path, lambda line: None).execute()
     events = report["faults"]["events"]
     assert [e.get("error") for e in events] == [None] * len(KINDS), events

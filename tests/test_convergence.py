@@ -225,3 +225,31 @@ class _Recording:
 
     def reject(self, reason: str) -> None:
         self.settled.append(("reject", reason))
+
+
+def _roll_back_to_claimed(stores: Stores, inst: str, host: str) -> None:
+    """What a ledger rollback does to an instance whose ACTIVE it lost: BUILD, claimed."""
+    keys = stores.store.keys
+    client = stores.store.client
+    client.hset(keys.instance(inst), mapping={"state": "BUILD", "task_state": "spawning"})
+    client.sadd(keys.host_building(host), inst)
+    client.zadd(keys.deadlines, {inst: time.time() + 60})
+
+
+@pytest.mark.parametrize("still_running", [True, False])
+def test_a_claim_the_agent_no_longer_holds_is_finished(
+    conf, stores, bus, api, agents, medium, still_running
+) -> None:
+    """After a ledger rollback: ACTIVE again if the VM runs, else placed again."""
+    agent = start(conf, stores, bus, "cn0")
+    agents.append(agent)
+    inst = api.boot(USER, "vm", "medium").uuid
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    node = stores.instances.get(inst).node or ""
+    if not still_running:
+        agent.driver.destroy(inst, node)  # its delete was lost with the rollback, not its VM's
+    _roll_back_to_claimed(stores, inst, "cn0")
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    events = [e.event for e in stores.instances.events(inst)]
+    assert ("requeued" in events) != still_running, events
+    assert agent.driver.list_instances(node) == [inst] and converged(stores, agent)

@@ -18,10 +18,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from agents.views import usage_term
+from qsched.bus.base import DeadLetter
 from qsched.chaos.load import Call
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.redis import text, text_map
+from qsched.message import PoisonMessage, decode
 
 HOLDING = ("BUILD", "ACTIVE")  # the states that hold quota (and, once claimed, allocations)
 ENDED = ("ACTIVE", "ERROR", "DELETED")  # where an accepted request may end
@@ -130,8 +133,14 @@ def _host_of(node_name: str, hosts: list[str]) -> str:
 
 
 def lost(snap: Snapshot, accepted: dict[str, Call]) -> list[dict[str, Any]]:
-    """Accepted (202) requests whose instance is not ACTIVE, ERROR or DELETED."""
-    found: list[dict[str, Any]] = []
+    """Accepted (202) requests whose instance is not ACTIVE, ERROR or DELETED, and
+    instances of boots that got no answer (a killed worker) still waiting."""
+    found: list[dict[str, Any]] = [
+        {"instance": uuid, "name": record.get("name"), "state": "BUILD",
+         "problem": "its boot got no answer and it is still waiting"}
+        for uuid, record in sorted(snap.records.items())
+        if uuid not in accepted and record.get("state") == "BUILD"
+    ]  # fmt: skip
     for uuid, call in sorted(accepted.items()):
         record = snap.records.get(uuid)
         if record is None:
@@ -402,3 +411,133 @@ def histories(stores: Stores, uuids: Iterable[str]) -> dict[str, list[dict[str, 
     for uuid in wanted:
         pipe.lrange(stores.store.keys.instance_events(uuid), 0, -1)
     return {u: [json.loads(e) for e in raw] for u, raw in zip(wanted, pipe.execute(), strict=True)}
+
+
+# -- convergence, the outbox, quota over time, dead letters ------------------------------
+
+
+def agent_details(stores: Stores, hosts: list[str]) -> dict[str, dict[str, Any]]:
+    """What each agent's last heartbeat says of itself (empty if it has expired)."""
+    keys = stores.store.keys
+    pipe = stores.store.client.pipeline(transaction=False)
+    for host in hosts:
+        pipe.hget(keys.agent(host), "detail")
+    return {h: json.loads(text(d)) if d else {} for h, d in zip(hosts, pipe.execute(), strict=True)}
+
+
+def ledger_digests(snap: Snapshot) -> dict[str, str]:
+    """The usage digest of each host's providers, as its agent's index should have it."""
+    digests: defaultdict[str, int] = defaultdict(int)
+    for rp, usages in snap.usage.items():
+        for rc, used in usages.items():
+            if used and rc in snap.capacity.get(rp, {}):
+                digests[snap.provider_host.get(rp, "")] ^= usage_term(rp, rc, used)
+    return {host: f"{digest:016x}" for host, digest in digests.items()}
+
+
+def index_mismatches(snap: Snapshot, details: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Agents whose node index does not hold what the ledger holds for their nodes."""
+    wanted = ledger_digests(snap)
+    found: list[dict[str, Any]] = []
+    for host, detail in sorted(details.items()):
+        have, want = detail.get("index_digest"), wanted.get(host, f"{0:016x}")
+        if have != want:
+            found.append({"host": host, "problem": "the agent's index differs from the ledger",
+                          "index_digest": have, "ledger_digest": want,
+                          "index_used": detail.get("resources")})  # fmt: skip
+    return found
+
+
+def driver_mismatches(snap: Snapshot, running: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    """VMs a driver runs that the ledger does not place there (deleted, ended, unknown,
+    elsewhere), and ACTIVE instances whose VM no driver of their host runs."""
+    found: list[dict[str, Any]] = []
+    for host, vms in sorted(running.items()):
+        for uuid, node in sorted(vms.items()):
+            record = snap.records.get(uuid, {})
+            here = (record.get("host"), record.get("node")) == (host, node)
+            if not (record.get("state") in HOLDING and here):
+                found.append(
+                    {"instance": uuid, "host": host, "node": node, "state": record.get("state"),
+                     "record_host": record.get("host"),
+                     "problem": "runs while the ledger does not place it here"}
+                )  # fmt: skip
+    for uuid, record in sorted(snap.records.items()):
+        host = record.get("host", "")
+        if record.get("state") == "ACTIVE" and host in running and uuid not in running[host]:
+            found.append({"instance": uuid, "host": host,
+                          "problem": "ACTIVE but its host's driver does not run it"})  # fmt: skip
+    return found
+
+
+def unpublished(histories: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Instances that ended in ERROR while their boot request was never published:
+    their quota was held for nothing until their deadline."""
+    return [
+        {"instance": uuid, "problem": "ended in ERROR with its request never published"}
+        for uuid, events in sorted(histories.items())
+        if any(_unpublished_error(e) for e in events)
+    ]
+
+
+def _unpublished_error(event: dict[str, Any]) -> bool:
+    return event.get("event") == "error" and bool((event.get("detail") or {}).get("unpublished"))
+
+
+def quota_samples(stores: Stores) -> dict[str, dict[str, int]]:
+    """Every project's quota used now (one sample of the run)."""
+    keys = stores.store.keys
+    suffix = ":used"
+    prefix = keys.quota_used("")[: -len(suffix)]
+    projects = _suffixes(stores, prefix, suffix)
+    pipe = stores.store.client.pipeline(transaction=False)
+    for project in projects:
+        pipe.hgetall(keys.quota_used(project))
+    return {
+        p: {k: int(v) for k, v in text_map(raw).items()}
+        for p, raw in zip(projects, pipe.execute(), strict=True)
+    }
+
+
+def quota_exceeded(
+    samples: list[tuple[float, dict[str, dict[str, int]]]], limits: dict[str, int]
+) -> list[dict[str, Any]]:
+    """Moments a project held more than its limit (limits: instances, cores, ram_mb)."""
+    found: list[dict[str, Any]] = []
+    for at, used in samples:
+        for project, counts in sorted(used.items()):
+            over = {k: n for k, n in counts.items() if 0 <= limits.get(k, -1) < n}
+            if over:
+                found.append({"project": project, "at": at, "over": over, "limits": limits})
+    return found
+
+
+def dead_letter_findings(
+    letters: list[DeadLetter], poison: list[dict[str, Any]], records: dict[str, dict[str, str]]
+) -> list[dict[str, Any]]:
+    """Every poison message dead-lettered exactly once, and no valid request there.
+
+    A valid request is one that decodes and names an instance of the run.
+    """
+    found: list[dict[str, Any]] = []
+    empties = sum(1 for letter in letters if not letter.body)
+    sent_empty = sum(1 for p in poison if p["token"] is None)
+    if empties != sent_empty:
+        found.append({"problem": "empty bodies dead-lettered", "sent": sent_empty,
+                      "dead_letters": empties})  # fmt: skip
+    for item in poison:
+        if item["token"] is None:
+            continue
+        count = sum(1 for letter in letters if item["token"].encode() in letter.body)
+        if count != 1:
+            found.append({**item, "problem": f"dead-lettered {count} times, not once"})
+    for letter in letters:
+        try:
+            message = decode(letter.body)
+        except PoisonMessage:
+            continue
+        if message.instance_uuid in records:
+            found.append({"instance": message.instance_uuid, "kind": message.KIND,
+                          "reason": letter.reason, "queue": letter.queue,
+                          "problem": "a valid request was dead-lettered"})  # fmt: skip
+    return found

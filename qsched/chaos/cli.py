@@ -22,18 +22,25 @@ def _echo_err(line: str) -> None:
     click.echo(line, err=True)
 
 
-def _counts(
-    duration_s: float, kills: int | None, terms: int | None, broker: int | None, ledger: int | None
-) -> dict[str, int]:
+#: the option giving how many faults of each kind
+COUNT_OPTIONS = {
+    "agent_kill": "kills",
+    "agent_term": "terms",
+    "broker_restart": "broker_restarts",
+    "ledger_restart": "ledger_restarts",
+    "agent_freeze": "freezes",
+    "api_worker_kill": "worker_kills",
+    "machine_crash": "crashes",
+    "ledger_stall": "stalls",
+    "poison": "poisons",
+}
+
+
+def _counts(o: dict[str, Any]) -> dict[str, int]:
     from qsched.chaos.faults import default_counts
 
-    counts = default_counts(duration_s)
-    given = {
-        "agent_kill": kills,
-        "agent_term": terms,
-        "broker_restart": broker,
-        "ledger_restart": ledger,
-    }
+    counts = default_counts(o["duration_s"])
+    given = {kind: o[option] for kind, option in COUNT_OPTIONS.items()}
     return {k: (v if v is not None else counts[k]) for k, v in given.items()}
 
 
@@ -48,7 +55,7 @@ def _counts(
 @click.option(
     "--duration-s",
     type=click.FloatRange(10),
-    default=180.0,
+    default=240.0,
     show_default=True,
     help="Seconds of load per transport; faults happen within it.",
 )
@@ -129,13 +136,13 @@ def _counts(
     "--kills",
     type=click.IntRange(0),
     default=None,
-    help="Agent SIGKILLs [default: one per 30 s of run].",
+    help="Agent SIGKILLs [default: one per 45 s of run].",
 )
 @click.option(
     "--terms",
     type=click.IntRange(0),
     default=None,
-    help="Agent SIGTERMs [default: one per 90 s of run].",
+    help="Agent SIGTERMs [default: one per 120 s of run].",
 )
 @click.option(
     "--broker-restarts",
@@ -148,6 +155,80 @@ def _counts(
     type=click.IntRange(0),
     default=None,
     help="Ledger Redis restarts [default: 1].",
+)
+@click.option(
+    "--freezes",
+    type=click.IntRange(0),
+    default=None,
+    help="Agent SIGSTOPs past the heartbeat TTL, then SIGCONT [default: one per 120 s].",
+)
+@click.option(
+    "--worker-kills",
+    type=click.IntRange(0),
+    default=None,
+    help="API worker SIGKILLs during a burst of boots [default: one per 120 s].",
+)
+@click.option(
+    "--crashes",
+    type=click.IntRange(0),
+    default=None,
+    help="Crashes of the ledger's machine (SIGKILL, AOF cut back) [default: 1].",
+)
+@click.option(
+    "--stalls",
+    type=click.IntRange(0),
+    default=None,
+    help="Ledger stalls (SIGSTOP past the services' ledger timeout) [default: 1].",
+)
+@click.option(
+    "--poisons",
+    type=click.IntRange(0),
+    default=None,
+    help="Rounds of poison messages on the boot and host queues [default: one per 120 s].",
+)
+@click.option(
+    "--durability",
+    type=click.Choice(["disk", "async"]),
+    default="disk",
+    show_default=True,
+    help="[ledger] durability of the run, its ledger server set to match: disk "
+    "(appendfsync always; a machine crash must lose nothing) or async (appendfsync "
+    "everysec; a machine crash may lose --crash-loss-s of acknowledged writes, and the "
+    "run reports those losses without failing on them).",
+)
+@click.option(
+    "--crash-loss-s",
+    type=click.FloatRange(0),
+    default=1.0,
+    show_default=True,
+    help="What a machine crash cuts from the AOF under appendfsync everysec.",
+)
+@click.option(
+    "--stall-s",
+    type=click.FloatRange(0.1),
+    default=8.0,
+    show_default=True,
+    help="How long a ledger stall lasts (the services' ledger timeout is 3 s).",
+)
+@click.option(
+    "--freeze-s",
+    type=click.FloatRange(0),
+    default=0.0,
+    help="How long an agent stays frozen [default: 0, twice its heartbeat TTL + 1 s].",
+)
+@click.option(
+    "--quota-instances",
+    type=click.IntRange(-1),
+    default=12,
+    show_default=True,
+    help="Instances per project (finite, so that the quota invariant is exercised).",
+)
+@click.option(
+    "--quota-cores",
+    type=click.IntRange(-1),
+    default=20,
+    show_default=True,
+    help="VCPUs per project (RAM: 2 GiB per VCPU).",
 )
 @click.option(
     "--ledger-signal",
@@ -190,13 +271,20 @@ def main(**options: Any) -> None:
     """Run real qsched stacks under load while breaking them, then check the ledger.
 
     Per transport: the API under gunicorn, --agents qsched-agent processes with
-    fake nodes, the ledger on a redis-server of the run's own (AOF everysec),
-    the bus on RabbitMQ (amqp) or on a second redis-server of the run's own
-    (redis). Boots and deletes go through HTTP on 127.0.0.1 while agents are
-    killed (SIGKILL, then restarted), stopped (SIGTERM, then restarted), and
-    the broker and the ledger are restarted. Then it waits for quiescence and
-    checks, from the ledger's own keys: nothing lost, nothing placed twice, no
-    over-commit, no leaked allocation or quota, nothing left behind a 503.
+    fake nodes (their VMs kept in a file, as a hypervisor outlives its agent),
+    the ledger on a redis-server of the run's own (AOF, fsync as --durability
+    asks), the bus on RabbitMQ (amqp) or on a second redis-server of the run's
+    own (redis), finite quotas. Boots and deletes go through HTTP on 127.0.0.1
+    while agents are killed (SIGKILL, then restarted), stopped (SIGTERM, then
+    restarted) and frozen past their heartbeat TTL (SIGSTOP, SIGCONT), API
+    workers are killed with boots in flight, poison messages are published, the
+    broker and the ledger are restarted, the ledger stalls and its machine
+    crashes. Then it waits for quiescence and checks, from the ledger's own keys,
+    what the agents report and what their drivers run: nothing lost, nothing
+    placed twice, no over-commit, quota never exceeded, no leaked allocation or
+    quota, nothing left behind a 503, no boot held unpublished, every agent's
+    index and driver back in line with the ledger, every poison message
+    dead-lettered once and no valid request among the dead letters.
 
     Progress goes to stderr; the table (or --json) to stdout. Exit status: 0 if
     every invariant held, 1 if one broke, 2 if the harness could not run.
@@ -209,6 +297,7 @@ def main(**options: Any) -> None:
             settings = _settings(transport, options)
             run = ChaosRun(settings, workdir / transport, _echo_err)
             reports.append(run.execute())
+            (workdir / transport / "report.json").write_text(to_json(reports[-1]))
             if not options["as_json"]:
                 click.echo(table(reports[-1]))
                 click.echo("")
@@ -236,11 +325,12 @@ def _settings(transport: str, o: dict[str, Any]) -> RunSettings:
         failure_rate=o["failure_rate"],
         build_timeout_s=o["build_timeout_s"],
         seed=o["seed"],
+        durability=o["durability"],
+        quota_instances=o["quota_instances"],
+        quota_cores=o["quota_cores"],
         extra_config=tuple(p.resolve() for p in o["extra_config"]),
     )
-    counts = _counts(
-        o["duration_s"], o["kills"], o["terms"], o["broker_restarts"], o["ledger_restarts"]
-    )
+    counts = _counts(o)
     return RunSettings(
         transport=transport,
         duration_s=o["duration_s"],
@@ -249,6 +339,9 @@ def _settings(transport: str, o: dict[str, Any]) -> RunSettings:
         lifetime_s=o["lifetime_s"],
         clients=o["clients"],
         outage_s=o["outage_s"],
+        freeze_s=o["freeze_s"],
+        stall_s=o["stall_s"],
+        crash_loss_s=o["crash_loss_s"],
         fault_counts=counts,
         amqp_url=o["amqp_url"],
         spec=spec,

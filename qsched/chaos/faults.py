@@ -13,8 +13,27 @@ Kinds:
     RabbitMQ ``stop_app`` / ``start_app``, or for the Redis transport a restart
     of the bus's own ``redis-server``.
 ``ledger_restart``
-    A restart of the ledger's ``redis-server`` (AOF everysec; SIGTERM makes it
-    fsync before exiting).
+    A restart of the ledger's ``redis-server`` (SIGTERM makes it fsync before
+    exiting).
+``agent_freeze``
+    SIGSTOP a random running agent for longer than its heartbeat TTL (the API
+    then deletes its instances locally and a janitor takes back its claims, as
+    for a network cut), then SIGCONT: it must find out and converge by itself.
+``api_worker_kill``
+    A burst of boots, and a gunicorn worker SIGKILLed while they are in flight
+    (gunicorn starts another): records made and never published are the
+    outbox's to publish.
+``machine_crash``
+    A crash of the ledger's machine: SIGKILL its ``redis-server``, cut its AOF
+    back by what the disk would not have had (``--crash-loss-s`` under
+    ``appendfsync everysec``, nothing under ``always``), start it again.
+``ledger_stall``
+    SIGSTOP the ledger's ``redis-server`` for longer than the services'
+    ledger timeout, then SIGCONT: the commands that waited run late.
+``poison``
+    Malformed messages published straight to a boot queue and a host queue
+    (an empty body, a text body, garbage, a wrong shape, an unknown class, an
+    oversized one), each marked so the checks can find its dead letter.
 
 For agent faults the injector records which instances the agent left claimed
 and not ACTIVE (read from the ledger after the process is gone), and
@@ -24,6 +43,7 @@ and not ACTIVE (read from the ledger after the process is gone), and
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import signal
 import threading
@@ -31,9 +51,21 @@ import time
 from typing import Any, Protocol
 
 from qsched.chaos.checks import claimed_by
+from qsched.chaos.poison import inject_poison
 from qsched.chaos.stack import Stack
+from qsched.stack.redis import AofSampler, RedisServer
 
-KINDS = ("agent_kill", "agent_term", "broker_restart", "ledger_restart")
+KINDS = (
+    "agent_kill",
+    "agent_term",
+    "broker_restart",
+    "ledger_restart",
+    "agent_freeze",
+    "api_worker_kill",
+    "machine_crash",
+    "ledger_stall",
+    "poison",
+)
 WINDOW = (0.1, 0.75)  # faults start within this share of the run, to leave time to settle
 GAP_S = 4.0  # between one fault's end and the next one's start, while there is time
 GAP_SHARE = 0.025  # and at most this share of the run (short runs have no time to spare)
@@ -75,13 +107,29 @@ def make_plan(duration_s: float, counts: dict[str, int], rng: random.Random) -> 
 
 
 def default_counts(duration_s: float) -> dict[str, int]:
-    """Several agent kills, a SIGTERM or two, one restart of each server."""
+    """Agent kills and freezes, worker kills, poison, one of each server fault."""
     return {
-        "agent_kill": max(1, int(duration_s // 30)),
-        "agent_term": max(1, int(duration_s // 90)),
+        "agent_kill": max(1, int(duration_s // 45)),
+        "agent_term": max(1, int(duration_s // 120)),
         "broker_restart": 1,
         "ledger_restart": 1,
+        "agent_freeze": max(1, int(duration_s // 120)),
+        "api_worker_kill": max(1, int(duration_s // 120)),
+        "machine_crash": 1,
+        "ledger_stall": 1,
+        "poison": max(1, int(duration_s // 120)),
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultSettings:
+    """How long and how hard the faults hit."""
+
+    outage_s: float = 5.0  # broker and ledger restarts, machine crashes
+    freeze_s: float = 0.0  # 0: twice the heartbeat TTL plus a second
+    stall_s: float = 8.0  # above the services' [ledger] timeout_s
+    crash_loss_s: float = 1.0  # what a crash loses under appendfsync everysec
+    burst: int = 8  # boots in flight when an API worker is killed
 
 
 class FaultInjector(threading.Thread):
@@ -92,18 +140,23 @@ class FaultInjector(threading.Thread):
         stack: Stack,
         faults: list[Fault],
         broker: Restartable | None,
-        ledger: Restartable,
-        outage_s: float,
+        ledger: RedisServer,
+        settings: FaultSettings,
         rng: random.Random,
         t0: float,
         duration_s: float,
+        load: Any = None,
     ) -> None:
         super().__init__(name="chaos-faults")  # not a daemon: a restart must finish
         self.stack = stack
         self.faults = faults
         self.broker = broker
         self.ledger = ledger
-        self.outage_s = outage_s
+        self.settings = settings
+        self.outage_s = settings.outage_s
+        self.load = load  # the LoadGenerator, for the bursts of api_worker_kill
+        self.sampler = AofSampler(ledger)  # what a machine crash cuts back to
+        self.poison: list[dict[str, Any]] = []  # every poison message sent, for the checks
         self.rng = rng
         self.t0 = t0
         self.duration_s = duration_s
@@ -118,8 +171,11 @@ class FaultInjector(threading.Thread):
             self.abort.set()
         if self.is_alive():
             self.join()
+        self.sampler.stop()
 
     def run(self) -> None:
+        if any(f.kind == "machine_crash" for f in self.faults):
+            self.sampler.start()
         ready_at = self.t0
         latest = self.t0 + LAST_START * self.duration_s
         for fault in self.faults:
@@ -146,6 +202,16 @@ class FaultInjector(threading.Thread):
             self._restart(fault, self.broker, "broker")
         elif fault.kind == "ledger_restart":
             self._restart(fault, self.ledger, "ledger redis-server")
+        elif fault.kind == "agent_freeze":
+            self._freeze(fault)
+        elif fault.kind == "api_worker_kill":
+            self._kill_worker(fault)
+        elif fault.kind == "machine_crash":
+            self._crash(fault)
+        elif fault.kind == "ledger_stall":
+            self._stall(fault)
+        elif fault.kind == "poison":
+            self._poison(fault)
         else:
             raise ValueError(f"unknown fault kind {fault.kind!r}")
 
@@ -178,6 +244,76 @@ class FaultInjector(threading.Thread):
             fault.restored = time.time()
         else:
             fault.error = "restarted agent sent no heartbeat within 60s"
+
+    def _freeze(self, fault: Fault) -> None:
+        running = [i for i in self.stack.agents if self.stack.agent_running(i)]
+        if not running:
+            fault.error = "no agent running"
+            return
+        index = self.rng.choice(running)
+        fault.target = self.stack.hosts[index]
+        frozen_s = self.settings.freeze_s or 2 * self._ttl() + 1
+        fault.started = time.time()
+        self.stack.signal_agent(index, signal.SIGSTOP)
+        try:
+            self.abort.wait(frozen_s)
+            fault.held = sorted(claimed_by(self.stack.stores, fault.target))
+        finally:
+            self.stack.signal_agent(index, signal.SIGCONT)
+        thawed = time.time()
+        fault.detail["frozen_s"] = round(thawed - fault.started, 2)
+        if _wait(lambda: self._beat_since(fault.target, thawed), 60, self.abort):
+            fault.restored = time.time()
+        else:
+            fault.error = "the thawed agent sent no heartbeat within 60s"
+
+    def _kill_worker(self, fault: Fault) -> None:
+        workers = self.stack.api_workers()
+        if not workers or self.load is None:
+            fault.error = "no API worker to kill" if not workers else "no load to burst"
+            return
+        pid = self.rng.choice(workers)
+        fault.target = f"gunicorn worker {pid}"
+        fault.detail["in_flight"] = self.load.burst(self.settings.burst)
+        time.sleep(0.005)  # the burst is in the workers now
+        fault.started = time.time()
+        os.kill(pid, signal.SIGKILL)
+        if _wait(lambda: len(self.stack.api_workers()) >= len(workers), 60, self.abort):
+            fault.restored = time.time()
+        else:
+            fault.error = "gunicorn did not start another worker within 60s"
+
+    def _crash(self, fault: Fault) -> None:
+        fault.target = "ledger machine"
+        lose_s = self.settings.crash_loss_s if self.ledger.fsync == "everysec" else 0.0
+        fault.started = time.time()
+        fault.detail.update(
+            self.ledger.crash(self.sampler, lose_s, self.outage_s, self.abort), lose_s=lose_s
+        )
+        fault.restored = time.time()
+
+    def _stall(self, fault: Fault) -> None:
+        proc = self.ledger.proc
+        if proc is None:
+            fault.error = "the ledger is not running"
+            return
+        fault.target = "ledger redis-server"
+        fault.started = time.time()
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            self.abort.wait(self.settings.stall_s)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        fault.detail["stalled_s"] = round(time.time() - fault.started, 2)
+        fault.restored = time.time()
+
+    def _poison(self, fault: Fault) -> None:
+        fault.target = "boot and host queues"
+        fault.started = time.time()
+        sent = inject_poison(self.stack, self.rng)
+        self.poison += sent
+        fault.detail["messages"] = len(sent)
+        fault.restored = time.time()
 
     def _beat_since(self, host: str, since: float) -> bool:
         score = self.stack.stores.store.client.zscore(self.stack.stores.store.keys.agents, host)

@@ -104,6 +104,15 @@ class LoadGenerator:
         with self._lock:
             return list(self.calls)
 
+    def burst(self, count: int) -> int:
+        """Send up to ``count`` boots at once (as many as clients are free); how many."""
+        sent = 0
+        for _ in range(count):
+            if not self._submit_boot():
+                break
+            sent += 1
+        return sent
+
     # -- the schedule ------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -116,20 +125,23 @@ class LoadGenerator:
             self._submit_due_deletes()
             self._stop.wait(max(0.0, min(next_boot - time.monotonic(), 0.05)))
 
-    def _submit_boot(self) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.skipped["boot"] += 1
-            return
-        self._seq += 1
-        name = f"{self.tag}-{self._seq:06d}"
-        project = self.projects[self._seq % len(self.projects)]
-        flavor = self.rng.choices(self.flavors, self.weights)[0]
-        life_s = (
-            self.rng.uniform(0.0, 1.5)
-            if self.rng.random() < SHORT_LIFE_SHARE
-            else self.rng.expovariate(1.0 / self.lifetime_s)
-        )
+    def _submit_boot(self) -> bool:
+        with self._lock:
+            if not self._slots.acquire(blocking=False):
+                self.skipped["boot"] += 1
+                return False
+            self._seq += 1
+            seq = self._seq
+            name = f"{self.tag}-{seq:06d}"
+            project = self.projects[seq % len(self.projects)]
+            flavor = self.rng.choices(self.flavors, self.weights)[0]
+            life_s = (
+                self.rng.uniform(0.0, 1.5)
+                if self.rng.random() < SHORT_LIFE_SHARE
+                else self.rng.expovariate(1.0 / self.lifetime_s)
+            )
         self._pool.submit(self._release_after, self._boot, name, project, flavor, life_s)
+        return True
 
     def _submit_due_deletes(self) -> None:
         now = time.time()

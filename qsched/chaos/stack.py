@@ -35,6 +35,11 @@ class StackSpec:
     shutdown_timeout_s: float = 15.0
     api_workers: int = 2
     seed: int = 1
+    durability: str = "disk"  # the ledger's [ledger] durability (the server is set to match)
+    quota_instances: int = 12  # per project: finite, so that "quota holds" is tested
+    quota_cores: int = 20
+    reconcile_interval_s: float = 2.0
+    ledger_timeout_s: float = 3.0  # a stall longer than this makes the API answer 503
     extra_config: tuple[Path, ...] = ()
 
     @property
@@ -46,17 +51,21 @@ class StackSpec:
         return {
             "bus": {"connect_timeout_s": 2, "confirm_timeout_s": 5, "heartbeat_s": 10,
                     "reconnect_max_delay_s": 2},
-            "ledger": {"cpu_allocation_ratio": 1.0, "ram_allocation_ratio": 1.0},
-            "quota": {"instances": -1, "cores": -1, "ram": -1},
+            "ledger": {"cpu_allocation_ratio": 1.0, "ram_allocation_ratio": 1.0,
+                       "durability": self.durability, "timeout_s": self.ledger_timeout_s},
+            "quota": {"instances": self.quota_instances, "cores": self.quota_cores,
+                      "ram": self.quota_cores * 2048},
             "scheduler": {"build_timeout_s": self.build_timeout_s, "max_attempts": 3,
-                          "reap_interval_s": 1, "janitor_interval_s": 2},
+                          "reap_interval_s": 1, "janitor_interval_s": 2,
+                          "outbox_grace_s": 3, "outbox_interval_s": 1},
             "api": {"flavor": [f"{n}:{v}:{r}:0" for n, v, r, _ in FLAVORS]},
             "agent": {"node_count": self.nodes_per_agent, "node_vcpus": self.node_vcpus,
                       "node_ram_mb": self.node_ram_mb, "node_disk_gb": 0,
                       "spawn_delay_s": self.spawn_delay_s,
                       "spawn_failure_rate": self.failure_rate, "heartbeat_interval_s": 0.5,
                       "heartbeat_ttl_s": self.heartbeat_ttl_s, "class_poll_interval_s": 0.5,
-                      "reap_interval_s": 1, "shutdown_timeout_s": self.shutdown_timeout_s},
+                      "reap_interval_s": 1, "shutdown_timeout_s": self.shutdown_timeout_s,
+                      "reconcile_interval_s": self.reconcile_interval_s},
         }  # fmt: skip
 
 
@@ -81,6 +90,14 @@ class Stack(ProcessStack):
     def start_agent(
         self, index: int, options: Mapping[str, Any] | None = None, args: Sequence[str] = ()
     ) -> None:
-        """Start agent ``index`` (again), its fake driver seeded from the run's seed."""
+        """Start agent ``index`` (again), its fake driver seeded from the run's seed.
+
+        Its simulated hypervisor keeps its VMs in :meth:`vms_file` across restarts.
+        """
         seed = self.spec.seed * 100 + index
-        super().start_agent(index, {"seed": seed, **(options or {})}, args)
+        own = {"seed": seed, "fake_state_path": str(self.vms_file(index))}
+        super().start_agent(index, {**own, **(options or {})}, args)
+
+    def vms_file(self, index: int) -> Path:
+        """Where agent ``index``'s fake driver keeps what runs on its nodes."""
+        return self.dir / f"agent{index}.vms"

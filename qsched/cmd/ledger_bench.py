@@ -13,11 +13,13 @@ import json
 import math
 import random
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -181,8 +183,11 @@ def percentile(ordered: Sequence[float], q: float) -> float:
 # Setting up
 
 
-def open_bench_stores(url: str) -> Stores:
-    stores = open_stores(qconf.load(), url)
+def open_bench_stores(url: str, durability: str = "async") -> Stores:
+    conf = qconf.load()
+    conf.set_override("durability", durability, group="ledger")
+    conf.set_override("durability_timeout_ms", 5000, group="ledger")  # a loaded machine
+    stores = open_stores(conf, url)
     stores.quota.set_limits(PROJECT, instances=-1, cores=-1, ram_mb=-1)
     return stores
 
@@ -214,10 +219,15 @@ def boot(
 
 
 def bench_backend(
-    backend: str, url: str, report: Report, thread_counts: Sequence[int], progress: Progress
+    backend: str,
+    url: str,
+    report: Report,
+    thread_counts: Sequence[int],
+    progress: Progress,
+    durability: str = "async",
 ) -> None:
     """Build one cloud on ``url``, then time the claims at each thread count."""
-    stores = open_bench_stores(url)
+    stores = open_bench_stores(url, durability)
     cloud = build_cloud(stores, report.providers, progress)
     for threads in thread_counts:
         tasks = boot(stores, cloud, report.claims, progress)
@@ -287,6 +297,36 @@ def bench_real_redis(
         bench_backend("redis", url, report, thread_counts, progress)
 
 
+# Durability: servers of the run's own, one per setting
+
+
+def bench_durability(report: Report, thread_counts: Sequence[int], progress: Progress) -> None:
+    """Claims under each ``[ledger] durability``, each on redis-servers started for it.
+
+    ``async`` on a server with ``appendfsync everysec``; ``replica`` on such a
+    server and one replica; ``disk`` on a server with ``appendfsync always``. All
+    on this machine, so ``replica`` pays a loopback round trip, not a network's,
+    and ``disk`` this machine's fsync.
+    """
+    from qsched.stack.redis import RedisServer
+
+    with tempfile.TemporaryDirectory(prefix="qsched-durability-") as tmp:
+        for mode, fsync, replicas in (("async", "everysec", 0), ("replica", "everysec", 1),
+                                      ("disk", "always", 0)):  # fmt: skip
+            master = RedisServer(Path(tmp), f"{mode}-master", fsync=fsync)
+            servers = [master]
+            try:
+                master.start()
+                for i in range(replicas):
+                    servers.append(RedisServer(Path(tmp), f"{mode}-replica{i}", replica_of=master))
+                    servers[-1].start()
+                    servers[-1].wait_synced()
+                bench_backend(f"redis {mode}", master.url, report, thread_counts, progress, mode)
+            finally:
+                for server in reversed(servers):
+                    server.stop()
+
+
 # Output
 
 
@@ -294,12 +334,12 @@ def render_table(report: Report) -> str:
     lines = [
         f"qsched ledger claims: {report.providers} providers, {report.claims} claims per run",
         "",
-        f"{'backend':<10} {'threads':>7} {'claims/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'backend':<14} {'threads':>7} {'claims/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
         f"{'refused':>8} {'conflicts':>9}",
     ]
     for r in report.results:
         lines.append(
-            f"{r.backend:<10} {r.threads:>7} {r.claims_per_s:>10.1f} {r.p50_ms:>8.3f} "
+            f"{r.backend:<14} {r.threads:>7} {r.claims_per_s:>10.1f} {r.p50_ms:>8.3f} "
             f"{r.p99_ms:>8.3f} {r.refused:>8} {r.conflicts:>9}"
         )
     lines += [s["reason"] for s in report.skipped]
@@ -445,11 +485,13 @@ def run_demo() -> None:
 )
 @click.option(
     "--backend",
-    type=click.Choice(["all", "redis", "fakeredis"]),
+    type=click.Choice(["all", "redis", "fakeredis", "durability"]),
     default="all",
     show_default=True,
     help="Which ledger backends to measure. A real Redis that does not answer is "
-    "reported and skipped.",
+    "reported and skipped. durability: instead, each [ledger] durability setting (async, "
+    "replica, disk) on redis-servers this run starts for it (needs redis-server on PATH; "
+    "--redis-url is not used).",
 )
 @click.option(
     "--providers",
@@ -524,15 +566,21 @@ def main(
       qsched-ledger-bench
       qsched-ledger-bench --backend fakeredis --providers 100 --claims 500
       qsched-ledger-bench --redis-url redis://10.0.0.5:6379/15 --threads 32 --format json
+      qsched-ledger-bench --backend durability   # what each [ledger] durability costs
       qsched-ledger-bench --demo
     """
     if demo:
         run_demo()
         return
-    if backend != "fakeredis":
-        check_redis_url(redis_url, force)
     report = Report(providers, claims, threads)
     thread_counts = sorted({1, threads})
+    if backend == "durability":
+        bench_durability(report, thread_counts, stderr_progress)
+        text = json.dumps(report.to_dict(), indent=2) if fmt == "json" else render_table(report)
+        click.echo(text)
+        return
+    if backend != "fakeredis":
+        check_redis_url(redis_url, force)
     if backend != "redis":
         url = f"fakeredis://bench-{uuid.uuid4().hex}"
         bench_backend("fakeredis", url, report, thread_counts, stderr_progress)

@@ -73,6 +73,20 @@ def http_call(
         conn.close()
 
 
+def children(pid: int) -> list[int]:
+    """PIDs of the live child processes of ``pid`` (read from /proc), sorted."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid ...": comm may hold spaces, so split after its ')'
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return sorted(found)
+
+
 class ProcessStack:
     """The processes of one stack, its files, and the caller's own view of its ledger.
 
@@ -149,6 +163,12 @@ class ProcessStack:
             return self.agents[index].wait(timeout_s)
         except subprocess.TimeoutExpired:
             return None
+
+    def api_workers(self) -> list[int]:
+        """PIDs of the API's gunicorn workers (the children of its master), sorted."""
+        if self.api is None or self.api.poll() is not None:
+            return []
+        return children(self.api.pid)
 
     def agent_running(self, index: int) -> bool:
         return self.agents[index].poll() is None

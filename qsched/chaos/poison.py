@@ -1,0 +1,83 @@
+"""Poison messages for a chaos run: sent straight to the queues agents consume.
+
+Each message but the empty one carries a token in its body, so that the checks
+can find its dead letter: every poison message must be dead-lettered exactly once,
+with a reason, and never stop the boots behind it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import kombu
+import msgpack
+
+from qsched.bus.kombu import KombuBus
+from qsched.chaos.stack import FLAVORS, Stack
+from qsched.flavors import Flavor
+from qsched.message import MAX_MESSAGE_BYTES, BootRequest
+
+
+def _stray(token: str) -> bytes:
+    """A well-formed boot request naming a class no front door published."""
+    flavor = Flavor(FLAVORS[0][0], FLAVORS[0][1], FLAVORS[0][2], 0)
+    stray = BootRequest.create(str(uuid.uuid4()), "poison", "poison", flavor, request_id=token)
+    return dataclasses.replace(stray, scheduling_class=f"poison-{token[-8:]}").encode()
+
+
+#: kind -> the body of a poison message marked with a token
+BODIES: dict[str, Callable[[str], bytes]] = {
+    "empty": lambda token: b"",
+    "garbage": lambda token: b"\x00\xffpoison " + token.encode(),
+    "wrong shape": lambda t: msgpack.packb({"kind": "boot", "version": "1.0", "request_id": t}),
+    "newer major": lambda t: msgpack.packb({"kind": "boot", "version": "9.0", "request_id": t}),
+    "unknown class": _stray,
+    "oversized": lambda token: token.encode() + b"x" * (MAX_MESSAGE_BYTES + 1),
+}
+
+
+def inject_poison(stack: Stack, rng: random.Random) -> list[dict[str, Any]]:
+    """Publish every poison body to a boot queue agents consume and some to a host queue.
+
+    A text body (kombu hands it over as ``str``) goes as well. Returns what was
+    sent: kind, queue and token (None for the empty body).
+    """
+    bus = KombuBus(stack.transport_url, prefix=stack.prefix)
+    sent: list[dict[str, Any]] = []
+    try:
+        boot = bus.boot_entity(FLAVORS[0][0])
+        host = bus.host_entity(rng.choice(stack.hosts))
+        for entity, kinds in ((boot, list(BODIES)), (host, ["empty", "garbage"])):
+            for kind in kinds:
+                token = f"poison-{uuid.uuid4()}"
+                bus.publish(entity, BODIES[kind](token))
+                sent.append(_note(kind, entity, None if kind == "empty" else token))
+        token = f"poison-{uuid.uuid4()}"
+        _publish_text(bus, boot, f"poison text {token}")
+        sent.append(_note("text", boot, token))
+    finally:
+        bus.close()
+    return sent
+
+
+def _publish_text(bus: KombuBus, entity: kombu.Queue, text: str) -> None:
+    """A body with a text encoding: py-amqp decodes it and kombu hands over a str."""
+    connection = bus.connect()
+    try:
+        channel = connection.channel()
+        bus.declare(channel, entity)
+        exchange, key = bus.route(entity)
+        kombu.Producer(channel).publish(
+            text, exchange=exchange, routing_key=key, content_type="text/plain",
+            content_encoding="utf-8", serializer=None,
+        )  # fmt: skip
+    finally:
+        connection.release()
+
+
+def _note(kind: str, entity: kombu.Queue, token: str | None) -> dict[str, Any]:
+    return {"kind": kind, "queue": str(entity.name), "token": token}
