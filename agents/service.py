@@ -206,13 +206,20 @@ class ComputeAgent:
                 self._reconcile_task.wake()
 
     def reconcile_pass(self) -> ReconcileReport:
-        """One periodic reconcile: the next slice, or every node after a silence."""
+        """One periodic reconcile: the next slice, or every node after a silence.
+
+        The counters keep how many passes ran and their summed wall time (ms).
+        """
+        began = time.perf_counter()
         if self._came_back.is_set():
             self._came_back.clear()
             report = self.reconciler.run_all()
         else:
             report = self.reconciler.run_pass()
-        for name in ("released", "reaped", "running_deleted", "missing", "refreshed"):
+        self.counters["reconcile_passes"] += 1
+        self.counters["reconcile_ms"] += round((time.perf_counter() - began) * 1000)
+        for name in ("released", "reaped", "running_deleted", "missing", "refreshed",
+                     "requeued", "activated"):  # fmt: skip
             self.counters[f"reconcile_{name}"] += len(getattr(report, name))
         return report
 
