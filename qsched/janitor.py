@@ -24,13 +24,14 @@ from qsched.bus.base import Bus
 from qsched.ledger import Stores
 from qsched.ledger.base import Instance, State
 from qsched.message import BootRequest
-from qsched.outbox import publish_stranded
+from qsched.outbox import RETRY_MAX_S, publish_stranded
 from qsched.reaper import Periodic, reap_expired
 
 LOG = logging.getLogger(__name__)
 
-#: The ledger must answer this long after an outage before the outbox is published.
-OUTBOX_SETTLE_S = 5.0
+#: The ledger must answer this long after an outage before the outbox is published:
+#: three times the longest pause of a front door's abandon retries.
+OUTBOX_SETTLE_S = 3 * RETRY_MAX_S
 
 
 @dataclasses.dataclass

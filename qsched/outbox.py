@@ -56,6 +56,7 @@ class Confirmations:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._failing = False  # the last flush failed: say so once per outage
 
     def confirmed(self, uuid: str, outbox: str | None) -> None:
         """The boot request of ``uuid`` (outbox entry ``outbox``) is with the broker."""
@@ -100,9 +101,16 @@ class Confirmations:
         try:
             self.flush()
         except exception.BackendUnavailable as exc:
-            LOG.warning("outbox: confirmations kept for later: %s", exc)
+            if not self._failing:
+                LOG.warning("outbox: confirmations kept until the ledger answers: %s", exc)
+            self._failing = True
+            self._stop.wait(RETRY_MAX_S)  # no need to knock ten times a second
         except Exception:
             LOG.exception("outbox: clearing confirmations failed")
+        else:
+            if self._failing:
+                LOG.info("outbox: the ledger answers again; confirmations cleared")
+            self._failing = False
 
 
 class Abandoner:

@@ -290,7 +290,7 @@ def test_a_short_run_injects_every_fault_and_checks(tmp_path: Path) -> None:
     if shutil.which("gunicorn", path=str(Path(sys.executable).parent)) is None:
         pytest.fail("gunicorn is missing from the virtual environment: run make install")
     spec = StackSpec(agents=3, nodes_per_agent=2, node_vcpus=4, node_ram_mb=8192,
-                     spawn_delay_s=0.3, build_timeout_s=10, shutdown_timeout_s=5,
+                     spawn_delay_s=0.3, build_timeout_s=16, shutdown_timeout_s=5,
                      heartbeat_ttl_s=1, reconcile_interval_s=1, ledger_timeout_s=1)  # fmt: skip
     counts = {kind: 1 for kind in KINDS}
     settings = RunSettings("redis", duration_s=40, rate=3, lifetime_s=3, outage_s=1.5,
