@@ -177,11 +177,24 @@ def scale_table(scale: list[dict[str, Any]]) -> list[str]:
             rows.append((entry["hosts"], path, _ms(s["submit_to_claimed_ms"]),
                          _ms(s["submit_to_active_ms"]), _ms(s["api_call_ms"]),
                          s["placements_per_s"], s["refused"], reg["seconds"], reg["hosts_per_s"],
-                         _mb(rss.get("max_kb")), _other(s), _note(s)))  # fmt: skip
+                         _mb(rss.get("max_kb")), reconcile_cell(entry), _other(s),
+                         _note(s)))  # fmt: skip
     header = ("hosts", "path", "to claimed ms p50/p95/p99", "to ACTIVE ms p50/p95/p99",
               "API call ms p50/p95/p99", "placed/s", "refused", "register s", "hosts/s",
-              "agent RSS MB", "other CPU", "note")  # fmt: skip
+              "agent RSS MB", "reconcile s start / ms per pass", "other CPU",
+              "note")  # fmt: skip
     return simple_table(header, rows)
+
+
+def reconcile_cell(entry: dict[str, Any]) -> str:
+    """The agents' reconcile: the longest at start (every node), and the mean periodic
+    pass (a slice of ``[agent] reconcile_batch`` nodes), from their own counters."""
+    agents = entry["registration"].get("per_agent") or []
+    start_s = max((a.get("reconcile_s", 0.0) for a in agents), default=0.0)
+    counters = entry.get("agent_counters") or []
+    passes = sum(c.get("reconcile_passes", 0) for c in counters)
+    pass_ms = sum(c.get("reconcile_ms", 0) for c in counters) / passes if passes else None
+    return f"{start_s:.2f} / {'-' if pass_ms is None else f'{pass_ms:.1f}'} ({passes})"
 
 
 def burst_table(scale: list[dict[str, Any]]) -> list[str]:

@@ -39,6 +39,7 @@ from qsched.stack import (
     StackFailed,
     new_prefix,
 )
+from qsched.stack.processes import children
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,7 +236,7 @@ class ProcessCloud(Cloud):
     def profile_targets(self) -> dict[str, int]:
         targets = {f"agent{i}": p.pid for i, p in self.stack.agents.items()}
         if self.stack.api is not None:
-            for pid in _children(self.stack.api.pid):
+            for pid in children(self.stack.api.pid):
                 targets[f"api-worker-{pid}"] = pid
         return {**targets, "bench": os.getpid()}
 
@@ -305,17 +306,3 @@ def registration_summary(
             for r in reports
         ],
     }
-
-
-def _children(pid: int) -> list[int]:
-    """Direct children of a process (gunicorn's workers), from /proc."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                stat = Path(f"/proc/{entry.name}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
