@@ -8,6 +8,7 @@ validator's own words.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from jsonschema import Draft202012Validator, ValidationError, validators
@@ -175,14 +176,16 @@ def validate(validator: Validator, body: Any) -> Any:
     error = best_match(validator.iter_errors(body))
     if error is None:
         return body
-    raise exception.Invalid(message=_message(error))
+    raise field_error(error.absolute_path, error.instance, _explanation(error))
 
 
-def _message(error: ValidationError) -> str:
-    where = "/".join(str(p) for p in error.absolute_path) or "body"
-    explanation = _explanation(error)
-    return (
-        f"Invalid input for field/attribute {where}. Value: {_short(error.instance)}. {explanation}"
+def field_error(path: Sequence[Any], value: Any, explanation: str) -> exception.Invalid:
+    """Nova's 400 for one field: "Invalid input for field/attribute <path>. Value: <value>.
+    <explanation>" (``body`` for the whole body; a surrogate in a key shown escaped)."""
+    where = "/".join(str(p) for p in path) or "body"
+    where = where.encode("utf-8", "backslashreplace").decode("utf-8")
+    return exception.Invalid(
+        message=f"Invalid input for field/attribute {where}. Value: {_short(value)}. {explanation}"
     )
 
 
