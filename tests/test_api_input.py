@@ -262,3 +262,55 @@ class TestEncoding:
     def test_a_utf8_bom_is_ignored(self, client) -> None:
         body = b"\xef\xbb\xbf" + json.dumps(server_body()).encode()
         assert post(client, "/v2.1/servers", body, USER).status_code == 202
+
+
+class TestNumbersAsFields:
+    """Numbers JSON allows but the fields do not: refused by name, not stored."""
+
+    @pytest.mark.parametrize("place", ["flavor extra spec", "extra spec"])
+    @pytest.mark.parametrize("number", [10**400, 10**255, -(10**254)])
+    def test_spec_value_longer_than_255_as_text(self, client, stores, place, number) -> None:
+        before = ledger_dump(stores)
+        path, value = NUMBER_PLACES[place]
+        result = post(client, path, with_json(value, str(number)))
+        assert_refused(result, stores, before, "extra_specs/hw:", "at most 255 characters")
+        assert_listings_answer(client)
+
+    def test_spec_value_of_255_digits_is_text(self, client) -> None:
+        number = 10**254
+        body = with_json({"extra_specs": {"hw:cpu_policy": "@"}}, str(number))
+        assert post(client, SPECS_PATH, body).json == {
+            "extra_specs": {"hw:cpu_policy": str(number)}
+        }
+
+    @pytest.mark.parametrize("field", ["ram", "vcpus", "disk"])
+    @pytest.mark.parametrize("size", ["2147483648", "9999999999", 2**31, 10**400])
+    def test_flavor_size_over_the_maximum(self, client, stores, field, size) -> None:
+        before = ledger_dump(stores)
+        body = with_json({"flavor": {**FLAVOR, field: "@"}}, json.dumps(size))
+        result = post(client, "/v2.1/flavors", body)
+        assert_refused(result, stores, before, f"flavor/{field}", "at most 2147483647")
+
+    @pytest.mark.parametrize("size", ["2147483647", 2147483647])
+    def test_flavor_size_at_the_maximum(self, client, size) -> None:
+        result = client.simulate_post(
+            "/v2.1/flavors", json={"flavor": {**FLAVOR, "ram": size}}, headers=ADMIN
+        )
+        assert result.status_code == 200 and result.json["flavor"]["ram"] == 2147483647
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"vcpus": True},
+            {"disk": 0.5},
+            {"ram": "1.5"},
+            {"vcpus": "-1"},
+            {"extra_specs": {"resources:VCPU": True}},
+            {"extra_specs": {"resources:VCPU": 1.5}},
+            {"extra_specs": {"resources:VCPU": -1}},
+        ],
+    )
+    def test_wrong_kind_of_number(self, client, stores, change) -> None:
+        before = ledger_dump(stores)
+        body = json.dumps({"flavor": {**FLAVOR, **change}})
+        assert_refused(post(client, "/v2.1/flavors", body), stores, before)
