@@ -314,3 +314,70 @@ class TestNumbersAsFields:
         before = ledger_dump(stores)
         body = json.dumps({"flavor": {**FLAVOR, **change}})
         assert_refused(post(client, "/v2.1/flavors", body), stores, before)
+
+
+# Percent-encoded invalid UTF-8, an encoded surrogate, control characters, absurd length.
+BAD_URL_TEXT = ["%ff", "%c0%af", "%ed%a0%80", "%00", "%0a%1b%7f", "x" * 20_000, "%25ff"]
+
+
+def short_id(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= 16 else f"{text[:8]}...({len(text)})"
+
+
+class TestQuery:
+    @pytest.mark.parametrize(
+        "limit",
+        ["²", "%d9%a3", "9" * 5000, "-1", "1.5", "1e3", "0x10", "2147483648", " 1", ""],
+        ids=short_id,
+    )
+    @pytest.mark.parametrize("path", ["/v2.1/servers", "/v2.1/servers/detail"])
+    def test_limit_not_a_whole_number(self, client, stores, path: str, limit: str) -> None:
+        before = ledger_dump(stores)
+        result = client.simulate_get(path, query_string=f"limit={limit}", headers=USER)
+        message = fault(result, 400, "badRequest")
+        assert message.startswith("Invalid input for query parameters limit. Value: ")
+        assert "at most 2147483647" in message and len(message) < 250
+        assert ledger_dump(stores) == before
+
+    @pytest.mark.parametrize("limit", ["0", "1", "2147483647", "0000000001"])
+    def test_limit_whole_number(self, client, limit: str) -> None:
+        assert_boots(client)
+        result = client.simulate_get("/v2.1/servers", query_string=f"limit={limit}", headers=USER)
+        assert result.status_code == 200 and len(result.json["servers"]) == min(int(limit), 1)
+
+    @pytest.mark.parametrize("text", BAD_URL_TEXT, ids=short_id)
+    @pytest.mark.parametrize("name", ["marker", "status", "project_id", "tenant_id", "other"])
+    @pytest.mark.parametrize("headers", [USER, ADMIN], ids=["user", "admin"])
+    def test_other_parameters(self, client, stores, headers, name: str, text: str) -> None:
+        assert_boots(client)
+        before = ledger_dump(stores)
+        for path in ("/v2.1/servers", "/v2.1/servers/detail", "/v2.1/flavors/detail"):
+            result = client.simulate_get(path, query_string=f"{name}={text}", headers=headers)
+            assert result.status_code in (200, 400), result.text
+            if result.status_code == 400:
+                fault(result, 400, "badRequest")
+        assert ledger_dump(stores) == before
+
+
+class TestPathParameters:
+    @pytest.mark.parametrize("text", BAD_URL_TEXT, ids=short_id)
+    @pytest.mark.parametrize(
+        "template",
+        [
+            "/v2.1/servers/{}",
+            "/v2.1/flavors/{}",
+            "/v2.1/flavors/{}/os-extra_specs",
+            "/v2.1/flavors/{}/os-extra_specs/hw:x",
+            "/v2.1/flavors/g1.gpu/os-extra_specs/{}",
+        ],
+    )
+    @pytest.mark.parametrize("method", ["GET", "DELETE", "POST", "PUT"])
+    def test_not_found_or_refused(self, client, stores, method, template, text) -> None:
+        before = ledger_dump(stores)
+        body = {"extra_specs": {"hw:x": "1"}} if "os-extra_specs" in template else None
+        result = client.simulate_request(method, template.format(text), json=body, headers=ADMIN)
+        assert result.status_code in (400, 404, 405), result.text
+        assert list(result.json) == [{400: "badRequest", 404: "itemNotFound",
+                                      405: "badMethod"}[result.status_code]]  # fmt: skip
+        assert ledger_dump(stores) == before

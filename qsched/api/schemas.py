@@ -10,6 +10,7 @@ a string of digits, ``text255`` bounds a number by the length of its text.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from qsched import exception
 
 MAX_INT = 2**31 - 1  # Nova's db_const.MAX_INT: the largest size or count it stores
 MAX_TEXT = 255
+_DIGITS = re.compile(r"[0-9]{1,10}")
 
 _FORMATS = FormatChecker(formats=())
 
@@ -216,6 +218,20 @@ def field_error(path: Sequence[Any], value: Any, explanation: str) -> exception.
     where = where.encode("utf-8", "backslashreplace").decode("utf-8")
     return exception.Invalid(
         message=f"Invalid input for field/attribute {where}. Value: {_short(value)}. {explanation}"
+    )
+
+
+def query_int(name: str, value: str, maximum: int = MAX_INT) -> int:
+    """A query parameter that must be a whole number from 0 to ``maximum`` (Nova's
+    non_negative_integer, bounded): ASCII digits only, so neither '-1' nor '²' passes.
+
+    :raises Invalid: anything else, in Nova's words for query parameters.
+    """
+    if _DIGITS.fullmatch(value) and int(value) <= maximum:
+        return int(value)
+    raise exception.Invalid(
+        message=f"Invalid input for query parameters {name}. Value: {_short(value)}. "
+        f"It must be a whole number (at most {maximum})."
     )
 
 
