@@ -14,8 +14,9 @@ import falcon.testing
 import pytest
 
 from qsched.api import app as api_app
+from qsched.compute import ComputeAPI, RequestContext
 from qsched.ledger import Stores
-from tests.test_api import ADMIN, USER, fault, server_body
+from tests.test_api import ADMIN, IMAGE, USER, fault, server_body
 from tests.test_compute import configure
 
 DEEP = 30_000  # as reported; far past the decoder's recursion limit, under the body limit
@@ -381,3 +382,31 @@ class TestPathParameters:
         assert list(result.json) == [{400: "badRequest", 404: "itemNotFound",
                                       405: "badMethod"}[result.status_code]]  # fmt: skip
         assert ledger_dump(stores) == before
+
+
+class TestKeptFromBefore:
+    """Records the API took before it refused surrogates still render, escaped as Nova does."""
+
+    def test_listings_show_a_kept_surrogate(self, conf, client, stores, bus) -> None:
+        compute = ComputeAPI(conf, stores, bus)
+        kept = compute.boot(RequestContext("alice", "pa"), "vm", "m1.small", IMAGE,
+                            metadata={"role": "web\ud800"})  # fmt: skip
+        assert_listings_answer(client)
+        for headers, query in [(USER, None), (ADMIN, "project_id=pa")]:
+            result = client.simulate_get(
+                "/v2.1/servers/detail", headers=headers, query_string=query
+            )
+            assert result.text.isascii() and "web\\ud800" in result.text
+            assert result.json["servers"][0]["metadata"] == {"role": "web\ud800"}
+        shown = client.simulate_get(f"/v2.1/servers/{kept.uuid}", headers=USER)
+        assert shown.status_code == 200 and shown.text.isascii()
+
+    def test_text_outside_ascii_is_escaped(self, client) -> None:
+        result = client.simulate_post(
+            "/v2.1/servers", json=server_body(metadata={"city": "Zürich"}), headers=USER
+        )
+        server_id = result.json["server"]["id"]
+        shown = client.simulate_get(f"/v2.1/servers/{server_id}", headers=USER)
+        assert (
+            '"Z\\u00fcrich"' in shown.text and shown.json["server"]["metadata"]["city"] == "Zürich"
+        )
