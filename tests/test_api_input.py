@@ -260,6 +260,12 @@ class TestEncoding:
         result = post(client, "/v2.1/servers", body, USER)
         assert_refused(result, stores, before, "not UTF-8 (byte 0xff at offset 23)")
 
+    def test_the_offset_counts_a_bom(self, client, stores) -> None:
+        before = ledger_dump(stores)
+        body = b"\xef\xbb\xbf" + json.dumps(server_body()).encode().replace(b"vm1", b"vm\xff")
+        result = post(client, "/v2.1/servers", body, USER)
+        assert_refused(result, stores, before, "(byte 0xff at offset 26)")
+
     def test_a_utf8_bom_is_ignored(self, client) -> None:
         body = b"\xef\xbb\xbf" + json.dumps(server_body()).encode()
         assert post(client, "/v2.1/servers", body, USER).status_code == 202

@@ -56,7 +56,7 @@ def parse(raw: bytes) -> Any:
 def _utf8(raw: bytes) -> str:
     """The body as text: UTF-8 as RFC 8259 requires (and Nova reads), a leading BOM ignored."""
     try:
-        return raw.decode("utf-8-sig")
+        return raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         raise exception.Invalid(
             message=f"Malformed request body: it is not UTF-8 (byte 0x{raw[exc.start]:02x} "
@@ -66,6 +66,8 @@ def _utf8(raw: bytes) -> str:
 
 def _check_depth(text: str) -> None:
     """Refuse arrays and objects nested deeper than MAX_DEPTH, before the decoder recurses."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return  # too few brackets to nest that deep: most bodies
     depth = 0
     for token in _TOKEN.finditer(text):
         bracket = token.group()
