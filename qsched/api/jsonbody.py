@@ -8,6 +8,9 @@ Python's :func:`json.loads` is laxer than JSON and than what qsched can keep:
 - it reads a lone UTF-16 surrogate escape (``"\\ud800"``) into a ``str`` that no
   UTF-8 encoder takes, so it fails later: in Redis, on the bus, or when a listing
   that shows it is rendered, long after the request that brought it was accepted.
+- it reads bytes with ``surrogatepass``, so a surrogate encoded as UTF-8 (CESU-8,
+  ``ED A0 80``) gets in the same way; and it guesses UTF-16 or UTF-32 from the first
+  bytes, where Nova reads UTF-8 only.
 
 :func:`parse` refuses all of these with :class:`~qsched.exception.Invalid` (400),
 before any handler sees the body. Its cost is linear in the size of the body, which
