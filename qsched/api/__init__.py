@@ -9,12 +9,12 @@ below are what every handler shares.
 from __future__ import annotations
 
 import datetime
-import json
 from typing import TYPE_CHECKING, Any
 
 import falcon
 
 from qsched import exception
+from qsched.api import jsonbody
 
 if TYPE_CHECKING:  # qsched.compute imports qsched.api.opts, so not at run time
     from qsched.compute import ComputeAPI, RequestContext
@@ -47,11 +47,13 @@ def base_url(req: falcon.Request, public_endpoint: str | None) -> str:
 
 
 def read_json(req: falcon.Request, limit: int) -> Any:
-    """The request body parsed as JSON, at most ``limit`` bytes.
+    """The request body parsed as strict JSON (:func:`qsched.api.jsonbody.parse`), at most
+    ``limit`` bytes: the one way every handler reads a body.
 
     :raises HTTPContentTooLarge: over the limit (413), before reading it all.
     :raises HTTPUnsupportedMediaType: a Content-Type other than JSON.
-    :raises Invalid: empty or malformed (400).
+    :raises Invalid: empty, malformed, too deeply nested, not UTF-8, ``NaN`` or a
+        number out of range, or a lone surrogate in a string (400).
     """
     length = req.content_length
     if length is not None and length > limit:
@@ -66,10 +68,7 @@ def read_json(req: falcon.Request, limit: int) -> Any:
         raise _too_large(None, limit)
     if not raw.strip():
         raise exception.Invalid(message="The request body is empty; send a JSON object.")
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise exception.Invalid(message=f"Malformed request body: {exc}") from None
+    return jsonbody.parse(raw)
 
 
 def _too_large(length: int | None, limit: int) -> falcon.HTTPError:

@@ -70,6 +70,10 @@ _STATUS: dict[type[Exception], int] = {
     redis.ConnectionError: 503,
     redis.TimeoutError: 503,
 }
+# Responses escape everything outside ASCII, as Nova's jsonutils does, so any stored text
+# renders: falcon's default writes raw UTF-8, and one lone surrogate kept in a record (as
+# the API took them before it refused them) made a 500 of every listing that showed it.
+_JSON_RESPONSES = falcon.media.JSONHandler(dumps=json.dumps)
 _VERSION_HEADERS = {
     "OpenStack-API-Version": f"compute {API_VERSION}",
     "X-OpenStack-Nova-API-Version": API_VERSION,
@@ -90,6 +94,7 @@ def create_app(conf: cfg.ConfigOpts, stores: Stores, bus: Bus | Publisher) -> fa
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_qs_csv = False
+    app.resp_options.media_handlers[falcon.MEDIA_JSON] = _JSON_RESPONSES
     app.set_error_serializer(_serialize_error)
     app.add_error_handler(Exception, _unexpected_error)
     app.add_error_handler(tuple(_STATUS), _domain_error)

@@ -3,18 +3,45 @@
 Validators are compiled once at import; :func:`validate` gives Nova's message
 ("Invalid input for field/attribute ...") for the most relevant error. A
 subschema may carry ``x-message``: a plainer explanation used instead of the
-validator's own words.
+validator's own words. Two formats of our own check what a plain schema cannot
+(Nova checks them in code after its schema): ``int32`` bounds a number written as
+a string of digits, ``text255`` bounds a number by the length of its text.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
-from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema import Draft202012Validator, FormatChecker, ValidationError, validators
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 
 from qsched import exception
+
+MAX_INT = 2**31 - 1  # Nova's db_const.MAX_INT: the largest size or count it stores
+MAX_TEXT = 255
+_DIGITS = re.compile(r"[0-9]{1,10}")
+
+_FORMATS = FormatChecker(formats=())
+
+
+@_FORMATS.checks("int32")
+def _int32(value: object) -> bool:
+    """A string of digits (the pattern checks that) stands for a number <= MAX_INT."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value) <= MAX_INT
+    return True
+
+
+@_FORMATS.checks("text255")
+def _text255(value: object) -> bool:
+    """A number is kept as its text (Nova stores extra specs so): at most MAX_TEXT of it."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return len(str(value)) <= MAX_TEXT
+    return True
+
 
 # -- parameter types (Nova's parameter_types, reduced to what qsched reads) --
 
@@ -101,9 +128,10 @@ server_create = {
 _count = {
     "type": ["integer", "string"],
     "pattern": "^[0-9]{1,10}$",
+    "format": "int32",
     "minimum": 0,
-    "maximum": 2**31 - 1,
-    "x-message": "must be a whole number",
+    "maximum": MAX_INT,
+    "x-message": f"must be a whole number (at most {MAX_INT})",
 }
 
 flavor_id = {
@@ -118,7 +146,12 @@ extra_specs = {
     "type": "object",
     "maxProperties": 128,
     "propertyNames": {"pattern": "^[a-zA-Z0-9-_:. ]{1,255}$"},
-    "additionalProperties": {"type": ["string", "integer", "number", "boolean"], "maxLength": 255},
+    "additionalProperties": {
+        "type": ["string", "integer", "number", "boolean"],
+        "maxLength": MAX_TEXT,
+        "format": "text255",
+        "x-message": f"must be text or a number of at most {MAX_TEXT} characters",
+    },
 }
 
 flavor_create = {
@@ -162,7 +195,7 @@ extra_specs_set = {
 def _compile(schema: dict[str, Any]) -> Validator:
     cls = validators.validator_for(schema, default=Draft202012Validator)
     cls.check_schema(schema)
-    return cls(schema)
+    return cls(schema, format_checker=_FORMATS)
 
 
 SERVER_CREATE = _compile(server_create)
@@ -175,14 +208,30 @@ def validate(validator: Validator, body: Any) -> Any:
     error = best_match(validator.iter_errors(body))
     if error is None:
         return body
-    raise exception.Invalid(message=_message(error))
+    raise field_error(error.absolute_path, error.instance, _explanation(error))
 
 
-def _message(error: ValidationError) -> str:
-    where = "/".join(str(p) for p in error.absolute_path) or "body"
-    explanation = _explanation(error)
-    return (
-        f"Invalid input for field/attribute {where}. Value: {_short(error.instance)}. {explanation}"
+def field_error(path: Sequence[Any], value: Any, explanation: str) -> exception.Invalid:
+    """Nova's 400 for one field: "Invalid input for field/attribute <path>. Value: <value>.
+    <explanation>" (``body`` for the whole body; a surrogate in a key shown escaped)."""
+    where = "/".join(str(p) for p in path) or "body"
+    where = where.encode("utf-8", "backslashreplace").decode("utf-8")
+    return exception.Invalid(
+        message=f"Invalid input for field/attribute {where}. Value: {_short(value)}. {explanation}"
+    )
+
+
+def query_int(name: str, value: str, maximum: int = MAX_INT) -> int:
+    """A query parameter that must be a whole number from 0 to ``maximum`` (Nova's
+    non_negative_integer, bounded): ASCII digits only, so neither '-1' nor '²' passes.
+
+    :raises Invalid: anything else, in Nova's words for query parameters.
+    """
+    if _DIGITS.fullmatch(value) and int(value) <= maximum:
+        return int(value)
+    raise exception.Invalid(
+        message=f"Invalid input for query parameters {name}. Value: {_short(value)}. "
+        f"It must be a whole number (at most {maximum})."
     )
 
 

@@ -8,7 +8,6 @@ from urllib.parse import urlencode
 
 import falcon
 
-from qsched import exception
 from qsched.api import PREFIX, Handler, context_of, iso8601, links, read_json, schemas
 from qsched.compute import RequestContext
 from qsched.ledger.base import Instance, State
@@ -108,12 +107,7 @@ def list_filters(req: falcon.Request) -> dict[str, Any]:
     }
     limit = req.get_param("limit")
     if limit is not None:
-        if not limit.isdigit():
-            raise exception.Invalid(
-                message=f"Invalid input for query parameters limit. Value: {limit!r}. "
-                "It must be a whole number."
-            )
-        filters["limit"] = int(limit)
+        filters["limit"] = schemas.query_int("limit", limit)
     return filters
 
 
