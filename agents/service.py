@@ -412,15 +412,6 @@ class ComputeAgent:
         )  # fmt: skip
         delivery.requeue(msg.refused_by(self.host).encode())
 
-    def _fail_bad_request(
-        self, msg: message.BootRequest, delivery: Delivery, exc: exception.Invalid
-    ) -> None:
-        """A decodable request with an invalid flavor: end it, and keep it for admins."""
-        self.stores.instances.set_error(
-            msg.instance_uuid, "Invalid boot request.", {"reason": str(exc)}
-        )
-        delivery.reject(f"invalid flavor in boot request: {exc}")
-
     # -- spawning -----------------------------------------------------------------------
 
     def _spawn(self, uuid: str) -> None:

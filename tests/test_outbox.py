@@ -102,18 +102,29 @@ def test_an_outbox_entry_is_taken_once_and_a_newer_one_kept(stores, api) -> None
     assert [u for u, _ in stores.instances.unpublished()] == [inst.uuid]
 
 
-def test_a_create_whose_reply_was_lost_is_abandoned(conf, stores, bus, api, agents) -> None:
+def _boot_when_create(monkeypatch: pytest.MonkeyPatch, api: ComputeAPI, stores: Any,
+                      create: Any) -> None:  # fmt: skip
+    """Boot with ``create`` in place of the store's own: the API must answer 503."""
+    monkeypatch.setattr(stores.instances, "create", create)
+    with pytest.raises(exception.BackendUnavailable):
+        api.boot(USER, "vm", "small")
+    monkeypatch.undo()
+
+
+TIMEOUT = exception.BackendUnavailable(backend="Redis", url="ledger", reason="timeout")
+
+
+def test_a_create_whose_reply_was_lost_is_abandoned(
+    conf, stores, bus, api, agents, monkeypatch
+) -> None:
     """The create ran, its answer did not come: the client gets 503 and nothing boots."""
     real = stores.instances.create
 
     def ran_then_timed_out(*args: Any, **kwargs: Any) -> Any:
         real(*args, **kwargs)
-        raise exception.BackendUnavailable(backend="Redis", url="ledger", reason="timeout")
+        raise TIMEOUT
 
-    stores.instances.create = ran_then_timed_out  # type: ignore[method-assign]
-    with pytest.raises(exception.BackendUnavailable):
-        api.boot(USER, "vm", "small")
-    stores.instances.create = real  # type: ignore[method-assign]
+    _boot_when_create(monkeypatch, api, stores, ran_then_timed_out)
     assert wait_until(lambda: api.abandoner.pending == 0, 5)
     (record,) = _records(stores)
     assert record.state == State.DELETED
@@ -122,18 +133,17 @@ def test_a_create_whose_reply_was_lost_is_abandoned(conf, stores, bus, api, agen
     assert audit(stores).ok
 
 
-def test_a_create_that_runs_after_its_abandon_is_refused(conf, stores, bus, api) -> None:
+def test_a_create_that_runs_after_its_abandon_is_refused(
+    conf, stores, bus, api, monkeypatch
+) -> None:
     """The create waited in a stalled server's buffers and ran after the 503."""
     real, held = stores.instances.create, []
 
     def stalled(*args: Any, **kwargs: Any) -> Any:
         held.append((args, kwargs))
-        raise exception.BackendUnavailable(backend="Redis", url="ledger", reason="timeout")
+        raise TIMEOUT
 
-    stores.instances.create = stalled  # type: ignore[method-assign]
-    with pytest.raises(exception.BackendUnavailable):
-        api.boot(USER, "vm", "small")
-    stores.instances.create = real  # type: ignore[method-assign]
+    _boot_when_create(monkeypatch, api, stores, stalled)
     assert wait_until(lambda: api.abandoner.pending == 0, 5)
     ((args, kwargs),) = held
     with pytest.raises(exception.InstanceAbandoned):

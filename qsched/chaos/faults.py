@@ -218,13 +218,20 @@ class FaultInjector(threading.Thread):
     def _ttl(self) -> float:
         return self.stack.spec.heartbeat_ttl_s
 
-    def _agent(self, fault: Fault, sig: int, down_s: float) -> None:
+    def _pick_agent(self, fault: Fault) -> int | None:
+        """A random running agent, made the fault's target; None (and an error) if none."""
         running = [i for i in self.stack.agents if self.stack.agent_running(i)]
         if not running:
             fault.error = "no agent running"
-            return
+            return None
         index = self.rng.choice(running)
         fault.target = self.stack.hosts[index]
+        return index
+
+    def _agent(self, fault: Fault, sig: int, down_s: float) -> None:
+        index = self._pick_agent(fault)
+        if index is None:
+            return
         fault.started = time.time()
         self.stack.signal_agent(index, sig)
         timeout_s = 10.0 if sig == signal.SIGKILL else self.stack.spec.shutdown_timeout_s + 15
@@ -246,12 +253,9 @@ class FaultInjector(threading.Thread):
             fault.error = "restarted agent sent no heartbeat within 60s"
 
     def _freeze(self, fault: Fault) -> None:
-        running = [i for i in self.stack.agents if self.stack.agent_running(i)]
-        if not running:
-            fault.error = "no agent running"
+        index = self._pick_agent(fault)
+        if index is None:
             return
-        index = self.rng.choice(running)
-        fault.target = self.stack.hosts[index]
         frozen_s = self.settings.freeze_s or 2 * self._ttl() + 1
         fault.started = time.time()
         self.stack.signal_agent(index, signal.SIGSTOP)
