@@ -30,14 +30,17 @@ it was silent past its heartbeat TTL):
   request published again.
 
 Cost per pass, for b nodes with p providers and i instances: about 4 reads per
-provider and one per instance, pipelined a thousand per round trip, and b driver
-listings. Nothing on a request's path; nothing grows with the hosts of the cloud.
+provider and one small read (state, host, node) per instance, pipelined, and b
+driver listings, done a hundred nodes at a time with a short pause in between so
+that the consumer thread is not kept waiting for the interpreter. Nothing on a
+request's path; nothing grows with the hosts of the cloud.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -48,11 +51,13 @@ from qsched import exception
 from qsched.bus.base import Bus
 from qsched.janitor import requeue_orphan
 from qsched.ledger import Stores
-from qsched.ledger.base import Instance, State
+from qsched.ledger.base import Placement, State
 
 LOG = logging.getLogger(__name__)
 
 ACTIONS = ("reap", "log", "noop")
+CHUNK_NODES = 100  # nodes read and checked in one go within a pass
+PAUSE_S = 0.005  # between two chunks: the consumer thread gets the interpreter meanwhile
 
 
 @dataclasses.dataclass
@@ -93,7 +98,7 @@ class _Slice:
     tokens: dict[str, int | None]
     consumers: dict[str, set[str]]  # provider uuid -> consumers
     running: dict[str, list[str]]  # node -> instances the driver runs there
-    records: dict[str, Instance]
+    records: dict[str, Placement]
 
     @classmethod
     def read(cls, stores: Stores, driver: VirtDriver, index: NodeIndex, names: list[str]) -> _Slice:
@@ -103,7 +108,7 @@ class _Slice:
         consumers = stores.ledger.providers_consumers(uuids)
         running = {name: _running(driver, name) for name in names}
         wanted = set().union(*consumers.values(), *running.values())
-        return cls(views, tokens, consumers, running, stores.instances.get_many(sorted(wanted)))
+        return cls(views, tokens, consumers, running, stores.instances.placements(sorted(wanted)))
 
 
 class Reconciler:
@@ -137,21 +142,31 @@ class Reconciler:
         self.batch = batch
         self.release_leaked = release_leaked
         self.action = action
+        self.pause: Callable[[float], None] = time.sleep
         self._cursor = 0
 
     def run_pass(self) -> ReconcileReport:
         """Reconcile the next slice of nodes, and the builds of this host."""
         report = self.finish_builds()
         names, self._cursor = self.index.names(self._cursor, self.batch)
-        report.add(self.reconcile_nodes(names))
+        report.add(self._in_chunks(names))
         return report
 
     def run_all(self) -> ReconcileReport:
         """Reconcile every node, a slice at a time, and the builds of this host."""
         report = self.finish_builds()
         names, _ = self.index.names(0)
-        for start in range(0, len(names), self.batch):
-            report.add(self.reconcile_nodes(names[start : start + self.batch]))
+        report.add(self._in_chunks(names))
+        return report
+
+    def _in_chunks(self, names: list[str]) -> ReconcileReport:
+        """Reconcile ``names`` a chunk at a time, pausing in between: a pass shares the
+        interpreter with the consumer thread, which must not wait behind it."""
+        report = ReconcileReport()
+        for start in range(0, len(names), CHUNK_NODES):
+            if start:
+                self.pause(PAUSE_S)
+            report.add(self.reconcile_nodes(names[start : start + CHUNK_NODES]))
         return report
 
     def finish_builds(self) -> ReconcileReport:
@@ -261,22 +276,22 @@ class Reconciler:
         return fixed
 
 
-def _explained(inst: Instance | None, host: str) -> bool:
+def _explained(inst: Placement | None, host: str) -> bool:
     return inst is not None and inst.state in (State.BUILD, State.ACTIVE) and inst.host == host
 
 
-def _runs_here(inst: Instance | None, host: str, node: str) -> bool:
+def _runs_here(inst: Placement | None, host: str, node: str) -> bool:
     """The ledger agrees that the instance lives on this node (spawning or ACTIVE)."""
     return (
         inst is not None and inst.state == State.ACTIVE and (inst.host, inst.node) == (host, node)
     )
 
 
-def _built_here(inst: Instance | None, host: str, node: str) -> bool:
+def _built_here(inst: Placement | None, host: str, node: str) -> bool:
     return inst is not None and inst.state == State.BUILD and (inst.host, inst.node) == (host, node)
 
 
-def _where(inst: Instance | None) -> str:
+def _where(inst: Placement | None) -> str:
     if inst is None:
         return "unknown (no record)"
     return f"{inst.state.value} on {inst.host or 'no host'}"

@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import random
 import threading
 import time
 from collections import Counter
@@ -141,7 +142,9 @@ class ComputeAgent:
         if self.opts.reap_interval_s:
             tasks.append(("reaper", self.opts.reap_interval_s, lambda: reap_expired(self.stores)))
         for name, interval_s, fn in tasks:
-            task = Periodic(f"{name}-{self.host}", interval_s, fn)
+            # agents started together must not reconcile all at once
+            first_s = random.uniform(0.5, 1.0) * interval_s if name == "reconcile" else None
+            task = Periodic(f"{name}-{self.host}", interval_s, fn, first_s)
             task.start()
             self._periodic.append(task)
             if name == "reconcile":

@@ -38,6 +38,7 @@ from qsched.message import BootRequest
 LOG = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.1  # how long a confirmation waits to be cleared with others
+IDLE_EXIT_S = 5.0  # a helper thread with nothing to do for this long ends (one starts again)
 MAX_PENDING = 100_000  # confirmations kept while the ledger is down; older ones are dropped
 RETRY_MAX_S = 1.0  # an abandon is retried at least this often while the ledger is down
 
@@ -45,8 +46,9 @@ RETRY_MAX_S = 1.0  # an abandon is retried at least this often while the ledger 
 class Confirmations:
     """Outbox entries whose boot request the broker confirmed, cleared in batches.
 
-    Thread-safe; the flushing thread starts on first use. Losing a batch (the
-    process dies) costs only a duplicate publish by the janitor.
+    Thread-safe; the flushing thread starts on first use and ends after
+    :data:`IDLE_EXIT_S` without work. Losing a batch (the process dies) costs only
+    a duplicate publish by the janitor.
     """
 
     def __init__(self, stores: Stores, interval_s: float = FLUSH_INTERVAL_S) -> None:
@@ -56,6 +58,7 @@ class Confirmations:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._work = threading.Event()  # something is pending
         self._failing = False  # the last flush failed: say so once per outage
 
     def confirmed(self, uuid: str, outbox: str | None) -> None:
@@ -66,6 +69,7 @@ class Confirmations:
             if len(self._pending) >= MAX_PENDING:
                 del self._pending[: MAX_PENDING // 10]  # the janitor publishes those again
             self._pending.append((uuid, outbox))
+            self._work.set()
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="outbox-confirmations", daemon=True
@@ -89,11 +93,20 @@ class Confirmations:
     def close(self) -> None:
         """Stop the thread after one last flush (best effort)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
+        thread = self._thread
+        if thread is not None:
+            thread.join(5.0)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.is_set():
+            if not self._work.wait(IDLE_EXIT_S):
+                with self._lock:
+                    if not self._pending:  # confirmed() starts another when work comes
+                        self._thread = None
+                        return
+                continue
+            self._stop.wait(self.interval_s)  # let a batch gather
+            self._work.clear()
             self._flush_quietly()
         self._flush_quietly()
 
@@ -105,6 +118,7 @@ class Confirmations:
                 LOG.warning("outbox: confirmations kept until the ledger answers: %s", exc)
             self._failing = True
             self._stop.wait(RETRY_MAX_S)  # no need to knock ten times a second
+            self._work.set()  # and try again
         except Exception:
             LOG.exception("outbox: clearing confirmations failed")
         else:
@@ -141,7 +155,14 @@ class Abandoner:
 
     def _run(self) -> None:
         while True:
-            uuid, reason = self._queue.get()
+            try:
+                uuid, reason = self._queue.get(timeout=IDLE_EXIT_S)
+            except queue.Empty:
+                with self._lock:
+                    if self.pending == 0:  # add() starts another when work comes
+                        self._thread = None
+                        return
+                continue
             delay_s = 0.05
             while True:
                 try:

@@ -56,18 +56,31 @@ def reap_expired(stores: Stores, now: float | None = None, batch: int = 500) -> 
 
 
 class Periodic(threading.Thread):
-    """Call ``fn`` every ``interval_s`` seconds until stopped; log and go on on errors."""
+    """Call ``fn`` every ``interval_s`` seconds until stopped; log and go on on errors.
 
-    def __init__(self, name: str, interval_s: float, fn: Callable[[], object]) -> None:
+    ``first_after_s`` delays the first call differently: processes started together
+    then spread a heavy task over the interval instead of all running it at once.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        interval_s: float,
+        fn: Callable[[], object],
+        first_after_s: float | None = None,
+    ) -> None:
         super().__init__(name=name, daemon=True)
         self.interval_s = interval_s
         self.fn = fn
+        self.first_after_s = interval_s if first_after_s is None else first_after_s
         self._stop_event = threading.Event()
         self._wake = threading.Event()
 
     def run(self) -> None:
+        wait_s = self.first_after_s
         while True:
-            self._wake.wait(self.interval_s)
+            self._wake.wait(wait_s)
+            wait_s = self.interval_s
             self._wake.clear()
             if self._stop_event.is_set():
                 return

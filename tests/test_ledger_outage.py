@@ -66,6 +66,7 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisInstances.create": lambda s: s.instances.create(RECORD, 1e12),
     "RedisInstances.get": lambda s: s.instances.get(U),
     "RedisInstances.get_many": lambda s: s.instances.get_many([U]),
+    "RedisInstances.placements": lambda s: s.instances.placements([U]),
     "RedisInstances.list_project": lambda s: s.instances.list_project("p1"),
     "RedisInstances.add_event": lambda s: s.instances.add_event(U, "x"),
     "RedisInstances.events": lambda s: s.instances.events(U),

@@ -8,7 +8,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from qsched import exception
-from qsched.ledger.base import Event, Instance, InstanceStore, State, TaskState, Usage
+from qsched.ledger.base import (
+    Event,
+    Instance,
+    InstanceStore,
+    Placement,
+    State,
+    TaskState,
+    Usage,
+)
 from qsched.ledger.quota import RedisQuota
 from qsched.ledger.redis import (
     RedisStore,
@@ -23,6 +31,7 @@ from qsched.resources import check_uuid
 #: How long a mark left by abandon keeps a late create out. A create can only arrive
 #: late by waiting in a stalled server's buffers, which a day outlasts by far.
 ABANDON_MARK_S = 86400
+_CHUNK = 1000  # reads per round trip in bulk reads
 
 
 @maps_errors
@@ -83,6 +92,19 @@ class RedisInstances(InstanceStore):
         keys = [self.keys.instance(u) for u in uuids]
         replies = read_many(self.store.client, "hgetall", keys)
         return {u: _instance(text_map(f)) for u, f in zip(uuids, replies, strict=True) if f}
+
+    def placements(self, uuids: Sequence[str]) -> dict[str, Placement]:
+        found: dict[str, Placement] = {}
+        for start in range(0, len(uuids), _CHUNK):
+            chunk = uuids[start : start + _CHUNK]
+            pipe = self.store.client.pipeline(transaction=False)
+            for uuid in chunk:
+                pipe.hmget(self.keys.instance(uuid), "state", "host", "node")
+            for uuid, (state, host, node) in zip(chunk, pipe.execute(), strict=True):
+                if state is not None:
+                    found[uuid] = Placement(State(text(state)), text(host) if host else None,
+                                            text(node) if node else None)  # fmt: skip
+        return found
 
     def list_project(self, project_id: str) -> list[Instance]:
         uuids = sorted(text(u) for u in self.store.client.smembers(
