@@ -34,8 +34,8 @@ ledger_opts = [
     cfg.StrOpt(
         "cell",
         default="cell1",
-        help="Cell name. Every key of a cell carries the hash tag {<cell>} so that Redis "
-        "Cluster keeps a whole cell in one slot and no claim spans shards.",
+        help="Cell name. Every key of a cell carries the hash tag {<cell>}, so that a Redis "
+        "Cluster would keep a whole cell in one slot (the ledger has no Cluster client yet).",
     ),
     cfg.FloatOpt(
         "cpu_allocation_ratio",

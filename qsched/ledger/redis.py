@@ -6,8 +6,8 @@ Features
 
 Connection string
     ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...``,
-    ``unix:///path/to/socket?db=0``: a real Redis (standalone or behind Sentinel
-    through a proxy).
+    ``unix:///path/to/socket?db=0``: one real Redis (no Sentinel or Cluster
+    client yet: a proxy in front of them is seen as one server).
     ``fakeredis://[name]``: an in-process fakeredis server with Lua, shared by
     every store of this process opened with the same name. Embedded default
     and tests only; nothing survives the process.
