@@ -462,7 +462,7 @@ class ComputeAgent:
             return
         try:
             self._persist(msg, lambda: self.bus.publish_boot(msg.next_attempt(self.host)))
-            self.stores.instances.outbox_done([(uuid, inst.outbox)] if inst.outbox else [])
+            self.stores.instances.outbox_done([(uuid, inst.outbox)])
         except exception.BackendUnavailable:
             LOG.error("agent %s: could not reschedule %s; the janitor publishes it from the "
                       "outbox", self.host, uuid)  # fmt: skip

@@ -23,11 +23,10 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
-import functools
 import logging
 import uuid as uuidlib
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import redis
 from oslo_config import cfg
@@ -101,22 +100,6 @@ class RequestContext:
     request_id: str = dataclasses.field(default_factory=lambda: f"req-{uuidlib.uuid4()}")
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _ledger_errors(method: F) -> F:
-    """Turn a lost Redis connection into BackendUnavailable (503), whatever the call."""
-
-    @functools.wraps(method)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(*args, **kwargs)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise exception.BackendUnavailable(backend="Redis", url="ledger", reason=exc) from exc
-
-    return call  # type: ignore[return-value]
-
-
 class ComputeAPI:
     """Servers and flavors for one cell: ``conf`` (a ConfigOpts), its stores and bus."""
 
@@ -138,7 +121,6 @@ class ComputeAPI:
 
     # -- servers --
 
-    @_ledger_errors
     def boot(
         self,
         context: RequestContext,
@@ -218,7 +200,6 @@ class ComputeAPI:
             return instance, request
         raise AssertionError("unreachable: the second try raises or returns")
 
-    @_ledger_errors
     def get(self, context: RequestContext, uuid: str) -> Instance:
         """One server the caller may see; DELETED ones are not found, as in Nova.
 
@@ -234,7 +215,6 @@ class ComputeAPI:
             raise exception.InstanceNotFound(instance=uuid)
         return instance
 
-    @_ledger_errors
     def list(
         self,
         context: RequestContext,
@@ -269,7 +249,6 @@ class ComputeAPI:
         """How many items a list call returns at most for ``limit``."""
         return self.max_limit if limit is None else min(limit, self.max_limit)
 
-    @_ledger_errors
     def delete(self, context: RequestContext, uuid: str) -> Instance:
         """Delete a server; return its record after.
 
@@ -309,7 +288,6 @@ class ComputeAPI:
             reason=f"instance {instance.uuid} kept changing while being deleted"
         )
 
-    @_ledger_errors
     def abandon(self, uuid: str, reason: str) -> None:
         """Make sure a boot whose client was told it failed never runs.
 
@@ -325,17 +303,14 @@ class ComputeAPI:
 
     # -- flavors --
 
-    @_ledger_errors
     def get_flavor(self, flavor_id: str) -> Flavor:
         """:raises FlavorNotFound:"""
         return self.flavors.get(flavor_id)
 
-    @_ledger_errors
     def list_flavors(self) -> builtins.list[Flavor]:
         """Every flavor, sorted by id."""
         return self.flavors.list()
 
-    @_ledger_errors
     def create_flavor(self, context: RequestContext, flavor: Flavor) -> Flavor:
         """Admin only. A flavor without an id gets a new UUID, as in Nova.
 
@@ -346,7 +321,6 @@ class ComputeAPI:
             flavor = dataclasses.replace(flavor, id=str(uuidlib.uuid4()))
         return self.flavors.create(flavor)
 
-    @_ledger_errors
     def delete_flavor(self, context: RequestContext, flavor_id: str) -> Flavor:
         """Admin only; servers keep the copy they were booted with.
 
@@ -355,7 +329,6 @@ class ComputeAPI:
         _require_admin(context, "os_compute_api:os-flavor-manage:delete")
         return self.flavors.delete(flavor_id)
 
-    @_ledger_errors
     def set_flavor_extra_specs(
         self, context: RequestContext, flavor_id: str, specs: Mapping[str, str]
     ) -> Flavor:
@@ -369,7 +342,6 @@ class ComputeAPI:
             lambda f: dataclasses.replace(f, extra_specs={**f.extra_specs, **specs}),
         )
 
-    @_ledger_errors
     def delete_flavor_extra_spec(self, context: RequestContext, flavor_id: str, key: str) -> Flavor:
         """Admin only: remove one extra spec.
 
@@ -385,7 +357,6 @@ class ComputeAPI:
 
         return self.flavors.update(flavor_id, drop)
 
-    @_ledger_errors
     def seed_flavors(self) -> builtins.list[Flavor]:
         """Create or update the flavors of ``[api] flavor``; return them.
 

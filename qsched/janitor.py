@@ -80,7 +80,7 @@ def requeue_orphan(stores: Stores, bus: Bus, uuid: str, host: str, reason: str) 
     if inst.state != State.BUILD:
         return False
     bus.publish_boot(boot_request_for(inst))
-    stores.instances.outbox_done([(uuid, inst.outbox)] if inst.outbox else [])
+    stores.instances.outbox_done([(uuid, inst.outbox)])
     LOG.info("instance %s: claim of %s released (%s), request published again", uuid, host,
              reason)  # fmt: skip
     return True

@@ -487,9 +487,10 @@ class InstanceStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def outbox_done(self, entries: Sequence[tuple[str, str]]) -> int:
+    def outbox_done(self, entries: Sequence[tuple[str, str | None]]) -> int:
         """Clear outbox entries ``(uuid, outbox)`` whose request the broker confirmed;
-        an entry made since (a requeue) stays. Returns how many were cleared."""
+        an entry made since (a requeue) stays, one with no outbox is skipped. Returns
+        how many were cleared."""
 
     @abc.abstractmethod
     def unpublished(self, limit: int = 100) -> list[tuple[str, float]]:

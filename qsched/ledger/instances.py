@@ -31,7 +31,6 @@ from qsched.resources import check_uuid
 #: How long a mark left by abandon keeps a late create out. A create can only arrive
 #: late by waiting in a stalled server's buffers, which a day outlasts by far.
 ABANDON_MARK_S = 86400
-_CHUNK = 1000  # reads per round trip in bulk reads
 
 
 @maps_errors
@@ -94,17 +93,13 @@ class RedisInstances(InstanceStore):
         return {u: _instance(text_map(f)) for u, f in zip(uuids, replies, strict=True) if f}
 
     def placements(self, uuids: Sequence[str]) -> dict[str, Placement]:
-        found: dict[str, Placement] = {}
-        for start in range(0, len(uuids), _CHUNK):
-            chunk = uuids[start : start + _CHUNK]
-            pipe = self.store.client.pipeline(transaction=False)
-            for uuid in chunk:
-                pipe.hmget(self.keys.instance(uuid), "state", "host", "node")
-            for uuid, (state, host, node) in zip(chunk, pipe.execute(), strict=True):
-                if state is not None:
-                    found[uuid] = Placement(State(text(state)), text(host) if host else None,
-                                            text(node) if node else None)  # fmt: skip
-        return found
+        keys = [self.keys.instance(u) for u in uuids]
+        replies = read_many(self.store.client, "hmget", keys, "state", "host", "node")
+        return {
+            uuid: _placement(state, host, node)
+            for uuid, (state, host, node) in zip(uuids, replies, strict=True)
+            if state is not None
+        }
 
     def list_project(self, project_id: str) -> list[Instance]:
         uuids = sorted(text(u) for u in self.store.client.smembers(
@@ -184,10 +179,10 @@ class RedisInstances(InstanceStore):
         taken = result["taken"] or []  # cjson writes an empty table as {}
         return [(str(entry[0]), str(entry[1])) for entry in taken]
 
-    def outbox_done(self, entries: Sequence[tuple[str, str]]) -> int:
-        if not entries:
+    def outbox_done(self, entries: Sequence[tuple[str, str | None]]) -> int:
+        pairs = [item for uuid, outbox in entries if outbox is not None for item in (uuid, outbox)]
+        if not pairs:
             return 0
-        pairs = [item for entry in entries for item in entry]
         return int(self.store.run("outbox_done", self.keys.outbox, *pairs)["cleared"])
 
     def unpublished(self, limit: int = 100) -> list[tuple[str, float]]:
@@ -227,6 +222,10 @@ def _instance(fields: dict[str, str]) -> Instance:
         quota=quota,
         extra=json.loads(fields.get("extra") or "{}"),
     )
+
+
+def _placement(state: Any, host: Any, node: Any) -> Placement:
+    return Placement(State(text(state)), text(host) if host else None, text(node) if node else None)
 
 
 def _event(entry: dict[str, Any]) -> Event:

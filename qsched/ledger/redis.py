@@ -204,6 +204,7 @@ class RedisStore:
             found = self._scripts[name] = self.client.register_script(_source(name))
         return found
 
+    @mapped
     def run(self, name: str, key: str, *args: Any) -> dict[str, Any]:
         """Run script ``name`` on ``key``'s slot; raise its error as a qsched exception.
 
@@ -212,16 +213,10 @@ class RedisStore:
             replicas acknowledged in time: the write may have happened.
         """
         argv = [self.keys.prefix, *args]
-        try:
-            if self._wait:
-                raw = self._run_and_wait(self.script(name), key, argv)
-            else:
-                raw = self.script(name)(keys=[key], args=argv)
-        except redis.RedisError as exc:
-            down = unavailable(exc)
-            if down is None:
-                raise
-            raise down from exc
+        if self._wait:
+            raw = self._run_and_wait(self.script(name), key, argv)
+        else:
+            raw = self.script(name)(keys=[key], args=argv)
         result: dict[str, Any] = json.loads(raw)
         code = result.pop("error", None)
         if code is not None:
@@ -309,14 +304,16 @@ class RedisStore:
         return time.time()
 
 
-def read_many(client: Any, command: str, keys: Sequence[str], chunk: int = 1000) -> list[Any]:
-    """One read ``command`` (``hgetall``, ``smembers``...) per key, pipelined
-    ``chunk`` at a time: the replies in the order of ``keys``."""
+def read_many(
+    client: Any, command: str, keys: Sequence[str], *args: Any, chunk: int = 1000
+) -> list[Any]:
+    """One read ``command`` (``hgetall``, ``smembers``, ``hmget`` with ``args``...) per
+    key, pipelined ``chunk`` at a time: the replies in the order of ``keys``."""
     replies: list[Any] = []
     for start in range(0, len(keys), chunk):
         pipe = client.pipeline(transaction=False)
         for key in keys[start : start + chunk]:
-            getattr(pipe, command)(key)
+            getattr(pipe, command)(key, *args)
         replies += pipe.execute()
     return replies
 
