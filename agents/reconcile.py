@@ -86,7 +86,11 @@ class ReconcileReport:
 
 
 def reconcile(reconciler: Reconciler) -> ReconcileReport:
-    """At start, before the agent consumes: every slice at once."""
+    """At start, before the agent consumes: every slice at once.
+
+    A function of its own so that ``qsched-bench`` can time the start's phases by
+    name (:mod:`qsched.bench.timing`).
+    """
     return reconciler.run_all()
 
 
@@ -147,26 +151,24 @@ class Reconciler:
 
     def run_pass(self) -> ReconcileReport:
         """Reconcile the next slice of nodes, and the builds of this host."""
-        report = self.finish_builds()
         names, self._cursor = self.index.names(self._cursor, self.batch)
-        report.add(self._in_chunks(names))
-        return report
+        return self._run(names)
 
     def run_all(self) -> ReconcileReport:
-        """Reconcile every node, a slice at a time, and the builds of this host."""
-        report = self.finish_builds()
-        names, _ = self.index.names(0)
-        report.add(self._in_chunks(names))
-        return report
+        """Reconcile every node, and the builds of this host."""
+        return self._run(self.index.names(0)[0])
 
-    def _in_chunks(self, names: list[str]) -> ReconcileReport:
-        """Reconcile ``names`` a chunk at a time, pausing in between: a pass shares the
-        interpreter with the consumer thread, which must not wait behind it."""
-        report = ReconcileReport()
+    def _run(self, names: list[str]) -> ReconcileReport:
+        """The builds, then ``names`` a chunk at a time with a pause in between (a pass
+        shares the interpreter with the consumer thread, which must not wait behind
+        it); what it found is logged once."""
+        report = self.finish_builds()
         for start in range(0, len(names), CHUNK_NODES):
             if start:
                 self.pause(PAUSE_S)
             report.add(self.reconcile_nodes(names[start : start + CHUNK_NODES]))
+        if report.found_anything():
+            _log(self.host, report)
         return report
 
     def finish_builds(self) -> ReconcileReport:
@@ -179,7 +181,7 @@ class Reconciler:
         report = ReconcileReport()
         orphans = [u for u in sorted(self.stores.instances.building(self.host))
                    if not self.building(u)]  # fmt: skip
-        for uuid, inst in self.stores.instances.get_many(orphans).items():
+        for uuid, inst in self.stores.instances.placements(orphans).items():
             node = inst.node or ""
             if node in self.index and self.index.sync_token(node) is None:
                 continue  # a claim on that node is in flight
@@ -191,8 +193,6 @@ class Reconciler:
             elif requeue_orphan(self.stores, self.bus, uuid, self.host,
                                 f"agent {self.host} holds no spawn of it"):  # fmt: skip
                 report.requeued.append(uuid)
-        if report.found_anything():
-            _log(self.host, report)
         return report
 
     def reconcile_nodes(self, names: list[str]) -> ReconcileReport:
@@ -203,9 +203,7 @@ class Reconciler:
         found = _Slice.read(self.stores, self.driver, self.index, names)
         self._check_allocations(found, report)
         self._check_running(found, report)
-        self._refresh(found, report)
-        if report.found_anything():
-            _log(self.host, report)
+        report.refreshed += self._apply(found.views, found.tokens)
         return report
 
     def refresh_nodes(self, names: Iterable[str]) -> list[str]:
@@ -258,9 +256,6 @@ class Reconciler:
                 now = set(_running(self.driver, name))
                 report.missing += [uuid for uuid in gone if uuid not in now]
 
-    def _refresh(self, found: _Slice, report: ReconcileReport) -> None:
-        report.refreshed += self._apply(found.views, found.tokens)
-
     def _apply(self, views: dict[str, NodeView], tokens: dict[str, int | None]) -> list[str]:
         uuids = [p.uuid for v in views.values() for p in v.providers]
         fresh = self.stores.ledger.get_providers(uuids)
@@ -281,7 +276,7 @@ def _explained(inst: Placement | None, host: str) -> bool:
 
 
 def _runs_here(inst: Placement | None, host: str, node: str) -> bool:
-    """The ledger agrees that the instance lives on this node (spawning or ACTIVE)."""
+    """The ledger agrees that the instance is ACTIVE on this node."""
     return (
         inst is not None and inst.state == State.ACTIVE and (inst.host, inst.node) == (host, node)
     )

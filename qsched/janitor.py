@@ -168,19 +168,15 @@ class OutboxPass:
     def __call__(self) -> list[str]:
         now = time.monotonic()
         try:
-            self.stores.store.server_time()
+            if self._up_since is not None and now - self._up_since >= self.settle_s:
+                return publish_stranded(self.stores, self.bus, self.grace_s, boot_request_for)
+            self.stores.store.server_time()  # still settling: only see that it answers
         except exception.BackendUnavailable:
             self._up_since = None
             raise
         if self._up_since is None:
             self._up_since = now
-        if now - self._up_since < self.settle_s:
-            return []
-        try:
-            return publish_stranded(self.stores, self.bus, self.grace_s, boot_request_for)
-        except exception.BackendUnavailable:
-            self._up_since = None
-            raise
+        return []
 
 
 def start_periodic_tasks(conf: Any, stores: Stores, bus: Bus) -> list[Periodic]:
