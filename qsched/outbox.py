@@ -57,7 +57,6 @@ class Confirmations:
         self._pending: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self._work = threading.Event()  # something is pending
         self._failing = False  # the last flush failed: say so once per outage
 
@@ -90,25 +89,17 @@ class Confirmations:
                 self._pending[:0] = batch
             raise
 
-    def close(self) -> None:
-        """Stop the thread after one last flush (best effort)."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None:
-            thread.join(5.0)
-
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while True:
             if not self._work.wait(IDLE_EXIT_S):
                 with self._lock:
                     if not self._pending:  # confirmed() starts another when work comes
                         self._thread = None
                         return
                 continue
-            self._stop.wait(self.interval_s)  # let a batch gather
+            time.sleep(self.interval_s)  # let a batch gather
             self._work.clear()
             self._flush_quietly()
-        self._flush_quietly()
 
     def _flush_quietly(self) -> None:
         try:
@@ -117,7 +108,7 @@ class Confirmations:
             if not self._failing:
                 LOG.warning("outbox: confirmations kept until the ledger answers: %s", exc)
             self._failing = True
-            self._stop.wait(RETRY_MAX_S)  # no need to knock ten times a second
+            time.sleep(RETRY_MAX_S)  # no need to knock ten times a second
             self._work.set()  # and try again
         except Exception:
             LOG.exception("outbox: clearing confirmations failed")

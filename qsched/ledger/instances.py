@@ -31,6 +31,7 @@ from qsched.resources import check_uuid
 #: How long a mark left by abandon keeps a late create out. A create can only arrive
 #: late by waiting in a stalled server's buffers, which a day outlasts by far.
 ABANDON_MARK_S = 86400
+_OUTBOX_BATCH = 1000  # outbox entries cleared per script
 
 
 @maps_errors
@@ -181,9 +182,11 @@ class RedisInstances(InstanceStore):
 
     def outbox_done(self, entries: Sequence[tuple[str, str | None]]) -> int:
         pairs = [item for uuid, outbox in entries if outbox is not None for item in (uuid, outbox)]
-        if not pairs:
-            return 0
-        return int(self.store.run("outbox_done", self.keys.outbox, *pairs)["cleared"])
+        cleared = 0
+        for start in range(0, len(pairs), 2 * _OUTBOX_BATCH):  # short scripts, after an outage too
+            chunk = pairs[start : start + 2 * _OUTBOX_BATCH]
+            cleared += int(self.store.run("outbox_done", self.keys.outbox, *chunk)["cleared"])
+        return cleared
 
     def unpublished(self, limit: int = 100) -> list[tuple[str, float]]:
         oldest: list[Any] = self.store.client.zrange(
