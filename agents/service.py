@@ -135,20 +135,25 @@ class ComputeAgent:
         tasks: list[tuple[str, float, Callable[[], object]]] = [
             ("heartbeat", self.opts.heartbeat_interval_s, self.heartbeat),
             ("classes", self.opts.class_poll_interval_s, self.sync_classes),
-            ("reconcile", self.opts.reconcile_interval_s, self.reconcile_pass),
             ("deletes", STUCK_DELETE_S / 2,
              lambda: self.finish_deletes(time.time() - STUCK_DELETE_S)),
         ]  # fmt: skip
         if self.opts.reap_interval_s:
             tasks.append(("reaper", self.opts.reap_interval_s, lambda: reap_expired(self.stores)))
         for name, interval_s, fn in tasks:
-            # agents started together must not reconcile all at once
-            first_s = random.uniform(0.5, 1.0) * interval_s if name == "reconcile" else None
-            task = Periodic(f"{name}-{self.host}", interval_s, fn, first_s)
-            task.start()
-            self._periodic.append(task)
-            if name == "reconcile":
-                self._reconcile_task = task
+            self._start_task(Periodic(f"{name}-{self.host}", interval_s, fn))
+        # Agents started together must not all reconcile at once: the first pass falls
+        # somewhere in the second half of the interval.
+        interval_s = self.opts.reconcile_interval_s
+        self._reconcile_task = self._start_task(Periodic(
+            f"reconcile-{self.host}", interval_s, self.reconcile_pass,
+            first_after_s=random.uniform(0.5, 1.0) * interval_s,
+        ))  # fmt: skip
+
+    def _start_task(self, task: Periodic) -> Periodic:
+        task.start()
+        self._periodic.append(task)
+        return task
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop taking requests, let spawns in flight finish, say goodbye. Idempotent.
