@@ -20,15 +20,15 @@ from qsched.ledger import open_stores
 LOG = logging.getLogger("qsched.agent")
 
 
-def build_agent(conf: qconf.cfg.ConfigOpts) -> ComputeAgent:
+def build_agent(options: qconf.Options) -> ComputeAgent:
     """An agent with the fake driver as the [agent] section describes it."""
-    opts = conf.agent
+    opts = options.agent
     spec = FakeNodeSpec(
         vcpus=opts.node_vcpus,
         ram_mb=opts.node_ram_mb,
         disk_gb=opts.node_disk_gb,
-        cpu_allocation_ratio=conf.ledger.cpu_allocation_ratio,
-        ram_allocation_ratio=conf.ledger.ram_allocation_ratio,
+        cpu_allocation_ratio=options.ledger.cpu_allocation_ratio,
+        ram_allocation_ratio=options.ledger.ram_allocation_ratio,
         traits=frozenset(opts.node_traits),
     )
     driver = FakeDriver(
@@ -40,7 +40,10 @@ def build_agent(conf: qconf.cfg.ConfigOpts) -> ComputeAgent:
         seed=opts.seed,
         state_path=opts.fake_state_path or None,
     )
-    return ComputeAgent(conf, open_stores(conf), open_bus(conf), driver)
+    stores = open_stores(options.ledger, options.quota)
+    return ComputeAgent(
+        opts, stores, open_bus(options.bus), driver, options.ledger.max_conflict_retries
+    )
 
 
 #: ``--config-file``, repeatable: the INI files of an agent process
@@ -88,9 +91,9 @@ def main(config_files: tuple[str, ...], debug: bool) -> None:
         level=logging.DEBUG if debug else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    conf = qconf.load([], config_files)
+    options = qconf.load_options(config_files=config_files)
     try:
-        agent = build_agent(conf)
+        agent = build_agent(options)
         agent.start()
     except exception.QschedError as exc:
         raise click.ClickException(f"{exc} (check transport_url and [ledger] url)") from exc

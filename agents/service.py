@@ -45,6 +45,7 @@ from agents.registration import register_nodes
 from agents.virt.base import SpawnFailed, VirtDriver
 from qsched import exception, message
 from qsched.bus.base import Bus, Consumer, Delivery
+from qsched.conf import AgentOptions
 from qsched.flavors import Constraints, Flavor
 from qsched.ledger import Stores, retry
 from qsched.ledger.base import State
@@ -75,29 +76,42 @@ class UnknownClass(exception.Invalid):
 
 
 class ComputeAgent:
-    def __init__(self, conf: Any, stores: Stores, bus: Bus, driver: VirtDriver) -> None:
-        self.conf = conf
-        self.opts = conf.agent
-        self.host: str = conf.agent.host
+    """One compute service: its ``[agent]`` options, the ledger, the bus and a virt driver.
+
+    ``claim_retries``: re-reads after generation conflicts before a claim gives up
+    (``[ledger] max_conflict_retries``).
+    """
+
+    def __init__(
+        self,
+        options: AgentOptions,
+        stores: Stores,
+        bus: Bus,
+        driver: VirtDriver,
+        claim_retries: int = retry.DEFAULT_RETRIES,
+    ) -> None:
+        self.opts = options
+        self.host: str = options.host
+        self.claim_retries = claim_retries
         self.stores = stores
         self.bus = bus
         self.driver = driver
-        self.index = NodeIndex(policy=conf.agent.placement_policy, on_change=self._on_change)
+        self.index = NodeIndex(policy=options.placement_policy, on_change=self._on_change)
         self.consumer: Consumer | None = None
         self._builds: dict[str, _Build] = {}
         self._lock = threading.Lock()
-        self._spawner = ThreadPoolExecutor(conf.agent.spawn_workers, f"spawn-{self.host}")
+        self._spawner = ThreadPoolExecutor(options.spawn_workers, f"spawn-{self.host}")
         self._periodic: list[Periodic] = []
         self._reconcile_task: Periodic | None = None
         self._stopped = threading.Event()
         self.counters: Counter[str] = Counter()
         self._sample_node: str | None = None  # where refusals are explained
-        self._backoff = Backoff(conf.agent.ledger_retry_max_s)
+        self._backoff = Backoff(options.ledger_retry_max_s)
         self.reconciler = Reconciler(
             stores, bus, driver, self.host, self.index, self._building,
-            batch=conf.agent.reconcile_batch,
-            release_leaked=conf.agent.release_leaked_allocations,
-            action=conf.agent.running_deleted_instance_action,
+            batch=options.reconcile_batch,
+            release_leaked=options.release_leaked_allocations,
+            action=options.running_deleted_instance_action,
         )  # fmt: skip
         self.reconciled = ReconcileReport()  # what the start found
         self._last_beat: float | None = None  # monotonic time of the last heartbeat written
@@ -375,7 +389,7 @@ class ComputeAgent:
                 with self.index.writing(pick.node):
                     result = retry.claim(
                         self.stores.ledger, msg.instance_uuid, pick.allocations, self.host,
-                        pick.node, max_retries=self.conf.ledger.max_conflict_retries,
+                        pick.node, max_retries=self.claim_retries,
                         on_conflict=functools.partial(self._note_conflict, msg, pick),
                     )  # fmt: skip
                     # ``already``: a redelivery after a restart; the index read it from the ledger

@@ -29,11 +29,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import redis
-from oslo_config import cfg
 
 from qsched import exception
-from qsched.api import opts
 from qsched.bus.base import BusUnavailable
+from qsched.conf import APIOptions, SchedulerOptions
 from qsched.flavors import Constraints, Flavor, check_flavor
 from qsched.ledger import Stores
 from qsched.ledger.agents import class_json
@@ -101,17 +100,25 @@ class RequestContext:
 
 
 class ComputeAPI:
-    """Servers and flavors for one cell: ``conf`` (a ConfigOpts), its stores and bus."""
+    """Servers and flavors for one cell: its stores and bus, and the options it uses.
 
-    def __init__(self, conf: cfg.ConfigOpts, stores: Stores, bus: Publisher) -> None:
-        opts.register_opts(conf)
-        self.conf = conf
+    ``scheduler``: deadlines and attempts of boot requests; ``api``: list limits
+    and the configured flavors (None: as shipped).
+    """
+
+    def __init__(
+        self,
+        stores: Stores,
+        bus: Publisher,
+        scheduler: SchedulerOptions | None = None,
+        api: APIOptions | None = None,
+    ) -> None:
         self.stores = stores
         self.bus = bus
         self.flavors = RedisFlavors(stores.store)
-        self._timeout_s = conf.scheduler.build_timeout_s
-        self._max_attempts = conf.scheduler.max_attempts
-        self.max_limit: int = conf.api.max_limit  # most items one list call returns
+        self.scheduler = scheduler or SchedulerOptions.defaults()
+        self.api = api or APIOptions.defaults()
+        self.max_limit: int = self.api.max_limit  # most items one list call returns
         # scheduling class -> what its definition was made of, and the definition
         self._classes: dict[str, tuple[Flavor, Constraints, str]] = {}
         self._flavor_cache: dict[str, tuple[Flavor, str]] = {}  # id -> (flavor, stored form)
@@ -183,7 +190,8 @@ class ComputeAPI:
             flavor, stored = self._boot_flavor(flavor_id, fresh)
             request = BootRequest.create(
                 uuid, context.project_id, context.user_id, flavor, constraints,
-                max_attempts=self._max_attempts, timeout_s=self._timeout_s,
+                max_attempts=self.scheduler.max_attempts,
+                timeout_s=self.scheduler.build_timeout_s,
                 request_id=context.request_id,
             )  # fmt: skip
             record = _record(request, name, image_ref, availability_zone, metadata)
@@ -363,7 +371,7 @@ class ComputeAPI:
         :raises Invalid: a malformed option line, or a flavor that does not check.
         :raises FlavorExists: a configured name is taken by another id.
         """
-        seeded = flavors_from_config(self.conf.api.flavor, self.conf.api.flavor_extra_spec)
+        seeded = flavors_from_config(self.api.flavor, self.api.flavor_extra_spec)
         for flavor in seeded:
             if self.flavors.put(flavor):
                 LOG.info("flavor %s (%s) written from configuration", flavor.name, flavor.id)

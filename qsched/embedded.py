@@ -13,7 +13,6 @@ import uuid
 from typing import Any
 
 import fakeredis
-from oslo_config import cfg
 
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
@@ -21,6 +20,8 @@ from qsched import conf as qconf
 from qsched.api import app as api_app
 from qsched.bus.kombu import KombuBus
 from qsched.cmd.api import ThreadingWSGIServer, make_server
+from qsched.compute import ComputeAPI
+from qsched.conf import Options
 from qsched.ledger import Stores, open_stores
 from qsched.reaper import Periodic, reap_expired
 
@@ -32,8 +33,11 @@ DEMO_FLAVORS = (
 )
 
 
-def embedded_conf(**overrides: Any) -> cfg.ConfigOpts:
-    """Options for an in-process stack with its own fakeredis server and bus prefix."""
+def embedded_options(**overrides: tuple[str | None, Any]) -> Options:
+    """Options for an in-process stack with its own fakeredis server and bus prefix.
+
+    ``overrides``: option name -> (section, value), as the stack's entry point reads them.
+    """
     conf = qconf.load()
     run = uuid.uuid4().hex[:8]
     conf.set_override("transport_url", "memory://")
@@ -42,12 +46,12 @@ def embedded_conf(**overrides: Any) -> cfg.ConfigOpts:
     conf.set_override("flavor", list(DEMO_FLAVORS), group="api")
     for name, (group, value) in overrides.items():
         conf.set_override(name, value, group=group)
-    return conf
+    return Options.from_conf(conf)
 
 
 @dataclasses.dataclass
 class Stack:
-    conf: cfg.ConfigOpts
+    options: Options
     stores: Stores
     bus: KombuBus
     server: ThreadingWSGIServer
@@ -63,6 +67,10 @@ class Stack:
     def providers(self) -> int:
         return sum(len(agent.index) for agent in self.agents)
 
+    def compute_api(self) -> ComputeAPI:
+        """Another front door on this stack's ledger and bus."""
+        return ComputeAPI(self.stores, self.bus, self.options.scheduler, self.options.api)
+
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
@@ -73,7 +81,7 @@ class Stack:
 
 
 def start_stack(
-    conf: cfg.ConfigOpts,
+    options: Options,
     hosts: int,
     agents: int,
     node_spec: FakeNodeSpec,
@@ -82,26 +90,28 @@ def start_stack(
     failure_rate: float = 0.0,
 ) -> Stack:
     """Start the API on 127.0.0.1:``port`` and ``agents`` agents sharing ``hosts`` nodes."""
-    stores = open_stores(conf)
-    bus = KombuBus.from_conf(conf)
-    app = api_app.create_app(conf, stores, bus)
+    stores = open_stores(options.ledger, options.quota)
+    bus = KombuBus.from_options(options.bus)
+    app = api_app.create_app(stores, bus, options.api, options.scheduler)
     server = make_server(app, "127.0.0.1", port)
     thread = threading.Thread(target=server.serve_forever, name="qsched-api", daemon=True)
     thread.start()
-    conf.set_override("reap_interval_s", 0, group="agent")  # one reaper, below
+    agent_options = options.agent.replace(reap_interval_s=0)  # one reaper, below
     running = []
     for i, count in enumerate(_split(hosts, agents)):
         driver = FakeDriver(
             count, node_spec, host=f"cn{i}", spawn_delay_s=spawn_delay_s,
             failure_rate=failure_rate, seed=i,
         )  # fmt: skip
-        conf.set_override("host", f"cn{i}", group="agent")
-        agent = ComputeAgent(conf, stores, bus, driver)
+        agent = ComputeAgent(
+            agent_options.replace(host=f"cn{i}"), stores, bus, driver,
+            options.ledger.max_conflict_retries,
+        )  # fmt: skip
         agent.start()
         running.append(agent)
     reaper = Periodic("reaper", 1.0, lambda: reap_expired(stores))
     reaper.start()
-    return Stack(conf, stores, bus, server, running, reaper, thread)
+    return Stack(options, stores, bus, server, running, reaper, thread)
 
 
 class SharedState:
@@ -115,12 +125,12 @@ class SharedState:
         self.ledger_url = f"redis://127.0.0.1:{port}/0"
         self.transport_url = f"redis://127.0.0.1:{port}/1"
 
-    def write_config(self, conf: cfg.ConfigOpts, path: str) -> None:
+    def write_config(self, options: Options, path: str) -> None:
         """A config file for qsched-admin pointing at this state."""
         with open(path, "w") as out:
             out.write(
                 f"[DEFAULT]\ntransport_url = {self.transport_url}\n\n"
-                f"[bus]\nprefix = {conf.bus.prefix}\n\n"
+                f"[bus]\nprefix = {options.bus.prefix}\n\n"
                 f"[ledger]\nurl = {self.ledger_url}\n"
             )
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from qsched import exception
 from qsched.bus.base import Bus
+from qsched.conf import SchedulerOptions
 from qsched.ledger import Stores
 from qsched.ledger.base import Instance, State
 from qsched.message import BootRequest
@@ -179,23 +180,23 @@ class OutboxPass:
         return []
 
 
-def start_periodic_tasks(conf: Any, stores: Stores, bus: Bus) -> list[Periodic]:
+def start_periodic_tasks(options: SchedulerOptions, stores: Stores, bus: Bus) -> list[Periodic]:
     """The API service's housekeeping: the deadline reaper, this janitor, the outbox."""
     tasks = []
-    if conf.scheduler.reap_interval_s:
-        tasks.append(Periodic("reaper", conf.scheduler.reap_interval_s,
+    if options.reap_interval_s:
+        tasks.append(Periodic("reaper", options.reap_interval_s,
                               lambda: reap_expired(stores)))  # fmt: skip
-    if conf.scheduler.janitor_interval_s:
+    if options.janitor_interval_s:
         suspects: dict[str, float] = {}
-        grace_s = conf.scheduler.janitor_grace_s
+        grace_s = options.janitor_grace_s
 
         def janitor() -> JanitorReport:
             return run(stores, bus, grace_s=grace_s, suspects=suspects)
 
-        tasks.append(Periodic("janitor", conf.scheduler.janitor_interval_s, janitor))
-    if conf.scheduler.outbox_interval_s:
-        outbox = OutboxPass(stores, bus, conf.scheduler.outbox_grace_s, OUTBOX_SETTLE_S)
-        tasks.append(Periodic("outbox", conf.scheduler.outbox_interval_s, outbox))
+        tasks.append(Periodic("janitor", options.janitor_interval_s, janitor))
+    if options.outbox_interval_s:
+        outbox = OutboxPass(stores, bus, options.outbox_grace_s, OUTBOX_SETTLE_S)
+        tasks.append(Periodic("outbox", options.outbox_interval_s, outbox))
     for task in tasks:
         task.start()
     return tasks

@@ -13,6 +13,7 @@ from agents.service import ComputeAgent
 from qsched import conf as qconf
 from qsched.bus.kombu import KombuBus
 from qsched.compute import ComputeAPI
+from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 
@@ -62,7 +63,7 @@ def conf():
 
 @pytest.fixture
 def stores(conf, ledger_url: str) -> Stores:
-    return open_stores(conf, ledger_url)
+    return open_stores(LedgerOptions.from_conf(conf), url=ledger_url)
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ def bus() -> Iterator[KombuBus]:
 def api(conf, stores: Stores, bus: KombuBus) -> ComputeAPI:
     """The front door with flavors small (1 VCPU) and big (8), project p1 unlimited."""
     conf.set_override("build_timeout_s", 30, group="scheduler")
-    compute = ComputeAPI(conf, stores, bus)
+    compute = ComputeAPI(stores, bus, SchedulerOptions.from_conf(conf), APIOptions.from_conf(conf))
     for flavor in (Flavor("small", 1, 1024, 0), Flavor("big", 8, 8192, 0)):
         compute.flavors.create(flavor)
     stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)

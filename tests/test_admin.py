@@ -24,7 +24,7 @@ from agents.virt.fake import FakeNodeSpec
 from qsched.admin import queries, schemas
 from qsched.admin.cli import cli
 from qsched.compute import ComputeAPI, RequestContext
-from qsched.embedded import Stack, embedded_conf, start_stack
+from qsched.embedded import Stack, embedded_options, start_stack
 from qsched.ledger import Stores
 from qsched.ledger.base import Instance, State
 from qsched.message import BootRequest
@@ -37,12 +37,12 @@ SPEC = FakeNodeSpec(vcpus=2, ram_mb=4096, disk_gb=20, cpu_allocation_ratio=1.0)
 
 
 def config_file(path: Path, stack: Stack) -> str:
-    conf = stack.conf
+    options = stack.options
     path.write_text(
-        f"[DEFAULT]\ntransport_url = {conf.transport_url}\n"
-        f"[bus]\nprefix = {conf.bus.prefix}\n"
-        f"[ledger]\nurl = {conf.ledger.url}\n"
-        f"[scheduler]\nbuild_timeout_s = {conf.scheduler.build_timeout_s}\n"
+        f"[DEFAULT]\ntransport_url = {options.bus.transport_url}\n"
+        f"[bus]\nprefix = {options.bus.prefix}\n"
+        f"[ledger]\nurl = {options.ledger.url}\n"
+        f"[scheduler]\nbuild_timeout_s = {options.scheduler.build_timeout_s}\n"
     )
     return str(path)
 
@@ -66,7 +66,7 @@ class Admin:
 
 
 def make_stack(tmp: Path, agents: int, hosts: int, timeout_s: float, **driver: Any) -> Stack:
-    conf = embedded_conf(
+    conf = embedded_options(
         build_timeout_s=("scheduler", timeout_s),
         class_poll_interval_s=("agent", 0.05),
         heartbeat_interval_s=("agent", 0.1),
@@ -82,7 +82,7 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, Adm
     tmp = tmp_path_factory.mktemp("admin")
     stack = make_stack(tmp, agents=2, hosts=4, timeout_s=60)
     admin = Admin(config_file(tmp / "qsched.conf", stack))
-    yield stack, admin, ComputeAPI(stack.conf, stack.stores, stack.bus)
+    yield stack, admin, stack.compute_api()
     stack.stop()
 
 
@@ -106,7 +106,7 @@ def test_queues_agents_and_providers(cloud) -> None:
     assert wait_until(lambda: _consumers(admin, "m1.tiny") == 2, 5)
     rows = {r["class"]: r for r in admin.json(schemas.QUEUES, "queues")}
     assert rows["m1.tiny"]["ready"] == 0 and rows["m1.tiny"]["waiting"] == 0
-    assert rows[None]["queue"] == f"{stack.conf.bus.prefix}.dead"
+    assert rows[None]["queue"] == f"{stack.options.bus.prefix}.dead"
     assert "CLASS" in admin("queues").stdout and "(dead letters)" in admin("queues").stdout
 
     agents = {a["host"]: a for a in admin.json(schemas.AGENTS, "agents") if a["alive"]}
@@ -275,7 +275,7 @@ def test_why_a_request_refused_by_two_hosts_then_timed_out(tmp_path: Path) -> No
     stack = make_stack(tmp_path, agents=2, hosts=2, timeout_s=60)
     try:
         admin = Admin(config_file(tmp_path / "qsched.conf", stack))
-        api = ComputeAPI(stack.conf, stack.stores, stack.bus)
+        api = stack.compute_api()
         _fill_behind_the_agents_backs(stack.stores)
         uuid_ = boot(api, "m1.tiny", state=None)
         refused = lambda: {e.host for e in events_of(stack.stores, uuid_, "refused")}  # noqa: E731
@@ -317,7 +317,7 @@ def test_why_every_spawn_failed(tmp_path: Path) -> None:
     stack = make_stack(tmp_path, agents=2, hosts=2, timeout_s=30, failure_rate=1.0)
     try:
         admin = Admin(config_file(tmp_path / "qsched.conf", stack))
-        uuid_ = boot(ComputeAPI(stack.conf, stack.stores, stack.bus), "m1.tiny", State.ERROR)
+        uuid_ = boot(stack.compute_api(), "m1.tiny", State.ERROR)
         why = admin.json(schemas.WHY, "server", "why", uuid_)
         assert why["outcome"] == "error" and len(why["spawn_failures"]) == 3
         assert "Every attempt failed: 3 spawns failed" in why["verdict"]

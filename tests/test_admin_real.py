@@ -49,8 +49,9 @@ class Cell:
         self.prefix = self.cloud.prefix
         self.hosts = [self.cloud.host(i) for i in range(self.cloud.agent_count)]
         self.stores: Stores = self.cloud.stores
-        self.bus = KombuBus.from_conf(self.cloud.conf)
-        self.api = ComputeAPI(self.cloud.conf, self.stores, self.bus)
+        options = self.cloud.options
+        self.bus = KombuBus.from_options(options.bus)
+        self.api = ComputeAPI(self.stores, self.bus, options.scheduler, options.api)
         self.runner = CliRunner()
 
     def start(self) -> None:

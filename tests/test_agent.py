@@ -5,6 +5,7 @@ from __future__ import annotations
 from agents.service import ComputeAgent, wait_until
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched.compute import RequestContext
+from qsched.conf import AgentOptions
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
@@ -20,7 +21,9 @@ def make_agent(conf, stores, bus, host, nodes=2, vcpus=4, ram_mb=4096, **driver)
     conf.set_override("heartbeat_interval_s", 0.2, group="agent")
     conf.set_override("class_poll_interval_s", 0.05, group="agent")
     spec = FakeNodeSpec(vcpus=vcpus, ram_mb=ram_mb, disk_gb=0)
-    agent = ComputeAgent(conf, stores, bus, FakeDriver(nodes, spec, host=host, **driver))
+    agent = ComputeAgent(
+        AgentOptions.from_conf(conf), stores, bus, FakeDriver(nodes, spec, host=host, **driver)
+    )
     agent.start(ready_timeout_s=5)
     return agent
 

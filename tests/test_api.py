@@ -14,6 +14,7 @@ import redis
 
 from qsched.api import app as api_app
 from qsched.cmd.api import make_server
+from qsched.conf import APIOptions, SchedulerOptions
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, TaskState, Usage
@@ -33,7 +34,9 @@ def bus() -> RecordingBus:
 @pytest.fixture
 def app(conf, stores: Stores, bus: RecordingBus) -> falcon.App:
     configure(conf)
-    return api_app.create_app(conf, stores, bus)
+    return api_app.create_app(
+        stores, bus, APIOptions.from_conf(conf), SchedulerOptions.from_conf(conf)
+    )
 
 
 @pytest.fixture

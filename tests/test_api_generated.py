@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 from qsched import conf as qconf
 from qsched.api import app as api_app
 from qsched.bus.kombu import KombuBus
+from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.ledger import Stores, open_stores
 from tests.test_api import IMAGE
 from tests.test_api_input import ledger_dump
@@ -417,10 +418,14 @@ class Cloud:
     def __init__(self, ledger_url: str, bus: KombuBus) -> None:
         conf = qconf.load()
         configure(conf)
-        self.stores: Stores = open_stores(conf, ledger_url)
+        self.stores: Stores = open_stores(LedgerOptions.from_conf(conf), url=ledger_url)
         self.stores.store.client.flushall()  # the test's own fakeredis server
         self.stores.agents.add_zone(ZONE)
-        self.client = falcon.testing.TestClient(api_app.create_app(conf, self.stores, bus))
+        self.client = falcon.testing.TestClient(
+            api_app.create_app(
+                self.stores, bus, APIOptions.from_conf(conf), SchedulerOptions.from_conf(conf)
+            )
+        )
         self.servers: list[str] = []
         for token in ("alice:pa", "bob:pb"):  # so that server routes have servers to act on
             body = {"server": {"name": "seed", "flavorRef": "m1.small", "imageRef": IMAGE}}

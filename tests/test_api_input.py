@@ -15,6 +15,7 @@ import pytest
 
 from qsched.api import app as api_app
 from qsched.compute import ComputeAPI, RequestContext
+from qsched.conf import APIOptions, SchedulerOptions
 from qsched.ledger import Stores
 from tests.test_api import ADMIN, IMAGE, USER, fault, server_body
 from tests.test_compute import configure
@@ -28,7 +29,9 @@ FLAVOR = {"name": "f1", "ram": 512, "vcpus": 1, "disk": 0}
 @pytest.fixture
 def app(conf, stores: Stores, bus) -> falcon.App:
     configure(conf)
-    return api_app.create_app(conf, stores, bus)
+    return api_app.create_app(
+        stores, bus, APIOptions.from_conf(conf), SchedulerOptions.from_conf(conf)
+    )
 
 
 @pytest.fixture
@@ -399,7 +402,9 @@ class TestKeptFromBefore:
     """Records the API took before it refused surrogates still render, escaped as Nova does."""
 
     def test_listings_show_a_kept_surrogate(self, conf, client, stores, bus) -> None:
-        compute = ComputeAPI(conf, stores, bus)
+        compute = ComputeAPI(
+            stores, bus, SchedulerOptions.from_conf(conf), APIOptions.from_conf(conf)
+        )
         kept = compute.boot(RequestContext("alice", "pa"), "vm", "m1.small", IMAGE,
                             metadata={"role": "web\ud800"})  # fmt: skip
         assert_listings_answer(client)

@@ -19,12 +19,12 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
-from oslo_config import cfg
 
 from qsched import exception
 from qsched.bus import Delivery, MessageSettled, Names, open_bus
 from qsched.bus.base import BusUnavailable, check_class
 from qsched.bus.kombu import KombuBus, KombuConsumer, KombuOptions
+from qsched.conf import BusOptions
 from qsched.flavors import Flavor
 from qsched.message import BootRequest, DeleteRequest, PoisonMessage, decode
 
@@ -256,34 +256,14 @@ class TestNames:
             KombuBus("sqs://")
 
 
-# Proposed [bus] options (the lead adds them to qsched/conf.py).
-PROPOSED_BUS_OPTS = [
-    cfg.StrOpt("prefix", default="qsched"),
-    cfg.FloatOpt("connect_timeout_s", default=5.0, min=0.1),
-    cfg.FloatOpt("confirm_timeout_s", default=5.0, min=0.1),
-    cfg.IntOpt("heartbeat_s", default=30, min=0),
-    cfg.IntOpt("delivery_limit", default=20, min=1),
-    cfg.FloatOpt("visibility_timeout_s", default=3600.0, min=1.0),
-    cfg.FloatOpt("poll_interval_s", default=0.1, min=0.01),
-    cfg.FloatOpt("settle_timeout_s", default=30.0, min=0.1),
-    cfg.FloatOpt("reconnect_max_delay_s", default=5.0, min=0.1),
-    cfg.IntOpt("publisher_pool_size", default=32, min=0),
-]
-
-
-def test_open_bus_from_conf() -> None:
-    conf = cfg.ConfigOpts()
-    conf.register_opt(cfg.StrOpt("transport_url", default="memory://"))
-    conf.register_opts(PROPOSED_BUS_OPTS, group="bus")
-    conf([])
-    conf.set_override("prefix", "qconf", group="bus")
-    bus = open_bus(conf)
+def test_open_bus_from_options() -> None:
+    options = BusOptions.defaults().replace(prefix="qconf")
+    bus = open_bus(options)
     assert isinstance(bus, KombuBus)
     assert bus.names.prefix == "qconf"
     assert bus.options == KombuOptions()
-    conf.set_override("transport_url", "rabbit://guest@host//")
     with pytest.raises(exception.Invalid, match="not supported"):
-        open_bus(conf)
+        open_bus(options.replace(transport_url="rabbit://guest@host//"))
 
 
 # -- the contract, on every transport --

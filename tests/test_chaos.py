@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from qsched import conf as qconf
 from qsched.chaos import checks
 from qsched.chaos.faults import KINDS, WINDOW, make_plan
 from qsched.chaos.load import Call
 from qsched.chaos.report import table
 from qsched.chaos.runner import ChaosRun, RunSettings
 from qsched.chaos.stack import StackSpec
+from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, Inventory, State
 from tests.conftest import require_server
@@ -35,7 +35,7 @@ FLAVOR = {"name": "small", "vcpus": 1, "ram_mb": 1024}
 @pytest.fixture
 def cloud() -> Stores:
     """Two hosts with one node each (named as the fake driver names them)."""
-    stores = open_stores(qconf.load(), f"fakeredis://chaos-{uuid.uuid4().hex}")
+    stores = open_stores(LedgerOptions.defaults(), url=f"fakeredis://chaos-{uuid.uuid4().hex}")
     for host in HOSTS:
         rp = str(uuid.uuid5(uuid.NAMESPACE_DNS, host))
         stores.ledger.create_provider(rp, f"{host}-0")

@@ -10,7 +10,6 @@ import pytest
 
 from qsched import compute as compute_module
 from qsched import exception
-from qsched.api import opts
 from qsched.bus.base import BusUnavailable
 from qsched.compute import (
     AvailabilityZoneNotAvailable,
@@ -22,6 +21,7 @@ from qsched.compute import (
     RequestContext,
     flavors_from_config,
 )
+from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.flavors import Constraints, Flavor, scheduling_class
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
@@ -66,7 +66,6 @@ class RecordingBus:
 
 
 def configure(conf) -> None:
-    opts.register_opts(conf)
     conf.set_override("flavor", FLAVORS, group="api")
     conf.set_override("flavor_extra_spec", SPECS, group="api")
 
@@ -79,7 +78,7 @@ def bus() -> RecordingBus:
 @pytest.fixture
 def compute(conf, stores: Stores, bus: RecordingBus) -> ComputeAPI:
     configure(conf)
-    api = ComputeAPI(conf, stores, bus)
+    api = ComputeAPI(stores, bus, SchedulerOptions.from_conf(conf), APIOptions.from_conf(conf))
     api.seed_flavors()
     return api
 
@@ -171,13 +170,15 @@ class TestBoot:
         monkeypatch.setattr(stores.agents, "has_zone", lambda z: reads.append(z) or real(z))
         with pytest.raises(AvailabilityZoneNotAvailable):
             boot(compute, availability_zone="az1")
-        open_stores(conf, ledger_url).agents.add_zone("az1")  # an agent starts elsewhere
+        open_stores(LedgerOptions.from_conf(conf), url=ledger_url).agents.add_zone(
+            "az1"
+        )  # an agent starts elsewhere
         for _ in range(3):
             boot(compute, availability_zone="az1")
         assert reads == ["az1", "az1"]  # a refusal is not remembered; a known zone is
         assert [m.availability_zone for m in bus.boots] == ["az1"] * 3
         monkeypatch.setattr(compute_module, "_CACHE_SIZE", 1)
-        open_stores(conf, ledger_url).agents.add_zone("az2")
+        open_stores(LedgerOptions.from_conf(conf), url=ledger_url).agents.add_zone("az2")
         boot(compute, availability_zone="az2")
         boot(compute, availability_zone="az1")
         assert reads == ["az1", "az1", "az2", "az1"]  # the memory stays bounded
@@ -242,9 +243,11 @@ class TestBoot:
 
     def test_ledger_unreachable(self, conf, bus) -> None:
         configure(conf)
-        down = open_stores(conf, "redis://127.0.0.1:1/0")
+        down = open_stores(LedgerOptions.from_conf(conf), url="redis://127.0.0.1:1/0")
         with pytest.raises(exception.BackendUnavailable):
-            boot(ComputeAPI(conf, down, bus))
+            boot(
+                ComputeAPI(down, bus, SchedulerOptions.from_conf(conf), APIOptions.from_conf(conf))
+            )
         assert bus.boots == []
 
 
@@ -419,7 +422,7 @@ class TestFlavors:
             boot(compute)
         assert reads == ["m1.small"]
         # another API process changes the flavor, then deletes it
-        other = ComputeAPI(conf, stores, RecordingBus())
+        other = ComputeAPI(stores, RecordingBus(), api=APIOptions.from_conf(conf))
         other.set_flavor_extra_specs(ADMIN, "m1.small", {"trait:CUSTOM_A": "required"})
         changed = boot(compute)
         assert changed.flavor["extra_specs"] == {"trait:CUSTOM_A": "required"}
@@ -430,17 +433,15 @@ class TestFlavors:
             boot(compute)
         assert len(bus.boots) == 4 and stores.quota.get_usage("pa") == Usage(4, 4, 4 * 2048)
 
-    def test_config_change_rewrites(self, compute, conf) -> None:
-        conf.set_override("flavor", ["m1.small:2:2048:20"], group="api")
-        conf.set_override("flavor_extra_spec", [], group="api")
-        compute.seed_flavors()
+    def test_config_change_rewrites(self, compute, stores, bus) -> None:
+        changed = APIOptions.defaults().replace(flavor=("m1.small:2:2048:20",))
+        ComputeAPI(stores, bus, api=changed).seed_flavors()  # a restart with a new config
         assert compute.get_flavor("m1.small").vcpus == 2
 
-    def test_config_name_taken(self, compute, conf) -> None:
-        conf.set_override("flavor", ["m1.small:1:2048:20:another-id"], group="api")
-        conf.set_override("flavor_extra_spec", [], group="api")
+    def test_config_name_taken(self, compute, stores, bus) -> None:
+        taken = APIOptions.defaults().replace(flavor=("m1.small:1:2048:20:another-id",))
         with pytest.raises(FlavorExists):
-            compute.seed_flavors()
+            ComputeAPI(stores, bus, api=taken).seed_flavors()
 
 
 class TestConfigParsing:

@@ -20,6 +20,7 @@ from agents.service import ComputeAgent, wait_until
 from agents.views import ProviderView, usage_digest
 from agents.virt.fake import FakeDriver, FakeNodeSpec, read_state
 from qsched.compute import RequestContext
+from qsched.conf import AgentOptions
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
@@ -36,7 +37,9 @@ def start(conf, stores, bus, host, driver=None, interval_s=0.2, **agent) -> Comp
                "heartbeat_ttl_s": 60, "reconcile_interval_s": interval_s, **agent}  # fmt: skip
     for name, value in options.items():
         conf.set_override(name, value, group="agent")
-    running = ComputeAgent(conf, stores, bus, driver or FakeDriver(1, SPEC, host=host))
+    running = ComputeAgent(
+        AgentOptions.from_conf(conf), stores, bus, driver or FakeDriver(1, SPEC, host=host)
+    )
     running.start(ready_timeout_s=5)
     return running
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from qsched import exception
+from qsched.conf import LedgerOptions
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, State
@@ -57,7 +58,7 @@ def pair(tmp_path: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
 def _stores(conf, url: str, durability: str, timeout_ms: int = 500) -> Stores:
     conf.set_override("durability", durability, group="ledger")
     conf.set_override("durability_timeout_ms", timeout_ms, group="ledger")
-    return open_stores(conf, url)
+    return open_stores(LedgerOptions.from_conf(conf), url=url)
 
 
 def _create(stores: Stores) -> str:

@@ -14,6 +14,7 @@ from agents.service import ComputeAgent, wait_until
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import janitor
 from qsched.compute import RequestContext, class_definition
+from qsched.conf import AgentOptions
 from qsched.flavors import Constraints, Flavor
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, State
@@ -32,7 +33,9 @@ def start_agent(conf, stores, bus, host: str, hook=None) -> ComputeAgent:
     conf.set_override("class_poll_interval_s", 0.05, group="agent")
     conf.set_override("heartbeat_ttl_s", 60, group="agent")
     spec = FakeNodeSpec(vcpus=4, ram_mb=8192, disk_gb=0)
-    agent = ComputeAgent(conf, stores, bus, FakeDriver(2, spec, host=host, spawn_hook=hook))
+    agent = ComputeAgent(
+        AgentOptions.from_conf(conf), stores, bus, FakeDriver(2, spec, host=host, spawn_hook=hook)
+    )
     agent.start(ready_timeout_s=5)
     return agent
 
@@ -134,7 +137,7 @@ def test_a_build_the_driver_finished_is_made_active_on_restart(
     spec = FakeNodeSpec(vcpus=4, ram_mb=8192, disk_gb=0)
     driver = FakeDriver(2, spec, host="cn0")
     driver.spawn(inst, driver_seen[0][1], Flavor("small", 1, 1024, 0))  # the VM did start
-    again = ComputeAgent(conf, stores, bus, driver)
+    again = ComputeAgent(AgentOptions.from_conf(conf), stores, bus, driver)
     again.start(ready_timeout_s=5)
     agents.append(again)
     assert again.reconciled.activated == [inst]

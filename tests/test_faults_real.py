@@ -23,6 +23,7 @@ from agents.service import ComputeAgent, wait_until
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched.bus.kombu import KombuBus, KombuOptions
 from qsched.compute import ComputeAPI, RequestContext
+from qsched.conf import AgentOptions, APIOptions, LedgerOptions, SchedulerOptions
 from qsched.flavors import Flavor
 from qsched.ledger import open_stores
 from qsched.ledger.audit import audit
@@ -184,10 +185,10 @@ def test_a_redis_transport_redelivery_places_and_spawns_once(conf, real_redis_ur
     real_redis(BUS_REDIS_URL)
     conf.set_override("url", real_redis_url, group="ledger")
     conf.set_override("class_poll_interval_s", 0.05, group="agent")
-    stores = open_stores(conf)
+    stores = open_stores(LedgerOptions.from_conf(conf))
     bus = KombuBus(BUS_REDIS_URL, prefix=f"vis{uuid.uuid4().hex[:8]}",
                    options=KombuOptions(visibility_timeout_s=1.0))  # fmt: skip
-    api = ComputeAPI(conf, stores, bus)
+    api = ComputeAPI(stores, bus, SchedulerOptions.from_conf(conf), APIOptions.from_conf(conf))
     api.flavors.create(Flavor("small", 1, 1024, 0))
     spawns: list[str] = []
     holding, release = threading.Event(), threading.Event()
@@ -197,7 +198,7 @@ def test_a_redis_transport_redelivery_places_and_spawns_once(conf, real_redis_ur
         conf.set_override("host", host, group="agent")
         spec = FakeNodeSpec(vcpus=4, ram_mb=8192, disk_gb=0)
         driver = FakeDriver(1, spec, host=host, spawn_hook=lambda i, n: spawns.append(i))
-        started.append(ComputeAgent(conf, stores, bus, driver))
+        started.append(ComputeAgent(AgentOptions.from_conf(conf), stores, bus, driver))
         started[-1].start(ready_timeout_s=10)
         return started[-1]
 

@@ -26,6 +26,7 @@ from qsched.api import app as api_app
 from qsched.bus import base, health
 from qsched.bus.kombu import CONNECT, DECLARE, PUBLISH, KombuBus, KombuOptions, failure_category
 from qsched.chaos.servers import ChaosError, RedisServer
+from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.stack.cleanup import forget_bus
 from tests.cloud import transport_url
@@ -245,9 +246,15 @@ class Api:
     def __init__(self, conf, url: str) -> None:
         configure(conf)
         self.url = url
-        self.stores: Stores = open_stores(conf, f"fakeredis://health-{uuid.uuid4().hex}")
+        self.stores: Stores = open_stores(
+            LedgerOptions.from_conf(conf), url=f"fakeredis://health-{uuid.uuid4().hex}"
+        )
         self.bus = KombuBus(url, prefix=f"qhealth-{uuid.uuid4().hex[:10]}", options=QUICK)
-        self.client = falcon.testing.TestClient(api_app.create_app(conf, self.stores, self.bus))
+        self.client = falcon.testing.TestClient(
+            api_app.create_app(
+                self.stores, self.bus, APIOptions.from_conf(conf), SchedulerOptions.from_conf(conf)
+            )
+        )
 
     def health(self, headers: dict[str, str] | None = None) -> falcon.testing.Result:
         return self.client.simulate_get("/healthcheck", headers=headers)

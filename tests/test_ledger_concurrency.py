@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from qsched import conf as qconf
 from qsched import exception
+from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, Inventory, State, Usage
@@ -119,7 +120,7 @@ RACE_SETTINGS = settings(
 def open_world(world: World) -> Stores:
     conf = qconf.load()
     conf.set_override("cell", world.cell, "ledger")
-    return open_stores(conf, world.url)
+    return open_stores(LedgerOptions.from_conf(conf), url=world.url)
 
 
 def build_world(url: str, scenario: Scenario, ops: int) -> tuple[World, Tally]:

@@ -19,6 +19,7 @@ import redis
 from agents.service import wait_until
 from qsched import exception
 from qsched.compute import RequestContext
+from qsched.conf import LedgerOptions
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.agents import RedisAgents
@@ -106,7 +107,7 @@ NO_IO = {"RedisLedger.default_inventory", "RedisQuota.default_args"}  # pure hel
 @pytest.fixture
 def dead(conf) -> Stores:
     """Stores whose Redis refuses connections (nothing listens on the port)."""
-    return open_stores(conf, f"redis://127.0.0.1:{free_port()}/0")
+    return open_stores(LedgerOptions.from_conf(conf), url=f"redis://127.0.0.1:{free_port()}/0")
 
 
 def test_the_table_names_every_public_store_method() -> None:

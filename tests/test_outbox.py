@@ -21,6 +21,7 @@ from agents.service import wait_until
 from qsched import exception, janitor
 from qsched.chaos.servers import RedisServer
 from qsched.compute import ComputeAPI, RequestContext
+from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.flavors import Flavor
 from qsched.ledger import open_stores
 from qsched.ledger.audit import audit
@@ -173,8 +174,8 @@ def test_a_stalled_ledger_leaves_no_boot_behind(conf, bus, tmp_path: Path) -> No
     server = _own_redis(tmp_path)
     try:
         conf.set_override("timeout_s", 0.5, group="ledger")
-        stores = open_stores(conf, server.url)
-        api = ComputeAPI(conf, stores, bus)
+        stores = open_stores(LedgerOptions.from_conf(conf), url=server.url)
+        api = ComputeAPI(stores, bus, SchedulerOptions.from_conf(conf), APIOptions.from_conf(conf))
         api.flavors.create(Flavor("small", 1, 1024, 0))
         stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
         first = api.boot(USER, "first", "small").uuid  # the flavor is in memory now

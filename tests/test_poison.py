@@ -29,7 +29,7 @@ from qsched.admin.cli_bus import LETTER_COLUMNS
 from qsched.bus import base, kombu_message
 from qsched.bus.kombu import KombuBus
 from qsched.compute import ComputeAPI, RequestContext
-from qsched.embedded import Stack, embedded_conf, start_stack
+from qsched.embedded import Stack, embedded_options, start_stack
 from qsched.flavors import Flavor
 from qsched.ledger.base import State
 from qsched.message import BootRequest
@@ -75,7 +75,7 @@ class Cell:
 
 
 def open_cell(tmp: Path, url: str) -> Cell:
-    conf = embedded_conf(
+    conf = embedded_options(
         transport_url=(None, url),
         build_timeout_s=("scheduler", 60),
         class_poll_interval_s=("agent", 0.05),
@@ -84,7 +84,7 @@ def open_cell(tmp: Path, url: str) -> Cell:
     stack = start_stack(conf, hosts=2, agents=1, node_spec=SPEC)
     stack.stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
     admin = Admin(config_file(tmp / "qsched.conf", stack))
-    cell = Cell(stack, admin, ComputeAPI(stack.conf, stack.stores, stack.bus))
+    cell = Cell(stack, admin, stack.compute_api())
     first = cell.boot()  # the class queue exists and the agent consumes it
     assert wait_until(lambda: cell.active(first), 10)
     return cell
@@ -94,7 +94,8 @@ def close_cell(cell: Cell) -> None:
     bus = cell.bus
     classes = sorted(bus.boot_classes())
     cell.stack.stop()
-    failed = forget_bus(str(cell.stack.conf.transport_url), bus.names.prefix, classes, ["cn0"])
+    url = cell.stack.options.bus.transport_url
+    failed = forget_bus(url, bus.names.prefix, classes, ["cn0"])
     assert not failed, failed
 
 

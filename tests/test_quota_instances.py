@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from qsched import exception
+from qsched.conf import LedgerOptions
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, instances
 from qsched.ledger.audit import audit
@@ -222,7 +223,7 @@ class TestInstances:
         from qsched.ledger import open_stores
 
         conf.set_override("max_events", 10, group="ledger")
-        stores = open_stores(conf, ledger_url)
+        stores = open_stores(LedgerOptions.from_conf(conf), url=ledger_url)
         inst = stores.instances.create(new_instance(), deadline=1e12).uuid
         for i in range(25):
             stores.instances.add_event(inst, "refused", host=f"h{i}")

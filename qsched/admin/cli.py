@@ -264,6 +264,6 @@ def janitor_run(admin: Admin, dry_run: bool, fmt: str) -> None:
     bus = None if dry_run else admin.bus
     report = qjanitor.run(
         admin.stores, bus, now=admin.now(), dry_run=dry_run,
-        outbox_grace_s=admin.conf.scheduler.outbox_grace_s,
+        outbox_grace_s=admin.options.scheduler.outbox_grace_s,
     ).to_dict()  # fmt: skip
     echo(views.to_json(report) if fmt == "json" else views.key_values(sorted(report.items())))

@@ -56,9 +56,10 @@ def safe_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def load_conf(config_files: tuple[str, ...]) -> cfg.ConfigOpts:
+def load_options(config_files: tuple[str, ...]) -> qconf.Options:
+    """The options of one command run: the admin CLI's entry point reads them once."""
     try:
-        return qconf.load([], config_files)
+        return qconf.load_options(config_files=config_files)
     except cfg.Error as exc:
         raise AdminUsageError(f"cannot read the configuration: {exc}") from None
 
@@ -68,21 +69,21 @@ class Admin:
 
     def __init__(self, config_files: tuple[str, ...]) -> None:
         self.config_files = config_files
-        self.conf = load_conf(config_files)
+        self.options = load_options(config_files)
         self._stores: Stores | None = None
         self._bus: KombuBus | None = None
 
     @property
     def stores(self) -> Stores:
         if self._stores is None:
-            self._stores = open_stores(self.conf)
+            self._stores = open_stores(self.options.ledger, self.options.quota)
             self._warn_if_alone(self._stores)
         return self._stores
 
     @property
     def bus(self) -> KombuBus:
         if self._bus is None:
-            bus = open_bus(self.conf)
+            bus = open_bus(self.options.bus)
             if not isinstance(bus, KombuBus):  # the only family so far
                 raise AdminError(f"qsched-admin does not know the bus {type(bus).__name__}")
             self._bus = bus
@@ -90,11 +91,11 @@ class Admin:
 
     @functools.cached_property
     def compute(self) -> ComputeAPI:
-        return ComputeAPI(self.conf, self.stores, self.bus)
+        return ComputeAPI(self.stores, self.bus, self.options.scheduler, self.options.api)
 
     @property
     def max_attempts(self) -> int:
-        return int(self.conf.scheduler.max_attempts)
+        return self.options.scheduler.max_attempts
 
     @staticmethod
     def now() -> float:
@@ -105,7 +106,7 @@ class Admin:
             self._bus.close()
 
     def _warn_if_alone(self, stores: Stores) -> None:
-        url = str(self.conf.ledger.url)
+        url = self.options.ledger.url
         if url.startswith("fakeredis://") and not stores.store.client.dbsize():
             click.echo(
                 f"warning: [ledger] url is {url}, a ledger inside this command that nothing "
@@ -126,7 +127,7 @@ def explain(exc: Exception, admin: Admin, hint: str = "") -> AdminError:
             f"{what}. Check transport_url ({admin.where()}) and that the broker runs."
         )
     if isinstance(exc, exception.BackendUnavailable | redis.ConnectionError | redis.TimeoutError):
-        url = safe_url(str(admin.conf.ledger.url))
+        url = safe_url(admin.options.ledger.url)
         reason = exc.kwargs.get("reason", exc) if isinstance(exc, exception.QschedError) else exc
         return AdminError(
             f"the ledger (Redis at {url}) is unreachable: {str(reason).rstrip('.')}. "

@@ -9,15 +9,13 @@ below are what every handler shares.
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import falcon
 
 from qsched import exception
 from qsched.api import jsonbody
-
-if TYPE_CHECKING:  # qsched.compute imports qsched.api.opts, so not at run time
-    from qsched.compute import ComputeAPI, RequestContext
+from qsched.compute import ComputeAPI, RequestContext
 
 API_VERSION = "2.1"
 PREFIX = "/v2.1"

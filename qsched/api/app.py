@@ -1,6 +1,7 @@
 """The WSGI application: routes, middleware and Nova-format errors.
 
-:func:`create_app` builds it from a ConfigOpts, the ledger stores and a bus
+:func:`create_app` builds it from the ledger stores, a bus and the ``[api]`` and
+``[scheduler]`` options
 (tests and the embedded demo pass their own). For a WSGI server, ``wsgi_app`` in
 this module is the application itself, built on its first request from the
 files named in ``QSCHED_CONFIG`` (``os.pathsep``-separated)::
@@ -24,15 +25,15 @@ from typing import Any
 
 import falcon
 import redis
-from oslo_config import cfg
 
 from qsched import conf as qconf
 from qsched import exception, janitor
-from qsched.api import API_VERSION, PREFIX, auth, base_url, opts
+from qsched.api import API_VERSION, PREFIX, auth, base_url
 from qsched.api import flavors as flavor_handlers
 from qsched.api import servers as server_handlers
 from qsched.bus.base import Bus, BusUnavailable
 from qsched.compute import ComputeAPI, Forbidden, Publisher
+from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
 from qsched.ledger import Stores, open_stores
 
 LOG = logging.getLogger(__name__)
@@ -81,14 +82,21 @@ _VERSION_HEADERS = {
 }
 
 
-def create_app(conf: cfg.ConfigOpts, stores: Stores, bus: Bus | Publisher) -> falcon.App:
+def create_app(
+    stores: Stores,
+    bus: Bus | Publisher,
+    api: APIOptions | None = None,
+    scheduler: SchedulerOptions | None = None,
+) -> falcon.App:
     """The qsched-api WSGI application; writes the configured flavors to the ledger.
+
+    ``api`` and ``scheduler``: the ``[api]`` and ``[scheduler]`` options (None: as shipped).
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: the ledger is unreachable.
     """
-    opts.register_opts(conf)
-    compute = ComputeAPI(conf, stores, bus)
+    api = api or APIOptions.defaults()
+    compute = ComputeAPI(stores, bus, scheduler, api)
     compute.seed_flavors()
     middleware: list[Any] = [RequestMiddleware(), auth.NoAuthMiddleware()]
     app = falcon.App(middleware=middleware)
@@ -98,7 +106,7 @@ def create_app(conf: cfg.ConfigOpts, stores: Stores, bus: Bus | Publisher) -> fa
     app.set_error_serializer(_serialize_error)
     app.add_error_handler(Exception, _unexpected_error)
     app.add_error_handler(tuple(_STATUS), _domain_error)
-    _add_routes(app, compute, conf.api.public_endpoint, conf.api.max_request_body_bytes)
+    _add_routes(app, compute, api.public_endpoint, api.max_request_body_bytes)
     return app
 
 
@@ -307,26 +315,33 @@ def install_request_id_logging(level: int = logging.INFO) -> None:
 
 def load_app(
     config_files: Sequence[str] | None = None,
-    open_bus: Callable[[cfg.ConfigOpts], Bus] | None = None,
+    open_bus: Callable[[BusOptions], Bus] | None = None,
 ) -> falcon.App:
-    """Build the application from config files (default: ``$QSCHED_CONFIG``)."""
+    """Build the application from config files (default: ``$QSCHED_CONFIG``).
+
+    The entry point of a WSGI server: the options are read here, once.
+    """
     if config_files is None:
         config_files = [f for f in os.environ.get(CONFIG_ENV, "").split(os.pathsep) if f]
-    conf = qconf.load(args=[], config_files=config_files)
-    opts.register_opts(conf)
+    options = qconf.load_options(config_files=config_files)
     install_request_id_logging()
-    stores = open_stores(conf)
-    bus = (open_bus or default_bus)(conf)
-    app = create_app(conf, stores, bus)
-    janitor.start_periodic_tasks(conf, stores, bus)
+    return serve(options, open_bus or default_bus)
+
+
+def serve(options: Options, open_bus: Callable[[BusOptions], Bus]) -> falcon.App:
+    """The application on the configured ledger and bus, its periodic tasks started."""
+    stores = open_stores(options.ledger, options.quota)
+    bus = open_bus(options.bus)
+    app = create_app(stores, bus, options.api, options.scheduler)
+    janitor.start_periodic_tasks(options.scheduler, stores, bus)
     return app
 
 
-def default_bus(conf: cfg.ConfigOpts) -> Bus:
-    """The configured bus (``transport_url`` and ``[bus]``)."""
-    from qsched.bus.kombu import KombuBus  # kombu is loaded only when serving
+def default_bus(options: BusOptions) -> Bus:
+    """The configured bus (``transport_url`` and ``[bus]``); kombu loads only when serving."""
+    from qsched.bus import open_bus
 
-    return KombuBus.from_conf(conf)
+    return open_bus(options)
 
 
 class LazyApp:

@@ -55,8 +55,7 @@ def main(config_files: tuple[str, ...], go_path: Path | None, report_path: Path)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     timer = PhaseTimer()
     wrapped = timer.wrap("registration", REGISTRATION) + timer.wrap("reconcile", RECONCILE)
-    conf = qconf.load([], config_files)
-    agent = build_agent(conf)
+    agent = build_agent(qconf.load_options(config_files=config_files))
     if go_path is not None:
         report_path.with_suffix(".loaded").touch()
         while not go_path.exists():

@@ -13,7 +13,7 @@ from typing import Any
 from agents.virt.fake import FakeNodeSpec
 from qsched.bench.stack import Cloud, CloudSpec, registration_summary
 from qsched.bench.timing import REGISTRATION, PhaseTimer, peak_rss_kb
-from qsched.embedded import embedded_conf, start_stack
+from qsched.embedded import embedded_options, start_stack
 
 
 class EmbeddedCloud(Cloud):
@@ -23,7 +23,7 @@ class EmbeddedCloud(Cloud):
 
     def __init__(self, spec: CloudSpec) -> None:
         self.spec = spec
-        conf = embedded_conf(
+        options = embedded_options(
             flavor=("api", [f.config_line for f in spec.flavors]),
             instances=("quota", -1),
             cores=("quota", -1),
@@ -42,7 +42,7 @@ class EmbeddedCloud(Cloud):
         timer.wrap("registration", REGISTRATION)
         began_at = time.time()
         try:
-            self.stack = start_stack(conf, spec.hosts, len(spec.node_counts()), node)
+            self.stack = start_stack(options, spec.hosts, len(spec.node_counts()), node)
         finally:
             timer.restore()
         phase = timer.phases["registration"]
@@ -56,7 +56,7 @@ class EmbeddedCloud(Cloud):
         self.registration["agents"] = len(spec.node_counts())
         self.registration["note"] = "agents registered one after another in one process"
         assert phase.calls
-        self._open(conf, self.stack.stores)
+        self._open(options, self.stack.stores)
         self.api_url = self.stack.url
 
     def peak_rss(self) -> dict[str, Any]:

@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from oslo_config import cfg
-
 from qsched.bench.packing import BenchFlavor
 from qsched.bench.timing import peak_rss_kb
 from qsched.bus.kombu import KombuBus
 from qsched.compute import ComputeAPI, class_definition
+from qsched.conf import Options as ServiceOptions
 from qsched.flavors import Constraints
 from qsched.ledger import Stores, open_stores
 from qsched.stack import (
@@ -97,7 +96,7 @@ class Cloud:
 
     mode = ""
     spec: CloudSpec
-    conf: cfg.ConfigOpts
+    options: ServiceOptions
     stores: Stores
     bus: KombuBus
     compute: ComputeAPI
@@ -157,11 +156,11 @@ class Cloud:
     def stop(self) -> list[dict[str, Any]]:
         raise NotImplementedError
 
-    def _open(self, conf: cfg.ConfigOpts, stores: Stores | None = None) -> None:
-        self.conf = conf
-        self.stores = stores or open_stores(conf)
-        self.bus = KombuBus.from_conf(conf)
-        self.compute = ComputeAPI(conf, self.stores, self.bus)
+    def _open(self, options: ServiceOptions, stores: Stores | None = None) -> None:
+        self.options = options
+        self.stores = stores or open_stores(options.ledger, options.quota)
+        self.bus = KombuBus.from_options(options.bus)
+        self.compute = ComputeAPI(self.stores, self.bus, options.scheduler, options.api)
         self.compute.seed_flavors()
 
 
@@ -201,7 +200,7 @@ class ProcessCloud(Cloud):
         if self.spec.http:
             self.stack.start_api()
             self.api_url = f"http://{LOOPBACK}:{self.stack.port}"
-        self._open(self.stack.conf, self.stack.stores)
+        self._open(self.stack.options, self.stack.stores)
         loaded = [self._report(i).with_suffix(".loaded") for i in self.stack.agents]
         self.stack.wait(lambda: all(p.exists() for p in loaded), 60, "agents did not load", 0.02)
         (self.stack.dir / "go").touch()  # every agent loaded: they register together

@@ -7,8 +7,6 @@ configuration.
 
 from __future__ import annotations
 
-from typing import Any
-
 from qsched import exception
 from qsched.bus.base import (
     Bus,
@@ -21,6 +19,7 @@ from qsched.bus.base import (
     OnMessage,
     QueueStats,
 )
+from qsched.conf import BusOptions
 
 __all__ = [
     "Bus",
@@ -36,16 +35,16 @@ __all__ = [
 ]
 
 
-def open_bus(conf: Any) -> Bus:
-    """The bus for ``conf.transport_url`` (and the ``[bus]`` section).
+def open_bus(options: BusOptions) -> Bus:
+    """The bus for ``transport_url`` and the ``[bus]`` options.
 
     :raises Invalid: a URL scheme no bus here speaks.
     """
     from qsched.bus import kombu  # the only family so far
 
-    scheme = str(conf.transport_url).partition("://")[0].lower()
+    scheme = options.transport_url.partition("://")[0].lower()
     if scheme in kombu.SCHEMES:
-        return kombu.KombuBus.from_conf(conf)
+        return kombu.KombuBus.from_options(options)
     raise exception.Invalid(
         reason=f"transport_url scheme {scheme!r} is not supported: use one of "
         f"{', '.join(sorted(kombu.SCHEMES))}"

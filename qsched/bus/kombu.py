@@ -61,6 +61,7 @@ from amqp import exceptions as amqp_exceptions
 from qsched import exception
 from qsched.bus import base, health, kombu_message
 from qsched.bus.kombu_consumer import KombuConsumer
+from qsched.conf import BusOptions
 from qsched.message import BootRequest, DeleteRequest
 
 LOG = logging.getLogger(__name__)
@@ -188,11 +189,10 @@ class KombuBus(base.Bus):
         self._probe_cache = health.ProbeCache(self.probe)
 
     @classmethod
-    def from_conf(cls, conf: Any) -> KombuBus:
-        """Build from ``transport_url`` and the ``[bus]`` section of a ConfigOpts."""
-        group = conf.bus
-        options = {f.name: getattr(group, f.name) for f in dataclasses.fields(KombuOptions)}
-        return cls(conf.transport_url, prefix=group.prefix, options=KombuOptions(**options))
+    def from_options(cls, options: BusOptions) -> KombuBus:
+        """Build from ``transport_url`` and the ``[bus]`` options."""
+        tunables = {f.name: getattr(options, f.name) for f in dataclasses.fields(KombuOptions)}
+        return cls(options.transport_url, options.prefix, KombuOptions(**tunables))
 
     # -- the Bus interface --
 

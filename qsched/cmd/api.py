@@ -22,7 +22,6 @@ from wsgiref import simple_server
 from qsched import conf as qconf
 from qsched import janitor
 from qsched.api import app as api_app
-from qsched.api import opts
 from qsched.ledger import open_stores
 
 LOG = logging.getLogger(__name__)
@@ -55,14 +54,13 @@ def make_server(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    conf = qconf.load(sys.argv[1:] if argv is None else argv)
-    opts.register_opts(conf)
+    options = qconf.load_options(sys.argv[1:] if argv is None else argv)
     api_app.install_request_id_logging()
-    bus = api_app.default_bus(conf)
-    stores = open_stores(conf)
-    application = api_app.create_app(conf, stores, bus)
-    janitor.start_periodic_tasks(conf, stores, bus)
-    server = make_server(application, conf.api.host, conf.api.port)
+    bus = api_app.default_bus(options.bus)
+    stores = open_stores(options.ledger, options.quota)
+    application = api_app.create_app(stores, bus, options.api, options.scheduler)
+    janitor.start_periodic_tasks(options.scheduler, stores, bus)
+    server = make_server(application, options.api.host, options.api.port)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         LOG.info("signal %s: stopping", signum)
@@ -70,9 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    if conf.transport_url.startswith("memory://"):
+    if options.bus.transport_url.startswith("memory://"):
         LOG.warning("transport_url is memory://: only agents in this process see the requests")
-    LOG.info("qsched-api listening on http://%s:%s/v2.1", conf.api.host, server.server_port)
+    LOG.info("qsched-api listening on http://%s:%s/v2.1", options.api.host, server.server_port)
     try:
         server.serve_forever()
     finally:

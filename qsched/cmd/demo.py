@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import click
 
 from agents.virt.fake import FakeNodeSpec
-from qsched.embedded import SharedState, Stack, embedded_conf, start_stack
+from qsched.embedded import SharedState, Stack, embedded_options, start_stack
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State
 
@@ -244,11 +244,11 @@ def main(
     if shared is not None:
         overrides |= {"url": ("ledger", shared.ledger_url),
                       "transport_url": (None, shared.transport_url)}  # fmt: skip
-    conf = embedded_conf(**overrides)
+    options = embedded_options(**overrides)
     if shared is not None:
-        shared.write_config(conf, ADMIN_CONFIG)
+        shared.write_config(options, ADMIN_CONFIG)
     spec = FakeNodeSpec(vcpus=32, ram_mb=131072, disk_gb=2000, cpu_allocation_ratio=4.0)
-    stack = start_stack(conf, hosts, agents, spec, port=8774 if serve else 0,
+    stack = start_stack(options, hosts, agents, spec, port=8774 if serve else 0,
                         spawn_delay_s=spawn_delay_s, failure_rate=failure_rate)  # fmt: skip
     stack.stores.quota.set_limits(PROJECT, instances=-1, cores=-1, ram_mb=-1)
     try:

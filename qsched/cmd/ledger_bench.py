@@ -27,8 +27,8 @@ import click
 import redis
 from redis.connection import parse_url
 
-from qsched import conf as qconf
 from qsched import exception
+from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, Inventory, State
@@ -184,10 +184,11 @@ def percentile(ordered: Sequence[float], q: float) -> float:
 
 
 def open_bench_stores(url: str, durability: str = "async") -> Stores:
-    conf = qconf.load()
-    conf.set_override("durability", durability, group="ledger")
-    conf.set_override("durability_timeout_ms", 5000, group="ledger")  # a loaded machine
-    stores = open_stores(conf, url)
+    options = LedgerOptions.defaults().replace(
+        durability=durability,
+        durability_timeout_ms=5000,  # a loaded machine
+    )
+    stores = open_stores(options, url=url)
     stores.quota.set_limits(PROJECT, instances=-1, cores=-1, ram_mb=-1)
     return stores
 
@@ -457,7 +458,7 @@ def demo_audit(stores: Stores) -> None:
 
 def run_demo() -> None:
     click.secho("qsched ledger demo (in-process fakeredis, nothing is kept)", bold=True)
-    stores = open_stores(qconf.load(), f"fakeredis://demo-{uuid.uuid4().hex}")
+    stores = open_stores(LedgerOptions.defaults(), url=f"fakeredis://demo-{uuid.uuid4().hex}")
     nodes = demo_cloud(stores)
     step(2, "Project demo gets a quota: 10 instances, 8 cores, 32768 MB")
     stores.quota.set_limits("demo", instances=10, cores=8, ram_mb=32768)

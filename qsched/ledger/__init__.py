@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from oslo_config import cfg
-
+from qsched.conf import LedgerOptions, QuotaOptions
 from qsched.ledger.agents import RedisAgents
 from qsched.ledger.base import Usage
 from qsched.ledger.instances import RedisInstances
@@ -30,28 +29,33 @@ class Stores:
     agents: RedisAgents
 
 
-def open_stores(conf: cfg.ConfigOpts, url: str | None = None) -> Stores:
+def open_stores(
+    options: LedgerOptions, quota: QuotaOptions | None = None, url: str | None = None
+) -> Stores:
     """Open the stores at ``url`` (default ``[ledger] url``) with the configured defaults.
+
+    ``quota``: the default limits (None: as shipped).
 
     :raises Invalid: the server cannot keep the ``[ledger] durability`` promise.
     :raises BackendUnavailable: it could not be asked (only for ``replica`` and ``disk``).
     """
     durability = Durability(
-        conf.ledger.durability, conf.ledger.durability_replicas, conf.ledger.durability_timeout_ms
+        options.durability, options.durability_replicas, options.durability_timeout_ms
     )
-    client = connect(url or conf.ledger.url, conf.ledger.connect_timeout_s, conf.ledger.timeout_s)
-    store = RedisStore(client, conf.ledger.cell, conf.ledger.max_events, durability)
+    client = connect(url or options.url, options.connect_timeout_s, options.timeout_s)
+    store = RedisStore(client, options.cell, options.max_events, durability)
     store.check_durability()
     ratios = {
-        VCPU: conf.ledger.cpu_allocation_ratio,
-        MEMORY_MB: conf.ledger.ram_allocation_ratio,
-        DISK_GB: conf.ledger.disk_allocation_ratio,
+        VCPU: options.cpu_allocation_ratio,
+        MEMORY_MB: options.ram_allocation_ratio,
+        DISK_GB: options.disk_allocation_ratio,
     }
-    quota = RedisQuota(store, Usage(conf.quota.instances, conf.quota.cores, conf.quota.ram))
+    limits = quota or QuotaOptions.defaults()
+    quotas = RedisQuota(store, Usage(limits.instances, limits.cores, limits.ram))
     return Stores(
         store,
         RedisLedger(store, ratios),
-        quota,
-        RedisInstances(store, quota),
+        quotas,
+        RedisInstances(store, quotas),
         RedisAgents(store),
     )

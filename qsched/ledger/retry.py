@@ -13,6 +13,9 @@ from collections.abc import Callable, Mapping
 from qsched import exception
 from qsched.ledger.base import Allocations, Ledger
 
+#: Re-reads after conflicts before a claim gives up (``[ledger] max_conflict_retries``).
+DEFAULT_RETRIES = 10
+
 
 @dataclasses.dataclass(frozen=True)
 class ClaimResult:
@@ -28,7 +31,7 @@ def claim(
     host: str,
     node: str,
     provider_generations: Mapping[str, int] | None = None,
-    max_retries: int = 10,
+    max_retries: int = DEFAULT_RETRIES,
     on_conflict: Callable[[exception.Conflict], None] | None = None,
 ) -> ClaimResult:
     """Claim ``allocations`` for an instance, resolving generation conflicts.

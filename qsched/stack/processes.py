@@ -120,8 +120,8 @@ class ProcessStack:
         self.host_stem = host_stem
         self.stop_timeout_s = stop_timeout_s
         self.port = free_port()
-        self.conf = qconf.load([], [str(self.config)])
-        self.stores: Stores = open_stores(self.conf)
+        self.options = qconf.load_options(config_files=[str(self.config)])
+        self.stores: Stores = open_stores(self.options.ledger, self.options.quota)
         self.api: Popen | None = None
         self.agents: dict[int, Popen] = {}
         self._hosts: set[str] = set()
@@ -297,7 +297,7 @@ class ProcessStack:
 
     def classes(self) -> list[str]:
         """The scheduling classes whose queues may exist: configured flavors and live ones."""
-        names = {line.split(":", 1)[0] for line in self.conf.api.flavor}
+        names = {line.split(":", 1)[0] for line in self.options.api.flavor}
         with contextlib.suppress(Exception):  # the ledger may be what failed
             names |= set(self.stores.agents.classes())
         return sorted(names)

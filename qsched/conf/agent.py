@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
-from typing import Any
 
 from oslo_config import cfg
+
+from qsched.conf.base import Section
 
 agent_opts = [
     cfg.StrOpt(
@@ -143,5 +145,33 @@ agent_opts = [
 ]
 
 
-def list_opts() -> list[tuple[str, list[Any]]]:
-    return [("agent", agent_opts)]
+@dataclasses.dataclass(frozen=True)
+class AgentOptions(Section):
+    """The ``[agent]`` options."""
+
+    GROUPS = (("agent", agent_opts),)
+
+    host: str
+    node_count: int
+    node_vcpus: int
+    node_ram_mb: int
+    node_disk_gb: int
+    node_traits: tuple[str, ...]
+    availability_zone: str
+    aggregates: tuple[str, ...]
+    spawn_delay_s: float
+    spawn_failure_rate: float
+    seed: int
+    fake_state_path: str | None
+    placement_policy: str
+    spawn_workers: int
+    heartbeat_interval_s: float
+    heartbeat_ttl_s: float
+    class_poll_interval_s: float
+    reap_interval_s: float
+    release_leaked_allocations: bool
+    reconcile_interval_s: float
+    reconcile_batch: int
+    running_deleted_instance_action: str
+    ledger_retry_max_s: float
+    shutdown_timeout_s: float

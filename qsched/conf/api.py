@@ -1,0 +1,75 @@
+"""The [api] section: how the front door serves."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from oslo_config import cfg
+
+from qsched.conf.base import Section
+
+api_opts = [
+    cfg.HostAddressOpt(
+        "host",
+        default="127.0.0.1",
+        help="Address qsched-api listens on when it serves in process. Behind gunicorn "
+        "the WSGI server's own bind setting applies instead.",
+    ),
+    cfg.PortOpt("port", default=8774, help="Port qsched-api listens on (Nova's 8774)."),
+    cfg.StrOpt(
+        "public_endpoint",
+        help="Base URL put in links and Location headers, e.g. https://compute.example.com "
+        "(Nova's osapi_compute_link_prefix). Unset: taken from each request's Host.",
+    ),
+    cfg.StrOpt(
+        "auth_strategy",
+        default="noauth2",
+        choices=[("noauth2", "X-Auth-Token: 'admin' or '<user>:<project>', no Keystone")],
+        help="How requests are authenticated.",
+    ),
+    cfg.IntOpt(
+        "max_request_body_bytes",
+        default=64 * 1024,
+        min=1024,
+        help="Largest request body accepted; a larger one gets 413 before it is parsed.",
+    ),
+    cfg.IntOpt(
+        "max_limit",
+        default=1000,
+        min=1,
+        help="Most items one list call returns, whatever ?limit= asks (Nova's max_limit).",
+    ),
+    cfg.MultiStrOpt(
+        "flavor",
+        default=[],
+        help="A flavor to create at startup, one per line: "
+        "name:vcpus:ram_mb[:disk_gb[:id]], e.g. 'flavor = m1.small:1:2048:20'. The id "
+        "defaults to the name. Startup creates a missing one and rewrites a changed one; "
+        "flavors created through the API are left alone.",
+    ),
+    cfg.MultiStrOpt(
+        "flavor_extra_spec",
+        default=[],
+        help="An extra spec of a configured flavor, one per line: <flavor name>:<key>=<value> "
+        "with the key in Nova syntax, e.g. 'flavor_extra_spec = "
+        "m1.small:trait:CUSTOM_X=required' or 'flavor_extra_spec = g1.large:resources:VGPU=1'. "
+        "Everything before the first ':' is the flavor name, everything after the first '=' "
+        "the value.",
+    ),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class APIOptions(Section):
+    """The ``[api]`` options."""
+
+    GROUPS = (("api", api_opts),)
+
+    host: str
+    port: int
+    public_endpoint: str | None
+    auth_strategy: str
+    max_request_body_bytes: int
+    max_limit: int
+    flavor: tuple[str, ...]
+    flavor_extra_spec: tuple[str, ...]

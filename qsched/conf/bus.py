@@ -1,0 +1,103 @@
+"""The [bus] section: names and tunables of the message bus."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from oslo_config import cfg
+
+from qsched.conf.base import Section
+
+#: [DEFAULT] transport_url: read with the [bus] section, which says how to use it.
+default_opts = [
+    cfg.StrOpt(
+        "transport_url",
+        default="memory://",
+        secret=True,
+        help="Bus URL. memory:// is the in-process embedded default; amqp://user:pass@host:5672// "
+        "is RabbitMQ (the production path); redis://host:6379/0 uses kombu's Redis transport.",
+    ),
+]
+
+bus_opts = [
+    cfg.StrOpt(
+        "prefix",
+        default="qsched",
+        help="Exchange and queue name prefix: <prefix>.boot.<class>, <prefix>.host.<host>, "
+        "<prefix>.dead.",
+    ),
+    cfg.FloatOpt(
+        "connect_timeout_s",
+        default=5.0,
+        min=0.1,
+        help="Broker connect timeout; a publish fails (the API answers 503) after about "
+        "twice this.",
+    ),
+    cfg.FloatOpt(
+        "confirm_timeout_s",
+        default=5.0,
+        min=0.1,
+        help="How long a publish waits for the broker's confirm (also the Redis socket timeout).",
+    ),
+    cfg.IntOpt("heartbeat_s", default=30, min=0, help="AMQP heartbeat of agent consumers; 0: off."),
+    cfg.IntOpt(
+        "delivery_limit",
+        default=20,
+        min=1,
+        help="RabbitMQ boot queues: deliveries without an ack before a message is "
+        "dead-lettered. Fixed when a queue is created; change it later with a policy.",
+    ),
+    cfg.FloatOpt(
+        "visibility_timeout_s",
+        default=3600.0,
+        min=1.0,
+        help="kombu Redis transport: a message held unacked this long is delivered again, "
+        "even to a live consumer. Keep it far above any hold.",
+    ),
+    cfg.FloatOpt(
+        "poll_interval_s",
+        default=0.1,
+        min=0.01,
+        help="How often a consumer applies class changes and settles from other threads.",
+    ),
+    cfg.FloatOpt(
+        "settle_timeout_s",
+        default=30.0,
+        min=0.1,
+        help="How long an ack, requeue or reject from another thread waits for the "
+        "consumer thread.",
+    ),
+    cfg.FloatOpt(
+        "reconnect_max_delay_s",
+        default=5.0,
+        min=0.1,
+        help="Upper bound of the consumer reconnect backoff.",
+    ),
+    cfg.IntOpt(
+        "publisher_pool_size",
+        default=32,
+        min=0,
+        help="Idle publishing connections kept per process. Keep it at least the number "
+        "of threads that publish at once (gunicorn's threads in the API): a connection "
+        "beyond it is opened and closed for every message.",
+    ),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class BusOptions(Section):
+    """``[DEFAULT] transport_url`` and the ``[bus]`` options."""
+
+    GROUPS = ((None, default_opts), ("bus", bus_opts))
+
+    transport_url: str
+    prefix: str
+    connect_timeout_s: float
+    confirm_timeout_s: float
+    heartbeat_s: int
+    delivery_limit: int
+    visibility_timeout_s: float
+    poll_interval_s: float
+    settle_timeout_s: float
+    reconnect_max_delay_s: float
+    publisher_pool_size: int

@@ -1,0 +1,134 @@
+"""The [ledger] section: where the ledger, quota and instance records live."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from oslo_config import cfg
+
+from qsched.conf.base import Section
+
+ledger_opts = [
+    cfg.StrOpt(
+        "url",
+        default="fakeredis://",
+        secret=True,
+        help="Where the ledger, quota and instance records live. redis://host:6379/0 (or "
+        "rediss://, unix://) for a real Redis; fakeredis:// keeps everything in this process, "
+        "for the embedded default and tests only.",
+    ),
+    cfg.StrOpt(
+        "cell",
+        default="cell1",
+        help="Cell name. Every key of a cell carries the hash tag {<cell>}, so that a Redis "
+        "Cluster would keep a whole cell in one slot (the ledger has no Cluster client yet).",
+    ),
+    cfg.FloatOpt(
+        "cpu_allocation_ratio",
+        default=4.0,
+        min=0.0,
+        help="Allocation ratio for VCPU when an inventory does not give one. 4.0 is Nova's "
+        "initial_cpu_allocation_ratio; Placement's historical default was 16.0.",
+    ),
+    cfg.FloatOpt(
+        "ram_allocation_ratio",
+        default=1.0,
+        min=0.0,
+        help="Allocation ratio for MEMORY_MB when an inventory does not give one (Nova's "
+        "initial_ram_allocation_ratio; historically 1.5).",
+    ),
+    cfg.FloatOpt(
+        "disk_allocation_ratio",
+        default=1.0,
+        min=0.0,
+        help="Allocation ratio for DISK_GB when an inventory does not give one.",
+    ),
+    cfg.IntOpt(
+        "max_conflict_retries",
+        default=10,
+        min=1,
+        help="How many times a client re-reads and retries after a generation conflict "
+        "before it gives up.",
+    ),
+    cfg.FloatOpt(
+        "connect_timeout_s",
+        default=2.0,
+        min=0.1,
+        help="How long a connection to the ledger's Redis may take to open.",
+    ),
+    cfg.FloatOpt(
+        "timeout_s",
+        default=10.0,
+        min=0.1,
+        help="How long one ledger command may take. A stalled ledger then fails the call "
+        "(the API answers 503, an agent gives its request back) instead of hanging; a "
+        "create that ran late anyway is ended by the front door that gave up on it.",
+    ),
+    cfg.StrOpt(
+        "durability",
+        default="async",
+        choices=[
+            (
+                "async",
+                "acknowledged once Redis applied a write; a crash of the ledger's "
+                "machine loses what its server had not written to disk (appendfsync everysec: "
+                "about the last second)",
+            ),
+            (
+                "replica",
+                "acknowledged once durability_replicas replicas hold it (WAIT after "
+                "every state change, in the same round trip); a failover to such a replica "
+                "loses nothing acknowledged",
+            ),
+            (
+                "disk",
+                "acknowledged once on the ledger server's disk: needs the server to run "
+                "appendonly yes with appendfsync always, checked at start",
+            ),
+        ],
+        help="When the ledger counts a write as done, and so what an acknowledged boot, "
+        "claim or delete can lose in a machine crash. docs/reliability.rst gives the cost "
+        "of each in claims per second.",
+    ),
+    cfg.IntOpt(
+        "durability_replicas",
+        default=1,
+        min=1,
+        help="durability = replica: how many replicas must hold a write.",
+    ),
+    cfg.IntOpt(
+        "durability_timeout_ms",
+        default=1000,
+        min=1,
+        help="durability = replica: how long a write waits for its replicas. Past it the "
+        "call fails as if the ledger were down (the API answers 503), although the master "
+        "has the write.",
+    ),
+    cfg.IntOpt(
+        "max_events",
+        default=200,
+        min=10,
+        help="Events kept per instance history; older ones are trimmed, and the count of "
+        "trimmed events is kept.",
+    ),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerOptions(Section):
+    """The ``[ledger]`` options."""
+
+    GROUPS = (("ledger", ledger_opts),)
+
+    url: str
+    cell: str
+    cpu_allocation_ratio: float
+    ram_allocation_ratio: float
+    disk_allocation_ratio: float
+    max_conflict_retries: int
+    connect_timeout_s: float
+    timeout_s: float
+    durability: str
+    durability_replicas: int
+    durability_timeout_ms: int
+    max_events: int

@@ -1,0 +1,20 @@
+"""Every qsched option by section, for oslo-config-generator (``--namespace qsched``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qsched.conf import agent, api, bus, ledger, quota, scheduler
+
+
+def list_opts() -> list[tuple[str | None, list[Any]]]:
+    """The options by section, in the order the sample config shows them."""
+    return [
+        (None, bus.default_opts),
+        ("api", api.api_opts),
+        ("scheduler", scheduler.scheduler_opts),
+        ("agent", agent.agent_opts),
+        ("bus", bus.bus_opts),
+        ("ledger", ledger.ledger_opts),
+        ("quota", quota.quota_opts),
+    ]

@@ -1,0 +1,79 @@
+"""The [scheduler] section: deadlines, attempts and the front door's periodic tasks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from oslo_config import cfg
+
+from qsched.conf.base import Section
+
+scheduler_opts = [
+    cfg.FloatOpt(
+        "reap_interval_s",
+        default=5.0,
+        min=0.0,
+        help="Seconds between runs of the deadline reaper in the API service (it ends "
+        "requests nobody placed in time); 0: off. Safe to run in every worker.",
+    ),
+    cfg.FloatOpt(
+        "janitor_grace_s",
+        default=10.0,
+        min=0.0,
+        help="How long the janitor must see an agent without a heartbeat before it takes "
+        "over the agent's unfinished work. Counted from when it first saw the agent "
+        "silent, so that after a ledger outage live agents can beat again first.",
+    ),
+    cfg.FloatOpt(
+        "outbox_grace_s",
+        default=10.0,
+        min=1.0,
+        help="A boot request recorded and not confirmed by the broker for this long (a "
+        "front door killed in between, an agent that could not reschedule) is published "
+        "by the janitor. Keep it above a publish's worst case (about connect_timeout_s + "
+        "confirm_timeout_s): a copy published meanwhile is harmless, only wasted.",
+    ),
+    cfg.FloatOpt(
+        "outbox_interval_s",
+        default=2.0,
+        min=0.0,
+        help="Seconds between the janitor's passes over the outbox in the API service; "
+        "0: off. Safe in every worker: two never take the same entry.",
+    ),
+    cfg.FloatOpt(
+        "janitor_interval_s",
+        default=10.0,
+        min=0.0,
+        help="Seconds between runs of the janitor in the API service (it releases and "
+        "requeues the unfinished claims of agents whose heartbeat expired); 0: off.",
+    ),
+    cfg.FloatOpt(
+        "build_timeout_s",
+        default=300.0,
+        min=1.0,
+        help="How long a boot request may wait to be placed; past this deadline the instance "
+        "ends in ERROR NoValidHost and its quota is returned.",
+    ),
+    cfg.IntOpt(
+        "max_attempts",
+        default=3,
+        min=1,
+        help="How many hosts may try to spawn one instance (the first try and reschedules) "
+        "before it ends in ERROR (Nova's max_attempts).",
+    ),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerOptions(Section):
+    """The ``[scheduler]`` options."""
+
+    GROUPS = (("scheduler", scheduler_opts),)
+
+    reap_interval_s: float
+    janitor_grace_s: float
+    outbox_grace_s: float
+    outbox_interval_s: float
+    janitor_interval_s: float
+    build_timeout_s: float
+    max_attempts: int
