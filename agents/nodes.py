@@ -2,8 +2,8 @@
 
 An agent may drive up to about 100,000 (simulated) nodes and knows a few tens of scheduling
 classes. Per request it must not look at every node, so the index keeps, per class, the nodes
-where the class fits now, grouped into buckets by :func:`agents.fit.room` (how many more copies
-of the class the node could hold), and a heap over the bucket keys.
+where the class fits now, grouped into buckets by :func:`qsched.scheduling.fit.room` (how many
+more copies of the class the node could hold), and a heap over the bucket keys.
 
 Policy
 ------
@@ -14,7 +14,8 @@ saving, and lets a class go unfittable, and its queue be cancelled, as late as p
 ``spread`` picks a node with the most room. Ties go to the last node of the bucket, which is
 deterministic for a given sequence of operations.
 On a single-provider node room is exact; on a tree it is an upper bound, so packing there is
-approximate, while whether a class fits is always decided by :func:`agents.fit.fit_request`.
+approximate, while whether a class fits is always decided by
+:func:`qsched.scheduling.fit.fit_request`.
 
 Notifications
 -------------
@@ -32,7 +33,7 @@ makes meanwhile: every ledger write of the agent on a node runs inside
 :meth:`NodeIndex.writing` (the ledger write, then the matching index change), and
 :meth:`NodeIndex.sync_token`, taken before the read, is refused by ``refresh_if`` if any
 such write started or was running since. A refused refresh waits for the next pass.
-:meth:`NodeIndex.digest` sums the usages up (see :func:`agents.views.usage_term`) so that
+:meth:`NodeIndex.digest` sums the usages up (see :func:`qsched.scheduling.views.usage_term`) so that
 a harness can compare an agent's index with the ledger from outside the process.
 
 Complexity (N nodes, K classes, B distinct room values of one class, fit = one fit_request)
@@ -60,7 +61,9 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-from agents.fit import (
+from qsched import exception
+from qsched.flavors import Constraints, RequestGroup
+from qsched.scheduling.fit import (
     NO_CONSTRAINTS,
     Allocations,
     Refusal,
@@ -68,9 +71,7 @@ from agents.fit import (
     fit_request,
     room,
 )
-from agents.views import NodeView, ProviderView, usage_term
-from qsched import exception
-from qsched.flavors import Constraints, RequestGroup
+from qsched.scheduling.views import NodeView, ProviderView, usage_term
 
 POLICIES = ("pack", "spread")
 
@@ -416,7 +417,7 @@ class NodeIndex:
             return self.refresh(node, providers)
 
     def digest(self) -> str:
-        """The usage digest of every node (see :func:`agents.views.usage_term`), in hex."""
+        """Every node's usage digest (:func:`qsched.scheduling.views.usage_term`), in hex."""
         with self._lock:
             return f"{self._digest:016x}"
 

@@ -45,13 +45,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from agents.nodes import NodeIndex
-from agents.views import NodeView, ProviderView, same_usage
 from agents.virt.base import VirtDriver
 from qsched import exception
 from qsched.bus.base import Bus
 from qsched.janitor import requeue_orphan
 from qsched.ledger import Stores
 from qsched.ledger.base import Placement, State
+from qsched.scheduling.views import NodeView, ProviderView, same_usage
 
 LOG = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from agents.views import NodeView, ProviderView
 from agents.virt.base import NodeInfo
 from qsched.ledger.base import Ledger, ProviderSpec
+from qsched.scheduling.views import NodeView, ProviderView
 
 BATCH = 500  # providers per script: long enough to amortise, short enough not to stall Redis
 

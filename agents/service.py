@@ -38,7 +38,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from agents.fit import Refusal, Request, fit_request
 from agents.nodes import NodeIndex, Pick
 from agents.reconcile import Reconciler, ReconcileReport, reconcile
 from agents.registration import register_nodes
@@ -46,10 +45,11 @@ from agents.virt.base import SpawnFailed, VirtDriver
 from qsched import exception, message
 from qsched.bus.base import Bus, Consumer, Delivery
 from qsched.conf import AgentOptions
-from qsched.flavors import Constraints, Flavor
 from qsched.ledger import Stores, retry
 from qsched.ledger.base import State
 from qsched.reaper import Periodic, fail_no_valid_host, reap_expired
+from qsched.scheduling.classes import SchedulingClass
+from qsched.scheduling.fit import Refusal, fit_request
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -258,12 +258,12 @@ class ComputeAgent:
 
     def _learn_class(self, name: str, definition: dict[str, Any]) -> None:
         try:
-            flavor = Flavor.from_dict(definition["flavor"])
-            constraints = Constraints(**_constraints(definition.get("constraints") or {}))
-            self.index.add_request(name, Request.from_flavor(flavor, constraints))
-        except (exception.Invalid, KeyError, TypeError) as exc:
+            request = SchedulingClass.from_definition(definition).request()
+        except exception.Invalid as exc:
             LOG.error("agent %s: ignoring class %s with a bad definition: %s", self.host, name,
                       exc)  # fmt: skip
+            return
+        self.index.add_request(name, request)
 
     def _on_change(self, name: str, fittable: bool) -> None:
         consumer = self.consumer
@@ -562,15 +562,6 @@ class Backoff:
 
     def reset(self) -> None:
         self._delay_s = 0.05
-
-
-def _constraints(raw: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "availability_zone": raw.get("availability_zone"),
-        "required_traits": frozenset(raw.get("required_traits") or ()),
-        "forbidden_traits": frozenset(raw.get("forbidden_traits") or ()),
-        "member_of": frozenset(raw.get("member_of") or ()),
-    }
 
 
 def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.01) -> bool:

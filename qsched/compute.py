@@ -26,7 +26,7 @@ import dataclasses
 import logging
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import redis
 
@@ -41,6 +41,8 @@ from qsched.ledger.flavors import FlavorNotFound, RedisFlavors
 from qsched.message import BootRequest, DeleteRequest
 from qsched.outbox import Abandoner, Confirmations
 from qsched.resources import check_uuid
+from qsched.scheduling.classes import SchedulingClass
+from qsched.scheduling.records import record_for
 
 LOG = logging.getLogger(__name__)
 
@@ -119,8 +121,8 @@ class ComputeAPI:
         self.scheduler = scheduler or SchedulerOptions.defaults()
         self.api = api or APIOptions.defaults()
         self.max_limit: int = self.api.max_limit  # most items one list call returns
-        # scheduling class -> what its definition was made of, and the definition
-        self._classes: dict[str, tuple[Flavor, Constraints, str]] = {}
+        # scheduling class name -> the class and its definition as stored
+        self._classes: dict[str, tuple[SchedulingClass, str]] = {}
         self._flavor_cache: dict[str, tuple[Flavor, str]] = {}  # id -> (flavor, stored form)
         self._zones: set[str] = set()  # zones known to exist (zones are never removed)
         self.confirmations = Confirmations(stores)  # published boots leave the outbox
@@ -185,7 +187,6 @@ class ComputeAPI:
         metadata: Mapping[str, str] | None,
     ) -> tuple[Instance, BootRequest]:
         """Reserve quota and record the instance; its boot request, not published yet."""
-        availability_zone = constraints.availability_zone
         for fresh in (False, True):
             flavor, stored = self._boot_flavor(flavor_id, fresh)
             request = BootRequest.create(
@@ -194,8 +195,8 @@ class ComputeAPI:
                 timeout_s=self.scheduler.build_timeout_s,
                 request_id=context.request_id,
             )  # fmt: skip
-            record = _record(request, name, image_ref, availability_zone, metadata)
-            name_and_definition = self._class(request.scheduling_class, flavor, constraints)
+            record = record_for(request, name, image_ref, metadata)
+            name_and_definition = self._class(SchedulingClass(flavor, constraints))
             try:
                 instance = self.stores.instances.create(
                     record, request.deadline, (flavor_id, stored), name_and_definition
@@ -433,15 +434,16 @@ class ComputeAPI:
             self._flavor_cache[flavor_id] = found
         return found
 
-    def _class(self, name: str, flavor: Flavor, constraints: Constraints) -> tuple[str, str]:
-        """The class and its definition for agents, which the create script publishes."""
+    def _class(self, scheduling_class: SchedulingClass) -> tuple[str, str]:
+        """The class's name and stored definition, which the create script publishes."""
+        name = scheduling_class.name
         known = self._classes.get(name)
-        if known is None or known[:2] != (flavor, constraints):
-            known = (flavor, constraints, class_json(class_definition(flavor, constraints)))
+        if known is None or known[0] != scheduling_class:
+            known = (scheduling_class, class_json(scheduling_class.definition()))
             if len(self._classes) >= _CACHE_SIZE:
                 self._classes.clear()
             self._classes[name] = known
-        return name, known[2]
+        return name, known[1]
 
     def _roll_back(self, uuid: str, cause: Exception) -> None:
         """End an instance that was never published; its quota comes back."""
@@ -465,41 +467,6 @@ class ComputeAPI:
         )
         LOG.info("instance %s: agent on %s is down; deleted locally", instance.uuid, host)
         return self.stores.instances.delete(instance.uuid)
-
-
-def _record(
-    request: BootRequest,
-    name: str,
-    image_ref: str,
-    availability_zone: str | None,
-    metadata: Mapping[str, str] | None,
-) -> Instance:
-    """The BUILD record of a boot request; what only the API shows goes in ``extra``."""
-    extra = {
-        "image_ref": image_ref,
-        "availability_zone": availability_zone,
-        "metadata": dict(metadata or {}),
-        "scheduling_class": request.scheduling_class,
-        "request_id": request.request_id,
-        "max_attempts": request.max_attempts,
-    }
-    return Instance(
-        request.instance_uuid, request.project_id, request.user_id, name, request.flavor,
-        State.BUILD, extra=extra,
-    )  # fmt: skip
-
-
-def class_definition(flavor: Flavor, constraints: Constraints) -> dict[str, Any]:
-    """What agents read about a scheduling class (the ``classes`` hash)."""
-    return {
-        "flavor": flavor.to_dict(),
-        "constraints": {
-            "availability_zone": constraints.availability_zone,
-            "required_traits": sorted(constraints.required_traits),
-            "forbidden_traits": sorted(constraints.forbidden_traits),
-            "member_of": sorted(constraints.member_of),
-        },
-    }
 
 
 def flavors_from_config(lines: Sequence[str], spec_lines: Sequence[str] = ()) -> list[Flavor]:

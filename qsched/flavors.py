@@ -164,10 +164,3 @@ class Constraints:
             ]
         )
         return hashlib.sha256(canonical.encode()).hexdigest()[:10]
-
-
-def scheduling_class(flavor_name: str, constraints: Constraints = Constraints()) -> str:
-    """The class of a request: the flavor name, plus ``+<hash>`` when it adds constraints."""
-    if not constraints:
-        return flavor_name
-    return f"{flavor_name}+{constraints.digest()}"

@@ -23,10 +23,10 @@ from qsched import exception
 from qsched.bus.base import Bus
 from qsched.conf import SchedulerOptions
 from qsched.ledger import Stores
-from qsched.ledger.base import Instance, State
-from qsched.message import BootRequest
+from qsched.ledger.base import State
 from qsched.outbox import RETRY_MAX_S, publish_stranded
 from qsched.reaper import Periodic, reap_expired
+from qsched.scheduling.records import request_for
 
 LOG = logging.getLogger(__name__)
 
@@ -49,30 +49,14 @@ class JanitorReport:
         return dataclasses.asdict(self)
 
 
-def boot_request_for(instance: Instance, now: float | None = None) -> BootRequest:
-    """The boot request of a waiting instance, rebuilt from its record."""
-    extra = instance.extra
-    return BootRequest(
-        request_id=extra.get("request_id") or f"req-{instance.uuid}",
-        instance_uuid=instance.uuid,
-        project_id=instance.project_id,
-        user_id=instance.user_id,
-        flavor=dict(instance.flavor),
-        scheduling_class=extra.get("scheduling_class") or instance.flavor["name"],
-        deadline=instance.deadline or time.time(),
-        published_at=time.time() if now is None else now,
-        attempt=instance.attempts + 1,
-        max_attempts=int(extra.get("max_attempts") or max(3, instance.attempts + 1)),
-        availability_zone=extra.get("availability_zone"),
-    )
-
-
 def requeue_orphan(stores: Stores, bus: Bus, uuid: str, host: str, reason: str) -> bool:
     """Release a claim nobody will finish and publish the request again.
 
     Returns False when the instance had ended meanwhile (nothing to publish).
     :raises BusUnavailable: the request could not be published; the instance
         waits in BUILD and its deadline ends it if nobody publishes it again.
+    A record that cannot be rebuilt into a request (not made by a front door) is
+    logged and left to its deadline, like one whose publish failed.
     """
     try:
         inst = stores.instances.requeue(uuid, host, reason, claimed_only=True)
@@ -80,7 +64,13 @@ def requeue_orphan(stores: Stores, bus: Bus, uuid: str, host: str, reason: str) 
         return False
     if inst.state != State.BUILD:
         return False
-    bus.publish_boot(boot_request_for(inst))
+    try:
+        request = request_for(inst)
+    except exception.Invalid as exc:
+        LOG.error("instance %s: claim of %s released, but %s; its deadline ends it", uuid,
+                  host, exc)  # fmt: skip
+        return False
+    bus.publish_boot(request)
     stores.instances.outbox_done([(uuid, inst.outbox)])
     LOG.info("instance %s: claim of %s released (%s), request published again", uuid, host,
              reason)  # fmt: skip
@@ -114,7 +104,7 @@ def run(
     now = time.time() if now is None else now
     report = JanitorReport(dry_run=dry_run or bus is None)
     if outbox_grace_s is not None and bus is not None and not report.dry_run:
-        report.published = publish_stranded(stores, bus, outbox_grace_s, boot_request_for)
+        report.published = publish_stranded(stores, bus, outbox_grace_s)
     for agent in stores.agents.list():
         if agent.alive:
             if suspects is not None:
@@ -170,7 +160,7 @@ class OutboxPass:
         now = time.monotonic()
         try:
             if self._up_since is not None and now - self._up_since >= self.settle_s:
-                return publish_stranded(self.stores, self.bus, self.grace_s, boot_request_for)
+                return publish_stranded(self.stores, self.bus, self.grace_s)
             self.stores.store.server_time()  # still settling: only see that it answers
         except exception.BackendUnavailable:
             self._up_since = None

@@ -25,7 +25,8 @@ from typing import Any, ClassVar, TypeVar, cast
 import msgpack
 
 from qsched import exception
-from qsched.flavors import Constraints, Flavor, scheduling_class
+from qsched.flavors import Constraints, Flavor
+from qsched.scheduling.classes import class_name
 
 MAJOR_VERSION = 1
 BOOT_VERSION = "1.0"
@@ -231,7 +232,7 @@ class BootRequest(_Message):
             project_id=project_id,
             user_id=user_id,
             flavor=flavor.to_dict(),
-            scheduling_class=scheduling_class(flavor.name, constraints),
+            scheduling_class=class_name(flavor.name, constraints),
             deadline=now + timeout_s,
             published_at=now,
             max_attempts=max_attempts,

@@ -32,8 +32,9 @@ from typing import Any, Protocol
 
 from qsched import exception
 from qsched.ledger import Stores
-from qsched.ledger.base import Instance, State
+from qsched.ledger.base import State
 from qsched.message import BootRequest
+from qsched.scheduling.records import request_for
 
 LOG = logging.getLogger(__name__)
 
@@ -180,14 +181,15 @@ def publish_stranded(
     stores: Stores,
     bus: BootPublisher,
     grace_s: float,
-    request_for: Callable[[Instance], BootRequest],
     limit: int = 100,
 ) -> list[str]:
     """Publish the boot requests that waited longer than ``grace_s`` in the outbox.
 
-    Entries of instances that no longer wait (claimed, ended, gone) are cleared.
-    Returns the instances published. A failed publish leaves its entry: it is
-    taken again after another ``grace_s``.
+    Each request is rebuilt from its record (:func:`~qsched.scheduling.records.request_for`).
+    Entries of instances that no longer wait (claimed, ended, gone) are cleared, as
+    is one whose record cannot be rebuilt (logged; its deadline ends it). Returns
+    the instances published. A failed publish leaves its entry: it is taken again
+    after another ``grace_s``.
 
     :raises BackendUnavailable: the ledger did not answer (nothing was taken).
     """
@@ -205,8 +207,11 @@ def publish_stranded(
             except exception.BackendUnavailable as exc:
                 LOG.warning("outbox: could not publish %s yet: %s", uuid, exc)
                 continue
-            stores.instances.add_event(uuid, "published", reason="stranded in the outbox")
-            published.append(uuid)
+            except exception.Invalid as exc:
+                LOG.error("outbox: %s cannot be published, its deadline ends it: %s", uuid, exc)
+            else:
+                stores.instances.add_event(uuid, "published", reason="stranded in the outbox")
+                published.append(uuid)
         done.append((uuid, outbox))
     stores.instances.outbox_done(done)
     if published:

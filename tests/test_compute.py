@@ -22,7 +22,8 @@ from qsched.compute import (
     flavors_from_config,
 )
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
-from qsched.flavors import Constraints, Flavor, scheduling_class
+from qsched.flavors import Constraints, Flavor
+from qsched.scheduling.classes import class_name
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Inventory, State, TaskState, Usage
@@ -139,7 +140,7 @@ class TestBoot:
     def test_zone_makes_its_own_class(self, compute, stores, bus) -> None:
         stores.agents.add_zone("az1")
         boot(compute, availability_zone="az1")
-        expected = scheduling_class("m1.small", Constraints(availability_zone="az1"))
+        expected = class_name("m1.small", Constraints(availability_zone="az1"))
         assert bus.boots[0].scheduling_class == expected != "m1.small"
         assert bus.boots[0].availability_zone == "az1"
         assert stores.agents.classes()[expected]["constraints"]["availability_zone"] == "az1"

@@ -17,7 +17,6 @@ import uuid
 import pytest
 
 from agents.service import ComputeAgent, wait_until
-from agents.views import ProviderView, usage_digest
 from agents.virt.fake import FakeDriver, FakeNodeSpec, read_state
 from qsched.compute import RequestContext
 from qsched.conf import AgentOptions
@@ -26,6 +25,7 @@ from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State
 from qsched.message import BootRequest
+from qsched.scheduling.views import ProviderView, usage_digest
 
 USER = RequestContext("u1", "p1")
 SPEC = FakeNodeSpec(vcpus=4, ram_mb=8192, disk_gb=0)

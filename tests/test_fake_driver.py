@@ -7,11 +7,11 @@ import uuid
 
 import pytest
 
-from agents.fit import Refusal, Request, fit_request
 from agents.virt.base import NodeNotFound, SpawnFailed, VirtDriver
 from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec
 from qsched import exception
 from qsched.flavors import Flavor
+from qsched.scheduling.fit import Refusal, Request, fit_request
 
 FLAVOR = Flavor("small", 1, 512)
 

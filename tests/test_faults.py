@@ -13,13 +13,14 @@ import uuid
 from agents.service import ComputeAgent, wait_until
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import janitor
-from qsched.compute import RequestContext, class_definition
+from qsched.compute import RequestContext
 from qsched.conf import AgentOptions
-from qsched.flavors import Constraints, Flavor
+from qsched.flavors import Flavor
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, State
 from qsched.message import BootRequest
 from qsched.reaper import reap_expired
+from qsched.scheduling.classes import SchedulingClass
 
 USER = RequestContext("u1", "p1")
 
@@ -164,7 +165,7 @@ def test_a_redelivered_request_is_not_spawned_twice(conf, stores, bus, api, agen
     inst = str(uuid.uuid4())
     flavor = Flavor("small", 1, 1024, 0)
     stores.instances.create(Instance(inst, "p1", "u1", "vm", flavor.to_dict(), State.BUILD), 1e12)
-    stores.agents.add_class("small", class_definition(flavor, Constraints()))  # as a boot does
+    stores.agents.add_class("small", SchedulingClass(flavor).definition())  # as a boot does
     msg = BootRequest.create(inst, "p1", "u1", flavor)
     first = _AckOnly()
     threading.Thread(target=slow.on_message, args=(msg.encode(), first)).start()

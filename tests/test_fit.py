@@ -1,4 +1,4 @@
-"""agents.fit: allocations or a refusal, on flat and nested nodes, against a brute-force oracle."""
+"""qsched.scheduling.fit: allocations or a refusal, on flat and nested trees, against an oracle."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.fit import (
+from qsched import exception
+from qsched.flavors import Constraints, Flavor, RequestGroup
+from qsched.ledger.base import Inventory, Provider
+from qsched.scheduling.fit import (
     Refusal,
     RefusalKind,
     Request,
@@ -16,10 +19,7 @@ from agents.fit import (
     fit_request,
     room,
 )
-from agents.views import NodeView, ProviderView
-from qsched import exception
-from qsched.flavors import Constraints, Flavor, RequestGroup
-from qsched.ledger.base import Inventory, Provider
+from qsched.scheduling.views import NodeView, ProviderView
 
 AGG_A = "11111111-1111-1111-1111-111111111111"
 AGG_B = "22222222-2222-2222-2222-222222222222"

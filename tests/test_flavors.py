@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qsched import exception
-from qsched.flavors import Constraints, Flavor, check_flavor, request_groups, scheduling_class
+from qsched.flavors import Flavor, check_flavor, request_groups
 from qsched.resources import check_resource_class, check_trait, check_uuid
 
 
@@ -73,18 +73,6 @@ def test_bad_flavors(flavor) -> None:
 def test_round_trip() -> None:
     flavor = Flavor("m1.small", 1, 2048, 20, "2", {"trait:CUSTOM_X": "required"})
     assert Flavor.from_dict(flavor.to_dict()) == flavor
-
-
-def test_scheduling_class() -> None:
-    assert scheduling_class("m1.small") == "m1.small"
-    az = Constraints(availability_zone="az1")
-    assert scheduling_class("m1.small", az) == scheduling_class("m1.small", az)
-    assert scheduling_class("m1.small", az).startswith("m1.small+")
-    other = Constraints(availability_zone="az2")
-    assert scheduling_class("m1.small", az) != scheduling_class("m1.small", other)
-    traits = Constraints(required_traits=frozenset({"CUSTOM_B", "CUSTOM_A"}))
-    same = Constraints(required_traits=frozenset({"CUSTOM_A", "CUSTOM_B"}))
-    assert scheduling_class("f", traits) == scheduling_class("f", same)
 
 
 def test_names() -> None:

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.fit import Refusal, Request, fit_request, room
 from agents.nodes import ClassChanges, NodeIndex
-from agents.views import NodeView, ProviderView
 from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec
 from qsched import exception
 from qsched.flavors import Constraints, Flavor
 from qsched.ledger.base import Inventory
+from qsched.scheduling.fit import Refusal, Request, fit_request, room
+from qsched.scheduling.views import NodeView, ProviderView
 
 SMALL = Flavor("small", 1, 512)
 MEDIUM = Flavor("medium", 2, 2048, 20)

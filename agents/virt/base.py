@@ -12,10 +12,10 @@ import abc
 import dataclasses
 from collections.abc import Mapping
 
-from agents.views import NodeView, ProviderView
 from qsched import exception
 from qsched.flavors import Flavor
 from qsched.ledger.base import Inventory
+from qsched.scheduling.views import NodeView, ProviderView
 
 
 class SpawnFailed(exception.QschedError):

@@ -4,7 +4,7 @@ The ledger does not record which agent drives which provider. Nodes are named
 ``<host>-<n>`` (the fake driver's names, and the ``[agent] host`` help's
 promise), so a root provider belongs to the agent whose host is its name less
 the last ``-<digits>``; child providers go with their root. Whether a request
-fits a node is decided by :func:`agents.fit.fit_request`, the agent's own
+fits a node is decided by :func:`qsched.scheduling.fit.fit_request`, the agent's own
 check, so this view and the agents cannot disagree on the rules.
 """
 
@@ -15,10 +15,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from agents.fit import Refusal, RefusalKind, Request, fit_request
-from agents.views import NodeView, ProviderView
 from qsched import exception
 from qsched.ledger.base import Provider
+from qsched.scheduling.fit import Refusal, RefusalKind, Request, fit_request
+from qsched.scheduling.views import NodeView, ProviderView
 
 STANDARD = ("VCPU", "MEMORY_MB", "DISK_GB")
 

@@ -13,7 +13,6 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from agents.fit import Request
 from qsched import exception
 from qsched.admin import capacity, why
 from qsched.bus.base import Bus, QueueStats
@@ -22,6 +21,7 @@ from qsched.ledger import Stores
 from qsched.ledger.agents import AgentInfo
 from qsched.ledger.base import Event, Instance, Provider, State
 from qsched.ledger.redis import text
+from qsched.scheduling.fit import Request
 
 CHUNK = 500  # commands per pipeline round trip in scans
 

@@ -12,9 +12,11 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from qsched import exception
 from qsched.admin import views
 from qsched.admin.capacity import FitReport
 from qsched.ledger.base import Event, Instance, State, TaskState
+from qsched.scheduling.records import details
 
 MAX_HOSTS_NAMED = 3
 
@@ -102,8 +104,11 @@ class Diagnosis:
 
 
 def scheduling_class(instance: Instance) -> str:
-    """The class the request was published on (the flavor name for old records)."""
-    return str(instance.extra.get("scheduling_class") or instance.flavor.get("name", "?"))
+    """The class the request was published on ("?" for a record no front door made)."""
+    try:
+        return details(instance).scheduling_class
+    except exception.Invalid:
+        return "?"
 
 
 def diagnose(

@@ -84,6 +84,14 @@ def iso8601(epoch_s: float | None) -> str | None:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def usage_time(epoch_s: float | None) -> str | None:
+    """Nova's ``OS-SRV-USG`` timestamps: ``2024-05-01T12:00:00.123456``, UTC, no zone."""
+    if epoch_s is None:
+        return None
+    moment = datetime.datetime.fromtimestamp(epoch_s, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")
+
+
 def links(base: str, collection: str, item_id: str) -> list[dict[str, str]]:
     """Nova's self and bookmark links of one item."""
     return [

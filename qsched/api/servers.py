@@ -8,9 +8,19 @@ from urllib.parse import urlencode
 
 import falcon
 
-from qsched.api import PREFIX, Handler, context_of, iso8601, links, read_json, schemas
+from qsched.api import (
+    PREFIX,
+    Handler,
+    context_of,
+    iso8601,
+    links,
+    read_json,
+    schemas,
+    usage_time,
+)
 from qsched.compute import RequestContext
 from qsched.ledger.base import Instance, State
+from qsched.scheduling.records import details
 
 _VM_STATES = {
     State.BUILD: "building",
@@ -121,16 +131,16 @@ def brief(instance: Instance, base: str) -> dict[str, Any]:
 
 def detail(instance: Instance, context: RequestContext, base: str) -> dict[str, Any]:
     """A server as Nova 2.1 shows it; host and fault details for admins only."""
-    extra = instance.extra
+    boot = details(instance)
     flavor_id = str(instance.flavor.get("id") or instance.flavor.get("name"))
-    image_ref = extra.get("image_ref") or ""
+    image_ref = boot.image_ref
     view: dict[str, Any] = {
         "id": instance.uuid,
         "name": instance.name,
         "status": instance.state.value,
         "tenant_id": instance.project_id,
         "user_id": instance.user_id,
-        "metadata": dict(extra.get("metadata") or {}),
+        "metadata": dict(boot.metadata),
         "hostId": _host_id(instance),
         "image": {"id": image_ref, "links": links(base, "images", image_ref)[1:]}
         if image_ref
@@ -144,10 +154,10 @@ def detail(instance: Instance, context: RequestContext, base: str) -> dict[str, 
         "links": links(base, "servers", instance.uuid),
         "OS-DCF:diskConfig": "MANUAL",
         "progress": 0,
-        "OS-EXT-AZ:availability_zone": extra.get("availability_zone") or "",
+        "OS-EXT-AZ:availability_zone": boot.constraints.availability_zone or "",
         "config_drive": "",
         "key_name": None,
-        "OS-SRV-USG:launched_at": None,
+        "OS-SRV-USG:launched_at": usage_time(instance.launched_at),
         "OS-SRV-USG:terminated_at": None,
         "OS-EXT-STS:task_state": instance.task_state.value or None,
         "OS-EXT-STS:vm_state": _VM_STATES[instance.state],

@@ -25,10 +25,10 @@ from urllib.parse import urlsplit
 from qsched.bench.packing import BenchFlavor
 from qsched.bench.timing import peak_rss_kb
 from qsched.bus.kombu import KombuBus
-from qsched.compute import ComputeAPI, class_definition
+from qsched.compute import ComputeAPI
 from qsched.conf import Options as ServiceOptions
-from qsched.flavors import Constraints
 from qsched.ledger import Stores, open_stores
+from qsched.scheduling.classes import SchedulingClass
 from qsched.stack import (
     LOOPBACK,
     CellConfig,
@@ -119,7 +119,7 @@ class Cloud:
     def prime_classes(self, names: list[str], timeout_s: float = 60.0) -> None:
         """Publish the classes and wait until every agent consumes them all."""
         for name in names:
-            definition = class_definition(self.compute.get_flavor(name), Constraints())
+            definition = SchedulingClass(self.compute.get_flavor(name)).definition()
             self.stores.agents.add_class(name, definition)
         agents, wanted = len(self.spec.node_counts()), frozenset(names)
         deadline = time.monotonic() + timeout_s

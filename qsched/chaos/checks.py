@@ -18,13 +18,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from agents.views import usage_term
 from qsched.bus.base import DeadLetter
 from qsched.chaos.load import Call
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.redis import text, text_map
 from qsched.message import PoisonMessage, decode
+from qsched.scheduling.views import usage_term
 
 HOLDING = ("BUILD", "ACTIVE")  # the states that hold quota (and, once claimed, allocations)
 ENDED = ("ACTIVE", "ERROR", "DELETED")  # where an accepted request may end

@@ -148,6 +148,7 @@ class Instance:
     node: str | None = None
     fault: Mapping[str, Any] | None = None
     attempts: int = 0
+    tried_hosts: tuple[str, ...] = ()  # hosts a requeue took its claim from, in order
     created_at: float = 0.0
     updated_at: float = 0.0
     deadline: float | None = None

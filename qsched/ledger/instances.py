@@ -58,6 +58,8 @@ class RedisInstances(InstanceStore):
             "flavor": canonical_json(flavor),
             "extra": canonical_json(extra),
         }
+        if instance.tried_hosts:
+            record["tried_hosts"] = canonical_json(list(instance.tried_hosts))
         now, deadline = self.store.now(), float(deadline)
         quota = Usage(1, int(flavor["vcpus"]), int(flavor["ram_mb"]))
         result = self.store.run(
@@ -79,7 +81,8 @@ class RedisInstances(InstanceStore):
         return Instance(
             uuid, instance.project_id, instance.user_id, instance.name, flavor, State.BUILD,
             TaskState.SCHEDULING, created_at=now, updated_at=now, deadline=deadline,
-            quota=quota, extra=extra, outbox=result["outbox"],
+            quota=quota, tried_hosts=tuple(instance.tried_hosts), extra=extra,
+            outbox=result["outbox"],
         )  # fmt: skip
 
     def get(self, uuid: str) -> Instance:
@@ -218,6 +221,7 @@ def _instance(fields: dict[str, str]) -> Instance:
         node=fields.get("node") or None,
         fault=json.loads(fields["fault"]) if fields.get("fault") else None,
         attempts=int(fields.get("attempts", 0)),
+        tried_hosts=tuple(json.loads(fields.get("tried_hosts") or "[]")),
         created_at=float(fields.get("created_at", 0)),
         updated_at=float(fields.get("updated_at", 0)),
         deadline=float(fields["deadline"]) if fields.get("deadline") else None,

@@ -22,6 +22,8 @@ if inst[3] == "deleting" then
 end
 drop_allocations(uuid)
 unbuild(uuid, claimed_by)
+-- the host that held it is tried: a request rebuilt from this record says so
+if claimed_by ~= "" then add_tried_host(ikey, claimed_by) end
 local attempts = redis.call("HINCRBY", ikey, "attempts", 1)
 redis.call("HSET", ikey, "host", "", "node", "", "task_state", "scheduling",
            "updated_at", now)

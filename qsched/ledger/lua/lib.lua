@@ -155,3 +155,13 @@ local function end_instance(uuid, inst, state, fault, now, max_events, detail)
     if outbox_drop(uuid) then detail.unpublished = true end
     add_event(uuid, now, string.lower(state), inst.host, inst.node, detail, max_events)
 end
+
+-- Append host to the JSON list in the instance's tried_hosts field, once.
+local function add_tried_host(ikey, host)
+    local tried = cjson.decode(redis.call("HGET", ikey, "tried_hosts") or "[]")
+    for _, seen in ipairs(tried) do
+        if seen == host then return end
+    end
+    tried[#tried + 1] = host
+    redis.call("HSET", ikey, "tried_hosts", cjson.encode(tried))
+end

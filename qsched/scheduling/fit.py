@@ -35,8 +35,8 @@ import dataclasses
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 
-from agents.views import NodeView, ProviderView
 from qsched.flavors import Constraints, Flavor, RequestGroup, request_groups
+from qsched.scheduling.views import NodeView, ProviderView
 
 Allocations = dict[str, dict[str, int]]
 """{provider uuid: {resource class: amount}}"""

@@ -1,7 +1,7 @@
 """The agent's view of its nodes: provider trees with their inventories, usages and traits.
 
 Immutable snapshots: :mod:`agents.nodes` replaces a node's view when a claim or a
-release changes it, and :mod:`agents.fit` reads them to decide what fits.
+release changes it, and :mod:`qsched.scheduling.fit` reads them to decide what fits.
 """
 
 from __future__ import annotations

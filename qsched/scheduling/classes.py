@@ -1,0 +1,96 @@
+"""The scheduling class: what a request needs, as one queue and one definition.
+
+The front door makes a :class:`SchedulingClass` from the flavor and the request's
+constraints; its :attr:`~SchedulingClass.name` is the routing key of the queue the
+request goes on, and its :meth:`~SchedulingClass.definition` is what the create
+script publishes in the ledger's ``classes`` hash. Agents read the definitions
+back with :meth:`~SchedulingClass.from_definition` and compile each into a fit
+:class:`~qsched.scheduling.fit.Request` once. Both ends live here.
+
+A plain flavor's class is its name; constraints add ``+<hash>`` (a short digest,
+stable across processes and releases), so requests that ask the same things
+share a queue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from qsched import exception
+from qsched.flavors import Constraints, Flavor
+from qsched.scheduling.fit import Request
+
+_NO_CONSTRAINTS = Constraints()
+
+
+def class_name(flavor_name: str, constraints: Constraints = _NO_CONSTRAINTS) -> str:
+    """The class of a request: the flavor name, plus ``+<hash>`` when it adds constraints."""
+    if not constraints:
+        return flavor_name
+    return f"{flavor_name}+{constraints.digest()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulingClass:
+    """A flavor plus the constraints a request adds: one queue, one fit request."""
+
+    flavor: Flavor
+    constraints: Constraints = _NO_CONSTRAINTS
+
+    @property
+    def name(self) -> str:
+        return class_name(self.flavor.name, self.constraints)
+
+    def definition(self) -> dict[str, Any]:
+        """What agents read about the class (a JSON-able map, stored by the ledger)."""
+        constraints = self.constraints
+        return {
+            "flavor": self.flavor.to_dict(),
+            "constraints": {
+                "availability_zone": constraints.availability_zone,
+                "required_traits": sorted(constraints.required_traits),
+                "forbidden_traits": sorted(constraints.forbidden_traits),
+                "member_of": sorted(constraints.member_of),
+            },
+        }
+
+    @classmethod
+    def from_definition(cls, definition: Mapping[str, Any]) -> SchedulingClass:
+        """The class a :meth:`definition` describes, its flavor fully checked.
+
+        :raises Invalid: not a definition: a missing or mistyped part, or a flavor
+            that does not check.
+        """
+        try:
+            raw = definition.get("constraints") or {}
+            constraints = Constraints(
+                availability_zone=_zone(raw.get("availability_zone")),
+                required_traits=_names(raw.get("required_traits")),
+                forbidden_traits=_names(raw.get("forbidden_traits")),
+                member_of=_names(raw.get("member_of")),
+            )
+            return cls(Flavor.from_dict(definition["flavor"]), constraints)
+        except (AttributeError, KeyError, TypeError) as exc:
+            raise exception.Invalid(reason=f"not a class definition: {exc!r}") from None
+
+    def request(self) -> Request:
+        """The fit request agents compile once per class.
+
+        :raises Invalid: malformed extra specs.
+        """
+        return Request.from_flavor(self.flavor, self.constraints)
+
+
+def _zone(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value or None
+    raise TypeError(f"availability_zone {value!r} is not a string")
+
+
+def _names(value: Any) -> frozenset[str]:
+    items = value or ()
+    if isinstance(items, str) or not all(isinstance(item, str) for item in items):
+        raise TypeError(f"{value!r} is not a list of names")
+    return frozenset(items)

@@ -1,0 +1,145 @@
+"""A boot request and the instance record made for it: both ways, every field.
+
+The front door records the instance of a boot request (:func:`record_for`) in
+the same step that reserves its quota; the janitor and a restarting agent rebuild
+the request from the record (:func:`request_for`) when nothing on the bus holds
+it any more. The rebuilt request must ask for exactly what the first one asked
+for, or a requeue would silently drop a constraint.
+
+Where each field of a :class:`~qsched.message.BootRequest` lives in the record:
+
+=====================  ================================================================
+request field          record
+=====================  ================================================================
+instance_uuid          ``uuid``
+project_id, user_id    ``project_id``, ``user_id``
+flavor                 ``flavor`` (the copy the server was booted with)
+attempt                ``attempts + 1`` (the ledger counts requeues)
+tried_hosts            ``tried_hosts`` (the ledger adds each host a requeue took the
+                       claim from)
+deadline               ``deadline``
+published_at           not kept: a rebuilt request is published now
+everything else        ``extra``, as :class:`BootDetails` (request_id, scheduling_class,
+                       max_attempts, the constraints), with what only the API shows
+                       (image_ref, metadata)
+=====================  ================================================================
+
+Nothing else reads ``Instance.extra`` by key: :func:`details` is the one reader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from qsched import exception
+from qsched.flavors import Constraints
+from qsched.ledger.base import Instance, State
+from qsched.message import BootRequest
+
+
+@dataclasses.dataclass(frozen=True)
+class BootDetails:
+    """What a record keeps of its boot request beyond the ledger's own fields."""
+
+    request_id: str
+    scheduling_class: str
+    max_attempts: int
+    constraints: Constraints = dataclasses.field(default_factory=Constraints)
+    image_ref: str = ""
+    metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def to_extra(self) -> dict[str, Any]:
+        """The ``extra`` map of the record (JSON-able)."""
+        constraints = self.constraints
+        return {
+            "request_id": self.request_id,
+            "scheduling_class": self.scheduling_class,
+            "max_attempts": self.max_attempts,
+            "availability_zone": constraints.availability_zone,
+            "required_traits": sorted(constraints.required_traits),
+            "forbidden_traits": sorted(constraints.forbidden_traits),
+            "member_of": sorted(constraints.member_of),
+            "image_ref": self.image_ref,
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any]) -> BootDetails:
+        """Read :meth:`to_extra` back; keys a record made before a field existed default.
+
+        :raises Invalid: no request id, class or attempt limit (not a boot's record).
+        """
+        try:
+            request_id, cls_name = str(extra["request_id"]), str(extra["scheduling_class"])
+            max_attempts = int(extra["max_attempts"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise exception.Invalid(reason=f"not the record of a boot request: {exc!r}") from None
+        constraints = Constraints(
+            availability_zone=extra.get("availability_zone") or None,
+            required_traits=frozenset(extra.get("required_traits") or ()),
+            forbidden_traits=frozenset(extra.get("forbidden_traits") or ()),
+            member_of=frozenset(extra.get("member_of") or ()),
+        )
+        return cls(
+            request_id, cls_name, max_attempts, constraints,
+            str(extra.get("image_ref") or ""), dict(extra.get("metadata") or {}),
+        )  # fmt: skip
+
+
+def details(instance: Instance) -> BootDetails:
+    """The boot details a record keeps (see the module docstring).
+
+    :raises Invalid: the record was not made by :func:`record_for`.
+    """
+    return BootDetails.from_extra(instance.extra)
+
+
+def record_for(
+    request: BootRequest,
+    name: str,
+    image_ref: str = "",
+    metadata: Mapping[str, str] | None = None,
+) -> Instance:
+    """The BUILD record of a boot request, as the front door creates it."""
+    boot = BootDetails(
+        request.request_id, request.scheduling_class, request.max_attempts,
+        request.constraints(), image_ref, dict(metadata or {}),
+    )  # fmt: skip
+    return Instance(
+        request.instance_uuid, request.project_id, request.user_id, name, request.flavor,
+        State.BUILD, attempts=request.attempt - 1, deadline=request.deadline,
+        tried_hosts=request.tried_hosts, extra=boot.to_extra(),
+    )  # fmt: skip
+
+
+def request_for(instance: Instance, now: float | None = None) -> BootRequest:
+    """The boot request of a waiting instance, rebuilt from its record; published ``now``.
+
+    A record without a deadline (none is made so) gets ``now``: the request then
+    ends in NoValidHost at its first delivery instead of waiting forever.
+
+    :raises Invalid: the record was not made by :func:`record_for`.
+    """
+    boot = details(instance)
+    now = time.time() if now is None else now
+    constraints = boot.constraints
+    return BootRequest(
+        request_id=boot.request_id,
+        instance_uuid=instance.uuid,
+        project_id=instance.project_id,
+        user_id=instance.user_id,
+        flavor=dict(instance.flavor),
+        scheduling_class=boot.scheduling_class,
+        deadline=now if instance.deadline is None else instance.deadline,
+        published_at=now,
+        attempt=instance.attempts + 1,
+        max_attempts=boot.max_attempts,
+        required_traits=tuple(sorted(constraints.required_traits)),
+        forbidden_traits=tuple(sorted(constraints.forbidden_traits)),
+        member_of=tuple(sorted(constraints.member_of)),
+        availability_zone=constraints.availability_zone,
+        tried_hosts=tuple(instance.tried_hosts),
+    )
