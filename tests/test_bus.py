@@ -453,6 +453,44 @@ class TestDeadLetters:
         ready(harness, "m1.small", 0)
         assert harness.bus.take_dead_letters() == []
 
+    def test_review_keeps_what_it_is_told_and_drops_the_rest(self, harness: Harness) -> None:
+        def reject(body: bytes, delivery: Delivery) -> None:
+            message = decode(body)
+            assert isinstance(message, BootRequest)
+            delivery.reject(f"reason {message.project_id}")
+
+        harness.consumer(Inbox(reject), ("m1.small",))
+        for project_id in ("keep-1", "drop", "keep-2"):
+            harness.bus.publish_boot(request(project_id=project_id))
+        wait_for(lambda: harness.bus.dead_letter_stats().ready == 3)
+        shown = harness.bus.review_dead_letters(lambda letter: "keep" in letter.reason)
+        assert [d.reason for d in shown] == ["reason keep-1", "reason drop", "reason keep-2"]
+        kept = harness.bus.review_dead_letters(lambda letter: True)
+        assert [d.reason for d in kept] == ["reason keep-1", "reason keep-2"]
+        assert [d.dead_at for d in kept] == [shown[0].dead_at, shown[2].dead_at]
+        assert kept[0].queue == harness.bus.names.boot_queue("m1.small")
+        assert [d.reason for d in harness.bus.take_dead_letters()] == [
+            "reason keep-1",
+            "reason keep-2",
+        ]
+
+    def test_review_gives_back_what_it_did_not_decide(self, harness: Harness) -> None:
+        harness.consumer(Inbox(lambda body, d: d.reject("poison")), ("m1.small",))
+        for _ in range(3):
+            harness.bus.publish_boot(request())
+        wait_for(lambda: harness.bus.dead_letter_stats().ready == 3)
+        seen: list[str] = []
+
+        def drop_one_then_fail(letter: Any) -> bool:
+            if seen:
+                raise RuntimeError("the admin gave up")
+            seen.append(letter.reason)
+            return False
+
+        with pytest.raises(RuntimeError):
+            harness.bus.review_dead_letters(drop_one_then_fail)
+        assert len(harness.bus.take_dead_letters()) == 2
+
 
 class TestStopAndReconnect:
     def test_stop_gives_back_what_is_not_settled(self, harness: Harness) -> None:
@@ -528,6 +566,16 @@ class TestStats:
         assert stats.queue == harness.bus.names.boot_queue("m1.small")
         assert stats.ready == 2
         assert stats.consumers == (0 if harness.bus.amqp else None)
+
+    def test_purge_drops_what_waits(self, harness: Harness) -> None:
+        harness.bus.publish_boot(request())
+        harness.bus.publish_boot(request())
+        ready(harness, "m1.small", 2)
+        assert harness.bus.purge_queue("m1.small") == 2
+        assert harness.bus.queue_stats("m1.small").ready == 0
+        if harness.bus.amqp:
+            with pytest.raises(exception.NotFound):
+                harness.bus.purge_queue("never-published")
 
     def test_unknown_class(self, harness: Harness) -> None:
         if harness.bus.amqp:

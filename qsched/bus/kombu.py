@@ -51,7 +51,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import kombu
@@ -235,6 +235,26 @@ class KombuBus(base.Bus):
                 letters.append(kombu_message.dead_letter(message))
                 message.ack()
         return letters
+
+    def review_dead_letters(
+        self, keep: Callable[[base.DeadLetter], bool], limit: int = 100
+    ) -> list[base.DeadLetter]:
+        reviewed = []
+        with self._admin_channel() as channel:
+            self.declare(channel, self.dead_entity())
+            held = _hold(channel, self.names.dead_queue, limit)
+            try:
+                while held:
+                    reviewed.append(self._review(held, keep))
+            finally:
+                self._give_back(held)
+        return reviewed
+
+    def purge_queue(self, scheduling_class: str) -> int:
+        stats = self.queue_stats(scheduling_class)  # NotFound before anything is dropped
+        with self._admin_channel() as channel:
+            purged = channel.queue_purge(stats.queue)
+        return int(purged or 0)
 
     def check_health(self) -> None:
         verdict = self.history.verdict()
@@ -496,6 +516,21 @@ class KombuBus(base.Bus):
                 raise exception.NotFound(what=f"queue {entity.name}") from None
             return base.QueueStats(entity.name, ok.message_count, None, ok.consumer_count)
 
+    def _review(self, held: list[Any], keep: Callable[[base.DeadLetter], bool]) -> base.DeadLetter:
+        """Settle the first message held: a copy back to the dead letters if kept, then the ack."""
+        letter = kombu_message.dead_letter(held[0])
+        if keep(letter):
+            headers = kombu_message.kept_headers(letter.headers)
+            self.publish(self.dead_entity(), letter.body, headers=headers)
+        held[0].ack()
+        held.pop(0)
+        return letter
+
+    def _give_back(self, held: list[Any]) -> None:
+        for message in held:
+            with contextlib.suppress(*self.errors):
+                message.reject(requeue=True)
+
     @contextlib.contextmanager
     def _admin_channel(self) -> Iterator[Any]:
         """A channel on a short-lived connection; broker errors become BusUnavailable."""
@@ -509,3 +544,14 @@ class KombuBus(base.Bus):
             raise base.BusUnavailable(self.safe_url, base.describe(exc)) from None
         finally:
             connection.release()
+
+
+def _hold(channel: Any, queue: str, limit: int) -> list[Any]:
+    """Up to ``limit`` messages of ``queue``, taken unacked."""
+    held = []
+    for _ in range(limit):
+        message = kombu_message.get_message(channel, queue)
+        if message is None:
+            break
+        held.append(message)
+    return held
