@@ -197,11 +197,11 @@ def test_flavor_commands(cloud) -> None:
 
 def test_dead_letters_list_show_requeue_purge(cloud) -> None:
     stack, admin, api = cloud
-    bus = stack.bus
-    bus.publish(bus.boot_entity("m1.tiny"), b"\x93garbage")  # an agent dead-letters it
+    wire = stack.bus.wire
+    wire.publish(wire.boot_entity("m1.tiny"), b"\x93garbage")  # an agent dead-letters it
     waiting = boot(api, "m1.large", state=None)  # 4 VCPU: fits no node, waits
     request = BootRequest.create(waiting, "p1", "u1", api.get_flavor("m1.large"))
-    bus.publish_dead(request.encode(), "test: lost on the way", bus.boot_entity("m1.large"))
+    wire.publish_dead(request.encode(), "test: lost on the way", wire.boot_entity("m1.large"))
     assert wait_until(lambda: len(admin.json(schemas.DEAD_LETTERS, "dead-letters", "list")) == 2, 5)
     letters = {d["kind"]: d for d in admin.json(schemas.DEAD_LETTERS, "dead-letters", "list")}
     assert "not msgpack" in letters[None]["reason"] and letters[None]["class"] == "m1.tiny"
@@ -217,7 +217,7 @@ def test_dead_letters_list_show_requeue_purge(cloud) -> None:
     results = {o["instance"]: o["result"] for o in outcome}
     assert results[waiting] == "requeued" and results[None].startswith("not requeued: Poison")
     assert [d["kind"] for d in admin.json(schemas.DEAD_LETTERS, "dead-letters", "list")] == [None]
-    assert bus.queue_stats("m1.large").ready >= 1
+    assert stack.bus.queue_stats("m1.large").ready >= 1
 
     admin("dead-letters", "purge", "--all", stdin="n\n", code=1)  # not confirmed: aborted
     admin("dead-letters", "purge", "--all", "--yes")

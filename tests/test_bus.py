@@ -6,7 +6,9 @@ before and after, so runs do not see each other.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib.util
 import os
 import queue
 import socket
@@ -14,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -24,7 +27,9 @@ from oslo_config import cfg
 from qsched import exception
 from qsched.bus import Delivery, MessageSettled, Names, open_bus
 from qsched.bus.base import BusUnavailable, check_class
-from qsched.bus.kombu import KombuBus, KombuConsumer, KombuOptions
+from qsched.bus.kombu import KombuBus, KombuOptions
+from qsched.bus.kombu_consumer import KombuConsumer
+from qsched.bus.kombu_wire import KombuWire
 from qsched.flavors import Flavor
 from qsched.message import BootRequest, DeleteRequest, PoisonMessage, decode
 
@@ -109,24 +114,21 @@ class Harness:
         for consumer in self.consumers:
             consumer.stop(5.0)
         self.bus.close()
-        connection = self.bus.connect()
-        try:
-            channel = connection.channel()
+        wire = self.bus.wire
+        with wire.channel() as channel:
             for name in self.queue_names():
-                forget_queue(self.bus, channel, name)
-            if self.bus.amqp:
+                forget_queue(wire, channel, name)
+            if wire.amqp:
                 channel.exchange_delete(self.bus.names.exchange)
                 channel.exchange_delete(self.bus.names.dead_exchange)
-        finally:
-            connection.release()
-        if self.bus.driver == "redis":
+        if wire.driver == "redis":
             client = redis.Redis.from_url(BUS_REDIS_URL)
             for key in client.scan_iter(match=f"{self.prefix}*"):
                 client.delete(key)
 
 
-def forget_queue(bus: KombuBus, channel: Any, name: str) -> None:
-    if not bus.amqp:
+def forget_queue(wire: KombuWire, channel: Any, name: str) -> None:
+    if not wire.amqp:
         channel.queue_purge(name)  # virtual transports delete only queues with bindings
     channel.queue_delete(name)
 
@@ -190,13 +192,8 @@ def wait_dead_letters(harness: Harness, count: int) -> list[Any]:
 
 
 def delete_queue(harness: Harness, scheduling_class: str) -> None:
-    connection = harness.bus.connect()
-    try:
-        forget_queue(
-            harness.bus, connection.channel(), harness.bus.names.boot_queue(scheduling_class)
-        )
-    finally:
-        connection.release()
+    with harness.bus.wire.channel() as channel:
+        forget_queue(harness.bus.wire, channel, harness.bus.names.boot_queue(scheduling_class))
 
 
 def consumers(harness: Harness, scheduling_class: str) -> int | None:
@@ -215,7 +212,7 @@ def wait_for(condition: Callable[[], bool]) -> None:
 
 def drop_connections(harness: Harness, consumer: KombuConsumer) -> None:
     """Cut the consumer's connection under it, as a broker restart would."""
-    if harness.bus.amqp:
+    if harness.bus.wire.amqp:
         sock = consumer._connection.connection.sock  # type: ignore[union-attr]
         sock.shutdown(socket.SHUT_RDWR)
         return
@@ -256,6 +253,32 @@ class TestNames:
             KombuBus("sqs://")
 
 
+def imported(module: str) -> set[str]:
+    """The modules ``module`` imports, at run time or for type checks only (from its source)."""
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    found = set()
+    for node in ast.walk(ast.parse(Path(spec.origin).read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return found
+
+
+@pytest.mark.parametrize(
+    ("module", "absent"),
+    [
+        ("qsched.bus.kombu_consumer", {"qsched.bus.kombu"}),
+        ("qsched.bus.kombu_wire", {"qsched.bus.kombu", "qsched.bus.kombu_consumer"}),
+    ],
+)
+def test_the_kombu_modules_import_no_circle(module: str, absent: set[str]) -> None:
+    """The consumer stands on the wire, not on the bus that builds it; the wire on neither."""
+    assert "qsched.bus.base" in imported(module)
+    assert not imported(module) & absent
+
+
 # Proposed [bus] options (the lead adds them to qsched/conf.py).
 PROPOSED_BUS_OPTS = [
     cfg.StrOpt("prefix", default="qsched"),
@@ -280,7 +303,7 @@ def test_open_bus_from_conf() -> None:
     bus = open_bus(conf)
     assert isinstance(bus, KombuBus)
     assert bus.names.prefix == "qconf"
-    assert bus.options == KombuOptions()
+    assert bus.wire.options == KombuOptions()
     conf.set_override("transport_url", "rabbit://guest@host//")
     with pytest.raises(exception.Invalid, match="not supported"):
         open_bus(conf)
@@ -403,8 +426,8 @@ class TestDeadLetters:
                 return delivery.reject(exc.reason)
             delivery.ack()
 
-        harness.bus.note_class("m1.small")
-        harness.bus.publish(harness.bus.boot_entity("m1.small"), b"\xc1 not msgpack")
+        harness.bus.wire.note_class("m1.small")
+        harness.bus.wire.publish(harness.bus.wire.boot_entity("m1.small"), b"\xc1 not msgpack")
         good = request()
         harness.bus.publish_boot(good)
         inbox = Inbox(agent)
@@ -506,7 +529,7 @@ class TestStopAndReconnect:
         harness.consumer(successor, ("m1.small",))
         got, again = successor.get()
         assert got == sent
-        if harness.bus.driver != "memory":  # kombu's memory transport does not flag it
+        if harness.bus.wire.driver != "memory":  # kombu's memory transport does not flag it
             assert again.redelivered
         ready(harness, "m1.small", 0)
 
@@ -525,7 +548,7 @@ class TestStopAndReconnect:
         ready(harness, "m1.small", 0)
 
     def test_reconnects_after_the_connection_drops(self, harness: Harness) -> None:
-        if harness.bus.driver == "memory":
+        if harness.bus.wire.driver == "memory":
             pytest.skip("memory:// has no connection to lose")
         inbox = Inbox(ack)
         consumer = harness.consumer(inbox, ("m1.small",))
@@ -538,7 +561,7 @@ class TestStopAndReconnect:
         assert consumer.wait_ready(WAIT_S)
 
     def test_publisher_declares_a_deleted_queue_again(self, harness: Harness) -> None:
-        if not harness.bus.amqp:
+        if not harness.bus.wire.amqp:
             pytest.skip("memory:// and redis:// publish to the queue by name: nothing to declare")
         harness.bus.publish_boot(request())
         delete_queue(harness, "m1.small")
@@ -549,7 +572,7 @@ class TestStopAndReconnect:
         inbox = Inbox(ack)
         harness.consumer(inbox, ("m1.small",))
         delete_queue(harness, "m1.small")
-        if harness.bus.amqp:
+        if harness.bus.wire.amqp:
             # The broker cancels the consumer; it reconnects and declares the queue.
             # (Publishing before that races RabbitMQ's own cleanup of the old queue.)
             wait_for(lambda: consumers(harness, "m1.small") == 1)
@@ -565,7 +588,7 @@ class TestStats:
         stats = harness.bus.queue_stats("m1.small")
         assert stats.queue == harness.bus.names.boot_queue("m1.small")
         assert stats.ready == 2
-        assert stats.consumers == (0 if harness.bus.amqp else None)
+        assert stats.consumers == (0 if harness.bus.wire.amqp else None)
 
     def test_purge_drops_what_waits(self, harness: Harness) -> None:
         harness.bus.publish_boot(request())
@@ -573,12 +596,12 @@ class TestStats:
         ready(harness, "m1.small", 2)
         assert harness.bus.purge_queue("m1.small") == 2
         assert harness.bus.queue_stats("m1.small").ready == 0
-        if harness.bus.amqp:
+        if harness.bus.wire.amqp:
             with pytest.raises(exception.NotFound):
                 harness.bus.purge_queue("never-published")
 
     def test_unknown_class(self, harness: Harness) -> None:
-        if harness.bus.amqp:
+        if harness.bus.wire.amqp:
             with pytest.raises(exception.NotFound):
                 harness.bus.queue_stats("never-published")
         else:
@@ -618,11 +641,11 @@ class TestHealth:
         def refuse(channel: Any, entity: Any) -> None:
             raise OSError("the broker failed to declare it")
 
-        monkeypatch.setattr(harness.bus, "declare", refuse)
+        monkeypatch.setattr(harness.bus.wire, "declare", refuse)
         with pytest.raises(BusUnavailable) as failed:
             harness.bus.publish_boot(request())
         assert failed.value.category == "declares failing"
-        harness.bus.probe()  # the probe does not see it
+        harness.bus.wire.probe()  # the probe does not see it
         with pytest.raises(BusUnavailable) as down:
             harness.bus.check_health()
         assert down.value.category == "declares failing"
@@ -679,8 +702,8 @@ def test_rabbitmq_dead_letters_what_keeps_coming_back() -> None:
     harness = Harness(AMQP_URL, options=dataclasses.replace(FAST, delivery_limit=1))
     try:
         harness.bus.publish_boot(request())
-        entity = harness.bus.boot_entity("m1.small")
-        connection = harness.bus.connect()
+        entity = harness.bus.wire.boot_entity("m1.small")
+        connection = harness.bus.wire.connect()
         channel = connection.channel()
         for _ in range(2):  # as if two agents crashed holding it
             message = entity(channel).get(no_ack=False)
@@ -700,7 +723,7 @@ def test_rabbitmq_boot_queues_are_quorum_with_a_dead_letter_exchange() -> None:
     harness = Harness(AMQP_URL)
     try:
         harness.bus.publish_boot(request())
-        arguments = harness.bus.boot_entity("m1.small").queue_arguments
+        arguments = harness.bus.wire.boot_entity("m1.small").queue_arguments
         assert arguments["x-queue-type"] == "quorum"
         assert arguments["x-dead-letter-exchange"] == harness.bus.names.dead_exchange
         assert arguments["x-delivery-limit"] == FAST.delivery_limit
