@@ -26,9 +26,10 @@ from qsched.admin.cli import cli
 from qsched.compute import ComputeAPI, RequestContext
 from qsched.embedded import Stack, embedded_options, start_stack
 from qsched.ledger import Stores
-from qsched.ledger.base import Instance, State
+from qsched.ledger.base import State
 from qsched.message import BootRequest
 from qsched.reaper import reap_expired
+from qsched.scheduling.records import record_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -197,11 +198,11 @@ def test_flavor_commands(cloud) -> None:
 
 def test_dead_letters_list_show_requeue_purge(cloud) -> None:
     stack, admin, api = cloud
-    bus = stack.bus
-    bus.publish(bus.boot_entity("m1.tiny"), b"\x93garbage")  # an agent dead-letters it
+    wire = stack.bus.wire
+    wire.publish(wire.boot_entity("m1.tiny"), b"\x93garbage")  # an agent dead-letters it
     waiting = boot(api, "m1.large", state=None)  # 4 VCPU: fits no node, waits
     request = BootRequest.create(waiting, "p1", "u1", api.get_flavor("m1.large"))
-    bus.publish_dead(request.encode(), "test: lost on the way", bus.boot_entity("m1.large"))
+    wire.publish_dead(request.encode(), "test: lost on the way", wire.boot_entity("m1.large"))
     assert wait_until(lambda: len(admin.json(schemas.DEAD_LETTERS, "dead-letters", "list")) == 2, 5)
     letters = {d["kind"]: d for d in admin.json(schemas.DEAD_LETTERS, "dead-letters", "list")}
     assert "not msgpack" in letters[None]["reason"] and letters[None]["class"] == "m1.tiny"
@@ -217,7 +218,7 @@ def test_dead_letters_list_show_requeue_purge(cloud) -> None:
     results = {o["instance"]: o["result"] for o in outcome}
     assert results[waiting] == "requeued" and results[None].startswith("not requeued: Poison")
     assert [d["kind"] for d in admin.json(schemas.DEAD_LETTERS, "dead-letters", "list")] == [None]
-    assert bus.queue_stats("m1.large").ready >= 1
+    assert stack.bus.queue_stats("m1.large").ready >= 1
 
     admin("dead-letters", "purge", "--all", stdin="n\n", code=1)  # not confirmed: aborted
     admin("dead-letters", "purge", "--all", "--yes")
@@ -253,9 +254,8 @@ def test_janitor_requeues_what_a_dead_agent_left(cloud) -> None:
     stores = stack.stores
     stores.agents.heartbeat("ghost", ttl_s=0.05)
     flavor = api.get_flavor("m1.tiny")
-    record = Instance(str(uuid.uuid4()), "p1", "u1", "vm-ghost", flavor.to_dict(), State.BUILD,
-                      extra={"scheduling_class": "m1.tiny"})  # fmt: skip
-    orphan = stores.instances.create(record, deadline=time.time() + 30).uuid
+    request = BootRequest.create(str(uuid.uuid4()), "p1", "u1", flavor, timeout_s=30)
+    orphan = stores.instances.create(record_for(request, "vm-ghost"), request.deadline).uuid
     rp = stores.ledger.list_providers()[0].uuid
     stores.ledger.claim(orphan, {rp: {"VCPU": 1}}, "ghost", "ghost-0")
     assert wait_until(lambda: not stores.agents.alive("ghost"), 2)

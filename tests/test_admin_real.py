@@ -103,7 +103,7 @@ def test_listings_on_rabbitmq_and_redis(cell: Cell) -> None:
     placed = cell.boot("small")
     assert wait_until(lambda: cell.state(placed) == State.ACTIVE, 15), cell.logs()
     queues = lambda: {q["class"]: q for q in cell.json(schemas.QUEUES, "queues")}  # noqa: E731
-    consumers = 2 if cell.bus.amqp else None  # kombu's Redis transport does not count them
+    consumers = 2 if cell.bus.wire.amqp else None  # kombu's Redis transport does not count them
     both = lambda: (queues()["small"]["consumers"], queues()["small"]["agents"]) == (consumers, 2)  # noqa: E731
     assert wait_until(both, 5, interval_s=0.1), queues()
     assert queues()[None]["queue"] == f"{cell.prefix}.dead"
@@ -123,7 +123,7 @@ def test_listings_on_rabbitmq_and_redis(cell: Cell) -> None:
 
 
 def test_dead_letters_and_queue_purge(cell: Cell) -> None:
-    cell.bus.publish(cell.bus.boot_entity("small"), b"\x93garbage")
+    cell.bus.wire.publish(cell.bus.wire.boot_entity("small"), b"\x93garbage")
     listed = lambda: cell.json(schemas.DEAD_LETTERS, "dead-letters", "list")  # noqa: E731
     assert wait_until(lambda: len(listed()) == 1, 10), cell.logs()
     letter = listed()[0]  # reading twice kept it: a copy went back before the ack
@@ -138,7 +138,7 @@ def test_dead_letters_and_queue_purge(cell: Cell) -> None:
     assert wait_until(lambda: cell.bus.queue_stats("huge").ready == 1, 5)
     assert "dropped 1 message(s)" in cell.admin("queue", "purge", "huge", "--yes").stdout
     assert cell.state(waiting) == State.BUILD  # the deadline ends it
-    if cell.bus.amqp:  # a passive declare tells a missing queue; elsewhere it is just empty
+    if cell.bus.wire.amqp:  # a passive declare tells a missing queue; elsewhere it is just empty
         cell.admin("queue", "purge", "no-such-class", "--yes", code=1)
 
 

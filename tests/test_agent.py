@@ -146,8 +146,8 @@ def test_poison_is_dead_lettered_and_the_rest_goes_on(conf, stores, bus, api, ag
     agents.append(make_agent(conf, stores, bus, "cn0"))
     good = api.boot(USER, "good", "small").uuid
     assert wait_until(lambda: settled(stores, [good]), timeout_s=10)
-    entity = bus.boot_entity("small")
-    bus.publish(entity, b"\xc1 not msgpack")
+    entity = bus.wire.boot_entity("small")
+    bus.wire.publish(entity, b"\xc1 not msgpack")
     after = api.boot(USER, "after", "small").uuid
     assert wait_until(lambda: settled(stores, [after]), timeout_s=10)
     assert stores.instances.get(after).state == State.ACTIVE

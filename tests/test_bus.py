@@ -6,7 +6,9 @@ before and after, so runs do not see each other.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib.util
 import os
 import queue
 import socket
@@ -14,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,7 +26,9 @@ import redis
 from qsched import exception
 from qsched.bus import Delivery, MessageSettled, Names, open_bus
 from qsched.bus.base import BusUnavailable, check_class
-from qsched.bus.kombu import KombuBus, KombuConsumer, KombuOptions
+from qsched.bus.kombu import KombuBus, KombuOptions
+from qsched.bus.kombu_consumer import KombuConsumer
+from qsched.bus.kombu_wire import KombuWire
 from qsched.conf import BusOptions
 from qsched.flavors import Flavor
 from qsched.message import BootRequest, DeleteRequest, PoisonMessage, decode
@@ -109,24 +114,21 @@ class Harness:
         for consumer in self.consumers:
             consumer.stop(5.0)
         self.bus.close()
-        connection = self.bus.connect()
-        try:
-            channel = connection.channel()
+        wire = self.bus.wire
+        with wire.channel() as channel:
             for name in self.queue_names():
-                forget_queue(self.bus, channel, name)
-            if self.bus.amqp:
+                forget_queue(wire, channel, name)
+            if wire.amqp:
                 channel.exchange_delete(self.bus.names.exchange)
                 channel.exchange_delete(self.bus.names.dead_exchange)
-        finally:
-            connection.release()
-        if self.bus.driver == "redis":
+        if wire.driver == "redis":
             client = redis.Redis.from_url(BUS_REDIS_URL)
             for key in client.scan_iter(match=f"{self.prefix}*"):
                 client.delete(key)
 
 
-def forget_queue(bus: KombuBus, channel: Any, name: str) -> None:
-    if not bus.amqp:
+def forget_queue(wire: KombuWire, channel: Any, name: str) -> None:
+    if not wire.amqp:
         channel.queue_purge(name)  # virtual transports delete only queues with bindings
     channel.queue_delete(name)
 
@@ -190,13 +192,8 @@ def wait_dead_letters(harness: Harness, count: int) -> list[Any]:
 
 
 def delete_queue(harness: Harness, scheduling_class: str) -> None:
-    connection = harness.bus.connect()
-    try:
-        forget_queue(
-            harness.bus, connection.channel(), harness.bus.names.boot_queue(scheduling_class)
-        )
-    finally:
-        connection.release()
+    with harness.bus.wire.channel() as channel:
+        forget_queue(harness.bus.wire, channel, harness.bus.names.boot_queue(scheduling_class))
 
 
 def consumers(harness: Harness, scheduling_class: str) -> int | None:
@@ -215,7 +212,7 @@ def wait_for(condition: Callable[[], bool]) -> None:
 
 def drop_connections(harness: Harness, consumer: KombuConsumer) -> None:
     """Cut the consumer's connection under it, as a broker restart would."""
-    if harness.bus.amqp:
+    if harness.bus.wire.amqp:
         sock = consumer._connection.connection.sock  # type: ignore[union-attr]
         sock.shutdown(socket.SHUT_RDWR)
         return
@@ -256,12 +253,38 @@ class TestNames:
             KombuBus("sqs://")
 
 
+def imported(module: str) -> set[str]:
+    """The modules ``module`` imports, at run time or for type checks only (from its source)."""
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    found = set()
+    for node in ast.walk(ast.parse(Path(spec.origin).read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return found
+
+
+@pytest.mark.parametrize(
+    ("module", "absent"),
+    [
+        ("qsched.bus.kombu_consumer", {"qsched.bus.kombu"}),
+        ("qsched.bus.kombu_wire", {"qsched.bus.kombu", "qsched.bus.kombu_consumer"}),
+    ],
+)
+def test_the_kombu_modules_import_no_circle(module: str, absent: set[str]) -> None:
+    """The consumer stands on the wire, not on the bus that builds it; the wire on neither."""
+    assert "qsched.bus.base" in imported(module)
+    assert not imported(module) & absent
+
+
 def test_open_bus_from_options() -> None:
     options = BusOptions.defaults().replace(prefix="qconf")
     bus = open_bus(options)
     assert isinstance(bus, KombuBus)
     assert bus.names.prefix == "qconf"
-    assert bus.options == KombuOptions()
+    assert bus.wire.options == KombuOptions()
     with pytest.raises(exception.Invalid, match="not supported"):
         open_bus(options.replace(transport_url="rabbit://guest@host//"))
 
@@ -383,8 +406,8 @@ class TestDeadLetters:
                 return delivery.reject(exc.reason)
             delivery.ack()
 
-        harness.bus.note_class("m1.small")
-        harness.bus.publish(harness.bus.boot_entity("m1.small"), b"\xc1 not msgpack")
+        harness.bus.wire.note_class("m1.small")
+        harness.bus.wire.publish(harness.bus.wire.boot_entity("m1.small"), b"\xc1 not msgpack")
         good = request()
         harness.bus.publish_boot(good)
         inbox = Inbox(agent)
@@ -433,6 +456,44 @@ class TestDeadLetters:
         ready(harness, "m1.small", 0)
         assert harness.bus.take_dead_letters() == []
 
+    def test_review_keeps_what_it_is_told_and_drops_the_rest(self, harness: Harness) -> None:
+        def reject(body: bytes, delivery: Delivery) -> None:
+            message = decode(body)
+            assert isinstance(message, BootRequest)
+            delivery.reject(f"reason {message.project_id}")
+
+        harness.consumer(Inbox(reject), ("m1.small",))
+        for project_id in ("keep-1", "drop", "keep-2"):
+            harness.bus.publish_boot(request(project_id=project_id))
+        wait_for(lambda: harness.bus.dead_letter_stats().ready == 3)
+        shown = harness.bus.review_dead_letters(lambda letter: "keep" in letter.reason)
+        assert [d.reason for d in shown] == ["reason keep-1", "reason drop", "reason keep-2"]
+        kept = harness.bus.review_dead_letters(lambda letter: True)
+        assert [d.reason for d in kept] == ["reason keep-1", "reason keep-2"]
+        assert [d.dead_at for d in kept] == [shown[0].dead_at, shown[2].dead_at]
+        assert kept[0].queue == harness.bus.names.boot_queue("m1.small")
+        assert [d.reason for d in harness.bus.take_dead_letters()] == [
+            "reason keep-1",
+            "reason keep-2",
+        ]
+
+    def test_review_gives_back_what_it_did_not_decide(self, harness: Harness) -> None:
+        harness.consumer(Inbox(lambda body, d: d.reject("poison")), ("m1.small",))
+        for _ in range(3):
+            harness.bus.publish_boot(request())
+        wait_for(lambda: harness.bus.dead_letter_stats().ready == 3)
+        seen: list[str] = []
+
+        def drop_one_then_fail(letter: Any) -> bool:
+            if seen:
+                raise RuntimeError("the admin gave up")
+            seen.append(letter.reason)
+            return False
+
+        with pytest.raises(RuntimeError):
+            harness.bus.review_dead_letters(drop_one_then_fail)
+        assert len(harness.bus.take_dead_letters()) == 2
+
 
 class TestStopAndReconnect:
     def test_stop_gives_back_what_is_not_settled(self, harness: Harness) -> None:
@@ -448,7 +509,7 @@ class TestStopAndReconnect:
         harness.consumer(successor, ("m1.small",))
         got, again = successor.get()
         assert got == sent
-        if harness.bus.driver != "memory":  # kombu's memory transport does not flag it
+        if harness.bus.wire.driver != "memory":  # kombu's memory transport does not flag it
             assert again.redelivered
         ready(harness, "m1.small", 0)
 
@@ -467,7 +528,7 @@ class TestStopAndReconnect:
         ready(harness, "m1.small", 0)
 
     def test_reconnects_after_the_connection_drops(self, harness: Harness) -> None:
-        if harness.bus.driver == "memory":
+        if harness.bus.wire.driver == "memory":
             pytest.skip("memory:// has no connection to lose")
         inbox = Inbox(ack)
         consumer = harness.consumer(inbox, ("m1.small",))
@@ -480,7 +541,7 @@ class TestStopAndReconnect:
         assert consumer.wait_ready(WAIT_S)
 
     def test_publisher_declares_a_deleted_queue_again(self, harness: Harness) -> None:
-        if not harness.bus.amqp:
+        if not harness.bus.wire.amqp:
             pytest.skip("memory:// and redis:// publish to the queue by name: nothing to declare")
         harness.bus.publish_boot(request())
         delete_queue(harness, "m1.small")
@@ -491,7 +552,7 @@ class TestStopAndReconnect:
         inbox = Inbox(ack)
         harness.consumer(inbox, ("m1.small",))
         delete_queue(harness, "m1.small")
-        if harness.bus.amqp:
+        if harness.bus.wire.amqp:
             # The broker cancels the consumer; it reconnects and declares the queue.
             # (Publishing before that races RabbitMQ's own cleanup of the old queue.)
             wait_for(lambda: consumers(harness, "m1.small") == 1)
@@ -507,10 +568,20 @@ class TestStats:
         stats = harness.bus.queue_stats("m1.small")
         assert stats.queue == harness.bus.names.boot_queue("m1.small")
         assert stats.ready == 2
-        assert stats.consumers == (0 if harness.bus.amqp else None)
+        assert stats.consumers == (0 if harness.bus.wire.amqp else None)
+
+    def test_purge_drops_what_waits(self, harness: Harness) -> None:
+        harness.bus.publish_boot(request())
+        harness.bus.publish_boot(request())
+        ready(harness, "m1.small", 2)
+        assert harness.bus.purge_queue("m1.small") == 2
+        assert harness.bus.queue_stats("m1.small").ready == 0
+        if harness.bus.wire.amqp:
+            with pytest.raises(exception.NotFound):
+                harness.bus.purge_queue("never-published")
 
     def test_unknown_class(self, harness: Harness) -> None:
-        if harness.bus.amqp:
+        if harness.bus.wire.amqp:
             with pytest.raises(exception.NotFound):
                 harness.bus.queue_stats("never-published")
         else:
@@ -550,11 +621,11 @@ class TestHealth:
         def refuse(channel: Any, entity: Any) -> None:
             raise OSError("the broker failed to declare it")
 
-        monkeypatch.setattr(harness.bus, "declare", refuse)
+        monkeypatch.setattr(harness.bus.wire, "declare", refuse)
         with pytest.raises(BusUnavailable) as failed:
             harness.bus.publish_boot(request())
         assert failed.value.category == "declares failing"
-        harness.bus.probe()  # the probe does not see it
+        harness.bus.wire.probe()  # the probe does not see it
         with pytest.raises(BusUnavailable) as down:
             harness.bus.check_health()
         assert down.value.category == "declares failing"
@@ -611,8 +682,8 @@ def test_rabbitmq_dead_letters_what_keeps_coming_back() -> None:
     harness = Harness(AMQP_URL, options=dataclasses.replace(FAST, delivery_limit=1))
     try:
         harness.bus.publish_boot(request())
-        entity = harness.bus.boot_entity("m1.small")
-        connection = harness.bus.connect()
+        entity = harness.bus.wire.boot_entity("m1.small")
+        connection = harness.bus.wire.connect()
         channel = connection.channel()
         for _ in range(2):  # as if two agents crashed holding it
             message = entity(channel).get(no_ack=False)
@@ -632,7 +703,7 @@ def test_rabbitmq_boot_queues_are_quorum_with_a_dead_letter_exchange() -> None:
     harness = Harness(AMQP_URL)
     try:
         harness.bus.publish_boot(request())
-        arguments = harness.bus.boot_entity("m1.small").queue_arguments
+        arguments = harness.bus.wire.boot_entity("m1.small").queue_arguments
         assert arguments["x-queue-type"] == "quorum"
         assert arguments["x-dead-letter-exchange"] == harness.bus.names.dead_exchange
         assert arguments["x-delivery-limit"] == FAST.delivery_limit

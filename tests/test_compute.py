@@ -23,12 +23,12 @@ from qsched.compute import (
 )
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.flavors import Constraints, Flavor
-from qsched.scheduling.classes import class_name
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Inventory, State, TaskState, Usage
 from qsched.ledger.flavors import FlavorExists, FlavorNotFound
 from qsched.message import BootRequest, DeleteRequest
+from qsched.scheduling.classes import class_name
 
 FLAVORS = ["m1.small:1:2048:20", "m1.large:4:8192:40:large-id", "g1.gpu:2:4096"]
 SPECS = ["g1.gpu:resources:CUSTOM_GPU=1", "g1.gpu:trait:CUSTOM_FAST=required"]

@@ -122,7 +122,7 @@ def test_garbage_is_dead_lettered_and_placing_goes_on(cloud: Cloud) -> None:
     token = project(cloud)
     bus = KombuBus(cloud.transport_url, prefix=cloud.prefix)
     try:
-        bus.publish(bus.boot_entity("small"), b"\x93garbage")
+        bus.wire.publish(bus.wire.boot_entity("small"), b"\x93garbage")
         uuid_ = cloud.boot(token=token)[1]["server"]["id"]
         cloud.settle([uuid_])
         assert cloud.state(uuid_) == State.ACTIVE

@@ -24,7 +24,8 @@ from amqp import exceptions as amqp_exceptions
 
 from qsched.api import app as api_app
 from qsched.bus import base, health
-from qsched.bus.kombu import CONNECT, DECLARE, PUBLISH, KombuBus, KombuOptions, failure_category
+from qsched.bus.kombu import KombuBus, KombuOptions
+from qsched.bus.kombu_wire import CONNECT, DECLARE, PUBLISH, failure_category
 from qsched.chaos.servers import ChaosError, RedisServer
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.ledger import Stores, open_stores
@@ -284,7 +285,7 @@ class Api:
 
     def close(self) -> None:
         self.bus.close()
-        if self.bus.driver != "memory":
+        if self.bus.wire.driver != "memory":
             forget_bus(self.url, self.bus.names.prefix, CLASSES, [])
 
 
@@ -341,7 +342,7 @@ def test_bus_down_only_on_memory_when_connections_fail(conf, monkeypatch) -> Non
     def refuse(heartbeat_s: int = 0) -> None:
         raise ConnectionRefusedError(111, "Connection refused")
 
-    monkeypatch.setattr(api.bus, "connect", refuse)
+    monkeypatch.setattr(api.bus.wire, "connect", refuse)
     assert api.boot() == 503
     api.expect(503, "DOWN: bus (unreachable)")
     api.close()
@@ -355,9 +356,9 @@ def test_publishes_failing_while_the_probe_succeeds_on_memory(conf, monkeypatch)
     def broken_broker(channel: Any, entity: Any) -> None:
         raise amqp_exceptions.InternalError("Queue.declare: (541) INTERNAL_ERROR")
 
-    monkeypatch.setattr(api.bus, "declare", broken_broker)
+    monkeypatch.setattr(api.bus.wire, "declare", broken_broker)
     assert api.boot() == 503
-    api.bus.probe()  # a probe still succeeds
+    api.bus.wire.probe()  # a probe still succeeds
     document = api.expect(503, "DOWN: bus (declares failing)")
     assert document["parts"]["bus"] == {"status": "DOWN", "reason": "declares failing"}
     monkeypatch.undo()
@@ -378,7 +379,7 @@ def test_publishes_failing_while_the_probe_succeeds_on_redis(
         api.expect(200, "OK")
         server.replicaof("127.0.0.1", str(closed_port()))
         assert api.boot("large-id") == 503
-        api.bus.probe()
+        api.bus.wire.probe()
         api.expect(503, "DOWN: bus (publishes failing)")
         server.replicaof("NO", "ONE")
         assert api.boot("large-id") == 202
@@ -398,15 +399,11 @@ def test_publishes_failing_while_the_probe_succeeds_on_rabbitmq(conf) -> None:
     api = Api(conf, transport_url("rabbitmq"))
     try:
         api.expect(200, "OK")
-        connection = api.bus.connect()
-        try:
-            channel = connection.channel()
+        with api.bus.wire.channel() as channel:
             for name in ("m1.small", "m1.large"):  # classic queues where qsched wants quorum
                 channel.queue_declare(api.bus.names.boot_queue(name), durable=True)
-        finally:
-            connection.release()
         assert api.boot("m1.small") == 503
-        api.bus.probe()
+        api.bus.wire.probe()
         api.expect(200, "OK")
         assert api.boot("large-id") == 503
         document = api.expect(503, "DOWN: bus (queue refused)")

@@ -26,6 +26,8 @@ from qsched.flavors import Flavor
 from qsched.ledger import open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, State, Usage
+from qsched.message import BootRequest
+from qsched.scheduling.records import record_for
 from tests.conftest import require_server
 from tests.test_convergence import SPEC, freeze, start
 
@@ -214,8 +216,8 @@ class _Dead:
 
 
 def _record() -> Instance:
-    return Instance(str(uuid.uuid4()), "p1", "u1", "vm", Flavor("small", 1, 1024, 0).to_dict(),
-                    State.BUILD)  # fmt: skip
+    request = BootRequest.create(str(uuid.uuid4()), "p1", "u1", Flavor("small", 1, 1024, 0))
+    return record_for(request, "vm")
 
 
 def _score(stores: Any, uuid: str) -> str:

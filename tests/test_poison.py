@@ -116,14 +116,10 @@ def cell(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Cell]:
 
 def publish_raw(bus: KombuBus, body: Any, **props: Any) -> None:
     """Publish ``body`` as it is to the class queue, with plain kombu (no qsched checks)."""
-    entity = bus.boot_entity(CLASS)
-    connection = bus.connect()
-    try:
-        channel = connection.channel()
-        exchange, key = bus.route(entity)
+    wire = bus.wire
+    exchange, key = wire.route(wire.boot_entity(CLASS))
+    with wire.channel() as channel:
         kombu.Producer(channel).publish(body, exchange=exchange, routing_key=key, **props)
-    finally:
-        connection.release()
 
 
 # -- regressions, on every transport -------------------------------------------------------
@@ -169,15 +165,12 @@ def test_poison_is_dead_lettered_once_and_boots_go_on(cell: Cell) -> None:
 
 def publish_dead_raw(bus: KombuBus, body: Any, **props: Any) -> None:
     """Publish ``body`` to the dead-letter queue as a broker's dead-lettering would."""
-    connection = bus.connect()
-    try:
-        channel = connection.channel()
-        dead = bus.dead_entity()
-        bus.declare(channel, dead)
-        exchange, key = bus.route(dead)
+    wire = bus.wire
+    dead = wire.dead_entity()
+    exchange, key = wire.route(dead)
+    with wire.channel() as channel:
+        wire.declare(channel, dead)
         kombu.Producer(channel).publish(body, exchange=exchange, routing_key=key, **props)
-    finally:
-        connection.release()
 
 
 def test_letters_the_broker_wrote_are_listed(cell: Cell) -> None:
@@ -389,14 +382,11 @@ def test_any_dead_letter_lists_shows_and_purges(
     """Letters qsched did not write (the broker's, anyone's) must not break the admin."""
     cell = memory_cell
     cell.bus.take_dead_letters()  # what an example that failed left
-    dead = cell.bus.dead_entity()
-    connection = cell.bus.connect()
-    try:
-        producer = kombu.Producer(connection.channel())
-        producer.publish(body, routing_key=dead.name, headers=headers,
-                         content_type="application/data", content_encoding="binary")  # fmt: skip
-    finally:
-        connection.release()
+    dead = cell.bus.wire.dead_entity()
+    with cell.bus.wire.channel() as channel:
+        kombu.Producer(channel).publish(body, routing_key=dead.name, headers=headers,
+                                        content_type="application/data",
+                                        content_encoding="binary")  # fmt: skip
     box = deadletters.DeadLetterBox(cell.bus)
     letters = box.read()
     assert len(letters) == 1 and letters[0].dead.reason

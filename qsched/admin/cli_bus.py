@@ -138,7 +138,7 @@ def queue_purge(admin: Admin, scheduling_class: str, yes: bool) -> None:
     """
     if not yes:
         click.confirm(f"Drop every request waiting in class {scheduling_class}?", abort=True)
-    dropped = deadletters.purge_queue(admin.bus, scheduling_class)
+    dropped = admin.bus.purge_queue(scheduling_class)
     echo(f"dropped {dropped} message(s) from {admin.bus.names.boot_queue(scheduling_class)}")
 
 

@@ -1,27 +1,27 @@
-"""Dead letters for admins: read them without losing one, requeue them, purge them.
+"""Dead letters for admins: list them, requeue them, purge them, without losing one.
 
-The bus only takes dead letters (:meth:`~qsched.bus.base.Bus.take_dead_letters`
-removes them). Reading must not lose one on any broker, and must not count as a
-delivery either: RabbitMQ 4 gives quorum queues a default delivery limit, so
-"get and give back" would in the end drop them. So every operation here gets up
-to ``limit`` letters unacked, then for each one either acts on it (requeue:
-publish it to its queue; purge: nothing) or publishes a copy back to the dead
-letters, confirmed, and only then acks it. A crash in between leaves two copies,
-never none. Letters kept move to the tail; when they died stays in their headers.
+The bus takes dead letters (:meth:`~qsched.bus.base.Bus.take_dead_letters`
+removes them) and shows them for review
+(:meth:`~qsched.bus.base.Bus.review_dead_letters`): each letter is held while a
+decision is made, and one kept goes back to the dead letters, confirmed, before
+it is acked. So reading loses none on any broker, and does not count as a
+delivery either (RabbitMQ 4 gives quorum queues a default delivery limit, so
+"get and give back" would in the end drop them). The decisions are here: list
+keeps every letter, purge drops the selected ones, requeue publishes the
+selected ones to their queue when that can still help. Letters kept move to the
+tail; when they died stays in their headers.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from qsched import exception
-from qsched.bus import base, kombu_message
-from qsched.bus.kombu import KombuBus
+from qsched.bus import Bus, base, kombu_message
 from qsched.ledger import Stores
 from qsched.ledger.base import State
 from qsched.message import BootRequest, DeleteRequest, PoisonMessage, decode
@@ -128,7 +128,7 @@ class Outcome:
 class DeadLetterBox:
     """The dead letters of one bus, handled so that none is ever lost."""
 
-    def __init__(self, bus: KombuBus, limit: int = DEFAULT_LIMIT) -> None:
+    def __init__(self, bus: Bus, limit: int = DEFAULT_LIMIT) -> None:
         self.bus = bus
         self.limit = limit
 
@@ -171,74 +171,21 @@ class DeadLetterBox:
         self.bus.publish_boot(msg)
         return None
 
-    def _keep(self, dead: base.DeadLetter) -> None:
-        """Publish a copy of a letter back to the dead letters, confirmed."""
-        headers = kombu_message.kept_headers(dead.headers)
-        self.bus.publish(self.bus.dead_entity(), dead.body, headers=headers)
-
     def handle(self, act: Action) -> list[Outcome]:
-        """Get up to ``limit`` letters unacked, act on each, keep a copy of those it keeps.
+        """Show up to ``limit`` letters to ``act``; those it keeps stay dead letters.
 
         :raises BusUnavailable: letters not yet handled are given back to the broker.
         """
-        dead = self.bus.dead_entity()
         outcomes = []
-        with admin_channel(self.bus) as channel:
-            self.bus.declare(channel, dead)
-            held = _get_all(channel, dead.name, self.limit)
-            try:
-                while held:
-                    message = held[0]
-                    letter = _letter(kombu_message.dead_letter(message))
-                    kept = act(letter)
-                    if kept is not None:
-                        self._keep(letter.dead)
-                    message.ack()
-                    held.pop(0)
-                    outcomes.append(Outcome(letter, kept))
-            finally:
-                for message in held:
-                    with contextlib.suppress(*self.bus.errors):
-                        message.reject(requeue=True)
+
+        def keep(dead: base.DeadLetter) -> bool:
+            letter = _letter(dead)
+            outcomes.append(Outcome(letter, act(letter)))
+            return outcomes[-1].kept is not None
+
+        self.bus.review_dead_letters(keep, self.limit)
         return outcomes
-
-
-@contextlib.contextmanager
-def admin_channel(bus: KombuBus) -> Iterator[Any]:
-    """A channel on a short-lived connection; broker errors become BusUnavailable."""
-    try:
-        connection = bus.connect()
-    except bus.errors as exc:
-        raise base.BusUnavailable(bus.safe_url, str(exc) or type(exc).__name__) from None
-    try:
-        yield connection.channel()
-    except bus.errors as exc:
-        raise base.BusUnavailable(bus.safe_url, str(exc) or type(exc).__name__) from None
-    finally:
-        connection.release()
-
-
-def _get_all(channel: Any, queue: str, limit: int) -> list[Any]:
-    held = []
-    for _ in range(limit):
-        message = kombu_message.get_message(channel, queue)
-        if message is None:
-            break
-        held.append(message)
-    return held
 
 
 def _unless_selected(letter: Letter, ids: set[str] | None) -> str | None:
     return None if ids is None or letter.id in ids else NOT_SELECTED
-
-
-def purge_queue(bus: KombuBus, scheduling_class: str) -> int:
-    """Drop every message of one class queue; return how many.
-
-    :raises NotFound: RabbitMQ has no such queue.
-    :raises BusUnavailable:
-    """
-    stats = bus.queue_stats(scheduling_class)  # NotFound before anything is dropped
-    with admin_channel(bus) as channel:
-        purged = channel.queue_purge(stats.queue)
-    return int(purged or 0)

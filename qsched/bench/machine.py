@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
-from qsched.bus.kombu import KombuBus
+from qsched.bus.kombu_wire import KombuWire
 
 PACKAGES = ("qsched", "kombu", "amqp", "redis", "fakeredis", "falcon", "gunicorn", "msgpack")
 
@@ -67,10 +67,10 @@ def redis_facts(url: str) -> dict[str, Any]:
 
 def broker_facts(url: str) -> dict[str, Any]:
     """Product and version the broker at ``url`` announces (RabbitMQ), or the transport."""
-    bus = KombuBus(url, prefix="qsched-bench-probe")
-    if not bus.amqp:
-        return {"transport": bus.driver}
-    connection = bus.connect()
+    wire = KombuWire(url, prefix="qsched-bench-probe")
+    if not wire.amqp:
+        return {"transport": wire.driver}
+    connection = wire.connect()
     try:
         props = connection.connection.server_properties
         return {
@@ -80,7 +80,6 @@ def broker_facts(url: str) -> dict[str, Any]:
         }
     finally:
         connection.release()
-        bus.close()
 
 
 def reachable(url: str) -> str | None:
@@ -93,9 +92,7 @@ def reachable(url: str) -> str | None:
             finally:
                 client.close()
         else:
-            bus = KombuBus(url, prefix="qsched-bench-probe")
-            bus.connect().release()
-            bus.close()
+            KombuWire(url, prefix="qsched-bench-probe").connect().release()
     except Exception as exc:  # whatever the client raises, the answer is "no"
         return f"{type(exc).__name__}: {exc}"
     return None

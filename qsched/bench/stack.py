@@ -106,7 +106,7 @@ class Cloud:
 
     @property
     def transport(self) -> str:
-        return self.bus.driver
+        return self.bus.wire.driver
 
     def agent_classes(self) -> dict[str, frozenset[str]]:
         """The classes each live agent says (in its heartbeat) that it consumes."""

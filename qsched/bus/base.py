@@ -330,6 +330,35 @@ class Bus(abc.ABC):
         """
 
     @abc.abstractmethod
+    def review_dead_letters(
+        self, keep: Callable[[DeadLetter], bool], limit: int = 100
+    ) -> list[DeadLetter]:
+        """Show up to ``limit`` dead letters, oldest first, to ``keep``; drop those it refuses.
+
+        For admins: list, requeue or purge some letters and keep the others. None
+        is lost, and looking is no delivery (a quorum queue's delivery limit
+        would drop letters read often): each is held unacked while ``keep``
+        decides; one kept is published again to the tail of the dead letters,
+        confirmed, before it is acked, so a crash in between leaves two copies,
+        never none. When it died stays in its headers. ``keep`` may publish (a
+        requeue) and may raise; the letters not decided yet then go back to the
+        broker as they were.
+
+        :returns: the letters shown, in order.
+        :raises BusUnavailable: letters not decided yet were given back.
+        """
+
+    @abc.abstractmethod
+    def purge_queue(self, scheduling_class: str) -> int:
+        """Drop every message waiting in one class queue; return how many.
+
+        Deliveries in a consumer's hands are not dropped.
+
+        :raises NotFound: as :meth:`queue_stats`; nothing is dropped.
+        :raises BusUnavailable:
+        """
+
+    @abc.abstractmethod
     def check_health(self) -> None:
         """Check that boots can be published now; cheap enough for a load balancer's polls.
 

@@ -1,8 +1,10 @@
 """The consuming half of the kombu bus: a reconnecting consumer thread and its deliveries.
 
-:class:`KombuConsumer` is what :meth:`qsched.bus.kombu.KombuBus.consumer` returns;
-the transports' features (prefetch, redelivery, dead letters) are described in
-:mod:`qsched.bus.kombu`.
+:class:`KombuConsumer` is what :meth:`qsched.bus.kombu.KombuBus.consumer` returns.
+It stands on the :class:`~qsched.bus.kombu_wire.KombuWire` it is handed: it
+connects, declares its queues and publishes its requeues and dead letters
+through it, and knows nothing of the producing half. The transports' features
+(prefetch, redelivery, dead letters) are described in :mod:`qsched.bus.kombu`.
 """
 
 from __future__ import annotations
@@ -16,15 +18,13 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import kombu
 
 from qsched import exception
 from qsched.bus import base, kombu_message
-
-if TYPE_CHECKING:
-    from qsched.bus.kombu import KombuBus
+from qsched.bus.kombu_wire import KombuWire
 
 LOG = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class KombuDelivery(base.Delivery):
 
     @property
     def routing_key(self) -> str:
-        return self._consumer.bus.routing_key(self._entity)
+        return self._consumer.wire.routing_key(self._entity)
 
     @property
     def redelivered(self) -> bool:
@@ -65,13 +65,13 @@ class KombuDelivery(base.Delivery):
         self._settle("acked", None)
 
     def requeue(self, new_body: bytes) -> None:
-        bus = self._consumer.bus
-        self._settle("requeued", lambda: bus.publish(self._entity, new_body))
+        wire = self._consumer.wire
+        self._settle("requeued", lambda: wire.publish(self._entity, new_body))
 
     def reject(self, reason: str) -> None:
-        bus = self._consumer.bus
+        wire = self._consumer.wire
         why = reason if isinstance(reason, str) else kombu_message.text(reason)
-        self._settle("rejected", lambda: bus.publish_dead(self.body, why, self._entity))
+        self._settle("rejected", lambda: wire.publish_dead(self.body, why, self._entity))
 
     def give_back(self) -> None:
         """Return it to the broker as it came, unless acked (consumer thread only)."""
@@ -84,7 +84,7 @@ class KombuDelivery(base.Delivery):
         with self._lock:  # claim it: whatever follows fails or not, it is settled once
             if self.state == GIVEN_BACK:
                 reason = "it was given back to the broker when its consumer disconnected"
-                raise base.BusUnavailable(self._consumer.bus.safe_url, reason)
+                raise base.BusUnavailable(self._consumer.wire.safe_url, reason)
             if self.state is not None:
                 raise base.MessageSettled(
                     delivery=self._message.delivery_tag, queue=self.queue, state=self.state
@@ -128,9 +128,9 @@ class KombuConsumer(base.Consumer):
     """
 
     def __init__(
-        self, bus: KombuBus, host: str, on_message: base.OnMessage, classes: Iterable[str]
+        self, wire: KombuWire, host: str, on_message: base.OnMessage, classes: Iterable[str]
     ) -> None:
-        self.bus = bus
+        self.wire = wire
         self._host = base.check_host(host)
         self._on_message = on_message
         self._wanted = {base.check_class(name) for name in classes}
@@ -204,11 +204,11 @@ class KombuConsumer(base.Consumer):
             self._check_epoch(epoch)
             self._commands.put(command)
         try:
-            return command.future.result(self.bus.options.settle_timeout_s)
+            return command.future.result(self.wire.options.settle_timeout_s)
         except FutureTimeout:
             if command.future.cancel():
                 raise base.BusUnavailable(
-                    self.bus.safe_url, "the consumer thread is busy"
+                    self.wire.safe_url, "the consumer thread is busy"
                 ) from None
             return command.future.result()
 
@@ -218,7 +218,7 @@ class KombuConsumer(base.Consumer):
     def _check_epoch(self, epoch: int) -> None:
         if epoch != self._epoch:
             reason = "the connection that delivered it is gone; the broker delivers it again"
-            raise base.BusUnavailable(self.bus.safe_url, reason)
+            raise base.BusUnavailable(self.wire.safe_url, reason)
 
     # -- the loop --
 
@@ -229,7 +229,7 @@ class KombuConsumer(base.Consumer):
                 self._consume()
                 delay_s = 0.0
             except Exception as exc:  # whatever broke, the answer is: reconnect
-                delay_s = min(max(2 * delay_s, 0.1), self.bus.options.reconnect_max_delay_s)
+                delay_s = min(max(2 * delay_s, 0.1), self.wire.options.reconnect_max_delay_s)
                 LOG.warning(
                     "bus consumer %s: %s; reconnecting in %.1f s",
                     self._host,
@@ -242,10 +242,10 @@ class KombuConsumer(base.Consumer):
         self._fail_commands(keep_changes=False)
 
     def _consume(self) -> None:
-        self._connection = connection = self.bus.connect(self.bus.options.heartbeat_s)
+        self._connection = connection = self.wire.connect(self.wire.options.heartbeat_s)
         self._channel = connection.channel()
         self._channel.basic_qos(0, 1, False)  # per consumer: quorum queues refuse global
-        self._subscribe(self.bus.host_entity(self._host))
+        self._subscribe(self.wire.host_entity(self._host))
         for name in sorted(self.classes):
             self._subscribe_class(name)
         self._ready.set()
@@ -253,7 +253,7 @@ class KombuConsumer(base.Consumer):
         while not self._stop.is_set():
             self._run_commands()
             with contextlib.suppress(TimeoutError):  # nothing came: a chance to run commands
-                connection.drain_events(timeout=self.bus.options.poll_interval_s)
+                connection.drain_events(timeout=self.wire.options.poll_interval_s)
             connection.heartbeat_check()
         self._run_commands()  # settles already asked for are finished work: do them
 
@@ -261,16 +261,16 @@ class KombuConsumer(base.Consumer):
         if name in self._subscriptions or name not in self.classes:
             return
         try:
-            self._subscribe(self.bus.boot_entity(name), key=name)
-        except self.bus.channel_errors:
+            self._subscribe(self.wire.boot_entity(name), key=name)
+        except self.wire.channel_errors:
             with self._lock:  # e.g. declared elsewhere with other arguments: do not loop on it
                 self._wanted.discard(name)
             LOG.error("bus consumer %s: cannot consume class %s", self._host, name, exc_info=True)
             raise
-        self.bus.note_class(name)
+        self.wire.note_class(name)
 
     def _subscribe(self, entity: kombu.Queue, key: str = "") -> None:
-        self.bus.redeclare(self._channel, entity)
+        self.wire.redeclare(self._channel, entity)
         subscription = kombu.Consumer(
             self._channel,
             [entity],
@@ -345,7 +345,7 @@ class KombuConsumer(base.Consumer):
                 command.run()
             except Exception as exc:
                 command.future.set_exception(exc)
-                if isinstance(exc, self.bus.errors):
+                if isinstance(exc, self.wire.errors):
                     raise
             else:
                 command.future.set_result(None)
@@ -378,7 +378,7 @@ class KombuConsumer(base.Consumer):
                     kept.append(command)
                 elif command.future.set_running_or_notify_cancel():
                     reason = "the consumer disconnected or stopped"
-                    command.future.set_exception(base.BusUnavailable(self.bus.safe_url, reason))
+                    command.future.set_exception(base.BusUnavailable(self.wire.safe_url, reason))
             for command in kept:
                 self._commands.put(command)
 

@@ -16,7 +16,7 @@ from typing import Any
 import kombu
 import msgpack
 
-from qsched.bus.kombu import KombuBus
+from qsched.bus.kombu_wire import KombuWire
 from qsched.chaos.stack import FLAVORS, Stack
 from qsched.flavors import Flavor
 from qsched.message import MAX_MESSAGE_BYTES, BootRequest
@@ -46,37 +46,33 @@ def inject_poison(stack: Stack, rng: random.Random) -> list[dict[str, Any]]:
     A text body (kombu hands it over as ``str``) goes as well. Returns what was
     sent: kind, queue and token (None for the empty body).
     """
-    bus = KombuBus(stack.transport_url, prefix=stack.prefix)
+    wire = KombuWire(stack.transport_url, prefix=stack.prefix)
     sent: list[dict[str, Any]] = []
     try:
-        boot = bus.boot_entity(FLAVORS[0][0])
-        host = bus.host_entity(rng.choice(stack.hosts))
+        boot = wire.boot_entity(FLAVORS[0][0])
+        host = wire.host_entity(rng.choice(stack.hosts))
         for entity, kinds in ((boot, list(BODIES)), (host, ["empty", "garbage"])):
             for kind in kinds:
                 token = f"poison-{uuid.uuid4()}"
-                bus.publish(entity, BODIES[kind](token))
+                wire.publish(entity, BODIES[kind](token))
                 sent.append(_note(kind, entity, None if kind == "empty" else token))
         token = f"poison-{uuid.uuid4()}"
-        _publish_text(bus, boot, f"poison text {token}")
+        _publish_text(wire, boot, f"poison text {token}")
         sent.append(_note("text", boot, token))
     finally:
-        bus.close()
+        wire.close()
     return sent
 
 
-def _publish_text(bus: KombuBus, entity: kombu.Queue, text: str) -> None:
+def _publish_text(wire: KombuWire, entity: kombu.Queue, text: str) -> None:
     """A body with a text encoding: py-amqp decodes it and kombu hands over a str."""
-    connection = bus.connect()
-    try:
-        channel = connection.channel()
-        bus.declare(channel, entity)
-        exchange, key = bus.route(entity)
+    with wire.channel() as channel:
+        wire.declare(channel, entity)
+        exchange, key = wire.route(entity)
         kombu.Producer(channel).publish(
             text, exchange=exchange, routing_key=key, content_type="text/plain",
             content_encoding="utf-8", serializer=None,
         )  # fmt: skip
-    finally:
-        connection.release()
 
 
 def _note(kind: str, entity: kombu.Queue, token: str | None) -> dict[str, Any]:

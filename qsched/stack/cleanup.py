@@ -13,7 +13,7 @@ import redis
 from qsched.ledger import Stores
 
 if TYPE_CHECKING:
-    from qsched.bus.kombu import KombuBus
+    from qsched.bus.kombu_wire import KombuWire
 
 
 def forget_cell(stores: Stores) -> int:
@@ -35,29 +35,26 @@ def forget_bus(transport_url: str, prefix: str, classes: list[str], hosts: list[
     """Remove a stack's queues and exchanges (RabbitMQ) or keys (kombu's Redis transport).
 
     :returns: what RabbitMQ refused to delete, one line each.
-    :raises: one of the bus's errors when the broker cannot be reached at all,
+    :raises: one of the wire's errors when the broker cannot be reached at all,
         a ``redis.RedisError`` when the Redis transport's server cannot.
     """
-    from qsched.bus.kombu import KombuBus  # kombu only once a stack ran
+    from qsched.bus.kombu_wire import KombuWire  # kombu only once a stack ran
 
-    bus = KombuBus(transport_url, prefix=prefix)
-    try:
-        if bus.amqp:
-            return _delete_amqp(bus, classes, hosts)
-        if bus.driver == "redis":
-            _delete_redis_keys(transport_url, prefix)
-        return []
-    finally:
-        bus.close()
+    wire = KombuWire(transport_url, prefix=prefix)
+    if wire.amqp:
+        return _delete_amqp(wire, classes, hosts)
+    if wire.driver == "redis":
+        _delete_redis_keys(transport_url, prefix)
+    return []
 
 
-def _delete_amqp(bus: KombuBus, classes: list[str], hosts: list[str]) -> list[str]:
-    names = bus.names
+def _delete_amqp(wire: KombuWire, classes: list[str], hosts: list[str]) -> list[str]:
+    names = wire.names
     queues = [names.dead_queue, *map(names.boot_queue, classes), *map(names.host_queue, hosts)]
     exchanges = [names.exchange, names.dead_exchange]
     doomed = [*(("queue", q) for q in queues), *(("exchange", e) for e in exchanges)]
     failed = []
-    connection = bus.connect()
+    connection = wire.connect()
     try:
         for kind, name in doomed:
             try:
@@ -65,7 +62,7 @@ def _delete_amqp(bus: KombuBus, classes: list[str], hosts: list[str]) -> list[st
                 delete = channel.queue_delete if kind == "queue" else channel.exchange_delete
                 delete(name)
                 channel.close()
-            except bus.errors as exc:
+            except wire.errors as exc:
                 failed.append(f"{kind} {name}: {exc}")
     finally:
         connection.release()
