@@ -13,10 +13,10 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from agents.service import wait_until
 from qsched.ledger.base import State
 from qsched.stack import CellConfig, GunicornConfig, Options, ProcessStack, merged, new_prefix
 from tests.conftest import REDIS_URL, real_redis, require_server
+from tests.helpers import wait_until
 
 AMQP_URL = os.environ.get("QSCHED_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 BUS_REDIS_URL = os.environ.get("QSCHED_TEST_BUS_REDIS_URL", "redis://127.0.0.1:6379/6")

@@ -19,7 +19,6 @@ import jsonschema
 import pytest
 from click.testing import CliRunner, Result
 
-from agents.service import wait_until
 from agents.virt.fake import FakeNodeSpec
 from qsched.admin import queries, schemas
 from qsched.admin.cli import cli
@@ -30,6 +29,7 @@ from qsched.ledger.base import State
 from qsched.message import BootRequest
 from qsched.reaper import reap_expired
 from qsched.scheduling.records import record_for
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

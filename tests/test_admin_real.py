@@ -19,7 +19,6 @@ import jsonschema
 import pytest
 from click.testing import CliRunner, Result
 
-from agents.service import wait_until
 from qsched.admin import schemas
 from qsched.admin.cli import cli
 from qsched.bus.kombu import KombuBus
@@ -29,6 +28,7 @@ from qsched.ledger.base import State
 from qsched.reaper import reap_expired
 from tests.cloud import Cloud, transport_url
 from tests.conftest import real_redis
+from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(90)]
 

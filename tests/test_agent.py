@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.service import ComputeAgent, wait_until
+from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched.compute import RequestContext
 from qsched.conf import AgentOptions
@@ -12,6 +12,7 @@ from qsched.ledger.audit import audit
 from qsched.ledger.base import State, Usage
 from qsched.message import BootRequest
 from qsched.reaper import NO_VALID_HOST, reap_expired
+from tests.helpers import wait_until
 
 USER = RequestContext("u1", "p1")
 

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from agents.service import ComputeAgent, wait_until
+from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec, read_state
 from qsched.compute import RequestContext
 from qsched.conf import AgentOptions
@@ -26,6 +26,7 @@ from qsched.ledger.audit import audit
 from qsched.ledger.base import State
 from qsched.message import BootRequest
 from qsched.scheduling.views import ProviderView, usage_digest
+from tests.helpers import wait_until
 
 USER = RequestContext("u1", "p1")
 SPEC = FakeNodeSpec(vcpus=4, ram_mb=8192, disk_gb=0)
@@ -159,7 +160,7 @@ def test_a_claim_taken_back_under_a_spawn_is_given_back_to_the_index(
     stores.instances.requeue(inst, "cn0", "taken back by a janitor")  # the ledger lets go
     api.delete(USER, inst)
     release.set()
-    assert wait_until(lambda: not agent._builds, 10)
+    assert wait_until(lambda: not agent.builds, 10)
     assert agent.index.totals()["VCPU"][0] == 0 and converged(stores, agent)
 
 

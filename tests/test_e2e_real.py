@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from agents.service import wait_until
 from qsched.bus.kombu import KombuBus
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, Usage
 from qsched.reaper import NO_VALID_HOST
 from tests.cloud import BUILD_TIMEOUT_S, Cloud, transport_url
 from tests.conftest import real_redis
+from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(180)]
 

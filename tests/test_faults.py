@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 
-from agents.service import ComputeAgent, wait_until
+from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import janitor
 from qsched.compute import RequestContext
@@ -21,6 +21,7 @@ from qsched.ledger.base import Instance, State
 from qsched.message import BootRequest
 from qsched.reaper import reap_expired
 from qsched.scheduling.classes import SchedulingClass
+from tests.helpers import before_claim, wait_until
 
 USER = RequestContext("u1", "p1")
 
@@ -161,7 +162,7 @@ def test_a_redelivered_request_is_not_spawned_twice(conf, stores, bus, api, agen
         entered.set()
         hold.wait(10)
 
-    slow.before_claim = held
+    before_claim(slow, held)
     inst = str(uuid.uuid4())
     flavor = Flavor("small", 1, 1024, 0)
     stores.instances.create(Instance(inst, "p1", "u1", "vm", flavor.to_dict(), State.BUILD), 1e12)
@@ -255,7 +256,7 @@ def test_a_request_released_under_a_running_spawn_is_not_dropped(
     agent.on_message(msg.encode(), delivery)
     assert delivery.settled == ["requeue"] and record.host is None  # due again, not dropped
     release.set()  # the old spawn finds its claim gone, destroys its VM and lets go
-    assert wait_until(lambda: not agent._builds, 10)
+    assert wait_until(lambda: not agent.builds, 10)
     agent.on_message(msg.encode(), _Recording())  # the requeued copy comes back
     assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 15)
     assert audit(stores).ok
@@ -312,7 +313,7 @@ def test_a_spawn_that_outlives_its_deadline_gives_its_room_back(
     assert agent.index.totals()["VCPU"][0] == 1
     assert reap_expired(stores, now=time.time() + 3600) == 1  # the reaper ends it in ERROR
     release.set()
-    assert wait_until(lambda: not agent._builds, 10)
+    assert wait_until(lambda: not agent.builds, 10)
     assert stores.instances.get(inst).state == State.ERROR
     assert agent.index.totals()["VCPU"][0] == 0  # the ledger freed it: so does the index
     assert audit(stores).ok
@@ -330,6 +331,6 @@ def test_a_delete_during_a_spawn_frees_its_room_once(conf, stores, bus, api, age
     api.delete(USER, doomed)  # its agent destroys it and frees its room
     assert wait_until(lambda: stores.instances.get(doomed).state == State.DELETED, 10)
     release.set()  # then the spawn ends and finds it gone
-    assert wait_until(lambda: not agent._builds, 10)
+    assert wait_until(lambda: not agent.builds, 10)
     assert agent.index.totals()["VCPU"][0] == 1  # only kept's: freed once, not twice
     assert audit(stores).ok

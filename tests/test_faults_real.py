@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from agents.service import ComputeAgent, wait_until
+from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched.bus.kombu import KombuBus, KombuOptions
 from qsched.compute import ComputeAPI, RequestContext
@@ -31,6 +31,7 @@ from qsched.ledger.base import State, Usage
 from qsched.stack import free_port
 from tests.cloud import AMQP_URL, BUS_REDIS_URL, Cloud, require_rabbitmq
 from tests.conftest import IN_CI, real_redis
+from tests.helpers import before_claim, wait_until
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -204,7 +205,7 @@ def test_a_redis_transport_redelivery_places_and_spawns_once(conf, real_redis_ur
 
     try:
         slow = agent("cn-slow")
-        slow.before_claim = lambda msg: (holding.set(), release.wait(10))
+        before_claim(slow, lambda msg: (holding.set(), release.wait(10)))
         time.sleep(0.3)  # it subscribes to the class within its poll interval
         inst = api.boot(RequestContext("u1", "p1"), "vm", "small").uuid
         assert holding.wait(10)

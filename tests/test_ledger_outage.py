@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import redis
 
-from agents.service import wait_until
 from qsched import exception
 from qsched.compute import RequestContext
 from qsched.conf import LedgerOptions
@@ -31,6 +30,7 @@ from qsched.ledger.quota import RedisQuota
 from qsched.ledger.redis import unavailable
 from qsched.message import DeleteRequest
 from qsched.stack import free_port
+from tests.helpers import wait_until
 from tests.test_convergence import freeze, start
 
 U = str(uuid.uuid4())

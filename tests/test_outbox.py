@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import redis
 
-from agents.service import wait_until
 from qsched import exception, janitor
 from qsched.chaos.servers import RedisServer
 from qsched.compute import ComputeAPI, RequestContext
@@ -29,6 +28,7 @@ from qsched.ledger.base import Instance, State, Usage
 from qsched.message import BootRequest
 from qsched.scheduling.records import record_for
 from tests.conftest import require_server
+from tests.helpers import wait_until
 from tests.test_convergence import SPEC, freeze, start
 
 USER = RequestContext("u1", "p1")

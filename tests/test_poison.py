@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.service import ComputeAgent, wait_until
+from agents.service import ComputeAgent
 from agents.virt.fake import FakeNodeSpec
 from qsched.admin import deadletters, schemas, views
 from qsched.admin.cli_bus import LETTER_COLUMNS
@@ -36,6 +36,7 @@ from qsched.message import BootRequest
 from qsched.stack.cleanup import forget_bus
 from tests.cloud import transport_url
 from tests.conftest import IN_CI
+from tests.helpers import wait_until
 from tests.test_admin import Admin, config_file
 
 pytestmark = pytest.mark.timeout(90)

@@ -1,0 +1,201 @@
+"""Placing one boot request on this agent: admit, pick, claim, or refuse.
+
+The steps of a pull scheduler, in the order a request meets them (kube-scheduler's
+framework names its plug-in points PreFilter, Filter, Reserve, Permit, Bind,
+Unreserve; an agent that pulls its work is asked other questions):
+
+=========  ==========================================================================
+admit      Is the request this agent's to place now? Not a redelivery of a build in
+           flight, not past its deadline (then it ends here in NoValidHost), of a
+           class the ledger lists (else a dead letter).
+pick       Which node has room: the index answers in O(1).
+claim      Take the resources in the ledger, atomic with the check that the
+           instance still waits; generation conflicts are re-read and retried the
+           Placement way. The request is acked only once this holds.
+refuse     Nothing here fits: say why in the instance history and requeue the
+           request with this host in ``tried_hosts``, for another agent.
+=========  ==========================================================================
+
+After the claim the spawn runs in a worker (:mod:`agents.spawning`: spawn, settle,
+give back). A new rule that must hold at claim time (a hard server-group policy)
+belongs in :meth:`Placer.claim`, one that narrows the nodes in :meth:`Placer.pick`.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+from typing import Any
+
+from agents.nodes import Pick
+from agents.steps import AgentParts, Build
+from qsched import exception
+from qsched.bus.base import Delivery
+from qsched.ledger import retry
+from qsched.ledger.base import State
+from qsched.message import BootRequest
+from qsched.reaper import fail_no_valid_host
+from qsched.scheduling.classes import SchedulingClass
+from qsched.scheduling.fit import Refusal, fit_request
+
+LOG = logging.getLogger(__name__)
+
+#: How many nodes one request may try after the ledger refused the first pick.
+MAX_PICKS = 3
+
+
+class UnknownClass(exception.Invalid):
+    msg_fmt = (
+        "scheduling class {name} is not published in the ledger: no front door made it, so "
+        "no agent consumes it"
+    )
+
+
+class Admission(enum.Enum):
+    """What :meth:`Placer.admit` decided about a delivered request."""
+
+    PLACE = "place"  # go on: pick and claim
+    DROP = "drop"  # nothing to place (deleted, placed, or our build of it runs): ack
+    LATER = "later"  # our spawn of it runs but the ledger took the claim back: requeue
+    ENDED = "ended"  # past its deadline: ended here in NoValidHost; ack
+    UNKNOWN_CLASS = "unknown_class"  # the ledger lists no such class: dead-letter
+
+
+class Placer:
+    """The consumer thread's steps for one boot request (see the module docstring).
+
+    ``claim_retries``: re-reads after generation conflicts before a claim gives up.
+    """
+
+    def __init__(self, parts: AgentParts, claim_retries: int) -> None:
+        self.parts = parts
+        self.claim_retries = claim_retries
+        self.sample_node: str | None = None  # the node on which refusals are explained
+
+    # -- admit --
+
+    def admit(self, msg: BootRequest) -> Admission:
+        """Whether this agent places ``msg`` now; ends it NoValidHost if it is past due.
+
+        The usual path reads nothing from the ledger: the claim script is the check
+        that the instance still waits.
+        """
+        if msg.instance_uuid in self.parts.builds:
+            # A redelivery while our spawn runs: drop it. But if the ledger took our
+            # claim back (a janitor thought us dead), the request is due again: once
+            # that spawn has given up, we or another agent must take it.
+            return Admission.LATER if self.still_waiting(msg) else Admission.DROP
+        if msg.expired():
+            fail_no_valid_host(self.parts.stores, msg.instance_uuid, "deadline")
+            return Admission.ENDED
+        if not self.knows_class(msg.scheduling_class):
+            return Admission.UNKNOWN_CLASS
+        return Admission.PLACE
+
+    def still_waiting(self, msg: BootRequest) -> bool:
+        """Whether the instance still waits for a host: worth requeueing its request."""
+        try:
+            inst = self.parts.stores.instances.get(msg.instance_uuid)
+        except exception.InstanceNotFound:
+            return False
+        return inst.state == State.BUILD and inst.host is None
+
+    def knows_class(self, name: str) -> bool:
+        """Know the class, from the ledger only: agents consume what it lists."""
+        if name not in self.parts.index.classes():
+            self.sync_classes()
+        return name in self.parts.index.classes()
+
+    def sync_classes(self) -> None:
+        """Learn the live classes from the ledger: O(number of classes)."""
+        known = self.parts.index.classes()
+        for name, definition in self.parts.stores.agents.classes().items():
+            if name not in known:
+                self._learn_class(name, definition)
+
+    def _learn_class(self, name: str, definition: dict[str, Any]) -> None:
+        try:
+            request = SchedulingClass.from_definition(definition).request()
+        except exception.Invalid as exc:
+            LOG.error("agent %s: ignoring class %s with a bad definition: %s", self.parts.host,
+                      name, exc)  # fmt: skip
+            return
+        self.parts.index.add_request(name, request)
+
+    # -- pick and claim --
+
+    def place(self, msg: BootRequest) -> Pick | Refusal | None:
+        """Pick and claim a node: the pick, why nothing fits, or None if nothing is to place.
+
+        A node the ledger finds fuller than the index thought is read again and the
+        next pick tried, up to :data:`MAX_PICKS`.
+        """
+        for _ in range(MAX_PICKS):
+            pick = self.pick(msg)
+            if pick is None:
+                return self.why_not(msg)
+            try:
+                if not self.claim(msg, pick):
+                    return None
+            except exception.CapacityExceeded as exc:
+                self._note_conflict(msg, pick, exc)
+                self.parts.reconciler.refresh_nodes([pick.node])
+                continue
+            return pick
+        return self.why_not(msg)
+
+    def pick(self, msg: BootRequest) -> Pick | None:
+        """The node the index chooses for the request's class (O(1)), or None."""
+        return self.parts.index.pick(msg.scheduling_class)
+
+    def claim(self, msg: BootRequest, pick: Pick) -> bool:
+        """Claim ``pick`` in the ledger and hold the build; False if the instance no
+        longer waits (deleted, ended, placed elsewhere).
+
+        :raises CapacityExceeded: the node is fuller than the index thought.
+        """
+        parts = self.parts
+        try:
+            with parts.index.writing(pick.node):
+                result = retry.claim(
+                    parts.stores.ledger, msg.instance_uuid, pick.allocations, parts.host,
+                    pick.node, max_retries=self.claim_retries,
+                    on_conflict=functools.partial(self._note_conflict, msg, pick),
+                )  # fmt: skip
+                parts.builds.add(Build(msg, pick))
+                # ``already``: a redelivery after a restart; the index read it from the ledger
+                if not result.already:
+                    parts.index.claim(pick.node, pick.allocations)
+        except (exception.InstanceNotWaiting, exception.InstanceNotFound):
+            return False
+        parts.counters["claimed"] += 1
+        return True
+
+    def _note_conflict(self, msg: BootRequest, pick: Pick, exc: Exception) -> None:
+        self.parts.counters["conflicts"] += 1
+        self.parts.stores.instances.add_event(
+            msg.instance_uuid, "conflict", host=self.parts.host, node=pick.node,
+            reason=str(exc), retried=True,
+        )  # fmt: skip
+
+    # -- refuse --
+
+    def why_not(self, msg: BootRequest) -> Refusal | None:
+        """Why no node fits, told on one node: exact for one node, a sample for many."""
+        if self.sample_node is None:
+            return None
+        node = self.parts.index.node(self.sample_node)
+        result = fit_request(node, self.parts.index.request(msg.scheduling_class))
+        return result if isinstance(result, Refusal) else None
+
+    def refuse(self, msg: BootRequest, delivery: Delivery, why: Refusal | None) -> None:
+        """Say why nothing here fits and requeue the request with this host tried."""
+        parts = self.parts
+        reason = str(why) if why is not None else "no node of this agent fits the request"
+        parts.counters["refused"] += 1
+        parts.stores.instances.add_event(
+            msg.instance_uuid, "refused", host=parts.host, node=why.node if why else None,
+            reason=reason, kind=why.kind.value if why else "none", nodes=len(parts.index),
+        )  # fmt: skip
+        delivery.requeue(msg.refused_by(parts.host).encode())

@@ -1,0 +1,98 @@
+"""After the claim: spawn, settle, or give back. Runs in the agent's spawn workers.
+
+=========  ==========================================================================
+spawn      The virt driver builds the instance on the claimed node.
+settle     The record says ACTIVE and the build ends. If the ledger no longer lets
+           it (deleted, past its deadline, taken back by a janitor while it
+           spawned), the instance is destroyed and the node read again.
+give back  The spawn failed: the claim is released and the request requeued as
+           its next attempt (a reschedule), or ended in NoValidHost once
+           ``max_attempts`` is used up.
+=========  ==========================================================================
+
+A worker holds a claim nobody else finishes, so each ledger write retries through
+an outage (:meth:`~agents.steps.AgentParts.persist`) instead of giving up.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from agents.steps import AgentParts, Build
+from agents.virt.base import SpawnFailed
+from qsched import exception
+from qsched.ledger.base import State
+from qsched.reaper import fail_no_valid_host
+
+LOG = logging.getLogger(__name__)
+
+
+class Spawner:
+    """A spawn worker's steps for one claimed build (see the module docstring)."""
+
+    def __init__(self, parts: AgentParts) -> None:
+        self.parts = parts
+
+    def spawn(self, uuid: str) -> None:
+        """Spawn a held build, then settle it or give it back."""
+        build = self.parts.builds.get(uuid)
+        if build is None:
+            return
+        try:
+            self.parts.driver.spawn(uuid, build.pick.node, build.request.to_flavor())
+        except SpawnFailed as exc:
+            self.give_back(build, str(exc))
+            return
+        except Exception as exc:  # a driver bug must not leak the claim
+            LOG.exception("agent %s: spawn of %s crashed", self.parts.host, uuid)
+            self.give_back(build, f"spawn crashed: {exc}")
+            return
+        self.settle(build)
+
+    def settle(self, build: Build) -> None:
+        """Record the spawned instance ACTIVE and end the build."""
+        parts, msg, node = self.parts, build.request, build.pick.node
+        uuid = msg.instance_uuid
+        try:
+            parts.persist(msg, lambda: parts.stores.instances.set_active(uuid, parts.host, node))
+            parts.counters["active"] += 1
+        except (exception.InstanceNotWaiting, exception.InstanceNotFound):
+            # The ledger released its claim: the index reads the node again.
+            parts.driver.destroy(uuid, node)
+            self.forget(uuid)
+            parts.reconciler.refresh_nodes([node])
+            return
+        self.forget(uuid)
+
+    def give_back(self, build: Build, reason: str) -> None:
+        """Release the claim of a failed spawn and reschedule the request."""
+        parts, msg, node = self.parts, build.request, build.pick.node
+        uuid = msg.instance_uuid
+        parts.counters["spawn_failed"] += 1
+        try:
+            with parts.index.writing(node):
+                inst = parts.persist(
+                    msg, lambda: parts.stores.instances.requeue(uuid, parts.host, reason)
+                )
+                self.forget(uuid, release=True)
+        except (exception.InstanceNotWaiting, exception.InstanceNotFound):
+            self.forget(uuid)  # its claim was released under it: read the node again
+            parts.reconciler.refresh_nodes([node])
+            return
+        if inst.state != State.BUILD:
+            return  # it was being deleted: the ledger ended it
+        if inst.attempts >= msg.max_attempts:
+            fail_no_valid_host(parts.stores, uuid, "max_attempts")
+            return
+        try:
+            parts.persist(msg, lambda: parts.bus.publish_boot(msg.next_attempt(parts.host)))
+            parts.stores.instances.outbox_done([(uuid, inst.outbox)])
+        except exception.BackendUnavailable:
+            LOG.error("agent %s: could not reschedule %s; the janitor publishes it from the "
+                      "outbox", parts.host, uuid)  # fmt: skip
+
+    def forget(self, uuid: str, release: bool = False) -> None:
+        """End a build; ``release``: the agent released its claim, free it here too."""
+        build = self.parts.builds.pop(uuid)
+        if build is not None and release:
+            self.parts.index.release(build.pick.node, build.pick.allocations)

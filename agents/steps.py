@@ -1,0 +1,110 @@
+"""What every step of one agent works with, and the builds it has in flight.
+
+An agent places a boot request in named steps (:mod:`agents.placing`:
+admit, pick, claim, refuse; :mod:`agents.spawning`: spawn, settle, give back).
+Each step is a method of a small class built on one :class:`AgentParts`, so a new
+rule (a server group's affinity, a gang that must hold all its claims before any
+spawn) is a new step or a change to one, not a longer loop in the service.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import TypeVar
+
+from agents.nodes import NodeIndex, Pick
+from agents.reconcile import Reconciler
+from agents.virt.base import VirtDriver
+from qsched import exception
+from qsched.bus.base import Bus
+from qsched.ledger import Stores
+from qsched.message import BootRequest
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """A claimed instance whose spawn is in flight: the request and where it was claimed."""
+
+    request: BootRequest
+    pick: Pick
+
+
+class Builds:
+    """The agent's builds in flight by instance uuid; thread-safe, O(1) per call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._builds: dict[str, Build] = {}
+
+    def add(self, build: Build) -> None:
+        with self._lock:
+            self._builds[build.request.instance_uuid] = build
+
+    def get(self, uuid: str) -> Build | None:
+        with self._lock:
+            return self._builds.get(uuid)
+
+    def pop(self, uuid: str) -> Build | None:
+        with self._lock:
+            return self._builds.pop(uuid, None)
+
+    def __contains__(self, uuid: object) -> bool:
+        with self._lock:
+            return uuid in self._builds
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._builds)
+
+
+@dataclasses.dataclass
+class AgentParts:
+    """One agent's host name and the parts its steps share."""
+
+    host: str
+    stores: Stores
+    bus: Bus
+    driver: VirtDriver
+    index: NodeIndex
+    builds: Builds
+    reconciler: Reconciler
+    counters: Counter[str]
+    stopped: threading.Event
+    retry_max_s: float  # [agent] ledger_retry_max_s
+
+    def persist(self, msg: BootRequest, write: Callable[[], T]) -> T:
+        """Run ``write``, retrying while the ledger or bus is down, up to the deadline.
+
+        A step that holds a claim nobody else will finish keeps trying instead of
+        giving up at the first outage.
+
+        :raises BackendUnavailable: still down at the request's deadline or at stop.
+        """
+        backoff = Backoff(self.retry_max_s)
+        while True:
+            try:
+                return write()
+            except exception.BackendUnavailable:
+                if msg.expired() or self.stopped.is_set():
+                    raise
+                self.stopped.wait(backoff.next())
+
+
+class Backoff:
+    """Exponential delays from 0.1 s, doubling up to ``max_s``."""
+
+    def __init__(self, max_s: float) -> None:
+        self.max_s = max_s
+        self._delay_s = 0.05
+
+    def next(self) -> float:
+        self._delay_s = min(self.max_s, self._delay_s * 2)
+        return self._delay_s
+
+    def reset(self) -> None:
+        self._delay_s = 0.05

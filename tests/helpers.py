@@ -1,0 +1,32 @@
+"""Helpers shared by the tests: waiting for a condition, and hooks into an agent's steps."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from agents.nodes import Pick
+from agents.service import ComputeAgent
+from qsched.message import BootRequest
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, interval_s: float = 0.01) -> bool:
+    """Poll ``predicate`` until true or timed out."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval_s)
+    return True
+
+
+def before_claim(agent: ComputeAgent, hook: Callable[[BootRequest], object]) -> None:
+    """Call ``hook`` with every request ``agent`` is about to claim, in its consumer thread."""
+    claim = agent.placer.claim
+
+    def hooked(msg: BootRequest, pick: Pick) -> bool:
+        hook(msg)
+        return claim(msg, pick)
+
+    agent.placer.claim = hooked  # type: ignore[method-assign]
