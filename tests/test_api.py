@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import http.client
 import json
 import threading
@@ -384,6 +385,18 @@ class TestShow:
         admin = client.simulate_get(f"/v2.1/servers/{server_id}", headers=ADMIN).json["server"]
         assert admin["OS-EXT-SRV-ATTR:host"] == "cn7"
         assert admin["OS-EXT-SRV-ATTR:hypervisor_hostname"] == "cn7-n1"
+
+    def test_launched_at_is_when_it_went_active(self, client, stores) -> None:
+        server_id = post_server(client).json["server"]["id"]
+        building = client.simulate_get(f"/v2.1/servers/{server_id}", headers=USER).json["server"]
+        assert building["OS-SRV-USG:launched_at"] is None
+        place(stores, server_id, "cn7")
+        shown = client.simulate_get(f"/v2.1/servers/{server_id}", headers=USER).json["server"]
+        launched = stores.instances.get(server_id).launched_at
+        assert launched is not None
+        stamp = datetime.datetime.fromtimestamp(launched, tz=datetime.UTC)
+        # Nova's usage timestamps: UTC, microseconds, no zone suffix
+        assert shown["OS-SRV-USG:launched_at"] == stamp.strftime("%Y-%m-%dT%H:%M:%S.%f")
 
     def test_fault_details_for_admins_only(self, client, stores) -> None:
         server_id = post_server(client).json["server"]["id"]
