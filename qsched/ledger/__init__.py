@@ -1,7 +1,7 @@
 """The ledger: providers and allocations, quota and instance records, on Redis.
 
-:func:`open_stores` builds all three on one connection from the ``[ledger]``
-and ``[quota]`` sections of a ConfigOpts.
+:func:`open_stores` builds all three on one connection from the ``[ledger]`` and
+``[quota]`` options (:class:`~qsched.conf.LedgerOptions`, ``QuotaOptions``).
 """
 
 from __future__ import annotations
