@@ -119,7 +119,7 @@ def test_no_import_circle() -> None:
         path.append(module)
         for target in sorted(graph[module]):
             if state.get(target) == 1:
-                circle = path[path.index(target) :] + [target]
+                circle = [*path[path.index(target) :], target]
                 pytest.fail("import circle: " + " -> ".join(circle))
             if target not in state:
                 visit(target)
