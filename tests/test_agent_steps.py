@@ -1,0 +1,100 @@
+"""The agent's steps one at a time, on a ledger and no consumer: admit, place, settle."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid as uuidlib
+
+import pytest
+
+from agents.placing import Admission
+from agents.registration import register_nodes
+from agents.service import ComputeAgent
+from agents.steps import Build
+from agents.virt.fake import FakeDriver, FakeNodeSpec
+from qsched.conf import AgentOptions
+from qsched.flavors import Flavor
+from qsched.ledger import Stores
+from qsched.ledger.base import State
+from qsched.message import BootRequest
+from qsched.scheduling.classes import SchedulingClass
+from qsched.scheduling.fit import Refusal
+from qsched.scheduling.records import record_for
+
+SMALL, HUGE = Flavor("small", 1, 1024), Flavor("huge", 64, 1024)
+
+
+@pytest.fixture
+def agent(stores: Stores, bus) -> ComputeAgent:
+    """An agent whose nodes are registered and indexed, not consuming (no start)."""
+    driver = FakeDriver(1, FakeNodeSpec(vcpus=4, ram_mb=4096, disk_gb=0), host="cn1")
+    agent = ComputeAgent(AgentOptions.defaults().replace(host="cn1"), stores, bus, driver)
+    for view in register_nodes(stores.ledger, driver.nodes(), "nova", ()):
+        agent.index.add_node(view)
+        agent.placer.sample_node = view.name
+    return agent
+
+
+def waiting(stores: Stores, flavor: Flavor, timeout_s: float = 60) -> BootRequest:
+    """A request recorded by a front door, its class published."""
+    request = BootRequest.create(str(uuidlib.uuid4()), "p1", "u1", flavor, timeout_s=timeout_s)
+    stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
+    scheduling_class = SchedulingClass(flavor)
+    stores.agents.add_class(scheduling_class.name, scheduling_class.definition())
+    stores.instances.create(record_for(request, "vm"), request.deadline)
+    return request
+
+
+def test_admit(agent: ComputeAgent, stores: Stores) -> None:
+    request = waiting(stores, SMALL)
+    assert agent.placer.admit(request) is Admission.PLACE  # learnt the class from the ledger
+    stray = dataclasses.replace(request, scheduling_class="forged")
+    assert agent.placer.admit(stray) is Admission.UNKNOWN_CLASS
+    late = waiting(stores, SMALL, timeout_s=-1)
+    assert agent.placer.admit(late) is Admission.ENDED
+    assert stores.instances.get(late.instance_uuid).state == State.ERROR
+
+
+def test_a_redelivery_of_a_build_in_flight(agent: ComputeAgent, stores: Stores) -> None:
+    request = waiting(stores, SMALL)
+    assert agent.placer.admit(request) is Admission.PLACE
+    pick = agent.placer.place(request)
+    assert not isinstance(pick, Refusal) and pick is not None
+    assert agent.builds.get(request.instance_uuid) == Build(request, pick)
+    assert agent.placer.admit(request) is Admission.DROP  # our spawn of it runs
+    stores.instances.requeue(request.instance_uuid, "cn1", "taken back")  # a janitor did
+    assert agent.placer.admit(request) is Admission.LATER
+
+
+def test_place_claims_or_says_why_not(agent: ComputeAgent, stores: Stores) -> None:
+    huge = waiting(stores, HUGE)
+    agent.placer.admit(huge)
+    refusal = agent.placer.place(huge)
+    assert isinstance(refusal, Refusal) and "VCPU" in str(refusal)
+    small = waiting(stores, SMALL)
+    agent.placer.admit(small)
+    pick = agent.placer.place(small)
+    assert not isinstance(pick, Refusal) and pick is not None
+    assert stores.instances.get(small.instance_uuid).host == "cn1"
+    assert agent.index.totals()["VCPU"][0] == 1
+
+
+def test_settle_and_give_back(agent: ComputeAgent, stores: Stores, bus) -> None:
+    done, failed = waiting(stores, SMALL), waiting(stores, SMALL)
+    for request in (done, failed):
+        agent.placer.admit(request)
+        agent.placer.place(request)
+    built = agent.builds.get(done.instance_uuid)
+    assert built is not None
+    agent.spawner.settle(built)
+    assert stores.instances.get(done.instance_uuid).state == State.ACTIVE
+    again = agent.builds.get(failed.instance_uuid)
+    assert again is not None
+    agent.spawner.give_back(again, "the hypervisor said no")
+    record = stores.instances.get(failed.instance_uuid)
+    assert (record.state, record.host, record.attempts, record.tried_hosts) == (
+        State.BUILD, None, 1, ("cn1",),
+    )  # fmt: skip
+    assert len(agent.builds) == 0 and agent.index.totals()["VCPU"][0] == 1
+    assert time.time() < failed.deadline
