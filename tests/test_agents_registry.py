@@ -19,6 +19,16 @@ def test_heartbeat_expires(stores: Stores) -> None:
     assert [(i.host, i.alive) for i in stores.agents.list()] == [("cn1", False)]
 
 
+def test_last_seen_outlives_the_heartbeat(stores: Stores) -> None:
+    assert stores.agents.last_seen("cn1") is None
+    before = time.time()
+    stores.agents.heartbeat("cn1", ttl_s=0.05)
+    seen = stores.agents.last_seen("cn1")
+    time.sleep(0.1)
+    assert seen is not None and seen >= before and not stores.agents.alive("cn1")
+    assert stores.agents.last_seen("cn1") == seen
+
+
 def test_forget(stores: Stores) -> None:
     stores.agents.heartbeat("cn1", ttl_s=60)
     stores.agents.forget("cn1")

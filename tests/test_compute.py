@@ -22,11 +22,11 @@ from qsched.compute import (
     RequestContext,
     flavors_from_config,
 )
+from qsched.exception import FlavorExists, FlavorNotFound
 from qsched.flavors import Constraints, Flavor, scheduling_class
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Inventory, State, TaskState, Usage
-from qsched.ledger.flavors import FlavorExists, FlavorNotFound
 from qsched.message import BootRequest, DeleteRequest
 
 FLAVORS = ["m1.small:1:2048:20", "m1.large:4:8192:40:large-id", "g1.gpu:2:4096"]

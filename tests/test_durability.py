@@ -21,7 +21,6 @@ from qsched import exception
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, State
-from qsched.ledger.flavors import RedisFlavors
 from qsched.stack.redis import AofSampler, RedisServer
 from tests.conftest import require_server
 
@@ -72,7 +71,7 @@ def test_replica_durability_acknowledges_what_a_replica_holds(conf, pair) -> Non
     created = _create(stores)
     # the moment it is acknowledged, the replica has it
     assert replica.client().hget(stores.store.keys.instance(created), "state") == b"BUILD"
-    RedisFlavors(stores.store).create(FLAVOR)  # an admin write waits too (a barrier)
+    stores.flavors.create(FLAVOR)  # an admin write waits too (a barrier)
     assert replica.client().hexists(stores.store.keys.flavors, "small")
 
 

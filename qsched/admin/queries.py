@@ -19,8 +19,7 @@ from qsched.admin import capacity, why
 from qsched.bus.base import Bus, QueueStats
 from qsched.flavors import Constraints, Flavor
 from qsched.ledger import Stores
-from qsched.ledger.agents import AgentInfo
-from qsched.ledger.base import Event, Instance, Provider, State
+from qsched.ledger.base import AgentInfo, Event, Instance, Provider, State
 from qsched.ledger.redis import text
 
 CHUNK = 500  # commands per pipeline round trip in scans

@@ -1,7 +1,9 @@
 """The ledger: providers and allocations, quota and instance records, on Redis.
 
-:func:`open_stores` builds all three on one connection from the ``[ledger]``
-and ``[quota]`` sections of a ConfigOpts.
+:func:`open_stores` builds every store of a cell on one connection from the
+``[ledger]`` and ``[quota]`` sections of a ConfigOpts. Callers see the
+interfaces of :mod:`qsched.ledger.base`, :mod:`qsched.ledger.backend` and
+:mod:`qsched.ledger.inspection` only: no Redis client, no key.
 """
 
 from __future__ import annotations
@@ -11,23 +13,27 @@ import dataclasses
 from oslo_config import cfg
 
 from qsched.ledger.agents import RedisAgents
-from qsched.ledger.base import Usage
+from qsched.ledger.backend import Backend
+from qsched.ledger.base import AgentRegistry, FlavorStore, InstanceStore, Ledger, QuotaStore, Usage
+from qsched.ledger.flavors import RedisFlavors
 from qsched.ledger.instances import RedisInstances
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
-from qsched.ledger.redis import Durability, RedisStore, connect
+from qsched.ledger.redis import Durability, RedisBackend, RedisStore, connect
 from qsched.resources import DISK_GB, MEMORY_MB, VCPU
 
 
 @dataclasses.dataclass
 class Stores:
-    """The three stores of one cell, sharing one Redis connection pool."""
+    """The stores of one cell, sharing one connection (``backend``)."""
 
-    store: RedisStore
-    ledger: RedisLedger
-    quota: RedisQuota
-    instances: RedisInstances
-    agents: RedisAgents
+    ledger: Ledger
+    quota: QuotaStore
+    instances: InstanceStore
+    agents: AgentRegistry
+    flavors: FlavorStore
+    backend: Backend
+    store: RedisStore  # the raw store, until its last callers move to the interfaces
 
 
 def open_stores(conf: cfg.ConfigOpts, url: str | None = None) -> Stores:
@@ -48,10 +54,16 @@ def open_stores(conf: cfg.ConfigOpts, url: str | None = None) -> Stores:
         DISK_GB: conf.ledger.disk_allocation_ratio,
     }
     quota = RedisQuota(store, Usage(conf.quota.instances, conf.quota.cores, conf.quota.ram))
+    return _redis_stores(store, RedisLedger(store, ratios), quota)
+
+
+def _redis_stores(store: RedisStore, ledger: RedisLedger, quota: RedisQuota) -> Stores:
     return Stores(
-        store,
-        RedisLedger(store, ratios),
+        ledger,
         quota,
         RedisInstances(store, quota),
         RedisAgents(store),
+        RedisFlavors(store),
+        RedisBackend(store),
+        store,
     )

@@ -51,6 +51,7 @@ import fakeredis
 import redis
 
 from qsched import exception
+from qsched.ledger.backend import ERROR, TIMED_OUT, UNREACHABLE, Backend, LedgerUnavailable
 from qsched.ledger.keys import Keyspace
 
 DURABILITY_MODES = ("async", "replica", "disk")
@@ -302,6 +303,67 @@ class RedisStore:
     @staticmethod
     def now() -> float:
         return time.time()
+
+
+#: what a failed PING says, for the health page: the first class the error is an instance of
+_PING_FAILURES = (
+    (redis.TimeoutError, TIMED_OUT),
+    (redis.ConnectionError, UNREACHABLE),
+    (redis.RedisError, ERROR),
+)
+_UNLINK_BATCH = 1000  # keys per UNLINK when a cell is forgotten
+
+
+class RedisBackend(Backend):
+    """The Redis connection of a cell's stores (see :class:`~qsched.ledger.backend.Backend`)."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+
+    def ping(self) -> None:
+        try:
+            self.store.client.ping()
+        except redis.RedisError as exc:
+            category = next(word for kind, word in _PING_FAILURES if isinstance(exc, kind))
+            raise LedgerUnavailable(
+                backend="Redis", url="ledger", category=category, reason=exc
+            ) from exc
+
+    def close(self) -> None:
+        self.store.client.close()
+
+    @mapped
+    def is_empty(self) -> bool:
+        return not self.store.client.dbsize()
+
+    def command_stats(self) -> dict[str, tuple[int, int]]:
+        try:
+            raw = self.store.client.info("commandstats")
+        except Exception:  # fakeredis or a Redis that refuses INFO: no figures, no failure
+            return {}
+        return {
+            name.removeprefix("cmdstat_"): (int(v.get("calls", 0)), int(v.get("usec", 0)))
+            for name, v in raw.items()
+            if isinstance(v, dict)
+        }
+
+    @mapped
+    def forget_cell(self) -> int:
+        client = self.store.client
+        deleted, batch = 0, []
+        for key in client.scan_iter(match=glob_escape(self.store.keys.prefix) + "*", count=5000):
+            batch.append(key)
+            if len(batch) >= _UNLINK_BATCH:
+                deleted += client.unlink(*batch)
+                batch = []
+        if batch:
+            deleted += client.unlink(*batch)
+        return deleted
+
+
+def glob_escape(literal: str) -> str:
+    """A Redis glob (SCAN MATCH) that matches ``literal`` and nothing else."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in literal)
 
 
 def read_many(

@@ -304,4 +304,4 @@ class ProcessStack:
 
     def close(self) -> None:
         """Close this process's ledger connections."""
-        self.stores.store.client.close()
+        self.stores.backend.close()
