@@ -38,6 +38,7 @@ from qsched import conf as qconf
 from qsched.api import app as api_app
 from qsched.bus.kombu import KombuBus
 from qsched.ledger import Stores, open_stores
+from tests.raw import redis_store
 from tests.test_api import IMAGE
 from tests.test_api_input import ledger_dump
 from tests.test_compute import configure
@@ -418,7 +419,7 @@ class Cloud:
         conf = qconf.load()
         configure(conf)
         self.stores: Stores = open_stores(conf, ledger_url)
-        self.stores.store.client.flushall()  # the test's own fakeredis server
+        redis_store(self.stores).client.flushall()  # the test's own fakeredis server
         self.stores.agents.add_zone(ZONE)
         self.client = falcon.testing.TestClient(api_app.create_app(conf, self.stores, bus))
         self.servers: list[str] = []

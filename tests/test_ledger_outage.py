@@ -28,8 +28,10 @@ from qsched.ledger.instances import RedisInstances
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
 from qsched.ledger.redis import RedisBackend, unavailable
+from qsched.ledger.scan import RedisInspector
 from qsched.message import DeleteRequest
 from qsched.stack import free_port
+from tests.raw import redis_store
 from tests.test_convergence import freeze, start
 
 U = str(uuid.uuid4())
@@ -100,6 +102,17 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisFlavors.put": lambda s: s.flavors.put(FLAVOR),
     "RedisFlavors.update": lambda s: s.flavors.update("small", lambda f: f),
     "RedisFlavors.delete": lambda s: s.flavors.delete("small"),
+    "RedisInspector.instance_records": lambda s: s.inspector.instance_records(),
+    "RedisInspector.histories": lambda s: s.inspector.histories([U]),
+    "RedisInspector.events_trimmed": lambda s: s.inspector.events_trimmed(U),
+    "RedisInspector.deadline_index": lambda s: s.inspector.deadline_index(),
+    "RedisInspector.waiting_count": lambda s: s.inspector.waiting_count(),
+    "RedisInspector.consumers": lambda s: s.inspector.consumers(),
+    "RedisInspector.project_usages": lambda s: s.inspector.project_usages(),
+    "RedisInspector.quota_used": lambda s: s.inspector.quota_used(),
+    "RedisInspector.quota_held": lambda s: s.inspector.quota_held(),
+    "RedisInspector.provider_uuid": lambda s: s.inspector.provider_uuid("n1"),
+    "RedisInspector.provider_count": lambda s: s.inspector.provider_count(),
     "RedisBackend.ping": lambda s: s.backend.ping(),
     "RedisBackend.is_empty": lambda s: s.backend.is_empty(),
     "RedisBackend.forget_cell": lambda s: s.backend.forget_cell(),
@@ -108,7 +121,8 @@ NO_IO = {"RedisLedger.default_inventory", "RedisQuota.default_args"}  # pure hel
 NEVER_RAISE = {"RedisBackend.close", "RedisBackend.command_stats"}  # no figures is no failure
 
 
-STORES = (RedisLedger, RedisQuota, RedisInstances, RedisAgents, RedisFlavors, RedisBackend)
+STORES = (RedisLedger, RedisQuota, RedisInstances, RedisAgents, RedisFlavors, RedisInspector,
+          RedisBackend)  # fmt: skip
 
 
 @pytest.fixture
@@ -162,13 +176,13 @@ def test_an_agent_gives_back_a_delete_while_the_ledger_is_down(
     inst = api.boot(RequestContext("u1", "p1"), "vm", "small").uuid
     assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
     node = stores.instances.get(inst).node or ""
-    live = agent.stores.store.client
-    agent.stores.store.client = redis.Redis(port=free_port(), socket_connect_timeout=0.2)
+    live = redis_store(agent.stores).client
+    redis_store(agent.stores).client = redis.Redis(port=free_port(), socket_connect_timeout=0.2)
     try:
         bus.publish_delete("cn0", DeleteRequest("req-1", inst, "cn0", node))
         assert wait_until(lambda: agent.counters["backend_down"] >= 2, 10)
     finally:
-        agent.stores.store.client = live
+        redis_store(agent.stores).client = live
     assert wait_until(lambda: stores.instances.get(inst).state == State.DELETED, 10)
     assert bus.dead_letter_stats().ready == 0
     freeze(agent)

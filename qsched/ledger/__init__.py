@@ -16,10 +16,12 @@ from qsched.ledger.agents import RedisAgents
 from qsched.ledger.backend import Backend
 from qsched.ledger.base import AgentRegistry, FlavorStore, InstanceStore, Ledger, QuotaStore, Usage
 from qsched.ledger.flavors import RedisFlavors
+from qsched.ledger.inspection import Inspector
 from qsched.ledger.instances import RedisInstances
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
 from qsched.ledger.redis import Durability, RedisBackend, RedisStore, connect
+from qsched.ledger.scan import RedisInspector
 from qsched.resources import DISK_GB, MEMORY_MB, VCPU
 
 
@@ -32,8 +34,8 @@ class Stores:
     instances: InstanceStore
     agents: AgentRegistry
     flavors: FlavorStore
+    inspector: Inspector
     backend: Backend
-    store: RedisStore  # the raw store, until its last callers move to the interfaces
 
 
 def open_stores(conf: cfg.ConfigOpts, url: str | None = None) -> Stores:
@@ -64,6 +66,6 @@ def _redis_stores(store: RedisStore, ledger: RedisLedger, quota: RedisQuota) -> 
         RedisInstances(store, quota),
         RedisAgents(store),
         RedisFlavors(store),
+        RedisInspector(store),
         RedisBackend(store),
-        store,
     )

@@ -4,7 +4,8 @@ Ledger, QuotaStore and InstanceStore share one store so that the operations
 that must be atomic across them (reserve quota and record an instance; claim
 resources only for an instance still waiting) can be one atomic step where the
 state lives. AgentRegistry and FlavorStore sit next to them on the same store;
-:class:`~qsched.ledger.backend.Backend` is the connection they share.
+:class:`~qsched.ledger.backend.Backend` is the connection they share, and
+:class:`~qsched.ledger.inspection.Inspector` reads a whole cell for admin views.
 Every method may also raise :class:`~qsched.exception.BackendUnavailable`: the
 backend did not answer.
 """

@@ -25,7 +25,7 @@ from typing import Any
 
 from qsched import conf as qconf
 from qsched.ledger import Stores, open_stores
-from qsched.stack.cleanup import forget_bus, forget_cell
+from qsched.stack.cleanup import forget_bus
 from qsched.stack.config import CellConfig, GunicornConfig, ini_text
 
 LOOPBACK = "127.0.0.1"
@@ -287,12 +287,12 @@ class ProcessStack:
 
         Call it once the processes stopped. :returns: what could not be deleted.
         :raises: what :func:`~qsched.stack.cleanup.forget_bus` and
-            :func:`~qsched.stack.cleanup.forget_cell` raise.
+            :meth:`~qsched.ledger.backend.Backend.forget_cell` raise.
         """
         hosts = sorted(self._hosts)
         failed = forget_bus(self.transport_url, self.prefix, self.classes(), hosts)
         if self.own_cell:
-            forget_cell(self.stores)
+            self.stores.backend.forget_cell()
         return failed
 
     def classes(self) -> list[str]:
