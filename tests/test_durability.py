@@ -21,7 +21,7 @@ from qsched import exception
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, State
-from qsched.stack.redis import AofSampler, RedisServer
+from qsched.ledger.server import AofSampler, RedisServer
 from tests.conftest import require_server
 from tests.raw import redis_store
 

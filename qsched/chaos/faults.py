@@ -53,7 +53,7 @@ from typing import Any, Protocol
 from qsched.chaos.checks import claimed_by
 from qsched.chaos.poison import inject_poison
 from qsched.chaos.stack import Stack
-from qsched.stack.redis import AofSampler, RedisServer
+from qsched.ledger.server import AofSampler, RedisServer
 
 KINDS = (
     "agent_kill",
