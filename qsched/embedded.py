@@ -12,7 +12,6 @@ import threading
 import uuid
 from typing import Any
 
-import fakeredis
 from oslo_config import cfg
 
 from agents.service import ComputeAgent
@@ -21,7 +20,7 @@ from qsched import conf as qconf
 from qsched.api import app as api_app
 from qsched.bus.kombu import KombuBus
 from qsched.cmd.api import ThreadingWSGIServer, make_server
-from qsched.ledger import Stores, open_stores
+from qsched.ledger import Stores, embedded, open_stores
 from qsched.reaper import Periodic, reap_expired
 
 DEMO_FLAVORS = (
@@ -109,7 +108,7 @@ class SharedState:
     so that ``qsched-admin`` in another terminal sees what this process holds."""
 
     def __init__(self, port: int) -> None:
-        self.server = fakeredis.TcpFakeServer(("127.0.0.1", port), server_type="redis")
+        self.server = embedded.tcp_server("127.0.0.1", port)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
         self.ledger_url = f"redis://127.0.0.1:{port}/0"

@@ -8,9 +8,8 @@ Connection string
     ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...``,
     ``unix:///path/to/socket?db=0``: one real Redis (no Sentinel or Cluster
     client yet: a proxy in front of them is seen as one server).
-    ``fakeredis://[name]``: an in-process fakeredis server with Lua, shared by
-    every store of this process opened with the same name. Embedded default
-    and tests only; nothing survives the process.
+    ``fakeredis://[name]``: the embedded ledger of :mod:`qsched.ledger.embedded`
+    (the ``embedded`` extra); demo and tests only, nothing survives the process.
 
 Durability (``[ledger] durability``, see :class:`Durability`)
     ``async``: a write is acknowledged once Redis applied it; what a crash of
@@ -40,25 +39,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import threading
 import time
 from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
-import fakeredis
 import redis
 
 from qsched import exception
+from qsched.ledger import embedded
 from qsched.ledger.backend import ERROR, TIMED_OUT, UNREACHABLE, Backend, LedgerUnavailable
 from qsched.ledger.keys import Keyspace
 
 DURABILITY_MODES = ("async", "replica", "disk")
 T = TypeVar("T")
-
-_fake_servers: dict[str, fakeredis.FakeServer] = {}
-_fake_lock = threading.Lock()
 
 
 def connect(url: str, connect_timeout_s: float = 2.0, timeout_s: float = 10.0) -> redis.Redis:
@@ -66,12 +60,12 @@ def connect(url: str, connect_timeout_s: float = 2.0, timeout_s: float = 10.0) -
 
     ``timeout_s`` bounds every command: a stalled server makes a call fail with
     BackendUnavailable after it (and the API answer 503) rather than hang.
+
+    :raises EmbeddedNotInstalled: a ``fakeredis://`` URL without the embedded extra.
     """
-    if url.startswith("fakeredis://"):
-        name = urlsplit(url).netloc or "default"
-        with _fake_lock:
-            server = _fake_servers.setdefault(name, fakeredis.FakeServer())
-        return fakeredis.FakeRedis(server=server)
+    if embedded.is_embedded_url(url):
+        client: redis.Redis = embedded.connect(url)
+        return client
     return redis.Redis.from_url(
         url,
         socket_connect_timeout=connect_timeout_s,
@@ -278,7 +272,7 @@ class RedisStore:
         mode = self.durability.mode
         if mode == "async":
             return
-        if isinstance(self.client, fakeredis.FakeRedis):
+        if embedded.is_embedded(self.client):
             raise exception.Invalid(
                 reason=f"[ledger] durability = {mode} needs a real Redis: fakeredis keeps "
                 "nothing on disk and has no replicas; use durability = async"
