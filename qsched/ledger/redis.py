@@ -49,7 +49,7 @@ import redis
 from qsched import exception
 from qsched.ledger import embedded
 from qsched.ledger.backend import ERROR, TIMED_OUT, UNREACHABLE, Backend, LedgerUnavailable
-from qsched.ledger.keys import Keyspace
+from qsched.ledger.keys import Keyspace, lua_prelude
 
 DURABILITY_MODES = ("async", "replica", "disk")
 T = TypeVar("T")
@@ -76,8 +76,10 @@ def connect(url: str, connect_timeout_s: float = 2.0, timeout_s: float = 10.0) -
 
 @functools.cache
 def _source(name: str) -> str:
+    """Script ``name`` as loaded: the key builders, lib.lua, then the script itself."""
     lua = resources.files("qsched.ledger") / "lua"
-    return (lua / "lib.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+    parts = (lua_prelude(), (lua / "lib.lua").read_text(), (lua / f"{name}.lua").read_text())
+    return "\n".join(parts)
 
 
 def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
@@ -193,7 +195,8 @@ class RedisStore:
         self._wait = self.durability.mode == "replica"
 
     def script(self, name: str) -> Any:
-        """The registered script ``name`` (lib.lua prepended), loaded on first use."""
+        """The registered script ``name`` (key builders and lib.lua prepended), loaded on
+        first use."""
         found = self._scripts.get(name)
         if found is None:
             found = self._scripts[name] = self.client.register_script(_source(name))
