@@ -3,7 +3,9 @@
 :func:`open_stores` builds every store of a cell on one connection from the
 ``[ledger]`` and ``[quota]`` sections of a ConfigOpts. Callers see the
 interfaces of :mod:`qsched.ledger.base`, :mod:`qsched.ledger.backend` and
-:mod:`qsched.ledger.inspection` only: no Redis client, no key.
+:mod:`qsched.ledger.inspection` only: no Redis client, no key. Harnesses also
+use :mod:`qsched.ledger.server` (redis-server processes of their own) and
+:mod:`qsched.ledger.embedded` (the in-process ledger served over TCP).
 """
 
 from __future__ import annotations
