@@ -12,7 +12,7 @@ install: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,lint]'
+	$(BIN)/pip install --quiet -e '.[embedded,test,lint]'
 	touch $(STAMP)
 
 test: $(STAMP)

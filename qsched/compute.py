@@ -28,16 +28,15 @@ import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-import redis
-
 from qsched import exception
 from qsched.bus.base import BusUnavailable
 from qsched.conf import APIOptions, SchedulerOptions
+from qsched.exception import FlavorNotFound
 from qsched.flavors import Constraints, Flavor, check_flavor
 from qsched.ledger import Stores
 from qsched.ledger.agents import class_json
+from qsched.ledger.backend import LedgerUnavailable
 from qsched.ledger.base import Instance, State
-from qsched.ledger.flavors import FlavorNotFound, RedisFlavors
 from qsched.message import BootRequest, DeleteRequest
 from qsched.outbox import Abandoner, Confirmations
 from qsched.resources import check_uuid
@@ -47,12 +46,6 @@ from qsched.scheduling.records import record_for
 LOG = logging.getLogger(__name__)
 
 MAX_NAME_CHARS = 255
-# Why the ledger is down, for /healthcheck: the first class an error is an instance of.
-_LEDGER_DOWN = (
-    (redis.TimeoutError, "timed out"),
-    (redis.ConnectionError, "unreachable"),
-    (redis.RedisError, "error"),
-)
 _DELETE_RACES = 5  # re-reads when an instance moves while it is being deleted
 _CACHE_SIZE = 1024  # flavors, classes and zones kept in memory; emptied when full
 
@@ -117,7 +110,7 @@ class ComputeAPI:
     ) -> None:
         self.stores = stores
         self.bus = bus
-        self.flavors = RedisFlavors(stores.store)
+        self.flavors = stores.flavors
         self.scheduler = scheduler or SchedulerOptions.defaults()
         self.api = api or APIOptions.defaults()
         self.max_limit: int = self.api.max_limit  # most items one list call returns
@@ -389,10 +382,10 @@ class ComputeAPI:
         """
         health: dict[str, str | None] = {"ledger": None, "bus": None}
         try:
-            self.stores.store.client.ping()
-        except redis.RedisError as exc:
-            LOG.warning("healthcheck: the ledger does not answer: %s", exc)
-            health["ledger"] = next(why for kind, why in _LEDGER_DOWN if isinstance(exc, kind))
+            self.stores.backend.ping()
+        except LedgerUnavailable as exc:
+            LOG.warning("healthcheck: the ledger does not answer: %s", exc.reason)
+            health["ledger"] = exc.category
         try:
             self.bus.check_health()
         except BusUnavailable as exc:

@@ -12,8 +12,6 @@ import threading
 import uuid
 from typing import Any
 
-import fakeredis
-
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import conf as qconf
@@ -22,7 +20,7 @@ from qsched.bus.kombu import KombuBus
 from qsched.cmd.api import ThreadingWSGIServer, make_server
 from qsched.compute import ComputeAPI
 from qsched.conf import Options
-from qsched.ledger import Stores, open_stores
+from qsched.ledger import Stores, embedded, open_stores
 from qsched.reaper import Periodic, reap_expired
 
 DEMO_FLAVORS = (
@@ -119,7 +117,7 @@ class SharedState:
     so that ``qsched-admin`` in another terminal sees what this process holds."""
 
     def __init__(self, port: int) -> None:
-        self.server = fakeredis.TcpFakeServer(("127.0.0.1", port), server_type="redis")
+        self.server = embedded.tcp_server("127.0.0.1", port)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
         self.ledger_url = f"redis://127.0.0.1:{port}/0"

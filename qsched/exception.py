@@ -60,12 +60,20 @@ class InstanceNotFound(NotFound):
     msg_fmt = "Instance {instance} could not be found."
 
 
+class FlavorNotFound(NotFound):
+    msg_fmt = "Flavor {flavor} could not be found."
+
+
 class Conflict(QschedError):
     msg_fmt = "Conflict: {reason}"
 
 
 class ProviderExists(Conflict):
     msg_fmt = "A resource provider with {field} {value!r} already exists."
+
+
+class FlavorExists(Conflict):
+    msg_fmt = "Flavor with {field} {value} already exists."
 
 
 class ProviderInUse(Conflict):

@@ -161,7 +161,7 @@ class OutboxPass:
         try:
             if self._up_since is not None and now - self._up_since >= self.settle_s:
                 return publish_stranded(self.stores, self.bus, self.grace_s)
-            self.stores.store.server_time()  # still settling: only see that it answers
+            self.stores.backend.ping()  # still settling: only see that it answers
         except exception.BackendUnavailable:
             self._up_since = None
             raise

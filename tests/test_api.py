@@ -19,6 +19,7 @@ from qsched.conf import APIOptions, SchedulerOptions
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, TaskState, Usage
+from tests.raw import redis_store
 from tests.test_compute import RecordingBus, configure, place
 
 USER = {"X-Auth-Token": "alice:pa"}
@@ -71,9 +72,9 @@ class Snapshot:
         self.before = self.take()
 
     def take(self) -> Any:
-        client = self.stores.store.client
-        instances = client.keys(self.stores.store.keys.instance("*"))
-        flavors = client.hgetall(self.stores.store.keys.flavors)
+        client = redis_store(self.stores).client
+        instances = client.keys(redis_store(self.stores).keys.instance("*"))
+        flavors = client.hgetall(redis_store(self.stores).keys.flavors)
         usage = [self.stores.quota.get_usage(p) for p in ("pa", "pb", "admin")]
         return (len(instances), flavors, usage, len(self.bus.boots), len(self.bus.deletes))
 
@@ -125,10 +126,10 @@ class TestBoot:
         assert client.simulate_get("/v2.1/servers/detail", headers=USER).json == {"servers": []}
 
     def test_ledger_unreachable(self, client, stores, bus) -> None:
-        stores.store.client = redis.Redis.from_url(
+        redis_store(stores).client = redis.Redis.from_url(
             "redis://127.0.0.1:1/0", socket_connect_timeout=1
         )
-        stores.store._scripts.clear()
+        redis_store(stores)._scripts.clear()
         assert "ledger" in fault(post_server(client), 503, "serviceUnavailable")
         health = client.simulate_get("/healthcheck")
         assert (health.status_code, health.text) == (503, "DOWN: ledger (unreachable)")

@@ -39,6 +39,7 @@ from qsched.api import app as api_app
 from qsched.bus.kombu import KombuBus
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.ledger import Stores, open_stores
+from tests.raw import redis_store
 from tests.test_api import IMAGE
 from tests.test_api_input import ledger_dump
 from tests.test_compute import configure
@@ -419,7 +420,7 @@ class Cloud:
         conf = qconf.load()
         configure(conf)
         self.stores: Stores = open_stores(LedgerOptions.from_conf(conf), url=ledger_url)
-        self.stores.store.client.flushall()  # the test's own fakeredis server
+        redis_store(self.stores).client.flushall()  # the test's own fakeredis server
         self.stores.agents.add_zone(ZONE)
         self.client = falcon.testing.TestClient(
             api_app.create_app(

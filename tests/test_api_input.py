@@ -17,6 +17,7 @@ from qsched.api import app as api_app
 from qsched.compute import ComputeAPI, RequestContext
 from qsched.conf import APIOptions, SchedulerOptions
 from qsched.ledger import Stores
+from tests.raw import redis_store
 from tests.test_api import ADMIN, IMAGE, USER, fault, server_body
 from tests.test_compute import configure
 
@@ -46,8 +47,8 @@ def ledger_dump(stores: Stores) -> dict[bytes, Any]:
     confirmations are cleared in batches a moment after the 202), whatever the
     request under test does; a refused request cannot enter it.
     """
-    client = stores.store.client
-    outbox = stores.store.keys.outbox.encode()
+    client = redis_store(stores).client
+    outbox = redis_store(stores).keys.outbox.encode()
     readers = {
         b"string": client.get,
         b"hash": client.hgetall,

@@ -14,6 +14,7 @@ import pytest
 from qsched.ledger import Stores
 from qsched.ledger.audit import AuditReport, audit
 from qsched.ledger.base import Instance, Inventory, State
+from tests.raw import redis_store
 
 
 class Cell:
@@ -21,8 +22,8 @@ class Cell:
 
     def __init__(self, stores: Stores) -> None:
         self.stores = stores
-        self.keys = stores.store.keys
-        self.client = stores.store.client
+        self.keys = redis_store(stores).keys
+        self.client = redis_store(stores).client
         self.rp = self._provider()
         self.claimed = self._instance()
         stores.ledger.claim(self.claimed, {self.rp: {"VCPU": 2, "MEMORY_MB": 512}}, "h1", "n1")

@@ -27,6 +27,7 @@ from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, Inventory, State
 from tests.conftest import require_server
+from tests.raw import redis_store
 
 HOSTS = ["h0", "h1"]
 FLAVOR = {"name": "small", "vcpus": 1, "ram_mb": 1024}
@@ -126,7 +127,8 @@ class TestChecks:
 
     def test_usage_over_capacity_is_an_overcommit(self, cloud: Stores) -> None:
         boot(cloud)
-        cloud.store.client.hincrby(cloud.store.keys.provider(rp_of("h0")), "u:VCPU", 4)
+        store = redis_store(cloud)
+        store.client.hincrby(store.keys.provider(rp_of("h0")), "u:VCPU", 4)
         found = run_all(cloud, {})
         assert [(f["resource_class"], f["usage"], f["capacity"]) for f in found["overcommits"]] == [
             ("VCPU", 5, 4)
@@ -137,7 +139,7 @@ class TestChecks:
 
     def test_allocations_of_an_ended_instance_leak(self, cloud: Stores) -> None:
         inst = boot(cloud)
-        cloud.store.client.hset(cloud.store.keys.instance(inst), "state", "ERROR")
+        redis_store(cloud).client.hset(redis_store(cloud).keys.instance(inst), "state", "ERROR")
         problems = {f["problem"] for f in run_all(cloud, {})["leaks"]}
         assert problems == {
             "allocations without a live instance",
@@ -146,14 +148,14 @@ class TestChecks:
 
     def test_quota_used_must_match_the_live_instances(self, cloud: Stores) -> None:
         boot(cloud)
-        cloud.store.client.hincrby(cloud.store.keys.quota_used("p1"), "cores", 1)
+        redis_store(cloud).client.hincrby(redis_store(cloud).keys.quota_used("p1"), "cores", 1)
         found = run_all(cloud, {})
         assert broken(found) == {"accounting"}
         assert found["accounting"][0]["used"]["cores"] == 2
 
     def test_active_without_allocations_is_a_mismatch(self, cloud: Stores) -> None:
         inst = boot(cloud)
-        cloud.store.client.delete(cloud.store.keys.consumer(inst))
+        redis_store(cloud).client.delete(redis_store(cloud).keys.consumer(inst))
         problems = {f["problem"] for f in run_all(cloud, {})["accounting"]}
         assert "ACTIVE without allocations" in problems
 
@@ -260,7 +262,7 @@ class TestChecks:
 
 
 def _score(stores: Stores, uuid_: str) -> str:
-    return f"{stores.store.client.zscore(stores.store.keys.outbox, uuid_):.6f}"
+    return f"{redis_store(stores).client.zscore(redis_store(stores).keys.outbox, uuid_):.6f}"
 
 
 def _flavor():

@@ -22,13 +22,14 @@ from qsched.compute import (
     flavors_from_config,
 )
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
+from qsched.exception import FlavorExists, FlavorNotFound
 from qsched.flavors import Constraints, Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Inventory, State, TaskState, Usage
-from qsched.ledger.flavors import FlavorExists, FlavorNotFound
 from qsched.message import BootRequest, DeleteRequest
 from qsched.scheduling.classes import class_name
+from tests.raw import redis_store
 
 FLAVORS = ["m1.small:1:2048:20", "m1.large:4:8192:40:large-id", "g1.gpu:2:4096"]
 SPECS = ["g1.gpu:resources:CUSTOM_GPU=1", "g1.gpu:trait:CUSTOM_FAST=required"]
@@ -149,7 +150,7 @@ class TestBoot:
         self, compute, stores, bus, monkeypatch
     ) -> None:
         stores.agents.add_zone("az1")
-        keys_before = sorted(stores.store.client.keys("*"))
+        keys_before = sorted(redis_store(stores).client.keys("*"))
         reads = []
         real = stores.agents.has_zone
         monkeypatch.setattr(stores.agents, "has_zone", lambda z: reads.append(z) or real(z))
@@ -161,7 +162,7 @@ class TestBoot:
         assert reads == ["az2"]
         assert nothing_held(stores) and stores.instances.list_project("pa") == []
         assert stores.agents.classes() == {} and bus.boots == []
-        assert sorted(stores.store.client.keys("*")) == keys_before
+        assert sorted(redis_store(stores).client.keys("*")) == keys_before
 
     def test_zones_are_read_until_known(
         self, compute, stores, bus, conf, ledger_url, monkeypatch
@@ -220,7 +221,7 @@ class TestBoot:
         assert bus.boots == []
         (uuid_,) = [
             u.decode().rsplit(":", 1)[-1]
-            for u in stores.store.client.keys(stores.store.keys.instance("*"))
+            for u in redis_store(stores).client.keys(redis_store(stores).keys.instance("*"))
             if not u.decode().endswith(":events")
         ]
         assert stores.instances.get(uuid_).state == State.DELETED

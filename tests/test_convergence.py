@@ -27,6 +27,7 @@ from qsched.ledger.base import State
 from qsched.message import BootRequest
 from qsched.scheduling.views import ProviderView, usage_digest
 from tests.helpers import wait_until
+from tests.raw import redis_store
 
 USER = RequestContext("u1", "p1")
 SPEC = FakeNodeSpec(vcpus=4, ram_mb=8192, disk_gb=0)
@@ -233,8 +234,8 @@ class _Recording:
 
 def _roll_back_to_claimed(stores: Stores, inst: str, host: str) -> None:
     """What a ledger rollback does to an instance whose ACTIVE it lost: BUILD, claimed."""
-    keys = stores.store.keys
-    client = stores.store.client
+    keys = redis_store(stores).keys
+    client = redis_store(stores).client
     client.hset(keys.instance(inst), mapping={"state": "BUILD", "task_state": "spawning"})
     client.sadd(keys.host_building(host), inst)
     client.zadd(keys.deadlines, {inst: time.time() + 60})

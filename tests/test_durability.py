@@ -22,9 +22,9 @@ from qsched.conf import LedgerOptions
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, State
-from qsched.ledger.flavors import RedisFlavors
-from qsched.stack.redis import AofSampler, RedisServer
+from qsched.ledger.server import AofSampler, RedisServer
 from tests.conftest import require_server
+from tests.raw import redis_store
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(120)]
 
@@ -72,9 +72,9 @@ def test_replica_durability_acknowledges_what_a_replica_holds(conf, pair) -> Non
     stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
     created = _create(stores)
     # the moment it is acknowledged, the replica has it
-    assert replica.client().hget(stores.store.keys.instance(created), "state") == b"BUILD"
-    RedisFlavors(stores.store).create(FLAVOR)  # an admin write waits too (a barrier)
-    assert replica.client().hexists(stores.store.keys.flavors, "small")
+    assert replica.client().hget(redis_store(stores).keys.instance(created), "state") == b"BUILD"
+    stores.flavors.create(FLAVOR)  # an admin write waits too (a barrier)
+    assert replica.client().hexists(redis_store(stores).keys.flavors, "small")
 
 
 def test_replica_durability_fails_a_write_no_replica_acknowledged(conf, pair) -> None:

@@ -32,6 +32,7 @@ from qsched.ledger import Stores, open_stores
 from qsched.stack.cleanup import forget_bus
 from tests.cloud import transport_url
 from tests.conftest import require_server
+from tests.raw import redis_store
 from tests.test_compute import configure
 
 pytestmark = pytest.mark.timeout(60)
@@ -281,7 +282,7 @@ class Api:
     def ledger_down(self) -> None:
         port = closed_port()
         url = f"redis://:secret@127.0.0.1:{port}/0"
-        self.stores.store.client = redis.Redis.from_url(url, socket_connect_timeout=1)
+        redis_store(self.stores).client = redis.Redis.from_url(url, socket_connect_timeout=1)
 
     def close(self) -> None:
         self.bus.close()

@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Floors, lowest first. A module may import modules on its floor or below, never above.
 #: The longest matching prefix gives a module's floor.
 FLOORS: list[tuple[str, ...]] = [
-    ("qsched", "qsched.exception", "qsched.resources", "qsched.conf"),
-    ("qsched.flavors", "qsched.ledger.base", "qsched.ledger.keys"),
+    ("qsched", "qsched.exception", "qsched.resources", "qsched.conf", "qsched.net"),
+    # the ledger's interfaces and values, which everything above may name
+    ("qsched.flavors", "qsched.ledger.base", "qsched.ledger.records", "qsched.ledger.keys",
+     "qsched.ledger.backend", "qsched.ledger.inspection"),
     ("qsched.scheduling", "qsched.message"),  # the contract between front door and agents
     ("qsched.ledger", "qsched.bus"),  # the backends
     ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "agents"),

@@ -76,7 +76,8 @@ def test_db_0_is_refused_without_force(url: str) -> None:
 
 def test_force_allows_db_0(monkeypatch: pytest.MonkeyPatch) -> None:
     reached = []
-    monkeypatch.setattr(ledger_bench, "unreachable", lambda url: reached.append(url) or "down")
+    down = lambda url: reached.append(url) or "down"  # noqa: E731
+    monkeypatch.setattr(ledger_bench.server, "unreachable", down)
     code, stdout, _ = run("--redis-url", "redis://h:1/0", "--backend", "redis", "--force")
     assert code == 0 and reached == ["redis://h:1/0"]
     assert "not reachable (down): skipped" in stdout

@@ -29,6 +29,7 @@ from qsched.message import BootRequest
 from qsched.scheduling.records import record_for
 from tests.conftest import require_server
 from tests.helpers import wait_until
+from tests.raw import redis_store
 from tests.test_convergence import SPEC, freeze, start
 
 USER = RequestContext("u1", "p1")
@@ -159,11 +160,11 @@ def test_the_outbox_pass_waits_for_the_ledger_to_settle(stores, bus) -> None:
     """After an outage the front doors' abandons land first; the pass waits for them."""
     outbox = janitor.OutboxPass(stores, bus, grace_s=0.0, settle_s=0.3)
     stranded = stores.instances.create(_record(), 1e12).uuid
-    live = stores.store.client
-    stores.store.client = _Dead()  # type: ignore[assignment]
+    live = redis_store(stores).client
+    redis_store(stores).client = _Dead()  # type: ignore[assignment]
     with pytest.raises(exception.BackendUnavailable):
         outbox()
-    stores.store.client = live
+    redis_store(stores).client = live
     assert outbox() == []  # back, but not for long enough
     time.sleep(0.35)
     assert outbox() == [stranded]
@@ -221,11 +222,10 @@ def _record() -> Instance:
 
 
 def _score(stores: Any, uuid: str) -> str:
-    return f"{stores.store.client.zscore(stores.store.keys.outbox, uuid):.6f}"
+    return f"{redis_store(stores).client.zscore(redis_store(stores).keys.outbox, uuid):.6f}"
 
 
 def _records(stores: Any) -> list[Instance]:
     """Every instance record of the cell (a test-sized scan)."""
-    keys = [k.decode() for k in stores.store.client.scan_iter(stores.store.keys.instance("*"))]
-    uuids = [k.rsplit(":", 1)[-1] for k in keys if k.count(":") == 3]
+    uuids = sorted(stores.inspector.instance_records())
     return list(stores.instances.get_many(uuids).values())

@@ -14,7 +14,6 @@ from qsched.flavors import Flavor
 from qsched.ledger import Stores, instances
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, Inventory, State, Usage
-from qsched.ledger.flavors import RedisFlavors
 from qsched.ledger.redis import read_many
 
 FLAVOR = {"name": "m1.small", "vcpus": 2, "ram_mb": 2048}
@@ -25,7 +24,7 @@ def new_instance(project: str = "p1", flavor=FLAVOR) -> Instance:
 
 
 def stores_flavor(stores: Stores) -> tuple[Flavor, str]:
-    flavors = RedisFlavors(stores.store)
+    flavors = stores.flavors
     flavors.create(Flavor("m1.kept", 2, 2048, 20, "m1.kept"))
     return flavors.get_stored("m1.kept")
 
@@ -107,11 +106,11 @@ class TestInstances:
         flavor, stored = stores_flavor(stores)
         kept = stores.instances.create(new_instance(), 1e12, expect_flavor=(flavor.id, stored))
         assert kept.state == State.BUILD
-        RedisFlavors(stores.store).update(flavor.id, lambda f: dataclasses.replace(f, vcpus=4))
+        stores.flavors.update(flavor.id, lambda f: dataclasses.replace(f, vcpus=4))
         stale = new_instance()
         with pytest.raises(exception.FlavorChanged, match=r"m1\.kept changed"):
             stores.instances.create(stale, 1e12, expect_flavor=(flavor.id, stored))
-        RedisFlavors(stores.store).delete(flavor.id)
+        stores.flavors.delete(flavor.id)
         with pytest.raises(exception.FlavorChanged):
             stores.instances.create(stale, 1e12, expect_flavor=(flavor.id, stored))
         with pytest.raises(exception.InstanceNotFound):

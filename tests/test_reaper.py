@@ -8,6 +8,7 @@ from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, State, Usage
 from qsched.reaper import NO_VALID_HOST, reap_expired
+from tests.raw import redis_store
 
 FLAVOR = {"name": "huge", "vcpus": 4, "ram_mb": 4096}
 
@@ -33,6 +34,6 @@ def test_expired_requests_end_in_no_valid_host(stores: Stores) -> None:
 
 def test_vanished_records_leave_the_index(stores: Stores) -> None:
     ghost = str(uuid.uuid4())
-    stores.store.client.zadd(stores.store.keys.deadlines, {ghost: 1.0})
+    redis_store(stores).client.zadd(redis_store(stores).keys.deadlines, {ghost: 1.0})
     assert reap_expired(stores, now=2.0) == 0
     assert stores.instances.expired(now=2.0) == []

@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import click
-import redis
 from oslo_config import cfg
 
 from qsched import conf as qconf
@@ -103,7 +102,7 @@ class Admin:
 
     def _warn_if_alone(self, stores: Stores) -> None:
         url = self.options.ledger.url
-        if url.startswith("fakeredis://") and not stores.store.client.dbsize():
+        if url.startswith("fakeredis://") and stores.backend.is_empty():
             click.echo(
                 f"warning: [ledger] url is {url}, a ledger inside this command that nothing "
                 "else shares, and it is empty. Pass --config-file with the deployment's "
@@ -122,9 +121,9 @@ def explain(exc: Exception, admin: Admin, hint: str = "") -> AdminError:
         return AdminError(
             f"{what}. Check transport_url ({admin.where()}) and that the broker runs."
         )
-    if isinstance(exc, exception.BackendUnavailable | redis.ConnectionError | redis.TimeoutError):
+    if isinstance(exc, exception.BackendUnavailable):
         url = safe_url(admin.options.ledger.url)
-        reason = exc.kwargs.get("reason", exc) if isinstance(exc, exception.QschedError) else exc
+        reason = exc.kwargs.get("reason", exc)
         return AdminError(
             f"the ledger (Redis at {url}) is unreachable: {str(reason).rstrip('.')}. "
             f"Check [ledger] url ({admin.where()}) and that Redis runs."
@@ -136,7 +135,7 @@ def explain(exc: Exception, admin: Admin, hint: str = "") -> AdminError:
     return AdminError(str(exc))
 
 
-EXPECTED = (exception.QschedError, redis.ConnectionError, redis.TimeoutError)
+EXPECTED = (exception.QschedError,)
 
 
 def config_option(envvar: str | None = None) -> Callable[[F], F]:

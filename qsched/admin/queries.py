@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 from qsched import exception
 from qsched.admin import capacity, why
 from qsched.bus.base import Bus, QueueStats
-from qsched.flavors import Constraints, Flavor
+from qsched.flavors import Flavor
 from qsched.ledger import Stores
-from qsched.ledger.agents import AgentInfo
-from qsched.ledger.base import Event, Instance, Provider, State
-from qsched.ledger.redis import text
+from qsched.ledger.base import AgentInfo, Event, Instance, Provider, State
+from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.fit import Request
+from qsched.scheduling.records import BootDetails, details
 
 CHUNK = 500  # commands per pipeline round trip in scans
 
@@ -54,27 +54,26 @@ class Waiting:
 
 def waiting_by_class(stores: Stores) -> dict[str, Waiting]:
     """Scan the deadline index: per class, how many wait and since when the oldest does."""
-    client, keys = stores.store.client, stores.store.keys
-    uuids = [text(u) for u in client.zrange(keys.deadlines, 0, -1)]
+    fields = ("state", "host", "created_at", "extra")
     found: defaultdict[str, Waiting] = defaultdict(Waiting)
-    for chunk in chunks(uuids):
-        pipe = client.pipeline(transaction=False)
-        for uuid in chunk:
-            pipe.hmget(keys.instance(uuid), "state", "host", "created_at", "extra", "flavor")
-        for state, host, created, extra, flavor in pipe.execute():
-            if state is None or text(state) != State.BUILD.value or (host and text(host)):
+    for chunk in chunks(stores.inspector.deadline_index()):
+        for record in stores.inspector.instance_records(chunk, fields).values():
+            if record.get("state") != State.BUILD.value or record.get("host"):
                 continue
-            waiting = found[_class_of(extra, flavor)]
+            waiting = found[_class_of(record.get("extra"))]
             waiting.count += 1
-            created_at = float(created or 0)
+            created_at = float(record.get("created_at") or 0)
             if waiting.oldest_created is None or created_at < waiting.oldest_created:
                 waiting.oldest_created = created_at
     return dict(found)
 
 
-def _class_of(extra: Any, flavor: Any) -> str:
-    cls = json.loads(text(extra)).get("scheduling_class") if extra else None
-    return str(cls or json.loads(text(flavor or b"{}")).get("name", "?"))
+def _class_of(extra: str | None) -> str:
+    """The class of a stored record's ``extra`` ("?" for a record no front door made)."""
+    try:
+        return BootDetails.from_extra(json.loads(extra or "{}")).scheduling_class
+    except exception.Invalid:
+        return "?"
 
 
 def live_agents(stores: Stores) -> list[AgentInfo]:
@@ -243,10 +242,10 @@ def find_provider(stores: Stores, ref: str) -> Provider:
     try:
         return stores.ledger.get_provider(ref)
     except exception.ProviderNotFound:
-        uuid = stores.store.client.hget(stores.store.keys.provider_names, ref)
+        uuid = stores.inspector.provider_uuid(ref)
         if uuid is None:
             raise
-        return stores.ledger.get_provider(text(uuid))
+        return stores.ledger.get_provider(uuid)
 
 
 def provider_doc(stores: Stores, ref: str) -> dict[str, Any]:
@@ -271,9 +270,10 @@ def allocations_doc(stores: Stores, consumer_uuid: str) -> dict[str, Any]:
     consumer = stores.ledger.get_allocations(consumer_uuid)
     if consumer.generation is None:
         raise exception.NotFound(f"Consumer {consumer_uuid} holds no allocations.")
+    providers = stores.ledger.get_providers(sorted(consumer.allocations))
     rows = []
     for rp, amounts in sorted(consumer.allocations.items()):
-        name = _provider_name(stores, rp)
+        name = providers[rp].name if rp in providers else None
         rows += [{"provider": rp, "provider_name": name, "resource_class": rc, "amount": n}
                  for rc, n in sorted(amounts.items())]  # fmt: skip
     return {
@@ -283,11 +283,6 @@ def allocations_doc(stores: Stores, consumer_uuid: str) -> dict[str, Any]:
         "user_id": consumer.user_id,
         "allocations": rows,
     }
-
-
-def _provider_name(stores: Stores, uuid: str) -> str | None:
-    raw = stores.store.client.hget(stores.store.keys.provider(uuid), "name")
-    return text(raw) if raw is not None else None
 
 
 def quota_doc(stores: Stores, project_id: str) -> dict[str, Any]:
@@ -336,8 +331,7 @@ def server_rows(stores: Stores, project_id: str, status: str | None) -> list[dic
 
 
 def events_trimmed(stores: Stores, uuid: str) -> int:
-    raw = stores.store.client.hget(stores.store.keys.instance(uuid), "events_trimmed")
-    return int(raw or 0)
+    return stores.inspector.events_trimmed(uuid)
 
 
 def server_doc(stores: Stores, uuid: str) -> dict[str, Any]:
@@ -394,18 +388,14 @@ def live_view(stores: Stores, inst: Instance) -> why.Live:
 
 
 def _request(stores: Stores, inst: Instance, cls: str) -> Request | None:
-    """The request as agents compile it: the class definition, else the record's flavor."""
-    definition = stores.agents.classes().get(cls) or {}
-    raw = definition.get("constraints") or {}
-    constraints = Constraints(
-        availability_zone=raw.get("availability_zone", inst.extra.get("availability_zone")),
-        required_traits=frozenset(raw.get("required_traits") or ()),
-        forbidden_traits=frozenset(raw.get("forbidden_traits") or ()),
-        member_of=frozenset(raw.get("member_of") or ()),
-    )
+    """The request as agents compile it: the class definition, else the record's own
+    flavor and constraints; None for a record that says neither."""
+    definition = stores.agents.classes().get(cls)
     try:
-        flavor = Flavor.from_dict(definition.get("flavor") or inst.flavor)
-        return Request.from_flavor(flavor, constraints)
+        if definition is not None:
+            return SchedulingClass.from_definition(definition).request()
+        constraints = details(inst).constraints
+        return SchedulingClass(Flavor.from_dict(inst.flavor), constraints).request()
     except (exception.Invalid, KeyError, TypeError):
         return None
 

@@ -16,7 +16,7 @@ from typing import Any
 from qsched.admin import queries, views
 from qsched.bus.base import Bus
 from qsched.ledger import Stores
-from qsched.ledger.agents import AgentInfo
+from qsched.ledger.base import AgentInfo
 
 
 @dataclasses.dataclass

@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import falcon
-import redis
 
 from qsched import conf as qconf
 from qsched import exception, janitor
@@ -67,9 +66,7 @@ _STATUS: dict[type[Exception], int] = {
     exception.NotFound: 404,
     exception.Invalid: 400,
     exception.Conflict: 409,
-    exception.BackendUnavailable: 503,
-    redis.ConnectionError: 503,
-    redis.TimeoutError: 503,
+    exception.BackendUnavailable: 503,  # every ledger call raises it for an outage
 }
 # Responses escape everything outside ASCII, as Nova's jsonutils does, so any stored text
 # renders: falcon's default writes raw UTF-8, and one lone surrogate kept in a record (as

@@ -20,6 +20,7 @@ import click
 from qsched.bench import machine, report
 from qsched.bench.measure import BenchFailure
 from qsched.bench.scenarios import SCENARIOS, Runner, Settings
+from qsched.ledger import server
 from qsched.stack import StackFailed
 
 DEFAULT_LEDGER = "redis://127.0.0.1:6379/10"
@@ -96,13 +97,13 @@ def pick_backends(
             "everything in one process (not comparable with a deployment)",
         )
         return True, {"memory": "memory://"}, facts
-    facts["ledger"] = {"url": machine.redacted(ledger_url), **machine.redis_facts(ledger_url)}
+    facts["ledger"] = {"url": machine.redacted(ledger_url), **server.redis_facts(ledger_url)}
     facts["buses"] = {
         name: {"url": machine.redacted(url), **machine.broker_facts(url)}
         for name, url in transports.items()
     }
     if "redis" in transports:
-        facts["buses"]["redis"].update(machine.redis_facts(transports["redis"]))
+        facts["buses"]["redis"].update(server.redis_facts(transports["redis"]))
     bus = next(iter(facts["buses"].values()))
     facts["summary"] = (
         f"Redis {facts['ledger']['version']} ledger, "

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import redis
-
 from qsched.bus.kombu_wire import KombuWire
+from qsched.ledger import server
 
 PACKAGES = ("qsched", "kombu", "amqp", "redis", "fakeredis", "falcon", "gunicorn", "msgpack")
 
@@ -49,22 +48,6 @@ def _jiffies() -> tuple[int, int]:
     return sum(fields) - fields[3] - fields[4], sum(fields)
 
 
-def redis_facts(url: str) -> dict[str, Any]:
-    """Version and persistence settings of the Redis at ``url``."""
-    client = redis.Redis.from_url(url, socket_connect_timeout=2)
-    try:
-        info = client.info("server")
-        facts: dict[str, Any] = {"version": info.get("redis_version")}
-        try:
-            config = client.config_get("appendonly")
-            facts["appendonly"] = config.get("appendonly")
-        except redis.RedisError:
-            facts["appendonly"] = "unknown (CONFIG refused)"
-        return facts
-    finally:
-        client.close()
-
-
 def broker_facts(url: str) -> dict[str, Any]:
     """Product and version the broker at ``url`` announces (RabbitMQ), or the transport."""
     wire = KombuWire(url, prefix="qsched-bench-probe")
@@ -86,11 +69,9 @@ def reachable(url: str) -> str | None:
     """None if the server at ``url`` (redis:// or amqp://) answers, else why not."""
     try:
         if url.startswith(("redis://", "rediss://", "unix://")):
-            client = redis.Redis.from_url(url, socket_connect_timeout=2)
-            try:
-                client.ping()
-            finally:
-                client.close()
+            error = server.unreachable(url)
+            if error is not None:
+                return f"{type(error).__name__}: {error}"
         else:
             KombuWire(url, prefix="qsched-bench-probe").connect().release()
     except Exception as exc:  # whatever the client raises, the answer is "no"

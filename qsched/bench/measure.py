@@ -16,7 +16,6 @@ from typing import Any
 
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
-from qsched.ledger.redis import text
 
 CHUNK = 2000
 FINAL = frozenset({"ACTIVE", "ERROR", "DELETED"})
@@ -37,30 +36,26 @@ class Outcome:
 
 def read_outcomes(stores: Stores, uuids: Sequence[str]) -> dict[str, Outcome]:
     """State, host, claim and launch times of each instance."""
-    keys = stores.store.keys
     found: dict[str, Outcome] = {}
     for start in range(0, len(uuids), CHUNK):
         chunk = uuids[start : start + CHUNK]
-        pipe = stores.store.client.pipeline(transaction=False)
+        records = stores.inspector.instance_records(chunk, ("state", "host", "launched_at"))
+        histories = stores.inspector.histories(chunk)
         for uuid in chunk:
-            pipe.hmget(keys.instance(uuid), "state", "host", "launched_at")
-            pipe.lrange(keys.instance_events(uuid), 0, -1)
-        replies = pipe.execute()
-        for i, uuid in enumerate(chunk):
-            (state, host, launched), events = replies[2 * i], replies[2 * i + 1]
+            record = records.get(uuid, {})
+            launched = record.get("launched_at")
             found[uuid] = Outcome(
                 uuid,
-                text(state) if state is not None else None,
-                text(host) if host else None,
-                _claimed_at(events),
+                record.get("state"),
+                record.get("host") or None,
+                _claimed_at(histories[uuid]),
                 float(launched) if launched else None,
             )
     return found
 
 
-def _claimed_at(events: Iterable[Any]) -> float | None:
-    for raw in events:
-        entry = json.loads(raw)
+def _claimed_at(events: Iterable[dict[str, Any]]) -> float | None:
+    for entry in events:
         if entry.get("event") == "claimed":
             return float(entry["t"])
     return None
@@ -68,16 +63,8 @@ def _claimed_at(events: Iterable[Any]) -> float | None:
 
 def states(stores: Stores, uuids: Sequence[str]) -> dict[str, str | None]:
     """The state of each instance (None: no record)."""
-    result: dict[str, str | None] = {}
-    keys = stores.store.keys
-    for start in range(0, len(uuids), CHUNK):
-        chunk = uuids[start : start + CHUNK]
-        pipe = stores.store.client.pipeline(transaction=False)
-        for uuid in chunk:
-            pipe.hget(keys.instance(uuid), "state")
-        for uuid, state in zip(chunk, pipe.execute(), strict=True):
-            result[uuid] = text(state) if state is not None else None
-    return result
+    found = stores.instances.placements(uuids)
+    return {u: found[u].state.value if u in found else None for u in uuids}
 
 
 def wait_settled(
@@ -141,15 +128,7 @@ def host_capacities(stores: Stores) -> list[dict[str, int]]:
 
 def command_stats(stores: Stores) -> dict[str, tuple[int, int]]:
     """Calls and microseconds so far of each command of the ledger's Redis (whole server)."""
-    try:
-        raw = stores.store.client.info("commandstats")
-    except Exception:  # fakeredis or a Redis that refuses INFO: no figures, no failure
-        return {}
-    return {
-        name.removeprefix("cmdstat_"): (int(v.get("calls", 0)), int(v.get("usec", 0)))
-        for name, v in raw.items()
-        if isinstance(v, dict)
-    }
+    return stores.backend.command_stats()
 
 
 def commands_per_placement(

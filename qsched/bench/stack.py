@@ -217,7 +217,7 @@ class ProcessCloud(Cloud):
         paths = [self._report(i) for i in self.stack.agents]
 
         def progress() -> None:
-            done = self.stores.store.client.scard(self.stores.store.keys.providers)
+            done = self.stores.inspector.provider_count()
             ready = sum(p.exists() for p in paths)
             self.say(f"  registering: {done}/{self.spec.hosts} providers, "
                      f"{ready}/{len(paths)} agents ready")  # fmt: skip

@@ -1,8 +1,9 @@
 """The invariants, checked from the ledger's raw keys and what the client saw.
 
-Nothing here asks a service: the checks read the Redis keys of the cell
-(instance records, consumers, provider hashes and consumer sets, quota
-counters) and compare them with the calls the load generator recorded. They
+Nothing here asks a service: the checks read the records of the cell as the
+ledger stores them (instance records, consumers, providers and their consumer
+sets, quota counters, through :class:`~qsched.ledger.inspection.Inspector`)
+and compare them with the calls the load generator recorded. They
 scan everything, which is fine for a test cell and never done on a request path.
 :func:`qsched.ledger.audit.audit` runs as well, and its findings count.
 
@@ -22,7 +23,7 @@ from qsched.bus.base import DeadLetter
 from qsched.chaos.load import Call
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
-from qsched.ledger.redis import text, text_map
+from qsched.ledger.base import Usage
 from qsched.message import PoisonMessage, decode
 from qsched.scheduling.views import usage_term
 
@@ -41,7 +42,7 @@ class Snapshot:
     provider_consumers: dict[str, set[str]]
     provider_host: dict[str, str]  # provider -> the agent host it belongs to
     quota_used: dict[str, dict[str, int]]  # project -> instances, cores, ram_mb
-    quota_held: dict[str, dict[str, str]]  # project -> holder -> "cores ram_mb"
+    quota_held: dict[str, dict[str, Usage]]  # project -> holder -> what it reserved
 
     def by_name(self) -> dict[str, list[str]]:
         found: dict[str, list[str]] = defaultdict(list)
@@ -53,24 +54,9 @@ class Snapshot:
 # -- reading ---------------------------------------------------------------------------
 
 
-def _suffixes(stores: Stores, prefix: str, suffix: str = "") -> list[str]:
-    """The ``*`` of every key ``<prefix>*<suffix>`` that has no further ':' in it."""
-    found = set()
-    for key in stores.store.client.scan_iter(f"{prefix}*{suffix}", count=1000):
-        middle = text(key)[len(prefix) : len(text(key)) - len(suffix)]
-        if middle and ":" not in middle:
-            found.add(middle)
-    return sorted(found)
-
-
 def read_records(stores: Stores, uuids: Iterable[str] | None = None) -> dict[str, dict[str, str]]:
     """Instance records (all fields), of ``uuids`` or of every instance of the cell."""
-    keys = stores.store.keys
-    wanted = list(uuids) if uuids is not None else _suffixes(stores, keys.instance(""))
-    pipe = stores.store.client.pipeline(transaction=False)
-    for uuid in wanted:
-        pipe.hgetall(keys.instance(uuid))
-    return {u: text_map(f) for u, f in zip(wanted, pipe.execute(), strict=True) if f}
+    return stores.inspector.instance_records(None if uuids is None else list(uuids))
 
 
 def claimed_by(stores: Stores, host: str, uuids: Iterable[str] | None = None) -> set[str]:
@@ -80,47 +66,25 @@ def claimed_by(stores: Stores, host: str, uuids: Iterable[str] | None = None) ->
 
 
 def take_snapshot(stores: Stores, hosts: list[str]) -> Snapshot:
-    keys = stores.store.keys
-    client = stores.store.client
-    consumers = {}
-    for uuid in _suffixes(stores, keys.consumer("")):
-        fields = text_map(client.hgetall(keys.consumer(uuid)))
-        if fields.get("allocs"):
-            consumers[uuid] = {
-                "project": fields.get("project", ""),
-                "allocs": json.loads(fields["allocs"]),
-            }
+    consumers = {
+        uuid: {"project": consumer.project_id or "", "allocs": consumer.allocations}
+        for uuid, consumer in stores.inspector.consumers().items()
+    }
     snap = Snapshot(read_records(stores), consumers, {}, {}, {}, {}, {}, {})
     _read_providers(stores, hosts, snap)
-    for project in _suffixes(stores, keys.quota_used("")[: -len(":used")], ":used"):
-        snap.quota_used[project] = {
-            k: int(v) for k, v in text_map(client.hgetall(keys.quota_used(project))).items()
-        }
-    for project in _suffixes(stores, keys.quota_held("")[: -len(":held")], ":held"):
-        snap.quota_held[project] = text_map(client.hgetall(keys.quota_held(project)))
+    snap.quota_used = stores.inspector.quota_used()
+    snap.quota_held = stores.inspector.quota_held()
     return snap
 
 
 def _read_providers(stores: Stores, hosts: list[str], snap: Snapshot) -> None:
-    keys = stores.store.keys
-    client = stores.store.client
-    names, roots = {}, {}
-    for rp in sorted(text(u) for u in client.smembers(keys.providers)):
-        fields = text_map(client.hgetall(keys.provider(rp)))
-        names[rp], roots[rp] = fields.get("name", ""), fields.get("root") or rp
-        snap.capacity[rp] = {f[2:]: _capacity(v) for f, v in fields.items() if f.startswith("i:")}
-        snap.usage[rp] = {f[2:]: int(v) for f, v in fields.items() if f.startswith("u:")}
-        snap.provider_consumers[rp] = {
-            text(c) for c in client.smembers(keys.provider_consumers(rp))
-        }
-    for rp, root in roots.items():
-        snap.provider_host[rp] = _host_of(names.get(root, ""), hosts)
-
-
-def _capacity(inventory: str) -> int:
-    """``"total reserved min max step ratio"`` -> (total - reserved) * ratio, rounded down."""
-    total, reserved, *_rest, ratio = inventory.split()
-    return int((int(total) - int(reserved)) * float(ratio))
+    providers = stores.ledger.list_providers()
+    snap.provider_consumers = stores.ledger.providers_consumers([p.uuid for p in providers])
+    names = {p.uuid: p.name for p in providers}
+    for p in providers:
+        snap.capacity[p.uuid] = {rc: inv.capacity for rc, inv in p.inventories.items()}
+        snap.usage[p.uuid] = dict(p.usages)
+        snap.provider_host[p.uuid] = _host_of(names.get(p.root_uuid or p.uuid, ""), hosts)
 
 
 def _host_of(node_name: str, hosts: list[str]) -> str:
@@ -406,11 +370,7 @@ def audit_findings(stores: Stores) -> tuple[dict[str, Any], list[dict[str, Any]]
 
 def histories(stores: Stores, uuids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
     """The event history of each instance, oldest first, as raw dicts."""
-    wanted = sorted(uuids)
-    pipe = stores.store.client.pipeline(transaction=False)
-    for uuid in wanted:
-        pipe.lrange(stores.store.keys.instance_events(uuid), 0, -1)
-    return {u: [json.loads(e) for e in raw] for u, raw in zip(wanted, pipe.execute(), strict=True)}
+    return stores.inspector.histories(sorted(uuids))
 
 
 # -- convergence, the outbox, quota over time, dead letters ------------------------------
@@ -418,11 +378,8 @@ def histories(stores: Stores, uuids: Iterable[str]) -> dict[str, list[dict[str, 
 
 def agent_details(stores: Stores, hosts: list[str]) -> dict[str, dict[str, Any]]:
     """What each agent's last heartbeat says of itself (empty if it has expired)."""
-    keys = stores.store.keys
-    pipe = stores.store.client.pipeline(transaction=False)
-    for host in hosts:
-        pipe.hget(keys.agent(host), "detail")
-    return {h: json.loads(text(d)) if d else {} for h, d in zip(hosts, pipe.execute(), strict=True)}
+    seen = {agent.host: dict(agent.detail) for agent in stores.agents.list() if agent.alive}
+    return {host: seen.get(host, {}) for host in hosts}
 
 
 def ledger_digests(snap: Snapshot) -> dict[str, str]:
@@ -486,17 +443,7 @@ def _unpublished_error(event: dict[str, Any]) -> bool:
 
 def quota_samples(stores: Stores) -> dict[str, dict[str, int]]:
     """Every project's quota used now (one sample of the run)."""
-    keys = stores.store.keys
-    suffix = ":used"
-    prefix = keys.quota_used("")[: -len(suffix)]
-    projects = _suffixes(stores, prefix, suffix)
-    pipe = stores.store.client.pipeline(transaction=False)
-    for project in projects:
-        pipe.hgetall(keys.quota_used(project))
-    return {
-        p: {k: int(v) for k, v in text_map(raw).items()}
-        for p, raw in zip(projects, pipe.execute(), strict=True)
-    }
+    return stores.inspector.quota_used()
 
 
 def quota_exceeded(

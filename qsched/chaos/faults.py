@@ -53,7 +53,7 @@ from typing import Any, Protocol
 from qsched.chaos.checks import claimed_by
 from qsched.chaos.poison import inject_poison
 from qsched.chaos.stack import Stack
-from qsched.stack.redis import AofSampler, RedisServer
+from qsched.ledger.server import AofSampler, RedisServer
 
 KINDS = (
     "agent_kill",
@@ -320,8 +320,8 @@ class FaultInjector(threading.Thread):
         fault.restored = time.time()
 
     def _beat_since(self, host: str, since: float) -> bool:
-        score = self.stack.stores.store.client.zscore(self.stack.stores.store.keys.agents, host)
-        return score is not None and float(score) > since
+        seen = self.stack.stores.agents.last_seen(host)
+        return seen is not None and seen > since
 
     def _restart(self, fault: Fault, server: Restartable | None, what: str) -> None:
         if server is None:

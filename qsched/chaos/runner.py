@@ -272,7 +272,7 @@ class ChaosRun:
         statuses = Counter("none" if c.status is None else c.status for c in boots)
         try:
             stores = self._stack().stores
-            waiting: Any = stores.store.client.zcard(stores.store.keys.deadlines)
+            waiting: Any = stores.inspector.waiting_count()
         except Exception:
             waiting = "? (ledger down)"
         done = sum(1 for f in self.faults if f.started is not None)

@@ -2,7 +2,7 @@
 
 A chaos run never restarts or flushes a Redis it did not start: the ledger (and,
 for the Redis transport, the bus) live on ``redis-server`` processes of its own
-(:mod:`qsched.stack.redis`), on free ports, with AOF persistence in the run's
+(:mod:`qsched.ledger.server`), on free ports, with AOF persistence in the run's
 directory, so a restart keeps what was written. RabbitMQ is shared with whoever
 else uses the machine: its restart is ``rabbitmqctl stop_app`` / ``start_app``,
 kept short, and ``start_app`` always runs, whatever happens meanwhile.
@@ -17,8 +17,8 @@ import threading
 import time
 from urllib.parse import urlsplit
 
-from qsched.stack import LOOPBACK
-from qsched.stack.redis import AofSampler, RedisServer, RedisServerError, wait_for
+from qsched.ledger.server import AofSampler, RedisServer, RedisServerError, wait_for
+from qsched.net import LOOPBACK
 
 __all__ = ["AofSampler", "ChaosError", "RabbitMQ", "RedisServer", "RedisServerError",
            "port_open", "wait_for"]  # fmt: skip

@@ -17,19 +17,16 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import click
-import redis
-from redis.connection import parse_url
 
 from qsched import exception
 from qsched.conf import LedgerOptions
-from qsched.ledger import Stores, open_stores
+from qsched.ledger import Stores, open_stores, server
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, Inventory, State
 from qsched.ledger.retry import claim
@@ -242,7 +239,7 @@ def bench_backend(
 def check_redis_url(url: str, force: bool) -> None:
     """Refuse what cannot be a scratch database: a bad URL, or db 0 without --force."""
     try:
-        db = int(parse_url(url).get("db", 0))
+        db = server.db_number(url)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--redis-url") from exc
     if db == 0 and not force:
@@ -262,39 +259,15 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def unreachable(url: str) -> str | None:
-    """Why the Redis at ``url`` does not answer, or None when it does."""
-    client = redis.Redis.from_url(url, socket_connect_timeout=2)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        return str(exc)
-    finally:
-        client.close()
-    return None
-
-
-@contextmanager
-def flushed(url: str) -> Iterator[None]:
-    """A real Redis database, flushed before and after."""
-    client = redis.Redis.from_url(url, socket_connect_timeout=2)
-    client.flushdb()
-    try:
-        yield
-    finally:
-        client.flushdb()
-        client.close()
-
-
 def bench_real_redis(
     url: str, report: Report, thread_counts: Sequence[int], progress: Progress
 ) -> None:
-    why = unreachable(url)
+    why = server.unreachable(url)
     if why is not None:
         reason = f"real Redis at {redacted(url)} not reachable ({why}): skipped"
         report.skipped.append({"backend": "redis", "reason": reason})
         return
-    with flushed(url):
+    with server.flushed(url):
         bench_backend("redis", url, report, thread_counts, progress)
 
 
@@ -309,23 +282,22 @@ def bench_durability(report: Report, thread_counts: Sequence[int], progress: Pro
     on this machine, so ``replica`` pays a loopback round trip, not a network's,
     and ``disk`` this machine's fsync.
     """
-    from qsched.stack.redis import RedisServer
-
     with tempfile.TemporaryDirectory(prefix="qsched-durability-") as tmp:
         for mode, fsync, replicas in (("async", "everysec", 0), ("replica", "everysec", 1),
                                       ("disk", "always", 0)):  # fmt: skip
-            master = RedisServer(Path(tmp), f"{mode}-master", fsync=fsync)
+            master = server.RedisServer(Path(tmp), f"{mode}-master", fsync=fsync)
             servers = [master]
             try:
                 master.start()
                 for i in range(replicas):
-                    servers.append(RedisServer(Path(tmp), f"{mode}-replica{i}", replica_of=master))
+                    replica = server.RedisServer(Path(tmp), f"{mode}-replica{i}", replica_of=master)
+                    servers.append(replica)
                     servers[-1].start()
                     servers[-1].wait_synced()
                 bench_backend(f"redis {mode}", master.url, report, thread_counts, progress, mode)
             finally:
-                for server in reversed(servers):
-                    server.stop()
+                for running in reversed(servers):
+                    running.stop()
 
 
 # Output

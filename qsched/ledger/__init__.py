@@ -1,7 +1,11 @@
 """The ledger: providers and allocations, quota and instance records, on Redis.
 
-:func:`open_stores` builds all three on one connection from the ``[ledger]`` and
-``[quota]`` options (:class:`~qsched.conf.LedgerOptions`, ``QuotaOptions``).
+:func:`open_stores` builds every store of a cell on one connection from the
+``[ledger]`` and ``[quota]`` options. Callers see the
+interfaces of :mod:`qsched.ledger.base`, :mod:`qsched.ledger.backend` and
+:mod:`qsched.ledger.inspection` only: no Redis client, no key. Harnesses also
+use :mod:`qsched.ledger.server` (redis-server processes of their own) and
+:mod:`qsched.ledger.embedded` (the in-process ledger served over TCP).
 """
 
 from __future__ import annotations
@@ -10,23 +14,29 @@ import dataclasses
 
 from qsched.conf import LedgerOptions, QuotaOptions
 from qsched.ledger.agents import RedisAgents
-from qsched.ledger.base import Usage
+from qsched.ledger.backend import Backend
+from qsched.ledger.base import AgentRegistry, FlavorStore, InstanceStore, Ledger, QuotaStore, Usage
+from qsched.ledger.flavors import RedisFlavors
+from qsched.ledger.inspection import Inspector
 from qsched.ledger.instances import RedisInstances
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
-from qsched.ledger.redis import Durability, RedisStore, connect
+from qsched.ledger.redis import Durability, RedisBackend, RedisStore, connect
+from qsched.ledger.scan import RedisInspector
 from qsched.resources import DISK_GB, MEMORY_MB, VCPU
 
 
 @dataclasses.dataclass
 class Stores:
-    """The three stores of one cell, sharing one Redis connection pool."""
+    """The stores of one cell, sharing one connection (``backend``)."""
 
-    store: RedisStore
-    ledger: RedisLedger
-    quota: RedisQuota
-    instances: RedisInstances
-    agents: RedisAgents
+    ledger: Ledger
+    quota: QuotaStore
+    instances: InstanceStore
+    agents: AgentRegistry
+    flavors: FlavorStore
+    inspector: Inspector
+    backend: Backend
 
 
 def open_stores(
@@ -52,10 +62,16 @@ def open_stores(
     }
     limits = quota or QuotaOptions.defaults()
     quotas = RedisQuota(store, Usage(limits.instances, limits.cores, limits.ram))
+    return _redis_stores(store, RedisLedger(store, ratios), quotas)
+
+
+def _redis_stores(store: RedisStore, ledger: RedisLedger, quota: RedisQuota) -> Stores:
     return Stores(
-        store,
-        RedisLedger(store, ratios),
-        quotas,
-        RedisInstances(store, quotas),
+        ledger,
+        quota,
+        RedisInstances(store, quota),
         RedisAgents(store),
+        RedisFlavors(store),
+        RedisInspector(store),
+        RedisBackend(store),
     )

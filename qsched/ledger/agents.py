@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
+import builtins
 import json
 from collections.abc import Mapping
 from typing import Any
 
+from qsched.ledger.base import AgentInfo, AgentRegistry
 from qsched.ledger.redis import RedisStore, maps_errors, text, text_map
 
 
-@dataclasses.dataclass(frozen=True)
-class AgentInfo:
-    host: str
-    last_seen: float
-    alive: bool
-    detail: Mapping[str, Any]
-
-
 @maps_errors
-class RedisAgents:
+class RedisAgents(AgentRegistry):
     """Who is alive (a key with a time to live per agent), which classes and zones exist."""
 
     def __init__(self, store: RedisStore) -> None:
@@ -40,13 +33,18 @@ class RedisAgents:
         """True while the host's last heartbeat has not expired (O(1))."""
         return bool(self.store.client.exists(self.keys.agent(host)))
 
+    def last_seen(self, host: str) -> float | None:
+        """When ``host`` last beat: its score in the agents index (O(1))."""
+        score = self.store.client.zscore(self.keys.agents, host)
+        return None if score is None else float(score)
+
     def forget(self, host: str) -> None:
         """An agent that stops cleanly says so at once instead of waiting for its TTL."""
         pipe = self.store.client.pipeline(transaction=False)
         pipe.delete(self.keys.agent(host))
         pipe.execute()
 
-    def list(self) -> list[AgentInfo]:
+    def list(self) -> builtins.list[AgentInfo]:
         """Every agent ever seen in the cell, alive or not (admin view: it scans)."""
         hosts: list[Any] = self.store.client.zrange(self.keys.agents, 0, -1, withscores=True)
         pipe = self.store.client.pipeline(transaction=False)

@@ -1,20 +1,19 @@
 """Check the ledger's invariants from its own records, independently of the services.
 
 An admin view: it scans every provider, consumer, quota record and instance of
-the cell. Use it in tests, the demo summary and fault-injection runs, never on
-a request path.
+the cell, through :class:`~qsched.ledger.inspection.Inspector` and the
+ledger's own reads, so it works on any backend. Use it in tests, the demo
+summary and fault-injection runs, never on a request path.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import Counter, defaultdict
 from typing import Any
 
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.ledger.redis import read_many, text, text_map
 
 _HOLDING = (State.BUILD.value, State.ACTIVE.value)
 
@@ -71,44 +70,20 @@ def audit(stores: Stores) -> AuditReport:
     return report
 
 
-def _scan_suffixes(stores: Stores, prefix: str, suffix: str = "") -> set[str]:
-    """The ``*`` part of every key ``<prefix>*<suffix>`` without a further ':'."""
-    found = set()
-    for key in stores.store.client.scan_iter(f"{prefix}*{suffix}", count=1000):
-        middle = text(key)[len(prefix) : len(text(key)) - len(suffix)]
-        if ":" not in middle:
-            found.add(middle)
-    return found
-
-
 def _instances(stores: Stores) -> dict[str, dict[str, str]]:
-    uuids = sorted(_scan_suffixes(stores, stores.store.keys.instance("")))
-    pipe = stores.store.client.pipeline(transaction=False)
-    for uuid in uuids:
-        pipe.hmget(stores.store.keys.instance(uuid), "state", "host", "project_id")
-    records = {}
-    for uuid, (state, host, project) in zip(uuids, pipe.execute(), strict=True):
-        if state is not None:
-            records[uuid] = {"state": text(state), "host": text(host or b""),
-                             "project_id": text(project or b"")}  # fmt: skip
-    return records
+    found = stores.inspector.instance_records(fields=("state", "host", "project_id"))
+    return {uuid: {"state": r["state"], "host": r.get("host", ""),
+                   "project_id": r.get("project_id", "")}
+            for uuid, r in found.items() if "state" in r}  # fmt: skip
 
 
 def _sum_consumers(stores: Stores, report: AuditReport, scan: _Scan) -> None:
-    uuids = sorted(_scan_suffixes(stores, stores.store.keys.consumer("")))
-    found = read_many(
-        stores.store.client, "hgetall", [stores.store.keys.consumer(u) for u in uuids]
-    )
-    for uuid, raw in zip(uuids, found, strict=True):
-        fields = text_map(raw)
-        if not fields:
-            continue
-        allocations: dict[str, dict[str, int]] = json.loads(fields["allocs"])
+    for uuid, consumer in stores.inspector.consumers().items():
         report.consumers += 1
-        scan.placed_on[uuid] = set(allocations)
-        for rp, amounts in allocations.items():
+        scan.placed_on[uuid] = set(consumer.allocations)
+        for rp, amounts in consumer.allocations.items():
             scan.by_provider[rp].update(amounts)
-            scan.by_project[fields.get("project", "")].update(amounts)
+            scan.by_project[consumer.project_id or ""].update(amounts)
         record = scan.records.get(uuid)
         if record is not None and record["state"] not in _HOLDING:
             report.orphan_allocations.append(uuid)
@@ -142,11 +117,9 @@ def _check_providers(stores: Stores, report: AuditReport, scan: _Scan) -> None:
 
 
 def _check_projects(stores: Stores, report: AuditReport, scan: _Scan) -> None:
-    projects = set(scan.by_project) | _scan_suffixes(
-        stores, stores.store.keys.project_usage(""), ":usage"
-    )
-    for project in sorted(projects):
-        usages = stores.ledger.project_usages(project)
+    counted = stores.inspector.project_usages()
+    for project in sorted(set(scan.by_project) | set(counted)):
+        usages = counted.get(project, {})
         summed = {rc: n for rc, n in scan.by_project[project].items() if n}
         if usages != summed:
             report.usage_mismatches.append({"project": project, "usage": usages,
@@ -169,18 +142,17 @@ def _check_instances(report: AuditReport, scan: _Scan) -> None:
 
 def _check_quota(stores: Stores, report: AuditReport, scan: _Scan) -> None:
     """Quota used equals what the holders reserved, and only live instances hold quota."""
-    keys = stores.store.keys
-    projects = _scan_suffixes(stores, keys.quota_used("")[: -len(":used")], ":used")
-    projects |= _scan_suffixes(stores, keys.quota_held("")[: -len(":held")], ":held")
-    for project in sorted(projects):
-        held = text_map(stores.store.client.hgetall(keys.quota_held(project)))
-        amounts = [v.split() for v in held.values()]
-        expected = {"instances": len(held), "cores": sum(int(c) for c, _ in amounts),
-                    "ram_mb": sum(int(r) for _, r in amounts)}  # fmt: skip
-        usage = dataclasses.asdict(stores.quota.get_usage(project))
+    used, held = stores.inspector.quota_used(), stores.inspector.quota_held()
+    for project in sorted(set(used) | set(held)):
+        holders = held.get(project, {})
+        expected = {"instances": len(holders),
+                    "cores": sum(u.cores for u in holders.values()),
+                    "ram_mb": sum(u.ram_mb for u in holders.values())}  # fmt: skip
+        counters = used.get(project, {})
+        usage = {name: counters.get(name, 0) for name in expected}
         if usage != expected:
             report.quota_mismatches.append({"project": project, "used": usage, "held": expected})
-        for holder in held:
+        for holder in holders:
             record = scan.records.get(holder)
             if record is not None and record["state"] not in _HOLDING:
                 report.quota_mismatches.append({"project": project, "holder": holder,

@@ -1,163 +1,59 @@
-"""The ledger: resource providers, allocations, quota and instance records.
+"""The ledger's roles, one small interface each, and the records they speak.
 
-Three small interfaces share one store so that the operations that must be
-atomic across them (reserve quota and record an instance; claim resources only
-for an instance still waiting) can be one atomic step where the state lives.
+Ledger, QuotaStore and InstanceStore share one store so that the operations
+that must be atomic across them (reserve quota and record an instance; claim
+resources only for an instance still waiting) can be one atomic step where the
+state lives. AgentRegistry and FlavorStore sit next to them on the same store;
+:class:`~qsched.ledger.backend.Backend` is the connection they share, and
+:class:`~qsched.ledger.inspection.Inspector` reads a whole cell for admin views.
+Every method may also raise :class:`~qsched.exception.BackendUnavailable`: the
+backend did not answer.
 """
 
 from __future__ import annotations
 
 import abc
-import dataclasses
-import enum
-from collections.abc import Iterable, Mapping, Sequence
+import builtins
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-# {provider uuid: {resource class: amount}}
-Allocations = Mapping[str, Mapping[str, int]]
+from qsched.flavors import Flavor
+from qsched.ledger.records import (
+    AgentInfo,
+    Allocations,
+    Claim,
+    Consumer,
+    Event,
+    Instance,
+    Inventory,
+    Placement,
+    Provider,
+    ProviderSpec,
+    State,
+    TaskState,
+    Usage,
+)
 
-
-@dataclasses.dataclass(frozen=True)
-class Inventory:
-    """Inventory of one resource class on one provider (Placement semantics)."""
-
-    total: int
-    reserved: int = 0
-    min_unit: int = 1
-    max_unit: int | None = None  # None: same as total
-    step_size: int = 1
-    allocation_ratio: float = 1.0
-
-    @property
-    def capacity(self) -> int:
-        """What allocations may add up to: (total - reserved) * allocation_ratio."""
-        return int((self.total - self.reserved) * self.allocation_ratio)
-
-    @property
-    def effective_max_unit(self) -> int:
-        return self.total if self.max_unit is None else self.max_unit
-
-
-@dataclasses.dataclass(frozen=True)
-class Provider:
-    """A resource provider as read from the ledger, usages included."""
-
-    uuid: str
-    name: str
-    generation: int
-    parent_uuid: str | None = None
-    root_uuid: str | None = None
-    inventories: Mapping[str, Inventory] = dataclasses.field(default_factory=dict)
-    usages: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    traits: frozenset[str] = frozenset()
-    aggregates: frozenset[str] = frozenset()
-
-    def free(self, resource_class: str) -> int:
-        inv = self.inventories.get(resource_class)
-        if inv is None:
-            return 0
-        return inv.capacity - self.usages.get(resource_class, 0)
-
-
-@dataclasses.dataclass(frozen=True)
-class ProviderSpec:
-    """What a provider should look like: registered as such by ``register_providers``."""
-
-    uuid: str
-    name: str
-    inventories: Mapping[str, Inventory]
-    traits: frozenset[str] = frozenset()
-    aggregates: frozenset[str] = frozenset()
-    parent_uuid: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Claim:
-    """A claim in the ledger: the consumer generation, and whether it was there already."""
-
-    generation: int
-    already: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Consumer:
-    """What holds allocations (an instance). generation None: it holds nothing yet."""
-
-    uuid: str
-    generation: int | None
-    project_id: str | None = None
-    user_id: str | None = None
-    allocations: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
-
-
-class State(enum.StrEnum):
-    BUILD = "BUILD"
-    ACTIVE = "ACTIVE"
-    ERROR = "ERROR"
-    DELETED = "DELETED"
-
-
-class TaskState(enum.StrEnum):
-    SCHEDULING = "scheduling"
-    SPAWNING = "spawning"
-    DELETING = "deleting"
-    NONE = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class Usage:
-    """A project's quota usage (what it holds) and limits (-1: no limit)."""
-
-    instances: int
-    cores: int
-    ram_mb: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Event:
-    """One line of an instance's history: published, refused, claimed, spawned, failed..."""
-
-    time: float
-    event: str
-    host: str | None = None
-    node: str | None = None
-    detail: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class Placement:
-    """Where an instance is, as its record says: three fields, cheap to read in bulk."""
-
-    state: State
-    host: str | None = None
-    node: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Instance:
-    """An instance record. ``fault`` keeps admin-only details under ``details``."""
-
-    uuid: str
-    project_id: str
-    user_id: str
-    name: str
-    flavor: Mapping[str, Any]
-    state: State
-    task_state: TaskState = TaskState.NONE
-    host: str | None = None
-    node: str | None = None
-    fault: Mapping[str, Any] | None = None
-    attempts: int = 0
-    tried_hosts: tuple[str, ...] = ()  # hosts a requeue took its claim from, in order
-    created_at: float = 0.0
-    updated_at: float = 0.0
-    deadline: float | None = None
-    launched_at: float | None = None  # when it went ACTIVE
-    quota: Usage | None = None  # what it holds against its project's quota, if anything
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    # The outbox entry that create or requeue just made (not stored in the record):
-    # give it to InstanceStore.outbox_done once the boot request is published.
-    outbox: str | None = dataclasses.field(default=None, compare=False)
+__all__ = [
+    "AgentInfo",
+    "AgentRegistry",
+    "Allocations",
+    "Claim",
+    "Consumer",
+    "Event",
+    "FlavorStore",
+    "Instance",
+    "InstanceStore",
+    "Inventory",
+    "Ledger",
+    "Placement",
+    "Provider",
+    "ProviderSpec",
+    "QuotaStore",
+    "State",
+    "TaskState",
+    "Usage",
+]
 
 
 class Ledger(abc.ABC):
@@ -302,6 +198,14 @@ class Ledger(abc.ABC):
         With ``host`` given, only if the instance is claimed by that host. An
         ACTIVE, ERROR or DELETED instance is left alone. Returns False when there
         was nothing to release. Idempotent.
+        """
+
+    @abc.abstractmethod
+    def default_inventory(self, resource_class: str, total: int, **fields: Any) -> Inventory:
+        """An Inventory of ``total`` with the configured allocation ratio of its class
+        (``fields`` override any other field). Pure: nothing is read or written.
+
+        :raises: nothing; a bad value fails when the inventory is set.
         """
 
 
@@ -496,3 +400,134 @@ class InstanceStore(abc.ABC):
     @abc.abstractmethod
     def unpublished(self, limit: int = 100) -> list[tuple[str, float]]:
         """The oldest outbox entries: (uuid, seconds waiting), oldest first."""
+
+
+class AgentRegistry(abc.ABC):
+    """Which agents are alive, and the scheduling classes and zones they consume."""
+
+    @abc.abstractmethod
+    def heartbeat(self, host: str, ttl_s: float, **detail: Any) -> None:
+        """Say ``host`` is alive for ``ttl_s`` seconds more; ``detail`` is shown to admins.
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def alive(self, host: str) -> bool:
+        """True while the host's last heartbeat has not expired (O(1)).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def last_seen(self, host: str) -> float | None:
+        """When ``host`` last beat, expired or not; None if it never did (O(1)).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def forget(self, host: str) -> None:
+        """An agent that stops cleanly says so at once instead of waiting for its TTL.
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def list(self) -> builtins.list[AgentInfo]:
+        """Every agent ever seen in the cell, alive or not (admin view: it scans).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def add_class(self, name: str, definition: Mapping[str, Any]) -> bool:
+        """Publish a scheduling class for agents to consider; False if it was known.
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def classes(self) -> dict[str, dict[str, Any]]:
+        """Every live class: O(number of classes), never O(number of hosts).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def add_zone(self, zone: str) -> None:
+        """Make ``zone`` bootable. Never removed: a zone outlives its hosts being down.
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def zones(self) -> set[str]:
+        """Every known availability zone (admin view).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def has_zone(self, zone: str) -> bool:
+        """Whether a boot may name ``zone``: O(1).
+
+        :raises BackendUnavailable:
+        """
+
+
+class FlavorStore(abc.ABC):
+    """The flavors instances may be booted with."""
+
+    @abc.abstractmethod
+    def get(self, flavor_id: str) -> Flavor:
+        """One flavor by id (O(1)).
+
+        :raises FlavorNotFound:
+        """
+
+    @abc.abstractmethod
+    def get_stored(self, flavor_id: str) -> tuple[Flavor, str]:
+        """One flavor and the exact form it is stored in, for ``expect_flavor`` checks.
+
+        :raises FlavorNotFound:
+        """
+
+    @abc.abstractmethod
+    def list(self) -> builtins.list[Flavor]:
+        """Every flavor, sorted by id.
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def create(self, flavor: Flavor) -> Flavor:
+        """Add a flavor.
+
+        :raises FlavorExists: its id or its name is taken.
+        :raises Invalid: the flavor does not pass :func:`~qsched.flavors.check_flavor`.
+        """
+
+    @abc.abstractmethod
+    def put(self, flavor: Flavor) -> bool:
+        """Create the flavor or replace the one with its id; False if it was already so.
+
+        :raises FlavorExists: another flavor has its name.
+        :raises Invalid: the flavor does not pass :func:`~qsched.flavors.check_flavor`.
+        """
+
+    @abc.abstractmethod
+    def update(self, flavor_id: str, change: Callable[[Flavor], Flavor]) -> Flavor:
+        """Replace a flavor by ``change(current)``, atomically; return the new one.
+
+        :raises FlavorNotFound:
+        :raises Invalid: the changed flavor does not pass :func:`~qsched.flavors.check_flavor`.
+        :raises Conflict: the catalog kept changing under the update.
+        """
+
+    @abc.abstractmethod
+    def delete(self, flavor_id: str) -> Flavor:
+        """Remove a flavor (instances keep their own copy); return what was removed.
+
+        :raises FlavorNotFound:
+        """

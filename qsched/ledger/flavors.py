@@ -8,7 +8,6 @@ read-modify-write race), which is O(number of flavors), never O(hosts).
 
 from __future__ import annotations
 
-import abc
 import builtins
 import dataclasses
 import json
@@ -18,71 +17,12 @@ from typing import Any
 import redis
 
 from qsched import exception
+from qsched.exception import FlavorExists, FlavorNotFound
 from qsched.flavors import Flavor, check_flavor
+from qsched.ledger.base import FlavorStore
 from qsched.ledger.redis import RedisStore, canonical_json, maps_errors, text, text_map
 
 _MAX_WATCH_RETRIES = 20
-
-
-class FlavorNotFound(exception.NotFound):
-    msg_fmt = "Flavor {flavor} could not be found."
-
-
-class FlavorExists(exception.Conflict):
-    msg_fmt = "Flavor with {field} {value} already exists."
-
-
-class FlavorStore(abc.ABC):
-    """The flavors instances may be booted with."""
-
-    @abc.abstractmethod
-    def get(self, flavor_id: str) -> Flavor:
-        """One flavor by id (O(1)).
-
-        :raises FlavorNotFound:
-        """
-
-    @abc.abstractmethod
-    def get_stored(self, flavor_id: str) -> tuple[Flavor, str]:
-        """One flavor and the exact form it is stored in, for ``expect_flavor`` checks.
-
-        :raises FlavorNotFound:
-        """
-
-    @abc.abstractmethod
-    def list(self) -> list[Flavor]:
-        """Every flavor, sorted by id."""
-
-    @abc.abstractmethod
-    def create(self, flavor: Flavor) -> Flavor:
-        """Add a flavor.
-
-        :raises FlavorExists: its id or its name is taken.
-        :raises Invalid: the flavor does not pass :func:`check_flavor`.
-        """
-
-    @abc.abstractmethod
-    def put(self, flavor: Flavor) -> bool:
-        """Create the flavor or replace the one with its id; False if it was already so.
-
-        :raises FlavorExists: another flavor has its name.
-        :raises Invalid: the flavor does not pass :func:`check_flavor`.
-        """
-
-    @abc.abstractmethod
-    def update(self, flavor_id: str, change: Callable[[Flavor], Flavor]) -> Flavor:
-        """Replace a flavor by ``change(current)``, atomically; return the new one.
-
-        :raises FlavorNotFound:
-        :raises Invalid: the changed flavor does not pass :func:`check_flavor`.
-        """
-
-    @abc.abstractmethod
-    def delete(self, flavor_id: str) -> Flavor:
-        """Remove a flavor (instances keep their own copy); return what was removed.
-
-        :raises FlavorNotFound:
-        """
 
 
 @maps_errors

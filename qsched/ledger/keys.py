@@ -1,10 +1,25 @@
-"""Key names of one cell. Every key carries the cell's hash tag ``{cell}``.
+"""The key names of one cell, built here and nowhere else.
 
-Redis Cluster hashes only what is inside the braces, so a whole cell lives in
-one slot and every script touching a cell runs on one shard.
+Every key carries the cell's hash tag ``{cell}``: Redis Cluster hashes only what
+is inside the braces, so a whole cell lives in one slot and every script
+touching a cell runs on one shard.
+
+:class:`Keyspace` builds the keys for Python, and :func:`lua_prelude` turns
+the same builders into Lua, prepended to every script, so that the scripts
+never spell a key: ``K.instance(uuid)`` in Lua is ``keys.instance(uuid)`` here,
+``K.outbox`` is ``keys.outbox``. What each key holds, its type and who writes
+it: the keyspace table of ``docs/ledger.rst``; ``tests/test_keyspace.py``
+keeps that table, this class and the scripts in step.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import json
+
+_PART = "\0"  # stands for a variable part of a key while its template is read
 
 
 class Keyspace:
@@ -16,7 +31,6 @@ class Keyspace:
 
     # providers
     def provider(self, uuid: str) -> str:
-        """Hash: name, generation, parent, root, i:<RC> inventory, u:<RC> usage."""
         return f"{self.prefix}rp:{uuid}"
 
     def provider_traits(self, uuid: str) -> str:
@@ -25,29 +39,29 @@ class Keyspace:
     def provider_aggregates(self, uuid: str) -> str:
         return f"{self.prefix}rp:{uuid}:aggs"
 
-    def provider_consumers(self, uuid: str) -> str:
-        return f"{self.prefix}rp:{uuid}:consumers"
-
     def provider_children(self, uuid: str) -> str:
         return f"{self.prefix}rp:{uuid}:children"
 
+    def provider_consumers(self, uuid: str) -> str:
+        return f"{self.prefix}rp:{uuid}:consumers"
+
     @property
     def providers(self) -> str:
-        """Set of every provider uuid (admin views only)."""
         return f"{self.prefix}rps"
 
     @property
     def provider_names(self) -> str:
-        """Hash name -> uuid: names are unique, as in Placement."""
         return f"{self.prefix}rp-names"
 
     # consumers and usages
     def consumer(self, uuid: str) -> str:
-        """Hash: generation, project, user, allocs (JSON {rp: {rc: n}})."""
         return f"{self.prefix}consumer:{uuid}"
 
     def project_usage(self, project_id: str) -> str:
         return f"{self.prefix}project:{project_id}:usage"
+
+    def project_instances(self, project_id: str) -> str:
+        return f"{self.prefix}project:{project_id}:instances"
 
     # quota
     def quota_limits(self, project_id: str) -> str:
@@ -57,18 +71,9 @@ class Keyspace:
         return f"{self.prefix}quota:{project_id}:used"
 
     def quota_held(self, project_id: str) -> str:
-        """Hash holder -> "cores ram_mb": what each holder reserved, so release is exact."""
         return f"{self.prefix}quota:{project_id}:held"
 
     # instances
-    def host_deleting(self, host: str) -> str:
-        """Sorted set: instances of ``host`` marked deleting, by when (for stuck deletes)."""
-        return f"{self.prefix}host:{host}:deleting"
-
-    def host_building(self, host: str) -> str:
-        """Set: instances claimed by ``host`` and not ACTIVE yet (for the janitor)."""
-        return f"{self.prefix}host:{host}:building"
-
     def instance(self, uuid: str) -> str:
         return f"{self.prefix}inst:{uuid}"
 
@@ -76,49 +81,106 @@ class Keyspace:
         return f"{self.prefix}inst:{uuid}:events"
 
     def instance_abandoned(self, uuid: str) -> str:
-        """String with a time to live: the client was told this boot failed; never create it."""
         return f"{self.prefix}inst:{uuid}:abandoned"
 
     @property
+    def deadlines(self) -> str:
+        return f"{self.prefix}deadlines"
+
+    @property
     def outbox(self) -> str:
-        """Sorted set: instances waiting for their boot request to be published, by when
-        (server time) they started waiting; the janitor publishes those left too long."""
         return f"{self.prefix}outbox"
 
     @property
     def durability_barrier(self) -> str:
-        """Counter written before a WAIT that covers writes made on other connections."""
         return f"{self.prefix}durability-barrier"
 
-    def project_instances(self, project_id: str) -> str:
-        return f"{self.prefix}project:{project_id}:instances"
+    def host_building(self, host: str) -> str:
+        return f"{self.prefix}host:{host}:building"
 
-    @property
-    def deadlines(self) -> str:
-        """Sorted set: instances waiting to be placed, scored by deadline."""
-        return f"{self.prefix}deadlines"
+    def host_deleting(self, host: str) -> str:
+        return f"{self.prefix}host:{host}:deleting"
 
     # services
     def agent(self, host: str) -> str:
-        """Hash: an agent's heartbeat (time, nodes, classes consumed); expires when it dies."""
         return f"{self.prefix}agent:{host}"
 
     @property
     def agents(self) -> str:
-        """Sorted set: every agent host by its last heartbeat (admin views, janitor)."""
         return f"{self.prefix}agents"
 
     @property
     def classes(self) -> str:
-        """Hash: live scheduling class -> JSON {flavor, constraints}, read by agents."""
         return f"{self.prefix}classes"
 
     @property
     def zones(self) -> str:
-        """Set: every availability zone an agent has registered; the API refuses others."""
         return f"{self.prefix}zones"
 
     @property
     def flavors(self) -> str:
-        """Hash: flavor id -> JSON flavor."""
         return f"{self.prefix}flavors"
+
+
+@dataclasses.dataclass(frozen=True)
+class Template:
+    """One builder of :class:`Keyspace`: its name, the names of its parts, and the key
+    after the cell's prefix as text and parts (``["rp:", ("uuid",), ":traits"]``)."""
+
+    name: str
+    params: tuple[str, ...]
+    pieces: tuple[str | tuple[str], ...]
+
+    @property
+    def pattern(self) -> str:
+        """The key as ``docs/ledger.rst`` writes it: ``rp:<uuid>:traits``."""
+        return "".join(p if isinstance(p, str) else f"<{p[0]}>" for p in self.pieces)
+
+    @property
+    def literals(self) -> list[str]:
+        """The fixed text of the key, piece by piece: what no script may spell."""
+        return [p for p in self.pieces if isinstance(p, str) and p]
+
+    def lua(self) -> str:
+        """The Lua that builds the key from ``P``, the cell's prefix."""
+        parts = [json.dumps(p) if isinstance(p, str) else p[0] for p in self.pieces if p]
+        expr = " .. ".join(["P", *parts])
+        if not self.params:
+            return f"K.{self.name} = {expr}"
+        return f"K.{self.name} = function({', '.join(self.params)}) return {expr} end"
+
+
+@functools.cache
+def templates() -> tuple[Template, ...]:
+    """Every builder of :class:`Keyspace`, in the order the class defines them."""
+    space = Keyspace("cell")
+    found = []
+    for name, member in vars(Keyspace).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(member, property):
+            params: tuple[str, ...] = ()
+            key = member.fget(space) if member.fget else ""
+        else:
+            params = tuple(inspect.signature(member).parameters)[1:]
+            key = member(space, *(f"{_PART}{p}{_PART}" for p in params))
+        found.append(Template(name, params, _pieces(key.removeprefix(space.prefix))))
+    return tuple(found)
+
+
+def _pieces(key: str) -> tuple[str | tuple[str], ...]:
+    """``"rp:\\0uuid\\0:traits"`` -> ``("rp:", ("uuid",), ":traits")``."""
+    split = key.split(_PART)
+    return tuple(p if i % 2 == 0 else (p,) for i, p in enumerate(split))
+
+
+@functools.cache
+def lua_prelude() -> str:
+    """Lua defining ``P`` (``ARGV[1]``, the cell's prefix) and ``K``, one key builder per
+    builder of :class:`Keyspace`; the loader puts it before ``lib.lua`` and each script."""
+    lines = [
+        "-- Generated from qsched/ledger/keys.py (Keyspace) when the script is loaded.",
+        "local P = ARGV[1]",
+        "local K = {}",
+    ]
+    return "\n".join([*lines, *(t.lua() for t in templates())]) + "\n"

@@ -92,7 +92,7 @@ class RedisLedger(Ledger):
 
     def set_aggregates(self, uuid: str, generation: int, aggregates: Iterable[str]) -> int:
         members = sorted({check_aggregate(a) for a in aggregates})
-        return self._set_members(uuid, generation, "aggs", members)
+        return self._set_members(uuid, generation, "aggregates", members)
 
     def _set_members(self, uuid: str, generation: int, kind: str, members: list[str]) -> int:
         key = self.keys.provider(uuid)

@@ -8,9 +8,8 @@ Connection string
     ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...``,
     ``unix:///path/to/socket?db=0``: one real Redis (no Sentinel or Cluster
     client yet: a proxy in front of them is seen as one server).
-    ``fakeredis://[name]``: an in-process fakeredis server with Lua, shared by
-    every store of this process opened with the same name. Embedded default
-    and tests only; nothing survives the process.
+    ``fakeredis://[name]``: the embedded ledger of :mod:`qsched.ledger.embedded`
+    (the ``embedded`` extra); demo and tests only, nothing survives the process.
 
 Durability (``[ledger] durability``, see :class:`Durability`)
     ``async``: a write is acknowledged once Redis applied it; what a crash of
@@ -40,24 +39,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import threading
 import time
 from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
-import fakeredis
 import redis
 
 from qsched import exception
-from qsched.ledger.keys import Keyspace
+from qsched.ledger import embedded
+from qsched.ledger.backend import ERROR, TIMED_OUT, UNREACHABLE, Backend, LedgerUnavailable
+from qsched.ledger.keys import Keyspace, lua_prelude
 
 DURABILITY_MODES = ("async", "replica", "disk")
 T = TypeVar("T")
-
-_fake_servers: dict[str, fakeredis.FakeServer] = {}
-_fake_lock = threading.Lock()
 
 
 def connect(url: str, connect_timeout_s: float = 2.0, timeout_s: float = 10.0) -> redis.Redis:
@@ -65,12 +60,12 @@ def connect(url: str, connect_timeout_s: float = 2.0, timeout_s: float = 10.0) -
 
     ``timeout_s`` bounds every command: a stalled server makes a call fail with
     BackendUnavailable after it (and the API answer 503) rather than hang.
+
+    :raises EmbeddedNotInstalled: a ``fakeredis://`` URL without the embedded extra.
     """
-    if url.startswith("fakeredis://"):
-        name = urlsplit(url).netloc or "default"
-        with _fake_lock:
-            server = _fake_servers.setdefault(name, fakeredis.FakeServer())
-        return fakeredis.FakeRedis(server=server)
+    if embedded.is_embedded_url(url):
+        client: redis.Redis = embedded.connect(url)
+        return client
     return redis.Redis.from_url(
         url,
         socket_connect_timeout=connect_timeout_s,
@@ -81,8 +76,10 @@ def connect(url: str, connect_timeout_s: float = 2.0, timeout_s: float = 10.0) -
 
 @functools.cache
 def _source(name: str) -> str:
+    """Script ``name`` as loaded: the key builders, lib.lua, then the script itself."""
     lua = resources.files("qsched.ledger") / "lua"
-    return (lua / "lib.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+    parts = (lua_prelude(), (lua / "lib.lua").read_text(), (lua / f"{name}.lua").read_text())
+    return "\n".join(parts)
 
 
 def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
@@ -198,7 +195,8 @@ class RedisStore:
         self._wait = self.durability.mode == "replica"
 
     def script(self, name: str) -> Any:
-        """The registered script ``name`` (lib.lua prepended), loaded on first use."""
+        """The registered script ``name`` (key builders and lib.lua prepended), loaded on
+        first use."""
         found = self._scripts.get(name)
         if found is None:
             found = self._scripts[name] = self.client.register_script(_source(name))
@@ -277,7 +275,7 @@ class RedisStore:
         mode = self.durability.mode
         if mode == "async":
             return
-        if isinstance(self.client, fakeredis.FakeRedis):
+        if embedded.is_embedded(self.client):
             raise exception.Invalid(
                 reason=f"[ledger] durability = {mode} needs a real Redis: fakeredis keeps "
                 "nothing on disk and has no replicas; use durability = async"
@@ -302,6 +300,67 @@ class RedisStore:
     @staticmethod
     def now() -> float:
         return time.time()
+
+
+#: what a failed PING says, for the health page: the first class the error is an instance of
+_PING_FAILURES = (
+    (redis.TimeoutError, TIMED_OUT),
+    (redis.ConnectionError, UNREACHABLE),
+    (redis.RedisError, ERROR),
+)
+_UNLINK_BATCH = 1000  # keys per UNLINK when a cell is forgotten
+
+
+class RedisBackend(Backend):
+    """The Redis connection of a cell's stores (see :class:`~qsched.ledger.backend.Backend`)."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+
+    def ping(self) -> None:
+        try:
+            self.store.client.ping()
+        except redis.RedisError as exc:
+            category = next(word for kind, word in _PING_FAILURES if isinstance(exc, kind))
+            raise LedgerUnavailable(
+                backend="Redis", url="ledger", category=category, reason=exc
+            ) from exc
+
+    def close(self) -> None:
+        self.store.client.close()
+
+    @mapped
+    def is_empty(self) -> bool:
+        return not self.store.client.dbsize()
+
+    def command_stats(self) -> dict[str, tuple[int, int]]:
+        try:
+            raw = self.store.client.info("commandstats")
+        except Exception:  # fakeredis or a Redis that refuses INFO: no figures, no failure
+            return {}
+        return {
+            name.removeprefix("cmdstat_"): (int(v.get("calls", 0)), int(v.get("usec", 0)))
+            for name, v in raw.items()
+            if isinstance(v, dict)
+        }
+
+    @mapped
+    def forget_cell(self) -> int:
+        client = self.store.client
+        deleted, batch = 0, []
+        for key in client.scan_iter(match=glob_escape(self.store.keys.prefix) + "*", count=5000):
+            batch.append(key)
+            if len(batch) >= _UNLINK_BATCH:
+                deleted += client.unlink(*batch)
+                batch = []
+        if batch:
+            deleted += client.unlink(*batch)
+        return deleted
+
+
+def glob_escape(literal: str) -> str:
+    """A Redis glob (SCAN MATCH) that matches ``literal`` and nothing else."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in literal)
 
 
 def read_many(

@@ -11,15 +11,9 @@ Modules: :mod:`.config` (the INI and gunicorn files), :mod:`.processes` (the
 processes, readiness, logs) and :mod:`.cleanup` (removing keys and queues).
 """
 
+from qsched.net import LOOPBACK, free_port
 from qsched.stack.config import CellConfig, GunicornConfig, Options, merged
-from qsched.stack.processes import (
-    LOOPBACK,
-    ProcessStack,
-    StackFailed,
-    free_port,
-    http_call,
-    new_prefix,
-)
+from qsched.stack.processes import ProcessStack, StackFailed, http_call, new_prefix
 
 __all__ = [
     "LOOPBACK",

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,10 +24,10 @@ from typing import Any
 
 from qsched import conf as qconf
 from qsched.ledger import Stores, open_stores
-from qsched.stack.cleanup import forget_bus, forget_cell
+from qsched.net import LOOPBACK, free_port
+from qsched.stack.cleanup import forget_bus
 from qsched.stack.config import CellConfig, GunicornConfig, ini_text
 
-LOOPBACK = "127.0.0.1"
 BINDIR = Path(sys.executable).parent
 PROGRESS_EVERY_S = 5.0
 
@@ -37,13 +36,6 @@ Popen = subprocess.Popen[bytes]
 
 class StackFailed(Exception):
     """A process of the stack died, or the stack was not ready in time; with its logs."""
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now, on the loopback interface."""
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 def new_prefix(kind: str) -> str:
@@ -287,12 +279,12 @@ class ProcessStack:
 
         Call it once the processes stopped. :returns: what could not be deleted.
         :raises: what :func:`~qsched.stack.cleanup.forget_bus` and
-            :func:`~qsched.stack.cleanup.forget_cell` raise.
+            :meth:`~qsched.ledger.backend.Backend.forget_cell` raise.
         """
         hosts = sorted(self._hosts)
         failed = forget_bus(self.transport_url, self.prefix, self.classes(), hosts)
         if self.own_cell:
-            forget_cell(self.stores)
+            self.stores.backend.forget_cell()
         return failed
 
     def classes(self) -> list[str]:
@@ -304,4 +296,4 @@ class ProcessStack:
 
     def close(self) -> None:
         """Close this process's ledger connections."""
-        self.stores.store.client.close()
+        self.stores.backend.close()

@@ -7,13 +7,13 @@
 local consumer, expected, project, user = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local allocs_json, gens_json, claim = ARGV[6], ARGV[7], ARGV[8] == "1"
 local host, node, now, max_events = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
-local ckey = P .. "consumer:" .. consumer
+local ckey = K.consumer(consumer)
 
 local cur = redis.call("HMGET", ckey, "generation", "allocs", "project")
 local cur_gen = tonumber(cur[1])
 
 if claim then
-    local ikey = P .. "inst:" .. consumer
+    local ikey = K.instance(consumer)
     local inst = redis.call("HMGET", ikey, "state", "host", "node", "project_id", "user_id")
     if not inst[1] then return fail("instance_not_found", {instance = consumer}) end
     project, user = inst[4], inst[5]  -- a claim allocates for the instance's owner
@@ -44,7 +44,7 @@ local gens = gens_json ~= "" and cjson.decode(gens_json) or {}
 
 -- Check everything before writing anything: all of it happens or none.
 for rp, amounts in pairs(new) do
-    local rkey = P .. "rp:" .. rp
+    local rkey = K.provider(rp)
     local gen = redis.call("HGET", rkey, "generation")
     if not gen then return fail("provider_not_found", {provider = rp}) end
     if gens[rp] and tonumber(gens[rp]) ~= tonumber(gen) then
@@ -76,12 +76,12 @@ end
 drop_allocations(consumer)
 local touched = {}
 for rp, amounts in pairs(new) do
-    local rkey = P .. "rp:" .. rp
+    local rkey = K.provider(rp)
     for rc, n in pairs(amounts) do
         redis.call("HINCRBY", rkey, "u:" .. rc, n)
-        redis.call("HINCRBY", P .. "project:" .. project .. ":usage", rc, n)
+        redis.call("HINCRBY", K.project_usage(project), rc, n)
     end
-    redis.call("SADD", rkey .. ":consumers", consumer)
+    redis.call("SADD", K.provider_consumers(rp), consumer)
     -- drop_allocations already bumped the providers the consumer left or kept
     if not old[rp] then redis.call("HINCRBY", rkey, "generation", 1) end
     touched[#touched + 1] = rp
@@ -97,10 +97,10 @@ else
 end
 
 if claim then
-    local ikey = P .. "inst:" .. consumer
+    local ikey = K.instance(consumer)
     redis.call("HSET", ikey, "host", host, "node", node, "task_state", "spawning",
                "updated_at", now)
-    redis.call("SADD", P .. "host:" .. host .. ":building", consumer)
+    redis.call("SADD", K.host_building(host), consumer)
     outbox_drop(consumer)  -- its request arrived: nothing left to publish
     add_event(consumer, now, "claimed", host, node, new, max_events)
 end

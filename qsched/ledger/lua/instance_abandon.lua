@@ -6,10 +6,10 @@
 -- KEYS[1]  the instance key
 -- ARGV     prefix, uuid, reason, mark TTL in seconds, now, max_events
 local uuid, reason, ttl_s, now, max_events = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local ikey = P .. "inst:" .. uuid
+local ikey = K.instance(uuid)
 local inst = redis.call("HMGET", ikey, "state", "project_id", "host", "node")
 if not inst[1] then
-    redis.call("SET", ikey .. ":abandoned", now, "EX", ttl_s)
+    redis.call("SET", K.instance_abandoned(uuid), now, "EX", ttl_s)
     return reply({state = "absent"})
 end
 local host = inst[3] or ""

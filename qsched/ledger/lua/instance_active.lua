@@ -2,7 +2,7 @@
 -- KEYS[1]  the instance key
 -- ARGV     prefix, uuid, host, node, now, max_events
 local uuid, host, node, now, max_events = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local ikey = P .. "inst:" .. uuid
+local ikey = K.instance(uuid)
 local inst = redis.call("HMGET", ikey, "state", "host", "node", "task_state")
 if not inst[1] then return fail("instance_not_found", {instance = uuid}) end
 if inst[1] == "ACTIVE" and inst[2] == host and inst[3] == node then
@@ -15,7 +15,7 @@ end
 local task = inst[4] == "deleting" and "deleting" or ""
 redis.call("HSET", ikey, "state", "ACTIVE", "task_state", task, "launched_at", now,
            "updated_at", now)
-redis.call("ZREM", P .. "deadlines", uuid)
+redis.call("ZREM", K.deadlines, uuid)
 outbox_drop(uuid)
 unbuild(uuid, host)
 add_event(uuid, now, "active", host, node, {}, max_events)

@@ -10,16 +10,16 @@ local defaults = {ARGV[7], ARGV[8], ARGV[9]}
 local deadline, now, max_events = ARGV[10], ARGV[11], ARGV[12]
 local flavor_id, flavor_stored = ARGV[13], ARGV[14]
 local class_name, class_definition = ARGV[15], ARGV[16]
-local ikey = P .. "inst:" .. uuid
+local ikey = K.instance(uuid)
 if redis.call("EXISTS", ikey) == 1 then
     return fail("instance_exists", {instance = uuid})
 end
 -- the front door gave up on this create (it answered 503) before it ran here
-if redis.call("EXISTS", ikey .. ":abandoned") == 1 then
+if redis.call("EXISTS", K.instance_abandoned(uuid)) == 1 then
     return fail("abandoned", {instance = uuid})
 end
 -- a caller that read the flavor earlier (a cache) learns here if it changed since
-if flavor_id ~= "" and redis.call("HGET", P .. "flavors", flavor_id) ~= flavor_stored then
+if flavor_id ~= "" and redis.call("HGET", K.flavors, flavor_id) ~= flavor_stored then
     return fail("flavor_changed", {flavor = flavor_id})
 end
 local refused = reserve_quota(project, uuid, cores, ram, defaults)
@@ -34,9 +34,9 @@ end
 redis.call("HSET", ikey, unpack(fields))
 -- agents consume only classes they know: make sure its class is known, every time
 -- (a flavor written since drops its classes)
-if class_name ~= "" then redis.call("HSETNX", P .. "classes", class_name, class_definition) end
-redis.call("SADD", P .. "project:" .. project .. ":instances", uuid)
-redis.call("ZADD", P .. "deadlines", deadline, uuid)
+if class_name ~= "" then redis.call("HSETNX", K.classes, class_name, class_definition) end
+redis.call("SADD", K.project_instances(project), uuid)
+redis.call("ZADD", K.deadlines, deadline, uuid)
 -- until its publish is confirmed: the janitor publishes it otherwise
 local outbox = outbox_add(uuid)
 add_event(uuid, now, "accepted", nil, nil, {deadline = tonumber(deadline)}, max_events)

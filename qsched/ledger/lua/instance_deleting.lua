@@ -3,7 +3,7 @@
 -- KEYS[1]  the instance key
 -- ARGV     prefix, uuid, now, max_events
 local uuid, now, max_events = ARGV[2], ARGV[3], ARGV[4]
-local ikey = P .. "inst:" .. uuid
+local ikey = K.instance(uuid)
 local inst = redis.call("HMGET", ikey, "state", "host", "node", "task_state")
 if not inst[1] then return fail("instance_not_found", {instance = uuid}) end
 local host = inst[2] or ""
@@ -12,7 +12,7 @@ if (inst[1] ~= "BUILD" and inst[1] ~= "ACTIVE") or host == "" then
 end
 if inst[4] ~= "deleting" then
     redis.call("HSET", ikey, "task_state", "deleting", "updated_at", now)
-    redis.call("ZADD", P .. "host:" .. host .. ":deleting", "NX", now, uuid)
+    redis.call("ZADD", K.host_deleting(host), "NX", now, uuid)
     add_event(uuid, now, "deleting", host, inst[3], {}, max_events)
 end
 return reply({host = host})

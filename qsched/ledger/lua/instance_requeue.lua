@@ -7,7 +7,7 @@
 --          now, max_events
 local uuid, host, reason = ARGV[2], ARGV[3], ARGV[4]
 local claimed_only, now, max_events = ARGV[5] == "1", ARGV[6], ARGV[7]
-local ikey = P .. "inst:" .. uuid
+local ikey = K.instance(uuid)
 local inst = redis.call("HMGET", ikey, "state", "host", "task_state", "project_id")
 if not inst[1] then return fail("instance_not_found", {instance = uuid}) end
 local claimed_by = inst[2] or ""

@@ -1,7 +1,13 @@
 -- Shared helpers, prepended to every qsched script when it is loaded.
--- ARGV[1] of every script is the cell's key prefix "qsched:{cell}:"; every key
--- a script builds starts with it, so the whole cell stays in one cluster slot.
-local P = ARGV[1]
+--
+-- Keys: no script spells a key name. The loader puts before this file a prelude
+-- generated from the Python Keyspace (qsched/ledger/keys.py): P, the cell's
+-- prefix "qsched:{cell}:" (ARGV[1] of every script), and K, one builder per key:
+-- K.instance(uuid), K.provider_consumers(rp), K.quota_held(project), ... for a
+-- key with a variable part, K.outbox, K.deadlines, K.flavors, ... for a key of
+-- the whole cell. Every key starts with P, so a cell stays in one cluster slot.
+-- What each key holds and who writes it: the keyspace table in docs/ledger.rst.
+-- tests/test_keyspace.py fails on a key fragment spelled in any .lua file.
 
 local function reply(t)
     return cjson.encode(t)
@@ -27,7 +33,7 @@ local function capacity(inv)
 end
 
 local function add_event(uuid, now, event, host, node, detail, max_events)
-    local key = P .. "inst:" .. uuid .. ":events"
+    local key = K.instance_events(uuid)
     local entry = {t = tonumber(now), event = event, detail = detail}
     if host and host ~= "" then entry.host = host end
     if node and node ~= "" then entry.node = node end
@@ -35,7 +41,7 @@ local function add_event(uuid, now, event, host, node, detail, max_events)
     local keep = tonumber(max_events)
     if n > keep then
         redis.call("LTRIM", key, n - keep, -1)
-        redis.call("HINCRBY", P .. "inst:" .. uuid, "events_trimmed", n - keep)
+        redis.call("HINCRBY", K.instance(uuid), "events_trimmed", n - keep)
     end
 end
 
@@ -51,44 +57,44 @@ end
 -- the entry with it once the broker confirmed.
 local function outbox_add(uuid)
     local score = string.format("%.6f", server_now())
-    redis.call("ZADD", P .. "outbox", score, uuid)
+    redis.call("ZADD", K.outbox, score, uuid)
     return score
 end
 
 -- Its request was published, claimed, or it ended: true if it was still waiting.
 local function outbox_drop(uuid)
-    return redis.call("ZREM", P .. "outbox", uuid) == 1
+    return redis.call("ZREM", K.outbox, uuid) == 1
 end
 
 -- Forget that a host is building an instance (claimed, not ACTIVE yet).
 local function unbuild(uuid, host)
     if host and host ~= "" then
-        redis.call("SREM", P .. "host:" .. host .. ":building", uuid)
+        redis.call("SREM", K.host_building(host), uuid)
     end
 end
 
 -- Forget that a host still has to delete an instance.
 local function undelete(uuid, host)
     if host and host ~= "" then
-        redis.call("ZREM", P .. "host:" .. host .. ":deleting", uuid)
+        redis.call("ZREM", K.host_deleting(host), uuid)
     end
 end
 
 -- Remove every allocation of a consumer: usages, project usages, provider
 -- consumer sets, one generation bump per provider. Returns true if it held any.
 local function drop_allocations(consumer)
-    local ckey = P .. "consumer:" .. consumer
+    local ckey = K.consumer(consumer)
     local raw = redis.call("HGET", ckey, "allocs")
     if not raw then return false end
     local project = redis.call("HGET", ckey, "project")
     local allocs = cjson.decode(raw)
     for rp, amounts in pairs(allocs) do
-        local rkey = P .. "rp:" .. rp
+        local rkey = K.provider(rp)
         for rc, n in pairs(amounts) do
             redis.call("HINCRBY", rkey, "u:" .. rc, -n)
-            redis.call("HINCRBY", P .. "project:" .. project .. ":usage", rc, -n)
+            redis.call("HINCRBY", K.project_usage(project), rc, -n)
         end
-        redis.call("SREM", rkey .. ":consumers", consumer)
+        redis.call("SREM", K.provider_consumers(rp), consumer)
         redis.call("HINCRBY", rkey, "generation", 1)
     end
     redis.call("DEL", ckey)
@@ -97,11 +103,11 @@ end
 
 -- Return what a holder reserved against its project's quota.
 local function release_quota(project, holder)
-    local held_key = P .. "quota:" .. project .. ":held"
+    local held_key = K.quota_held(project)
     local held = redis.call("HGET", held_key, holder)
     if not held then return false end
     local cores, ram = string.match(held, "(%d+) (%d+)")
-    local used = P .. "quota:" .. project .. ":used"
+    local used = K.quota_used(project)
     redis.call("HINCRBY", used, "instances", -1)
     redis.call("HINCRBY", used, "cores", -tonumber(cores))
     redis.call("HINCRBY", used, "ram_mb", -tonumber(ram))
@@ -112,11 +118,11 @@ end
 -- Reserve one instance with cores and ram for holder; limits are -1 for none.
 -- Returns nil on success or the failure reply.
 local function reserve_quota(project, holder, cores, ram, defaults)
-    local held_key = P .. "quota:" .. project .. ":held"
+    local held_key = K.quota_held(project)
     if redis.call("HEXISTS", held_key, holder) == 1 then return nil end
-    local limits = redis.call("HMGET", P .. "quota:" .. project .. ":limits",
+    local limits = redis.call("HMGET", K.quota_limits(project),
                               "instances", "cores", "ram_mb")
-    local used_key = P .. "quota:" .. project .. ":used"
+    local used_key = K.quota_used(project)
     local used = redis.call("HMGET", used_key, "instances", "cores", "ram_mb")
     local names = {"instances", "cores", "ram"}
     local want = {1, cores, ram}
@@ -139,7 +145,7 @@ end
 -- leaves every index. inst = {project=, host=, node=} as the record holds them; detail
 -- goes into the history, marked unpublished when its boot request never went out.
 local function end_instance(uuid, inst, state, fault, now, max_events, detail)
-    local ikey = P .. "inst:" .. uuid
+    local ikey = K.instance(uuid)
     drop_allocations(uuid)
     release_quota(inst.project, uuid)
     unbuild(uuid, inst.host)
@@ -149,9 +155,9 @@ local function end_instance(uuid, inst, state, fault, now, max_events, detail)
     if fault ~= "" then redis.call("HSET", ikey, "fault", fault) end
     if state == "DELETED" then
         redis.call("HSET", ikey, "deleted_at", now)
-        redis.call("SREM", P .. "project:" .. inst.project .. ":instances", uuid)
+        redis.call("SREM", K.project_instances(inst.project), uuid)
     end
-    redis.call("ZREM", P .. "deadlines", uuid)
+    redis.call("ZREM", K.deadlines, uuid)
     if outbox_drop(uuid) then detail.unpublished = true end
     add_event(uuid, now, string.lower(state), inst.host, inst.node, detail, max_events)
 end

@@ -3,7 +3,7 @@
 -- ARGV     prefix, uuid, generation, inventories JSON
 --          {rc: "total reserved min_unit max_unit step_size allocation_ratio"}
 local uuid, expected, wanted = ARGV[2], tonumber(ARGV[3]), cjson.decode(ARGV[4])
-local rkey = P .. "rp:" .. uuid
+local rkey = K.provider(uuid)
 local gen = tonumber(redis.call("HGET", rkey, "generation"))
 if not gen then return fail("provider_not_found", {provider = uuid}) end
 if gen ~= expected then

@@ -22,12 +22,12 @@ end
 -- Check everything first: a bad provider leaves the whole batch unwritten.
 local known = {}
 for _, p in ipairs(batch) do
-    local rkey = P .. "rp:" .. p.uuid
-    local owner = redis.call("HGET", P .. "rp-names", p.name)
+    local rkey = K.provider(p.uuid)
+    local owner = redis.call("HGET", K.provider_names, p.name)
     if owner and owner ~= p.uuid then
         return fail("provider_exists", {field = "name", value = p.name})
     end
-    if p.parent ~= "" and not known[p.parent] and redis.call("EXISTS", P .. "rp:" .. p.parent) == 0 then
+    if p.parent ~= "" and not known[p.parent] and redis.call("EXISTS", K.provider(p.parent)) == 0 then
         return fail("provider_not_found", {provider = p.parent})
     end
     for rc, spec in pairs(p.inv) do
@@ -43,18 +43,18 @@ end
 
 local out = {}
 for i, p in ipairs(batch) do
-    local rkey = P .. "rp:" .. p.uuid
+    local rkey = K.provider(p.uuid)
     local changed = false
     if redis.call("EXISTS", rkey) == 0 then
         local root = p.uuid
         if p.parent ~= "" then
-            root = redis.call("HGET", P .. "rp:" .. p.parent, "root")
-            redis.call("SADD", P .. "rp:" .. p.parent .. ":children", p.uuid)
+            root = redis.call("HGET", K.provider(p.parent), "root")
+            redis.call("SADD", K.provider_children(p.parent), p.uuid)
         end
         redis.call("HSET", rkey, "name", p.name, "generation", 0, "parent", p.parent,
                    "root", root, "created_at", now)
-        redis.call("HSET", P .. "rp-names", p.name, p.uuid)
-        redis.call("SADD", P .. "rps", p.uuid)
+        redis.call("HSET", K.provider_names, p.name, p.uuid)
+        redis.call("SADD", K.providers, p.uuid)
     end
     local fields = redis.call("HGETALL", rkey)
     local usages = {}
@@ -73,12 +73,12 @@ for i, p in ipairs(batch) do
             changed = true
         end
     end
-    if not same_members(rkey .. ":traits", p.traits) then
-        replace_members(rkey .. ":traits", p.traits)
+    if not same_members(K.provider_traits(p.uuid), p.traits) then
+        replace_members(K.provider_traits(p.uuid), p.traits)
         changed = true
     end
-    if not same_members(rkey .. ":aggs", p.aggs) then
-        replace_members(rkey .. ":aggs", p.aggs)
+    if not same_members(K.provider_aggregates(p.uuid), p.aggs) then
+        replace_members(K.provider_aggregates(p.uuid), p.aggs)
         changed = true
     end
     local gen

@@ -2,7 +2,7 @@
 -- KEYS[1]  the instance key
 -- ARGV     prefix, instance, host ("" = whichever), now, max_events, reason
 local uuid, host, now, max_events, reason = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local ikey = P .. "inst:" .. uuid
+local ikey = K.instance(uuid)
 local inst = redis.call("HMGET", ikey, "state", "host", "node")
 local claimed_by = inst[2] or ""
 -- An ACTIVE instance keeps its resources: only ending it (ERROR, DELETED) frees them.

@@ -4,7 +4,7 @@
 -- KEYS[1]  the consumer key
 -- ARGV     prefix, consumer, host, provider
 local consumer, host, provider = ARGV[2], ARGV[3], ARGV[4]
-local inst = redis.call("HMGET", P .. "inst:" .. consumer, "state", "host")
+local inst = redis.call("HMGET", K.instance(consumer), "state", "host")
 if (inst[1] == "BUILD" or inst[1] == "ACTIVE") and inst[2] == host then
     return reply({released = false})
 end

@@ -1,4 +1,6 @@
-"""``redis-server`` processes a harness or a test owns: own port, own directory, AOF on.
+"""The Redis servers behind a ledger, for harnesses: started, probed, flushed.
+
+``redis-server`` processes a harness or a test owns: own port, own directory, AOF on.
 
 A harness never restarts or flushes a Redis it did not start; this is how it gets
 one to break. Each server writes an AOF (``appendfsync`` as asked) in its own
@@ -8,6 +10,10 @@ what the operating system had not written to disk is lost, so the AOF is cut bac
 to where it was ``lose_s`` seconds before (sampled by :class:`AofSampler`) before
 the server starts again. With ``appendfsync always`` Redis fsyncs before it
 answers, so such a crash loses nothing acknowledged and ``lose_s`` is 0.
+
+And a Redis at a URL, for the benchmarks: whether it answers
+(:func:`unreachable`), what it runs (:func:`redis_facts`), a scratch database
+flushed before and after (:func:`flushed`).
 """
 
 from __future__ import annotations
@@ -19,12 +25,15 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import redis
+from redis.connection import parse_url
 
-from qsched.stack.processes import LOOPBACK, free_port
+from qsched.net import LOOPBACK, free_port
 
 
 class RedisServerError(Exception):
@@ -212,3 +221,51 @@ class AofSampler(threading.Thread):
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def unreachable(url: str, timeout_s: float = 2.0) -> redis.RedisError | None:
+    """The client's error when the Redis at ``url`` does not answer a PING, else None."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return exc
+    finally:
+        client.close()
+    return None
+
+
+def redis_facts(url: str) -> dict[str, Any]:
+    """Version and persistence settings of the Redis at ``url``."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=2)
+    try:
+        info = client.info("server")
+        facts: dict[str, Any] = {"version": info.get("redis_version")}
+        try:
+            config = client.config_get("appendonly")
+            facts["appendonly"] = config.get("appendonly")
+        except redis.RedisError:
+            facts["appendonly"] = "unknown (CONFIG refused)"
+        return facts
+    finally:
+        client.close()
+
+
+def db_number(url: str) -> int:
+    """The database a ``redis://`` URL names (0 when it names none).
+
+    :raises ValueError: not a Redis URL.
+    """
+    return int(parse_url(url).get("db", 0))
+
+
+@contextmanager
+def flushed(url: str) -> Iterator[None]:
+    """The database at ``url``, flushed before and after: a benchmark's scratch space."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=2)
+    client.flushdb()
+    try:
+        yield
+    finally:
+        client.flushdb()
+        client.close()

@@ -1,0 +1,168 @@
+"""What the ledger holds, as values: providers, consumers, instances, quota usage.
+
+Plain frozen records with no I/O; the interfaces in :mod:`qsched.ledger.base`
+take and return them (and export them under the same names).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+# {provider uuid: {resource class: amount}}
+Allocations = Mapping[str, Mapping[str, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Inventory:
+    """Inventory of one resource class on one provider (Placement semantics)."""
+
+    total: int
+    reserved: int = 0
+    min_unit: int = 1
+    max_unit: int | None = None  # None: same as total
+    step_size: int = 1
+    allocation_ratio: float = 1.0
+
+    @property
+    def capacity(self) -> int:
+        """What allocations may add up to: (total - reserved) * allocation_ratio."""
+        return int((self.total - self.reserved) * self.allocation_ratio)
+
+    @property
+    def effective_max_unit(self) -> int:
+        return self.total if self.max_unit is None else self.max_unit
+
+
+@dataclasses.dataclass(frozen=True)
+class Provider:
+    """A resource provider as read from the ledger, usages included."""
+
+    uuid: str
+    name: str
+    generation: int
+    parent_uuid: str | None = None
+    root_uuid: str | None = None
+    inventories: Mapping[str, Inventory] = dataclasses.field(default_factory=dict)
+    usages: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    traits: frozenset[str] = frozenset()
+    aggregates: frozenset[str] = frozenset()
+
+    def free(self, resource_class: str) -> int:
+        inv = self.inventories.get(resource_class)
+        if inv is None:
+            return 0
+        return inv.capacity - self.usages.get(resource_class, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProviderSpec:
+    """What a provider should look like: registered as such by ``register_providers``."""
+
+    uuid: str
+    name: str
+    inventories: Mapping[str, Inventory]
+    traits: frozenset[str] = frozenset()
+    aggregates: frozenset[str] = frozenset()
+    parent_uuid: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A claim in the ledger: the consumer generation, and whether it was there already."""
+
+    generation: int
+    already: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Consumer:
+    """What holds allocations (an instance). generation None: it holds nothing yet."""
+
+    uuid: str
+    generation: int | None
+    project_id: str | None = None
+    user_id: str | None = None
+    allocations: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
+
+
+class State(enum.StrEnum):
+    BUILD = "BUILD"
+    ACTIVE = "ACTIVE"
+    ERROR = "ERROR"
+    DELETED = "DELETED"
+
+
+class TaskState(enum.StrEnum):
+    SCHEDULING = "scheduling"
+    SPAWNING = "spawning"
+    DELETING = "deleting"
+    NONE = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """A project's quota usage (what it holds) and limits (-1: no limit)."""
+
+    instances: int
+    cores: int
+    ram_mb: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One line of an instance's history: published, refused, claimed, spawned, failed..."""
+
+    time: float
+    event: str
+    host: str | None = None
+    node: str | None = None
+    detail: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where an instance is, as its record says: three fields, cheap to read in bulk."""
+
+    state: State
+    host: str | None = None
+    node: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """An instance record. ``fault`` keeps admin-only details under ``details``."""
+
+    uuid: str
+    project_id: str
+    user_id: str
+    name: str
+    flavor: Mapping[str, Any]
+    state: State
+    task_state: TaskState = TaskState.NONE
+    host: str | None = None
+    node: str | None = None
+    fault: Mapping[str, Any] | None = None
+    attempts: int = 0
+    tried_hosts: tuple[str, ...] = ()  # hosts a requeue took its claim from, in order
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    deadline: float | None = None
+    launched_at: float | None = None  # when it went ACTIVE
+    quota: Usage | None = None  # what it holds against its project's quota, if anything
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The outbox entry that create or requeue just made (not stored in the record):
+    # give it to InstanceStore.outbox_done once the boot request is published.
+    outbox: str | None = dataclasses.field(default=None, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentInfo:
+    """An agent as its last heartbeat left it; ``alive`` until that heartbeat expires."""
+
+    host: str
+    last_seen: float
+    alive: bool
+    detail: Mapping[str, Any]

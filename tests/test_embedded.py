@@ -1,0 +1,61 @@
+"""The embedded ledger (fakeredis://) and what an install without its extra does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from qsched.conf import LedgerOptions
+from qsched.ledger import embedded, open_stores
+from qsched.ledger.base import Instance, State
+from qsched.ledger.embedded import EmbeddedNotInstalled
+
+
+def test_one_server_per_name(conf) -> None:
+    name = f"fakeredis://e-{uuid.uuid4().hex}"
+    one, same, other = (
+        open_stores(LedgerOptions.from_conf(conf), url=url) for url in (name, name, f"{name}-2")
+    )
+    one.agents.add_zone("az1")
+    assert same.agents.has_zone("az1") and not other.agents.has_zone("az1")
+
+
+def test_the_scripts_run(conf) -> None:
+    stores = open_stores(LedgerOptions.from_conf(conf), url=f"fakeredis://e-{uuid.uuid4().hex}")
+    flavor = {"name": "small", "vcpus": 1, "ram_mb": 512}
+    record = Instance(str(uuid.uuid4()), "p1", "u1", "vm", flavor, State.BUILD)
+    assert stores.instances.create(record, deadline=1e12).state == State.BUILD
+
+
+@pytest.mark.parametrize("missing", ["fakeredis", "lupa"])
+def test_without_the_extra_the_error_says_what_to_install(
+    conf, monkeypatch: pytest.MonkeyPatch, missing: str
+) -> None:
+    monkeypatch.setitem(sys.modules, missing, None)  # import fails, find_spec finds nothing
+    with pytest.raises(EmbeddedNotInstalled, match=r"pip install 'qsched\[embedded\]'"):
+        open_stores(LedgerOptions.from_conf(conf), url="fakeredis://nothing")
+    with pytest.raises(EmbeddedNotInstalled, match=r"pip install 'qsched\[embedded\]'"):
+        embedded.tcp_server("127.0.0.1", 0)
+
+
+def test_a_redis_ledger_never_imports_fakeredis() -> None:
+    """The services open a redis:// ledger without loading fakeredis (a production
+    install does not have it)."""
+    code = (
+        "import sys, qsched.cmd.api, agents.main\n"
+        "from qsched.conf import LedgerOptions\n"
+        "from qsched.ledger import open_stores\n"
+        "stores = open_stores(LedgerOptions.defaults(), url='redis://127.0.0.1:1/0')\n"
+        "sys.exit(3 if 'fakeredis' in sys.modules or 'lupa' in sys.modules else 0)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_a_redis_client_is_not_embedded() -> None:
+    import redis
+
+    assert not embedded.is_embedded(redis.Redis())
+    assert embedded.is_embedded(embedded.connect(f"fakeredis://e-{uuid.uuid4().hex}"))
