@@ -26,7 +26,7 @@ import dataclasses
 import logging
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from qsched import exception
 from qsched.bus.base import BusUnavailable
@@ -34,7 +34,6 @@ from qsched.conf import APIOptions, SchedulerOptions
 from qsched.exception import FlavorNotFound
 from qsched.flavors import Constraints, Flavor, check_flavor
 from qsched.ledger import Stores
-from qsched.ledger.agents import class_json
 from qsched.ledger.backend import LedgerUnavailable
 from qsched.ledger.base import Instance, State
 from qsched.message import BootRequest, DeleteRequest
@@ -114,8 +113,8 @@ class ComputeAPI:
         self.scheduler = scheduler or SchedulerOptions.defaults()
         self.api = api or APIOptions.defaults()
         self.max_limit: int = self.api.max_limit  # most items one list call returns
-        # scheduling class name -> the class and its definition as stored
-        self._classes: dict[str, tuple[SchedulingClass, str]] = {}
+        # scheduling class name -> the class and its definition
+        self._classes: dict[str, tuple[SchedulingClass, dict[str, Any]]] = {}
         self._flavor_cache: dict[str, tuple[Flavor, str]] = {}  # id -> (flavor, stored form)
         self._zones: set[str] = set()  # zones known to exist (zones are never removed)
         self.confirmations = Confirmations(stores)  # published boots leave the outbox
@@ -427,12 +426,12 @@ class ComputeAPI:
             self._flavor_cache[flavor_id] = found
         return found
 
-    def _class(self, scheduling_class: SchedulingClass) -> tuple[str, str]:
-        """The class's name and stored definition, which the create script publishes."""
+    def _class(self, scheduling_class: SchedulingClass) -> tuple[str, Mapping[str, Any]]:
+        """The class's name and definition, which the create script publishes."""
         name = scheduling_class.name
         known = self._classes.get(name)
         if known is None or known[0] != scheduling_class:
-            known = (scheduling_class, class_json(scheduling_class.definition()))
+            known = (scheduling_class, scheduling_class.definition())
             if len(self._classes) >= _CACHE_SIZE:
                 self._classes.clear()
             self._classes[name] = known

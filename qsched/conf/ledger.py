@@ -15,7 +15,8 @@ ledger_opts = [
         secret=True,
         help="Where the ledger, quota and instance records live. redis://host:6379/0 (or "
         "rediss://, unix://) for a real Redis; fakeredis:// keeps everything in this process, "
-        "for the embedded default and tests only.",
+        "for the embedded default and tests only (it needs the embedded extra: pip install "
+        "'qsched[embedded]').",
     ),
     cfg.StrOpt(
         "cell",

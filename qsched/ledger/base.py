@@ -254,7 +254,7 @@ class InstanceStore(abc.ABC):
         instance: Instance,
         deadline: float,
         expect_flavor: tuple[str, str] | None = None,
-        scheduling_class: tuple[str, str] | None = None,
+        scheduling_class: tuple[str, Mapping[str, Any]] | None = None,
     ) -> Instance:
         """Reserve quota for ``instance`` and record it in BUILD, as one atomic step.
 
@@ -265,9 +265,9 @@ class InstanceStore(abc.ABC):
         ``expect_flavor``, a flavor id and the form the catalog stored it in when
         the caller read it, makes the step fail unless the catalog still holds
         exactly that: a caller may then keep flavors in memory.
-        ``scheduling_class``, a class name and its definition (JSON, as
-        :func:`qsched.ledger.agents.class_json`), is published for agents in
-        the same step unless the class is known.
+        ``scheduling_class``, a class name and its definition (a JSON-able map,
+        :meth:`qsched.scheduling.classes.SchedulingClass.definition`), is published
+        for agents in the same step unless the class is known.
 
         The instance enters the outbox as well, until its boot request is published
         (:meth:`outbox_done` with the returned ``outbox``); the janitor publishes

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from qsched import exception
+from qsched.ledger.agents import class_json
 from qsched.ledger.base import (
     Event,
     Instance,
@@ -46,7 +47,7 @@ class RedisInstances(InstanceStore):
         instance: Instance,
         deadline: float,
         expect_flavor: tuple[str, str] | None = None,
-        scheduling_class: tuple[str, str] | None = None,
+        scheduling_class: tuple[str, Mapping[str, Any]] | None = None,
     ) -> Instance:
         uuid = check_uuid(instance.uuid, "Instance UUID")
         flavor, extra = dict(instance.flavor), dict(instance.extra)
@@ -75,7 +76,7 @@ class RedisInstances(InstanceStore):
             now,
             self.store.max_events,
             *(expect_flavor or ("", "")),
-            *(scheduling_class or ("", "")),
+            *_class_args(scheduling_class),
         )
         # what the script wrote, as get() would read it back
         return Instance(
@@ -202,6 +203,14 @@ class RedisInstances(InstanceStore):
         return self.store.run(
             script, self.keys.instance(uuid), uuid, *args, self.store.now(), self.store.max_events
         )
+
+
+def _class_args(scheduling_class: tuple[str, Mapping[str, Any]] | None) -> tuple[str, str]:
+    """A class name and its definition as the ``classes`` hash stores them ("" "": none)."""
+    if scheduling_class is None:
+        return "", ""
+    name, definition = scheduling_class
+    return name, class_json(definition)
 
 
 def _instance(fields: dict[str, str]) -> Instance:
