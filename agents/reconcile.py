@@ -39,6 +39,7 @@ request's path; nothing grows with the hosts of the cloud.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -190,8 +191,11 @@ class Reconciler:
             if inst.state == State.BUILD and node and uuid in _running(self.driver, node):
                 self.stores.instances.set_active(uuid, self.host, node)
                 report.activated.append(uuid)
-            elif requeue_orphan(self.stores, self.bus, uuid, self.host,
-                                f"agent {self.host} holds no spawn of it"):  # fmt: skip
+                continue
+            # the node is read again before the request goes out, so no claim races it
+            refresh = functools.partial(self.refresh_nodes, [node])
+            why = f"agent {self.host} holds no spawn of it"
+            if requeue_orphan(self.stores, self.bus, uuid, self.host, why, released=refresh):
                 report.requeued.append(uuid)
         return report
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from qsched import exception
@@ -49,9 +50,19 @@ class JanitorReport:
         return dataclasses.asdict(self)
 
 
-def requeue_orphan(stores: Stores, bus: Bus, uuid: str, host: str, reason: str) -> bool:
+def requeue_orphan(
+    stores: Stores,
+    bus: Bus,
+    uuid: str,
+    host: str,
+    reason: str,
+    released: Callable[[], object] | None = None,
+) -> bool:
     """Release a claim nobody will finish and publish the request again.
 
+    ``released`` is called once the ledger released the claim, before the request
+    goes out (the agent that held it brings its view of the node up to date there,
+    while no claim of that request can race with it).
     Returns False when the instance had ended meanwhile (nothing to publish).
     :raises BusUnavailable: the request could not be published; the instance
         waits in BUILD and its deadline ends it if nobody publishes it again.
@@ -62,6 +73,8 @@ def requeue_orphan(stores: Stores, bus: Bus, uuid: str, host: str, reason: str) 
         inst = stores.instances.requeue(uuid, host, reason, claimed_only=True)
     except (exception.InstanceNotWaiting, exception.InstanceNotFound):
         return False
+    if released is not None:
+        released()
     if inst.state != State.BUILD:
         return False
     try:
