@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from qsched import exception
 from qsched.bus.base import BusUnavailable
 from qsched.conf import APIOptions, SchedulerOptions
+from qsched.context import RequestContext
 from qsched.exception import FlavorNotFound
 from qsched.flavors import Constraints, Flavor, check_flavor
 from qsched.ledger import Stores
@@ -81,16 +82,6 @@ class Publisher(Protocol):
     def publish_delete(self, host: str, msg: DeleteRequest) -> None: ...
 
     def check_health(self) -> None: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class RequestContext:
-    """Who asks: a user acting in a project, admin or not, and the request id for logs."""
-
-    user_id: str
-    project_id: str
-    is_admin: bool = False
-    request_id: str = dataclasses.field(default_factory=lambda: f"req-{uuidlib.uuid4()}")
 
 
 class ComputeAPI:

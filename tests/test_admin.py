@@ -22,7 +22,8 @@ from click.testing import CliRunner, Result
 from agents.virt.fake import FakeNodeSpec
 from qsched.admin import queries, schemas
 from qsched.admin.cli import cli
-from qsched.compute import ComputeAPI, RequestContext
+from qsched.compute import ComputeAPI
+from qsched.context import RequestContext
 from qsched.embedded import Stack, embedded_options, start_stack
 from qsched.ledger import Stores
 from qsched.ledger.base import State
@@ -33,7 +34,7 @@ from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
-USER = RequestContext("u1", "p1")
+USER = RequestContext.for_project("u1", "p1")
 SPEC = FakeNodeSpec(vcpus=2, ram_mb=4096, disk_gb=20, cpu_allocation_ratio=1.0)
 
 

@@ -22,7 +22,8 @@ from click.testing import CliRunner, Result
 from qsched.admin import schemas
 from qsched.admin.cli import cli
 from qsched.bus.kombu import KombuBus
-from qsched.compute import ComputeAPI, RequestContext
+from qsched.compute import ComputeAPI
+from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.ledger.base import State
 from qsched.reaper import reap_expired
@@ -32,7 +33,7 @@ from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(90)]
 
-USER = RequestContext("u1", "p1")
+USER = RequestContext.for_project("u1", "p1")
 BUILD_TIMEOUT_S = 60
 
 FAST_AGENTS = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
-from qsched.compute import RequestContext
 from qsched.conf import AgentOptions
+from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
@@ -14,7 +14,7 @@ from qsched.message import BootRequest
 from qsched.reaper import NO_VALID_HOST, reap_expired
 from tests.helpers import wait_until
 
-USER = RequestContext("u1", "p1")
+USER = RequestContext.for_project("u1", "p1")
 
 
 def make_agent(conf, stores, bus, host, nodes=2, vcpus=4, ram_mb=4096, **driver) -> ComputeAgent:

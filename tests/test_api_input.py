@@ -14,8 +14,9 @@ import falcon.testing
 import pytest
 
 from qsched.api import app as api_app
-from qsched.compute import ComputeAPI, RequestContext
+from qsched.compute import ComputeAPI
 from qsched.conf import APIOptions, SchedulerOptions
+from qsched.context import RequestContext
 from qsched.ledger import Stores
 from tests.raw import redis_store
 from tests.test_api import ADMIN, IMAGE, USER, fault, server_body
@@ -406,7 +407,7 @@ class TestKeptFromBefore:
         compute = ComputeAPI(
             stores, bus, SchedulerOptions.from_conf(conf), APIOptions.from_conf(conf)
         )
-        kept = compute.boot(RequestContext("alice", "pa"), "vm", "m1.small", IMAGE,
+        kept = compute.boot(RequestContext.for_project("alice", "pa"), "vm", "m1.small", IMAGE,
                             metadata={"role": "web\ud800"})  # fmt: skip
         assert_listings_answer(client)
         for headers, query in [(USER, None), (ADMIN, "project_id=pa")]:

@@ -18,10 +18,10 @@ from qsched.compute import (
     FlavorRefNotFound,
     Forbidden,
     MarkerNotFound,
-    RequestContext,
     flavors_from_config,
 )
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
+from qsched.context import RequestContext
 from qsched.exception import FlavorExists, FlavorNotFound
 from qsched.flavors import Constraints, Flavor
 from qsched.ledger import Stores, open_stores
@@ -33,9 +33,9 @@ from tests.raw import redis_store
 
 FLAVORS = ["m1.small:1:2048:20", "m1.large:4:8192:40:large-id", "g1.gpu:2:4096"]
 SPECS = ["g1.gpu:resources:CUSTOM_GPU=1", "g1.gpu:trait:CUSTOM_FAST=required"]
-ALICE = RequestContext("alice", "pa")
-BOB = RequestContext("bob", "pb")
-ADMIN = RequestContext("admin", "admin", is_admin=True)
+ALICE = RequestContext.for_project("alice", "pa")
+BOB = RequestContext.for_project("bob", "pb")
+ADMIN = RequestContext.for_project("admin", "admin", ("admin", "member", "reader"))
 
 
 class RecordingBus:

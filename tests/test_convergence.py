@@ -18,8 +18,8 @@ import pytest
 
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec, read_state
-from qsched.compute import RequestContext
 from qsched.conf import AgentOptions
+from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
@@ -29,7 +29,7 @@ from qsched.scheduling.views import ProviderView, usage_digest
 from tests.helpers import wait_until
 from tests.raw import redis_store
 
-USER = RequestContext("u1", "p1")
+USER = RequestContext.for_project("u1", "p1")
 SPEC = FakeNodeSpec(vcpus=4, ram_mb=8192, disk_gb=0)
 
 

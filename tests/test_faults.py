@@ -13,8 +13,8 @@ import uuid
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import janitor
-from qsched.compute import RequestContext
 from qsched.conf import AgentOptions
+from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, State
@@ -23,7 +23,7 @@ from qsched.reaper import reap_expired
 from qsched.scheduling.classes import SchedulingClass
 from tests.helpers import before_claim, wait_until
 
-USER = RequestContext("u1", "p1")
+USER = RequestContext.for_project("u1", "p1")
 
 
 class SimulatedCrash(BaseException):

@@ -22,8 +22,9 @@ import redis
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched.bus.kombu import KombuBus, KombuOptions
-from qsched.compute import ComputeAPI, RequestContext
+from qsched.compute import ComputeAPI
 from qsched.conf import AgentOptions, APIOptions, LedgerOptions, SchedulerOptions
+from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import open_stores
 from qsched.ledger.audit import audit
@@ -207,7 +208,7 @@ def test_a_redis_transport_redelivery_places_and_spawns_once(conf, real_redis_ur
         slow = agent("cn-slow")
         before_claim(slow, lambda msg: (holding.set(), release.wait(10)))
         time.sleep(0.3)  # it subscribes to the class within its poll interval
-        inst = api.boot(RequestContext("u1", "p1"), "vm", "small").uuid
+        inst = api.boot(RequestContext.for_project("u1", "p1"), "vm", "small").uuid
         assert holding.wait(10)
         agent("cn-fast")
         assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 15)

@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from qsched import exception
-from qsched.compute import RequestContext
 from qsched.conf import LedgerOptions
+from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.agents import RedisAgents
@@ -174,7 +174,7 @@ def test_an_agent_gives_back_a_delete_while_the_ledger_is_down(
     conf.set_override("ledger_retry_max_s", 0.2, group="agent")
     agent = start(conf, stores, bus, "cn0")
     agents.append(agent)
-    inst = api.boot(RequestContext("u1", "p1"), "vm", "small").uuid
+    inst = api.boot(RequestContext.for_project("u1", "p1"), "vm", "small").uuid
     assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
     node = stores.instances.get(inst).node or ""
     live = redis_store(agent.stores).client

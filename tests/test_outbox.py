@@ -19,8 +19,9 @@ import redis
 
 from qsched import exception, janitor
 from qsched.chaos.servers import RedisServer
-from qsched.compute import ComputeAPI, RequestContext
+from qsched.compute import ComputeAPI
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
+from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import open_stores
 from qsched.ledger.audit import audit
@@ -32,7 +33,7 @@ from tests.helpers import wait_until
 from tests.raw import redis_store
 from tests.test_convergence import SPEC, freeze, start
 
-USER = RequestContext("u1", "p1")
+USER = RequestContext.for_project("u1", "p1")
 
 
 class WorkerKilled(BaseException):

@@ -28,7 +28,8 @@ from qsched.admin import deadletters, schemas, views
 from qsched.admin.cli_bus import LETTER_COLUMNS
 from qsched.bus import base, kombu_message
 from qsched.bus.kombu import KombuBus
-from qsched.compute import ComputeAPI, RequestContext
+from qsched.compute import ComputeAPI
+from qsched.context import RequestContext
 from qsched.embedded import Stack, embedded_options, start_stack
 from qsched.flavors import Flavor
 from qsched.ledger.base import State
@@ -41,7 +42,7 @@ from tests.test_admin import Admin, config_file
 
 pytestmark = pytest.mark.timeout(90)
 
-USER = RequestContext("u1", "p1")
+USER = RequestContext.for_project("u1", "p1")
 SPEC = FakeNodeSpec(vcpus=64, ram_mb=65536, disk_gb=100, cpu_allocation_ratio=1.0)
 CLASS = "m1.tiny"
 PROMPT_S = 2.0  # a boot behind a poison message: 0.2 s normally, 2.9 s when it crash-looped

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import click
 
 from qsched.admin import queries, views
-from qsched.admin.context import ADMIN, Admin, admin_command, output_option
+from qsched.admin.context import ADMIN_CONTEXT, Admin, admin_command, output_option
 from qsched.admin.views import SHOWS, echo
 from qsched.flavors import Flavor
 
@@ -92,7 +92,7 @@ def flavor_create(
 ) -> None:
     """Add a flavor."""
     new = Flavor(name, vcpus, ram_mb, disk_gb, flavor_id or name, _specs(specs), not private)
-    _show_flavors([admin.compute.create_flavor(ADMIN, new)], fmt, single=True)
+    _show_flavors([admin.compute.create_flavor(ADMIN_CONTEXT, new)], fmt, single=True)
 
 
 @flavor.command("delete")
@@ -100,7 +100,7 @@ def flavor_create(
 @admin_command(not_found=FLAVOR_NOT_FOUND)
 def flavor_delete(admin: Admin, flavor_id: str) -> None:
     """Remove a flavor; servers keep the copy they were booted with."""
-    gone = admin.compute.delete_flavor(ADMIN, flavor_id)
+    gone = admin.compute.delete_flavor(ADMIN_CONTEXT, flavor_id)
     echo(f"deleted flavor {gone.flavor_id} ({gone.name})")
 
 
@@ -111,7 +111,7 @@ def flavor_delete(admin: Admin, flavor_id: str) -> None:
 @admin_command(not_found=FLAVOR_NOT_FOUND)
 def flavor_set_spec(admin: Admin, flavor_id: str, specs: tuple[str, ...], fmt: str) -> None:
     """Add or change extra specs (checked as a whole)."""
-    changed = admin.compute.set_flavor_extra_specs(ADMIN, flavor_id, _specs(specs))
+    changed = admin.compute.set_flavor_extra_specs(ADMIN_CONTEXT, flavor_id, _specs(specs))
     _show_flavors([changed], fmt, single=True)
 
 
@@ -122,7 +122,9 @@ def flavor_set_spec(admin: Admin, flavor_id: str, specs: tuple[str, ...], fmt: s
 @admin_command(not_found=FLAVOR_NOT_FOUND)
 def flavor_unset_spec(admin: Admin, flavor_id: str, key: str, fmt: str) -> None:
     """Remove one extra spec."""
-    _show_flavors([admin.compute.delete_flavor_extra_spec(ADMIN, flavor_id, key)], fmt, True)
+    _show_flavors(
+        [admin.compute.delete_flavor_extra_spec(ADMIN_CONTEXT, flavor_id, key)], fmt, True
+    )
 
 
 COMMANDS = (flavor,)

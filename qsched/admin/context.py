@@ -20,12 +20,15 @@ from qsched import conf as qconf
 from qsched import exception
 from qsched.admin import views
 from qsched.bus import Bus, BusUnavailable, open_bus
-from qsched.compute import ComputeAPI, RequestContext
+from qsched.compute import ComputeAPI
+from qsched.context import ADMIN, MEMBER, READER, RequestContext
 from qsched.ledger import Stores, open_stores
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-ADMIN = RequestContext("admin", "admin", is_admin=True, request_id="req-qsched-admin")
+ADMIN_CONTEXT = RequestContext.for_project(
+    "admin", "admin", (ADMIN, MEMBER, READER), "req-qsched-admin"
+)
 
 CONFIG_HELP = (
     "INI file(s) read with oslo.config, as the services read them; later files override "

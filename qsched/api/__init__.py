@@ -15,7 +15,8 @@ import falcon
 
 from qsched import exception
 from qsched.api import jsonbody
-from qsched.compute import ComputeAPI, RequestContext
+from qsched.compute import ComputeAPI
+from qsched.context import RequestContext
 
 API_VERSION = "2.1"
 PREFIX = "/v2.1"

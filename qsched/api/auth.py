@@ -12,7 +12,7 @@ import re
 
 import falcon
 
-from qsched.compute import RequestContext
+from qsched.context import ADMIN, MEMBER, READER, RequestContext
 
 ADMIN_TOKEN = "admin"
 PUBLIC_PATHS = frozenset({"/", "/v2.1", "/healthcheck"})
@@ -27,7 +27,9 @@ def context_from_token(token: str, request_id: str) -> RequestContext:
     :raises HTTPUnauthorized: a malformed token.
     """
     if token == ADMIN_TOKEN:
-        return RequestContext(ADMIN_TOKEN, ADMIN_TOKEN, is_admin=True, request_id=request_id)
+        return RequestContext.for_project(
+            ADMIN_TOKEN, ADMIN_TOKEN, (ADMIN, MEMBER, READER), request_id
+        )
     user_id, _sep, project_id = token.partition(":")
     project_id = project_id or user_id
     if not (_ID.match(user_id) and _ID.match(project_id)):
@@ -35,7 +37,7 @@ def context_from_token(token: str, request_id: str) -> RequestContext:
             description="Invalid X-Auth-Token: use 'admin' or '<user>:<project>' with letters, "
             "digits, '_', '.', '@' or '-'."
         )
-    return RequestContext(user_id, project_id, is_admin=False, request_id=request_id)
+    return RequestContext.for_project(user_id, project_id, (MEMBER, READER), request_id)
 
 
 class NoAuthMiddleware:

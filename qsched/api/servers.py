@@ -18,7 +18,7 @@ from qsched.api import (
     schemas,
     usage_time,
 )
-from qsched.compute import RequestContext
+from qsched.context import RequestContext
 from qsched.ledger.base import Instance, State
 from qsched.scheduling.records import details
 

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from http import client
 from urllib.parse import urlsplit
 
-from qsched.compute import ComputeAPI, RequestContext
+from qsched.compute import ComputeAPI
+from qsched.context import RequestContext
 
 IMAGE = "6b9f3c1e-58f4-4f0e-9d4b-0c7f3a1d2e55"  # any UUID: the fake driver boots no image
 PROJECT = USER = "bench"
@@ -87,7 +88,7 @@ class LibrarySubmitter:
 
     def __init__(self, compute: ComputeAPI) -> None:
         self.compute = compute
-        self.context = RequestContext(USER, PROJECT)
+        self.context = RequestContext.for_project(USER, PROJECT)
 
     def __call__(self, name: str, flavor: str) -> str:
         return self.compute.boot(self.context, name, flavor, IMAGE).uuid

@@ -1,0 +1,51 @@
+"""Who asks: the caller of one request, as the authentication in front of the API found it.
+
+:class:`RequestContext` is oslo.context's request context, as Nova's is: user,
+project, roles, domains, system scope, this request's id and the global request
+id a caller sent (``X-OpenStack-Request-ID``). Policy checks read it through
+``to_policy_values()``. keystonemiddleware's ``auth_token`` puts the validated
+token's identity in the WSGI environment and :meth:`RequestContext.from_environ`
+reads it; noauth2 (:mod:`qsched.api.auth`) builds one from its test token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from oslo_context import context
+
+#: The roles of the secure-RBAC personas, as Keystone's bootstrap makes them.
+ADMIN, MEMBER, READER = "admin", "member", "reader"
+
+
+class RequestContext(context.RequestContext):
+    """The caller of one request (see the module docstring).
+
+    Behind either authentication a context always names a user and a project.
+    """
+
+    user_id: str
+    project_id: str
+    is_admin: bool
+
+    @classmethod
+    def for_project(
+        cls,
+        user_id: str,
+        project_id: str,
+        roles: Sequence[str] = (MEMBER, READER),
+        request_id: str | None = None,
+        **kwargs: Any,
+    ) -> RequestContext:
+        """A user acting in a project with ``roles`` (default: a project member).
+
+        ``is_admin`` follows the roles (``admin``), as Nova's ``context_is_admin``
+        rule does by default, unless given.
+        """
+        kwargs.setdefault("is_admin", ADMIN in roles)
+        context = cls(
+            user_id=user_id, project_id=project_id, roles=list(roles), request_id=request_id,
+            **kwargs,
+        )  # fmt: skip
+        return context
