@@ -44,6 +44,7 @@ chaos: $(STAMP)
 
 sample-config: $(STAMP)
 	$(BIN)/oslo-config-generator --config-file deploy/qsched-config-generator.conf
+	$(BIN)/oslopolicy-sample-generator --config-file deploy/qsched-policy-generator.conf
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -39,6 +39,9 @@ from qsched.ledger.backend import LedgerUnavailable
 from qsched.ledger.base import Instance, State
 from qsched.message import BootRequest, DeleteRequest
 from qsched.outbox import Abandoner, Confirmations
+from qsched.policies import flavors as flavors_policy
+from qsched.policies import servers as servers_policy
+from qsched.policy import Policy
 from qsched.resources import check_uuid
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.records import record_for
@@ -48,10 +51,6 @@ LOG = logging.getLogger(__name__)
 MAX_NAME_CHARS = 255
 _DELETE_RACES = 5  # re-reads when an instance moves while it is being deleted
 _CACHE_SIZE = 1024  # flavors, classes and zones kept in memory; emptied when full
-
-
-class Forbidden(exception.QschedError):
-    msg_fmt = "Policy doesn't allow {action} to be performed."
 
 
 class FlavorRefNotFound(exception.Invalid):
@@ -88,7 +87,8 @@ class ComputeAPI:
     """Servers and flavors for one cell: its stores and bus, and the options it uses.
 
     ``scheduler``: deadlines and attempts of boot requests; ``api``: list limits
-    and the configured flavors (None: as shipped).
+    and the configured flavors; ``policy``: who may do what (None: Nova's
+    defaults, :mod:`qsched.policies`).
     """
 
     def __init__(
@@ -97,8 +97,10 @@ class ComputeAPI:
         bus: Publisher,
         scheduler: SchedulerOptions | None = None,
         api: APIOptions | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.stores = stores
+        self.policy = policy or Policy()
         self.bus = bus
         self.flavors = stores.flavors
         self.scheduler = scheduler or SchedulerOptions.defaults()
@@ -128,12 +130,14 @@ class ComputeAPI:
         :raises AvailabilityZoneNotAvailable: no agent registered the zone (400);
             checked first, so nothing is held.
         :raises Invalid: a bad name or zone name.
+        :raises Forbidden: ``os_compute_api:servers:create`` refuses the caller (403).
         :raises QuotaExceeded: nothing recorded (403).
         :raises BackendUnavailable: the ledger is unreachable (503).
         :raises BusUnavailable: the broker did not confirm (503); the instance
             is then ended DELETED and its quota returned. Any other failure
             after the record exists is rolled back the same way, then re-raised.
         """
+        self.policy.authorize(context, servers_policy.CREATE)
         _check_name("name", name)
         if availability_zone is not None:
             _check_name("availability_zone", availability_zone)
@@ -197,7 +201,14 @@ class ComputeAPI:
 
         :raises InstanceNotFound: unknown, malformed uuid, deleted, or another
             project's and the caller is no admin.
+        :raises Forbidden: ``os_compute_api:servers:show`` refuses the caller.
         """
+        instance = self._visible(context, uuid)
+        self.policy.authorize(context, servers_policy.SHOW, _target(instance))
+        return instance
+
+    def _visible(self, context: RequestContext, uuid: str) -> Instance:
+        """The record of a server the caller may see, before any rule is asked (404)."""
         try:
             uuid = check_uuid(uuid, "Instance UUID")
             instance = self.stores.instances.get(uuid)
@@ -214,17 +225,24 @@ class ComputeAPI:
         status: str | None = None,
         limit: int | None = None,
         marker: str | None = None,
+        detail: bool = False,
     ) -> list[Instance]:
-        """A project's servers, newest first: the caller's, or ``project_id``'s for admins.
+        """A project's servers, newest first: the caller's, or ``project_id``'s for those
+        ``...:get_all_tenants`` allows.
 
-        Non-admins' ``project_id`` is ignored, as Nova ignores filters they may not use.
+        Others' ``project_id`` is ignored, as Nova ignores filters they may not use.
 
+        :raises Forbidden: ``os_compute_api:servers:index`` (``:detail``) refuses them.
         :raises MarkerNotFound: ``marker`` is not among them.
         :raises Invalid: a negative ``limit``.
         """
+        rule, all_projects = _LIST_RULES[detail]
+        self.policy.authorize(context, rule)
         if limit is not None and limit < 0:
             raise exception.Invalid(reason="limit must be an integer >= 0")
-        project = project_id if project_id and context.is_admin else context.project_id
+        project = context.project_id
+        if project_id and self.policy.allows(context, all_projects, {"project_id": project_id}):
+            project = project_id
         found = sorted(
             self.stores.instances.list_project(project), key=lambda i: (-i.created_at, i.uuid)
         )
@@ -236,6 +254,10 @@ class ComputeAPI:
                 raise MarkerNotFound(marker=marker)
             found = found[index + 1 :]
         return found[: self.page_size(limit)]
+
+    def shows_host(self, context: RequestContext) -> bool:
+        """Whether the caller sees where servers run (Nova's extended server attributes)."""
+        return self.policy.allows(context, servers_policy.EXTENDED_ATTRIBUTES)
 
     def page_size(self, limit: int | None) -> int:
         """How many items a list call returns at most for ``limit``."""
@@ -251,10 +273,13 @@ class ComputeAPI:
         agent's heartbeat expired: released here, as Nova does for a down compute.
 
         :raises InstanceNotFound: as :meth:`get`.
+        :raises Forbidden: ``os_compute_api:servers:delete`` refuses the caller.
         :raises BusUnavailable: the broker did not confirm (503); the instance
             stays deleting and a retried delete publishes again.
         """
-        return self._delete(self.get(context, uuid), context.request_id)
+        instance = self._visible(context, uuid)
+        self.policy.authorize(context, servers_policy.DELETE, _target(instance))
+        return self._delete(instance, context.request_id)
 
     def _delete(self, instance: Instance, request_id: str) -> Instance:
         """Delete a record the caller may delete; see :meth:`delete`."""
@@ -299,47 +324,69 @@ class ComputeAPI:
         """:raises FlavorNotFound:"""
         return self.flavors.get(flavor_id)
 
+    def flavor_extra_specs(self, context: RequestContext, flavor_id: str) -> Mapping[str, str]:
+        """A flavor's extra specs (``os-flavor-extra-specs:index``: readers and admins).
+
+        :raises Forbidden, FlavorNotFound:
+        """
+        self.policy.authorize(context, flavors_policy.SPECS_INDEX)
+        return self.flavors.get(flavor_id).extra_specs
+
+    def flavor_extra_spec(self, context: RequestContext, flavor_id: str, key: str) -> str:
+        """One extra spec (``os-flavor-extra-specs:show``: readers and admins).
+
+        :raises Forbidden, FlavorNotFound, FlavorExtraSpecNotFound:
+        """
+        self.policy.authorize(context, flavors_policy.SPECS_SHOW)
+        specs = self.flavors.get(flavor_id).extra_specs
+        if key not in specs:
+            raise FlavorExtraSpecNotFound(flavor=flavor_id, key=key)
+        return specs[key]
+
     def list_flavors(self) -> builtins.list[Flavor]:
         """Every flavor, sorted by id."""
         return self.flavors.list()
 
     def create_flavor(self, context: RequestContext, flavor: Flavor) -> Flavor:
-        """Admin only. A flavor without an id gets a new UUID, as in Nova.
+        """``os-flavor-manage:create`` (admin by default). A flavor without an id gets a
+        new UUID, as in Nova.
 
         :raises Forbidden, FlavorExists, Invalid:
         """
-        _require_admin(context, "os_compute_api:os-flavor-manage:create")
+        self.policy.authorize(context, flavors_policy.MANAGE_CREATE)
         if not flavor.id:
             flavor = dataclasses.replace(flavor, id=str(uuidlib.uuid4()))
         return self.flavors.create(flavor)
 
     def delete_flavor(self, context: RequestContext, flavor_id: str) -> Flavor:
-        """Admin only; servers keep the copy they were booted with.
+        """``os-flavor-manage:delete`` (admin by default); servers keep the copy they
+        were booted with.
 
         :raises Forbidden, FlavorNotFound:
         """
-        _require_admin(context, "os_compute_api:os-flavor-manage:delete")
+        self.policy.authorize(context, flavors_policy.MANAGE_DELETE)
         return self.flavors.delete(flavor_id)
 
     def set_flavor_extra_specs(
         self, context: RequestContext, flavor_id: str, specs: Mapping[str, str]
     ) -> Flavor:
-        """Admin only: add or change extra specs (Nova syntax), checked as a whole.
+        """``os-flavor-extra-specs:create`` (admin by default): add or change extra specs
+        (Nova syntax), checked as a whole.
 
         :raises Forbidden, FlavorNotFound, Invalid:
         """
-        _require_admin(context, "os_compute_api:os-flavor-extra-specs:create")
+        self.policy.authorize(context, flavors_policy.SPECS_CREATE)
         return self.flavors.update(
             flavor_id,
             lambda f: dataclasses.replace(f, extra_specs={**f.extra_specs, **specs}),
         )
 
     def delete_flavor_extra_spec(self, context: RequestContext, flavor_id: str, key: str) -> Flavor:
-        """Admin only: remove one extra spec.
+        """``os-flavor-extra-specs:delete`` (admin by default): remove one extra spec.
 
         :raises Forbidden, FlavorNotFound, FlavorExtraSpecNotFound:
         """
-        _require_admin(context, "os_compute_api:os-flavor-extra-specs:delete")
+        self.policy.authorize(context, flavors_policy.SPECS_DELETE)
 
         def drop(flavor: Flavor) -> Flavor:
             if key not in flavor.extra_specs:
@@ -505,6 +552,13 @@ def _may_see(context: RequestContext, instance: Instance) -> bool:
     return context.is_admin or instance.project_id == context.project_id
 
 
-def _require_admin(context: RequestContext, action: str) -> None:
-    if not context.is_admin:
-        raise Forbidden(action=action)
+def _target(instance: Instance) -> dict[str, str]:
+    """A server as a policy target: the project and user that own it."""
+    return {"project_id": instance.project_id, "user_id": instance.user_id}
+
+
+#: detail or not -> the rule of the list, and the rule of listing other projects
+_LIST_RULES = {
+    False: (servers_policy.INDEX, servers_policy.INDEX_ALL_TENANTS),
+    True: (servers_policy.DETAIL, servers_policy.DETAIL_ALL_TENANTS),
+}

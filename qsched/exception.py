@@ -135,3 +135,9 @@ class FlavorChanged(Conflict):
 
 class BackendUnavailable(QschedError):
     msg_fmt = "{backend} at {url} is unreachable: {reason}"
+
+
+class Forbidden(QschedError):
+    """A policy rule refused the caller (403, Nova's words); ``action`` names the rule."""
+
+    msg_fmt = "Policy doesn't allow {action} to be performed."

@@ -16,7 +16,6 @@ from qsched.compute import (
     ComputeAPI,
     FlavorExtraSpecNotFound,
     FlavorRefNotFound,
-    Forbidden,
     MarkerNotFound,
     flavors_from_config,
 )
@@ -369,7 +368,7 @@ class TestFlavors:
 
     def test_create_is_admin_only_and_unique(self, compute) -> None:
         tiny = Flavor("m1.tiny", 1, 512)
-        with pytest.raises(Forbidden):
+        with pytest.raises(exception.Forbidden):
             compute.create_flavor(ALICE, tiny)
         made = compute.create_flavor(ADMIN, tiny)
         assert uuid.UUID(made.id) and compute.get_flavor(made.id).name == "m1.tiny"
@@ -385,7 +384,7 @@ class TestFlavors:
         boot(compute)
         boot(compute, availability_zone="az1")
         boot(compute, flavor="large-id")
-        with pytest.raises(Forbidden):
+        with pytest.raises(exception.Forbidden):
             compute.delete_flavor(ALICE, "m1.small")
         compute.delete_flavor(ADMIN, "m1.small")
         assert list(stores.agents.classes()) == ["m1.large"]
@@ -393,7 +392,7 @@ class TestFlavors:
             compute.delete_flavor(ADMIN, "m1.small")
 
     def test_extra_specs(self, compute) -> None:
-        with pytest.raises(Forbidden):
+        with pytest.raises(exception.Forbidden):
             compute.set_flavor_extra_specs(ALICE, "m1.small", {"trait:CUSTOM_A": "required"})
         changed = compute.set_flavor_extra_specs(ADMIN, "m1.small", {"trait:CUSTOM_A": "required"})
         assert changed.extra_specs == {"trait:CUSTOM_A": "required"}

@@ -20,10 +20,11 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Floors, lowest first. A module may import modules on its floor or below, never above.
 #: The longest matching prefix gives a module's floor.
 FLOORS: list[tuple[str, ...]] = [
-    ("qsched", "qsched.exception", "qsched.resources", "qsched.conf", "qsched.net"),
+    ("qsched", "qsched.exception", "qsched.resources", "qsched.conf", "qsched.net",
+     "qsched.context", "qsched.policies"),
     # the ledger's interfaces and values, which everything above may name
     ("qsched.flavors", "qsched.ledger.base", "qsched.ledger.records", "qsched.ledger.keys",
-     "qsched.ledger.backend", "qsched.ledger.inspection"),
+     "qsched.ledger.backend", "qsched.ledger.inspection", "qsched.policy"),
     ("qsched.scheduling", "qsched.message"),  # the contract between front door and agents
     ("qsched.ledger", "qsched.bus"),  # the backends
     ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "agents"),

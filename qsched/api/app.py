@@ -31,9 +31,11 @@ from qsched.api import API_VERSION, PREFIX, auth, base_url
 from qsched.api import flavors as flavor_handlers
 from qsched.api import servers as server_handlers
 from qsched.bus.base import Bus, BusUnavailable
-from qsched.compute import ComputeAPI, Forbidden, Publisher
+from qsched.compute import ComputeAPI, Publisher
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
+from qsched.conf.policy import policy_enforcer
 from qsched.ledger import Stores, open_stores
+from qsched.policy import Policy
 
 LOG = logging.getLogger(__name__)
 CONFIG_ENV = "QSCHED_CONFIG"
@@ -61,7 +63,7 @@ _DEFAULT_MESSAGES = {
 }
 # Domain errors by HTTP status, most specific first (looked up along the MRO).
 _STATUS: dict[type[Exception], int] = {
-    Forbidden: 403,
+    exception.Forbidden: 403,
     exception.QuotaExceeded: 403,
     exception.NotFound: 404,
     exception.Invalid: 400,
@@ -84,18 +86,20 @@ def create_app(
     bus: Bus | Publisher,
     api: APIOptions | None = None,
     scheduler: SchedulerOptions | None = None,
+    policy: Policy | None = None,
 ) -> falcon.App:
     """The qsched-api WSGI application; writes the configured flavors to the ledger.
 
-    ``api`` and ``scheduler``: the ``[api]`` and ``[scheduler]`` options (None: as shipped).
+    ``api`` and ``scheduler``: the ``[api]`` and ``[scheduler]`` options (None: as
+    shipped); ``policy``: the rules (None: Nova's defaults).
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: the ledger is unreachable.
     """
     api = api or APIOptions.defaults()
-    compute = ComputeAPI(stores, bus, scheduler, api)
+    compute = ComputeAPI(stores, bus, scheduler, api, policy)
     compute.seed_flavors()
-    middleware: list[Any] = [RequestMiddleware(), auth.NoAuthMiddleware()]
+    middleware: list[Any] = [RequestMiddleware(), auth.NoAuthMiddleware(compute.policy)]
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_qs_csv = False
@@ -320,16 +324,18 @@ def load_app(
     """
     if config_files is None:
         config_files = [f for f in os.environ.get(CONFIG_ENV, "").split(os.pathsep) if f]
-    options = qconf.load_options(config_files=config_files)
+    conf = qconf.load(config_files=config_files)
     install_request_id_logging()
-    return serve(options, open_bus or default_bus)
+    return serve(Options.from_conf(conf), open_bus or default_bus, Policy(policy_enforcer(conf)))
 
 
-def serve(options: Options, open_bus: Callable[[BusOptions], Bus]) -> falcon.App:
+def serve(
+    options: Options, open_bus: Callable[[BusOptions], Bus], policy: Policy | None = None
+) -> falcon.App:
     """The application on the configured ledger and bus, its periodic tasks started."""
     stores = open_stores(options.ledger, options.quota)
     bus = open_bus(options.bus)
-    app = create_app(stores, bus, options.api, options.scheduler)
+    app = create_app(stores, bus, options.api, options.scheduler, policy)
     janitor.start_periodic_tasks(options.scheduler, stores, bus)
     return app
 

@@ -1,9 +1,11 @@
 """noauth2: Placement's test-and-demo authentication, without Keystone.
 
-``X-Auth-Token: admin`` is the admin (user and project "admin");
-``X-Auth-Token: <user>:<project>`` is that user acting in that project (a token
-without ':' is a user whose project has the same name). Anything else, or no
-token, is 401. Version documents and the health check need no token.
+``X-Auth-Token: admin`` is the admin (user and project "admin", roles admin,
+member and reader); ``X-Auth-Token: <user>:<project>`` is that user acting in
+that project as a member (roles member and reader; ``X-Roles: reader`` makes it
+a reader only). A token without ':' is a user whose project has the same name.
+Anything else, or no token, is 401. Version documents and the health check need
+no token. Whether the caller is an admin is the policy's ``context_is_admin``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 import falcon
 
 from qsched.context import ADMIN, MEMBER, READER, RequestContext
+from qsched.policy import Policy
 
 ADMIN_TOKEN = "admin"
 PUBLIC_PATHS = frozenset({"/", "/v2.1", "/healthcheck"})
@@ -21,10 +24,11 @@ PUBLIC_PATHS = frozenset({"/", "/v2.1", "/healthcheck"})
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,254}$")
 
 
-def context_from_token(token: str, request_id: str) -> RequestContext:
-    """The caller named by a noauth2 token.
+def context_from_token(token: str, request_id: str, roles: str | None = None) -> RequestContext:
+    """The caller named by a noauth2 token; ``roles`` (``X-Roles``, comma-separated)
+    replace a user's default roles.
 
-    :raises HTTPUnauthorized: a malformed token.
+    :raises HTTPUnauthorized: a malformed token or role.
     """
     if token == ADMIN_TOKEN:
         return RequestContext.for_project(
@@ -37,11 +41,19 @@ def context_from_token(token: str, request_id: str) -> RequestContext:
             description="Invalid X-Auth-Token: use 'admin' or '<user>:<project>' with letters, "
             "digits, '_', '.', '@' or '-'."
         )
-    return RequestContext.for_project(user_id, project_id, (MEMBER, READER), request_id)
+    wanted = tuple(r.strip() for r in roles.split(",") if r.strip()) if roles else None
+    if wanted is not None and not all(_ID.match(role) for role in wanted):
+        raise falcon.HTTPUnauthorized(
+            description="Invalid X-Roles: use role names, comma-separated."
+        )
+    return RequestContext.for_project(user_id, project_id, wanted or (MEMBER, READER), request_id)
 
 
 class NoAuthMiddleware:
     """Puts the caller's :class:`RequestContext` on ``req.context.compute``."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         if req.path in PUBLIC_PATHS:
@@ -51,4 +63,6 @@ class NoAuthMiddleware:
             raise falcon.HTTPUnauthorized(
                 description="Authentication required: send X-Auth-Token: admin or <user>:<project>."
             )
-        req.context.compute = context_from_token(token, req.context.request_id)
+        context = context_from_token(token, req.context.request_id, req.get_header("X-Roles"))
+        context.is_admin = self.policy.is_admin(context)
+        req.context.compute = context

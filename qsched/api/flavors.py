@@ -7,7 +7,6 @@ from typing import Any
 import falcon
 
 from qsched.api import Handler, context_of, links, read_json, schemas
-from qsched.compute import FlavorExtraSpecNotFound
 from qsched.flavors import Flavor
 
 
@@ -47,7 +46,8 @@ class ExtraSpecs(Handler):
     """``/v2.1/flavors/{flavor_id}/os-extra_specs``: show and, for admins, add or change."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, flavor_id: str) -> None:
-        resp.media = {"extra_specs": dict(self.compute.get_flavor(flavor_id).extra_specs)}
+        specs = self.compute.flavor_extra_specs(context_of(req), flavor_id)
+        resp.media = {"extra_specs": dict(specs)}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, flavor_id: str) -> None:
         body = schemas.validate(schemas.EXTRA_SPECS_SET, read_json(req, self.max_body))
@@ -60,10 +60,7 @@ class ExtraSpec(Handler):
     """``/v2.1/flavors/{flavor_id}/os-extra_specs/{key}``: show and, for admins, delete."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, flavor_id: str, key: str) -> None:
-        specs = self.compute.get_flavor(flavor_id).extra_specs
-        if key not in specs:
-            raise FlavorExtraSpecNotFound(flavor=flavor_id, key=key)
-        resp.media = {key: specs[key]}
+        resp.media = {key: self.compute.flavor_extra_spec(context_of(req), flavor_id, key)}
 
     def on_delete(
         self, req: falcon.Request, resp: falcon.Response, flavor_id: str, key: str

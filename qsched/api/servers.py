@@ -89,9 +89,9 @@ class ServersDetail(_Handler):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         context = context_of(req)
         filters = list_filters(req)
-        found = self.compute.list(context, **filters)
-        base = self.base(req)
-        resp.media = {"servers": [detail(i, context, base) for i in found]}
+        found = self.compute.list(context, detail=True, **filters)
+        base, hosts = self.base(req), self.compute.shows_host(context)
+        resp.media = {"servers": [detail(i, context, base, hosts) for i in found]}
         self.next_link(req, resp, found, filters, "/servers/detail")
 
 
@@ -101,7 +101,8 @@ class Server(_Handler):
     def on_get(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
         context = context_of(req)
         instance = self.compute.get(context, server_id)
-        resp.media = {"server": detail(instance, context, self.base(req))}
+        hosts = self.compute.shows_host(context)
+        resp.media = {"server": detail(instance, context, self.base(req), hosts)}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
         self.compute.delete(context_of(req), server_id)
@@ -129,8 +130,11 @@ def brief(instance: Instance, base: str) -> dict[str, Any]:
     }
 
 
-def detail(instance: Instance, context: RequestContext, base: str) -> dict[str, Any]:
-    """A server as Nova 2.1 shows it; host and fault details for admins only."""
+def detail(
+    instance: Instance, context: RequestContext, base: str, show_host: bool = False
+) -> dict[str, Any]:
+    """A server as Nova 2.1 shows it; where it runs if ``show_host`` (the extended server
+    attributes rule allows it), fault details for admins only."""
     boot = details(instance)
     flavor_id = str(instance.flavor.get("id") or instance.flavor.get("name"))
     image_ref = boot.image_ref
@@ -165,7 +169,7 @@ def detail(instance: Instance, context: RequestContext, base: str) -> dict[str, 
         "os-extended-volumes:volumes_attached": [],
         "security_groups": [{"name": "default"}],
     }
-    if context.is_admin:
+    if show_host:
         view["OS-EXT-SRV-ATTR:host"] = instance.host
         view["OS-EXT-SRV-ATTR:hypervisor_hostname"] = instance.node
         view["OS-EXT-SRV-ATTR:instance_name"] = f"instance-{instance.uuid}"

@@ -22,7 +22,9 @@ from wsgiref import simple_server
 from qsched import conf as qconf
 from qsched import janitor
 from qsched.api import app as api_app
+from qsched.conf.policy import policy_enforcer
 from qsched.ledger import open_stores
+from qsched.policy import Policy
 
 LOG = logging.getLogger(__name__)
 
@@ -54,11 +56,13 @@ def make_server(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = qconf.load_options(sys.argv[1:] if argv is None else argv)
+    conf = qconf.load(sys.argv[1:] if argv is None else argv)
+    options = qconf.Options.from_conf(conf)
     api_app.install_request_id_logging()
     bus = api_app.default_bus(options.bus)
     stores = open_stores(options.ledger, options.quota)
-    application = api_app.create_app(stores, bus, options.api, options.scheduler)
+    policy = Policy(policy_enforcer(conf))
+    application = api_app.create_app(stores, bus, options.api, options.scheduler, policy)
     janitor.start_periodic_tasks(options.scheduler, stores, bus)
     server = make_server(application, options.api.host, options.api.port)
 

@@ -1,0 +1,17 @@
+"""Policy in code: Nova's rule names and defaults for everything qsched serves.
+
+:func:`list_rules` is the ``oslo.policy.policies`` entry point (``qsched``), so
+``oslopolicy-sample-generator --namespace qsched`` writes every rule with its
+default, and a ``policy.yaml`` overrides any of them by name.
+"""
+
+from __future__ import annotations
+
+from oslo_policy import policy
+
+from qsched.policies import base, flavors, servers
+
+
+def list_rules() -> list[policy.RuleDefault]:
+    """Every rule qsched enforces, with its default."""
+    return [*base.list_rules(), *servers.list_rules(), *flavors.list_rules()]
