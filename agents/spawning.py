@@ -56,6 +56,8 @@ class Spawner:
         try:
             parts.persist(msg, lambda: parts.stores.instances.set_active(uuid, parts.host, node))
             parts.counters["active"] += 1
+            LOG.info("[%s global %s] instance %s ACTIVE on %s", msg.request_id,
+                     msg.global_request_id or "-", uuid, node)  # fmt: skip
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
             # The ledger released its claim: the index reads the node again.
             parts.driver.destroy(uuid, node)

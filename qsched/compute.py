@@ -180,7 +180,7 @@ class ComputeAPI:
                 uuid, context.project_id, context.user_id, flavor, constraints,
                 max_attempts=self.scheduler.max_attempts,
                 timeout_s=self.scheduler.build_timeout_s,
-                request_id=context.request_id,
+                request_id=context.request_id, global_request_id=context.global_request_id,
             )  # fmt: skip
             record = record_for(request, name, image_ref, metadata)
             name_and_definition = self._class(SchedulingClass(flavor, constraints))

@@ -29,7 +29,7 @@ from qsched.flavors import Constraints, Flavor
 from qsched.scheduling.classes import class_name
 
 MAJOR_VERSION = 1
-BOOT_VERSION = "1.0"
+BOOT_VERSION = "1.1"  # 1.1: global_request_id
 DELETE_VERSION = "1.0"
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_NAME_CHARS = 255
@@ -188,6 +188,7 @@ class BootRequest(_Message):
     member_of: tuple[str, ...] = ()  # aggregate UUIDs: a node must be in all of them
     availability_zone: str | None = None
     tried_hosts: tuple[str, ...] = ()
+    global_request_id: str | None = None  # the caller's X-OpenStack-Request-ID
     version: str = BOOT_VERSION
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
@@ -208,6 +209,7 @@ class BootRequest(_Message):
         ("member_of", _uuids, False),
         ("availability_zone", _optional_name, False),
         ("tried_hosts", _names, False),
+        ("global_request_id", _optional_name, False),
     )
 
     @classmethod
@@ -222,6 +224,7 @@ class BootRequest(_Message):
         timeout_s: float = 300.0,
         now: float | None = None,
         request_id: str | None = None,
+        global_request_id: str | None = None,
     ) -> BootRequest:
         """A first attempt for ``flavor`` plus ``constraints``, due ``timeout_s`` from now."""
         now = time.time() if now is None else now
@@ -240,6 +243,7 @@ class BootRequest(_Message):
             forbidden_traits=tuple(sorted(constraints.forbidden_traits)),
             member_of=tuple(sorted(constraints.member_of)),
             availability_zone=constraints.availability_zone,
+            global_request_id=global_request_id,
         )
 
     def next_attempt(self, host: str | None, now: float | None = None) -> BootRequest:

@@ -28,6 +28,7 @@ from qsched.ledger.audit import audit
 from qsched.ledger.base import Inventory, State, TaskState, Usage
 from qsched.message import BootRequest, DeleteRequest
 from qsched.scheduling.classes import class_name
+from qsched.scheduling.records import details
 from tests.raw import redis_store
 
 FLAVORS = ["m1.small:1:2048:20", "m1.large:4:8192:40:large-id", "g1.gpu:2:4096"]
@@ -104,6 +105,17 @@ def nothing_held(stores: Stores, project: str = "pa") -> bool:
 
 
 class TestBoot:
+    def test_the_callers_global_request_id_travels_with_the_request(self, compute, bus) -> None:
+        caller = RequestContext.for_project(
+            "alice", "pa", global_request_id="req-0b0e8a5c-2f38-4d1e-9c35-6f1b0f4f1d2a"
+        )
+        inst = boot(compute, caller)
+        assert bus.boots[-1].global_request_id == caller.global_request_id
+        assert bus.boots[-1].request_id == caller.request_id != caller.global_request_id
+        assert details(compute.stores.instances.get(inst.uuid)).global_request_id == (
+            caller.global_request_id
+        )
+
     def test_records_reserves_and_publishes(self, compute, stores, bus, conf) -> None:
         before = time.time()
         inst = boot(compute, metadata={"k": "v"})

@@ -85,7 +85,14 @@ class TestRoundTrip:
     def test_wire_has_kind_and_version(self) -> None:
         data = wire(boot())
         assert data["kind"] == "boot"
-        assert data["version"] == "1.0"
+        assert data["version"] == "1.1"  # 1.1 added global_request_id
+
+    def test_a_1_0_request_reads_with_no_global_request_id(self) -> None:
+        data = wire(boot())
+        data["version"] = "1.0"
+        del data["global_request_id"]
+        old = decode(msgpack.packb(data, use_bin_type=True))
+        assert isinstance(old, BootRequest) and old.global_request_id is None
 
     def test_accepts_bytearray_and_memoryview(self) -> None:
         data = boot().encode()

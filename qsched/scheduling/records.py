@@ -19,9 +19,9 @@ tried_hosts            ``tried_hosts`` (the ledger adds each host a requeue took
                        claim from)
 deadline               ``deadline``
 published_at           not kept: a rebuilt request is published now
-everything else        ``extra``, as :class:`BootDetails` (request_id, scheduling_class,
-                       max_attempts, the constraints), with what only the API shows
-                       (image_ref, metadata)
+everything else        ``extra``, as :class:`BootDetails` (request_id, global_request_id,
+                       scheduling_class, max_attempts, the constraints), with what
+                       only the API shows (image_ref, metadata)
 =====================  ================================================================
 
 Nothing else reads ``Instance.extra`` by key: :func:`details` is the one reader.
@@ -50,6 +50,7 @@ class BootDetails:
     constraints: Constraints = dataclasses.field(default_factory=Constraints)
     image_ref: str = ""
     metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    global_request_id: str | None = None
 
     def to_extra(self) -> dict[str, Any]:
         """The ``extra`` map of the record (JSON-able)."""
@@ -64,6 +65,7 @@ class BootDetails:
             "member_of": sorted(constraints.member_of),
             "image_ref": self.image_ref,
             "metadata": dict(self.metadata),
+            "global_request_id": self.global_request_id,
         }
 
     @classmethod
@@ -86,6 +88,7 @@ class BootDetails:
         return cls(
             request_id, cls_name, max_attempts, constraints,
             str(extra.get("image_ref") or ""), dict(extra.get("metadata") or {}),
+            extra.get("global_request_id") or None,
         )  # fmt: skip
 
 
@@ -106,7 +109,7 @@ def record_for(
     """The BUILD record of a boot request, as the front door creates it."""
     boot = BootDetails(
         request.request_id, request.scheduling_class, request.max_attempts,
-        request.constraints(), image_ref, dict(metadata or {}),
+        request.constraints(), image_ref, dict(metadata or {}), request.global_request_id,
     )  # fmt: skip
     return Instance(
         request.instance_uuid, request.project_id, request.user_id, name, request.flavor,
@@ -142,4 +145,5 @@ def request_for(instance: Instance, now: float | None = None) -> BootRequest:
         member_of=tuple(sorted(constraints.member_of)),
         availability_zone=constraints.availability_zone,
         tried_hosts=tuple(instance.tried_hosts),
+        global_request_id=boot.global_request_id,
     )
