@@ -34,6 +34,7 @@ from qsched.conf import APIOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.exception import FlavorNotFound
 from qsched.flavors import Constraints, Flavor, check_flavor
+from qsched.images import Image, ImageService, OpaqueImages
 from qsched.ledger import Stores
 from qsched.ledger.backend import LedgerUnavailable
 from qsched.ledger.base import Instance, State
@@ -88,7 +89,8 @@ class ComputeAPI:
 
     ``scheduler``: deadlines and attempts of boot requests; ``api``: list limits
     and the configured flavors; ``policy``: who may do what (None: Nova's
-    defaults, :mod:`qsched.policies`).
+    defaults, :mod:`qsched.policies`); ``images``: where images are looked up
+    (None: nowhere, ``imageRef`` is opaque).
     """
 
     def __init__(
@@ -98,9 +100,11 @@ class ComputeAPI:
         scheduler: SchedulerOptions | None = None,
         api: APIOptions | None = None,
         policy: Policy | None = None,
+        images: ImageService | None = None,
     ) -> None:
         self.stores = stores
         self.policy = policy or Policy()
+        self.images = images or OpaqueImages()
         self.bus = bus
         self.flavors = stores.flavors
         self.scheduler = scheduler or SchedulerOptions.defaults()
@@ -130,6 +134,9 @@ class ComputeAPI:
         :raises AvailabilityZoneNotAvailable: no agent registered the zone (400);
             checked first, so nothing is held.
         :raises Invalid: a bad name or zone name.
+        :raises ImageNotFound: an image the caller may not use (400).
+        :raises FlavorMemoryTooSmall, FlavorDiskTooSmall: the image's ``min_ram``
+            or ``min_disk`` (400). Image checks come before anything is held.
         :raises Forbidden: ``os_compute_api:servers:create`` refuses the caller (403).
         :raises QuotaExceeded: nothing recorded (403).
         :raises BackendUnavailable: the ledger is unreachable (503).
@@ -144,11 +151,14 @@ class ComputeAPI:
             self._check_zone(availability_zone)
         # flavorRef is an id or a link ending in one.
         flavor_id = str(flavor_ref).rstrip("/").rsplit("/", 1)[-1]
-        constraints = Constraints(availability_zone=availability_zone or None)
+        image = self.images.get(context, image_ref)
+        constraints = Constraints(
+            availability_zone=availability_zone or None, required_traits=image.required_traits
+        )
         uuid = str(uuidlib.uuid4())
         try:
             instance, request = self._create(
-                context, uuid, name, flavor_id, constraints, image_ref, metadata
+                context, uuid, name, flavor_id, constraints, image, metadata
             )
         except exception.BackendUnavailable as exc:
             # The create may have run, or may still run once the ledger answers: the
@@ -170,19 +180,20 @@ class ComputeAPI:
         name: str,
         flavor_id: str,
         constraints: Constraints,
-        image_ref: str,
+        image: Image,
         metadata: Mapping[str, str] | None,
     ) -> tuple[Instance, BootRequest]:
         """Reserve quota and record the instance; its boot request, not published yet."""
         for fresh in (False, True):
             flavor, stored = self._boot_flavor(flavor_id, fresh)
+            image.check_fits(flavor)
             request = BootRequest.create(
                 uuid, context.project_id, context.user_id, flavor, constraints,
                 max_attempts=self.scheduler.max_attempts,
                 timeout_s=self.scheduler.build_timeout_s,
                 request_id=context.request_id, global_request_id=context.global_request_id,
             )  # fmt: skip
-            record = record_for(request, name, image_ref, metadata)
+            record = record_for(request, name, image.id, metadata)
             name_and_definition = self._class(SchedulingClass(flavor, constraints))
             try:
                 instance = self.stores.instances.create(
