@@ -6,12 +6,15 @@ same with real Keystone tokens.
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import falcon.testing
 import pytest
 
 from qsched import conf as qconf
+from qsched import policy as policy_module
 from qsched.api import app as api_app
 from qsched.cmd.policy import get_enforcer
 from qsched.conf import APIOptions, SchedulerOptions
@@ -127,3 +130,25 @@ def test_the_enforcer_entry_point_knows_every_rule() -> None:
     member = RequestContext.for_project("u", "p")
     assert enforcer.authorize("os_compute_api:servers:create", {"project_id": "p"}, member)
     assert not enforcer.authorize("os_compute_api:servers:create", {"project_id": "q"}, member)
+
+
+def test_decisions_are_remembered_until_the_rules_are_looked_at_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A changed policy.yaml applies within RELOAD_S; in between, decisions are cached."""
+    rules = tmp_path / "policy.yaml"
+    rules.write_text('"os_compute_api:servers:create": "role:member"\n')
+    config = tmp_path / "qsched.conf"
+    config.write_text(f"[oslo_policy]\npolicy_file = {rules}\n")
+    monkeypatch.setattr(policy_module, "RELOAD_S", 0.2)
+    policy = Policy(policy_enforcer(qconf.load([], [str(config)])))
+    member = RequestContext.for_project("u", "p")
+    assert policy.allows(member, "os_compute_api:servers:create")
+    rules.write_text('"os_compute_api:servers:create": "role:admin"\n')
+    os.utime(rules, (time.time() + 5, time.time() + 5))  # a clearly newer file
+    assert policy.allows(member, "os_compute_api:servers:create")  # still remembered
+    time.sleep(0.25)
+    assert not policy.allows(member, "os_compute_api:servers:create")
+    reader = RequestContext.for_project("u", "p", ("reader",))
+    assert policy.allows(reader, "os_compute_api:servers:show")  # keys tell callers apart
+    assert not policy.allows(reader, "os_compute_api:servers:show", {"project_id": "q"})
