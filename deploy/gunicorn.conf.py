@@ -1,5 +1,7 @@
 # gunicorn settings for qsched-api (see deploy/systemd/qsched-api.service).
-# The application reads its own config from the files in QSCHED_CONFIG.
+# The application reads its own config from the files in QSCHED_CONFIG; that
+# file sets [api] auth_strategy = keystone (see deploy/qsched.conf), since this
+# binds every address. With noauth2 on such a bind qsched-api refuses to start.
 import multiprocessing
 
 bind = "0.0.0.0:8774"
@@ -17,9 +19,16 @@ max_requests_jitter = 10000
 accesslog = "-"
 
 
+def on_starting(server):
+    # Refuse noauth2 on a public bind in the master, before any worker starts.
+    from qsched.api.app import check_bind
+
+    check_bind(server.cfg.bind)
+
+
 def post_worker_init(worker):
     # Build the application (and start the reaper and janitor) when the worker
     # starts, not on its first request.
     from qsched.api.app import wsgi_app
 
-    wsgi_app.ensure_loaded()
+    wsgi_app.ensure_loaded(bind=worker.cfg.bind)

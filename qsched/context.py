@@ -10,6 +10,7 @@ reads it; noauth2 (:mod:`qsched.api.auth`) builds one from its test token.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,3 +50,20 @@ class RequestContext(context.RequestContext):
             **kwargs,
         )  # fmt: skip
         return context
+
+
+# oslo.middleware's request_id habit: a global request id is only ever req-<uuid>.
+_GLOBAL_REQUEST_ID = re.compile(
+    r"^req-[a-f0-9]{8}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{12}$"
+)
+
+
+def global_request_id(header: str | None) -> str | None:
+    """The ``X-OpenStack-Request-ID`` a caller sent, if it is a ``req-<uuid>``; else None.
+
+    Anything else is dropped (not refused), as oslo.middleware does, so that no
+    caller can put arbitrary text in the logs and the boot messages.
+    """
+    if header and _GLOBAL_REQUEST_ID.match(header.strip()):
+        return header.strip()
+    return None

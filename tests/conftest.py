@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -16,6 +20,8 @@ from qsched.compute import ComputeAPI
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
+from qsched.net import LOOPBACK, free_port
+from qsched.stack.keystone import KeystoneFailed, KeystoneServer, User
 
 REDIS_URL = os.environ.get("QSCHED_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
 IN_CI = os.environ.get("CI") == "true"
@@ -92,3 +98,50 @@ def agents() -> Iterator[list[ComputeAgent]]:
     yield running
     for agent in running:
         agent.stop(timeout_s=5)
+
+
+@dataclasses.dataclass(frozen=True)
+class KeystoneCloud:
+    """A real Keystone whose catalog sends ``compute`` to ``api_url``, with its users.
+
+    Projects ``pa`` and ``pb``; ``member_a``/``reader_a`` hold member/reader on pa,
+    ``member_b`` member on pb, ``service`` the service role on ``service`` (the API's
+    own user for auth_token). ``started_s``: how long the fixture took.
+    """
+
+    server: KeystoneServer
+    api_port: int
+    users: dict[str, User]
+    started_s: float
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.api_port}/v2.1"
+
+
+@pytest.fixture(scope="session")
+def keystone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeystoneCloud]:
+    """A real Keystone on SQLite for the whole session (about 15 s to set up).
+
+    Skipped with the reason where it cannot start (the ``test`` extra not installed);
+    a failure under CI=true.
+    """
+    started = time.monotonic()
+    server = KeystoneServer(Path(tmp_path_factory.mktemp("keystone")))
+    try:
+        server.start()
+    except (KeystoneFailed, OSError, subprocess.SubprocessError) as exc:
+        require_server("Keystone", server.url, exc, "install it: pip install -e '.[test]'")
+    try:
+        api_port = free_port()
+        server.register_compute(f"http://{LOOPBACK}:{api_port}/v2.1")
+        users = {
+            "member_a": server.create_user("member_a", "pa", ("member",)),
+            "reader_a": server.create_user("reader_a", "pa", ("reader",)),
+            "member_b": server.create_user("member_b", "pb", ("member",)),
+            "service": server.create_user("qsched", "service", ("service",)),
+            "admin": server.admin,
+        }
+        yield KeystoneCloud(server, api_port, users, time.monotonic() - started)
+    finally:
+        server.stop()

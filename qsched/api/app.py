@@ -27,13 +27,15 @@ import falcon
 
 from qsched import conf as qconf
 from qsched import exception, janitor
-from qsched.api import API_VERSION, PREFIX, auth, base_url
+from qsched.api import API_VERSION, PREFIX, auth, base_url, keystone
 from qsched.api import flavors as flavor_handlers
 from qsched.api import servers as server_handlers
 from qsched.bus.base import Bus, BusUnavailable
 from qsched.compute import ComputeAPI, Publisher
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
+from qsched.conf.keystone import auth_token_conf
 from qsched.conf.policy import policy_enforcer
+from qsched.context import global_request_id
 from qsched.ledger import Stores, open_stores
 from qsched.policy import Policy
 
@@ -99,7 +101,10 @@ def create_app(
     api = api or APIOptions.defaults()
     compute = ComputeAPI(stores, bus, scheduler, api, policy)
     compute.seed_flavors()
-    middleware: list[Any] = [RequestMiddleware(), auth.NoAuthMiddleware(compute.policy)]
+    middleware: list[Any] = [
+        RequestMiddleware(),
+        _AUTH_MIDDLEWARE[api.auth_strategy](compute.policy),
+    ]
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_qs_csv = False
@@ -109,6 +114,12 @@ def create_app(
     app.add_error_handler(tuple(_STATUS), _domain_error)
     _add_routes(app, compute, api.public_endpoint, api.max_request_body_bytes)
     return app
+
+
+_AUTH_MIDDLEWARE: dict[str, Callable[[Policy], Any]] = {
+    "noauth2": auth.NoAuthMiddleware,
+    "keystone": keystone.KeystoneMiddleware,  # behind auth_token: see authenticated()
+}
 
 
 def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_body: int) -> None:
@@ -136,6 +147,7 @@ class RequestMiddleware:
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         rid = f"req-{uuid.uuid4()}"
         req.context.request_id = rid
+        req.context.global_request_id = global_request_id(req.get_header("X-OpenStack-Request-ID"))
         req.context.started = time.monotonic()
         req.context.log_token = request_id.set(rid)
         _check_microversion(req)
@@ -317,16 +329,55 @@ def install_request_id_logging(level: int = logging.INFO) -> None:
 def load_app(
     config_files: Sequence[str] | None = None,
     open_bus: Callable[[BusOptions], Bus] | None = None,
-) -> falcon.App:
+    bind: Sequence[str] = (),
+) -> keystone.WSGIApp:
     """Build the application from config files (default: ``$QSCHED_CONFIG``).
 
     The entry point of a WSGI server: the options are read here, once.
+    ``bind``: where the server listens (gunicorn's ``bind`` setting).
+
+    :raises PublicNoAuth2: noauth2 on a public ``bind`` (see :func:`check_bind`).
     """
-    if config_files is None:
-        config_files = [f for f in os.environ.get(CONFIG_ENV, "").split(os.pathsep) if f]
-    conf = qconf.load(config_files=config_files)
+    conf = qconf.load(config_files=_config_files(config_files))
+    options = Options.from_conf(conf)
+    auth.refuse_public_noauth2(options.api, bind)
     install_request_id_logging()
-    return serve(Options.from_conf(conf), open_bus or default_bus, Policy(policy_enforcer(conf)))
+    policy = Policy(policy_enforcer(conf))
+    return authenticated(serve(options, open_bus or default_bus, policy), options.api, conf)
+
+
+def check_bind(bind: Sequence[str], config_files: Sequence[str] | None = None) -> None:
+    """Refuse a WSGI server's ``bind`` before it starts a worker (gunicorn's ``on_starting``).
+
+    :raises PublicNoAuth2: ``[api] auth_strategy = noauth2`` and a bind that is not
+        loopback, without ``[api] allow_noauth2_on_public_address``.
+    """
+    options = qconf.load_options(config_files=_config_files(config_files))
+    auth.refuse_public_noauth2(options.api, bind)
+
+
+def _config_files(config_files: Sequence[str] | None) -> Sequence[str]:
+    if config_files is None:
+        return [f for f in os.environ.get(CONFIG_ENV, "").split(os.pathsep) if f]
+    return config_files
+
+
+def authenticated(app: falcon.App, api: APIOptions, conf: Any) -> keystone.WSGIApp:
+    """``app`` behind the configured authentication (an entry point's step).
+
+    ``conf``: the entry point's parsed configuration. With ``auth_strategy =
+    keystone`` it goes to keystonemiddleware's ``auth_token``
+    (:func:`qsched.conf.keystone.auth_token_conf`), which registers and reads
+    ``[keystone_authtoken]`` there; the decision is delayed so that the 401 is
+    Nova's fault (:mod:`qsched.api.keystone`). noauth2 is in ``app`` already.
+    """
+    if api.auth_strategy != "keystone":
+        return app
+    from keystonemiddleware import auth_token  # only a keystone API loads it
+
+    settings = auth_token_conf(conf, delay_auth_decision=True)
+    validated = auth_token.AuthProtocol(app, settings)
+    return keystone.PublicPaths(app, validated)
 
 
 def serve(
@@ -350,17 +401,20 @@ def default_bus(options: BusOptions) -> Bus:
 class LazyApp:
     """A WSGI application built on its first request (after a server forks its workers)."""
 
-    def __init__(self, load: Callable[[], Callable[..., Iterable[bytes]]]) -> None:
+    def __init__(self, load: Callable[..., Callable[..., Iterable[bytes]]]) -> None:
         self._load = load
         self._app: Callable[..., Iterable[bytes]] | None = None
         self._lock = threading.Lock()
 
-    def ensure_loaded(self) -> None:
-        """Build the application now (a server's worker start hook), not on a request."""
+    def ensure_loaded(self, bind: Sequence[str] | None = None) -> None:
+        """Build the application now (a server's worker start hook), not on a request.
+
+        ``bind``: where the server listens, for a loader that takes it (:func:`load_app`).
+        """
         if self._app is None:
             with self._lock:
                 if self._app is None:
-                    self._app = self._load()
+                    self._app = self._load(bind=bind) if bind else self._load()
 
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]

@@ -6,14 +6,20 @@ that project as a member (roles member and reader; ``X-Roles: reader`` makes it
 a reader only). A token without ':' is a user whose project has the same name.
 Anything else, or no token, is 401. Version documents and the health check need
 no token. Whether the caller is an admin is the policy's ``context_is_admin``.
+
+Since anyone can write any token, :func:`refuse_public_noauth2` keeps an API with
+noauth2 from starting on an address other machines reach, unless told loudly.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Iterable
 
 import falcon
 
+from qsched.conf import APIOptions
 from qsched.context import ADMIN, MEMBER, READER, RequestContext
 from qsched.policy import Policy
 
@@ -64,5 +70,50 @@ class NoAuthMiddleware:
                 description="Authentication required: send X-Auth-Token: admin or <user>:<project>."
             )
         context = context_from_token(token, req.context.request_id, req.get_header("X-Roles"))
+        context.global_request_id = req.context.global_request_id
         context.is_admin = self.policy.is_admin(context)
         req.context.compute = context
+
+
+# -- noauth2 only on loopback --
+
+
+class PublicNoAuth2(RuntimeError):
+    """An API with noauth2 was to listen on an address that is not loopback."""
+
+
+def refuse_public_noauth2(api: APIOptions, binds: Iterable[str]) -> None:
+    """Refuse to serve noauth2 where others can reach it.
+
+    ``binds``: where the API listens, as ``[api] host`` or gunicorn's ``bind``
+    entries (``host``, ``host:port``, ``[v6]:port``, ``unix:/path``).
+
+    :raises PublicNoAuth2: the strategy is noauth2, some bind is not loopback and
+        ``[api] allow_noauth2_on_public_address`` is not set.
+    """
+    if api.auth_strategy != "noauth2" or api.allow_noauth2_on_public_address:
+        return
+    public = [bind for bind in binds if not is_loopback(bind)]
+    if public:
+        raise PublicNoAuth2(
+            f"refusing to serve [api] auth_strategy = noauth2 on {', '.join(public)}: noauth2 "
+            "makes anyone who reaches the port admin. Use auth_strategy = keystone, listen on "
+            "127.0.0.1, or set [api] allow_noauth2_on_public_address = true if you mean it."
+        )
+
+
+def is_loopback(bind: str) -> bool:
+    """Whether a listening address only takes connections from this machine."""
+    if bind.startswith("unix:"):
+        return True
+    host = bind
+    if host.startswith("["):
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # any other name may resolve to a public address

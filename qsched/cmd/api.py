@@ -22,6 +22,7 @@ from wsgiref import simple_server
 from qsched import conf as qconf
 from qsched import janitor
 from qsched.api import app as api_app
+from qsched.api import auth
 from qsched.conf.policy import policy_enforcer
 from qsched.ledger import open_stores
 from qsched.policy import Policy
@@ -58,11 +59,18 @@ def make_server(
 def main(argv: Sequence[str] | None = None) -> int:
     conf = qconf.load(sys.argv[1:] if argv is None else argv)
     options = qconf.Options.from_conf(conf)
+    try:
+        auth.refuse_public_noauth2(options.api, [options.api.host])
+    except auth.PublicNoAuth2 as exc:
+        LOG.error("%s", exc)
+        print(f"qsched-api: {exc}", file=sys.stderr)
+        return 2
     api_app.install_request_id_logging()
     bus = api_app.default_bus(options.bus)
     stores = open_stores(options.ledger, options.quota)
     policy = Policy(policy_enforcer(conf))
-    application = api_app.create_app(stores, bus, options.api, options.scheduler, policy)
+    falcon_app = api_app.create_app(stores, bus, options.api, options.scheduler, policy)
+    application = api_app.authenticated(falcon_app, options.api, conf)
     janitor.start_periodic_tasks(options.scheduler, stores, bus)
     server = make_server(application, options.api.host, options.api.port)
 

@@ -8,6 +8,15 @@ from oslo_config import cfg
 
 from qsched.conf.base import Section
 
+_KEYSTONE = (
+    "Keystone tokens, validated by keystonemiddleware's auth_token as the "
+    "[keystone_authtoken] section configures it"
+)
+_NOAUTH2 = (
+    "X-Auth-Token: 'admin' or '<user>:<project>', no Keystone: for the embedded demo "
+    "and tests, refused on a non-loopback address"
+)
+
 api_opts = [
     cfg.HostAddressOpt(
         "host",
@@ -24,8 +33,19 @@ api_opts = [
     cfg.StrOpt(
         "auth_strategy",
         default="noauth2",
-        choices=[("noauth2", "X-Auth-Token: 'admin' or '<user>:<project>', no Keystone")],
-        help="How requests are authenticated.",
+        choices=[
+            ("keystone", _KEYSTONE),
+            ("noauth2", _NOAUTH2),
+        ],
+        help="How requests are authenticated. Production uses keystone.",
+    ),
+    cfg.BoolOpt(
+        "allow_noauth2_on_public_address",
+        default=False,
+        help="DANGEROUS. Let an API configured with auth_strategy = noauth2 listen on an "
+        "address that is not loopback ([api] host, or the WSGI server's bind). noauth2 "
+        "believes whatever a caller writes in X-Auth-Token: with this set, ANYONE WHO CAN "
+        "REACH THE PORT IS ADMIN OF THE CLOUD. Without it such an API refuses to start.",
     ),
     cfg.IntOpt(
         "max_request_body_bytes",
@@ -69,6 +89,7 @@ class APIOptions(Section):
     port: int
     public_endpoint: str | None
     auth_strategy: str
+    allow_noauth2_on_public_address: bool
     max_request_body_bytes: int
     max_limit: int
     flavor: tuple[str, ...]

@@ -19,7 +19,7 @@ POST_WORKER_INIT = """
 def post_worker_init(worker):
     from qsched.api.app import wsgi_app
 
-    wsgi_app.ensure_loaded()
+    wsgi_app.ensure_loaded(bind=worker.cfg.bind)
 """
 
 

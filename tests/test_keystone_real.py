@@ -1,0 +1,277 @@
+"""The API with auth_strategy = keystone against a real Keystone, driven by keystoneauth.
+
+The API runs in this process on the port the Keystone catalog names for
+``compute``, behind keystonemiddleware's auth_token configured from a
+``[keystone_authtoken]`` section, on an in-process ledger and bus. Every call
+goes through a keystoneauth session that found the endpoint in the catalog.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import falcon
+import pytest
+from keystoneauth1 import session as ks_session
+from keystoneauth1 import token_endpoint
+
+from qsched import conf as qconf
+from qsched.api import app as api_app
+from qsched.bus.kombu import KombuBus
+from qsched.cmd.api import make_server
+from qsched.context import RequestContext
+from qsched.ledger import open_stores
+from qsched.stack.config import ini_text
+from qsched.stack.keystone import KeystoneServer
+from tests.conftest import KeystoneCloud
+
+pytestmark = pytest.mark.real
+
+IMAGE = "155d900f-4e14-4e4c-a73d-069cbf4541e6"
+COMPUTE = {"service_type": "compute", "interface": "public"}
+
+
+class Seen:
+    """A falcon middleware keeping the context of each authenticated request."""
+
+    def __init__(self) -> None:
+        self.contexts: list[RequestContext] = []
+
+    def process_resource(self, req: falcon.Request, resp: Any, resource: Any, params: Any) -> None:
+        context = getattr(req.context, "compute", None)
+        if context is not None:
+            self.contexts.append(context)
+
+
+class KeystoneAPI:
+    def __init__(self, cloud: KeystoneCloud, seen: Seen) -> None:
+        self.cloud = cloud
+        self.seen = seen
+
+    def session(self, user: str) -> ks_session.Session:
+        return self.cloud.server.session(self.cloud.users[user])
+
+    def call(self, sess: ks_session.Session, method: str, path: str, **kwargs: Any) -> Any:
+        return sess.request(path, method, endpoint_filter=COMPUTE, raise_exc=False, **kwargs)
+
+    def boot(self, user: str, name: str = "vm1") -> dict[str, Any]:
+        body = {"server": {"name": name, "flavorRef": "small", "imageRef": IMAGE}}
+        answer = self.call(self.session(user), "POST", "/servers", json=body)
+        assert answer.status_code == 202, answer.text
+        return answer.json()["server"]
+
+
+def keystone_conf(cloud: KeystoneCloud, directory: Path) -> Path:
+    service = cloud.users["service"]
+    path = directory / "qsched.conf"
+    path.write_text(
+        ini_text(
+            {
+                "api": {"auth_strategy": "keystone", "flavor": ["small:1:512:0"]},
+                "keystone_authtoken": {
+                    "www_authenticate_uri": cloud.server.url,
+                    "auth_url": cloud.server.url,
+                    "auth_type": "password",
+                    "username": service.name,
+                    "password": service.password,
+                    "project_name": service.project,
+                    "user_domain_id": "default",
+                    "project_domain_id": "default",
+                    "service_token_roles_required": True,
+                },
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def keystone_api(
+    keystone: KeystoneCloud, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KeystoneAPI]:
+    conf = qconf.load(config_files=[str(keystone_conf(keystone, tmp_path_factory.mktemp("api")))])
+    options = qconf.Options.from_conf(conf)
+    stores = open_stores(options.ledger, options.quota, url=f"fakeredis://ks-{uuid.uuid4().hex}")
+    bus = KombuBus("memory://", prefix=f"ks{uuid.uuid4().hex[:8]}")
+    app = api_app.create_app(stores, bus, options.api, options.scheduler)
+    seen = Seen()
+    app.add_middleware(seen)
+    server = make_server(api_app.authenticated(app, options.api, conf), port=keystone.api_port)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield KeystoneAPI(keystone, seen)
+    finally:
+        server.shutdown()
+        server.server_close()
+        bus.close()
+
+
+def test_a_member_boots_lists_shows_and_deletes_in_their_project(keystone_api) -> None:
+    member = keystone_api.session("member_a")
+    server = keystone_api.boot("member_a")
+    listed = keystone_api.call(member, "GET", "/servers").json()["servers"]
+    assert server["id"] in [s["id"] for s in listed]
+    shown = keystone_api.call(member, "GET", f"/servers/{server['id']}")
+    assert shown.status_code == 200
+    user = keystone_api.cloud.users["member_a"]
+    assert (shown.json()["server"]["tenant_id"], shown.json()["server"]["user_id"]) == (
+        user.project_id,
+        user.id,
+    )
+    assert keystone_api.call(member, "DELETE", f"/servers/{server['id']}").status_code == 204
+
+
+def test_a_member_of_another_project_sees_nothing_of_it(keystone_api) -> None:
+    server = keystone_api.boot("member_a", "private")
+    other = keystone_api.session("member_b")
+    listed = keystone_api.call(other, "GET", "/servers/detail").json()["servers"]
+    assert server["id"] not in [s["id"] for s in listed]
+    for method in ("GET", "DELETE"):
+        answer = keystone_api.call(other, method, f"/servers/{server['id']}")
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["itemNotFound"]["code"] == 404
+    owner = keystone_api.session("member_a")
+    assert keystone_api.call(owner, "GET", f"/servers/{server['id']}").status_code == 200
+
+
+def test_the_context_is_the_tokens_with_the_global_request_id(keystone_api) -> None:
+    member = keystone_api.session("member_a")
+    global_id = f"req-{uuid.uuid4()}"
+    answer = keystone_api.call(
+        member, "GET", "/servers", headers={"X-OpenStack-Request-ID": global_id}
+    )
+    assert answer.status_code == 200
+    context = keystone_api.seen.contexts[-1]
+    user = keystone_api.cloud.users["member_a"]
+    assert (context.user_id, context.project_id) == (user.id, user.project_id)
+    assert {"member", "reader"} <= set(context.roles)  # reader: implied by member
+    assert not context.is_admin
+    assert context.user_domain_id == "default" and context.project_domain_id == "default"
+    assert context.global_request_id == global_id
+    assert context.request_id == answer.headers["x-openstack-request-id"] != global_id
+
+
+def test_a_global_request_id_not_of_the_req_uuid_form_is_dropped(keystone_api) -> None:
+    member = keystone_api.session("member_a")
+    headers = {"X-OpenStack-Request-ID": "req-<script>"}
+    assert keystone_api.call(member, "GET", "/servers", headers=headers).status_code == 200
+    assert keystone_api.seen.contexts[-1].global_request_id is None
+
+
+def test_the_admin_token_is_admin(keystone_api) -> None:
+    admin = keystone_api.session("admin")
+    assert keystone_api.call(admin, "GET", "/servers?all_tenants=1").status_code == 200
+    assert keystone_api.seen.contexts[-1].is_admin
+
+
+def assert_unauthorized(answer: Any) -> None:
+    assert answer.status_code == 401, answer.text
+    fault = answer.json()["unauthorized"]
+    assert fault["code"] == 401 and fault["message"]
+    assert answer.headers["WWW-Authenticate"].startswith("Keystone uri=")
+
+
+def list_with_token(token: str, keystone_api: KeystoneAPI) -> Any:
+    """GET /servers through a session that sends exactly ``token``."""
+    sess = ks_session.Session(auth=token_endpoint.Token(keystone_api.cloud.api_url, token))
+    return sess.get("/servers", endpoint_filter=COMPUTE, raise_exc=False)
+
+
+def test_a_garbage_token_gets_401(keystone_api) -> None:
+    for token in ("garbage", "admin", "gAAAAAB" + "x" * 180):
+        answer = list_with_token(token, keystone_api)
+        assert_unauthorized(answer)
+
+
+def test_no_token_gets_401(keystone_api) -> None:
+    answer = ks_session.Session().get(f"{keystone_api.cloud.api_url}/servers", raise_exc=False)
+    assert_unauthorized(answer)
+
+
+def test_a_revoked_token_gets_401(keystone_api) -> None:
+    token = keystone_api.session("member_a").get_token()
+    keystone_api.cloud.server.revoke(token)
+    assert_unauthorized(list_with_token(token, keystone_api))
+
+
+def test_an_expired_token_gets_401(keystone_api, tmp_path: Path) -> None:
+    """A second Keystone on the same database and keys issues tokens that live 1 s."""
+    cloud = keystone_api.cloud
+    short = KeystoneServer(tmp_path / "short", token_expiration_s=1, database=cloud.server.dir)
+    short.start()
+    try:
+        token = short.session(cloud.users["member_a"]).get_token()
+    finally:
+        short.stop()
+    time.sleep(2.0)
+    assert_unauthorized(list_with_token(token, keystone_api))
+
+
+def test_a_client_cannot_pose_as_auth_token(keystone_api) -> None:
+    """Identity headers a caller sends are not believed: auth_token strips them."""
+    headers = {"X-Identity-Status": "Confirmed", "X-User-Id": "eve", "X-Project-Id": "pa",
+               "X-Roles": "admin"}  # fmt: skip
+    answer = ks_session.Session().get(
+        f"{keystone_api.cloud.api_url}/servers", headers=headers, raise_exc=False
+    )
+    assert_unauthorized(answer)
+
+
+@pytest.mark.parametrize("path", ["/", "/v2.1", "/v2.1/", "/healthcheck"])
+def test_version_documents_and_healthcheck_need_no_token(keystone_api, path: str) -> None:
+    base = keystone_api.cloud.api_url.removesuffix("/v2.1")
+    answer = ks_session.Session().get(f"{base}{path}", raise_exc=False)
+    assert answer.status_code == 200, answer.text
+
+
+# -- authorisation: oslo.policy's defaults on real tokens --
+
+
+def test_a_reader_cannot_boot(keystone_api) -> None:
+    reader = keystone_api.session("reader_a")
+    body = {"server": {"name": "ro", "flavorRef": "small", "imageRef": IMAGE}}
+    answer = keystone_api.call(reader, "POST", "/servers", json=body)
+    assert answer.status_code == 403, answer.text
+    message = answer.json()["forbidden"]["message"]
+    assert message == "Policy doesn't allow os_compute_api:servers:create to be performed."
+
+
+def test_a_reader_lists_and_shows_but_cannot_delete(keystone_api) -> None:
+    server = keystone_api.boot("member_a", "shared")
+    reader = keystone_api.session("reader_a")
+    assert keystone_api.call(reader, "GET", f"/servers/{server['id']}").status_code == 200
+    answer = keystone_api.call(reader, "DELETE", f"/servers/{server['id']}")
+    assert answer.status_code == 403, answer.text
+
+
+def test_only_admin_creates_flavors(keystone_api) -> None:
+    body = {"flavor": {"name": f"f{uuid.uuid4().hex[:6]}", "vcpus": 1, "ram": 256, "disk": 0}}
+    member = keystone_api.session("member_a")
+    assert keystone_api.call(member, "POST", "/flavors", json=body).status_code == 403
+    admin = keystone_api.session("admin")
+    answer = keystone_api.call(admin, "POST", "/flavors", json=body)
+    assert answer.status_code == 200, answer.text
+
+
+def test_only_admin_sets_extra_specs_and_lists_other_projects(keystone_api) -> None:
+    server = keystone_api.boot("member_a", "listed")
+    member_b, admin = keystone_api.session("member_b"), keystone_api.session("admin")
+    project_a = keystone_api.call(
+        keystone_api.session("member_a"), "GET", f"/servers/{server['id']}"
+    )
+    project = project_a.json()["server"]["tenant_id"]
+    theirs = keystone_api.call(member_b, "GET", f"/servers?project_id={project}")
+    assert theirs.json()["servers"] == []  # a filter member_b may not use is ignored
+    everyone = keystone_api.call(admin, "GET", f"/servers?project_id={project}")
+    assert server["id"] in [s["id"] for s in everyone.json()["servers"]]
+    specs = {"extra_specs": {"hw:cpu_policy": "dedicated"}}
+    refused = keystone_api.call(member_b, "POST", "/flavors/small/os-extra_specs", json=specs)
+    assert refused.status_code == 403, refused.text
+    done = keystone_api.call(admin, "POST", "/flavors/small/os-extra_specs", json=specs)
+    assert done.status_code == 200, done.text
