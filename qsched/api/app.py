@@ -339,11 +339,9 @@ def load_app(
     :raises PublicNoAuth2: noauth2 on a public ``bind`` (see :func:`check_bind`).
     """
     conf = qconf.load(config_files=_config_files(config_files))
-    options = Options.from_conf(conf)
-    auth.refuse_public_noauth2(options.api, bind)
     install_request_id_logging()
-    policy = Policy(policy_enforcer(conf))
-    return authenticated(serve(options, open_bus or default_bus, policy), options.api, conf)
+    app, _bus = serve(conf, open_bus or default_bus, bind)
+    return app
 
 
 def check_bind(bind: Sequence[str], config_files: Sequence[str] | None = None) -> None:
@@ -381,14 +379,22 @@ def authenticated(app: falcon.App, api: APIOptions, conf: Any) -> keystone.WSGIA
 
 
 def serve(
-    options: Options, open_bus: Callable[[BusOptions], Bus], policy: Policy | None = None
-) -> falcon.App:
-    """The application on the configured ledger and bus, its periodic tasks started."""
+    conf: Any, open_bus: Callable[[BusOptions], Bus], bind: Sequence[str]
+) -> tuple[keystone.WSGIApp, Bus]:
+    """What every entry point serves: the application behind its authentication, on
+    the configured ledger and bus (returned, for the caller to close), its policy
+    and periodic tasks; ``conf`` is the entry point's parsed configuration.
+
+    :raises PublicNoAuth2: noauth2 on a public ``bind``, before anything is opened.
+    """
+    options = Options.from_conf(conf)
+    auth.refuse_public_noauth2(options.api, bind)
     stores = open_stores(options.ledger, options.quota)
     bus = open_bus(options.bus)
+    policy = Policy(policy_enforcer(conf))
     app = create_app(stores, bus, options.api, options.scheduler, policy)
     janitor.start_periodic_tasks(options.scheduler, stores, bus)
-    return app
+    return authenticated(app, options.api, conf), bus
 
 
 def default_bus(options: BusOptions) -> Bus:

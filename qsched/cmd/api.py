@@ -20,12 +20,8 @@ from typing import Any
 from wsgiref import simple_server
 
 from qsched import conf as qconf
-from qsched import janitor
 from qsched.api import app as api_app
 from qsched.api import auth
-from qsched.conf.policy import policy_enforcer
-from qsched.ledger import open_stores
-from qsched.policy import Policy
 
 LOG = logging.getLogger(__name__)
 
@@ -59,19 +55,13 @@ def make_server(
 def main(argv: Sequence[str] | None = None) -> int:
     conf = qconf.load(sys.argv[1:] if argv is None else argv)
     options = qconf.Options.from_conf(conf)
+    api_app.install_request_id_logging()
     try:
-        auth.refuse_public_noauth2(options.api, [options.api.host])
+        application, bus = api_app.serve(conf, api_app.default_bus, [options.api.host])
     except auth.PublicNoAuth2 as exc:
         LOG.error("%s", exc)
         print(f"qsched-api: {exc}", file=sys.stderr)
         return 2
-    api_app.install_request_id_logging()
-    bus = api_app.default_bus(options.bus)
-    stores = open_stores(options.ledger, options.quota)
-    policy = Policy(policy_enforcer(conf))
-    falcon_app = api_app.create_app(stores, bus, options.api, options.scheduler, policy)
-    application = api_app.authenticated(falcon_app, options.api, conf)
-    janitor.start_periodic_tasks(options.scheduler, stores, bus)
     server = make_server(application, options.api.host, options.api.port)
 
     def stop(signum: int, frame: FrameType | None) -> None:
