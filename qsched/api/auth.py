@@ -26,6 +26,11 @@ from qsched.policy import Policy
 ADMIN_TOKEN = "admin"
 PUBLIC_PATHS = frozenset({"/", "/v2.1", "/healthcheck"})
 
+
+def is_public(path: str) -> bool:
+    """Whether a path is served without a token (the trailing slash does not matter)."""
+    return (path.rstrip("/") or "/") in PUBLIC_PATHS
+
 # IDs end up in ledger keys and queue headers: keep them plain.
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,254}$")
 
@@ -62,7 +67,7 @@ class NoAuthMiddleware:
         self.policy = policy
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        if req.path in PUBLIC_PATHS:
+        if is_public(req.path):
             return
         token = req.get_header("X-Auth-Token")
         if not token:

@@ -22,7 +22,7 @@ from typing import Any
 
 import falcon
 
-from qsched.api.auth import PUBLIC_PATHS
+from qsched.api.auth import is_public
 from qsched.context import RequestContext
 from qsched.policy import Policy
 
@@ -30,11 +30,6 @@ WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 #: The WSGI environment key auth_token fills (keystonemiddleware's documented name).
 TOKEN_AUTH = "keystone.token_auth"
-
-
-def is_public(path: str) -> bool:
-    """Whether a path is served without a token (the trailing slash does not matter)."""
-    return (path.rstrip("/") or "/") in PUBLIC_PATHS
 
 
 class PublicPaths:
