@@ -153,6 +153,28 @@ class Constraints:
             (self.required_traits, self.forbidden_traits, self.member_of)
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (names sorted, so equal constraints give equal maps)."""
+        return {
+            "availability_zone": self.availability_zone,
+            "required_traits": sorted(self.required_traits),
+            "forbidden_traits": sorted(self.forbidden_traits),
+            "member_of": sorted(self.member_of),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Constraints:
+        """Read :meth:`to_dict` back (other keys are ignored, a missing one is no constraint).
+
+        :raises Invalid: a zone that is not a string, or names that are not a list of strings.
+        """
+        return cls(
+            availability_zone=_zone(raw.get("availability_zone")),
+            required_traits=_names("required_traits", raw.get("required_traits")),
+            forbidden_traits=_names("forbidden_traits", raw.get("forbidden_traits")),
+            member_of=_names("member_of", raw.get("member_of")),
+        )
+
     def digest(self) -> str:
         """A short hash, stable across processes and releases."""
         canonical = "|".join(
@@ -164,3 +186,16 @@ class Constraints:
             ]
         )
         return hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+def _zone(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value or None
+    raise exception.Invalid(reason=f"availability_zone {value!r} is not a string")
+
+
+def _names(field: str, value: Any) -> frozenset[str]:
+    items = value or ()
+    if isinstance(items, str | bytes) or not all(isinstance(i, str) for i in items):
+        raise exception.Invalid(reason=f"{field} {value!r} is not a list of names")
+    return frozenset(items)

@@ -239,10 +239,7 @@ class BootRequest(_Message):
             deadline=now + timeout_s,
             published_at=now,
             max_attempts=max_attempts,
-            required_traits=tuple(sorted(constraints.required_traits)),
-            forbidden_traits=tuple(sorted(constraints.forbidden_traits)),
-            member_of=tuple(sorted(constraints.member_of)),
-            availability_zone=constraints.availability_zone,
+            **constraint_fields(constraints),
             global_request_id=global_request_id,
         )
 
@@ -315,6 +312,12 @@ class DeleteRequest(_Message):
         ("host", _name, True),
         ("node", _name, True),
     )
+
+
+def constraint_fields(constraints: Constraints) -> dict[str, Any]:
+    """The fields of a boot request that carry ``constraints`` (names sorted)."""
+    wire = constraints.to_dict()
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in wire.items()}
 
 
 _KINDS: dict[str, type[_Message]] = {

@@ -31,6 +31,7 @@ def is_public(path: str) -> bool:
     """Whether a path is served without a token (the trailing slash does not matter)."""
     return (path.rstrip("/") or "/") in PUBLIC_PATHS
 
+
 # IDs end up in ledger keys and queue headers: keep them plain.
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,254}$")
 

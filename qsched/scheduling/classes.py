@@ -45,16 +45,7 @@ class SchedulingClass:
 
     def definition(self) -> dict[str, Any]:
         """What agents read about the class (a JSON-able map, stored by the ledger)."""
-        constraints = self.constraints
-        return {
-            "flavor": self.flavor.to_dict(),
-            "constraints": {
-                "availability_zone": constraints.availability_zone,
-                "required_traits": sorted(constraints.required_traits),
-                "forbidden_traits": sorted(constraints.forbidden_traits),
-                "member_of": sorted(constraints.member_of),
-            },
-        }
+        return {"flavor": self.flavor.to_dict(), "constraints": self.constraints.to_dict()}
 
     @classmethod
     def from_definition(cls, definition: Mapping[str, Any]) -> SchedulingClass:
@@ -64,13 +55,7 @@ class SchedulingClass:
             that does not check.
         """
         try:
-            raw = definition.get("constraints") or {}
-            constraints = Constraints(
-                availability_zone=_zone(raw.get("availability_zone")),
-                required_traits=_names(raw.get("required_traits")),
-                forbidden_traits=_names(raw.get("forbidden_traits")),
-                member_of=_names(raw.get("member_of")),
-            )
+            constraints = Constraints.from_dict(definition.get("constraints") or {})
             return cls(Flavor.from_dict(definition["flavor"]), constraints)
         except (AttributeError, KeyError, TypeError) as exc:
             raise exception.Invalid(reason=f"not a class definition: {exc!r}") from None
@@ -81,16 +66,3 @@ class SchedulingClass:
         :raises Invalid: malformed extra specs.
         """
         return Request.from_flavor(self.flavor, self.constraints)
-
-
-def _zone(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value or None
-    raise TypeError(f"availability_zone {value!r} is not a string")
-
-
-def _names(value: Any) -> frozenset[str]:
-    items = value or ()
-    if isinstance(items, str) or not all(isinstance(item, str) for item in items):
-        raise TypeError(f"{value!r} is not a list of names")
-    return frozenset(items)

@@ -37,7 +37,7 @@ from typing import Any
 from qsched import exception
 from qsched.flavors import Constraints
 from qsched.ledger.base import Instance, State
-from qsched.message import BootRequest
+from qsched.message import BootRequest, constraint_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,15 +54,11 @@ class BootDetails:
 
     def to_extra(self) -> dict[str, Any]:
         """The ``extra`` map of the record (JSON-able)."""
-        constraints = self.constraints
         return {
             "request_id": self.request_id,
             "scheduling_class": self.scheduling_class,
             "max_attempts": self.max_attempts,
-            "availability_zone": constraints.availability_zone,
-            "required_traits": sorted(constraints.required_traits),
-            "forbidden_traits": sorted(constraints.forbidden_traits),
-            "member_of": sorted(constraints.member_of),
+            **self.constraints.to_dict(),
             "image_ref": self.image_ref,
             "metadata": dict(self.metadata),
             "global_request_id": self.global_request_id,
@@ -72,21 +68,16 @@ class BootDetails:
     def from_extra(cls, extra: Mapping[str, Any]) -> BootDetails:
         """Read :meth:`to_extra` back; keys a record made before a field existed default.
 
-        :raises Invalid: no request id, class or attempt limit (not a boot's record).
+        :raises Invalid: no request id, class or attempt limit (not a boot's record), or
+            malformed constraints.
         """
         try:
             request_id, cls_name = str(extra["request_id"]), str(extra["scheduling_class"])
             max_attempts = int(extra["max_attempts"])
         except (KeyError, TypeError, ValueError) as exc:
             raise exception.Invalid(reason=f"not the record of a boot request: {exc!r}") from None
-        constraints = Constraints(
-            availability_zone=extra.get("availability_zone") or None,
-            required_traits=frozenset(extra.get("required_traits") or ()),
-            forbidden_traits=frozenset(extra.get("forbidden_traits") or ()),
-            member_of=frozenset(extra.get("member_of") or ()),
-        )
         return cls(
-            request_id, cls_name, max_attempts, constraints,
+            request_id, cls_name, max_attempts, Constraints.from_dict(extra),
             str(extra.get("image_ref") or ""), dict(extra.get("metadata") or {}),
             extra.get("global_request_id") or None,
         )  # fmt: skip
@@ -128,7 +119,6 @@ def request_for(instance: Instance, now: float | None = None) -> BootRequest:
     """
     boot = details(instance)
     now = time.time() if now is None else now
-    constraints = boot.constraints
     return BootRequest(
         request_id=boot.request_id,
         instance_uuid=instance.uuid,
@@ -140,10 +130,7 @@ def request_for(instance: Instance, now: float | None = None) -> BootRequest:
         published_at=now,
         attempt=instance.attempts + 1,
         max_attempts=boot.max_attempts,
-        required_traits=tuple(sorted(constraints.required_traits)),
-        forbidden_traits=tuple(sorted(constraints.forbidden_traits)),
-        member_of=tuple(sorted(constraints.member_of)),
-        availability_zone=constraints.availability_zone,
+        **constraint_fields(boot.constraints),
         tried_hosts=tuple(instance.tried_hosts),
         global_request_id=boot.global_request_id,
     )
