@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from http import client
 from typing import Any
@@ -19,7 +19,7 @@ import click
 from agents.virt.fake import FakeNodeSpec
 from qsched.embedded import SharedState, Stack, embedded_options, start_stack
 from qsched.ledger.audit import audit
-from qsched.ledger.base import State
+from qsched.ledger.base import Instance, Provider, State
 
 PROJECT, USER = "demo", "demo"
 STATE_PORT = 8775  # --serve: the embedded ledger and bus, for qsched-admin
@@ -94,8 +94,11 @@ def wait_settled(stack: Stack, uuids: list[str], timeout_s: float) -> None:
                 time.sleep(0.05)
 
 
-def latencies(stack: Stack, results: Sent, rate_per_s: float | None = None) -> dict[str, Any]:
-    """Where the time of the accepted boots of one phase went, from their records.
+def latencies(
+    stack: Stack, results: Sent, records: Mapping[str, Instance], rate_per_s: float | None = None
+) -> dict[str, Any]:
+    """Where the time of the accepted boots of one phase went, from their ``records``
+    and histories.
 
     ``submit_to_claimed_ms``: from the POST being sent to an agent's claim in the
     ledger (the scheduling latency, queueing included); ``claimed_to_active_ms``:
@@ -104,7 +107,7 @@ def latencies(stack: Stack, results: Sent, rate_per_s: float | None = None) -> d
     sent = {r[2]["server"]["id"]: r[0] for r in results if r[1] == 202}
     claimed, active = [], []
     for uuid, sent_at in sent.items():
-        record = stack.stores.instances.get(uuid)
+        record = records[uuid]
         at = next((e.time for e in stack.stores.instances.events(uuid) if e.event == "claimed"),
                   None)  # fmt: skip
         if at is not None:
@@ -123,8 +126,10 @@ def summarize(stack: Stack, phases: dict[str, tuple[Sent, float | None]], elapse
     """Counts from the instance records, latencies per phase; over-commit from the ledger."""
     results = [r for sent, _rate in phases.values() for r in sent]
     accepted = [r[2]["server"]["id"] for r in results if r[1] == 202]
-    records = [stack.stores.instances.get(u) for u in accepted]
+    by_uuid = stack.stores.instances.get_many(accepted)  # one pipelined read
+    records = [by_uuid[u] for u in accepted]
     states = Counter(r.state.value for r in records)
+    providers = stack.stores.ledger.list_providers()
     report = audit(stack.stores)
     overcommitted = {item["provider"] for item in report.overcommitted}
     return {
@@ -136,22 +141,20 @@ def summarize(stack: Stack, phases: dict[str, tuple[Sent, float | None]], elapse
         "lost": sum(1 for r in records if r.state not in (State.ACTIVE, State.ERROR)),
         "overcommitted_providers": len(overcommitted),
         "audit_ok": report.ok,
-        "phases": {name: latencies(stack, sent, rate) for name, (sent, rate) in phases.items()},
+        "phases": {
+            name: latencies(stack, sent, by_uuid, rate) for name, (sent, rate) in phases.items()
+        },
         "hosts": stack.providers,
-        "hosts_used": sum(
-            1 for p in stack.stores.ledger.list_providers() if any(p.usages.values())
-        ),
-        "fill": _fill(stack),
+        "hosts_used": sum(1 for p in providers if any(p.usages.values())),
+        "fill": _fill(providers),
         "elapsed_s": round(elapsed_s, 2),
-        "placements_per_s": _pace(stack, phases["burst"][0], elapsed_s),
+        "placements_per_s": _pace(by_uuid, phases["burst"][0], elapsed_s),
     }
 
 
-def _pace(stack: Stack, burst_sent: Sent, elapsed_s: float) -> float:
+def _pace(records: Mapping[str, Instance], burst_sent: Sent, elapsed_s: float) -> float:
     """The burst's boots that went ACTIVE, per second of the burst."""
-    active = sum(
-        1 for u in _accepted(burst_sent) if stack.stores.instances.get(u).state == State.ACTIVE
-    )
+    active = sum(1 for u in _accepted(burst_sent) if records[u].state == State.ACTIVE)
     return round(active / elapsed_s, 1) if elapsed_s else 0.0
 
 
@@ -162,10 +165,10 @@ def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
     return {"p50": at(0.50), "p99": at(0.99), "max": round(values[-1], 1) if values else None}
 
 
-def _fill(stack: Stack) -> dict[str, float]:
+def _fill(providers: Sequence[Provider]) -> dict[str, float]:
     used: Counter[str] = Counter()
     capacity: Counter[str] = Counter()
-    for provider in stack.stores.ledger.list_providers():
+    for provider in providers:
         for rc, inventory in provider.inventories.items():
             capacity[rc] += inventory.capacity
             used[rc] += provider.usages.get(rc, 0)
