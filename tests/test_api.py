@@ -15,12 +15,11 @@ import redis
 
 from qsched.api import app as api_app
 from qsched.cmd.api import make_server
-from qsched.conf import APIOptions, SchedulerOptions
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, TaskState, Usage
 from tests.raw import redis_store
-from tests.test_compute import RecordingBus, configure, place
+from tests.test_compute import RecordingBus, make_app, place
 
 USER = {"X-Auth-Token": "alice:pa"}
 OTHER = {"X-Auth-Token": "bob:pb"}
@@ -35,10 +34,7 @@ def bus() -> RecordingBus:
 
 @pytest.fixture
 def app(conf, stores: Stores, bus: RecordingBus) -> falcon.App:
-    configure(conf)
-    return api_app.create_app(
-        stores, bus, APIOptions.from_conf(conf), SchedulerOptions.from_conf(conf)
-    )
+    return make_app(conf, stores, bus)
 
 
 @pytest.fixture

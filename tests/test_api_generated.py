@@ -35,14 +35,13 @@ from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from qsched import conf as qconf
-from qsched.api import app as api_app
 from qsched.bus.kombu import KombuBus
-from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
+from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
 from tests.raw import redis_store
 from tests.test_api import IMAGE
 from tests.test_api_input import ledger_dump
-from tests.test_compute import configure
+from tests.test_compute import make_app
 
 GENERATED = settings(
     max_examples=300,
@@ -418,15 +417,10 @@ class Cloud:
 
     def __init__(self, ledger_url: str, bus: KombuBus) -> None:
         conf = qconf.load()
-        configure(conf)
         self.stores: Stores = open_stores(LedgerOptions.from_conf(conf), url=ledger_url)
         redis_store(self.stores).client.flushall()  # the test's own fakeredis server
         self.stores.agents.add_zone(ZONE)
-        self.client = falcon.testing.TestClient(
-            api_app.create_app(
-                self.stores, bus, APIOptions.from_conf(conf), SchedulerOptions.from_conf(conf)
-            )
-        )
+        self.client = falcon.testing.TestClient(make_app(conf, self.stores, bus))
         self.servers: list[str] = []
         for token in ("alice:pa", "bob:pb"):  # so that server routes have servers to act on
             body = {"server": {"name": "seed", "flavorRef": "m1.small", "imageRef": IMAGE}}

@@ -13,14 +13,13 @@ from typing import Any
 import falcon.testing
 import pytest
 
-from qsched.api import app as api_app
 from qsched.compute import ComputeAPI
 from qsched.conf import APIOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.ledger import Stores
 from tests.raw import redis_store
 from tests.test_api import ADMIN, IMAGE, USER, fault, server_body
-from tests.test_compute import configure
+from tests.test_compute import make_app
 
 DEEP = 30_000  # as reported; far past the decoder's recursion limit, under the body limit
 SURROGATES = ["\ud800", "\udfff", "vm\udc00", "\udc00\ud800"]
@@ -30,10 +29,7 @@ FLAVOR = {"name": "f1", "ram": 512, "vcpus": 1, "disk": 0}
 
 @pytest.fixture
 def app(conf, stores: Stores, bus) -> falcon.App:
-    configure(conf)
-    return api_app.create_app(
-        stores, bus, APIOptions.from_conf(conf), SchedulerOptions.from_conf(conf)
-    )
+    return make_app(conf, stores, bus)
 
 
 @pytest.fixture

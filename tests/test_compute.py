@@ -6,10 +6,12 @@ import threading
 import time
 import uuid
 
+import falcon
 import pytest
 
 from qsched import compute as compute_module
 from qsched import exception
+from qsched.api import app as api_app
 from qsched.bus.base import BusUnavailable
 from qsched.compute import (
     AvailabilityZoneNotAvailable,
@@ -65,6 +67,14 @@ class RecordingBus:
     def _check(self) -> None:
         if self.fail:
             raise BusUnavailable(url="memory://", reason="no confirm within 5.0 s")
+
+
+def make_app(conf, stores: Stores, bus, policy=None) -> falcon.App:
+    """The WSGI app on ``stores`` and ``bus`` with the test flavors (:func:`configure`)."""
+    configure(conf)
+    return api_app.create_app(
+        stores, bus, APIOptions.from_conf(conf), SchedulerOptions.from_conf(conf), policy
+    )
 
 
 def configure(conf) -> None:

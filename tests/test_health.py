@@ -27,13 +27,13 @@ from qsched.bus import base, health
 from qsched.bus.kombu import KombuBus, KombuOptions
 from qsched.bus.kombu_wire import CONNECT, DECLARE, PUBLISH, failure_category
 from qsched.chaos.servers import ChaosError, RedisServer
-from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
+from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.stack.cleanup import forget_bus
 from tests.cloud import transport_url
 from tests.conftest import require_server
 from tests.raw import redis_store
-from tests.test_compute import configure
+from tests.test_compute import make_app
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -246,17 +246,12 @@ class Api:
     """qsched-api on a fakeredis ledger and a bus of its own prefix, through falcon."""
 
     def __init__(self, conf, url: str) -> None:
-        configure(conf)
         self.url = url
         self.stores: Stores = open_stores(
             LedgerOptions.from_conf(conf), url=f"fakeredis://health-{uuid.uuid4().hex}"
         )
         self.bus = KombuBus(url, prefix=f"qhealth-{uuid.uuid4().hex[:10]}", options=QUICK)
-        self.client = falcon.testing.TestClient(
-            api_app.create_app(
-                self.stores, self.bus, APIOptions.from_conf(conf), SchedulerOptions.from_conf(conf)
-            )
-        )
+        self.client = falcon.testing.TestClient(make_app(conf, self.stores, self.bus))
 
     def health(self, headers: dict[str, str] | None = None) -> falcon.testing.Result:
         return self.client.simulate_get("/healthcheck", headers=headers)

@@ -15,16 +15,14 @@ import pytest
 
 from qsched import conf as qconf
 from qsched import policy as policy_module
-from qsched.api import app as api_app
 from qsched.cmd.policy import get_enforcer
-from qsched.conf import APIOptions, SchedulerOptions
 from qsched.conf.policy import policy_enforcer
 from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.policies import list_rules
 from qsched.policy import Policy
 from tests.test_api import RecordingBus, fault, post_server
-from tests.test_compute import configure, place
+from tests.test_compute import make_app, place
 
 MEMBER = {"X-Auth-Token": "alice:pa"}
 READER = {"X-Auth-Token": "rita:pa", "X-Roles": "reader"}
@@ -33,12 +31,7 @@ ADMIN = {"X-Auth-Token": "admin"}
 
 
 def client_for(conf, stores: Stores, policy: Policy | None = None) -> falcon.testing.TestClient:
-    configure(conf)
-    app = api_app.create_app(
-        stores, RecordingBus(), APIOptions.from_conf(conf), SchedulerOptions.from_conf(conf),
-        policy,
-    )  # fmt: skip
-    return falcon.testing.TestClient(app)
+    return falcon.testing.TestClient(make_app(conf, stores, RecordingBus(), policy))
 
 
 @pytest.fixture
