@@ -194,7 +194,8 @@ class ComputeAPI:
                 request_id=context.request_id, global_request_id=context.global_request_id,
             )  # fmt: skip
             record = record_for(request, name, image.id, metadata)
-            name_and_definition = self._class(SchedulingClass(flavor, constraints))
+            scheduling_class = SchedulingClass(flavor, constraints)
+            name_and_definition = self._class(request.scheduling_class, scheduling_class)
             try:
                 instance = self.stores.instances.create(
                     record, request.deadline, (flavor_id, stored), name_and_definition
@@ -475,9 +476,9 @@ class ComputeAPI:
             self._flavor_cache[flavor_id] = found
         return found
 
-    def _class(self, scheduling_class: SchedulingClass) -> tuple[str, Mapping[str, Any]]:
-        """The class's name and definition, which the create script publishes."""
-        name = scheduling_class.name
+    def _class(self, name: str, scheduling_class: SchedulingClass) -> tuple[str, Mapping[str, Any]]:
+        """The class's name (the request's, hashed once) and definition, which the create
+        script publishes."""
         known = self._classes.get(name)
         if known is None or known[0] != scheduling_class:
             known = (scheduling_class, scheduling_class.definition())
