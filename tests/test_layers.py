@@ -26,7 +26,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("qsched.flavors", "qsched.ledger.base", "qsched.ledger.records", "qsched.ledger.keys",
      "qsched.ledger.backend", "qsched.ledger.inspection", "qsched.policy", "qsched.images"),
     ("qsched.scheduling", "qsched.message"),  # the contract between front door and agents
-    ("qsched.ledger", "qsched.bus"),  # the backends
+    ("qsched.ledger", "qsched.bus", "qsched.glance"),  # the backends
     ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "agents"),
     ("qsched.api", "qsched.admin"),  # the edges
     # entry points and harnesses: they read the configuration and build the rest
