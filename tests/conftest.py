@@ -172,7 +172,7 @@ class GlanceCloud:
 def glance(
     keystone: KeystoneCloud, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GlanceCloud]:
-    """A real Glance on SQLite and a file store for the whole session (about 4 s).
+    """A real Glance on SQLite and a file store for the whole session (about 6 s).
 
     Skipped with the reason where it cannot start; a failure under CI=true.
     """
