@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from qsched import exception
+from qsched import aggregates, exception
 from qsched.ledger import embedded
 from qsched.ledger.backend import ERROR, TIMED_OUT, UNREACHABLE, Backend, LedgerUnavailable
 from qsched.ledger.keys import Keyspace, lua_prelude
@@ -98,6 +98,12 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "flavor_changed": exception.FlavorChanged,
         "not_waiting": exception.InstanceNotWaiting,
         "abandoned": exception.InstanceAbandoned,
+        "aggregate_not_found": aggregates.AggregateNotFound,
+        "aggregate_name_exists": aggregates.AggregateNameExists,
+        "aggregate_host_exists": aggregates.AggregateHostExists,
+        "aggregate_host_not_found": aggregates.AggregateHostNotFound,
+        "compute_host_not_found": aggregates.ComputeHostNotFound,
+        "invalid_aggregate_action": aggregates.InvalidAggregateAction,
     }
 
 
