@@ -33,7 +33,7 @@ from agents.steps import AgentParts, Build
 from qsched import exception
 from qsched.bus.base import Delivery
 from qsched.ledger import retry
-from qsched.ledger.base import State
+from qsched.ledger.base import ClaimGuard, State
 from qsched.message import BootRequest
 from qsched.reaper import fail_no_valid_host
 from qsched.scheduling.classes import SchedulingClass
@@ -138,7 +138,8 @@ class Placer:
             try:
                 if not self.claim(msg, pick):
                     return None
-            except exception.CapacityExceeded as exc:
+            except (exception.CapacityExceeded, exception.ClaimRuleBroken) as exc:
+                # fuller than the index thought, or its aggregates changed: read it again
                 self._note_conflict(msg, pick, exc)
                 self.parts.reconciler.refresh_nodes([pick.node])
                 continue
@@ -154,6 +155,7 @@ class Placer:
         longer waits (deleted, ended, placed elsewhere).
 
         :raises CapacityExceeded: the node is fuller than the index thought.
+        :raises ClaimRuleBroken: the node's aggregates no longer suit the request.
         """
         parts = self.parts
         try:
@@ -162,6 +164,7 @@ class Placer:
                     parts.stores.ledger, msg.instance_uuid, pick.allocations, parts.host,
                     pick.node, max_retries=self.claim_retries,
                     on_conflict=functools.partial(self._note_conflict, msg, pick),
+                    guard=self._guard(msg, pick),
                 )  # fmt: skip
                 parts.builds.add(Build(msg, pick))
                 # ``already``: a redelivery after a restart; the index read it from the ledger
@@ -171,6 +174,16 @@ class Placer:
             return False
         parts.counters["claimed"] += 1
         return True
+
+    def _guard(self, msg: BootRequest, pick: Pick) -> ClaimGuard | None:
+        """The request's aggregate rules, for the claim to check on the node's root."""
+        if not (msg.member_of or msg.member_of_any or msg.forbidden_aggregates):
+            return None
+        constraints = msg.constraints()
+        return ClaimGuard(
+            self.parts.index.node(pick.node).providers[0].uuid, constraints.member_of,
+            constraints.member_of_any, constraints.forbidden_aggregates,
+        )  # fmt: skip
 
     def _note_conflict(self, msg: BootRequest, pick: Pick, exc: Exception) -> None:
         self.parts.counters["conflicts"] += 1

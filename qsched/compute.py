@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from qsched import exception
+from qsched.aggregate_api import AggregateAPI, Route
+from qsched.aggregates import FilterOptions
 from qsched.bus.base import BusUnavailable
 from qsched.conf import APIOptions, SchedulerOptions
 from qsched.context import RequestContext
@@ -114,6 +116,7 @@ class ComputeAPI:
         self._classes: dict[str, tuple[SchedulingClass, dict[str, Any]]] = {}
         self._flavor_cache: dict[str, tuple[Flavor, str]] = {}  # id -> (flavor, stored form)
         self._zones: set[str] = set()  # zones known to exist (zones are never removed)
+        self.aggregates = AggregateAPI(stores, self.policy, _filter_options(self.scheduler))
         self.confirmations = Confirmations(stores)  # published boots leave the outbox
         self.abandoner = Abandoner(self.abandon)  # boots told 503 must never run
 
@@ -157,7 +160,7 @@ class ComputeAPI:
         )
         uuid = str(uuidlib.uuid4())
         try:
-            instance, request = self._create(
+            instance, request, route = self._create(
                 context, uuid, name, flavor_id, constraints, image, metadata
             )
         except exception.BackendUnavailable as exc:
@@ -165,6 +168,9 @@ class ComputeAPI:
             # client is told 503, so make sure it never boots.
             self.abandoner.add(uuid, f"the client was told 503: {exc}")
             raise
+        if route.unplaceable:  # a request filter leaves no host: NoValidHost now, as Nova
+            self.stores.instances.set_error(uuid, route.unplaceable, {"filter": "aggregates"})
+            return instance
         try:
             self.bus.publish_boot(request)
         except Exception as exc:
@@ -182,19 +188,21 @@ class ComputeAPI:
         constraints: Constraints,
         image: Image,
         metadata: Mapping[str, str] | None,
-    ) -> tuple[Instance, BootRequest]:
-        """Reserve quota and record the instance; its boot request, not published yet."""
+    ) -> tuple[Instance, BootRequest, Route]:
+        """Reserve quota and record the instance; its boot request, not published yet,
+        and where the aggregates route it."""
         for fresh in (False, True):
             flavor, stored = self._boot_flavor(flavor_id, fresh)
             image.check_fits(flavor)
+            route = self.aggregates.route(context.project_id, constraints, flavor)
             request = BootRequest.create(
-                uuid, context.project_id, context.user_id, flavor, constraints,
+                uuid, context.project_id, context.user_id, flavor, route.constraints,
                 max_attempts=self.scheduler.max_attempts,
                 timeout_s=self.scheduler.build_timeout_s,
                 request_id=context.request_id, global_request_id=context.global_request_id,
             )  # fmt: skip
-            record = record_for(request, name, image.id, metadata)
-            scheduling_class = SchedulingClass(flavor, constraints)
+            record = record_for(request, name, image.id, metadata, route.requested_zone)
+            scheduling_class = SchedulingClass(flavor, route.constraints)
             name_and_definition = self._class(request.scheduling_class, scheduling_class)
             try:
                 instance = self.stores.instances.create(
@@ -205,7 +213,7 @@ class ComputeAPI:
                 if fresh:
                     raise
                 continue
-            return instance, request
+            return instance, request, route
         raise AssertionError("unreachable: the second try raises or returns")
 
     def get(self, context: RequestContext, uuid: str) -> Instance:
@@ -445,18 +453,22 @@ class ComputeAPI:
     # -- helpers --
 
     def _check_zone(self, zone: str) -> None:
-        """Refuse a zone no agent registered; one SISMEMBER per zone not seen yet.
+        """Refuse a zone neither an agent registered nor an aggregate makes.
 
-        Only known zones are kept: an unknown one is asked again on each boot, so a
-        zone an agent registers meanwhile is accepted at once.
+        Agents' zones are never removed, so those seen are kept (one SISMEMBER per
+        zone not seen yet); an aggregate's zone lasts as long as the aggregate keeps
+        it, so it is asked of the aggregates each time (one read of their version).
+        An unknown zone is asked again on each boot, so a zone made meanwhile is
+        accepted at once.
         """
         if zone in self._zones:
             return
-        if not self.stores.agents.has_zone(zone):
+        if self.stores.agents.has_zone(zone):
+            if len(self._zones) >= _CACHE_SIZE:
+                self._zones.clear()
+            self._zones.add(zone)
+        elif not self.aggregates.has_zone(zone):
             raise AvailabilityZoneNotAvailable(zone=zone)
-        if len(self._zones) >= _CACHE_SIZE:
-            self._zones.clear()
-        self._zones.add(zone)
 
     def _boot_flavor(self, flavor_id: str, fresh: bool) -> tuple[Flavor, str]:
         """A flavor and its stored form, from memory unless ``fresh``.
@@ -574,3 +586,11 @@ _LIST_RULES = {
     False: (servers_policy.INDEX, servers_policy.INDEX_ALL_TENANTS),
     True: (servers_policy.DETAIL, servers_policy.DETAIL_ALL_TENANTS),
 }
+
+
+def _filter_options(scheduler: SchedulerOptions) -> FilterOptions:
+    return FilterOptions(
+        limit_tenants_to_placement_aggregate=scheduler.limit_tenants_to_placement_aggregate,
+        placement_aggregate_required_for_tenants=scheduler.placement_aggregate_required_for_tenants,
+        enable_isolated_aggregate_filtering=scheduler.enable_isolated_aggregate_filtering,
+    )

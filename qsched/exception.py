@@ -133,6 +133,13 @@ class FlavorChanged(Conflict):
     msg_fmt = "Flavor {flavor} changed while the server was being created; try again."
 
 
+class ClaimRuleBroken(Conflict):
+    """A claim's guard failed: the node no longer satisfies the request (its aggregates
+    changed since the agent's view of it); the agent reads the node again."""
+
+    msg_fmt = "Provider {provider} no longer satisfies the request: {reason}"
+
+
 class BackendUnavailable(QschedError):
     """A service qsched depends on did not answer (503); ``service`` says which, in the
     words a caller may see (never where it is)."""

@@ -28,7 +28,8 @@ FLOORS: list[tuple[str, ...]] = [
      "qsched.aggregates"),
     ("qsched.scheduling", "qsched.message"),  # the contract between front door and agents
     ("qsched.ledger", "qsched.bus", "qsched.glance"),  # the backends
-    ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "agents"),
+    ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "qsched.aggregate_api",
+     "agents"),
     ("qsched.api", "qsched.admin"),  # the edges
     # entry points and harnesses: they read the configuration and build the rest
     ("agents.main", "qsched.embedded", "qsched.cmd", "qsched.stack", "qsched.bench",

@@ -28,6 +28,7 @@ import falcon
 from qsched import conf as qconf
 from qsched import exception, janitor
 from qsched.api import API_VERSION, PREFIX, auth, base_url, keystone
+from qsched.api import aggregates as aggregate_handlers
 from qsched.api import flavors as flavor_handlers
 from qsched.api import servers as server_handlers
 from qsched.bus.base import Bus
@@ -141,6 +142,13 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     )
     app.add_route(
         f"{PREFIX}/flavors/{{flavor_id}}/os-extra_specs/{{key}}", flavor_handlers.ExtraSpec(*args)
+    )
+    app.add_route(f"{PREFIX}/os-aggregates", aggregate_handlers.Aggregates(*args))
+    app.add_route(
+        f"{PREFIX}/os-aggregates/{{aggregate_id}}", aggregate_handlers.AggregateItem(*args)
+    )
+    app.add_route(
+        f"{PREFIX}/os-aggregates/{{aggregate_id}}/action", aggregate_handlers.AggregateAction(*args)
     )
 
 

@@ -192,6 +192,95 @@ extra_specs_set = {
 }
 
 
+# -- os-aggregates (Nova's schemas/aggregates.py) --
+
+_aggregate_zone = {
+    "anyOf": [name, {"type": "null"}],
+    "x-message": "must be 1 to 255 printable characters without leading or trailing spaces, "
+    "or null",
+}
+
+host_name = {
+    "type": "string",
+    "pattern": "^[a-zA-Z0-9-._]*$",
+    "minLength": 1,
+    "maxLength": 255,
+    "x-message": "must be a host name: 1 to 255 of letters, digits, '-', '.', '_'",
+}
+
+aggregate_create = {
+    "type": "object",
+    "properties": {
+        "aggregate": {
+            "type": "object",
+            "properties": {"name": name, "availability_zone": _aggregate_zone},
+            "required": ["name"],
+            "additionalProperties": False,
+        }
+    },
+    "required": ["aggregate"],
+    "additionalProperties": False,
+}
+
+aggregate_update = {
+    "type": "object",
+    "properties": {
+        "aggregate": {
+            "type": "object",
+            "properties": {"name": name, "availability_zone": _aggregate_zone},
+            "additionalProperties": False,
+            "anyOf": [{"required": ["name"]}, {"required": ["availability_zone"]}],
+            "x-message": "must give a name, an availability_zone or both",
+        }
+    },
+    "required": ["aggregate"],
+    "additionalProperties": False,
+}
+
+
+def _host_action(action: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            action: {
+                "type": "object",
+                "properties": {"host": host_name},
+                "required": ["host"],
+                "additionalProperties": False,
+            }
+        },
+        "required": [action],
+        "additionalProperties": False,
+    }
+
+
+aggregate_set_metadata = {
+    "type": "object",
+    "properties": {
+        "set_metadata": {
+            "type": "object",
+            "properties": {
+                "metadata": {
+                    "type": "object",
+                    "maxProperties": 128,
+                    "propertyNames": {"pattern": "^[a-zA-Z0-9-_:. ]{1,255}$"},
+                    "additionalProperties": {
+                        "type": ["string", "null"],
+                        "maxLength": MAX_TEXT,
+                        "x-message": f"must be text of at most {MAX_TEXT} characters, or "
+                        "null to remove the key",
+                    },
+                }
+            },
+            "required": ["metadata"],
+            "additionalProperties": False,
+        }
+    },
+    "required": ["set_metadata"],
+    "additionalProperties": False,
+}
+
+
 def _compile(schema: dict[str, Any]) -> Validator:
     cls = validators.validator_for(schema, default=Draft202012Validator)
     cls.check_schema(schema)
@@ -201,6 +290,13 @@ def _compile(schema: dict[str, Any]) -> Validator:
 SERVER_CREATE = _compile(server_create)
 FLAVOR_CREATE = _compile(flavor_create)
 EXTRA_SPECS_SET = _compile(extra_specs_set)
+AGGREGATE_CREATE = _compile(aggregate_create)
+AGGREGATE_UPDATE = _compile(aggregate_update)
+AGGREGATE_ACTIONS = {
+    "add_host": _compile(_host_action("add_host")),
+    "remove_host": _compile(_host_action("remove_host")),
+    "set_metadata": _compile(aggregate_set_metadata),
+}
 
 
 def validate(validator: Validator, body: Any) -> Any:

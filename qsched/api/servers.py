@@ -158,7 +158,7 @@ def detail(
         "links": links(base, "servers", instance.uuid),
         "OS-DCF:diskConfig": "MANUAL",
         "progress": 0,
-        "OS-EXT-AZ:availability_zone": boot.constraints.availability_zone or "",
+        "OS-EXT-AZ:availability_zone": boot.availability_zone or "",
         "config_drive": "",
         "key_name": None,
         "OS-SRV-USG:launched_at": usage_time(instance.launched_at),

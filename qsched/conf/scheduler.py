@@ -61,6 +61,30 @@ scheduler_opts = [
         help="How many hosts may try to spawn one instance (the first try and reschedules) "
         "before it ends in ERROR (Nova's max_attempts).",
     ),
+    # Nova's request filters: boots routed by host aggregate metadata (qsched.aggregates).
+    cfg.BoolOpt(
+        "limit_tenants_to_placement_aggregate",
+        default=False,
+        help="Restrict projects to their aggregates: a boot of a project that some host "
+        "aggregate names in a filter_tenant_id metadata key (or filter_tenant_id<suffix>, "
+        "one project per key) lands only on hosts of those aggregates. Projects no "
+        "aggregate names are not restricted, unless "
+        "placement_aggregate_required_for_tenants is set.",
+    ),
+    cfg.BoolOpt(
+        "placement_aggregate_required_for_tenants",
+        default=False,
+        help="With limit_tenants_to_placement_aggregate, a boot of a project that no "
+        "aggregate names ends ERROR at once (No valid host was found. No hosts available "
+        "for tenant): set it when every project must be confined to aggregates.",
+    ),
+    cfg.BoolOpt(
+        "enable_isolated_aggregate_filtering",
+        default=False,
+        help="Keep aggregates to the boots that ask for them: an aggregate whose metadata "
+        "has trait:<NAME>=required takes only boots whose flavor or image requires every "
+        "such trait.",
+    ),
 ]
 
 
@@ -77,3 +101,6 @@ class SchedulerOptions(Section):
     janitor_interval_s: float
     build_timeout_s: float
     max_attempts: int
+    limit_tenants_to_placement_aggregate: bool
+    placement_aggregate_required_for_tenants: bool
+    enable_isolated_aggregate_filtering: bool

@@ -23,6 +23,7 @@ from qsched.ledger.records import (
     AgentInfo,
     Allocations,
     Claim,
+    ClaimGuard,
     Consumer,
     Event,
     Instance,
@@ -42,6 +43,7 @@ __all__ = [
     "AggregateStore",
     "Allocations",
     "Claim",
+    "ClaimGuard",
     "Consumer",
     "Event",
     "FlavorStore",
@@ -174,16 +176,18 @@ class Ledger(abc.ABC):
         node: str,
         consumer_generation: int | None = None,
         provider_generations: Mapping[str, int] | None = None,
+        guard: ClaimGuard | None = None,
     ) -> Claim:
         """Allocate for an instance that is still waiting to be placed, and mark it claimed.
 
         Atomic with the instance record: the instance must exist in BUILD with no
         host. A repeated claim with the same host, node and allocations changes
         nothing and returns ``already=True``, so a redelivered request cannot place
-        twice.
+        twice. ``guard``: aggregate rules checked on the node's root in the same step.
 
         :raises InstanceNotFound:
         :raises InstanceNotWaiting: deleted, in error, or claimed by another host.
+        :raises ClaimRuleBroken: the guard failed; nothing written.
         :raises: everything :meth:`put_allocations` raises.
         """
 

@@ -11,6 +11,7 @@ from qsched import exception
 from qsched.ledger.base import (
     Allocations,
     Claim,
+    ClaimGuard,
     Consumer,
     Inventory,
     Ledger,
@@ -227,10 +228,11 @@ class RedisLedger(Ledger):
         node: str,
         consumer_generation: int | None = None,
         provider_generations: Mapping[str, int] | None = None,
+        guard: ClaimGuard | None = None,
     ) -> Claim:
         result = self._allocate(
             instance_uuid, allocations, consumer_generation, "", "",  # from the record
-            provider_generations, claim=(host, node),
+            provider_generations, claim=(host, node), guard=guard,
         )  # fmt: skip
         return Claim(result["generation"], bool(result.get("already")))
 
@@ -243,6 +245,7 @@ class RedisLedger(Ledger):
         user_id: str,
         provider_generations: Mapping[str, int] | None,
         claim: tuple[str, str] | None,
+        guard: ClaimGuard | None = None,
     ) -> dict[str, Any]:
         consumer_uuid = check_uuid(consumer_uuid, "Consumer UUID")
         clean = check_allocations(allocations)
@@ -263,6 +266,7 @@ class RedisLedger(Ledger):
             node,
             self.store.now(),
             self.store.max_events,
+            canonical_json(guard.to_json()) if guard else "",
         )
 
     def release_unexplained(self, consumer_uuid: str, host: str, provider_uuid: str) -> bool:

@@ -73,6 +73,29 @@ class ProviderSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClaimGuard:
+    """Aggregate rules a claim checks on the node's root provider, in the same atomic step.
+
+    An agent places by its view of its nodes; an aggregate change (a host leaving
+    a tenant's aggregate) reaches that view later. The guard makes the claim itself
+    refuse a node that no longer satisfies the request's aggregates.
+    """
+
+    root_uuid: str
+    member_of: frozenset[str] = frozenset()
+    member_of_any: tuple[frozenset[str], ...] = ()
+    forbidden_aggregates: frozenset[str] = frozenset()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": self.root_uuid,
+            "all": sorted(self.member_of),
+            "any": [sorted(group) for group in self.member_of_any],
+            "none": sorted(self.forbidden_aggregates),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
 class Claim:
     """A claim in the ledger: the consumer generation, and whether it was there already."""
 

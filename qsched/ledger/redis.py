@@ -98,6 +98,7 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "flavor_changed": exception.FlavorChanged,
         "not_waiting": exception.InstanceNotWaiting,
         "abandoned": exception.InstanceAbandoned,
+        "rule_broken": exception.ClaimRuleBroken,
         "aggregate_not_found": aggregates.AggregateNotFound,
         "aggregate_name_exists": aggregates.AggregateNameExists,
         "aggregate_host_exists": aggregates.AggregateHostExists,

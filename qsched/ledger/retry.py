@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 
 from qsched import exception
-from qsched.ledger.base import Allocations, Ledger
+from qsched.ledger.base import Allocations, ClaimGuard, Ledger
 
 #: Re-reads after conflicts before a claim gives up (``[ledger] max_conflict_retries``).
 DEFAULT_RETRIES = 10
@@ -33,13 +33,16 @@ def claim(
     provider_generations: Mapping[str, int] | None = None,
     max_retries: int = DEFAULT_RETRIES,
     on_conflict: Callable[[exception.Conflict], None] | None = None,
+    guard: ClaimGuard | None = None,
 ) -> ClaimResult:
     """Claim ``allocations`` for an instance, resolving generation conflicts.
 
     :param provider_generations: generations the caller's view was built on; a
         stale one is re-read and the claim retried only if it still fits.
     :param on_conflict: called with each conflict resolved (to record it).
+    :param guard: aggregate rules the claim checks on the node's root.
     :raises CapacityExceeded: the re-read shows the claim no longer fits.
+    :raises ClaimRuleBroken: the node no longer satisfies the guard (not retried).
     :raises InstanceNotWaiting, InstanceNotFound: nothing to place any more.
     :raises Conflict: still conflicting after ``max_retries`` re-reads.
     """
@@ -49,7 +52,7 @@ def claim(
     for conflicts in range(max_retries + 1):
         try:
             done = ledger.claim(
-                instance_uuid, allocations, host, node, consumer_generation, gens or None
+                instance_uuid, allocations, host, node, consumer_generation, gens or None, guard
             )
             return ClaimResult(done.generation, conflicts, done.already)
         except exception.ConsumerGenerationConflict as exc:

@@ -21,7 +21,7 @@ deadline               ``deadline``
 published_at           not kept: a rebuilt request is published now
 everything else        ``extra``, as :class:`BootDetails` (request_id, global_request_id,
                        scheduling_class, max_attempts, the constraints), with what
-                       only the API shows (image_ref, metadata)
+                       only the API shows (image_ref, metadata, the zone asked for)
 =====================  ================================================================
 
 Nothing else reads ``Instance.extra`` by key: :func:`details` is the one reader.
@@ -51,6 +51,13 @@ class BootDetails:
     image_ref: str = ""
     metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
     global_request_id: str | None = None
+    #: The zone the boot asked for, when it routes by the zone's aggregates instead.
+    requested_zone: str | None = None
+
+    @property
+    def availability_zone(self) -> str | None:
+        """The zone the boot asked for, however it is routed."""
+        return self.requested_zone or self.constraints.availability_zone
 
     def to_extra(self) -> dict[str, Any]:
         """The ``extra`` map of the record (JSON-able)."""
@@ -62,6 +69,7 @@ class BootDetails:
             "image_ref": self.image_ref,
             "metadata": dict(self.metadata),
             "global_request_id": self.global_request_id,
+            "requested_zone": self.requested_zone,
         }
 
     @classmethod
@@ -79,7 +87,7 @@ class BootDetails:
         return cls(
             request_id, cls_name, max_attempts, Constraints.from_dict(extra),
             str(extra.get("image_ref") or ""), dict(extra.get("metadata") or {}),
-            extra.get("global_request_id") or None,
+            extra.get("global_request_id") or None, extra.get("requested_zone") or None,
         )  # fmt: skip
 
 
@@ -96,11 +104,17 @@ def record_for(
     name: str,
     image_ref: str = "",
     metadata: Mapping[str, str] | None = None,
+    requested_zone: str | None = None,
 ) -> Instance:
-    """The BUILD record of a boot request, as the front door creates it."""
+    """The BUILD record of a boot request, as the front door creates it.
+
+    ``requested_zone``: the zone the boot asked for, when its constraints route it
+    by the zone's aggregates instead.
+    """
     boot = BootDetails(
         request.request_id, request.scheduling_class, request.max_attempts,
         request.constraints(), image_ref, dict(metadata or {}), request.global_request_id,
+        requested_zone,
     )  # fmt: skip
     return Instance(
         request.instance_uuid, request.project_id, request.user_id, name, request.flavor,

@@ -3,7 +3,9 @@
 -- ARGV     prefix, consumer, expected consumer generation ("" = new consumer),
 --          project, user, allocations JSON {rp: {rc: n}} (canonical, sorted),
 --          provider generations JSON ("" = not checked), claim ("1" = guard on the
---          instance record and mark it claimed), host, node, now, max_events
+--          instance record and mark it claimed), host, node, now, max_events, guard
+--          JSON {root, all: [], any: [[]], none: []} ("" = none): aggregate rules the
+--          root provider must satisfy, checked with everything else
 local consumer, expected, project, user = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local allocs_json, gens_json, claim = ARGV[6], ARGV[7], ARGV[8] == "1"
 local host, node, now, max_events = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
@@ -36,6 +38,30 @@ if expected == "" then
 elseif cur_gen ~= tonumber(expected) then
     return fail("consumer_conflict", {consumer = consumer, expected = tonumber(expected),
                                       current = cur_gen or cjson.null})
+end
+
+if ARGV[13] and ARGV[13] ~= "" then
+    local guard = cjson.decode(ARGV[13])
+    local akey = K.provider_aggregates(guard.root)
+    local function member(a) return redis.call("SISMEMBER", akey, a) == 1 end
+    for _, a in ipairs(guard.all) do
+        if not member(a) then
+            return fail("rule_broken", {provider = guard.root, reason = "not in aggregate " .. a})
+        end
+    end
+    for _, group in ipairs(guard.any) do
+        local found = false
+        for _, a in ipairs(group) do if member(a) then found = true; break end end
+        if not found then
+            return fail("rule_broken", {provider = guard.root,
+                reason = "in none of the aggregates " .. table.concat(group, ", ")})
+        end
+    end
+    for _, a in ipairs(guard.none) do
+        if member(a) then
+            return fail("rule_broken", {provider = guard.root, reason = "in aggregate " .. a})
+        end
+    end
 end
 
 local new = cjson.decode(allocs_json)
