@@ -11,7 +11,7 @@ from types import FrameType
 import click
 
 from agents.service import ComputeAgent
-from agents.virt.fake import FakeDriver, FakeNodeSpec
+from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec, check_children
 from qsched import conf as qconf
 from qsched import exception
 from qsched.bus import open_bus
@@ -21,7 +21,10 @@ LOG = logging.getLogger("qsched.agent")
 
 
 def build_agent(options: qconf.Options) -> ComputeAgent:
-    """An agent with the fake driver as the [agent] section describes it."""
+    """An agent with the fake driver as the [agent] section describes it.
+
+    :raises Invalid: a malformed ``[agent] node_provider`` line.
+    """
     opts = options.agent
     spec = FakeNodeSpec(
         vcpus=opts.node_vcpus,
@@ -30,6 +33,7 @@ def build_agent(options: qconf.Options) -> ComputeAgent:
         cpu_allocation_ratio=options.ledger.cpu_allocation_ratio,
         ram_allocation_ratio=options.ledger.ram_allocation_ratio,
         traits=frozenset(opts.node_traits),
+        children=check_children([FakeChild.parse(line) for line in opts.node_provider]),
     )
     driver = FakeDriver(
         opts.node_count,

@@ -8,6 +8,8 @@ Pure functions, no I/O. Extra specs follow Nova's syntax::
     trait:HW_CPU_X86_AVX2=required
     trait1:CUSTOM_FAST=forbidden
     group_policy=isolate|none
+    same_subtree=1,2            the providers of groups 1 and 2 sit under one of them
+                                (Placement's same_subtree: a GPU on the NUMA node)
 
     aggregate_instance_extra_specs:ssd=true
                                 land in an aggregate whose metadata has ssd=true
@@ -30,6 +32,8 @@ from qsched.resources import DISK_GB, MEMORY_MB, VCPU, check_resource_class, che
 _RESOURCES = re.compile(r"^resources(\d*):(.+)$")
 _TRAIT = re.compile(r"^trait(\d*):(.+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: Granular groups whose providers must share a subtree (Placement's same_subtree).
+SAME_SUBTREE = "same_subtree"
 #: Flavor extra specs matched against host aggregate metadata (qsched.aggregates).
 AGGREGATE_SPEC_PREFIX = "aggregate_instance_extra_specs:"
 _SPEC_OPERATOR = re.compile(r"^(<\w+>|s?==|!=|>=|<=|s!=|s>=|s<=|s<|s>)(\s|$)")
@@ -119,6 +123,8 @@ def request_groups(flavor: Flavor) -> tuple[RequestGroup, ...]:
             target.setdefault(suffix, set()).add(check_trait(trait))
         elif key == "group_policy" and value not in ("isolate", "none"):
             raise exception.Invalid(reason=f"group_policy={value!r}: use isolate or none")
+        elif key == SAME_SUBTREE:
+            _check_same_subtree(str(value))
         elif key.startswith(AGGREGATE_SPEC_PREFIX):
             _check_aggregate_spec(key, str(value))
     suffixes = sorted(set(resources) | set(required) | set(forbidden), key=lambda s: (s != "", s))
@@ -135,7 +141,33 @@ def request_groups(flavor: Flavor) -> tuple[RequestGroup, ...]:
                 frozenset(forbidden.get(suffix, ())),
             )
         )
-    return tuple(groups)
+    result = tuple(groups)
+    granular = {g.suffix for g in result if g.suffix}
+    for suffix in same_subtree(flavor):
+        if suffix not in granular:
+            raise exception.Invalid(
+                reason=f"same_subtree names group {suffix}, which the flavor does not have "
+                f"(its granular groups: {', '.join(sorted(granular)) or 'none'})"
+            )
+    return result
+
+
+def same_subtree(flavor: Flavor) -> frozenset[str]:
+    """The granular group suffixes of ``same_subtree=1,2``: the providers that satisfy
+    them must all sit under one of them (Placement's ``same_subtree``); empty without."""
+    value = flavor.extra_specs.get(SAME_SUBTREE)
+    if not value:
+        return frozenset()
+    return frozenset(part.strip() for part in str(value).split(","))
+
+
+def _check_same_subtree(value: str) -> None:
+    parts = [part.strip() for part in value.split(",")]
+    if len(parts) < 2 or not all(part.isdigit() for part in parts):
+        raise exception.Invalid(
+            reason=f"same_subtree={value!r}: name two or more granular group numbers, "
+            "e.g. same_subtree=1,2"
+        )
 
 
 def _check_aggregate_spec(key: str, value: str) -> None:

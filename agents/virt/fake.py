@@ -5,7 +5,9 @@ Features
 - ``node_count`` identical nodes named ``<host>-<index>``; provider UUIDs derive from the
   host and node names, so a restarted agent reports the same providers.
 - Per-node inventory from a :class:`FakeNodeSpec`: vcpus, ram_mb, disk_gb, allocation
-  ratios, traits, and optional child providers (GPUs, NUMA nodes) with their own resources.
+  ratios, traits, and optional child providers (NUMA nodes, and GPUs or PCI devices under
+  them) with their own resources and traits: a provider tree, as a real driver's
+  ``update_provider_tree`` reports it (``[agent] node_provider``, :meth:`FakeChild.parse`).
 - ``spawn_delay_s``: how long a spawn takes (0 allowed); spawns on different threads overlap.
 - ``failure_rate`` (0..1): the share of spawns that raise :class:`SpawnFailed`. Whether one
   spawn fails is a keyed hash of (seed, instance, node, earlier failures of that instance on
@@ -26,10 +28,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import IO
@@ -38,7 +41,7 @@ from agents.virt.base import NodeInfo, NodeNotFound, ProviderInfo, SpawnFailed, 
 from qsched import exception
 from qsched.flavors import Flavor
 from qsched.ledger.base import Inventory
-from qsched.resources import DISK_GB, MEMORY_MB, VCPU
+from qsched.resources import DISK_GB, MEMORY_MB, VCPU, check_resource_class, check_trait
 
 _NAMESPACE = uuidlib.UUID("5b0f6f9e-1d7c-4c55-9a57-7f2f0f3f9a11")
 
@@ -47,11 +50,67 @@ SpawnHook = Callable[[str, str], None]
 
 @dataclasses.dataclass(frozen=True)
 class FakeChild:
-    """A child provider of every fake node, e.g. ``FakeChild("gpu0", {"VGPU": 4})``."""
+    """A child provider of every fake node, e.g. ``FakeChild("gpu0", {"VGPU": 4})``.
+
+    ``parent``: the name of another child it hangs under (a device under its NUMA
+    node), declared before it; None: under the node's root.
+    """
 
     name: str
     resources: Mapping[str, int]
     traits: frozenset[str] = frozenset()
+    parent: str | None = None
+
+    @classmethod
+    def parse(cls, line: str) -> FakeChild:
+        """One ``[agent] node_provider`` line: ``<name>[@<parent>]:<RC>=<n>[,...][;<TRAIT>,...]``.
+
+        For example ``numa0:VCPU=16,MEMORY_MB=65536`` or
+        ``gpu0@numa0:VGPU=4;CUSTOM_NVIDIA_A100``.
+
+        :raises Invalid: a malformed line, an unknown resource class or trait, or an
+            amount that is not a whole number above 0.
+        """
+        head, sep, rest = line.strip().partition(":")
+        name, at, parent = head.partition("@")
+        if not sep or not _CHILD_NAME.match(name) or (at and not _CHILD_NAME.match(parent)):
+            raise exception.Invalid(
+                reason=f"node_provider {line!r}: write <name>[@<parent>]:<RC>=<n>[,...]"
+                "[;<TRAIT>,...], names of letters, digits, '_' and '-'"
+            )
+        amounts, _semi, traits = rest.partition(";")
+        resources: dict[str, int] = {}
+        for item in filter(None, (a.strip() for a in amounts.split(","))):
+            rc, _eq, value = item.partition("=")
+            if not value.strip().isdigit() or int(value) < 1:
+                raise exception.Invalid(
+                    reason=f"node_provider {line!r}: {item!r} needs a whole amount above 0"
+                )
+            resources[check_resource_class(rc.strip())] = int(value)
+        names = frozenset(check_trait(t.strip()) for t in traits.split(",") if t.strip())
+        if not resources and not names:
+            raise exception.Invalid(reason=f"node_provider {line!r} has no resource and no trait")
+        return cls(name, MappingProxyType(resources), names, parent or None)
+
+
+_CHILD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def check_children(children: Sequence[FakeChild]) -> tuple[FakeChild, ...]:
+    """Children in tree order: unique names, each parent declared before its children.
+
+    :raises Invalid:
+    """
+    seen: set[str] = set()
+    for child in children:
+        if child.name in seen:
+            raise exception.Invalid(reason=f"node_provider {child.name} is declared twice")
+        if child.parent is not None and child.parent not in seen:
+            raise exception.Invalid(
+                reason=f"node_provider {child.name}@{child.parent}: declare {child.parent} first"
+            )
+        seen.add(child.name)
+    return tuple(children)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,13 +126,26 @@ class FakeNodeSpec:
     children: tuple[FakeChild, ...] = ()
 
     def root_inventories(self) -> Mapping[str, Inventory]:
-        inventories = {
-            VCPU: Inventory(self.vcpus, allocation_ratio=self.cpu_allocation_ratio),
-            MEMORY_MB: Inventory(self.ram_mb, allocation_ratio=self.ram_allocation_ratio),
-        }
+        """The root's VCPU, MEMORY_MB and DISK_GB; a zero amount is no inventory (the
+        NUMA nodes below the root hold them instead)."""
+        inventories = {}
+        if self.vcpus:
+            inventories[VCPU] = Inventory(self.vcpus, allocation_ratio=self.cpu_allocation_ratio)
+        if self.ram_mb:
+            inventories[MEMORY_MB] = Inventory(
+                self.ram_mb, allocation_ratio=self.ram_allocation_ratio
+            )
         if self.disk_gb:
             inventories[DISK_GB] = Inventory(self.disk_gb)
         return MappingProxyType(inventories)
+
+    def child_inventories(self, child: FakeChild) -> Mapping[str, Inventory]:
+        """A child's inventories; NUMA nodes' VCPU and MEMORY_MB take the node's ratios."""
+        ratios = {VCPU: self.cpu_allocation_ratio, MEMORY_MB: self.ram_allocation_ratio}
+        return MappingProxyType({
+            rc: Inventory(n, allocation_ratio=ratios.get(rc, 1.0))
+            for rc, n in child.resources.items()
+        })  # fmt: skip
 
 
 class FakeDriver(VirtDriver):
@@ -110,9 +182,9 @@ class FakeDriver(VirtDriver):
         self._failures: dict[str, int] = {}
         self._lock = threading.Lock()
         self._root_inventories = self.node_spec.root_inventories()
+        check_children(self.node_spec.children)
         self._child_inventories = [
-            MappingProxyType({rc: Inventory(n) for rc, n in child.resources.items()})
-            for child in self.node_spec.children
+            self.node_spec.child_inventories(child) for child in self.node_spec.children
         ]
         self._log: IO[str] | None = None
         if state_path is not None:
@@ -130,10 +202,9 @@ class FakeDriver(VirtDriver):
         providers = [ProviderInfo(root_uuid, name, self._root_inventories, spec.traits)]
         for child, inventories in zip(spec.children, self._child_inventories, strict=True):
             child_name = f"{name}_{child.name}"
+            parent = root_uuid if child.parent is None else self._uuid(f"{name}_{child.parent}")
             providers.append(
-                ProviderInfo(
-                    self._uuid(child_name), child_name, inventories, child.traits, root_uuid
-                )
+                ProviderInfo(self._uuid(child_name), child_name, inventories, child.traits, parent)
             )
         return NodeInfo(name, tuple(providers))
 

@@ -28,8 +28,14 @@ def _other(row: Mapping[str, Any]) -> str:
     return " ".join(f"{rc}={row['usages'].get(rc, 0)}/{caps[rc]['capacity']}" for rc in others)
 
 
+def tree_name(row: Mapping[str, Any]) -> str:
+    """A provider's name indented under its parent, as the listing draws the tree."""
+    depth = int(row.get("depth") or 0)
+    return f"{'  ' * depth}└ {row['name']}" if depth else str(row["name"])
+
+
 PROVIDER_COLUMNS = (
-    views.Column("name", "name"),
+    views.Column("name", "name", pick=tree_name),
     views.Column("host", "host"),
     views.number("generation", "gen"),
     *(_usage(rc) for rc in PLACEMENT_CLASSES),
@@ -50,7 +56,8 @@ PROVIDER_COLUMNS = (
 def providers(
     admin: Admin, host: str | None, traits: tuple[str, ...], aggregates: tuple[str, ...], fmt: str
 ) -> None:
-    """Resource providers: used/capacity per class, generation, traits. Scans them all."""
+    """Resource providers as trees (children under their parents): used/capacity per class,
+    generation, traits. Scans them all."""
     rows = queries.provider_rows(admin.stores, host, traits, aggregates)
     echo(views.render_rows(rows, PROVIDER_COLUMNS, fmt, empty="no provider matches"))
 

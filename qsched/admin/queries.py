@@ -220,18 +220,29 @@ def provider_rows(
     traits: Sequence[str] = (),
     aggregates: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Providers sorted by name; filters: the host, every trait, every aggregate."""
+    """Providers in tree order (roots by name, each followed by its children, depth
+    first, by name), each with its ``depth``; filters: the host, every trait, every
+    aggregate."""
     providers = all_providers(stores)
     names = {p.uuid: p.name for p in providers}
-    rows = [provider_row(p, names) for p in providers]
-    rows = [
+    children: dict[str | None, list[Provider]] = {}
+    for p in providers:
+        children.setdefault(p.parent_uuid, []).append(p)
+    ordered: list[dict[str, Any]] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for p in sorted(children.get(parent, ()), key=lambda p: p.name):
+            ordered.append({**provider_row(p, names), "depth": depth})
+            walk(p.uuid, depth + 1)
+
+    walk(None, 0)
+    return [
         r
-        for r in rows
+        for r in ordered
         if (host is None or r["host"] == host)
         and set(traits) <= set(r["traits"])
         and set(aggregates) <= set(r["aggregates"])
     ]
-    return sorted(rows, key=lambda r: r["name"])
 
 
 def find_provider(stores: Stores, ref: str) -> Provider:

@@ -95,7 +95,7 @@ _PROVIDER_FIELDS: dict[str, Schema] = {
     "traits": array(STRING),
     "aggregates": array(STRING),
 }
-PROVIDERS = array(obj(**_PROVIDER_FIELDS))
+PROVIDERS = array(obj(**_PROVIDER_FIELDS, depth=INT))
 PROVIDER = obj(**_PROVIDER_FIELDS, consumers=array(STRING))
 
 ALLOCATIONS = obj(

@@ -24,10 +24,31 @@ agent_opts = [
         help="Nodes this agent drives. One for a hypervisor; thousands to simulate a "
         "large cloud with the fake driver.",
     ),
-    cfg.IntOpt("node_vcpus", default=32, min=1, help="VCPUs of each fake node."),
-    cfg.IntOpt("node_ram_mb", default=131072, min=1, help="MiB of RAM of each fake node."),
+    cfg.IntOpt(
+        "node_vcpus",
+        default=32,
+        min=0,
+        help="VCPUs of each fake node's root provider; 0 when its NUMA nodes "
+        "(node_provider) hold them instead.",
+    ),
+    cfg.IntOpt(
+        "node_ram_mb",
+        default=131072,
+        min=0,
+        help="MiB of RAM of each fake node's root provider; 0 when its NUMA nodes hold it.",
+    ),
     cfg.IntOpt("node_disk_gb", default=1000, min=0, help="GiB of disk of each fake node."),
     cfg.ListOpt("node_traits", default=[], help="Traits of every node, e.g. HW_CPU_X86_AVX2."),
+    cfg.MultiStrOpt(
+        "node_provider",
+        default=[],
+        help="A child provider of every fake node, one per line, in tree order: "
+        "<name>[@<parent>]:<RC>=<n>[,<RC>=<n>...][;<TRAIT>,...]. Without @<parent> it hangs "
+        "under the node's root; with it, under the child named. A NUMA node and a GPU "
+        "on it: 'node_provider = numa0:VCPU=16,MEMORY_MB=65536' and 'node_provider = "
+        "gpu0@numa0:VGPU=4;CUSTOM_NVIDIA_A100'. The agent registers the whole tree; "
+        "flavors reach children through granular groups (resources1:VGPU=1).",
+    ),
     cfg.StrOpt(
         "availability_zone",
         default="nova",
@@ -157,6 +178,7 @@ class AgentOptions(Section):
     node_ram_mb: int
     node_disk_gb: int
     node_traits: tuple[str, ...]
+    node_provider: tuple[str, ...]
     availability_zone: str
     aggregates: tuple[str, ...]
     spawn_delay_s: float

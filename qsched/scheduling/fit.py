@@ -37,7 +37,7 @@ import dataclasses
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 
-from qsched.flavors import Constraints, Flavor, RequestGroup, request_groups
+from qsched.flavors import Constraints, Flavor, RequestGroup, request_groups, same_subtree
 from qsched.scheduling.views import NodeView, ProviderView
 
 Allocations = dict[str, dict[str, int]]
@@ -115,12 +115,14 @@ class Request:
     """A request compiled once and fitted many times (one per scheduling class).
 
     ``groups`` as :func:`qsched.flavors.request_groups` returns them; ``isolate`` is
-    ``group_policy=isolate``.
+    ``group_policy=isolate``; ``same_subtree`` the suffixes of granular groups whose
+    providers must all sit under one of them.
     """
 
     groups: tuple[RequestGroup, ...]
     constraints: Constraints = NO_CONSTRAINTS
     isolate: bool = False
+    same_subtree: frozenset[str] = frozenset()
     units: tuple[_Unit, ...] = dataclasses.field(init=False, repr=False, compare=False)
     demand: tuple[tuple[str, int], ...] = dataclasses.field(init=False, repr=False, compare=False)
     merged: frozenset[str] = dataclasses.field(init=False, repr=False, compare=False)
@@ -168,7 +170,7 @@ class Request:
         :raises Invalid: malformed extra specs.
         """
         isolate = flavor.extra_specs.get("group_policy") == "isolate"
-        return cls(request_groups(flavor), constraints, isolate)
+        return cls(request_groups(flavor), constraints, isolate, same_subtree(flavor))
 
 
 def _suffix_order(group: RequestGroup) -> tuple[int, str]:
@@ -395,9 +397,32 @@ def _fit_tree(node: NodeView, request: Request) -> Allocations | Refusal:
     if not all(candidates):
         return _tree_refusal(node, request, candidates)
     allocations: Allocations = {}
-    if _search(request, candidates, 0, allocations, set()):
+    chosen: dict[str, str] = {}
+    if _search(request, candidates, 0, allocations, set(), chosen, _Tree(node)):
         return allocations
     return _combination(node, request)
+
+
+class _Tree:
+    """A node's parent links, for ``same_subtree``."""
+
+    __slots__ = ("parents",)
+
+    def __init__(self, node: NodeView) -> None:
+        self.parents = {p.uuid: p.parent_uuid for p in node.providers}
+
+    def under(self, uuid: str, ancestor: str) -> bool:
+        """Whether ``uuid`` is ``ancestor`` or below it."""
+        current: str | None = uuid
+        while current is not None:
+            if current == ancestor:
+                return True
+            current = self.parents.get(current)
+        return False
+
+    def one_subtree(self, uuids: set[str]) -> bool:
+        """Whether one of ``uuids`` has all the others under it."""
+        return any(all(self.under(u, top) for u in uuids) for top in uuids)
 
 
 def _unit_fits(provider: ProviderView, unit: _Unit) -> bool:
@@ -454,9 +479,16 @@ def _search(
     index: int,
     allocations: Allocations,
     taken: set[str],
+    chosen: dict[str, str],
+    tree: _Tree,
 ) -> bool:
-    """Depth-first: give unit ``index`` and the ones after it a provider, first fit wins."""
+    """Depth-first: give unit ``index`` and the ones after it a provider, first fit wins.
+
+    ``chosen``: the provider of each granular group so far, for ``same_subtree``.
+    """
     if index == len(request.units):
+        if request.same_subtree:
+            return tree.one_subtree({chosen[g] for g in request.same_subtree})
         return True
     unit = request.units[index]
     isolated = request.isolate and unit.granular
@@ -469,7 +501,9 @@ def _search(
         _add(allocations, provider.uuid, unit.amounts, 1)
         if isolated:
             taken.add(provider.uuid)
-        if _search(request, candidates, index + 1, allocations, taken):
+        if unit.granular:
+            chosen[unit.group] = provider.uuid
+        if _search(request, candidates, index + 1, allocations, taken, chosen, tree):
             return True
         _add(allocations, provider.uuid, unit.amounts, -1)
         if isolated:
@@ -502,4 +536,7 @@ def _combination(node: NodeView, request: Request) -> Refusal:
     reason = f"{names} each fit some provider of {node.name} but not all at once"
     if request.isolate:
         reason += " (group_policy=isolate needs a separate provider per granular group)"
+    if request.same_subtree:
+        groups = ",".join(sorted(request.same_subtree, key=lambda g: (len(g), g)))
+        reason += f" (same_subtree={groups} needs their providers under one of them)"
     return Refusal(RefusalKind.COMBINATION, reason, node.name)
