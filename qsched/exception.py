@@ -119,6 +119,15 @@ class InstanceNotWaiting(Conflict):
     msg_fmt = "Instance {instance} is not waiting to be placed (state {state}, host {host})."
 
 
+class TriedHost(Conflict):
+    """A host that already held a request and gave it back may not claim it: another can."""
+
+    msg_fmt = (
+        "Host {host} already tried instance {instance} and {alternate} can take it: "
+        "handed back ({handbacks} of {max_handbacks} hand-backs)."
+    )
+
+
 class InstanceExists(Conflict):
     msg_fmt = "Instance {instance} already exists."
 

@@ -93,6 +93,8 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisAgents.list": lambda s: s.agents.list(),
     "RedisAgents.add_class": lambda s: s.agents.add_class("small", {}),
     "RedisAgents.classes": lambda s: s.agents.classes(),
+    "RedisAgents.set_classes": lambda s: s.agents.set_classes("h1", ["small"]),
+    "RedisAgents.class_consumers": lambda s: s.agents.class_consumers("small"),
     "RedisAgents.add_zone": lambda s: s.agents.add_zone("az1"),
     "RedisAgents.zones": lambda s: s.agents.zones(),
     "RedisAgents.has_zone": lambda s: s.agents.has_zone("az1"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from qsched.ledger.base import AgentInfo, AgentRegistry
@@ -65,6 +65,14 @@ class RedisAgents(AgentRegistry):
         """Every live class: O(number of classes), never O(number of hosts)."""
         raw = text_map(self.store.client.hgetall(self.keys.classes))
         return {name: json.loads(value) for name, value in raw.items()}
+
+    def set_classes(self, host: str, classes: Iterable[str]) -> None:
+        """Replace the classes ``host`` has room for (one script, O(its classes))."""
+        self.store.run("agent_classes", self.keys.agent_classes(host), host, *sorted(classes))
+
+    def class_consumers(self, name: str) -> set[str]:
+        """The hosts that said they have room for class ``name`` (admin view)."""
+        return {text(host) for host in self.store.client.smembers(self.keys.class_consumers(name))}
 
     def add_zone(self, zone: str) -> None:
         """Make ``zone`` bootable. Never removed: a zone outlives its hosts being down."""

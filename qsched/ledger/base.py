@@ -34,7 +34,12 @@ from qsched.ledger.records import (
     Usage,
 )
 
+#: Hand-backs of one request by hosts that already tried it before one of them may
+#: claim it again (``[agent] max_handbacks``).
+DEFAULT_MAX_HANDBACKS = 10
+
 __all__ = [
+    "DEFAULT_MAX_HANDBACKS",
     "AgentInfo",
     "AgentRegistry",
     "Allocations",
@@ -171,6 +176,7 @@ class Ledger(abc.ABC):
         node: str,
         consumer_generation: int | None = None,
         provider_generations: Mapping[str, int] | None = None,
+        max_handbacks: int = DEFAULT_MAX_HANDBACKS,
     ) -> Claim:
         """Allocate for an instance that is still waiting to be placed, and mark it claimed.
 
@@ -179,8 +185,16 @@ class Ledger(abc.ABC):
         nothing and returns ``already=True``, so a redelivered request cannot place
         twice.
 
+        Alternates: a ``host`` among the record's ``tried_hosts`` is refused while
+        another live agent that has not tried it consumes its scheduling class
+        (:meth:`AgentRegistry.set_classes`), until the instance was handed back
+        ``max_handbacks`` times (0: never refused). The refusal counts a hand-back
+        in the record and its history. O(tried hosts), whatever the number of hosts.
+
         :raises InstanceNotFound:
         :raises InstanceNotWaiting: deleted, in error, or claimed by another host.
+        :raises TriedHost: ``host`` must hand the request back (``alternate`` names a
+            host that can take it, ``handbacks`` how many hand-backs so far).
         :raises: everything :meth:`put_allocations` raises.
         """
 
@@ -450,6 +464,26 @@ class AgentRegistry(abc.ABC):
     @abc.abstractmethod
     def classes(self) -> dict[str, dict[str, Any]]:
         """Every live class: O(number of classes), never O(number of hosts).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def set_classes(self, host: str, classes: Iterable[str]) -> None:
+        """Say that ``host`` has room for exactly ``classes`` now (none: it consumes
+        nothing), replacing what it said before. O(its classes).
+
+        A claim reads the consumers of a class to decide whether a host that already
+        tried a request must hand it back; a consumer whose heartbeat has expired
+        does not count.
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def class_consumers(self, name: str) -> set[str]:
+        """The hosts that said they have room for class ``name``, alive or not (admin
+        view: O(its consumers)).
 
         :raises BackendUnavailable:
         """

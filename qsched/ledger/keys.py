@@ -105,6 +105,9 @@ class Keyspace:
     def agent(self, host: str) -> str:
         return f"{self.prefix}agent:{host}"
 
+    def agent_classes(self, host: str) -> str:
+        return f"{self.prefix}agent:{host}:classes"
+
     @property
     def agents(self) -> str:
         return f"{self.prefix}agents"
@@ -112,6 +115,9 @@ class Keyspace:
     @property
     def classes(self) -> str:
         return f"{self.prefix}classes"
+
+    def class_consumers(self, name: str) -> str:
+        return f"{self.prefix}class:{name}:consumers"
 
     @property
     def zones(self) -> str:

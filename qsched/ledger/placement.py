@@ -9,6 +9,7 @@ from typing import Any
 
 from qsched import exception
 from qsched.ledger.base import (
+    DEFAULT_MAX_HANDBACKS,
     Allocations,
     Claim,
     Consumer,
@@ -224,10 +225,13 @@ class RedisLedger(Ledger):
         node: str,
         consumer_generation: int | None = None,
         provider_generations: Mapping[str, int] | None = None,
+        max_handbacks: int = DEFAULT_MAX_HANDBACKS,
     ) -> Claim:
+        if max_handbacks < 0:
+            raise exception.Invalid(reason=f"max_handbacks {max_handbacks} must be >= 0")
         result = self._allocate(
             instance_uuid, allocations, consumer_generation, "", "",  # from the record
-            provider_generations, claim=(host, node),
+            provider_generations, claim=(host, node), max_handbacks=max_handbacks,
         )  # fmt: skip
         return Claim(result["generation"], bool(result.get("already")))
 
@@ -240,6 +244,7 @@ class RedisLedger(Ledger):
         user_id: str,
         provider_generations: Mapping[str, int] | None,
         claim: tuple[str, str] | None,
+        max_handbacks: int = 0,
     ) -> dict[str, Any]:
         consumer_uuid = check_uuid(consumer_uuid, "Consumer UUID")
         clean = check_allocations(allocations)
@@ -260,6 +265,7 @@ class RedisLedger(Ledger):
             node,
             self.store.now(),
             self.store.max_events,
+            max_handbacks,
         )
 
     def release_unexplained(self, consumer_uuid: str, host: str, provider_uuid: str) -> bool:

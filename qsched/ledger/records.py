@@ -147,6 +147,7 @@ class Instance:
     fault: Mapping[str, Any] | None = None
     attempts: int = 0
     tried_hosts: tuple[str, ...] = ()  # hosts a requeue took its claim from, in order
+    handbacks: int = 0  # claims refused to tried hosts while another could take it
     created_at: float = 0.0
     updated_at: float = 0.0
     deadline: float | None = None

@@ -97,6 +97,7 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "instance_exists": exception.InstanceExists,
         "flavor_changed": exception.FlavorChanged,
         "not_waiting": exception.InstanceNotWaiting,
+        "tried_host": exception.TriedHost,
         "abandoned": exception.InstanceAbandoned,
     }
 

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 
 from qsched import exception
-from qsched.ledger.base import Allocations, Ledger
+from qsched.ledger.base import DEFAULT_MAX_HANDBACKS, Allocations, Ledger
 
 #: Re-reads after conflicts before a claim gives up (``[ledger] max_conflict_retries``).
 DEFAULT_RETRIES = 10
@@ -33,14 +33,18 @@ def claim(
     provider_generations: Mapping[str, int] | None = None,
     max_retries: int = DEFAULT_RETRIES,
     on_conflict: Callable[[exception.Conflict], None] | None = None,
+    max_handbacks: int = DEFAULT_MAX_HANDBACKS,
 ) -> ClaimResult:
     """Claim ``allocations`` for an instance, resolving generation conflicts.
 
     :param provider_generations: generations the caller's view was built on; a
         stale one is re-read and the claim retried only if it still fits.
     :param on_conflict: called with each conflict resolved (to record it).
+    :param max_handbacks: see :meth:`~qsched.ledger.base.Ledger.claim`.
     :raises CapacityExceeded: the re-read shows the claim no longer fits.
     :raises InstanceNotWaiting, InstanceNotFound: nothing to place any more.
+    :raises TriedHost: ``host`` already tried it and another host can take it:
+        not a conflict to retry, the request goes back to the queue.
     :raises Conflict: still conflicting after ``max_retries`` re-reads.
     """
     gens = dict(provider_generations or {})
@@ -49,7 +53,13 @@ def claim(
     for conflicts in range(max_retries + 1):
         try:
             done = ledger.claim(
-                instance_uuid, allocations, host, node, consumer_generation, gens or None
+                instance_uuid,
+                allocations,
+                host,
+                node,
+                consumer_generation,
+                gens or None,
+                max_handbacks=max_handbacks,
             )
             return ClaimResult(done.generation, conflicts, done.already)
         except exception.ConsumerGenerationConflict as exc:
