@@ -12,7 +12,8 @@ goes through named steps, each a method of a small class:
    a request past its deadline in NoValidHost, dead-letter an unknown class),
    *pick* a node, *claim* it in the ledger (client-driven retries on
    conflicts), or *refuse*: record why in the instance history and republish
-   the request at the tail of the queue;
+   the request at the tail of the queue, or *hand back* a request this host
+   already tried while another can take it (alternates), pausing its class here;
 3. ack, and hand the spawn to a worker, :mod:`agents.spawning`: *spawn*, then
    *settle* ACTIVE, or *give back* the claim and reschedule until
    ``max_attempts``.
@@ -38,8 +39,9 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from agents.consuming import ClassGate
 from agents.nodes import NodeIndex, Pick
-from agents.placing import Admission, Placer, UnknownClass
+from agents.placing import Admission, Alternates, HandBack, Placer, UnknownClass
 from agents.reconcile import Reconciler, ReconcileReport, reconcile
 from agents.registration import register_nodes
 from agents.spawning import Spawner
@@ -77,12 +79,14 @@ class ComputeAgent:
         self.stores = stores
         self.bus = bus
         self.driver = driver
+        self.gate = ClassGate()  # the classes to consume: fittable, not paused
         self.index = NodeIndex(policy=options.placement_policy, on_change=self._on_change)
         self.consumer: Consumer | None = None
         self.builds = Builds()
         self._spawner = ThreadPoolExecutor(options.spawn_workers, f"spawn-{self.host}")
         self._periodic: list[Periodic] = []
         self._reconcile_task: Periodic | None = None
+        self._register_task: Periodic | None = None
         self._stopped = threading.Event()
         self.counters: Counter[str] = Counter()
         self._backoff = Backoff(options.ledger_retry_max_s)
@@ -94,12 +98,15 @@ class ComputeAgent:
         )  # fmt: skip
         parts = AgentParts(
             self.host, stores, bus, driver, self.index, self.builds, self.reconciler,
-            self.counters, self._stopped, options.ledger_retry_max_s,
+            self.counters, self._stopped, options.ledger_retry_max_s, self.gate,
         )  # fmt: skip
-        self.placer = Placer(parts, claim_retries)
+        alternates = Alternates(options.max_handbacks, options.handback_pause_s)
+        self.placer = Placer(parts, claim_retries, alternates)
         self.spawner = Spawner(parts)
         self.reconciled = ReconcileReport()  # what the start found
         self._last_beat: float | None = None  # monotonic time of the last heartbeat written
+        self._registered: frozenset[str] | None = None  # the classes the ledger has from us
+        self._registered_at: float | None = None  # monotonic time they were written
         self._came_back = threading.Event()  # silent past the TTL: reconcile everything
 
     # -- life cycle ---------------------------------------------------------------------
@@ -118,8 +125,11 @@ class ComputeAgent:
         self.reconciled = reconcile(self.reconciler)
         self.sync_classes()
         self.heartbeat()
+        self.register_classes()
         self.finish_deletes()  # whatever a previous run of this agent left undone
-        self.consumer = self.bus.consumer(self.host, self.on_message, self.index.fittable())
+        self.consumer = self.gate.open(
+            lambda classes: self.bus.consumer(self.host, self.on_message, classes)
+        )
         self.consumer.start()
         if not self.consumer.wait_ready(ready_timeout_s):
             LOG.warning("agent %s: bus not ready after %.0fs; it keeps trying", self.host,
@@ -141,6 +151,10 @@ class ComputeAgent:
             self._start_task(Periodic(f"{name}-{self.host}", interval_s, fn))
         # Agents started together must not all reconcile at once: the first pass falls
         # somewhere in the second half of the interval.
+        self._register_task = self._start_task(Periodic(
+            f"classes-registry-{self.host}", self.opts.heartbeat_interval_s,
+            self.register_classes,
+        ))  # fmt: skip
         interval_s = self.opts.reconcile_interval_s
         self._reconcile_task = self._start_task(Periodic(
             f"reconcile-{self.host}", interval_s, self.reconcile_pass,
@@ -161,6 +175,7 @@ class ComputeAgent:
             return
         self._stopped.set()
         timeout_s = self.opts.shutdown_timeout_s if timeout_s is None else timeout_s
+        self.gate.close()
         if self.consumer is not None:
             self.consumer.stop(timeout_s)
         self._spawner.shutdown(wait=False, cancel_futures=False)
@@ -175,6 +190,7 @@ class ComputeAgent:
             LOG.warning("agent %s: %d builds unfinished at exit; the janitor requeues them",
                         self.host, len(self.builds))  # fmt: skip
         try:
+            self.stores.agents.set_classes(self.host, ())
             self.stores.agents.forget(self.host)
         except exception.QschedError:
             LOG.warning("agent %s: could not clear its heartbeat", self.host)
@@ -206,9 +222,27 @@ class ComputeAgent:
                         "reconciling every node", self.host, started - last,
                         self.opts.heartbeat_ttl_s)  # fmt: skip
             self.counters["came_back"] += 1
+            self._registered_at = None  # a claim may have dropped us from the consumer sets
             self._came_back.set()
-            if self._reconcile_task is not None:
-                self._reconcile_task.wake()
+            for task in (self._reconcile_task, self._register_task):
+                if task is not None:
+                    task.wake()
+
+    def register_classes(self) -> None:
+        """Tell the ledger the classes this agent has room for, when they changed.
+
+        A claim reads them to know whether a host that already tried a request must
+        hand it back to another (alternates). A periodic task of its own, woken by
+        every transition of the index: one script per burst of changes, off the
+        request path. Written again once per heartbeat TTL whatever changed, since a
+        claim drops a consumer whose heartbeat it found expired.
+        """
+        fittable = self.index.fittable()
+        now, last = time.monotonic(), self._registered_at
+        stale = last is None or now - last >= self.opts.heartbeat_ttl_s
+        if fittable != self._registered or stale:
+            self.stores.agents.set_classes(self.host, fittable)
+            self._registered, self._registered_at = fittable, now
 
     def reconcile_pass(self) -> ReconcileReport:
         """One periodic reconcile: the next slice, or every node after a silence.
@@ -233,13 +267,11 @@ class ComputeAgent:
         self.placer.sync_classes()
 
     def _on_change(self, name: str, fittable: bool) -> None:
-        consumer = self.consumer
-        if consumer is None:
-            return  # before start: the consumer is built with index.fittable()
-        if fittable:
-            consumer.add_class(name)
-        else:
-            consumer.remove_class(name)
+        """The index's transitions (under its lock): the consumer, then the ledger, hear."""
+        self.gate.changed(name, fittable)
+        task = self._register_task
+        if task is not None:
+            task.wake()
 
     # -- messages -----------------------------------------------------------------------
 
@@ -288,6 +320,8 @@ class ComputeAgent:
             # then finds the build in flight or done, and is dropped).
             self._spawner.submit(self.spawner.spawn, msg.instance_uuid)
             delivery.ack()
+        elif isinstance(placed, HandBack):
+            self.placer.hand_back(msg, delivery, placed)
         elif placed is not None and self.placer.still_waiting(msg):
             self.placer.refuse(msg, delivery, placed)
         else:
