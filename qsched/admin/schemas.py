@@ -184,6 +184,9 @@ WHY = obj(
     refusals=array(obj(**_FACT, reason=maybe(STRING), kind=maybe(STRING))),
     conflicts=array(obj(**_FACT, reason=maybe(STRING))),
     spawn_failures=array(obj(**_FACT, reason=maybe(STRING), attempts=maybe(INT))),
+    tried_hosts=array(STRING),
+    handbacks=INT,
+    hand_backs=array(obj(**_FACT, alternate=maybe(STRING), handbacks=maybe(INT))),
     fault=maybe(ANY_OBJECT),
     now=maybe(
         obj(
