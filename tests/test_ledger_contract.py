@@ -327,6 +327,38 @@ class TestClaim:
         assert stores.instances.get(inst).host == "h2"
 
 
+class TestMaintenance:
+    """A disabled or forced-down service takes no new boot, atomically in the claim."""
+
+    @pytest.mark.parametrize(
+        "change, why",
+        [({"disabled": True, "disabled_reason": "new disks"}, "disabled: new disks"),
+         ({"disabled": True}, "disabled"),
+         ({"forced_down": True}, "forced down")],
+    )  # fmt: skip
+    def test_the_claim_refuses_it(self, stores: Stores, change, why) -> None:
+        rp, inst = make_provider(stores), make_instance(stores)
+        stores.agents.register_service("h1")
+        stores.agents.update_service("h1", **change)
+        with pytest.raises(exception.ServiceDisabled) as err:
+            stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1")
+        assert err.value.kwargs == {"host": "h1", "why": why}
+        assert stores.instances.get(inst).host is None
+        assert stores.ledger.get_provider(rp).usages == {}
+        stores.agents.update_service("h1", disabled=False, forced_down=False)
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1")
+        assert stores.instances.get(inst).host == "h1"
+
+    def test_a_claim_it_holds_is_still_its_own(self, stores: Stores) -> None:
+        rp, inst = make_provider(stores), make_instance(stores)
+        stores.agents.register_service("h1")
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1")
+        stores.agents.update_service("h1", disabled=True)
+        assert stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1").already  # a redelivery
+        stores.instances.set_active(inst, "h1", "n1")  # what it runs it keeps
+        assert stores.instances.get(inst).state == State.ACTIVE
+
+
 def failed_once(stores: Stores, host: str = "h-bad", cls: str = "small") -> tuple[str, str]:
     """A provider and an instance of class ``cls`` whose claim ``host`` gave back."""
     rp, inst = make_provider(stores), new_uuid()
@@ -419,6 +451,14 @@ class TestAlternates:
         with pytest.raises(exception.TriedHost):
             claim_with_retries(stores.ledger, inst, {rp: {VCPU: 1}}, "h-bad", "n1")
         assert stores.instances.get(inst).handbacks == 1
+
+    def test_a_disabled_service_is_no_alternate(self, stores: Stores) -> None:
+        rp, inst = failed_once(stores)
+        consumer_of(stores, "h-good", "small")
+        stores.agents.register_service("h-good")
+        stores.agents.update_service("h-good", disabled=True, disabled_reason="maintenance")
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h-bad", "n1")
+        assert stores.instances.get(inst).host == "h-bad"
 
     def test_set_classes_replaces_what_the_agent_said(self, stores: Stores) -> None:
         stores.agents.set_classes("h1", ["small", "large"])

@@ -29,6 +29,7 @@ from qsched.ledger.records import (
     Placement,
     Provider,
     ProviderSpec,
+    Service,
     State,
     TaskState,
     Usage,
@@ -55,6 +56,7 @@ __all__ = [
     "Provider",
     "ProviderSpec",
     "QuotaStore",
+    "Service",
     "State",
     "TaskState",
     "Usage",
@@ -193,6 +195,8 @@ class Ledger(abc.ABC):
 
         :raises InstanceNotFound:
         :raises InstanceNotWaiting: deleted, in error, or claimed by another host.
+        :raises ServiceDisabled: ``host``'s service is disabled or forced down
+            (:meth:`AgentRegistry.update_service`): it takes no new boot.
         :raises TriedHost: ``host`` must hand the request back (``alternate`` names a
             host that can take it, ``handbacks`` how many hand-backs so far).
         :raises: everything :meth:`put_allocations` raises.
@@ -420,15 +424,19 @@ class AgentRegistry(abc.ABC):
     """Which agents are alive, and the scheduling classes and zones they consume."""
 
     @abc.abstractmethod
-    def heartbeat(self, host: str, ttl_s: float, **detail: Any) -> None:
+    def heartbeat(self, host: str, ttl_s: float, **detail: Any) -> Service | None:
         """Say ``host`` is alive for ``ttl_s`` seconds more; ``detail`` is shown to admins.
+
+        Returns the host's service record as operators left it (None: it has none),
+        so that an agent learns it is disabled without another round trip.
 
         :raises BackendUnavailable:
         """
 
     @abc.abstractmethod
     def alive(self, host: str) -> bool:
-        """True while the host's last heartbeat has not expired (O(1)).
+        """True while the host's last heartbeat has not expired and its service is not
+        forced down: Nova's service state "up" (O(1)).
 
         :raises BackendUnavailable:
         """
@@ -450,6 +458,53 @@ class AgentRegistry(abc.ABC):
     @abc.abstractmethod
     def list(self) -> builtins.list[AgentInfo]:
         """Every agent ever seen in the cell, alive or not (admin view: it scans).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def register_service(self, host: str) -> Service:
+        """Make sure ``host`` has a compute service record, and return it: a new one is
+        enabled, not forced down, with a new UUID and the next integer id (O(1)).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def update_service(
+        self,
+        host: str,
+        disabled: bool | None = None,
+        disabled_reason: str | None = None,
+        forced_down: bool | None = None,
+    ) -> Service:
+        """Enable or disable ``host``'s service (a reason with a disable; enabling
+        clears it), force it down or up; None leaves a field as it is. Atomic: once
+        it returns, no claim of the host succeeds while it is disabled or forced down.
+
+        :raises ComputeHostNotFound: the host has no service.
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def service(self, host: str) -> Service:
+        """The service of ``host`` (O(1)).
+
+        :raises ComputeHostNotFound:
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def service_host(self, service_id: str) -> str:
+        """The host of the service whose UUID is ``service_id`` (O(1)).
+
+        :raises ServiceNotFound:
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def services(self) -> builtins.list[Service]:
+        """Every service, by integer id (admin view: it scans).
 
         :raises BackendUnavailable:
         """

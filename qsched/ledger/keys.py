@@ -112,6 +112,17 @@ class Keyspace:
     def agents(self) -> str:
         return f"{self.prefix}agents"
 
+    def service(self, host: str) -> str:
+        return f"{self.prefix}service:{host}"
+
+    @property
+    def service_ids(self) -> str:
+        return f"{self.prefix}service-ids"
+
+    @property
+    def service_seq(self) -> str:
+        return f"{self.prefix}service-seq"
+
     @property
     def classes(self) -> str:
         return f"{self.prefix}classes"

@@ -161,9 +161,35 @@ class Instance:
 
 @dataclasses.dataclass(frozen=True)
 class AgentInfo:
-    """An agent as its last heartbeat left it; ``alive`` until that heartbeat expires."""
+    """An agent as its last heartbeat left it; ``alive`` until that heartbeat expires or
+    an operator forces its service down (Nova's service state "up")."""
 
     host: str
     last_seen: float
     alive: bool
     detail: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Service:
+    """An agent's compute service as operators set it (Nova's ``os-services``).
+
+    ``id`` is its UUID (what microversion 2.53 names it by), ``seq`` the integer id
+    shown before that. A disabled or forced-down service takes no new boot: its
+    agent stops consuming boot requests and the claim refuses it. Forced down, it
+    counts as down whatever its heartbeat says.
+    """
+
+    host: str
+    id: str
+    seq: int
+    disabled: bool = False
+    disabled_reason: str | None = None
+    forced_down: bool = False
+    created_at: float = 0.0
+    updated_at: float | None = None  # when an operator last changed it
+
+    @property
+    def schedulable(self) -> bool:
+        """Whether it may take new boots."""
+        return not (self.disabled or self.forced_down)

@@ -98,6 +98,8 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "flavor_changed": exception.FlavorChanged,
         "not_waiting": exception.InstanceNotWaiting,
         "tried_host": exception.TriedHost,
+        "service_disabled": exception.ServiceDisabled,
+        "service_not_found": exception.ComputeHostNotFound,
         "abandoned": exception.InstanceAbandoned,
     }
 

@@ -4,7 +4,8 @@
 --          project, user, allocations JSON {rp: {rc: n}} (canonical, sorted),
 --          provider generations JSON ("" = not checked), claim ("1" = guard on the
 --          instance record and mark it claimed), host, node, now, max_events,
---          max_handbacks (a claim: how often hosts that tried it may hand it back)
+--          max_handbacks (a claim: how often hosts that tried it may hand it back).
+--          A claim is refused to a host whose service is disabled or forced down.
 local consumer, expected, project, user = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local allocs_json, gens_json, claim = ARGV[6], ARGV[7], ARGV[8] == "1"
 local host, node, now, max_events = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
@@ -15,14 +16,18 @@ local ckey = K.consumer(consumer)
 -- when it is that small, a random sample of it otherwise.
 local SAMPLE = 4
 
--- An agent that consumes class cls now, is alive and is not among the tried hosts,
--- or nil. O(tried hosts + SAMPLE): a member whose heartbeat expired is dropped.
+-- An agent that consumes class cls now, is alive, takes new boots and is not among the
+-- tried hosts, or nil. O(tried hosts + SAMPLE): a member whose heartbeat expired is
+-- dropped.
 local function alternate(cls, tried, ntried)
     local key = K.class_consumers(cls)
     for _, other in ipairs(redis.call("SRANDMEMBER", key, ntried + SAMPLE)) do
         if not tried[other] then
-            if redis.call("EXISTS", K.agent(other)) == 1 then return other end
-            redis.call("SREM", key, other)
+            if redis.call("EXISTS", K.agent(other)) == 0 then
+                redis.call("SREM", key, other)
+            elseif not service_closed(other) then
+                return other
+            end
         end
     end
     return nil
@@ -67,6 +72,9 @@ if claim then
         end
         return fail("not_waiting", {instance = consumer, state = inst[1], host = inst[2] or ""})
     end
+    -- Maintenance: a disabled or forced-down service takes no new boot.
+    local closed = service_closed(host)
+    if closed then return fail("service_disabled", {host = host, why = closed}) end
     if inst[6] then
         local refused = hand_back(ikey, inst[6], inst[7])
         if refused then return refused end
