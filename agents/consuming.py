@@ -1,9 +1,12 @@
-"""Which scheduling classes an agent consumes: those its nodes fit now, less those paused.
+"""Which scheduling classes an agent consumes: those its nodes fit now, less those paused,
+and none while its service is disabled.
 
 The node index says which classes some node fits (:class:`~agents.nodes.NodeIndex`, its
 ``on_change`` transitions); a class is also *paused* for a moment after the agent handed
 a request of it back (alternates, :mod:`agents.placing`): while paused, the broker gives
-that class's requests to the other agents only. :class:`ClassGate` keeps both and tells
+that class's requests to the other agents only. An operator may disable the agent's
+service or force it down (``os-services``): it then consumes no class at all, and keeps
+its host queue (deletes) and what it runs. :class:`ClassGate` keeps all three and tells
 the consumer to add or cancel a queue whenever the answer changes.
 
 Every decision is taken under the gate's own lock and sent to the consumer in that order,
@@ -31,6 +34,7 @@ class ClassGate:
         self._paused: dict[str, threading.Timer] = {}
         self._consumer: Consumer | None = None
         self._closed = False
+        self._enabled = True
 
     def open(self, build: Callable[[frozenset[str]], Consumer]) -> Consumer:
         """Build the consumer with the classes wanted now; later changes go to it."""
@@ -48,6 +52,25 @@ class ClassGate:
         with self._lock:
             return frozenset(self._paused)
 
+    @property
+    def enabled(self) -> bool:
+        """False while the service takes no new boots (disabled, forced down)."""
+        with self._lock:
+            return self._enabled
+
+    def enable(self, enabled: bool) -> None:
+        """Take new boots again, or stop taking any: every class is added or cancelled."""
+        with self._lock:
+            if enabled == self._enabled:
+                return
+            before = self._wanted()
+            self._enabled = enabled
+            after = self._wanted()
+            for name in sorted(before - after):
+                self._tell(name, False)
+            for name in sorted(after - before):
+                self._tell(name, True)
+
     def changed(self, name: str, fittable: bool) -> None:
         """The index's ``on_change``: class ``name`` became fittable or not."""
         with self._lock:
@@ -55,7 +78,7 @@ class ClassGate:
                 self._fittable.add(name)
             else:
                 self._fittable.discard(name)
-            if name not in self._paused:
+            if self._enabled and name not in self._paused:
                 self._tell(name, fittable)
 
     def pause(self, name: str, pause_s: float) -> None:
@@ -73,7 +96,7 @@ class ClassGate:
             earlier = self._paused.pop(name, None)
             if earlier is not None:
                 earlier.cancel()
-            elif name in self._fittable:
+            elif self._enabled and name in self._fittable:
                 self._tell(name, False)
             self._paused[name] = timer
             timer.start()
@@ -92,10 +115,12 @@ class ClassGate:
             if self._paused.get(name) is not threading.current_thread():
                 return  # paused again since, or closed
             del self._paused[name]
-            if name in self._fittable:
+            if self._enabled and name in self._fittable:
                 self._tell(name, True)
 
     def _wanted(self) -> frozenset[str]:
+        if not self._enabled:
+            return frozenset()
         return frozenset(self._fittable.difference(self._paused))
 
     def _tell(self, name: str, consume: bool) -> None:

@@ -18,6 +18,8 @@ hand back  The claim said this host already tried the request (its spawn failed
            here, or its claim was taken back) and another agent that has not can
            take it: requeue the request as it is, and pause its class here for
            ``[agent] handback_pause_s`` so that the broker gives it to another.
+           The claim said this host's service is disabled or forced down: stop
+           consuming boot requests and requeue it (a refusal).
 =========  ==========================================================================
 
 After the claim the spawn runs in a worker (:mod:`agents.spawning`: spawn, settle,
@@ -61,6 +63,13 @@ class Alternates:
 
     max_handbacks: int  # hand-backs of one request before a tried host may claim it
     pause_s: float  # how long a hand-back stops this agent consuming the class
+
+
+@dataclasses.dataclass(frozen=True)
+class Closed:
+    """The claim refused this host: its service takes no new boots (``why``)."""
+
+    why: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,9 +161,9 @@ class Placer:
 
     # -- pick and claim --
 
-    def place(self, msg: BootRequest) -> Pick | Refusal | HandBack | None:
+    def place(self, msg: BootRequest) -> Pick | Refusal | HandBack | Closed | None:
         """Pick and claim a node: the pick, why nothing fits, that this host must hand
-        the request back, or None if nothing is to place.
+        the request back or takes no new boots, or None if nothing is to place.
 
         A node the ledger finds fuller than the index thought is read again and the
         next pick tried, up to :data:`MAX_PICKS`.
@@ -172,6 +181,8 @@ class Placer:
                 continue
             except exception.TriedHost as exc:
                 return HandBack(str(exc.kwargs["alternate"]), int(exc.kwargs["handbacks"]))
+            except exception.ServiceDisabled as exc:
+                return Closed(str(exc))
             return pick
         return self.why_not(msg)
 
@@ -185,6 +196,7 @@ class Placer:
 
         :raises CapacityExceeded: the node is fuller than the index thought.
         :raises TriedHost: this host tried the request and another can take it.
+        :raises ServiceDisabled: this host's service is disabled or forced down.
         """
         parts = self.parts
         try:
@@ -229,6 +241,20 @@ class Placer:
         parts.stores.instances.add_event(
             msg.instance_uuid, "refused", host=parts.host, node=why.node if why else None,
             reason=reason, kind=why.kind.value if why else "none", nodes=len(parts.index),
+        )  # fmt: skip
+        delivery.requeue(msg.requeued().encode())
+
+    def refuse_closed(self, msg: BootRequest, delivery: Delivery, why: Closed) -> None:
+        """This host's service takes no new boots: stop consuming them, requeue this one.
+
+        The heartbeat would say so within its interval; the claim said it first.
+        """
+        parts = self.parts
+        parts.counters["refused"] += 1
+        parts.gate.enable(False)
+        parts.stores.instances.add_event(
+            msg.instance_uuid, "refused", host=parts.host, reason=why.why, kind="service",
+            nodes=len(parts.index),
         )  # fmt: skip
         delivery.requeue(msg.requeued().encode())
 

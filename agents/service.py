@@ -26,6 +26,14 @@ Its index and its driver are kept in line with the ledger by
 :mod:`agents.reconcile`: at start, every ``[agent] reconcile_interval_s`` on a
 slice of its nodes, at once when its heartbeat finds it was silent past the TTL,
 and for a node whose claim the ledger took back under a spawn.
+
+Maintenance: the agent registers its host's compute service at start, and every
+heartbeat answers with what operators set there (``os-services``). While the
+service is disabled or forced down the agent consumes no boot request and tells
+the ledger it has room for nothing (so it is nobody's alternate); the claim refuses
+it anyway, so a request it took just before it learned is requeued. It keeps its
+host queue, finishes its spawns, reconciles and deletes: a maintenance drain, as
+``openstack compute service set --disable`` does to nova-compute.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from agents.consuming import ClassGate
 from agents.nodes import NodeIndex, Pick
-from agents.placing import Admission, Alternates, HandBack, Placer, UnknownClass
+from agents.placing import Admission, Alternates, Closed, HandBack, Placer, UnknownClass
 from agents.reconcile import Reconciler, ReconcileReport, reconcile
 from agents.registration import register_nodes
 from agents.spawning import Spawner
@@ -51,6 +59,7 @@ from qsched import exception, message
 from qsched.bus.base import Bus, Consumer, Delivery
 from qsched.conf import AgentOptions
 from qsched.ledger import Stores, retry
+from qsched.ledger.base import Service
 from qsched.reaper import Periodic, reap_expired
 
 LOG = logging.getLogger(__name__)
@@ -122,6 +131,7 @@ class ComputeAgent:
         for view in views:
             self.index.add_node(view)
             self.placer.sample_node = self.placer.sample_node or view.name
+        self.apply_service(self.stores.agents.register_service(self.host))
         self.reconciled = reconcile(self.reconciler)
         self.sync_classes()
         self.heartbeat()
@@ -204,7 +214,7 @@ class ComputeAgent:
         consumer = self.consumer
         classes = sorted(consumer.classes) if consumer is not None else []
         started = time.monotonic()
-        self.stores.agents.heartbeat(
+        service = self.stores.agents.heartbeat(
             self.host,
             self.opts.heartbeat_ttl_s,
             nodes=len(self.index),
@@ -215,7 +225,9 @@ class ComputeAgent:
             resources={rc: {"used": used, "capacity": cap}
                        for rc, (used, cap) in self.index.totals().items()},
             index_digest=self.index.digest(),
+            service="enabled" if self.gate.enabled else "disabled",
         )  # fmt: skip
+        self.apply_service(service)
         last, self._last_beat = self._last_beat, started
         if last is not None and started - last > self.opts.heartbeat_ttl_s:
             LOG.warning("agent %s: silent for %.1fs, past its heartbeat TTL of %.1fs; "
@@ -228,6 +240,27 @@ class ComputeAgent:
                 if task is not None:
                     task.wake()
 
+    def apply_service(self, service: Service | None) -> None:
+        """Take new boots or not, as the host's service says (None: no record, take them).
+
+        Disabled or forced down: the consumer drops every class and the ledger hears
+        that this agent has room for nothing; what runs stays, deletes go on.
+        """
+        schedulable = service is None or service.schedulable
+        if schedulable == self.gate.enabled:
+            return
+        if schedulable:
+            LOG.info("agent %s: service enabled, taking new boots again", self.host)
+        else:
+            why = "forced down" if service and service.forced_down else "disabled"
+            reason = f" ({service.disabled_reason})" if service and service.disabled_reason else ""
+            LOG.warning("agent %s: service %s%s: no new boots; what runs stays, deletes go "
+                        "on", self.host, why, reason)  # fmt: skip
+        self.gate.enable(schedulable)
+        task = self._register_task
+        if task is not None:
+            task.wake()
+
     def register_classes(self) -> None:
         """Tell the ledger the classes this agent has room for, when they changed.
 
@@ -237,7 +270,7 @@ class ComputeAgent:
         request path. Written again once per heartbeat TTL whatever changed, since a
         claim drops a consumer whose heartbeat it found expired.
         """
-        fittable = self.index.fittable()
+        fittable = self.index.fittable() if self.gate.enabled else frozenset()
         now, last = time.monotonic(), self._registered_at
         stale = last is None or now - last >= self.opts.heartbeat_ttl_s
         if fittable != self._registered or stale:
@@ -322,6 +355,8 @@ class ComputeAgent:
             delivery.ack()
         elif isinstance(placed, HandBack):
             self.placer.hand_back(msg, delivery, placed)
+        elif isinstance(placed, Closed):
+            self.placer.refuse_closed(msg, delivery, placed)
         elif placed is not None and self.placer.still_waiting(msg):
             self.placer.refuse(msg, delivery, placed)
         else:

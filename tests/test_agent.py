@@ -12,7 +12,7 @@ from qsched.ledger.audit import audit
 from qsched.ledger.base import State, Usage
 from qsched.message import BootRequest
 from qsched.reaper import NO_VALID_HOST, reap_expired
-from tests.helpers import wait_until
+from tests.helpers import RecordingDelivery, wait_until
 
 USER = RequestContext.for_project("u1", "p1")
 
@@ -63,27 +63,6 @@ def test_an_agent_without_a_zone_registers_none(conf, stores, bus, agents) -> No
     conf.set_override("availability_zone", "", group="agent")
     agents.append(make_agent(conf, stores, bus, "cn0"))
     assert stores.agents.zones() == set()
-
-
-class RecordingDelivery:
-    """A delivery handed straight to the agent: records how it was settled."""
-
-    queue = "qsched.boot.small"
-    routing_key = "boot.small"
-    redelivered = False
-    headers: dict = {}
-
-    def __init__(self) -> None:
-        self.settled: list[tuple[str, object]] = []
-
-    def ack(self) -> None:
-        self.settled.append(("ack", None))
-
-    def requeue(self, new_body: bytes) -> None:
-        self.settled.append(("requeue", BootRequest.decode(new_body)))
-
-    def reject(self, reason: str) -> None:
-        self.settled.append(("reject", reason))
 
 
 def test_full_cloud_stops_consuming_and_the_deadline_ends_it(

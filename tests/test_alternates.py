@@ -278,3 +278,15 @@ def test_no_pause_of_zero_seconds() -> None:
     gate, consumer = open_gate("small")
     gate.pause("small", 0)
     assert consumer.told == [] and gate.paused() == set()
+
+
+def test_a_disabled_gate_consumes_nothing_and_comes_back_as_it_was() -> None:
+    gate, consumer = open_gate("small", "big")
+    gate.pause("big", 0.1)
+    gate.enable(False)
+    assert consumer.classes == set() and gate.wanted() == set()
+    gate.changed("tiny", True)  # learned while disabled: not consumed yet
+    assert wait_until(lambda: not gate.paused(), timeout_s=2)
+    assert consumer.classes == set()
+    gate.enable(True)
+    assert consumer.classes == {"small", "big", "tiny"}
