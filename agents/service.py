@@ -131,7 +131,8 @@ class ComputeAgent:
         for view in views:
             self.index.add_node(view)
             self.placer.sample_node = self.placer.sample_node or view.name
-        self.apply_service(self.stores.agents.register_service(self.host))
+        zone = self.opts.availability_zone or None
+        self.apply_service(self.stores.agents.register_service(self.host, zone))
         self.reconciled = reconcile(self.reconciler)
         self.sync_classes()
         self.heartbeat()

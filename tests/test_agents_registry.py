@@ -63,8 +63,9 @@ def test_a_service_is_registered_once_and_enabled(stores: Stores) -> None:
     )  # fmt: skip
     assert str(uuid.UUID(first.id)) == first.id
     assert stores.agents.register_service("cn1") == first  # a restart keeps its id
-    second = stores.agents.register_service("cn2")
-    assert second.seq == 2 and second.id != first.id
+    second = stores.agents.register_service("cn2", "az1")
+    assert (second.seq, second.zone, first.zone) == (2, "az1", None) and second.id != first.id
+    assert stores.agents.register_service("cn2").zone is None  # restarted in no zone
     assert stores.agents.heartbeat("cn1", ttl_s=60) == first
     assert stores.agents.service_host(first.id) == "cn1"
     assert [s.host for s in stores.agents.services()] == ["cn1", "cn2"]

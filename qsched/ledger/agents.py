@@ -14,7 +14,7 @@ from qsched.ledger.redis import RedisStore, maps_errors, text, text_map
 
 #: The fields of a service record, in the order they are read.
 _SERVICE_FIELDS = ("id", "seq", "disabled", "disabled_reason", "forced_down", "created_at",
-                   "updated_at")  # fmt: skip
+                   "updated_at", "zone")  # fmt: skip
 
 
 @maps_errors
@@ -73,11 +73,11 @@ class RedisAgents(AgentRegistry):
             infos.append(AgentInfo(text(host), float(score), alive, detail))
         return infos
 
-    def register_service(self, host: str) -> Service:
-        """Make sure ``host`` has a service record and return it (O(1))."""
+    def register_service(self, host: str, availability_zone: str | None = None) -> Service:
+        """Make sure ``host`` has a service record, in its zone now, and return it (O(1))."""
         result = self.store.run(
             "service_register", self.keys.service(host), host, str(uuidlib.uuid4()),
-            self.store.now(),
+            availability_zone or "", self.store.now(),
         )  # fmt: skip
         return _service_from_reply(result)
 
@@ -161,7 +161,7 @@ def _service(host: str, raw: Iterable[Any]) -> Service | None:
     return Service(
         host, values["id"], int(values["seq"] or 0), values["disabled"] == "1",
         values["disabled_reason"], values["forced_down"] == "1",
-        float(values["created_at"] or 0), _float(values["updated_at"]),
+        float(values["created_at"] or 0), _float(values["updated_at"]), values["zone"],
     )  # fmt: skip
 
 
@@ -170,6 +170,7 @@ def _service_from_reply(result: Mapping[str, Any]) -> Service:
         str(result["host"]), str(result["id"]), int(result["seq"]), bool(result["disabled"]),
         result.get("disabled_reason"), bool(result["forced_down"]),
         float(result.get("created_at") or 0), _float(result.get("updated_at")),
+        result.get("zone"),
     )  # fmt: skip
 
 

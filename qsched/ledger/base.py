@@ -463,9 +463,10 @@ class AgentRegistry(abc.ABC):
         """
 
     @abc.abstractmethod
-    def register_service(self, host: str) -> Service:
+    def register_service(self, host: str, availability_zone: str | None = None) -> Service:
         """Make sure ``host`` has a compute service record, and return it: a new one is
-        enabled, not forced down, with a new UUID and the next integer id (O(1)).
+        enabled, not forced down, with a new UUID and the next integer id; every one is
+        in the zone given now (None: none). O(1).
 
         :raises BackendUnavailable:
         """

@@ -188,6 +188,7 @@ class Service:
     forced_down: bool = False
     created_at: float = 0.0
     updated_at: float | None = None  # when an operator last changed it
+    zone: str | None = None  # the agent's availability zone when it last started
 
     @property
     def schedulable(self) -> bool:

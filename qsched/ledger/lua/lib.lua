@@ -176,11 +176,11 @@ end
 -- the strings stored, which JSON numbers would round), or nil.
 local function service_record(host)
     local f = redis.call("HMGET", K.service(host), "id", "seq", "disabled", "disabled_reason",
-                         "forced_down", "created_at", "updated_at")
+                         "forced_down", "created_at", "updated_at", "zone")
     if not f[1] then return nil end
     return {host = host, id = f[1], seq = tonumber(f[2]), disabled = f[3] == "1",
             disabled_reason = f[4] or nil, forced_down = f[5] == "1",
-            created_at = f[6] or nil, updated_at = f[7] or nil}
+            created_at = f[6] or nil, updated_at = f[7] or nil, zone = f[8] or nil}
 end
 
 -- Why a host's service takes no new boots ("disabled: <reason>", "forced down"), or nil.
