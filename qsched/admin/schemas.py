@@ -231,6 +231,19 @@ FLAVOR = obj(
     is_public=BOOL,
 )
 FLAVORS = array(FLAVOR)
+SERVICE = obj(
+    seq=INT,
+    uuid=STRING,
+    host=STRING,
+    binary={"const": "nova-compute"},
+    zone=maybe(STRING),
+    status={"enum": ["enabled", "disabled"]},
+    state={"enum": ["up", "down"]},
+    forced_down=BOOL,
+    reported_at=maybe(NUMBER),
+    disabled_reason=maybe(STRING),
+)
+SERVICES = array(SERVICE)
 
 TOP_FRAME = obj(
     time=NUMBER,

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from oslo_policy import policy
 
-from qsched.policies import base, flavors, servers
+from qsched.policies import base, flavors, servers, services
 
 
 def list_rules() -> list[policy.RuleDefault]:
     """Every rule qsched enforces, with its default."""
-    return [*base.list_rules(), *servers.list_rules(), *flavors.list_rules()]
+    return [
+        *base.list_rules(),
+        *servers.list_rules(),
+        *flavors.list_rules(),
+        *services.list_rules(),
+    ]
