@@ -7,10 +7,13 @@ ledgers (the ``stores`` fixture).
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
+from qsched import janitor
 from qsched.conf import AgentOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
@@ -110,3 +113,27 @@ def test_a_forced_down_agent_is_down(conf, stores, bus, api, agents) -> None:
     assert stores.agents.alive("cn0")
     assert wait_until(lambda: cn0.consumer.classes == {"small"}, timeout_s=5)
     assert state(stores, active(stores, api, "again")) == State.ACTIVE
+
+
+def test_the_janitor_takes_back_what_a_forced_down_host_was_building(
+    conf, stores, bus, api, agents
+) -> None:
+    held = threading.Event()
+    cn0 = start_agent(conf, stores, bus, "cn0")
+    agents.append(cn0)
+    cn0.driver.spawn_hook = lambda instance, node: held.wait(20)
+    building = api.boot(USER, "vm", "small").uuid
+    assert wait_until(lambda: stores.instances.building("cn0") == {building}, timeout_s=10)
+    cn1 = start_agent(conf, stores, bus, "cn1")
+    agents.append(cn1)
+    stores.agents.update_service("cn0", forced_down=True)
+    report = janitor.run(stores, bus)  # cn0 still heartbeats: forced down is down
+    assert (report.dead_agents, report.requeued) == (["cn0"], [building])
+    assert wait_until(lambda: state(stores, building) == State.ACTIVE, timeout_s=10)
+    record = stores.instances.get(building)
+    assert (record.host, record.tried_hosts) == ("cn1", ("cn0",))
+    held.set()  # cn0's spawn ends: the ledger no longer lets it settle, it destroys the VM
+    assert wait_until(lambda: cn0.driver.list_instances("cn0-0") == [], timeout_s=10)
+    assert wait_until(lambda: not cn0.builds, timeout_s=10)
+    report = audit(stores)
+    assert report.ok, report.to_dict()
