@@ -23,10 +23,12 @@ def register_nodes(
     availability_zone: str | None,
     aggregates: Iterable[str],
     batch: int = BATCH,
+    host: str | None = None,
 ) -> list[NodeView]:
     """Create or update every provider of ``nodes``; their views with current usages.
 
-    Aggregates go on root providers; a batch never splits a node's tree.
+    Aggregates go on root providers, with those the aggregate API put ``host`` in;
+    a batch never splits a node's tree.
     """
     aggs = frozenset(aggregates)
     views: list[NodeView] = []
@@ -34,17 +36,21 @@ def register_nodes(
     for node in nodes:
         chunk.append(node)
         if sum(len(n.providers) for n in chunk) >= batch:
-            views += _register(ledger, chunk, availability_zone, aggs)
+            views += _register(ledger, chunk, availability_zone, aggs, host)
             chunk = []
-    return views + _register(ledger, chunk, availability_zone, aggs)
+    return views + _register(ledger, chunk, availability_zone, aggs, host)
 
 
 def _register(
-    ledger: Ledger, nodes: list[NodeInfo], zone: str | None, aggs: frozenset[str]
+    ledger: Ledger,
+    nodes: list[NodeInfo],
+    zone: str | None,
+    aggs: frozenset[str],
+    host: str | None,
 ) -> list[NodeView]:
     specs = [
         ProviderSpec(p.uuid, p.name, p.inventories, p.traits,
-                     aggs if p.parent_uuid is None else frozenset(), p.parent_uuid)
+                     aggs if p.parent_uuid is None else frozenset(), p.parent_uuid, host)
         for node in nodes
         for p in node.providers
     ]  # fmt: skip

@@ -124,7 +124,7 @@ class ComputeAgent:
         """Register the nodes and their zone, learn the classes, consume and heartbeat."""
         views = register_nodes(
             self.stores.ledger, self.driver.nodes(), self.opts.availability_zone,
-            self.opts.aggregates,
+            self.opts.aggregates, host=self.opts.host,
         )  # fmt: skip
         if self.opts.availability_zone:  # the API accepts boots only in registered zones
             self.stores.agents.add_zone(self.opts.availability_zone)

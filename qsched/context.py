@@ -10,6 +10,7 @@ reads it; noauth2 (:mod:`qsched.api.auth`) builds one from its test token.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -24,11 +25,33 @@ class RequestContext(context.RequestContext):
     """The caller of one request (see the module docstring).
 
     Behind either authentication a context always names a user and a project.
+    ``catalog_json``: the service catalog that came with a Keystone token
+    (keystonemiddleware's ``X-Service-Catalog``), read when a client of another
+    service needs it (:attr:`service_catalog`).
     """
 
     user_id: str
     project_id: str
     is_admin: bool
+
+    def __init__(self, *args: Any, catalog_json: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.catalog_json = catalog_json
+
+    @property
+    def service_catalog(self) -> list[dict[str, Any]]:
+        """The token's service catalog, in the v2 form auth_token passes on; [] without one."""
+        if not self.catalog_json:
+            return []
+        try:
+            catalog = json.loads(self.catalog_json)
+        except ValueError:
+            return []
+        return (
+            [entry for entry in catalog if isinstance(entry, dict)]
+            if isinstance(catalog, list)
+            else []
+        )
 
     @classmethod
     def for_project(

@@ -161,7 +161,11 @@ class FlavorChanged(Conflict):
 
 
 class BackendUnavailable(QschedError):
+    """A service qsched depends on did not answer (503); ``service`` says which, in the
+    words a caller may see (never where it is)."""
+
     msg_fmt = "{backend} at {url} is unreachable: {reason}"
+    service = "the ledger"
 
 
 class Forbidden(QschedError):

@@ -9,6 +9,10 @@ Pure functions, no I/O. Extra specs follow Nova's syntax::
     trait1:CUSTOM_FAST=forbidden
     group_policy=isolate|none
 
+    aggregate_instance_extra_specs:ssd=true
+                                land in an aggregate whose metadata has ssd=true
+                                (qsched.aggregates; exact values only)
+
 Other namespaces (hw:, hw_rng:, ...) are carried but not interpreted here.
 """
 
@@ -26,6 +30,9 @@ from qsched.resources import DISK_GB, MEMORY_MB, VCPU, check_resource_class, che
 _RESOURCES = re.compile(r"^resources(\d*):(.+)$")
 _TRAIT = re.compile(r"^trait(\d*):(.+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: Flavor extra specs matched against host aggregate metadata (qsched.aggregates).
+AGGREGATE_SPEC_PREFIX = "aggregate_instance_extra_specs:"
+_SPEC_OPERATOR = re.compile(r"^(<\w+>|s?==|!=|>=|<=|s!=|s>=|s<=|s<|s>)(\s|$)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +119,8 @@ def request_groups(flavor: Flavor) -> tuple[RequestGroup, ...]:
             target.setdefault(suffix, set()).add(check_trait(trait))
         elif key == "group_policy" and value not in ("isolate", "none"):
             raise exception.Invalid(reason=f"group_policy={value!r}: use isolate or none")
+        elif key.startswith(AGGREGATE_SPEC_PREFIX):
+            _check_aggregate_spec(key, str(value))
     suffixes = sorted(set(resources) | set(required) | set(forbidden), key=lambda s: (s != "", s))
     groups = []
     for suffix in suffixes:
@@ -129,6 +138,22 @@ def request_groups(flavor: Flavor) -> tuple[RequestGroup, ...]:
     return tuple(groups)
 
 
+def _check_aggregate_spec(key: str, value: str) -> None:
+    """An ``aggregate_instance_extra_specs:<key>=<value>`` qsched can match: an exact value.
+
+    :raises Invalid: nothing after the prefix, or a value with one of the operators
+        Nova's filter knows (``<in>``, ``<or>``, ``s==``, ``>=``, ...), which qsched
+        does not evaluate.
+    """
+    if not key[len(AGGREGATE_SPEC_PREFIX) :]:
+        raise exception.Invalid(reason=f"{key!r} names no aggregate metadata key")
+    if _SPEC_OPERATOR.match(value.strip()):
+        raise exception.Invalid(
+            reason=f"{key}={value!r}: qsched matches aggregate metadata by exact value only; "
+            "drop the operator"
+        )
+
+
 def _spec_amount(key: str, value: object) -> int:
     try:
         amount = int(str(value))
@@ -141,17 +166,32 @@ def _spec_amount(key: str, value: object) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Constraints:
-    """What a request adds to its flavor: zone, image traits, aggregate membership."""
+    """What a request adds to its flavor: zone, image traits, aggregate membership.
+
+    Aggregates as Placement's ``member_of`` has them: ``member_of`` lists aggregates a
+    node must be in, every one (repeated ``member_of=<uuid>``); each group of
+    ``member_of_any`` needs one of its aggregates (``member_of=in:<a>,<b>``; an empty
+    group matches nothing); a node in any of ``forbidden_aggregates`` is refused
+    (``member_of=!in:<a>,<b>``).
+    """
 
     availability_zone: str | None = None
     required_traits: frozenset[str] = frozenset()
     forbidden_traits: frozenset[str] = frozenset()
     member_of: frozenset[str] = frozenset()
+    member_of_any: tuple[frozenset[str], ...] = ()
+    forbidden_aggregates: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        # One order for the groups, so that equal constraints compare and hash equal.
+        groups = tuple(sorted({frozenset(g) for g in self.member_of_any}, key=sorted))
+        object.__setattr__(self, "member_of_any", groups)
 
     def __bool__(self) -> bool:
         return bool(self.availability_zone) or any(
-            (self.required_traits, self.forbidden_traits, self.member_of)
-        )
+            (self.required_traits, self.forbidden_traits, self.member_of, self.member_of_any,
+             self.forbidden_aggregates)
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (names sorted, so equal constraints give equal maps)."""
@@ -160,6 +200,8 @@ class Constraints:
             "required_traits": sorted(self.required_traits),
             "forbidden_traits": sorted(self.forbidden_traits),
             "member_of": sorted(self.member_of),
+            "member_of_any": [sorted(group) for group in self.member_of_any],
+            "forbidden_aggregates": sorted(self.forbidden_aggregates),
         }
 
     @classmethod
@@ -168,23 +210,31 @@ class Constraints:
 
         :raises Invalid: a zone that is not a string, or names that are not a list of strings.
         """
+        groups = raw.get("member_of_any") or ()
+        if isinstance(groups, str | bytes):
+            raise exception.Invalid(reason=f"member_of_any {groups!r} is not a list of lists")
         return cls(
             availability_zone=_zone(raw.get("availability_zone")),
             required_traits=_names("required_traits", raw.get("required_traits")),
             forbidden_traits=_names("forbidden_traits", raw.get("forbidden_traits")),
             member_of=_names("member_of", raw.get("member_of")),
+            member_of_any=tuple(_names("member_of_any", group) for group in groups),
+            forbidden_aggregates=_names("forbidden_aggregates", raw.get("forbidden_aggregates")),
         )
 
     def digest(self) -> str:
         """A short hash, stable across processes and releases."""
-        canonical = "|".join(
-            [
-                self.availability_zone or "",
-                ",".join(sorted(self.required_traits)),
-                ",".join(sorted(self.forbidden_traits)),
-                ",".join(sorted(self.member_of)),
-            ]
-        )
+        parts = [
+            self.availability_zone or "",
+            ",".join(sorted(self.required_traits)),
+            ",".join(sorted(self.forbidden_traits)),
+            ",".join(sorted(self.member_of)),
+        ]
+        # Added later: only present when used, so that older classes keep their names.
+        if self.member_of_any or self.forbidden_aggregates:
+            parts.append(";".join(",".join(sorted(g)) for g in self.member_of_any))
+            parts.append(",".join(sorted(self.forbidden_aggregates)))
+        canonical = "|".join(parts)
         return hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
 

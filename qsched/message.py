@@ -29,7 +29,7 @@ from qsched.flavors import Constraints, Flavor
 from qsched.scheduling.classes import class_name
 
 MAJOR_VERSION = 1
-BOOT_VERSION = "1.1"  # 1.1: global_request_id
+BOOT_VERSION = "1.2"  # 1.1: global_request_id; 1.2: member_of_any, forbidden_aggregates
 DELETE_VERSION = "1.0"
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_NAME_CHARS = 255
@@ -109,6 +109,12 @@ def _uuids(value: Any) -> tuple[str, ...]:
     raise _Bad(f"a list of at most {MAX_LIST_ITEMS} UUIDs")
 
 
+def _uuid_groups(value: Any) -> tuple[tuple[str, ...], ...]:
+    if type(value) is list and len(value) <= MAX_LIST_ITEMS:
+        return tuple(_uuids(group) for group in value)
+    raise _Bad(f"a list of at most {MAX_LIST_ITEMS} lists of UUIDs")
+
+
 _FLAVOR_SIZES = (("vcpus", 1), ("ram_mb", 1), ("disk_gb", 0))
 
 
@@ -186,6 +192,8 @@ class BootRequest(_Message):
     required_traits: tuple[str, ...] = ()
     forbidden_traits: tuple[str, ...] = ()
     member_of: tuple[str, ...] = ()  # aggregate UUIDs: a node must be in all of them
+    member_of_any: tuple[tuple[str, ...], ...] = ()  # and in one of each group
+    forbidden_aggregates: tuple[str, ...] = ()  # and in none of these
     availability_zone: str | None = None
     tried_hosts: tuple[str, ...] = ()  # hosts that claimed it and gave it back, in order
     global_request_id: str | None = None  # the caller's X-OpenStack-Request-ID
@@ -207,6 +215,8 @@ class BootRequest(_Message):
         ("required_traits", _names, False),
         ("forbidden_traits", _names, False),
         ("member_of", _uuids, False),
+        ("member_of_any", _uuid_groups, False),
+        ("forbidden_aggregates", _uuids, False),
         ("availability_zone", _optional_name, False),
         ("tried_hosts", _names, False),
         ("global_request_id", _optional_name, False),
@@ -282,6 +292,8 @@ class BootRequest(_Message):
             required_traits=frozenset(self.required_traits),
             forbidden_traits=frozenset(self.forbidden_traits),
             member_of=frozenset(self.member_of),
+            member_of_any=tuple(frozenset(group) for group in self.member_of_any),
+            forbidden_aggregates=frozenset(self.forbidden_aggregates),
         )
 
     def to_flavor(self) -> Flavor:
@@ -317,7 +329,11 @@ class DeleteRequest(_Message):
 def constraint_fields(constraints: Constraints) -> dict[str, Any]:
     """The fields of a boot request that carry ``constraints`` (names sorted)."""
     wire = constraints.to_dict()
-    return {key: tuple(value) if isinstance(value, list) else value for key, value in wire.items()}
+    fields = {
+        key: tuple(value) if isinstance(value, list) else value for key, value in wire.items()
+    }
+    fields["member_of_any"] = tuple(tuple(group) for group in wire["member_of_any"])
+    return fields
 
 
 _KINDS: dict[str, type[_Message]] = {

@@ -21,6 +21,7 @@ from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.net import LOOPBACK, free_port
+from qsched.stack.glance import GlanceFailed, GlanceServer
 from qsched.stack.keystone import KeystoneFailed, KeystoneServer, User
 
 REDIS_URL = os.environ.get("QSCHED_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
@@ -134,7 +135,7 @@ def keystone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeystoneCloud
         require_server("Keystone", server.url, exc, "install it: pip install -e '.[test]'")
     try:
         api_port = free_port()
-        server.register_compute(f"http://{LOOPBACK}:{api_port}/v2.1")
+        server.register_service("compute", "qsched", f"http://{LOOPBACK}:{api_port}/v2.1")
         users = {
             "member_a": server.create_user("member_a", "pa", ("member",)),
             "reader_a": server.create_user("reader_a", "pa", ("reader",)),
@@ -143,5 +144,52 @@ def keystone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeystoneCloud
             "admin": server.admin,
         }
         yield KeystoneCloud(server, api_port, users, time.monotonic() - started)
+    finally:
+        server.stop()
+
+
+#: The images of the ``glance`` fixture: name -> (owner, visibility, upload, fields).
+GLANCE_IMAGES = {
+    "plain": ("admin", "public", True, {}),
+    "avx": ("admin", "public", True, {"trait:HW_CPU_X86_AVX2": "required"}),
+    "big": ("admin", "public", True, {"min_ram": 8192, "min_disk": 40}),
+    "private_b": ("member_b", "private", True, {}),
+    "queued": ("admin", "public", False, {}),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class GlanceCloud:
+    """A real Glance in ``keystone``'s catalog (service type ``image``), with the images
+    of :data:`GLANCE_IMAGES` by name; ``started_s``: how long the fixture took."""
+
+    server: GlanceServer
+    images: dict[str, str]
+    started_s: float
+
+
+@pytest.fixture(scope="session")
+def glance(
+    keystone: KeystoneCloud, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GlanceCloud]:
+    """A real Glance on SQLite and a file store for the whole session (about 6 s).
+
+    Skipped with the reason where it cannot start; a failure under CI=true.
+    """
+    started = time.monotonic()
+    service = keystone.server.create_user("glance", "service", ("service",))
+    server = GlanceServer(Path(tmp_path_factory.mktemp("glance")), keystone.server.url, service)
+    try:
+        server.start()
+    except (GlanceFailed, OSError, subprocess.SubprocessError) as exc:
+        require_server("Glance", server.url, exc, "install it: pip install -e '.[test]'")
+    try:
+        keystone.server.register_service("image", "glance", server.url)
+        images = {}
+        for name, (owner, visibility, upload, fields) in GLANCE_IMAGES.items():
+            session = keystone.server.session(keystone.users[owner])
+            image = server.create_image(session, name, visibility, upload, **fields)
+            images[name] = image["id"]
+        yield GlanceCloud(server, images, time.monotonic() - started)
     finally:
         server.stop()

@@ -187,6 +187,24 @@ def test_aggregates_all_required_on_the_root() -> None:
     assert refusal.aggregate == AGG_B
 
 
+def test_aggregate_groups_need_one_each_and_forbidden_ones_none() -> None:
+    node = flat(aggregates=frozenset({AGG_A}))
+    either = Constraints(member_of_any=(frozenset({AGG_A, AGG_B}),))
+    assert not isinstance(fit(node, SMALL, either), Refusal)
+    other = Constraints(member_of_any=(frozenset({AGG_A, AGG_B}), frozenset({AGG_B})))
+    refusal = refused(fit(node, SMALL, other), RefusalKind.AGGREGATE)
+    assert refusal.reason == f"cn1 is in none of the aggregates {AGG_B}"
+    nothing = refused(fit(node, SMALL, Constraints(member_of_any=(frozenset(),))),
+                      RefusalKind.AGGREGATE)  # fmt: skip
+    assert "no aggregate matched the request" in nothing.reason
+    barred = Constraints(forbidden_aggregates=frozenset({AGG_A}))
+    refusal = refused(fit(node, SMALL, barred), RefusalKind.AGGREGATE)
+    assert refusal.reason == f"cn1 is in aggregate {AGG_A}, which the request may not use"
+    assert not isinstance(
+        fit(flat(), SMALL, Constraints(forbidden_aggregates=frozenset({AGG_A}))), Refusal
+    )
+
+
 def test_children_inherit_nothing_but_root_membership_counts() -> None:
     child = gpu("g0")
     root = flat(aggregates=frozenset({AGG_A})).root

@@ -66,13 +66,14 @@ class KeystoneAPI:
         return answer.json()["server"]
 
 
-def keystone_conf(cloud: KeystoneCloud, directory: Path) -> Path:
+def keystone_conf(cloud: KeystoneCloud, directory: Path, **api: Any) -> Path:
+    """A qsched.conf for an API behind ``cloud``'s Keystone; ``api``: more ``[api]`` options."""
     service = cloud.users["service"]
     path = directory / "qsched.conf"
     path.write_text(
         ini_text(
             {
-                "api": {"auth_strategy": "keystone", "flavor": ["small:1:512:0"]},
+                "api": {"auth_strategy": "keystone", "flavor": ["small:1:512:0"], **api},
                 "keystone_authtoken": {
                     "www_authenticate_uri": cloud.server.url,
                     "auth_url": cloud.server.url,

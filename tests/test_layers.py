@@ -24,9 +24,10 @@ FLOORS: list[tuple[str, ...]] = [
      "qsched.context", "qsched.policies"),
     # the ledger's interfaces and values, which everything above may name
     ("qsched.flavors", "qsched.ledger.base", "qsched.ledger.records", "qsched.ledger.keys",
-     "qsched.ledger.backend", "qsched.ledger.inspection", "qsched.policy", "qsched.images"),
+     "qsched.ledger.backend", "qsched.ledger.inspection", "qsched.policy", "qsched.images",
+     "qsched.aggregates"),
     ("qsched.scheduling", "qsched.message"),  # the contract between front door and agents
-    ("qsched.ledger", "qsched.bus"),  # the backends
+    ("qsched.ledger", "qsched.bus", "qsched.glance"),  # the backends
     ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "qsched.services",
      "agents"),
     ("qsched.api", "qsched.admin"),  # the edges

@@ -86,7 +86,7 @@ class TestRoundTrip:
     def test_wire_has_kind_and_version(self) -> None:
         data = wire(boot())
         assert data["kind"] == "boot"
-        assert data["version"] == "1.1"  # 1.1 added global_request_id
+        assert data["version"] == "1.2"  # 1.1: global_request_id; 1.2: aggregate groups
 
     def test_a_1_0_request_reads_with_no_global_request_id(self) -> None:
         data = wire(boot())
@@ -94,6 +94,21 @@ class TestRoundTrip:
         del data["global_request_id"]
         old = decode(msgpack.packb(data, use_bin_type=True))
         assert isinstance(old, BootRequest) and old.global_request_id is None
+
+    def test_a_1_1_request_reads_with_no_aggregate_groups(self) -> None:
+        data = wire(boot())
+        data["version"] = "1.1"
+        del data["member_of_any"], data["forbidden_aggregates"]
+        old = decode(msgpack.packb(data, use_bin_type=True))
+        assert isinstance(old, BootRequest)
+        assert (old.member_of_any, old.forbidden_aggregates) == ((), ())
+
+    def test_aggregate_groups_must_be_lists_of_uuids(self) -> None:
+        for bad in (["a"], [[1]], "x", [["not-a-uuid"]]):
+            data = wire(boot())
+            data["member_of_any"] = bad
+            with pytest.raises(PoisonMessage, match="member_of_any"):
+                decode(msgpack.packb(data, use_bin_type=True))
 
     def test_accepts_bytearray_and_memoryview(self) -> None:
         data = boot().encode()

@@ -24,6 +24,8 @@ CONSTRAINTS = Constraints(
     required_traits=frozenset({"CUSTOM_IMAGE_B", "CUSTOM_IMAGE_A"}),
     forbidden_traits=frozenset({"CUSTOM_SLOW"}),
     member_of=frozenset({AGGREGATE}),
+    member_of_any=(frozenset({"7f9619ff-8b86-d011-b42d-00c04fc964ff", AGGREGATE}),),
+    forbidden_aggregates=frozenset({"8f9619ff-8b86-d011-b42d-00c04fc964ff"}),
 )
 
 
@@ -75,6 +77,9 @@ def test_class_definition_round_trip_through_json() -> None:
         {"flavor": {"name": "m1.small"}},
         {"flavor": FLAVOR.to_dict(), "constraints": {"required_traits": "CUSTOM_A"}},
         {"flavor": FLAVOR.to_dict(), "constraints": {"member_of": [1]}},
+        {"flavor": FLAVOR.to_dict(), "constraints": {"member_of_any": ["a"]}},
+        {"flavor": FLAVOR.to_dict(), "constraints": {"member_of_any": "ab"}},
+        {"flavor": FLAVOR.to_dict(), "constraints": {"forbidden_aggregates": [2]}},
         {"flavor": FLAVOR.to_dict(), "constraints": {"availability_zone": 3}},
         {"flavor": {**FLAVOR.to_dict(), "extra_specs": {"trait:X": "maybe"}}},
     ],
@@ -100,6 +105,11 @@ FIELD_VALUES = {
     "required_traits": ("CUSTOM_Z",),
     "forbidden_traits": ("CUSTOM_Y", "CUSTOM_YY"),
     "member_of": ("0b0e8a5c-2f38-4d1e-9c35-6f1b0f4f1d2b",),
+    "member_of_any": (
+        ("0b0e8a5c-2f38-4d1e-9c35-6f1b0f4f1d2c", "0b0e8a5c-2f38-4d1e-9c35-6f1b0f4f1d2d"),
+        ("0b0e8a5c-2f38-4d1e-9c35-6f1b0f4f1d2e",),
+    ),
+    "forbidden_aggregates": ("0b0e8a5c-2f38-4d1e-9c35-6f1b0f4f1d2f",),
     "availability_zone": "az9",
     "tried_hosts": ("cn1", "cn2"),
     "global_request_id": "req-6f9619ff-8b86-d011-b42d-00c04fc964ff",

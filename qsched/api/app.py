@@ -31,12 +31,13 @@ from qsched.api import API_VERSION, PREFIX, auth, base_url, keystone, microversi
 from qsched.api import flavors as flavor_handlers
 from qsched.api import servers as server_handlers
 from qsched.api import services as service_handlers
-from qsched.bus.base import Bus, BusUnavailable
+from qsched.bus.base import Bus
 from qsched.compute import ComputeAPI, Publisher
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
 from qsched.conf.keystone import auth_token_conf
 from qsched.conf.policy import policy_enforcer
 from qsched.context import global_request_id
+from qsched.images import ImageService, OpaqueImages
 from qsched.ledger import Stores, open_stores
 from qsched.policy import Policy
 
@@ -85,17 +86,19 @@ def create_app(
     api: APIOptions | None = None,
     scheduler: SchedulerOptions | None = None,
     policy: Policy | None = None,
+    images: ImageService | None = None,
 ) -> falcon.App:
     """The qsched-api WSGI application; writes the configured flavors to the ledger.
 
     ``api`` and ``scheduler``: the ``[api]`` and ``[scheduler]`` options (None: as
-    shipped); ``policy``: the rules (None: Nova's defaults).
+    shipped); ``policy``: the rules (None: Nova's defaults); ``images``: where boots
+    look their image up (None: nowhere, ``imageRef`` is opaque).
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: the ledger is unreachable.
     """
     api = api or APIOptions.defaults()
-    compute = ComputeAPI(stores, bus, scheduler, api, policy)
+    compute = ComputeAPI(stores, bus, scheduler, api, policy, images)
     compute.seed_flavors()
     middleware: list[Any] = [
         RequestMiddleware(),
@@ -288,8 +291,8 @@ def _domain_error(
         nova_fault(resp, code, str(error))
         return
     # Say what is down, not where it is: the full reason goes to the log only.
-    what = "the message bus" if isinstance(error, BusUnavailable) else "the ledger"
     LOG.warning("503: %s", error)
+    what = error.service if isinstance(error, exception.BackendUnavailable) else "a service"
     message = f"The service is temporarily unavailable: {what} did not answer. Try again later."
     nova_fault(resp, 503, message)
     resp.set_header("Retry-After", "5")
@@ -337,7 +340,7 @@ def load_app(
     The entry point of a WSGI server: the options are read here, once.
     ``bind``: where the server listens (gunicorn's ``bind`` setting).
 
-    :raises PublicNoAuth2: noauth2 on a public ``bind`` (see :func:`check_bind`).
+    :raises RefusedOptions: options the API refuses to serve with (see :func:`check_bind`).
     """
     conf = qconf.load(config_files=_config_files(config_files))
     install_request_id_logging()
@@ -348,11 +351,12 @@ def load_app(
 def check_bind(bind: Sequence[str], config_files: Sequence[str] | None = None) -> None:
     """Refuse a WSGI server's ``bind`` before it starts a worker (gunicorn's ``on_starting``).
 
-    :raises PublicNoAuth2: ``[api] auth_strategy = noauth2`` and a bind that is not
-        loopback, without ``[api] allow_noauth2_on_public_address``.
+    :raises RefusedOptions: options the API refuses to serve with
+        (:func:`qsched.api.auth.refuse_bad_options`): noauth2 on a bind that is not
+        loopback without ``[api] allow_noauth2_on_public_address``, Glance without Keystone.
     """
     options = qconf.load_options(config_files=_config_files(config_files))
-    auth.refuse_public_noauth2(options.api, bind)
+    auth.refuse_bad_options(options.api, bind)
 
 
 def _config_files(config_files: Sequence[str] | None) -> Sequence[str]:
@@ -386,16 +390,28 @@ def serve(
     the configured ledger and bus (returned, for the caller to close), its policy
     and periodic tasks; ``conf`` is the entry point's parsed configuration.
 
-    :raises PublicNoAuth2: noauth2 on a public ``bind``, before anything is opened.
+    :raises RefusedOptions: options the API refuses to serve with, before anything
+        is opened (:func:`qsched.api.auth.refuse_bad_options`).
     """
     options = Options.from_conf(conf)
-    auth.refuse_public_noauth2(options.api, bind)
+    auth.refuse_bad_options(options.api, bind)
     stores = open_stores(options.ledger, options.quota)
     bus = open_bus(options.bus)
     policy = Policy(policy_enforcer(conf))
-    app = create_app(stores, bus, options.api, options.scheduler, policy)
+    images = image_service(options.api, conf)
+    app = create_app(stores, bus, options.api, options.scheduler, policy, images)
     janitor.start_periodic_tasks(options.scheduler, stores, bus)
     return authenticated(app, options.api, conf), bus
+
+
+def image_service(api: APIOptions, conf: Any) -> ImageService:
+    """The configured image service: Glance through ``[glance]``, or none (opaque ids)."""
+    if api.image_service != "glance":
+        return OpaqueImages()
+    from qsched.conf.glance import image_adapter  # keystoneauth's loaders
+    from qsched.glance import GlanceImages
+
+    return GlanceImages(image_adapter(conf))
 
 
 def default_bus(options: BusOptions) -> Bus:

@@ -81,11 +81,35 @@ class NoAuthMiddleware:
         req.context.compute = context
 
 
-# -- noauth2 only on loopback --
+# -- options that must not be served together --
 
 
-class PublicNoAuth2(RuntimeError):
+class RefusedOptions(RuntimeError):
+    """The API's options would be unsafe or cannot work together; the message says the fix."""
+
+
+class PublicNoAuth2(RefusedOptions):
     """An API with noauth2 was to listen on an address that is not loopback."""
+
+
+class GlanceNeedsKeystone(RefusedOptions):
+    """Glance lookups carry the caller's Keystone token; noauth2 has none."""
+
+
+def refuse_bad_options(api: APIOptions, binds: Iterable[str]) -> None:
+    """Everything an API refuses to start with, before it opens anything.
+
+    :raises PublicNoAuth2: see :func:`refuse_public_noauth2`.
+    :raises GlanceNeedsKeystone: ``[api] image_service = glance`` without
+        ``auth_strategy = keystone``.
+    """
+    refuse_public_noauth2(api, binds)
+    if api.image_service == "glance" and api.auth_strategy != "keystone":
+        raise GlanceNeedsKeystone(
+            "refusing [api] image_service = glance with auth_strategy = "
+            f"{api.auth_strategy}: each image lookup carries the caller's Keystone token. "
+            "Set auth_strategy = keystone, or image_service = opaque."
+        )
 
 
 def refuse_public_noauth2(api: APIOptions, binds: Iterable[str]) -> None:

@@ -10,7 +10,8 @@ fault, with the ``WWW-Authenticate`` header ``auth_token`` adds to it.
 
 :class:`KeystoneMiddleware` builds the :class:`~qsched.context.RequestContext`
 from what ``auth_token`` put in the WSGI environment (user, project, roles,
-domains, system scope). It trusts those headers only when ``auth_token`` itself
+domains, system scope, and the token's service catalog, which the Glance client
+reads). It trusts those headers only when ``auth_token`` itself
 vouches for them (``keystone.token_auth`` holds a valid user token, something no
 client can send), so an application left without ``auth_token`` refuses everyone.
 """
@@ -30,6 +31,8 @@ WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 #: The WSGI environment key auth_token fills (keystonemiddleware's documented name).
 TOKEN_AUTH = "keystone.token_auth"
+#: The header auth_token sets to the validated token's catalog (as a WSGI key).
+SERVICE_CATALOG = "HTTP_X_SERVICE_CATALOG"
 
 
 class PublicPaths:
@@ -58,8 +61,9 @@ def context_from_environ(
     if token_auth is None or not token_auth.has_user_token:
         return None
     context = RequestContext.from_environ(
-        environ, request_id=request_id, global_request_id=global_request_id
-    )
+        environ, request_id=request_id, global_request_id=global_request_id,
+        catalog_json=environ.get(SERVICE_CATALOG),
+    )  # fmt: skip
     if not context.project_id:
         raise falcon.HTTPForbidden(
             description="qsched serves project-scoped tokens: ask Keystone for a token "

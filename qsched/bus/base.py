@@ -68,6 +68,7 @@ class BusUnavailable(exception.BackendUnavailable):
     """
 
     msg_fmt = "Message bus at {url} is unavailable: {reason}"
+    service = "the message bus"
     url: str  # password masked
     reason: str
     category: str

@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     api_app.install_request_id_logging()
     try:
         application, bus = api_app.serve(conf, api_app.default_bus, [options.api.host])
-    except auth.PublicNoAuth2 as exc:
+    except auth.RefusedOptions as exc:
         LOG.error("%s", exc)
         print(f"qsched-api: {exc}", file=sys.stderr)
         return 2

@@ -39,6 +39,26 @@ api_opts = [
         ],
         help="How requests are authenticated. Production uses keystone.",
     ),
+    cfg.StrOpt(
+        "image_service",
+        default="opaque",
+        choices=[
+            (
+                "opaque",
+                "no image service: imageRef is an opaque image id, checked for its "
+                "form only (the embedded default)",
+            ),
+            (
+                "glance",
+                "each boot looks its image up in Glance, as the [glance] section "
+                "says, with the caller's token; needs auth_strategy = keystone",
+            ),
+        ],
+        help="Where a boot's imageRef is looked up. With glance, the image must exist, be "
+        "visible to the caller's project and active; its min_ram and min_disk must fit the "
+        "flavor; and each trait:<NAME>=required property becomes a required trait of the "
+        "request, so only hosts with the trait see it.",
+    ),
     cfg.BoolOpt(
         "allow_noauth2_on_public_address",
         default=False,
@@ -89,6 +109,7 @@ class APIOptions(Section):
     port: int
     public_endpoint: str | None
     auth_strategy: str
+    image_service: str
     allow_noauth2_on_public_address: bool
     max_request_body_bytes: int
     max_limit: int

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qsched.conf import agent, api, bus, ledger, quota, scheduler
+from qsched.conf import agent, api, bus, glance, ledger, quota, scheduler
 
 
 def list_opts() -> list[tuple[str | None, list[Any]]]:
@@ -17,4 +17,5 @@ def list_opts() -> list[tuple[str | None, list[Any]]]:
         ("bus", bus.bus_opts),
         ("ledger", ledger.ledger_opts),
         ("quota", quota.quota_opts),
+        (glance.GROUP, glance.glance_opts()),
     ]

@@ -14,8 +14,17 @@ import dataclasses
 
 from qsched.conf import LedgerOptions, QuotaOptions
 from qsched.ledger.agents import RedisAgents
+from qsched.ledger.aggregates import RedisAggregates
 from qsched.ledger.backend import Backend
-from qsched.ledger.base import AgentRegistry, FlavorStore, InstanceStore, Ledger, QuotaStore, Usage
+from qsched.ledger.base import (
+    AgentRegistry,
+    AggregateStore,
+    FlavorStore,
+    InstanceStore,
+    Ledger,
+    QuotaStore,
+    Usage,
+)
 from qsched.ledger.flavors import RedisFlavors
 from qsched.ledger.inspection import Inspector
 from qsched.ledger.instances import RedisInstances
@@ -37,6 +46,7 @@ class Stores:
     flavors: FlavorStore
     inspector: Inspector
     backend: Backend
+    aggregates: AggregateStore
 
 
 def open_stores(
@@ -74,4 +84,5 @@ def _redis_stores(store: RedisStore, ledger: RedisLedger, quota: RedisQuota) -> 
         RedisFlavors(store),
         RedisInspector(store),
         RedisBackend(store),
+        RedisAggregates(store),
     )

@@ -17,6 +17,7 @@ import builtins
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from qsched.aggregates import Aggregate
 from qsched.flavors import Flavor
 from qsched.ledger.records import (
     AgentInfo,
@@ -43,6 +44,8 @@ __all__ = [
     "DEFAULT_MAX_HANDBACKS",
     "AgentInfo",
     "AgentRegistry",
+    "Aggregate",
+    "AggregateStore",
     "Allocations",
     "Claim",
     "Consumer",
@@ -621,3 +624,82 @@ class FlavorStore(abc.ABC):
 
         :raises FlavorNotFound:
         """
+
+
+class AggregateStore(abc.ABC):
+    """Host aggregates, mirrored into the providers of their hosts (Nova's, into Placement).
+
+    A host's root providers carry the aggregates of the host in their aggregate sets
+    (each change bumps the provider's generation, so a claim made on a view from
+    before it conflicts), merged with the aggregates its agent registers itself.
+    """
+
+    @abc.abstractmethod
+    def create(self, name: str, availability_zone: str | None = None) -> Aggregate:
+        """A new aggregate, with the next integer id and a new UUID.
+
+        :raises AggregateNameExists: the name is taken.
+        """
+
+    @abc.abstractmethod
+    def get(self, aggregate_id: int) -> Aggregate:
+        """One aggregate by its integer id (O(1) in hosts' number: it reads its own host set).
+
+        :raises AggregateNotFound:
+        """
+
+    @abc.abstractmethod
+    def list(self) -> builtins.list[Aggregate]:
+        """Every aggregate, by id (O(number of aggregates))."""
+
+    @abc.abstractmethod
+    def update(self, aggregate_id: int, changes: Mapping[str, str | None]) -> Aggregate:
+        """Rename it (``name``) or move it to a zone (``availability_zone``; None takes
+        it out of any); keys left out are unchanged.
+
+        :raises AggregateNotFound, AggregateNameExists:
+        :raises InvalidAggregateAction: a host of it is in another zone already.
+        """
+
+    @abc.abstractmethod
+    def delete(self, aggregate_id: int) -> None:
+        """Delete an aggregate that has no host.
+
+        :raises AggregateNotFound:
+        :raises InvalidAggregateAction: it still has hosts.
+        """
+
+    @abc.abstractmethod
+    def set_metadata(self, aggregate_id: int, changes: Mapping[str, str | None]) -> Aggregate:
+        """Set keys (a value) and remove keys (None) of its metadata, in one step.
+
+        :raises AggregateNotFound:
+        :raises InvalidAggregateAction: an empty zone, or a zone some host of it
+            cannot join (it is in another zone already).
+        """
+
+    @abc.abstractmethod
+    def add_host(self, aggregate_id: int, host: str) -> Aggregate:
+        """Put ``host`` in the aggregate, then the aggregate in its root providers.
+
+        :raises AggregateNotFound:
+        :raises ComputeHostNotFound: no agent ever registered ``host``.
+        :raises AggregateHostExists:
+        :raises InvalidAggregateAction: the host is in another zone already.
+        """
+
+    @abc.abstractmethod
+    def remove_host(self, aggregate_id: int, host: str) -> Aggregate:
+        """Take ``host`` out of the aggregate, then the aggregate out of its providers.
+
+        :raises AggregateNotFound, AggregateHostNotFound:
+        """
+
+    @abc.abstractmethod
+    def version(self) -> int:
+        """A number every aggregate change bumps (O(1)): readers rebuild what they
+        derived from :meth:`list` when it moves."""
+
+    @abc.abstractmethod
+    def host_aggregates(self, host: str) -> set[str]:
+        """The UUIDs of the aggregates ``host`` is in (O(1))."""

@@ -138,6 +138,31 @@ class Keyspace:
     def flavors(self) -> str:
         return f"{self.prefix}flavors"
 
+    # host aggregates
+    def aggregate(self, uuid: str) -> str:
+        return f"{self.prefix}agg:{uuid}"
+
+    def aggregate_hosts(self, uuid: str) -> str:
+        return f"{self.prefix}agg:{uuid}:hosts"
+
+    @property
+    def aggregate_ids(self) -> str:
+        return f"{self.prefix}agg-ids"
+
+    @property
+    def aggregate_names(self) -> str:
+        return f"{self.prefix}agg-names"
+
+    @property
+    def aggregates_version(self) -> str:
+        return f"{self.prefix}agg-version"
+
+    def host_aggregates(self, host: str) -> str:
+        return f"{self.prefix}host:{host}:aggs"
+
+    def host_roots(self, host: str) -> str:
+        return f"{self.prefix}host:{host}:roots"
+
 
 @dataclasses.dataclass(frozen=True)
 class Template:

@@ -117,10 +117,13 @@ class RedisLedger(Ledger):
             check_uuid(spec.parent_uuid, "Parent provider UUID")
         if not isinstance(spec.name, str) or not 0 < len(spec.name) <= 200:
             raise exception.Invalid(reason="provider name must be a string of 1-200 characters")
+        if spec.host is not None and not (isinstance(spec.host, str) and spec.host):
+            raise exception.Invalid(reason="a provider's host must be a non-empty string")
         return {
             "uuid": uuid,
             "name": spec.name,
             "parent": spec.parent_uuid or "",
+            "host": spec.host or "",
             "inv": {
                 rc: self._inventory_spec(uuid, rc, inv) for rc, inv in spec.inventories.items()
             },
@@ -324,7 +327,7 @@ def _registered(spec: ProviderSpec, item: dict[str, Any]) -> Provider:
         inventories={rc: _stored(inv) for rc, inv in spec.inventories.items()},
         usages={rc: int(n) for rc, n in usages.items()},
         traits=frozenset(spec.traits),
-        aggregates=frozenset(spec.aggregates),
+        aggregates=frozenset(item.get("aggs") or ()),
     )
 
 

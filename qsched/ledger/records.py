@@ -67,6 +67,9 @@ class ProviderSpec:
     traits: frozenset[str] = frozenset()
     aggregates: frozenset[str] = frozenset()
     parent_uuid: str | None = None
+    #: The compute host whose agent registers it: a root provider of a host also
+    #: carries the host's aggregates (the aggregate API's), besides ``aggregates``.
+    host: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from qsched import exception
+from qsched import aggregates, exception
 from qsched.ledger import embedded
 from qsched.ledger.backend import ERROR, TIMED_OUT, UNREACHABLE, Backend, LedgerUnavailable
 from qsched.ledger.keys import Keyspace, lua_prelude
@@ -101,6 +101,12 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "service_disabled": exception.ServiceDisabled,
         "service_not_found": exception.ComputeHostNotFound,
         "abandoned": exception.InstanceAbandoned,
+        "aggregate_not_found": aggregates.AggregateNotFound,
+        "aggregate_name_exists": aggregates.AggregateNameExists,
+        "aggregate_host_exists": aggregates.AggregateHostExists,
+        "aggregate_host_not_found": aggregates.AggregateHostNotFound,
+        "compute_host_not_found": aggregates.ComputeHostNotFound,
+        "invalid_aggregate_action": aggregates.InvalidAggregateAction,
     }
 
 

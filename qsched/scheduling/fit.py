@@ -21,8 +21,10 @@ Placement semantics, and the choices made where Placement leaves room:
 - The unnumbered group's required and forbidden traits, and those of the request's
   :class:`~qsched.flavors.Constraints` (image traits), apply to the root provider: they describe
   the compute host (CPU flags, hypervisor capabilities), like Placement's ``root_required``.
-- ``member_of`` requires every listed aggregate (like repeated ``member_of`` parameters), checked
-  on the root provider; children inherit their root's aggregates, as in Placement.
+- ``member_of`` requires every listed aggregate (like repeated ``member_of`` parameters), each
+  group of ``member_of_any`` one of its aggregates (``member_of=in:a,b``), and no aggregate of
+  ``forbidden_aggregates`` may hold the node (``member_of=!in:a,b``); all checked on the root
+  provider; children inherit their root's aggregates, as in Placement.
 - The availability zone is a property of the node.
 - Shared providers (shared storage reached through an aggregate) are not modelled.
 - The choice is deterministic: providers are tried in tree order (root first), groups in order
@@ -240,12 +242,34 @@ def _check_node(node: NodeView, request: Request) -> Refusal | None:
         )
         return Refusal(RefusalKind.AVAILABILITY_ZONE, reason, node.name, availability_zone=zone)
     root = node.providers[0]
-    member_of = request.constraints.member_of
-    if member_of and not member_of <= root.aggregates:
-        aggregate = min(member_of - root.aggregates)
+    refusal = _check_aggregates(node, root, request.constraints)
+    if refusal is not None:
+        return refusal
+    return _check_traits(node, root, "", request.root_required, request.root_forbidden)
+
+
+def _check_aggregates(
+    node: NodeView, root: ProviderView, constraints: Constraints
+) -> Refusal | None:
+    """``member_of`` (all), each group of ``member_of_any`` (one), ``forbidden_aggregates``."""
+    aggregates = root.aggregates
+    member_of = constraints.member_of
+    if member_of and not member_of <= aggregates:
+        aggregate = min(member_of - aggregates)
         reason = f"{node.name} is not a member of aggregate {aggregate}"
         return Refusal(RefusalKind.AGGREGATE, reason, node.name, root.uuid, aggregate=aggregate)
-    return _check_traits(node, root, "", request.root_required, request.root_forbidden)
+    for group in constraints.member_of_any:
+        if not group & aggregates:
+            named = ", ".join(sorted(group)) or "(none: no aggregate matched the request)"
+            reason = f"{node.name} is in none of the aggregates {named}"
+            first = min(group) if group else None
+            return Refusal(RefusalKind.AGGREGATE, reason, node.name, root.uuid, aggregate=first)
+    barred = constraints.forbidden_aggregates & aggregates
+    if barred:
+        aggregate = min(barred)
+        reason = f"{node.name} is in aggregate {aggregate}, which the request may not use"
+        return Refusal(RefusalKind.AGGREGATE, reason, node.name, root.uuid, aggregate=aggregate)
+    return None
 
 
 def _check_traits(

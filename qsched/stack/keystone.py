@@ -6,8 +6,8 @@
 ``bootstrap`` (user ``admin`` with the admin role on project ``admin``, region
 ``RegionOne``, the identity endpoint), then serves keystone's public WSGI
 application under gunicorn on a free loopback port and waits until ``/v3``
-answers. :meth:`KeystoneServer.register_compute` puts qsched in the catalog
-(service type ``compute``) and :meth:`KeystoneServer.create_user` makes a user
+answers. :meth:`KeystoneServer.register_service` puts a service in the catalog
+(qsched as ``compute``, Glance as ``image``) and :meth:`KeystoneServer.create_user` makes a user
 with roles on a project, both through python-keystoneclient on the admin's
 keystoneauth session. :meth:`KeystoneServer.stop` ends the server.
 
@@ -223,10 +223,10 @@ class KeystoneServer:
 
         return client.Client(session=self.session(), interface="public", region_name=REGION)
 
-    def register_compute(self, url: str, name: str = "qsched") -> None:
-        """Put a ``compute`` service with a public endpoint at ``url`` in the catalog."""
+    def register_service(self, service_type: str, name: str, url: str) -> None:
+        """Put a service with public and internal endpoints at ``url`` in the catalog."""
         keystone = self.client()
-        service = keystone.services.create(name=name, type="compute", description="qsched")
+        service = keystone.services.create(name=name, type=service_type, description=name)
         for interface in ("public", "internal"):
             keystone.endpoints.create(service, url, interface=interface, region=REGION)
 

@@ -190,3 +190,34 @@ local function service_closed(host)
     if f[1] == "1" then return "disabled" .. (f[3] and (": " .. f[3]) or "") end
     return nil
 end
+
+-- Host aggregates --------------------------------------------------------------
+
+-- The UUID of aggregate ``id`` (Nova's integer), or nil.
+local function aggregate_uuid(id)
+    if id == "seq" then return nil end
+    return redis.call("HGET", K.aggregate_ids, id)
+end
+
+local function aggregate_metadata(uuid)
+    local raw = redis.call("HGET", K.aggregate(uuid), "metadata")
+    return raw and cjson.decode(raw) or {}
+end
+
+-- The zones other than ``zone`` that some of ``hosts`` are in already through an
+-- aggregate other than ``self``, as Nova words them: "['az1', 'az2']" (empty: "").
+local function zone_conflicts(hosts, zone, self)
+    local seen, found = {}, {}
+    for _, host in ipairs(hosts) do
+        for _, other in ipairs(redis.call("SMEMBERS", K.host_aggregates(host))) do
+            local theirs = other ~= self and aggregate_metadata(other).availability_zone
+            if theirs and theirs ~= zone and not seen[theirs] then
+                seen[theirs] = true
+                found[#found + 1] = "'" .. theirs .. "'"
+            end
+        end
+    end
+    if #found == 0 then return "" end
+    table.sort(found)
+    return "[" .. table.concat(found, ", ") .. "]"
+end

@@ -2,7 +2,10 @@
 -- Idempotent: a provider already as described is left alone; a change bumps its
 -- generation once. Parents come before their children in the batch.
 -- KEYS[1]  the providers set (routes the script to the cell's slot)
--- ARGV     prefix, now, JSON [{uuid, name, parent, inv: {rc: spec}, traits: [], aggs: []}]
+-- ARGV     prefix, now, JSON [{uuid, name, parent, host, inv: {rc: spec}, traits: [], aggs: []}]
+-- A root provider of a host ("host" not "") joins the host's roots, and its aggregates
+-- are its own ("aggs", kept as "own_aggs") plus the host's (host:<host>:aggs, which
+-- the aggregate API writes).
 local now, batch = ARGV[2], cjson.decode(ARGV[3])
 
 local function same_members(key, wanted)
@@ -77,8 +80,23 @@ for i, p in ipairs(batch) do
         replace_members(K.provider_traits(p.uuid), p.traits)
         changed = true
     end
-    if not same_members(K.provider_aggregates(p.uuid), p.aggs) then
-        replace_members(K.provider_aggregates(p.uuid), p.aggs)
+    local aggs = p.aggs
+    if p.parent == "" and p.host ~= "" then
+        redis.call("SADD", K.host_roots(p.host), p.uuid)
+        local own = cjson.encode(p.aggs)
+        if redis.call("HGET", rkey, "own_aggs") ~= own then
+            redis.call("HSET", rkey, "own_aggs", own)
+        end
+        local merged, seen = {}, {}
+        for _, list in ipairs({p.aggs, redis.call("SMEMBERS", K.host_aggregates(p.host))}) do
+            for _, a in ipairs(list) do
+                if not seen[a] then seen[a] = true; merged[#merged + 1] = a end
+            end
+        end
+        aggs = merged
+    end
+    if not same_members(K.provider_aggregates(p.uuid), aggs) then
+        replace_members(K.provider_aggregates(p.uuid), aggs)
         changed = true
     end
     local gen
@@ -87,6 +105,7 @@ for i, p in ipairs(batch) do
     else
         gen = tonumber(redis.call("HGET", rkey, "generation"))
     end
-    out[i] = {generation = gen, usages = usages, root = redis.call("HGET", rkey, "root")}
+    out[i] = {generation = gen, usages = usages, root = redis.call("HGET", rkey, "root"),
+              aggs = aggs}
 end
 return reply({providers = out})
