@@ -101,7 +101,7 @@ class RedisAggregates(AggregateStore):
         if batch:
             self._mirror_batch(aggregate_uuid, op, batch)
 
-    def _mirror_batch(self, aggregate_uuid: str, op: str, providers: list[str]) -> None:
+    def _mirror_batch(self, aggregate_uuid: str, op: str, providers: builtins.list[str]) -> None:
         self.store.run(
             "provider_mirror", self.keys.providers, aggregate_uuid, op,
             canonical_json(sorted(providers)),
