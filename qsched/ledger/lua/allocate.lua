@@ -18,7 +18,7 @@ local SAMPLE = 4
 
 -- An agent that consumes class cls now, is alive, takes new boots and is not among the
 -- tried hosts, or nil. O(tried hosts + SAMPLE): a member whose heartbeat expired is
--- dropped.
+-- dropped. (SRANDMEMBER before writes is fine: Redis replicates a script's effects.)
 local function alternate(cls, tried, ntried)
     local key = K.class_consumers(cls)
     for _, other in ipairs(redis.call("SRANDMEMBER", key, ntried + SAMPLE)) do
