@@ -226,7 +226,6 @@ class ComputeAgent:
             resources={rc: {"used": used, "capacity": cap}
                        for rc, (used, cap) in self.index.totals().items()},
             index_digest=self.index.digest(),
-            service="enabled" if self.gate.enabled else "disabled",
         )  # fmt: skip
         self.apply_service(service)
         last, self._last_beat = self._last_beat, started
