@@ -13,16 +13,28 @@ claim      Take the resources in the ledger, atomic with the check that the
            instance still waits; generation conflicts are re-read and retried the
            Placement way. The request is acked only once this holds.
 refuse     Nothing here fits: say why in the instance history and requeue the
-           request with this host in ``tried_hosts``, for another agent.
+           request for another agent (a refusal is not an attempt).
+hand back  The claim said this host already tried the request (its spawn failed
+           here, or its claim was taken back) and another agent that has not can
+           take it: requeue the request as it is, and pause its class here for
+           ``[agent] handback_pause_s`` so that the broker gives it to another.
+           The claim said this host's service is disabled or forced down: stop
+           consuming boot requests and requeue it (a refusal).
 =========  ==========================================================================
 
 After the claim the spawn runs in a worker (:mod:`agents.spawning`: spawn, settle,
 give back). A new rule that must hold at claim time (a hard server-group policy)
 belongs in :meth:`Placer.claim`, one that narrows the nodes in :meth:`Placer.pick`.
+
+Alternates (Nova's alternate hosts and RetryFilter) are such a rule: the ledger's
+claim refuses a host in the record's ``tried_hosts`` while a live agent not in them
+has room for the class, up to ``[agent] max_handbacks`` hand-backs of the request
+(docs/pipeline.rst, "Alternates").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import logging
@@ -43,6 +55,29 @@ LOG = logging.getLogger(__name__)
 
 #: How many nodes one request may try after the ledger refused the first pick.
 MAX_PICKS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Alternates:
+    """How a host that already tried a request gives way (``[agent]`` options)."""
+
+    max_handbacks: int  # hand-backs of one request before a tried host may claim it
+    pause_s: float  # how long a hand-back stops this agent consuming the class
+
+
+@dataclasses.dataclass(frozen=True)
+class Closed:
+    """The claim refused this host: its service takes no new boots (``why``)."""
+
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class HandBack:
+    """The claim refused this host: it tried the request, ``alternate`` can take it."""
+
+    alternate: str
+    handbacks: int  # hand-backs of the request so far, this one included
 
 
 class UnknownClass(exception.Invalid):
@@ -68,9 +103,10 @@ class Placer:
     ``claim_retries``: re-reads after generation conflicts before a claim gives up.
     """
 
-    def __init__(self, parts: AgentParts, claim_retries: int) -> None:
+    def __init__(self, parts: AgentParts, claim_retries: int, alternates: Alternates) -> None:
         self.parts = parts
         self.claim_retries = claim_retries
+        self.alternates = alternates
         self.sample_node: str | None = None  # the node on which refusals are explained
 
     # -- admit --
@@ -125,8 +161,9 @@ class Placer:
 
     # -- pick and claim --
 
-    def place(self, msg: BootRequest) -> Pick | Refusal | None:
-        """Pick and claim a node: the pick, why nothing fits, or None if nothing is to place.
+    def place(self, msg: BootRequest) -> Pick | Refusal | HandBack | Closed | None:
+        """Pick and claim a node: the pick, why nothing fits, that this host must hand
+        the request back or takes no new boots, or None if nothing is to place.
 
         A node the ledger finds fuller than the index thought is read again and the
         next pick tried, up to :data:`MAX_PICKS`.
@@ -143,6 +180,10 @@ class Placer:
                 self._note_conflict(msg, pick, exc)
                 self.parts.reconciler.refresh_nodes([pick.node])
                 continue
+            except exception.TriedHost as exc:
+                return HandBack(str(exc.kwargs["alternate"]), int(exc.kwargs["handbacks"]))
+            except exception.ServiceDisabled as exc:
+                return Closed(str(exc))
             return pick
         return self.why_not(msg)
 
@@ -156,6 +197,8 @@ class Placer:
 
         :raises CapacityExceeded: the node is fuller than the index thought.
         :raises ClaimRuleBroken: the node's aggregates no longer suit the request.
+        :raises TriedHost: this host tried the request and another can take it.
+        :raises ServiceDisabled: this host's service is disabled or forced down.
         """
         parts = self.parts
         try:
@@ -165,6 +208,7 @@ class Placer:
                     pick.node, max_retries=self.claim_retries,
                     on_conflict=functools.partial(self._note_conflict, msg, pick),
                     guard=self._guard(msg, pick),
+                    max_handbacks=self.alternates.max_handbacks,
                 )  # fmt: skip
                 parts.builds.add(Build(msg, pick))
                 # ``already``: a redelivery after a restart; the index read it from the ledger
@@ -211,4 +255,34 @@ class Placer:
             msg.instance_uuid, "refused", host=parts.host, node=why.node if why else None,
             reason=reason, kind=why.kind.value if why else "none", nodes=len(parts.index),
         )  # fmt: skip
-        delivery.requeue(msg.refused_by(parts.host).encode())
+        delivery.requeue(msg.requeued().encode())
+
+    def refuse_closed(self, msg: BootRequest, delivery: Delivery, why: Closed) -> None:
+        """This host's service takes no new boots: stop consuming them, requeue this one.
+
+        The heartbeat would say so within its interval; the claim said it first.
+        """
+        parts = self.parts
+        parts.counters["refused"] += 1
+        parts.gate.enable(False)
+        parts.stores.instances.add_event(
+            msg.instance_uuid, "refused", host=parts.host, reason=why.why, kind="service",
+            nodes=len(parts.index),
+        )  # fmt: skip
+        delivery.requeue(msg.requeued().encode())
+
+    # -- hand back --
+
+    def hand_back(self, msg: BootRequest, delivery: Delivery, why: HandBack) -> None:
+        """Give a request this host already tried back to the queue, for ``why.alternate``.
+
+        The claim recorded the hand-back in the history. The class pauses here first,
+        so that the broker gives the copy to another consumer, not back to this one.
+        """
+        parts = self.parts
+        parts.counters["handed_back"] += 1
+        LOG.info("agent %s: handing %s back: tried here before, %s can take it (hand-back "
+                 "%d of %d)", parts.host, msg.instance_uuid, why.alternate, why.handbacks,
+                 self.alternates.max_handbacks)  # fmt: skip
+        parts.gate.pause(msg.scheduling_class, self.alternates.pause_s)
+        delivery.requeue(msg.requeued().encode())

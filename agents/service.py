@@ -12,7 +12,8 @@ goes through named steps, each a method of a small class:
    a request past its deadline in NoValidHost, dead-letter an unknown class),
    *pick* a node, *claim* it in the ledger (client-driven retries on
    conflicts), or *refuse*: record why in the instance history and republish
-   the request at the tail of the queue;
+   the request at the tail of the queue, or *hand back* a request this host
+   already tried while another can take it (alternates), pausing its class here;
 3. ack, and hand the spawn to a worker, :mod:`agents.spawning`: *spawn*, then
    *settle* ACTIVE, or *give back* the claim and reschedule until
    ``max_attempts``.
@@ -25,6 +26,14 @@ Its index and its driver are kept in line with the ledger by
 :mod:`agents.reconcile`: at start, every ``[agent] reconcile_interval_s`` on a
 slice of its nodes, at once when its heartbeat finds it was silent past the TTL,
 and for a node whose claim the ledger took back under a spawn.
+
+Maintenance: the agent registers its host's compute service at start, and every
+heartbeat answers with what operators set there (``os-services``). While the
+service is disabled or forced down the agent consumes no boot request and tells
+the ledger it has room for nothing (so it is nobody's alternate); the claim refuses
+it anyway, so a request it took just before it learned is requeued. It keeps its
+host queue, finishes its spawns, reconciles and deletes: a maintenance drain, as
+``openstack compute service set --disable`` does to nova-compute.
 """
 
 from __future__ import annotations
@@ -38,8 +47,9 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from agents.consuming import ClassGate
 from agents.nodes import NodeIndex, Pick
-from agents.placing import Admission, Placer, UnknownClass
+from agents.placing import Admission, Alternates, Closed, HandBack, Placer, UnknownClass
 from agents.reconcile import Reconciler, ReconcileReport, reconcile
 from agents.registration import register_nodes
 from agents.spawning import Spawner
@@ -49,6 +59,7 @@ from qsched import exception, message
 from qsched.bus.base import Bus, Consumer, Delivery
 from qsched.conf import AgentOptions
 from qsched.ledger import Stores, retry
+from qsched.ledger.base import Service
 from qsched.reaper import Periodic, reap_expired
 
 LOG = logging.getLogger(__name__)
@@ -77,12 +88,14 @@ class ComputeAgent:
         self.stores = stores
         self.bus = bus
         self.driver = driver
+        self.gate = ClassGate()  # the classes to consume: fittable, not paused
         self.index = NodeIndex(policy=options.placement_policy, on_change=self._on_change)
         self.consumer: Consumer | None = None
         self.builds = Builds()
         self._spawner = ThreadPoolExecutor(options.spawn_workers, f"spawn-{self.host}")
         self._periodic: list[Periodic] = []
         self._reconcile_task: Periodic | None = None
+        self._register_task: Periodic | None = None
         self._stopped = threading.Event()
         self.counters: Counter[str] = Counter()
         self._backoff = Backoff(options.ledger_retry_max_s)
@@ -94,12 +107,15 @@ class ComputeAgent:
         )  # fmt: skip
         parts = AgentParts(
             self.host, stores, bus, driver, self.index, self.builds, self.reconciler,
-            self.counters, self._stopped, options.ledger_retry_max_s,
+            self.counters, self._stopped, options.ledger_retry_max_s, self.gate,
         )  # fmt: skip
-        self.placer = Placer(parts, claim_retries)
+        alternates = Alternates(options.max_handbacks, options.handback_pause_s)
+        self.placer = Placer(parts, claim_retries, alternates)
         self.spawner = Spawner(parts)
         self.reconciled = ReconcileReport()  # what the start found
         self._last_beat: float | None = None  # monotonic time of the last heartbeat written
+        self._registered: frozenset[str] | None = None  # the classes the ledger has from us
+        self._registered_at: float | None = None  # monotonic time they were written
         self._came_back = threading.Event()  # silent past the TTL: reconcile everything
 
     # -- life cycle ---------------------------------------------------------------------
@@ -115,11 +131,16 @@ class ComputeAgent:
         for view in views:
             self.index.add_node(view)
             self.placer.sample_node = self.placer.sample_node or view.name
+        zone = self.opts.availability_zone or None
+        self.apply_service(self.stores.agents.register_service(self.host, zone))
         self.reconciled = reconcile(self.reconciler)
         self.sync_classes()
         self.heartbeat()
+        self.register_classes()
         self.finish_deletes()  # whatever a previous run of this agent left undone
-        self.consumer = self.bus.consumer(self.host, self.on_message, self.index.fittable())
+        self.consumer = self.gate.open(
+            lambda classes: self.bus.consumer(self.host, self.on_message, classes)
+        )
         self.consumer.start()
         if not self.consumer.wait_ready(ready_timeout_s):
             LOG.warning("agent %s: bus not ready after %.0fs; it keeps trying", self.host,
@@ -141,6 +162,10 @@ class ComputeAgent:
             self._start_task(Periodic(f"{name}-{self.host}", interval_s, fn))
         # Agents started together must not all reconcile at once: the first pass falls
         # somewhere in the second half of the interval.
+        self._register_task = self._start_task(Periodic(
+            f"classes-registry-{self.host}", self.opts.heartbeat_interval_s,
+            self.register_classes,
+        ))  # fmt: skip
         interval_s = self.opts.reconcile_interval_s
         self._reconcile_task = self._start_task(Periodic(
             f"reconcile-{self.host}", interval_s, self.reconcile_pass,
@@ -161,6 +186,7 @@ class ComputeAgent:
             return
         self._stopped.set()
         timeout_s = self.opts.shutdown_timeout_s if timeout_s is None else timeout_s
+        self.gate.close()
         if self.consumer is not None:
             self.consumer.stop(timeout_s)
         self._spawner.shutdown(wait=False, cancel_futures=False)
@@ -175,6 +201,7 @@ class ComputeAgent:
             LOG.warning("agent %s: %d builds unfinished at exit; the janitor requeues them",
                         self.host, len(self.builds))  # fmt: skip
         try:
+            self.stores.agents.set_classes(self.host, ())
             self.stores.agents.forget(self.host)
         except exception.QschedError:
             LOG.warning("agent %s: could not clear its heartbeat", self.host)
@@ -188,7 +215,7 @@ class ComputeAgent:
         consumer = self.consumer
         classes = sorted(consumer.classes) if consumer is not None else []
         started = time.monotonic()
-        self.stores.agents.heartbeat(
+        service = self.stores.agents.heartbeat(
             self.host,
             self.opts.heartbeat_ttl_s,
             nodes=len(self.index),
@@ -200,15 +227,55 @@ class ComputeAgent:
                        for rc, (used, cap) in self.index.totals().items()},
             index_digest=self.index.digest(),
         )  # fmt: skip
+        self.apply_service(service)
         last, self._last_beat = self._last_beat, started
         if last is not None and started - last > self.opts.heartbeat_ttl_s:
             LOG.warning("agent %s: silent for %.1fs, past its heartbeat TTL of %.1fs; "
                         "reconciling every node", self.host, started - last,
                         self.opts.heartbeat_ttl_s)  # fmt: skip
             self.counters["came_back"] += 1
+            self._registered_at = None  # a claim may have dropped us from the consumer sets
             self._came_back.set()
-            if self._reconcile_task is not None:
-                self._reconcile_task.wake()
+            for task in (self._reconcile_task, self._register_task):
+                if task is not None:
+                    task.wake()
+
+    def apply_service(self, service: Service | None) -> None:
+        """Take new boots or not, as the host's service says (None: no record, take them).
+
+        Disabled or forced down: the consumer drops every class and the ledger hears
+        that this agent has room for nothing; what runs stays, deletes go on.
+        """
+        schedulable = service is None or service.schedulable
+        if schedulable == self.gate.enabled:
+            return
+        if schedulable:
+            LOG.info("agent %s: service enabled, taking new boots again", self.host)
+        else:
+            why = "forced down" if service and service.forced_down else "disabled"
+            reason = f" ({service.disabled_reason})" if service and service.disabled_reason else ""
+            LOG.warning("agent %s: service %s%s: no new boots; what runs stays, deletes go "
+                        "on", self.host, why, reason)  # fmt: skip
+        self.gate.enable(schedulable)
+        task = self._register_task
+        if task is not None:
+            task.wake()
+
+    def register_classes(self) -> None:
+        """Tell the ledger the classes this agent has room for, when they changed.
+
+        A claim reads them to know whether a host that already tried a request must
+        hand it back to another (alternates). A periodic task of its own, woken by
+        every transition of the index: one script per burst of changes, off the
+        request path. Written again once per heartbeat TTL whatever changed, since a
+        claim drops a consumer whose heartbeat it found expired.
+        """
+        fittable = self.index.fittable() if self.gate.enabled else frozenset()
+        now, last = time.monotonic(), self._registered_at
+        stale = last is None or now - last >= self.opts.heartbeat_ttl_s
+        if fittable != self._registered or stale:
+            self.stores.agents.set_classes(self.host, fittable)
+            self._registered, self._registered_at = fittable, now
 
     def reconcile_pass(self) -> ReconcileReport:
         """One periodic reconcile: the next slice, or every node after a silence.
@@ -233,13 +300,11 @@ class ComputeAgent:
         self.placer.sync_classes()
 
     def _on_change(self, name: str, fittable: bool) -> None:
-        consumer = self.consumer
-        if consumer is None:
-            return  # before start: the consumer is built with index.fittable()
-        if fittable:
-            consumer.add_class(name)
-        else:
-            consumer.remove_class(name)
+        """The index's transitions (under its lock): the consumer, then the ledger, hear."""
+        self.gate.changed(name, fittable)
+        task = self._register_task
+        if task is not None:
+            task.wake()
 
     # -- messages -----------------------------------------------------------------------
 
@@ -288,6 +353,10 @@ class ComputeAgent:
             # then finds the build in flight or done, and is dropped).
             self._spawner.submit(self.spawner.spawn, msg.instance_uuid)
             delivery.ack()
+        elif isinstance(placed, HandBack):
+            self.placer.hand_back(msg, delivery, placed)
+        elif isinstance(placed, Closed):
+            self.placer.refuse_closed(msg, delivery, placed)
         elif placed is not None and self.placer.still_waiting(msg):
             self.placer.refuse(msg, delivery, placed)
         else:

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
+from agents.consuming import ClassGate
 from agents.nodes import NodeIndex, Pick
 from agents.reconcile import Reconciler
 from agents.virt.base import VirtDriver
@@ -76,6 +77,7 @@ class AgentParts:
     counters: Counter[str]
     stopped: threading.Event
     retry_max_s: float  # [agent] ledger_retry_max_s
+    gate: ClassGate  # the classes the consumer takes (a hand-back pauses one)
 
     def persist(self, msg: BootRequest, write: Callable[[], T]) -> T:
         """Run ``write``, retrying while the ledger or bus is down, up to the deadline.

@@ -119,6 +119,33 @@ class InstanceNotWaiting(Conflict):
     msg_fmt = "Instance {instance} is not waiting to be placed (state {state}, host {host})."
 
 
+class ServiceNotFound(NotFound):
+    msg_fmt = "Service {service_id} could not be found."
+
+
+class HostBinaryNotFound(NotFound):
+    msg_fmt = "Could not find binary {binary} on host {host}."
+
+
+class ComputeHostNotFound(NotFound):
+    msg_fmt = "Compute host {host} could not be found."
+
+
+class ServiceDisabled(Conflict):
+    """A claim by a host whose service is disabled or forced down: it takes no new boot."""
+
+    msg_fmt = "Service of host {host} takes no new boots: {why}."
+
+
+class TriedHost(Conflict):
+    """A host that already held a request and gave it back may not claim it: another can."""
+
+    msg_fmt = (
+        "Host {host} already tried instance {instance} and {alternate} can take it: "
+        "handed back ({handbacks} of {max_handbacks} hand-backs)."
+    )
+
+
 class InstanceExists(Conflict):
     msg_fmt = "Instance {instance} already exists."
 

@@ -195,7 +195,7 @@ class BootRequest(_Message):
     member_of_any: tuple[tuple[str, ...], ...] = ()  # and in one of each group
     forbidden_aggregates: tuple[str, ...] = ()  # and in none of these
     availability_zone: str | None = None
-    tried_hosts: tuple[str, ...] = ()
+    tried_hosts: tuple[str, ...] = ()  # hosts that claimed it and gave it back, in order
     global_request_id: str | None = None  # the caller's X-OpenStack-Request-ID
     version: str = BOOT_VERSION
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
@@ -265,16 +265,16 @@ class BootRequest(_Message):
             published_at=time.time() if now is None else now,
         )
 
-    def refused_by(self, host: str, now: float | None = None) -> BootRequest:
-        """The copy to requeue after ``host`` had no room: same attempt, host in tried_hosts.
+    def requeued(self, now: float | None = None) -> BootRequest:
+        """The copy to requeue when an agent did not claim it (no room, or it handed it
+        back): the same attempt and tried hosts, published now.
 
-        A refusal is not an attempt: only spawn failures count against max_attempts;
-        the deadline ends requests that nobody has room for.
+        Neither is an attempt: only a claim given back (a failed spawn, a claim taken
+        back) counts against max_attempts and adds its host to ``tried_hosts``, as
+        Nova's retry hosts; the deadline ends requests that nobody has room for. A host
+        that had no room says so in the instance history, not in the request.
         """
-        tried = self.tried_hosts if host in self.tried_hosts else (*self.tried_hosts, host)
-        return dataclasses.replace(
-            self, tried_hosts=tried, published_at=time.time() if now is None else now
-        )
+        return dataclasses.replace(self, published_at=time.time() if now is None else now)
 
     def expired(self, now: float | None = None) -> bool:
         """True once the deadline has passed."""

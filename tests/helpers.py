@@ -30,3 +30,24 @@ def before_claim(agent: ComputeAgent, hook: Callable[[BootRequest], object]) -> 
         return claim(msg, pick)
 
     agent.placer.claim = hooked  # type: ignore[method-assign]
+
+
+class RecordingDelivery:
+    """A delivery handed straight to the agent: records how it was settled."""
+
+    queue = "qsched.boot.small"
+    routing_key = "boot.small"
+    redelivered = False
+    headers: dict = {}
+
+    def __init__(self) -> None:
+        self.settled: list[tuple[str, object]] = []
+
+    def ack(self) -> None:
+        self.settled.append(("ack", None))
+
+    def requeue(self, new_body: bytes) -> None:
+        self.settled.append(("requeue", BootRequest.decode(new_body)))
+
+    def reject(self, reason: str) -> None:
+        self.settled.append(("reject", reason))

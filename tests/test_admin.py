@@ -102,6 +102,37 @@ def events_of(stores: Stores, uuid_: str, name: str) -> list[Any]:
 # -- listings -----------------------------------------------------------------------------
 
 
+def test_services_list_and_set(cloud) -> None:
+    stack, admin, api = cloud
+    listed = admin.json(schemas.SERVICES, "service", "list")
+    hosts = [s["host"] for s in listed]
+    assert len(hosts) == 2 and {s["state"] for s in listed} == {"up"}
+    host = hosts[0]
+    try:
+        off = admin.json(schemas.SERVICE, "service", "set", host, "--disable",
+                         "--disable-reason", "new disks")  # fmt: skip
+        assert (off["status"], off["disabled_reason"], off["state"]) == (
+            "disabled", "new disks", "up",
+        )  # fmt: skip
+        table = admin("service", "list", "--host", host).stdout
+        assert "disabled" in table and "new disks" in table
+        drained = boot(api, "m1.tiny")  # the disabled host drains: another takes it
+        assert stack.stores.instances.get(drained).host == hosts[1]
+        down = admin.json(schemas.SERVICE, "service", "set", host, "nova-compute", "--down")
+        assert (down["status"], down["forced_down"], down["state"]) == ("disabled", True, "down")
+    finally:
+        back = admin.json(schemas.SERVICE, "service", "set", host, "--enable", "--up")
+    assert (back["status"], back["disabled_reason"], back["state"]) == ("enabled", None, "up")
+    assert "--disable-reason needs --disable" in admin(
+        "service", "set", host, "--disable-reason", "x", code=2).output  # fmt: skip
+    assert "nothing to change" in admin("service", "set", host, code=2).output
+    gone = admin("service", "set", "no-such-host", "--disable", code=1).output
+    assert "Could not find binary nova-compute on host no-such-host." in gone
+    assert "qsched-admin service list" in gone
+    assert "Only nova-compute services" in admin(
+        "service", "set", host, "nova-scheduler", "--disable", code=2).output  # fmt: skip
+
+
 def test_queues_agents_and_providers(cloud) -> None:
     stack, admin, api = cloud
     boot(api, "m1.tiny")

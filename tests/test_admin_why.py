@@ -120,6 +120,55 @@ def test_placed_after_a_conflict_and_a_failed_spawn() -> None:
     assert texts[3] == "spawn failed on cn0: fake failure; rescheduled (1 attempt(s) used)"
 
 
+def test_tried_hosts_and_hand_backs() -> None:
+    events = [
+        Event(100.0, "accepted"),
+        Event(100.1, "claimed", "cn0", "cn0-0", {"rp": {"VCPU": 16}}),
+        Event(100.2, "requeued", "cn0", None, {"reason": "fake failure", "attempts": 1}),
+        Event(100.3, "handed_back", None, None, {}),  # a record written without details
+        Event(
+            100.4,
+            "handed_back",
+            "cn0",
+            None,
+            {"alternate": "cn1", "handbacks": 2, "max_handbacks": 10},
+        ),
+        Event(100.5, "claimed", "cn1", "cn1-0", {"rp": {"VCPU": 16}}),
+        Event(100.6, "active", "cn1", "cn1-0"),
+    ]
+    extra = {"request_id": "req-1", "scheduling_class": "m1.xlarge", "max_attempts": 3}
+    placed = instance(State.ACTIVE, host="cn1", node="cn1-0", launched_at=100.6, attempts=1,
+                      tried_hosts=("cn0",), handbacks=2, extra=extra)  # fmt: skip
+    d = why.diagnose(placed, events, 200.0, 3)
+    assert d.verdict.endswith("after 1 failed spawn, 2 hand-backs")
+    assert d.history[4]["text"] == (
+        "cn0 handed it back: it had failed it before and cn1 has room for class m1.xlarge "
+        "(hand-back 2 of 10)"
+    )
+    assert "handed it back" in d.history[3]["text"]
+    assert not d.history[5]["text"].endswith(")")  # cn1 never failed it
+    assert (d.to_dict()["tried_hosts"], d.to_dict()["handbacks"]) == (["cn0"], 2)
+    assert d.to_dict()["hand_backs"][1]["alternate"] == "cn1"
+    assert re.search(r"tried hosts\s+cn0 \(handed back 2 times\)", why.render(d))
+
+
+def test_a_claim_by_a_host_that_failed_it_says_so() -> None:
+    events = [
+        Event(100.0, "accepted"),
+        Event(100.1, "claimed", "cn0", "cn0-0", {"rp": {"VCPU": 16}}),
+        Event(100.2, "requeued", "cn0", None, {"reason": "fake failure", "attempts": 1}),
+        Event(100.3, "claimed", "cn0", "cn0-1", {"rp": {"VCPU": 16}}),
+    ]
+    d = why.diagnose(instance(host="cn0", node="cn0-1", tried_hosts=("cn0",)), events, 200.0, 3)
+    assert d.history[1]["text"] == "cn0 claimed cn0-0: 16 VCPU"
+    assert d.history[3]["text"] == (
+        "cn0 claimed cn0-1: 16 VCPU (again: it had failed it, and no other host had room or the "
+        "hand-backs were used up)"
+    )
+    assert re.search(r"tried hosts\s+cn0\n", why.render(d))
+    assert re.search(r"tried hosts\s+none", why.render(why.diagnose(instance(), [], 200.0, 3)))
+
+
 def test_never_published() -> None:
     events = [Event(100.0, "accepted"), Event(100.1, "publish_failed", detail={"reason": "down"})]
     d = why.diagnose(instance(State.DELETED), events, 200.0, 3)

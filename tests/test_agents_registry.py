@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import time
+import uuid
 
+import pytest
+
+from qsched import exception
 from qsched.ledger import Stores
 from tests.raw import redis_store
 
@@ -49,3 +53,47 @@ def test_classes_are_published_once(stores: Stores) -> None:
     assert stores.agents.add_class("m1.small", {"flavor": {"name": "m1.small"}})
     assert not stores.agents.add_class("m1.small", {"flavor": {"name": "other"}})
     assert stores.agents.classes() == {"m1.small": {"flavor": {"name": "m1.small"}}}
+
+
+def test_a_service_is_registered_once_and_enabled(stores: Stores) -> None:
+    assert stores.agents.heartbeat("cn1", ttl_s=60) is None  # no service yet
+    first = stores.agents.register_service("cn1")
+    assert (first.host, first.seq, first.schedulable, first.disabled_reason) == (
+        "cn1", 1, True, None,
+    )  # fmt: skip
+    assert str(uuid.UUID(first.id)) == first.id
+    assert stores.agents.register_service("cn1") == first  # a restart keeps its id
+    second = stores.agents.register_service("cn2", "az1")
+    assert (second.seq, second.zone, first.zone) == (2, "az1", None) and second.id != first.id
+    assert stores.agents.register_service("cn2").zone is None  # restarted in no zone
+    assert stores.agents.heartbeat("cn1", ttl_s=60) == first
+    assert stores.agents.service_host(first.id) == "cn1"
+    assert [s.host for s in stores.agents.services()] == ["cn1", "cn2"]
+    with pytest.raises(exception.ServiceNotFound):
+        stores.agents.service_host(str(uuid.uuid4()))
+
+
+def test_disable_with_a_reason_enable_and_force_down(stores: Stores) -> None:
+    stores.agents.register_service("cn1")
+    stores.agents.heartbeat("cn1", ttl_s=60)
+    off = stores.agents.update_service("cn1", disabled=True, disabled_reason="new disks")
+    assert (off.disabled, off.disabled_reason, off.schedulable) == (True, "new disks", False)
+    assert off.updated_at is not None
+    assert stores.agents.heartbeat("cn1", ttl_s=60) == off
+    assert stores.agents.alive("cn1")  # disabled is not down
+    down = stores.agents.update_service("cn1", forced_down=True)
+    assert (down.disabled, down.disabled_reason, down.forced_down) == (True, "new disks", True)
+    assert not stores.agents.alive("cn1") and not stores.agents.list()[0].alive
+    on = stores.agents.update_service("cn1", disabled=False, forced_down=False)
+    assert (on.disabled, on.disabled_reason, on.forced_down) == (False, None, False)
+    assert stores.agents.alive("cn1") and stores.agents.service("cn1") == on
+    again = stores.agents.update_service("cn1", disabled=True)
+    assert (again.disabled, again.disabled_reason) == (True, None)
+
+
+def test_an_unknown_host_has_no_service(stores: Stores) -> None:
+    with pytest.raises(exception.ComputeHostNotFound):
+        stores.agents.update_service("cn9", disabled=True)
+    with pytest.raises(exception.ComputeHostNotFound):
+        stores.agents.service("cn9")
+    assert stores.agents.services() == []

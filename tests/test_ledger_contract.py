@@ -327,6 +327,149 @@ class TestClaim:
         assert stores.instances.get(inst).host == "h2"
 
 
+class TestMaintenance:
+    """A disabled or forced-down service takes no new boot, atomically in the claim."""
+
+    @pytest.mark.parametrize(
+        "change, why",
+        [({"disabled": True, "disabled_reason": "new disks"}, "disabled: new disks"),
+         ({"disabled": True}, "disabled"),
+         ({"forced_down": True}, "forced down")],
+    )  # fmt: skip
+    def test_the_claim_refuses_it(self, stores: Stores, change, why) -> None:
+        rp, inst = make_provider(stores), make_instance(stores)
+        stores.agents.register_service("h1")
+        stores.agents.update_service("h1", **change)
+        with pytest.raises(exception.ServiceDisabled) as err:
+            stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1")
+        assert err.value.kwargs == {"host": "h1", "why": why}
+        assert stores.instances.get(inst).host is None
+        assert stores.ledger.get_provider(rp).usages == {}
+        stores.agents.update_service("h1", disabled=False, forced_down=False)
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1")
+        assert stores.instances.get(inst).host == "h1"
+
+    def test_a_claim_it_holds_is_still_its_own(self, stores: Stores) -> None:
+        rp, inst = make_provider(stores), make_instance(stores)
+        stores.agents.register_service("h1")
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1")
+        stores.agents.update_service("h1", disabled=True)
+        assert stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1").already  # a redelivery
+        stores.instances.set_active(inst, "h1", "n1")  # what it runs it keeps
+        assert stores.instances.get(inst).state == State.ACTIVE
+
+
+def failed_once(stores: Stores, host: str = "h-bad", cls: str = "small") -> tuple[str, str]:
+    """A provider and an instance of class ``cls`` whose claim ``host`` gave back."""
+    rp, inst = make_provider(stores), new_uuid()
+    flavor = {"name": cls, "vcpus": 1, "ram_mb": 512}
+    extra = {"request_id": "req-1", "scheduling_class": cls, "max_attempts": 3}
+    record = Instance(inst, "p1", "u1", "vm", flavor, State.BUILD, extra=extra)
+    stores.instances.create(record, deadline=1e12)
+    stores.ledger.claim(inst, {rp: {VCPU: 1}}, host, "n1")
+    assert stores.instances.requeue(inst, host, "spawn failed").tried_hosts == (host,)
+    return rp, inst
+
+
+def consumer_of(stores: Stores, host: str, *classes: str) -> None:
+    """``host`` is alive and has room for ``classes``."""
+    stores.agents.heartbeat(host, 60)
+    stores.agents.set_classes(host, classes)
+
+
+class TestAlternates:
+    """A host in tried_hosts gives way to a live consumer of the class that is not."""
+
+    def test_a_tried_host_hands_back_while_another_consumes_the_class(self, stores: Stores) -> None:
+        rp, inst = failed_once(stores)
+        consumer_of(stores, "h-good", "small")
+        with pytest.raises(exception.TriedHost) as err:
+            stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h-bad", "n1")
+        assert err.value.kwargs["alternate"] == "h-good"
+        assert (err.value.kwargs["handbacks"], err.value.kwargs["max_handbacks"]) == (1, 10)
+        record = stores.instances.get(inst)
+        assert (record.host, record.handbacks, record.attempts) == (None, 1, 1)
+        assert stores.ledger.get_provider(rp).usages == {VCPU: 0}
+        last = stores.instances.events(inst)[-1]
+        assert (last.event, last.host) == ("handed_back", "h-bad")
+        assert last.detail["alternate"] == "h-good"
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h-good", "n2")
+        assert stores.instances.get(inst).host == "h-good"
+
+    @pytest.mark.parametrize(
+        "others",
+        [(), (("h-good", "large"),), (("h-bad", "small"),)],
+        ids=["no-other-agent", "other-class", "only-the-tried-host"],
+    )
+    def test_a_tried_host_claims_when_nobody_else_could(self, stores: Stores, others) -> None:
+        rp, inst = failed_once(stores)
+        for host, cls in others:
+            consumer_of(stores, host, cls)
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h-bad", "n1")
+        record = stores.instances.get(inst)
+        assert (record.host, record.handbacks) == ("h-bad", 0)
+
+    def test_a_host_that_also_failed_it_is_no_alternate(self, stores: Stores) -> None:
+        rp, inst = failed_once(stores, "h-a")
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h-b", "n2")
+        assert stores.instances.requeue(inst, "h-b", "spawn failed").tried_hosts == ("h-a", "h-b")
+        consumer_of(stores, "h-b", "small")
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h-a", "n1")  # h-b tried it too
+        assert stores.instances.get(inst).host == "h-a"
+
+    def test_a_consumer_whose_heartbeat_expired_is_dropped(self, stores: Stores) -> None:
+        rp, inst = failed_once(stores)
+        consumer_of(stores, "h-gone", "small")
+        stores.agents.forget("h-gone")  # its heartbeat is gone, its registration stayed
+        assert stores.agents.class_consumers("small") == {"h-gone"}
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h-bad", "n1")
+        assert stores.instances.get(inst).host == "h-bad"
+        assert stores.agents.class_consumers("small") == set()
+
+    def test_hand_backs_are_bounded(self, stores: Stores) -> None:
+        rp, inst = failed_once(stores)
+        consumer_of(stores, "h-good", "small")
+        for n in (1, 2):
+            with pytest.raises(exception.TriedHost) as err:
+                stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h-bad", "n1", max_handbacks=2)
+            assert err.value.kwargs["handbacks"] == n
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h-bad", "n1", max_handbacks=2)
+        record = stores.instances.get(inst)
+        assert (record.host, record.handbacks) == ("h-bad", 2)
+
+    def test_no_hand_backs_when_the_limit_is_zero(self, stores: Stores) -> None:
+        rp, inst = failed_once(stores)
+        consumer_of(stores, "h-good", "small")
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h-bad", "n1", max_handbacks=0)
+        assert stores.instances.get(inst).host == "h-bad"
+        with pytest.raises(exception.Invalid):
+            stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h-bad", "n1", max_handbacks=-1)
+
+    def test_client_driven_retries_do_not_retry_a_hand_back(self, stores: Stores) -> None:
+        rp, inst = failed_once(stores)
+        consumer_of(stores, "h-good", "small")
+        with pytest.raises(exception.TriedHost):
+            claim_with_retries(stores.ledger, inst, {rp: {VCPU: 1}}, "h-bad", "n1")
+        assert stores.instances.get(inst).handbacks == 1
+
+    def test_a_disabled_service_is_no_alternate(self, stores: Stores) -> None:
+        rp, inst = failed_once(stores)
+        consumer_of(stores, "h-good", "small")
+        stores.agents.register_service("h-good")
+        stores.agents.update_service("h-good", disabled=True, disabled_reason="maintenance")
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h-bad", "n1")
+        assert stores.instances.get(inst).host == "h-bad"
+
+    def test_set_classes_replaces_what_the_agent_said(self, stores: Stores) -> None:
+        stores.agents.set_classes("h1", ["small", "large"])
+        stores.agents.set_classes("h2", ["small"])
+        stores.agents.set_classes("h1", ["large", "tiny"])
+        consumers = {c: stores.agents.class_consumers(c) for c in ("small", "large", "tiny")}
+        assert consumers == {"small": {"h2"}, "large": {"h1"}, "tiny": {"h1"}}
+        stores.agents.set_classes("h1", [])
+        assert stores.agents.class_consumers("large") == set()
+
+
 class TestClientDrivenRetry:
     def test_stale_provider_generation_is_reread(self, stores: Stores) -> None:
         rp, inst = make_provider(stores), make_instance(stores)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import uuid
 from typing import Any
@@ -135,6 +136,12 @@ class TestBootRequest:
         assert second.published_at == 6.0
         assert second.request_id == first.request_id
         assert first.attempt == 1, "frozen: the original is untouched"
+
+    def test_requeued_is_no_attempt_and_tries_no_host(self) -> None:
+        tried = boot(tried=True)
+        again = tried.requeued(now=7.0)
+        assert (again.attempt, again.tried_hosts, again.published_at) == (2, ("host-1",), 7.0)
+        assert again == dataclasses.replace(tried, published_at=7.0)
 
     def test_attempts_and_deadline(self) -> None:
         message = boot()

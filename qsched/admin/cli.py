@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from qsched import janitor as qjanitor
-from qsched.admin import cli_bus, cli_flavors, cli_ledger, queries, top, views, why
+from qsched.admin import cli_bus, cli_flavors, cli_ledger, cli_services, queries, top, views, why
 from qsched.admin.cli_ledger import PLACEMENT_CLASSES
 from qsched.admin.context import Admin, admin_command, config_option, output_option
 from qsched.admin.views import SHOWS, echo
@@ -39,7 +39,12 @@ def cli(ctx: click.Context, config_files: tuple[str, ...]) -> None:
     ctx.obj = {"config_files": config_files}
 
 
-for _command in (*cli_ledger.COMMANDS, *cli_bus.COMMANDS, *cli_flavors.COMMANDS):
+for _command in (
+    *cli_ledger.COMMANDS,
+    *cli_bus.COMMANDS,
+    *cli_flavors.COMMANDS,
+    *cli_services.COMMANDS,
+):
     cli.add_command(_command)
 
 

@@ -184,6 +184,9 @@ WHY = obj(
     refusals=array(obj(**_FACT, reason=maybe(STRING), kind=maybe(STRING))),
     conflicts=array(obj(**_FACT, reason=maybe(STRING))),
     spawn_failures=array(obj(**_FACT, reason=maybe(STRING), attempts=maybe(INT))),
+    tried_hosts=array(STRING),
+    handbacks=INT,
+    hand_backs=array(obj(**_FACT, alternate=maybe(STRING), handbacks=maybe(INT))),
     fault=maybe(ANY_OBJECT),
     now=maybe(
         obj(
@@ -228,6 +231,19 @@ FLAVOR = obj(
     is_public=BOOL,
 )
 FLAVORS = array(FLAVOR)
+SERVICE = obj(
+    seq=INT,
+    uuid=STRING,
+    host=STRING,
+    binary={"const": "nova-compute"},
+    zone=maybe(STRING),
+    status={"enum": ["enabled", "disabled"]},
+    state={"enum": ["up", "down"]},
+    forced_down=BOOL,
+    reported_at=maybe(NUMBER),
+    disabled_reason=maybe(STRING),
+)
+SERVICES = array(SERVICE)
 
 TOP_FRAME = obj(
     time=NUMBER,

@@ -71,6 +71,7 @@ class Diagnosis:
     refusals: list[dict[str, Any]]
     conflicts: list[dict[str, Any]]
     spawn_failures: list[dict[str, Any]]
+    hand_backs: list[dict[str, Any]]
     max_attempts: int
     events_trimmed: int = 0
     live: Live | None = None
@@ -98,6 +99,9 @@ class Diagnosis:
             "refusals": self.refusals,
             "conflicts": self.conflicts,
             "spawn_failures": self.spawn_failures,
+            "tried_hosts": list(inst.tried_hosts),
+            "handbacks": inst.handbacks,
+            "hand_backs": self.hand_backs,
             "fault": dict(inst.fault) if inst.fault else None,
             "now": self.live.to_dict() if self.live else None,
         }
@@ -125,10 +129,11 @@ def diagnose(
         instance=instance,
         outcome="",
         verdict="",
-        history=[_step(e, cls) for e in events],
+        history=_history(events, cls),
         refusals=[_fact(e, "reason", "kind") for e in events if e.event == "refused"],
         conflicts=[_fact(e, "reason") for e in events if e.event == "conflict"],
         spawn_failures=[_fact(e, "reason", "attempts") for e in events if e.event == "requeued"],
+        hand_backs=[_fact(e, "alternate", "handbacks") for e in events if e.event == "handed_back"],
         max_attempts=max_attempts,
         events_trimmed=events_trimmed,
         live=live,
@@ -143,13 +148,28 @@ def _fact(event: Event, *keys: str) -> dict[str, Any]:
     return fact
 
 
-def _step(event: Event, cls: str) -> dict[str, Any]:
+def _history(events: Sequence[Event], cls: str) -> list[dict[str, Any]]:
+    """Every event in words; a claim by a host that had failed the request says so."""
+    tried: set[str] = set()
+    steps = []
+    for event in events:
+        text = describe(event, cls)
+        if event.event == "claimed" and event.host in tried:
+            text += " (again: it had failed it, and no other host had room or the hand-backs "
+            text += "were used up)"
+        elif event.event == "requeued" and event.host:
+            tried.add(event.host)
+        steps.append(_step(event, text))
+    return steps
+
+
+def _step(event: Event, text: str) -> dict[str, Any]:
     return {
         "time": event.time,
         "event": event.event,
         "host": event.host,
         "node": event.node,
-        "text": describe(event, cls),
+        "text": text,
         "detail": dict(event.detail),
     }
 
@@ -183,6 +203,14 @@ def _claimed(e: Event, cls: str) -> str:
     return f"{e.host} claimed {e.node}: {allocation_text(e.detail)}"
 
 
+def _handed_back(e: Event, cls: str) -> str:
+    return (
+        f"{e.host} handed it back: it had failed it before and {e.detail.get('alternate')} has "
+        f"room for class {cls} (hand-back {e.detail.get('handbacks')} of "
+        f"{e.detail.get('max_handbacks')})"
+    )
+
+
 def _requeued(e: Event, cls: str) -> str:
     used = e.detail.get("attempts")
     where = f" on {e.host}" if e.host else ""
@@ -200,6 +228,7 @@ _SAY: dict[str, Callable[[Event, str], str]] = {
     "claimed": _claimed,
     "released": lambda e, c: f"claim of {e.host} released: {e.detail.get('reason') or '-'}",
     "requeued": _requeued,
+    "handed_back": _handed_back,
     "active": lambda e, c: f"ACTIVE on {e.host} ({e.node})",
     "error": lambda e, c: "ended in ERROR, quota returned",
     "deleting": lambda e, c: f"delete asked; {e.host} destroys it",
@@ -301,6 +330,7 @@ def _tail(d: Diagnosis) -> str:
         (d.refusals, "refusal"),
         (d.conflicts, "conflict"),
         (d.spawn_failures, "failed spawn"),
+        (d.hand_backs, "hand-back"),
     ]
     return ", ".join(_count(items, word) for items, word in counted if items)
 
@@ -346,6 +376,7 @@ def render(d: Diagnosis) -> str:
             ("class", scheduling_class(inst)),
             ("state", _state_text(d)),
             ("attempts", f"{inst.attempts} of {d.max_attempts}"),
+            ("tried hosts", _tried_text(d)),
         ]
     )
     lines = [head, "", f"why: {d.verdict}", "", "history:"]
@@ -355,6 +386,17 @@ def render(d: Diagnosis) -> str:
     if d.live is not None and d.outcome in ("waiting", "error"):
         lines += ["", "now:", _live_text(d.live)]
     return "\n".join(lines)
+
+
+def _tried_text(d: Diagnosis) -> str:
+    """The hosts that failed it (the alternates rule avoids them), and its hand-backs."""
+    inst = d.instance
+    if not inst.tried_hosts:
+        return "none"
+    text = ", ".join(inst.tried_hosts)
+    if inst.handbacks:
+        text += f" (handed back {_count(range(inst.handbacks), 'time')})"
+    return text
 
 
 def _state_text(d: Diagnosis) -> str:

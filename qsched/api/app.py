@@ -27,10 +27,11 @@ import falcon
 
 from qsched import conf as qconf
 from qsched import exception, janitor
-from qsched.api import API_VERSION, PREFIX, auth, base_url, keystone
+from qsched.api import API_VERSION, PREFIX, auth, base_url, keystone, microversion
 from qsched.api import aggregates as aggregate_handlers
 from qsched.api import flavors as flavor_handlers
 from qsched.api import servers as server_handlers
+from qsched.api import services as service_handlers
 from qsched.bus.base import Bus
 from qsched.compute import ComputeAPI, Publisher
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
@@ -78,11 +79,6 @@ _STATUS: dict[type[Exception], int] = {
 # renders: falcon's default writes raw UTF-8, and one lone surrogate kept in a record (as
 # the API took them before it refused them) made a 500 of every listing that showed it.
 _JSON_RESPONSES = falcon.media.JSONHandler(dumps=json.dumps)
-_VERSION_HEADERS = {
-    "OpenStack-API-Version": f"compute {API_VERSION}",
-    "X-OpenStack-Nova-API-Version": API_VERSION,
-    "Vary": "OpenStack-API-Version, X-OpenStack-Nova-API-Version",
-}
 
 
 def create_app(
@@ -150,6 +146,8 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     app.add_route(
         f"{PREFIX}/os-aggregates/{{aggregate_id}}/action", aggregate_handlers.AggregateAction(*args)
     )
+    app.add_route(f"{PREFIX}/os-services", service_handlers.Services(*args))
+    app.add_route(f"{PREFIX}/os-services/{{service_id}}", service_handlers.ServiceItem(*args))
 
 
 class RequestMiddleware:
@@ -169,7 +167,7 @@ class RequestMiddleware:
         rid = getattr(req.context, "request_id", "-")
         resp.set_header("x-openstack-request-id", rid)
         resp.set_header("x-compute-request-id", rid)
-        resp.set_headers(_VERSION_HEADERS)
+        resp.set_headers(microversion.headers(req))
         if LOG.isEnabledFor(logging.INFO):
             elapsed = time.monotonic() - getattr(req.context, "started", time.monotonic())
             LOG.info(
@@ -182,7 +180,10 @@ class RequestMiddleware:
 
 
 def _check_microversion(req: falcon.Request) -> None:
-    """Only 2.1 is spoken; asking for a later microversion is 406, as Nova answers."""
+    """Only 2.1 is spoken; asking for a later microversion is 406, as Nova answers.
+    os-services reads its own (:mod:`qsched.api.services`)."""
+    if req.path.startswith(f"{PREFIX}/os-services"):
+        return
     wanted = req.get_header("OpenStack-API-Version")
     if wanted:
         service, _sep, version = wanted.strip().partition(" ")

@@ -192,6 +192,52 @@ extra_specs_set = {
 }
 
 
+# -- os-services (Nova's schemas/services.py) --
+
+_TRUE = [True, "True", "TRUE", "true", "1", "ON", "On", "on", "YES", "Yes", "yes", "y", "t"]
+_FALSE = [False, "False", "FALSE", "false", "0", "OFF", "Off", "off", "NO", "No", "no", "n", "f"]
+boolean = {"type": ["boolean", "string"], "enum": _TRUE + _FALSE, "x-message": "must be a boolean"}
+
+fqdn = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[a-zA-Z0-9-._]*$"}
+_reason = {"type": "string", "minLength": 1, "maxLength": 255}
+
+service_update = {
+    "type": "object",
+    "properties": {
+        "host": fqdn,
+        "binary": {"type": "string", "minLength": 1, "maxLength": 255},
+        "disabled_reason": _reason,
+    },
+    "required": ["host", "binary"],
+    "additionalProperties": False,
+}
+service_update_v211 = {
+    "type": "object",
+    "properties": {
+        "host": fqdn,
+        "binary": {"type": "string", "minLength": 1, "maxLength": 255},
+        "disabled_reason": _reason,
+        "forced_down": boolean,
+    },
+    "required": ["host", "binary"],
+    "additionalProperties": False,
+}
+service_update_v253 = {
+    "type": "object",
+    "properties": {
+        "status": {"type": "string", "enum": ["enabled", "disabled"]},
+        "disabled_reason": _reason,
+        "forced_down": boolean,
+    },
+    "additionalProperties": False,
+}
+
+
+def to_bool(value: bool | str) -> bool:
+    """A value :data:`boolean` accepted, as a bool."""
+    return value in _TRUE
+
+
 # -- os-aggregates (Nova's schemas/aggregates.py) --
 
 _aggregate_zone = {
@@ -200,13 +246,7 @@ _aggregate_zone = {
     "or null",
 }
 
-host_name = {
-    "type": "string",
-    "pattern": "^[a-zA-Z0-9-._]*$",
-    "minLength": 1,
-    "maxLength": 255,
-    "x-message": "must be a host name: 1 to 255 of letters, digits, '-', '.', '_'",
-}
+host_name = {**fqdn, "x-message": "must be a host name: 1 to 255 of letters, digits, '-', '.', '_'"}
 
 aggregate_create = {
     "type": "object",
@@ -297,6 +337,9 @@ AGGREGATE_ACTIONS = {
     "remove_host": _compile(_host_action("remove_host")),
     "set_metadata": _compile(aggregate_set_metadata),
 }
+SERVICE_UPDATE = _compile(service_update)
+SERVICE_UPDATE_V211 = _compile(service_update_v211)
+SERVICE_UPDATE_V253 = _compile(service_update_v253)
 
 
 def validate(validator: Validator, body: Any) -> Any:

@@ -90,6 +90,26 @@ agent_opts = [
         help="Spawns in flight at once. The consumer claims and acks, then hands the spawn "
         "to these workers and takes the next request.",
     ),
+    cfg.IntOpt(
+        "max_handbacks",
+        default=10,
+        min=0,
+        help="Alternates: a host that already held a request and gave it back (its spawn "
+        "failed, or its claim was taken back) hands the request back, without claiming "
+        "it or using an attempt, while another live agent that has not tried it has room "
+        "for its class. After this many hand-backs of one request, by any hosts, one that "
+        "tried it may claim it again, so that an alternate that never takes it (its "
+        "consumer cut off from the broker) cannot hold it until its deadline. 0: a host "
+        "may claim a request it failed at once (no alternates).",
+    ),
+    cfg.FloatOpt(
+        "handback_pause_s",
+        default=1.0,
+        min=0.0,
+        help="After handing a request back, this agent stops consuming its scheduling "
+        "class for this long, so that the broker gives the request to another agent "
+        "rather than straight back to this one; its other classes go on.",
+    ),
     cfg.FloatOpt("heartbeat_interval_s", default=2.0, min=0.1, help="Seconds between heartbeats."),
     cfg.FloatOpt(
         "heartbeat_ttl_s",
@@ -187,6 +207,8 @@ class AgentOptions(Section):
     fake_state_path: str | None
     placement_policy: str
     spawn_workers: int
+    max_handbacks: int
+    handback_pause_s: float
     heartbeat_interval_s: float
     heartbeat_ttl_s: float
     class_poll_interval_s: float

@@ -31,12 +31,18 @@ from qsched.ledger.records import (
     Placement,
     Provider,
     ProviderSpec,
+    Service,
     State,
     TaskState,
     Usage,
 )
 
+#: Hand-backs of one request by hosts that already tried it before one of them may
+#: claim it again (``[agent] max_handbacks``).
+DEFAULT_MAX_HANDBACKS = 10
+
 __all__ = [
+    "DEFAULT_MAX_HANDBACKS",
     "AgentInfo",
     "AgentRegistry",
     "Aggregate",
@@ -55,6 +61,7 @@ __all__ = [
     "Provider",
     "ProviderSpec",
     "QuotaStore",
+    "Service",
     "State",
     "TaskState",
     "Usage",
@@ -176,6 +183,7 @@ class Ledger(abc.ABC):
         node: str,
         consumer_generation: int | None = None,
         provider_generations: Mapping[str, int] | None = None,
+        max_handbacks: int = DEFAULT_MAX_HANDBACKS,
         guard: ClaimGuard | None = None,
     ) -> Claim:
         """Allocate for an instance that is still waiting to be placed, and mark it claimed.
@@ -185,8 +193,18 @@ class Ledger(abc.ABC):
         nothing and returns ``already=True``, so a redelivered request cannot place
         twice. ``guard``: aggregate rules checked on the node's root in the same step.
 
+        Alternates: a ``host`` among the record's ``tried_hosts`` is refused while
+        another live agent that has not tried it consumes its scheduling class
+        (:meth:`AgentRegistry.set_classes`), until the instance was handed back
+        ``max_handbacks`` times (0: never refused). The refusal counts a hand-back
+        in the record and its history. O(tried hosts), whatever the number of hosts.
+
         :raises InstanceNotFound:
         :raises InstanceNotWaiting: deleted, in error, or claimed by another host.
+        :raises ServiceDisabled: ``host``'s service is disabled or forced down
+            (:meth:`AgentRegistry.update_service`): it takes no new boot.
+        :raises TriedHost: ``host`` must hand the request back (``alternate`` names a
+            host that can take it, ``handbacks`` how many hand-backs so far).
         :raises ClaimRuleBroken: the guard failed; nothing written.
         :raises: everything :meth:`put_allocations` raises.
         """
@@ -413,15 +431,19 @@ class AgentRegistry(abc.ABC):
     """Which agents are alive, and the scheduling classes and zones they consume."""
 
     @abc.abstractmethod
-    def heartbeat(self, host: str, ttl_s: float, **detail: Any) -> None:
+    def heartbeat(self, host: str, ttl_s: float, **detail: Any) -> Service | None:
         """Say ``host`` is alive for ``ttl_s`` seconds more; ``detail`` is shown to admins.
+
+        Returns the host's service record as operators left it (None: it has none),
+        so that an agent learns it is disabled without another round trip.
 
         :raises BackendUnavailable:
         """
 
     @abc.abstractmethod
     def alive(self, host: str) -> bool:
-        """True while the host's last heartbeat has not expired (O(1)).
+        """True while the host's last heartbeat has not expired and its service is not
+        forced down: Nova's service state "up" (O(1)).
 
         :raises BackendUnavailable:
         """
@@ -448,6 +470,54 @@ class AgentRegistry(abc.ABC):
         """
 
     @abc.abstractmethod
+    def register_service(self, host: str, availability_zone: str | None = None) -> Service:
+        """Make sure ``host`` has a compute service record, and return it: a new one is
+        enabled, not forced down, with a new UUID and the next integer id; every one is
+        in the zone given now (None: none). O(1).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def update_service(
+        self,
+        host: str,
+        disabled: bool | None = None,
+        disabled_reason: str | None = None,
+        forced_down: bool | None = None,
+    ) -> Service:
+        """Enable or disable ``host``'s service (a reason with a disable; enabling
+        clears it), force it down or up; None leaves a field as it is. Atomic: once
+        it returns, no claim of the host succeeds while it is disabled or forced down.
+
+        :raises ComputeHostNotFound: the host has no service.
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def service(self, host: str) -> Service:
+        """The service of ``host`` (O(1)).
+
+        :raises ComputeHostNotFound:
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def service_host(self, service_id: str) -> str:
+        """The host of the service whose UUID is ``service_id`` (O(1)).
+
+        :raises ServiceNotFound:
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def services(self) -> builtins.list[Service]:
+        """Every service, by integer id (admin view: it scans).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
     def add_class(self, name: str, definition: Mapping[str, Any]) -> bool:
         """Publish a scheduling class for agents to consider; False if it was known.
 
@@ -457,6 +527,26 @@ class AgentRegistry(abc.ABC):
     @abc.abstractmethod
     def classes(self) -> dict[str, dict[str, Any]]:
         """Every live class: O(number of classes), never O(number of hosts).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def set_classes(self, host: str, classes: Iterable[str]) -> None:
+        """Say that ``host`` has room for exactly ``classes`` now (none: it consumes
+        nothing), replacing what it said before. O(its classes).
+
+        A claim reads the consumers of a class to decide whether a host that already
+        tried a request must hand it back; a consumer whose heartbeat has expired
+        does not count.
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def class_consumers(self, name: str) -> set[str]:
+        """The hosts that said they have room for class ``name``, alive or not (admin
+        view: O(its consumers)).
 
         :raises BackendUnavailable:
         """

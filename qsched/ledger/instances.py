@@ -231,6 +231,7 @@ def _instance(fields: dict[str, str]) -> Instance:
         fault=json.loads(fields["fault"]) if fields.get("fault") else None,
         attempts=int(fields.get("attempts", 0)),
         tried_hosts=tuple(json.loads(fields.get("tried_hosts") or "[]")),
+        handbacks=int(fields.get("handbacks", 0)),
         created_at=float(fields.get("created_at", 0)),
         updated_at=float(fields.get("updated_at", 0)),
         deadline=float(fields["deadline"]) if fields.get("deadline") else None,

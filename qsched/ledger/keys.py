@@ -105,13 +105,30 @@ class Keyspace:
     def agent(self, host: str) -> str:
         return f"{self.prefix}agent:{host}"
 
+    def agent_classes(self, host: str) -> str:
+        return f"{self.prefix}agent:{host}:classes"
+
     @property
     def agents(self) -> str:
         return f"{self.prefix}agents"
 
+    def service(self, host: str) -> str:
+        return f"{self.prefix}service:{host}"
+
+    @property
+    def service_ids(self) -> str:
+        return f"{self.prefix}service-ids"
+
+    @property
+    def service_seq(self) -> str:
+        return f"{self.prefix}service-seq"
+
     @property
     def classes(self) -> str:
         return f"{self.prefix}classes"
+
+    def class_consumers(self, name: str) -> str:
+        return f"{self.prefix}class:{name}:consumers"
 
     @property
     def zones(self) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from qsched import exception
 from qsched.ledger.base import (
+    DEFAULT_MAX_HANDBACKS,
     Allocations,
     Claim,
     ClaimGuard,
@@ -228,11 +229,14 @@ class RedisLedger(Ledger):
         node: str,
         consumer_generation: int | None = None,
         provider_generations: Mapping[str, int] | None = None,
+        max_handbacks: int = DEFAULT_MAX_HANDBACKS,
         guard: ClaimGuard | None = None,
     ) -> Claim:
+        if max_handbacks < 0:
+            raise exception.Invalid(reason=f"max_handbacks {max_handbacks} must be >= 0")
         result = self._allocate(
             instance_uuid, allocations, consumer_generation, "", "",  # from the record
-            provider_generations, claim=(host, node), guard=guard,
+            provider_generations, claim=(host, node), max_handbacks=max_handbacks, guard=guard,
         )  # fmt: skip
         return Claim(result["generation"], bool(result.get("already")))
 
@@ -245,6 +249,7 @@ class RedisLedger(Ledger):
         user_id: str,
         provider_generations: Mapping[str, int] | None,
         claim: tuple[str, str] | None,
+        max_handbacks: int = 0,
         guard: ClaimGuard | None = None,
     ) -> dict[str, Any]:
         consumer_uuid = check_uuid(consumer_uuid, "Consumer UUID")
@@ -266,6 +271,7 @@ class RedisLedger(Ledger):
             node,
             self.store.now(),
             self.store.max_events,
+            max_handbacks,
             canonical_json(guard.to_json()) if guard else "",
         )
 

@@ -173,6 +173,7 @@ class Instance:
     fault: Mapping[str, Any] | None = None
     attempts: int = 0
     tried_hosts: tuple[str, ...] = ()  # hosts a requeue took its claim from, in order
+    handbacks: int = 0  # claims refused to tried hosts while another could take it
     created_at: float = 0.0
     updated_at: float = 0.0
     deadline: float | None = None
@@ -186,9 +187,36 @@ class Instance:
 
 @dataclasses.dataclass(frozen=True)
 class AgentInfo:
-    """An agent as its last heartbeat left it; ``alive`` until that heartbeat expires."""
+    """An agent as its last heartbeat left it; ``alive`` until that heartbeat expires or
+    an operator forces its service down (Nova's service state "up")."""
 
     host: str
     last_seen: float
     alive: bool
     detail: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Service:
+    """An agent's compute service as operators set it (Nova's ``os-services``).
+
+    ``id`` is its UUID (what microversion 2.53 names it by), ``seq`` the integer id
+    shown before that. A disabled or forced-down service takes no new boot: its
+    agent stops consuming boot requests and the claim refuses it. Forced down, it
+    counts as down whatever its heartbeat says.
+    """
+
+    host: str
+    id: str
+    seq: int
+    disabled: bool = False
+    disabled_reason: str | None = None
+    forced_down: bool = False
+    created_at: float = 0.0
+    updated_at: float | None = None  # when an operator last changed it
+    zone: str | None = None  # the agent's availability zone when it last started
+
+    @property
+    def schedulable(self) -> bool:
+        """Whether it may take new boots."""
+        return not (self.disabled or self.forced_down)

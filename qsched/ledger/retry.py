@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 
 from qsched import exception
-from qsched.ledger.base import Allocations, ClaimGuard, Ledger
+from qsched.ledger.base import DEFAULT_MAX_HANDBACKS, Allocations, ClaimGuard, Ledger
 
 #: Re-reads after conflicts before a claim gives up (``[ledger] max_conflict_retries``).
 DEFAULT_RETRIES = 10
@@ -33,6 +33,7 @@ def claim(
     provider_generations: Mapping[str, int] | None = None,
     max_retries: int = DEFAULT_RETRIES,
     on_conflict: Callable[[exception.Conflict], None] | None = None,
+    max_handbacks: int = DEFAULT_MAX_HANDBACKS,
     guard: ClaimGuard | None = None,
 ) -> ClaimResult:
     """Claim ``allocations`` for an instance, resolving generation conflicts.
@@ -40,10 +41,13 @@ def claim(
     :param provider_generations: generations the caller's view was built on; a
         stale one is re-read and the claim retried only if it still fits.
     :param on_conflict: called with each conflict resolved (to record it).
+    :param max_handbacks: see :meth:`~qsched.ledger.base.Ledger.claim`.
     :param guard: aggregate rules the claim checks on the node's root.
     :raises CapacityExceeded: the re-read shows the claim no longer fits.
     :raises ClaimRuleBroken: the node no longer satisfies the guard (not retried).
     :raises InstanceNotWaiting, InstanceNotFound: nothing to place any more.
+    :raises TriedHost: ``host`` already tried it and another host can take it:
+        not a conflict to retry, the request goes back to the queue.
     :raises Conflict: still conflicting after ``max_retries`` re-reads.
     """
     gens = dict(provider_generations or {})
@@ -52,7 +56,14 @@ def claim(
     for conflicts in range(max_retries + 1):
         try:
             done = ledger.claim(
-                instance_uuid, allocations, host, node, consumer_generation, gens or None, guard
+                instance_uuid,
+                allocations,
+                host,
+                node,
+                consumer_generation,
+                gens or None,
+                max_handbacks=max_handbacks,
+                guard=guard,
             )
             return ClaimResult(done.generation, conflicts, done.already)
         except exception.ConsumerGenerationConflict as exc:

@@ -3,20 +3,66 @@
 -- ARGV     prefix, consumer, expected consumer generation ("" = new consumer),
 --          project, user, allocations JSON {rp: {rc: n}} (canonical, sorted),
 --          provider generations JSON ("" = not checked), claim ("1" = guard on the
---          instance record and mark it claimed), host, node, now, max_events, guard
---          JSON {root, all: [], any: [[]], none: []} ("" = none): aggregate rules the
---          root provider must satisfy, checked with everything else
+--          instance record and mark it claimed), host, node, now, max_events,
+--          max_handbacks (a claim: how often hosts that tried it may hand it back).
+--          A claim is refused to a host whose service is disabled or forced down.
+--          Then the guard JSON {root, all: [], any: [[]], none: []} ("" = none):
+--          aggregate rules the root provider must satisfy, checked with everything else.
 local consumer, expected, project, user = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local allocs_json, gens_json, claim = ARGV[6], ARGV[7], ARGV[8] == "1"
 local host, node, now, max_events = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
+local max_handbacks = tonumber(ARGV[13]) or 0
 local ckey = K.consumer(consumer)
+
+-- Members of a class's consumer set looked at beyond the tried hosts: the whole set
+-- when it is that small, a random sample of it otherwise.
+local SAMPLE = 4
+
+-- An agent that consumes class cls now, is alive, takes new boots and is not among the
+-- tried hosts, or nil. O(tried hosts + SAMPLE): a member whose heartbeat expired is
+-- dropped. (SRANDMEMBER before writes is fine: Redis replicates a script's effects.)
+local function alternate(cls, tried, ntried)
+    local key = K.class_consumers(cls)
+    for _, other in ipairs(redis.call("SRANDMEMBER", key, ntried + SAMPLE)) do
+        if not tried[other] then
+            if redis.call("EXISTS", K.agent(other)) == 0 then
+                redis.call("SREM", key, other)
+            elseif not service_closed(other) then
+                return other
+            end
+        end
+    end
+    return nil
+end
+
+-- Alternates: a host that held this request and gave it back (its spawn failed, its
+-- claim was taken back) may not claim it again while another host could take it: it
+-- hands the request back, up to max_handbacks times in all. Returns the failure reply.
+local function hand_back(ikey, tried_json, handbacks)
+    if tonumber(handbacks or 0) >= max_handbacks then return nil end
+    local tried, ntried = {}, 0
+    for _, seen in ipairs(cjson.decode(tried_json)) do
+        tried[seen], ntried = true, ntried + 1
+    end
+    if not tried[host] then return nil end
+    local cls = cjson.decode(redis.call("HGET", ikey, "extra") or "{}").scheduling_class
+    if type(cls) ~= "string" then return nil end  -- not a front door's record
+    local other = alternate(cls, tried, ntried)
+    if not other then return nil end
+    local n = redis.call("HINCRBY", ikey, "handbacks", 1)
+    local detail = {alternate = other, handbacks = n, max_handbacks = max_handbacks}
+    add_event(consumer, now, "handed_back", host, "", detail, max_events)
+    detail.instance, detail.host = consumer, host
+    return fail("tried_host", detail)
+end
 
 local cur = redis.call("HMGET", ckey, "generation", "allocs", "project")
 local cur_gen = tonumber(cur[1])
 
 if claim then
     local ikey = K.instance(consumer)
-    local inst = redis.call("HMGET", ikey, "state", "host", "node", "project_id", "user_id")
+    local inst = redis.call("HMGET", ikey, "state", "host", "node", "project_id", "user_id",
+                            "tried_hosts", "handbacks")
     if not inst[1] then return fail("instance_not_found", {instance = consumer}) end
     project, user = inst[4], inst[5]  -- a claim allocates for the instance's owner
     if inst[1] ~= "BUILD" then
@@ -27,6 +73,13 @@ if claim then
             return reply({generation = cur_gen, already = true})
         end
         return fail("not_waiting", {instance = consumer, state = inst[1], host = inst[2] or ""})
+    end
+    -- Maintenance: a disabled or forced-down service takes no new boot.
+    local closed = service_closed(host)
+    if closed then return fail("service_disabled", {host = host, why = closed}) end
+    if inst[6] then
+        local refused = hand_back(ikey, inst[6], inst[7])
+        if refused then return refused end
     end
 end
 
@@ -40,8 +93,8 @@ elseif cur_gen ~= tonumber(expected) then
                                       current = cur_gen or cjson.null})
 end
 
-if ARGV[13] and ARGV[13] ~= "" then
-    local guard = cjson.decode(ARGV[13])
+if ARGV[14] and ARGV[14] ~= "" then
+    local guard = cjson.decode(ARGV[14])
     local akey = K.provider_aggregates(guard.root)
     local function member(a) return redis.call("SISMEMBER", akey, a) == 1 end
     for _, a in ipairs(guard.all) do

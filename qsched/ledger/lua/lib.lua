@@ -172,6 +172,25 @@ local function add_tried_host(ikey, host)
     redis.call("HSET", ikey, "tried_hosts", cjson.encode(tried))
 end
 
+-- A compute service record as the scripts return it (nil fields left out; times as
+-- the strings stored, which JSON numbers would round), or nil.
+local function service_record(host)
+    local f = redis.call("HMGET", K.service(host), "id", "seq", "disabled", "disabled_reason",
+                         "forced_down", "created_at", "updated_at", "zone")
+    if not f[1] then return nil end
+    return {host = host, id = f[1], seq = tonumber(f[2]), disabled = f[3] == "1",
+            disabled_reason = f[4] or nil, forced_down = f[5] == "1",
+            created_at = f[6] or nil, updated_at = f[7] or nil, zone = f[8] or nil}
+end
+
+-- Why a host's service takes no new boots ("disabled: <reason>", "forced down"), or nil.
+local function service_closed(host)
+    local f = redis.call("HMGET", K.service(host), "disabled", "forced_down", "disabled_reason")
+    if f[2] == "1" then return "forced down" end
+    if f[1] == "1" then return "disabled" .. (f[3] and (": " .. f[3]) or "") end
+    return nil
+end
+
 -- Host aggregates --------------------------------------------------------------
 
 -- The UUID of aggregate ``id`` (Nova's integer), or nil.
