@@ -117,6 +117,8 @@ class ComputeAgent:
         self._registered: frozenset[str] | None = None  # the classes the ledger has from us
         self._registered_at: float | None = None  # monotonic time they were written
         self._came_back = threading.Event()  # silent past the TTL: reconcile everything
+        self._reread_all = threading.Event()  # the host's aggregates moved: read every node
+        self._host_aggregates: frozenset[str] | None = None
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -228,6 +230,7 @@ class ComputeAgent:
             index_digest=self.index.digest(),
         )  # fmt: skip
         self.apply_service(service)
+        self._watch_aggregates()
         last, self._last_beat = self._last_beat, started
         if last is not None and started - last > self.opts.heartbeat_ttl_s:
             LOG.warning("agent %s: silent for %.1fs, past its heartbeat TTL of %.1fs; "
@@ -239,6 +242,19 @@ class ComputeAgent:
             for task in (self._reconcile_task, self._register_task):
                 if task is not None:
                     task.wake()
+
+    def _watch_aggregates(self) -> None:
+        """Notice the aggregate API moving this host into or out of an aggregate (one
+        SMEMBERS a heartbeat): the next reconcile reads every node again, so a class the
+        change makes fit here is consumed within a heartbeat rather than a reconcile
+        cycle. A host leaving an aggregate needs no notice: the claim checks it."""
+        found = frozenset(self.stores.aggregates.host_aggregates(self.host))
+        known, self._host_aggregates = self._host_aggregates, found
+        if known is not None and found != known:
+            self.counters["aggregates_changed"] += 1
+            self._reread_all.set()
+            if self._reconcile_task is not None:
+                self._reconcile_task.wake()
 
     def apply_service(self, service: Service | None) -> None:
         """Take new boots or not, as the host's service says (None: no record, take them).
@@ -278,13 +294,15 @@ class ComputeAgent:
             self._registered, self._registered_at = fittable, now
 
     def reconcile_pass(self) -> ReconcileReport:
-        """One periodic reconcile: the next slice, or every node after a silence.
+        """One periodic reconcile: the next slice, or every node after a silence or a
+        change of the host's aggregates.
 
         The counters keep how many passes ran and their summed wall time (ms).
         """
         began = time.perf_counter()
-        if self._came_back.is_set():
+        if self._came_back.is_set() or self._reread_all.is_set():
             self._came_back.clear()
+            self._reread_all.clear()
             report = self.reconciler.run_all()
         else:
             report = self.reconciler.run_pass()

@@ -44,13 +44,17 @@ class Cell:
     stores: Stores
     agents: list[ComputeAgent]
 
-    def aggregate(self, name: str, hosts: list[str], zone: str | None = None, **metadata: str):
+    def aggregate(
+        self, name: str, hosts: list[str], zone: str | None = None, settle: bool = True,
+        **metadata: str,
+    ):  # fmt: skip
         made = self.compute.aggregates.create(ADMIN, name, zone)
         if metadata:
             self.compute.aggregates.set_metadata(ADMIN, made.id, metadata)
         for host in hosts:
             self.compute.aggregates.add_host(ADMIN, made.id, host)
-        self.settle_views()
+        if settle:
+            self.settle_views()
         return made
 
     def settle_views(self) -> None:
@@ -120,6 +124,15 @@ def test_a_tenant_is_kept_to_its_aggregates(cell: Cell) -> None:
     assert cell.hosts_of(mine) == {"cn-a"}
     others = [cell.boot("pb") for _ in range(12)]
     assert cell.hosts_of(others) - {"cn-gold"} >= {"cn-b"}  # not confined to cn-a
+
+
+def test_an_agent_sees_its_host_join_an_aggregate_within_a_heartbeat(cell: Cell) -> None:
+    """No reconcile is forced: the agent notices the move at its next heartbeat (0.2 s
+    here) and reads its nodes again, well before the boot's 3 s deadline; its next
+    regular reconcile would come only after 10 s."""
+    cell.aggregate("pa-only", ["cn-a"], settle=False, filter_tenant_id="pa")
+    assert cell.hosts_of([cell.boot("pa")]) == {"cn-a"}
+    assert cell.agents[0].counters["aggregates_changed"] >= 1
 
 
 def test_a_tenant_without_an_aggregate_ends_no_valid_host_when_one_is_required(
