@@ -301,9 +301,11 @@ class ComputeAgent:
         """
         began = time.perf_counter()
         if self._came_back.is_set() or self._reread_all.is_set():
+            reread = self._reread_all.is_set()
             self._came_back.clear()
             self._reread_all.clear()
             report = self.reconciler.run_all()
+            self.counters["aggregate_rereads"] += reread  # every node read after a move
         else:
             report = self.reconciler.run_pass()
         self.counters["reconcile_passes"] += 1

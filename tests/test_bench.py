@@ -110,8 +110,11 @@ def test_smoke_run_on_the_embedded_default(tmp_path: Path) -> None:
             "0.5", "--burst-s", "0.1", "--saturation-hosts", "8", "--saturation-rates", "40",
             "--step-s", "0.5",
             "--fill-hosts", "2", "-o", str(out)]  # fmt: skip
-    found = _check_run(CliRunner().invoke(cli.main, args), out, ("scale", "saturation", "fill"))
+    result = CliRunner().invoke(cli.main, args)
+    found = _check_run(result, out, ("scale", "saturation", "fill", "rules"))
     assert found["backends"]["embedded"] is True
+    _check_rules(found)
+    assert "Placement rules (library path" in result.output
     assert found["scale"][0]["burst"]["capacity_per_s"] > 0
     fill = found["fill"]
     assert fill["no_valid_host"] >= 1 and fill["first_nvh_index"] is not None
@@ -125,13 +128,26 @@ def test_smoke_run_on_real_servers(tmp_path: Path) -> None:
     real_redis()
     require_rabbitmq()
     out = tmp_path / "bench.json"
-    args = ["--scenario", "scale", "--sizes", "8", "--agents", "2", "--rate", "40",
-            "--duration-s", "0.5", "--burst-s", "0", "--bus", "rabbitmq", "--amqp-url", AMQP_URL,
-            "-o", str(out)]  # fmt: skip
-    found = _check_run(CliRunner().invoke(cli.main, args), out, ("scale",))
+    args = ["--scenario", "scale", "--scenario", "rules", "--sizes", "8", "--agents", "2",
+            "--rate", "40", "--duration-s", "0.5", "--burst-s", "0", "--bus", "rabbitmq",
+            "--amqp-url", AMQP_URL, "-o", str(out)]  # fmt: skip
+    found = _check_run(CliRunner().invoke(cli.main, args), out, ("scale", "rules"))
     assert found["backends"]["embedded"] is False
+    _check_rules(found)
     registration = found["scale"][0]["registration"]
     assert registration["hosts"] == 8 and registration["per_agent"][0]["nodes"] == 4
+
+
+def _check_rules(found: dict) -> None:
+    """Every class of the rules scenario placed all its boots; the isolated ones on the
+    isolated host only (the scenario fails otherwise); the ledger audited clean."""
+    (entry,) = found["rules"]
+    assert set(entry["classes"]) == {
+        "plain", "tenant-isolated aggregate", "nested GPU (resources1:VGPU=1)",
+    }  # fmt: skip
+    for stats in entry["classes"].values():
+        assert stats["active"] == stats["accepted"] > 0
+    assert entry["audit"]["ok"] and len(entry["isolated_hosts"]) == 1
 
 
 def _has_matplotlib() -> bool:

@@ -122,7 +122,7 @@ def pick_backends(
     "scenarios",
     multiple=True,
     type=click.Choice(list(SCENARIOS)),
-    help="Run only these scenarios (repeatable) [default: all three].",
+    help="Run only these scenarios (repeatable) [default: all of them].",
 )
 @click.option("--sizes", metavar="N,N,...", help="Scale sweep host counts.")
 @click.option(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agents.virt.fake import FakeNodeSpec
+from agents.virt.fake import FakeChild, FakeNodeSpec, check_children
 from qsched.bench.stack import Cloud, CloudSpec, registration_summary
 from qsched.bench.timing import REGISTRATION, PhaseTimer, peak_rss_kb
 from qsched.embedded import embedded_options, start_stack
@@ -31,12 +31,15 @@ class EmbeddedCloud(Cloud):
             build_timeout_s=("scheduler", spec.build_timeout_s),
             heartbeat_interval_s=("agent", spec.heartbeat_interval_s),
             class_poll_interval_s=("agent", spec.class_poll_interval_s),
+            flavor_extra_spec=("api", [line for f in spec.flavors for line in f.spec_lines]),
+            **{name: ("scheduler", value) for name, value in spec.scheduler},
         )
         node = FakeNodeSpec(
             spec.node_vcpus,
             spec.node_ram_mb,
             spec.node_disk_gb,
             cpu_allocation_ratio=spec.cpu_allocation_ratio,
+            children=check_children([FakeChild.parse(line) for line in spec.node_providers]),
         )
         timer = PhaseTimer()
         timer.wrap("registration", REGISTRATION)
@@ -58,6 +61,9 @@ class EmbeddedCloud(Cloud):
         assert phase.calls
         self._open(options, self.stack.stores)
         self.api_url = self.stack.url
+
+    def hosts_of_agents(self) -> list[str]:
+        return [agent.host for agent in self.stack.agents]
 
     def peak_rss(self) -> dict[str, Any]:
         return {

@@ -86,9 +86,9 @@ class HttpSubmitter:
 class LibrarySubmitter:
     """:meth:`ComputeAPI.boot` in this process: the front door without HTTP."""
 
-    def __init__(self, compute: ComputeAPI) -> None:
+    def __init__(self, compute: ComputeAPI, project: str = PROJECT) -> None:
         self.compute = compute
-        self.context = RequestContext.for_project(USER, PROJECT)
+        self.context = RequestContext.for_project(USER, project)
 
     def __call__(self, name: str, flavor: str) -> str:
         return self.compute.boot(self.context, name, flavor, IMAGE).uuid

@@ -24,6 +24,7 @@ class BenchFlavor:
     ram_mb: int
     disk_gb: int
     weight: int = 1
+    extra_specs: tuple[tuple[str, str], ...] = ()
 
     @property
     def demand(self) -> dict[str, int]:
@@ -35,6 +36,11 @@ class BenchFlavor:
     def config_line(self) -> str:
         """The ``[api] flavor`` line that creates it."""
         return f"{self.name}:{self.vcpus}:{self.ram_mb}:{self.disk_gb}"
+
+    @property
+    def spec_lines(self) -> list[str]:
+        """Its ``[api] flavor_extra_spec`` lines."""
+        return [f"{self.name}:{key}={value}" for key, value in self.extra_specs]
 
 
 def flavor_stream(flavors: Sequence[BenchFlavor], count: int, seed: int) -> list[BenchFlavor]:

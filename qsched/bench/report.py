@@ -186,6 +186,18 @@ def scale_table(scale: list[dict[str, Any]]) -> list[str]:
     return simple_table(header, rows)
 
 
+def rules_table(rules: list[dict[str, Any]]) -> list[str]:
+    rows = [
+        (entry["hosts"], name, _ms(s["submit_to_claimed_ms"]), _ms(s["submit_to_active_ms"]),
+         s["placements_per_s"], s["refused"], s["error"])
+        for entry in rules
+        for name, s in entry["classes"].items()
+    ]  # fmt: skip
+    header = ("hosts", "class", "to claimed ms p50/p95/p99", "to ACTIVE ms p50/p95/p99",
+              "placed/s", "refused", "ERROR")  # fmt: skip
+    return simple_table(header, rows)
+
+
 def reconcile_cell(entry: dict[str, Any]) -> str:
     """The agents' reconcile: the longest at start (every node), and the mean periodic
     pass (a slice of ``[agent] reconcile_batch`` nodes), from their own counters."""
@@ -328,6 +340,10 @@ def render(results: dict[str, Any]) -> str:
         title = (f"Fill ({fill['hosts']} hosts, {fill.get('bus', '?')} bus, {fill['accepted']} "
                  f"boots, the first NoValidHost is boot {fill['first_nvh_index']})")  # fmt: skip
         parts += [title, "", *fill_table(fill), ""]
+    if results.get("rules"):
+        bus = results["rules"][0].get("bus", "?")
+        parts += [f"Placement rules (library path, {bus} bus)", "", *rules_table(results["rules"]),
+                  ""]  # fmt: skip
     costs = cost_rows(results)
     if costs:
         parts += ["CPU ms per placement", "", *cost_table(costs), ""]

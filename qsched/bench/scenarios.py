@@ -1,4 +1,4 @@
-"""The three scenarios of issue 6: scale sweep, saturation, fill.
+"""The scenarios: scale sweep, saturation, fill (issue 6), and placement rules.
 
 Each starts its own cloud (:mod:`qsched.bench.stack`), primes the scheduling
 classes so that every agent consumes them before the clock starts, measures,
@@ -426,9 +426,112 @@ def compare_fill(
     }
 
 
+# -- 4. placement rules ----------------------------------------------------------------
+
+#: A nested flavor: the sweep's sizes, plus a VGPU from the node's GPU child provider.
+GPU_FLAVOR = BenchFlavor(
+    "bench.gpu", 2, 4096, 20,
+    extra_specs=(("resources1:VGPU", "1"), ("trait1:CUSTOM_BENCH_GPU", "required")),
+)  # fmt: skip
+#: Every node of the rules cloud carries a GPU child provider.
+RULES_NODE_PROVIDERS = ("gpu0:VGPU=16;CUSTOM_BENCH_GPU",)
+#: The project the tenant-isolated aggregate is for.
+ISOLATED_PROJECT = "bench-isolated"
+
+
+def run_rules(runner: Runner) -> list[dict[str, Any]]:
+    """Per N: submit to claimed of classes with placement rules, next to a plain one."""
+    results = []
+    for hosts in runner.settings.sizes:
+        runner.say(f"[rules] N = {hosts:,} hosts")
+        results.append(rules_one(runner, hosts))
+    return results
+
+
+def rules_one(runner: Runner, hosts: int) -> dict[str, Any]:
+    """One cloud whose every node has a GPU child; the first agent's hosts form an
+    aggregate for :data:`ISOLATED_PROJECT` (tenant isolation on). The same sweep flavor
+    booted by another project, by the isolated one, and the nested GPU flavor."""
+    settings = runner.settings
+    count = max(1, int(settings.rate_per_s * settings.duration_s))
+    entry: dict[str, Any] = {"hosts": hosts}
+    spec = runner.spec(
+        hosts, (SCALE_FLAVOR, GPU_FLAVOR), http=False, node_providers=RULES_NODE_PROVIDERS,
+        scheduler=(("limit_tenants_to_placement_aggregate", True),),
+    )  # fmt: skip
+    with runner.cloud(spec, entry) as cloud:
+        entry["registration"] = cloud.registration
+        isolated = _isolate(cloud, runner.say)
+        entry["isolated_hosts"] = isolated
+        cloud.prime_classes([SCALE_FLAVOR.name, GPU_FLAVOR.name])
+        classes = [
+            ("plain", LibrarySubmitter(cloud.compute), SCALE_FLAVOR.name),
+            ("tenant-isolated aggregate",
+             LibrarySubmitter(cloud.compute, project=ISOLATED_PROJECT), SCALE_FLAVOR.name),
+            ("nested GPU (resources1:VGPU=1)", LibrarySubmitter(cloud.compute), GPU_FLAVOR.name),
+        ]  # fmt: skip
+        entry["classes"] = {}
+        for name, submit, flavor in classes:
+            runner.warm_up(cloud, flavor, [(submit, settings.library_workers)])
+            result = run_phase(
+                cloud, f"N={hosts} {name}", submit, [flavor] * count, settings.rate_per_s,
+                settings.library_workers, settings.settle_timeout_s, runner.say,
+                profiler=runner.profiler,
+            )  # fmt: skip
+            entry["classes"][name] = summarize(result, settings.rate_per_s)
+            runner.say(f"  {name}: {_brief(entry['classes'][name])}")
+        where = _hosts_used(cloud, entry)
+        if not where <= set(isolated):
+            raise measure.BenchFailure(f"isolated boots landed outside their aggregate: {where}")
+        runner.say(f"  auditing the ledger ({hosts:,} nodes, {2 * hosts:,} providers)")
+        entry["audit"] = measure.check_ledger(cloud.stores, f"rules N={hosts}")
+        entry["mode"] = cloud.mode
+        entry["bus"] = cloud.transport
+    return entry
+
+
+def _isolate(cloud: Cloud, say: Say) -> list[str]:
+    """An aggregate for the isolated project with the first agent's host; its name."""
+    from qsched.context import ADMIN, RequestContext
+
+    admin = RequestContext.for_project("bench-admin", "bench-admin", (ADMIN,))
+    aggregates = cloud.compute.aggregates
+    made = aggregates.create(admin, "bench-isolated", None)
+    aggregates.set_metadata(admin, made.id, {"filter_tenant_id": ISOLATED_PROJECT})
+    host = cloud.hosts_of_agents()[0]
+    began = time.perf_counter()
+    aggregates.add_host(admin, made.id, host)
+    mirrored = time.perf_counter() - began
+    seen = _wait_reread(cloud, host) - began
+    say(f"  aggregate for {ISOLATED_PROJECT}: host {host}, {mirrored:.2f}s to mirror into "
+        f"its providers, {seen:.2f}s until its agent read every node again")  # fmt: skip
+    return [host]
+
+
+def _wait_reread(cloud: Cloud, host: str, timeout_s: float = 300.0) -> float:
+    """When ``host``'s agent had read all its nodes again after noticing the move (its
+    ``aggregate_rereads`` counter, as its heartbeat shows it); the timed phases start
+    after it, so they measure placing, not that one-time refresh. The figure includes
+    up to one heartbeat interval of the counter's own delay."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        agent = next((a for a in cloud.stores.agents.list() if a.host == host), None)
+        counters = (agent.detail.get("counters") or {}) if agent is not None else {}
+        if counters.get("aggregate_rereads"):
+            return time.perf_counter()
+        time.sleep(0.05)
+    raise measure.BenchFailure(f"agent {host} did not re-read its nodes in {timeout_s:.0f}s")
+
+
+def _hosts_used(cloud: Cloud, entry: dict[str, Any]) -> set[str]:
+    """The agent hosts of the isolated project's servers."""
+    return {s.host for s in cloud.stores.instances.list_project(ISOLATED_PROJECT) if s.host}
+
+
 Scenario = Callable[[Runner], Any]
 SCENARIOS: dict[str, Scenario] = {
     "scale": run_scale,
     "saturation": run_saturation,
     "fill": run_fill,
+    "rules": run_rules,
 }

@@ -61,6 +61,10 @@ class CloudSpec:
     reap_interval_s: float = 5.0
     api_workers: int = 2
     api_threads: int = 16
+    #: ``[agent] node_provider`` lines: every node's child providers (a provider tree)
+    node_providers: tuple[str, ...] = ()
+    #: more ``[scheduler]`` options (the request filters of the rules scenario)
+    scheduler: tuple[tuple[str, Any], ...] = ()
 
     def slots(self, flavor: BenchFlavor) -> int:
         """How many instances of ``flavor`` the whole cloud holds."""
@@ -80,10 +84,12 @@ class CloudSpec:
             "ledger": {"cpu_allocation_ratio": self.cpu_allocation_ratio},
             "quota": {"instances": -1, "cores": -1, "ram": -1},
             "scheduler": {"build_timeout_s": self.build_timeout_s,
-                          "reap_interval_s": self.reap_interval_s},
-            "api": {"flavor": [f.config_line for f in self.flavors]},
+                          "reap_interval_s": self.reap_interval_s, **dict(self.scheduler)},
+            "api": {"flavor": [f.config_line for f in self.flavors],
+                    "flavor_extra_spec": [line for f in self.flavors for line in f.spec_lines]},
             "agent": {"node_vcpus": self.node_vcpus, "node_ram_mb": self.node_ram_mb,
                       "node_disk_gb": self.node_disk_gb, "spawn_delay_s": 0,
+                      "node_provider": list(self.node_providers),
                       "heartbeat_interval_s": self.heartbeat_interval_s,
                       "heartbeat_ttl_s": max(10.0, 5 * self.heartbeat_interval_s),
                       "class_poll_interval_s": self.class_poll_interval_s,
@@ -107,6 +113,10 @@ class Cloud:
     @property
     def transport(self) -> str:
         return self.bus.wire.driver
+
+    def hosts_of_agents(self) -> list[str]:
+        """The host name of each agent, in order."""
+        raise NotImplementedError
 
     def agent_classes(self) -> dict[str, frozenset[str]]:
         """The classes each live agent says (in its heartbeat) that it consumes."""
@@ -212,6 +222,9 @@ class ProcessCloud(Cloud):
 
     def _report(self, i: int) -> Path:
         return self.stack.dir / f"agent{i}.json"
+
+    def hosts_of_agents(self) -> list[str]:
+        return [self.stack.host(i) for i in self.stack.agents]
 
     def _wait_agents(self) -> list[dict[str, Any]]:
         paths = [self._report(i) for i in self.stack.agents]
