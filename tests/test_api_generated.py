@@ -15,7 +15,8 @@ After each call:
 - after a 4xx every key and value of the ledger is as it was before the call;
 - every JSON answer is text a client can decode: valid UTF-8, no lone surrogate;
 - the listings answer 200: servers in detail for each project and for the admin in each
-  project, each server, the flavors in detail, each flavor and its extra specs.
+  project, each server, the flavors in detail, each flavor and its extra specs, the
+  aggregates and each of them, the compute services.
 
 At the end of an example, a boot of every flavor in the catalog answers below 500 (a
 flavor whose extra specs cannot be encoded once failed every boot of it).
@@ -77,11 +78,18 @@ ROUTES = [
     "/v2.1/flavors/{flavor}",
     "/v2.1/flavors/{flavor}/os-extra_specs",
     "/v2.1/flavors/{flavor}/os-extra_specs/{key}",
+    "/v2.1/os-aggregates",
+    "/v2.1/os-aggregates/{aggregate}",
+    "/v2.1/os-aggregates/{aggregate}/action",
+    "/v2.1/os-services",
+    "/v2.1/os-services/{service}",
 ]
 LISTS = ("/v2.1/servers", "/v2.1/servers/detail")
 FLAVOR_IDS = ["m1.small", "large-id", "g1.gpu"]
 SPEC_KEYS = ["resources:CUSTOM_GPU", "trait:CUSTOM_FAST", "hw:cpu_policy", "resources:VCPU"]
 ZONE = "az1"
+HOSTS = ["cn1", "cn2"]  # registered compute services, for aggregates and os-services
+SERVICE_IDS = ["enable", "disable", "disable-log-reason", "force-down", "@service"]
 
 # -- text and JSON --
 
@@ -176,6 +184,45 @@ def flavor_requests() -> st.SearchStrategy[dict[str, Any]]:
 
 def spec_requests() -> st.SearchStrategy[dict[str, Any]]:
     return st.builds(lambda s: {"extra_specs": s}, valid_specs)
+
+
+aggregate_names = st.from_regex(r"[a-z][a-z0-9 ._-]{0,10}[a-z0-9]", fullmatch=True)
+zones = st.sampled_from(["az-a", "az-b", ZONE]) | st.none()
+
+
+def aggregate_requests() -> st.SearchStrategy[dict[str, Any]]:
+    aggregate = st.fixed_dictionaries(
+        {}, optional={"name": aggregate_names, "availability_zone": zones}
+    )
+    return st.builds(lambda a: {"aggregate": a}, aggregate)
+
+
+def aggregate_actions() -> st.SearchStrategy[dict[str, Any]]:
+    host = st.fixed_dictionaries({"host": st.sampled_from([*HOSTS, "cn9"])})
+    metadata = st.dictionaries(
+        st.sampled_from(["availability_zone", "filter_tenant_id", "trait:CUSTOM_FAST", "ssd"])
+        | metadata_keys,
+        st.sampled_from(["az-a", "pa", "required", "true", ""]) | st.none(),
+        max_size=3,
+    )
+    return st.one_of(
+        st.builds(lambda h: {"add_host": h}, host),
+        st.builds(lambda h: {"remove_host": h}, host),
+        st.builds(lambda m: {"set_metadata": {"metadata": m}}, metadata),
+    )
+
+
+def service_requests() -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries(
+        {},
+        optional={
+            "host": st.sampled_from(HOSTS),
+            "binary": st.just("nova-compute"),
+            "disabled_reason": st.text(max_size=8),
+            "forced_down": st.booleans(),
+            "status": st.sampled_from(["enabled", "disabled"]),
+        },
+    )
 
 
 def paths_in(document: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -313,6 +360,13 @@ ROUTE_BODIES = {
     "/v2.1/servers": bodies_for(server_requests()),
     "/v2.1/flavors": bodies_for(flavor_requests()),
     "/v2.1/flavors/{flavor}/os-extra_specs": bodies_for(spec_requests()),
+    "/v2.1/os-aggregates": bodies_for(aggregate_requests()),
+    "/v2.1/os-aggregates/{aggregate}/action": bodies_for(aggregate_actions()),
+}
+#: Routes that read a body on PUT (ROUTE_BODIES are POSTed).
+PUT_BODIES = {
+    "/v2.1/os-aggregates/{aggregate}": bodies_for(aggregate_requests()),
+    "/v2.1/os-services/{service}": bodies_for(service_requests()),
 }
 OTHER_BODIES = st.one_of(valid_requests.map(json.dumps), any_bodies)
 
@@ -348,6 +402,7 @@ def queries(draw: st.DrawFn, route: str) -> str:
 
 
 SERVER, FLAVOR = "/v2.1/servers/{server}", "/v2.1/flavors/{flavor}"
+AGGREGATE, ACTION = "/v2.1/os-aggregates/{aggregate}", "/v2.1/os-aggregates/{aggregate}/action"
 SPEC = "/v2.1/flavors/{flavor}/os-extra_specs/{key}"
 # Every method on every route once, and what changes state more often, so that one
 # example's calls build on each other (boot, then show or delete it; add specs, then drop).
@@ -358,11 +413,16 @@ KINDS = [
     *[("GET", SERVER), ("DELETE", SERVER), ("DELETE", SPEC), ("GET", SPEC)] * 2,
     *[("GET", route) for route in LISTS] * 6,
     ("DELETE", FLAVOR),
+    *[("PUT", route) for route in PUT_BODIES] * 3,
+    *[("POST", ACTION), ("GET", AGGREGATE), ("DELETE", AGGREGATE)] * 2,
 ]
 
 
 def likely_token(method: str, route: str) -> str:
-    """Whom a call is most often made as: the admin for flavor changes, a user otherwise."""
+    """Whom a call is most often made as: the admin for flavor changes, aggregates and
+    services, a user otherwise."""
+    if route.startswith(("/v2.1/os-aggregates", "/v2.1/os-services")):
+        return "admin"
     return "admin" if route.startswith("/v2.1/flavors") and method != "GET" else "alice:pa"
 
 
@@ -375,8 +435,11 @@ def call(
         server=draw(st.sampled_from(["@server"]) | st.uuids().map(str) | params),
         flavor=draw(st.sampled_from(["@flavor", *FLAVOR_IDS]) | params),
         key=draw(st.sampled_from(SPEC_KEYS) | params),
+        aggregate=draw(st.sampled_from(["@aggregate", "1", "0", "99"]) | params),
+        service=draw(st.sampled_from(SERVICE_IDS) | params),
     )
-    body = draw(ROUTE_BODIES.get(route, OTHER_BODIES))
+    bodies = PUT_BODIES if method == "PUT" and route in PUT_BODIES else ROUTE_BODIES
+    body = draw(bodies.get(route, OTHER_BODIES))
     return {
         "method": method,
         "route": route,
@@ -420,7 +483,12 @@ class Cloud:
         self.stores: Stores = open_stores(LedgerOptions.from_conf(conf), url=ledger_url)
         redis_store(self.stores).client.flushall()  # the test's own fakeredis server
         self.stores.agents.add_zone(ZONE)
+        self.services = []
+        for host in HOSTS:  # compute services that aggregates and os-services act on
+            self.stores.agents.heartbeat(host, 3600)
+            self.services.append(self.stores.agents.register_service(host).id)
         self.client = falcon.testing.TestClient(make_app(conf, self.stores, bus))
+        self.aggregates = [str(self.stores.aggregates.create("seed", "az-a").id)]
         self.servers: list[str] = []
         for token in ("alice:pa", "bob:pb"):  # so that server routes have servers to act on
             body = {"server": {"name": "seed", "flavorRef": "m1.small", "imageRef": IMAGE}}
@@ -432,6 +500,8 @@ class Cloud:
         servers, flavors = self.servers or ["none"], self.flavor_ids()
         path = call["path"].replace("@server", servers[call["pick"] % len(servers)])
         path = path.replace("@flavor", quote(flavors[call["pick"] % len(flavors)], safe=""))
+        path = path.replace("@aggregate", self.aggregates[call["pick"] % len(self.aggregates)])
+        path = path.replace("@service", self.services[call["pick"] % len(self.services)])
         result = self.client.simulate_request(
             call["method"],
             path,
@@ -441,6 +511,9 @@ class Cloud:
         )
         if result.status_code == 202 and call["method"] == "POST" and "server" in result.json:
             self.servers.append(result.json["server"]["id"])
+        created = call["path"] == "/v2.1/os-aggregates" and call["method"] == "POST"
+        if created and result.status_code == 200:
+            self.aggregates.append(str(result.json["aggregate"]["id"]))
         return result
 
     def get(self, path: str, token: str = "admin", query: str | None = None) -> Any:
@@ -504,6 +577,9 @@ def check_listings(cloud: Cloud) -> None:
         if flavor_id != "none":
             cloud.get(f"/v2.1/flavors/{quote(flavor_id, safe='')}")
             cloud.get(f"/v2.1/flavors/{quote(flavor_id, safe='')}/os-extra_specs")
+    for aggregate in cloud.get("/v2.1/os-aggregates")["aggregates"]:
+        cloud.get(f"/v2.1/os-aggregates/{aggregate['id']}")
+    cloud.get("/v2.1/os-services")
 
 
 def check_every_flavor_boots(cloud: Cloud) -> None:
