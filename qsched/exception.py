@@ -145,3 +145,45 @@ class Forbidden(QschedError):
     """A policy rule refused the caller (403, Nova's words); ``action`` names the rule."""
 
     msg_fmt = "Policy doesn't allow {action} to be performed."
+
+
+# -- server groups --
+
+
+class GroupNotFound(NotFound):
+    msg_fmt = "Instance group {group} could not be found."
+
+
+class ServerGroupLimitExceeded(QuotaExceeded):
+    """The project holds ``[quota] server_groups`` groups already (Nova's words)."""
+
+    msg_fmt = "Quota exceeded, too many server groups."
+
+
+class GroupMemberLimitExceeded(QuotaExceeded):
+    """The group holds ``[quota] server_group_members`` servers already (Nova's words)."""
+
+    msg_fmt = "Quota exceeded, too many servers in group"
+
+
+class GroupPolicyRefused(Conflict):
+    """A claim on ``host`` would break the hard policy of the instance's server group.
+
+    ``policy`` is ``affinity`` (``holder`` is the host the group is on) or
+    ``anti-affinity`` (``members`` of the group are on ``host`` already, the rule
+    allows ``max_server_per_host``).
+    """
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        super().__init__(message or _group_refusal_text(kwargs), **kwargs)
+
+
+def _group_refusal_text(k: dict[str, Any]) -> str:
+    if k.get("policy") == "affinity":
+        return f"affinity group {k.get('group')} is on {k.get('holder')}, not {k.get('host')}"
+    members = k.get("members")
+    return (
+        f"anti-affinity group {k.get('group')} already has {members} server"
+        f"{'' if members == 1 else 's'} on {k.get('host')} "
+        f"(max_server_per_host {k.get('max_server_per_host')})"
+    )

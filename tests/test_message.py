@@ -85,7 +85,7 @@ class TestRoundTrip:
     def test_wire_has_kind_and_version(self) -> None:
         data = wire(boot())
         assert data["kind"] == "boot"
-        assert data["version"] == "1.1"  # 1.1 added global_request_id
+        assert data["version"] == "1.2"  # 1.1 added global_request_id, 1.2 group
 
     def test_a_1_0_request_reads_with_no_global_request_id(self) -> None:
         data = wire(boot())
@@ -93,6 +93,13 @@ class TestRoundTrip:
         del data["global_request_id"]
         old = decode(msgpack.packb(data, use_bin_type=True))
         assert isinstance(old, BootRequest) and old.global_request_id is None
+
+    def test_a_1_1_request_reads_with_no_group(self) -> None:
+        data = wire(boot())
+        data["version"] = "1.1"
+        del data["group"], data["group_policy"]
+        old = decode(msgpack.packb(data, use_bin_type=True))
+        assert isinstance(old, BootRequest) and (old.group, old.group_policy) == (None, None)
 
     def test_accepts_bytearray_and_memoryview(self) -> None:
         data = boot().encode()
@@ -165,6 +172,10 @@ class TestVersions:
 
 
 BAD_BOOT_FIELDS = [
+    ("group", "not-a-uuid"),
+    ("group", 7),
+    ("group_policy", "legacy"),
+    ("group_policy", ["affinity"]),
     ("request_id", ""),
     ("request_id", 7),
     ("request_id", "x" * 256),

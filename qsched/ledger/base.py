@@ -29,6 +29,7 @@ from qsched.ledger.records import (
     Placement,
     Provider,
     ProviderSpec,
+    ServerGroup,
     State,
     TaskState,
     Usage,
@@ -42,6 +43,7 @@ __all__ = [
     "Consumer",
     "Event",
     "FlavorStore",
+    "GroupStore",
     "Instance",
     "InstanceStore",
     "Inventory",
@@ -50,6 +52,7 @@ __all__ = [
     "Provider",
     "ProviderSpec",
     "QuotaStore",
+    "ServerGroup",
     "State",
     "TaskState",
     "Usage",
@@ -330,6 +333,16 @@ class InstanceStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def park(self, uuid: str, host: str, reason: str) -> bool:
+        """Leave a waiting instance's request to the janitor for a while: it enters the
+        outbox, which publishes it again after ``[scheduler] outbox_grace_s``.
+
+        For a request every host it met refused for a reason that a wait may change
+        (a server group's hard policy): it then waits instead of going round. False
+        (nothing done) if the instance no longer waits (placed, ended, gone).
+        """
+
+    @abc.abstractmethod
     def set_error(self, uuid: str, message: str, details: Mapping[str, Any]) -> bool:
         """End a BUILD instance in ERROR with a fault; release its allocations and quota.
 
@@ -531,3 +544,51 @@ class FlavorStore(abc.ABC):
 
         :raises FlavorNotFound:
         """
+
+
+class GroupStore(abc.ABC):
+    """Server groups (Nova's instance groups) and where their members hold claims.
+
+    Membership is written with the instance (:meth:`InstanceStore.create` with
+    ``Instance.group``), the hosts by the claim, which refuses a host that would
+    break a hard policy (:class:`~qsched.exception.GroupPolicyRefused`).
+    """
+
+    @abc.abstractmethod
+    def create(self, group: ServerGroup) -> ServerGroup:
+        """Record a new group, within its project's limit; return it as written.
+
+        :raises ServerGroupLimitExceeded: the project holds ``[quota] server_groups``.
+        :raises Conflict: the uuid is taken.
+        """
+
+    @abc.abstractmethod
+    def get(self, uuid: str, members: bool = True) -> ServerGroup:
+        """One group (O(1)), with its members unless ``members`` is False (O(members)).
+
+        :raises GroupNotFound:
+        """
+
+    @abc.abstractmethod
+    def list_project(self, project_id: str) -> builtins.list[ServerGroup]:
+        """A project's groups with their members (at most ``[quota] server_groups``)."""
+
+    @abc.abstractmethod
+    def list_all(self) -> builtins.list[ServerGroup]:
+        """Every group of the cell (an admin view: it scans)."""
+
+    @abc.abstractmethod
+    def delete(self, uuid: str) -> None:
+        """Forget a group; its servers live on in no group, as in Nova.
+
+        :raises GroupNotFound:
+        """
+
+    @abc.abstractmethod
+    def hosts(self, uuid: str) -> dict[str, int]:
+        """Host -> how many of the group's members hold a claim there (O(hosts of the
+        group), which its member limit bounds)."""
+
+    @abc.abstractmethod
+    def members_on(self, uuid: str, host: str) -> int:
+        """How many of the group's members hold a claim on ``host`` (O(1))."""

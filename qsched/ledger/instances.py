@@ -37,10 +37,11 @@ _OUTBOX_BATCH = 1000  # outbox entries cleared per script
 
 @maps_errors
 class RedisInstances(InstanceStore):
-    def __init__(self, store: RedisStore, quota: RedisQuota) -> None:
+    def __init__(self, store: RedisStore, quota: RedisQuota, group_members: int = -1) -> None:
         self.store = store
         self.keys = store.keys
         self.quota = quota
+        self.group_members = group_members  # [quota] server_group_members (-1: no limit)
 
     def create(
         self,
@@ -61,6 +62,8 @@ class RedisInstances(InstanceStore):
         }
         if instance.tried_hosts:
             record["tried_hosts"] = canonical_json(list(instance.tried_hosts))
+        if instance.group:
+            record["group"] = check_uuid(instance.group, "Server group UUID")
         now, deadline = self.store.now(), float(deadline)
         quota = Usage(1, int(flavor["vcpus"]), int(flavor["ram_mb"]))
         result = self.store.run(
@@ -77,13 +80,15 @@ class RedisInstances(InstanceStore):
             self.store.max_events,
             *(expect_flavor or ("", "")),
             *_class_args(scheduling_class),
+            instance.group or "",
+            self.group_members,
         )
         # what the script wrote, as get() would read it back
         return Instance(
             uuid, instance.project_id, instance.user_id, instance.name, flavor, State.BUILD,
             TaskState.SCHEDULING, created_at=now, updated_at=now, deadline=deadline,
             quota=quota, tried_hosts=tuple(instance.tried_hosts), extra=extra,
-            outbox=result["outbox"],
+            group=instance.group or None, outbox=result["outbox"],
         )  # fmt: skip
 
     def get(self, uuid: str) -> Instance:
@@ -144,6 +149,9 @@ class RedisInstances(InstanceStore):
             "instance_requeue", uuid, host or "", reason, "1" if claimed_only else ""
         )
         return dataclasses.replace(self.get(uuid), outbox=result.get("outbox"))
+
+    def park(self, uuid: str, host: str, reason: str) -> bool:
+        return bool(self._run("instance_park", uuid, host, reason)["parked"])
 
     def set_error(self, uuid: str, message: str, details: Mapping[str, Any]) -> bool:
         fault = {"code": 500, "message": message, "details": dict(details),
@@ -237,6 +245,7 @@ def _instance(fields: dict[str, str]) -> Instance:
         launched_at=float(fields["launched_at"]) if fields.get("launched_at") else None,
         quota=quota,
         extra=json.loads(fields.get("extra") or "{}"),
+        group=fields.get("group") or None,
     )
 
 

@@ -121,6 +121,23 @@ class Keyspace:
     def flavors(self) -> str:
         return f"{self.prefix}flavors"
 
+    # server groups
+    def group(self, uuid: str) -> str:
+        return f"{self.prefix}group:{uuid}"
+
+    def group_members(self, uuid: str) -> str:
+        return f"{self.prefix}group:{uuid}:members"
+
+    def group_hosts(self, uuid: str) -> str:
+        return f"{self.prefix}group:{uuid}:hosts"
+
+    def project_groups(self, project_id: str) -> str:
+        return f"{self.prefix}project:{project_id}:groups"
+
+    @property
+    def groups(self) -> str:
+        return f"{self.prefix}groups"
+
 
 @dataclasses.dataclass(frozen=True)
 class Template:

@@ -98,6 +98,11 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "flavor_changed": exception.FlavorChanged,
         "not_waiting": exception.InstanceNotWaiting,
         "abandoned": exception.InstanceAbandoned,
+        "group_not_found": exception.GroupNotFound,
+        "group_exists": lambda **k: exception.Conflict(reason=f"server group {k['group']} exists"),
+        "group_quota": exception.ServerGroupLimitExceeded,
+        "group_members_quota": exception.GroupMemberLimitExceeded,
+        "group_policy": exception.GroupPolicyRefused,
     }
 
 

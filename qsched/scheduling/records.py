@@ -19,9 +19,10 @@ tried_hosts            ``tried_hosts`` (the ledger adds each host a requeue took
                        claim from)
 deadline               ``deadline``
 published_at           not kept: a rebuilt request is published now
+group                  ``group`` (the claim script reads it there)
 everything else        ``extra``, as :class:`BootDetails` (request_id, global_request_id,
-                       scheduling_class, max_attempts, the constraints), with what
-                       only the API shows (image_ref, metadata)
+                       scheduling_class, max_attempts, the constraints, group_policy),
+                       with what only the API shows (image_ref, metadata)
 =====================  ================================================================
 
 Nothing else reads ``Instance.extra`` by key: :func:`details` is the one reader.
@@ -51,6 +52,7 @@ class BootDetails:
     image_ref: str = ""
     metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
     global_request_id: str | None = None
+    group_policy: str | None = None
 
     def to_extra(self) -> dict[str, Any]:
         """The ``extra`` map of the record (JSON-able)."""
@@ -62,6 +64,7 @@ class BootDetails:
             "image_ref": self.image_ref,
             "metadata": dict(self.metadata),
             "global_request_id": self.global_request_id,
+            "group_policy": self.group_policy,
         }
 
     @classmethod
@@ -79,7 +82,7 @@ class BootDetails:
         return cls(
             request_id, cls_name, max_attempts, Constraints.from_dict(extra),
             str(extra.get("image_ref") or ""), dict(extra.get("metadata") or {}),
-            extra.get("global_request_id") or None,
+            extra.get("global_request_id") or None, extra.get("group_policy") or None,
         )  # fmt: skip
 
 
@@ -101,11 +104,12 @@ def record_for(
     boot = BootDetails(
         request.request_id, request.scheduling_class, request.max_attempts,
         request.constraints(), image_ref, dict(metadata or {}), request.global_request_id,
+        request.group_policy,
     )  # fmt: skip
     return Instance(
         request.instance_uuid, request.project_id, request.user_id, name, request.flavor,
         State.BUILD, attempts=request.attempt - 1, deadline=request.deadline,
-        tried_hosts=request.tried_hosts, extra=boot.to_extra(),
+        tried_hosts=request.tried_hosts, extra=boot.to_extra(), group=request.group,
     )  # fmt: skip
 
 
@@ -133,4 +137,6 @@ def request_for(instance: Instance, now: float | None = None) -> BootRequest:
         **constraint_fields(boot.constraints),
         tried_hosts=tuple(instance.tried_hosts),
         global_request_id=boot.global_request_id,
+        group=instance.group,
+        group_policy=boot.group_policy,
     )

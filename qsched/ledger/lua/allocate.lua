@@ -73,6 +73,12 @@ for rp, amounts in pairs(new) do
     end
 end
 
+-- The last check of a claim: the hard policy of the instance's server group.
+if claim then
+    local refused = group_refusal(consumer, host)
+    if refused then return refused end
+end
+
 drop_allocations(consumer)
 local touched = {}
 for rp, amounts in pairs(new) do
@@ -101,6 +107,7 @@ if claim then
     redis.call("HSET", ikey, "host", host, "node", node, "task_state", "spawning",
                "updated_at", now)
     redis.call("SADD", K.host_building(host), consumer)
+    group_claim(consumer, host)
     outbox_drop(consumer)  -- its request arrived: nothing left to publish
     add_event(consumer, now, "claimed", host, node, new, max_events)
 end

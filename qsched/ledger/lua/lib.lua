@@ -141,12 +141,57 @@ local function reserve_quota(project, holder, cores, ram, defaults)
     return nil
 end
 
+-- Server groups (docs/server-groups.rst). A member counts in its group's hosts hash on
+-- the host of its claim, from the claim until the claim is dropped (released, requeued,
+-- ended); its record's group_host field says where it counts, so that dropping it twice
+-- changes nothing. Every step reads a constant number of keys, whatever the cloud's size.
+
+-- The failure reply of a claim of uuid on host that would break the hard policy of its
+-- group, or nil. A deleted group keeps no rule.
+local function group_refusal(uuid, host)
+    local group = redis.call("HGET", K.instance(uuid), "group")
+    if not group or group == "" then return nil end
+    local g = redis.call("HMGET", K.group(group), "policy", "max_server_per_host")
+    local policy, hosts = g[1], K.group_hosts(group)
+    local why = {instance = uuid, group = group, policy = policy, host = host}
+    if policy == "anti-affinity" then
+        why.max_server_per_host = tonumber(g[2]) or 1
+        why.members = tonumber(redis.call("HGET", hosts, host) or 0)
+        if why.members >= why.max_server_per_host then return fail("group_policy", why) end
+    elseif policy == "affinity" and redis.call("HEXISTS", hosts, host) == 0 then
+        -- the policy keeps an affinity group on one host: HKEYS reads one field at most
+        why.holder = redis.call("HKEYS", hosts)[1]
+        if why.holder then return fail("group_policy", why) end
+    end
+    return nil
+end
+
+-- Count a claimed member of a group on its host.
+local function group_claim(uuid, host)
+    local ikey = K.instance(uuid)
+    local group = redis.call("HGET", ikey, "group")
+    if not group or group == "" or redis.call("EXISTS", K.group(group)) == 0 then return end
+    redis.call("HINCRBY", K.group_hosts(group), host, 1)
+    redis.call("HSET", ikey, "group_host", host)
+end
+
+-- A member's claim was dropped: it no longer counts on its host.
+local function group_unclaim(uuid)
+    local ikey = K.instance(uuid)
+    local f = redis.call("HMGET", ikey, "group", "group_host")
+    if not f[1] or not f[2] or f[2] == "" then return end
+    local hosts = K.group_hosts(f[1])
+    if redis.call("HINCRBY", hosts, f[2], -1) <= 0 then redis.call("HDEL", hosts, f[2]) end
+    redis.call("HDEL", ikey, "group_host")
+end
+
 -- End an instance in ERROR or DELETED: its allocations and quota are released and it
 -- leaves every index. inst = {project=, host=, node=} as the record holds them; detail
 -- goes into the history, marked unpublished when its boot request never went out.
 local function end_instance(uuid, inst, state, fault, now, max_events, detail)
     local ikey = K.instance(uuid)
     drop_allocations(uuid)
+    group_unclaim(uuid)
     release_quota(inst.project, uuid)
     unbuild(uuid, inst.host)
     undelete(uuid, inst.host)
@@ -156,6 +201,8 @@ local function end_instance(uuid, inst, state, fault, now, max_events, detail)
     if state == "DELETED" then
         redis.call("HSET", ikey, "deleted_at", now)
         redis.call("SREM", K.project_instances(inst.project), uuid)
+        local group = redis.call("HGET", ikey, "group")
+        if group then redis.call("SREM", K.group_members(group), uuid) end
     end
     redis.call("ZREM", K.deadlines, uuid)
     if outbox_drop(uuid) then detail.unpublished = true end
