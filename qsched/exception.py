@@ -167,11 +167,12 @@ class GroupMemberLimitExceeded(QuotaExceeded):
 
 
 class GroupPolicyRefused(Conflict):
-    """A claim on ``host`` would break the hard policy of the instance's server group.
+    """A claim on ``host`` would break the policy of the instance's server group.
 
     ``policy`` is ``affinity`` (``holder`` is the host the group is on) or
     ``anti-affinity`` (``members`` of the group are on ``host`` already, the rule
-    allows ``max_server_per_host``).
+    allows ``max_server_per_host``); or, with ``soft`` true, a soft policy that
+    prefers another host (``passes``: how many times it was passed on so far).
     """
 
     def __init__(self, message: str | None = None, **kwargs: Any) -> None:
@@ -179,11 +180,15 @@ class GroupPolicyRefused(Conflict):
 
 
 def _group_refusal_text(k: dict[str, Any]) -> str:
-    if k.get("policy") == "affinity":
-        return f"affinity group {k.get('group')} is on {k.get('holder')}, not {k.get('host')}"
-    members = k.get("members")
+    policy, group, host, members = k.get("policy"), k.get("group"), k.get("host"), k.get("members")
+    servers = f"{members} server{'' if members == 1 else 's'}"
+    if k.get("soft"):
+        if policy == "soft-affinity":
+            return f"soft-affinity group {group} is on {k.get('holder')}, not {host}: tried there"
+        return f"soft-anti-affinity group {group} has {servers} on {host}: another host first"
+    if policy == "affinity":
+        return f"affinity group {group} is on {k.get('holder')}, not {host}"
     return (
-        f"anti-affinity group {k.get('group')} already has {members} server"
-        f"{'' if members == 1 else 's'} on {k.get('host')} "
+        f"anti-affinity group {group} already has {servers} on {host} "
         f"(max_server_per_host {k.get('max_server_per_host')})"
     )

@@ -82,12 +82,26 @@ def test_affinity_refuses_every_host_but_the_groups_and_names_it(stores, hosts) 
 
 
 @pytest.mark.parametrize("policy", ["soft-affinity", "soft-anti-affinity"])
-def test_soft_policies_never_refuse_a_claim(stores, hosts, policy: str) -> None:
+def test_soft_policies_pass_a_member_on_a_few_times_then_take_it(stores, hosts, policy) -> None:
     group = make_group(stores, policy)
-    a, b = member(stores, group), member(stores, group)
-    claim(stores, a, "cn0", hosts["cn0"])
-    claim(stores, b, "cn0" if policy.endswith("anti-affinity") else "cn1", hosts["cn0"])
+    first, second = member(stores, group), member(stores, group)
+    claim(stores, first, "cn0", hosts["cn0"])
+    against = "cn0" if policy == "soft-anti-affinity" else "cn1"  # where it is not preferred
+    for passes in range(1, 6):  # GROUP_SOFT_TRIES
+        with pytest.raises(exception.GroupPolicyRefused) as refused:
+            claim(stores, second, against, hosts[against])
+        assert refused.value.kwargs["soft"] and refused.value.kwargs["passes"] == passes
+    if policy == "soft-affinity":
+        assert refused.value.kwargs["holder"] == "cn0"
+        assert str(refused.value).endswith("is on cn0, not cn1: tried there")
+    claim(stores, second, against, hosts[against])  # a preference never refuses for good
     assert sum(stores.groups.hosts(group.uuid).values()) == 2
+
+
+def test_a_preferred_host_takes_a_soft_member_at_once(stores, hosts) -> None:
+    group = make_group(stores, "soft-anti-affinity")
+    claim(stores, member(stores, group), "cn0", hosts["cn0"])
+    claim(stores, member(stores, group), "cn1", hosts["cn1"])  # no member there: no pass
 
 
 def test_a_host_comes_back_when_a_claim_is_dropped(stores, hosts) -> None:

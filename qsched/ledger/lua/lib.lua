@@ -146,10 +146,35 @@ end
 -- ended); its record's group_host field says where it counts, so that dropping it twice
 -- changes nothing. Every step reads a constant number of keys, whatever the cloud's size.
 
--- The failure reply of a claim of uuid on host that would break the hard policy of its
--- group, or nil. A deleted group keeps no rule.
+-- How many times a claim passes a member of a soft-policy group on to another host
+-- (docs/server-groups.rst); then any host that fits takes it.
+local GROUP_SOFT_TRIES = 5
+
+-- The host holding most members of a group (ties: the first name), or nil; the
+-- group's member limit bounds the HGETALL.
+local function group_busiest(hosts)
+    local best, most = nil, 0
+    local flat = redis.call("HGETALL", hosts)
+    for i = 1, #flat, 2 do
+        local n = tonumber(flat[i + 1])
+        if n > most or (n == most and best and flat[i] < best) then best, most = flat[i], n end
+    end
+    return best
+end
+
+-- A hard refusal, counted on the member's record (the agent parks it every so many).
+local function group_refused(ikey, why)
+    why.refusals = redis.call("HINCRBY", ikey, "group_refusals", 1)
+    return fail("group_policy", why)
+end
+
+-- The failure reply of a claim of uuid on host that would break the policy of its
+-- group, or nil. Hard policies always refuse; a soft one refuses (marked soft) while
+-- the member has passes left, counted on its record. A deleted group keeps no rule.
 local function group_refusal(uuid, host)
-    local group = redis.call("HGET", K.instance(uuid), "group")
+    local ikey = K.instance(uuid)
+    local f = redis.call("HMGET", ikey, "group", "soft_passes")
+    local group = f[1]
     if not group or group == "" then return nil end
     local g = redis.call("HMGET", K.group(group), "policy", "max_server_per_host")
     local policy, hosts = g[1], K.group_hosts(group)
@@ -157,11 +182,22 @@ local function group_refusal(uuid, host)
     if policy == "anti-affinity" then
         why.max_server_per_host = tonumber(g[2]) or 1
         why.members = tonumber(redis.call("HGET", hosts, host) or 0)
-        if why.members >= why.max_server_per_host then return fail("group_policy", why) end
+        if why.members >= why.max_server_per_host then return group_refused(ikey, why) end
     elseif policy == "affinity" and redis.call("HEXISTS", hosts, host) == 0 then
         -- the policy keeps an affinity group on one host: HKEYS reads one field at most
         why.holder = redis.call("HKEYS", hosts)[1]
-        if why.holder then return fail("group_policy", why) end
+        if why.holder then return group_refused(ikey, why) end
+    elseif policy and tonumber(f[2] or 0) < GROUP_SOFT_TRIES then
+        why.members = tonumber(redis.call("HGET", hosts, host) or 0)
+        local elsewhere = policy == "soft-anti-affinity" and why.members > 0
+        if policy == "soft-affinity" and why.members == 0 then
+            why.holder = group_busiest(hosts)
+            elsewhere = why.holder ~= nil
+        end
+        if elsewhere then
+            why.soft, why.passes = true, redis.call("HINCRBY", ikey, "soft_passes", 1)
+            return fail("group_policy", why)
+        end
     end
     return nil
 end
