@@ -37,7 +37,7 @@ from qsched.flavors import Constraints, Flavor, check_flavor
 from qsched.images import Image, ImageService, OpaqueImages
 from qsched.ledger import Stores
 from qsched.ledger.backend import LedgerUnavailable
-from qsched.ledger.base import Instance, State
+from qsched.ledger.base import Instance, ServerGroup, State
 from qsched.message import BootRequest, DeleteRequest
 from qsched.outbox import Abandoner, Confirmations
 from qsched.policies import flavors as flavors_policy
@@ -46,6 +46,7 @@ from qsched.policy import Policy
 from qsched.resources import check_uuid
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.records import record_for
+from qsched.server_groups import ServerGroups
 
 LOG = logging.getLogger(__name__)
 
@@ -80,6 +81,8 @@ class Publisher(Protocol):
     def publish_boot(self, msg: BootRequest) -> None: ...
 
     def publish_delete(self, host: str, msg: DeleteRequest) -> None: ...
+
+    def publish_to_host(self, host: str, msg: BootRequest) -> None: ...
 
     def check_health(self) -> None: ...
 
@@ -116,6 +119,7 @@ class ComputeAPI:
         self._zones: set[str] = set()  # zones known to exist (zones are never removed)
         self.confirmations = Confirmations(stores)  # published boots leave the outbox
         self.abandoner = Abandoner(self.abandon)  # boots told 503 must never run
+        self.groups = ServerGroups(stores, self.policy)
 
     # -- servers --
 
@@ -127,8 +131,13 @@ class ComputeAPI:
         image_ref: str = "",
         availability_zone: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        group: str | None = None,
     ) -> Instance:
         """Accept one server: quota reserved, recorded BUILD, boot request published.
+
+        ``group``: the server group it joins (the ``group`` scheduler hint); a member
+        of an affinity group with a host is published to that host's queue
+        (:meth:`qsched.server_groups.ServerGroups.route`).
 
         :raises FlavorRefNotFound: no such flavor (400).
         :raises AvailabilityZoneNotAvailable: no agent registered the zone (400);
@@ -138,7 +147,9 @@ class ComputeAPI:
         :raises FlavorMemoryTooSmall, FlavorDiskTooSmall: the image's ``min_ram``
             or ``min_disk`` (400). Image checks come before anything is held.
         :raises Forbidden: ``os_compute_api:servers:create`` refuses the caller (403).
-        :raises QuotaExceeded: nothing recorded (403).
+        :raises QuotaExceeded: nothing recorded (403); also a group at its member limit.
+        :raises GroupRefNotFound: a group the caller may not see (400), before anything
+            is held.
         :raises BackendUnavailable: the ledger is unreachable (503).
         :raises BusUnavailable: the broker did not confirm (503); the instance
             is then ended DELETED and its quota returned. Any other failure
@@ -155,10 +166,11 @@ class ComputeAPI:
         constraints = Constraints(
             availability_zone=availability_zone or None, required_traits=image.required_traits
         )
+        server_group = self.groups.for_boot(context, group) if group is not None else None
         uuid = str(uuidlib.uuid4())
         try:
             instance, request = self._create(
-                context, uuid, name, flavor_id, constraints, image, metadata
+                context, uuid, name, flavor_id, constraints, image, metadata, server_group
             )
         except exception.BackendUnavailable as exc:
             # The create may have run, or may still run once the ledger answers: the
@@ -166,12 +178,20 @@ class ComputeAPI:
             self.abandoner.add(uuid, f"the client was told 503: {exc}")
             raise
         try:
-            self.bus.publish_boot(request)
+            self._publish(request, server_group)
         except Exception as exc:
             self._roll_back(instance.uuid, exc)
             raise
         self.confirmations.confirmed(instance.uuid, instance.outbox)
         return instance
+
+    def _publish(self, request: BootRequest, group: ServerGroup | None) -> None:
+        """Publish to the class queue, or to the host a member's group is on."""
+        host = self.groups.route(group) if group is not None else None
+        if host is None:
+            self.bus.publish_boot(request)
+        else:
+            self.bus.publish_to_host(host, request)
 
     def _create(
         self,
@@ -182,6 +202,7 @@ class ComputeAPI:
         constraints: Constraints,
         image: Image,
         metadata: Mapping[str, str] | None,
+        group: ServerGroup | None = None,
     ) -> tuple[Instance, BootRequest]:
         """Reserve quota and record the instance; its boot request, not published yet."""
         for fresh in (False, True):
@@ -192,6 +213,7 @@ class ComputeAPI:
                 max_attempts=self.scheduler.max_attempts,
                 timeout_s=self.scheduler.build_timeout_s,
                 request_id=context.request_id, global_request_id=context.global_request_id,
+                group=(group.uuid, group.policy) if group is not None else None,
             )  # fmt: skip
             record = record_for(request, name, image.id, metadata)
             scheduling_class = SchedulingClass(flavor, constraints)

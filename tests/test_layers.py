@@ -27,7 +27,8 @@ FLOORS: list[tuple[str, ...]] = [
      "qsched.ledger.backend", "qsched.ledger.inspection", "qsched.policy", "qsched.images"),
     ("qsched.scheduling", "qsched.message"),  # the contract between front door and agents
     ("qsched.ledger", "qsched.bus", "qsched.glance"),  # the backends
-    ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "agents"),
+    ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "qsched.server_groups",
+     "agents"),
     ("qsched.api", "qsched.admin"),  # the edges
     # entry points and harnesses: they read the configuration and build the rest
     ("agents.main", "qsched.embedded", "qsched.cmd", "qsched.stack", "qsched.bench",

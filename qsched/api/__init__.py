@@ -19,7 +19,19 @@ from qsched.compute import ComputeAPI
 from qsched.context import RequestContext
 
 API_VERSION = "2.1"
+MIN_VERSION = (2, 1)
 PREFIX = "/v2.1"
+
+
+def version_text(version: tuple[int, int]) -> str:
+    """``(2, 64)`` -> ``"2.64"``."""
+    return f"{version[0]}.{version[1]}"
+
+
+def microversion(req: falcon.Request) -> tuple[int, int]:
+    """The microversion a request asked for, as its route speaks it (2.1 by default)."""
+    version: tuple[int, int] = getattr(req.context, "microversion", MIN_VERSION)
+    return version
 
 
 class Handler:

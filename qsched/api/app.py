@@ -17,6 +17,7 @@ import contextvars
 import json
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -27,8 +28,9 @@ import falcon
 
 from qsched import conf as qconf
 from qsched import exception, janitor
-from qsched.api import API_VERSION, PREFIX, auth, base_url, keystone
+from qsched.api import API_VERSION, MIN_VERSION, PREFIX, auth, base_url, keystone, version_text
 from qsched.api import flavors as flavor_handlers
+from qsched.api import server_groups as group_handlers
 from qsched.api import servers as server_handlers
 from qsched.bus.base import Bus
 from qsched.compute import ComputeAPI, Publisher
@@ -77,11 +79,15 @@ _STATUS: dict[type[Exception], int] = {
 # renders: falcon's default writes raw UTF-8, and one lone surrogate kept in a record (as
 # the API took them before it refused them) made a 500 of every listing that showed it.
 _JSON_RESPONSES = falcon.media.JSONHandler(dumps=json.dumps)
-_VERSION_HEADERS = {
-    "OpenStack-API-Version": f"compute {API_VERSION}",
-    "X-OpenStack-Nova-API-Version": API_VERSION,
-    "Vary": "OpenStack-API-Version, X-OpenStack-Nova-API-Version",
-}
+
+
+def _version_headers(version: tuple[int, int]) -> dict[str, str]:
+    text = version_text(version)
+    return {
+        "OpenStack-API-Version": f"compute {text}",
+        "X-OpenStack-Nova-API-Version": text,
+        "Vary": "OpenStack-API-Version, X-OpenStack-Nova-API-Version",
+    }
 
 
 def create_app(
@@ -142,6 +148,8 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     app.add_route(
         f"{PREFIX}/flavors/{{flavor_id}}/os-extra_specs/{{key}}", flavor_handlers.ExtraSpec(*args)
     )
+    app.add_route(f"{PREFIX}/os-server-groups", group_handlers.ServerGroups(*args))
+    app.add_route(f"{PREFIX}/os-server-groups/{{group_id}}", group_handlers.ServerGroup(*args))
 
 
 class RequestMiddleware:
@@ -161,7 +169,7 @@ class RequestMiddleware:
         rid = getattr(req.context, "request_id", "-")
         resp.set_header("x-openstack-request-id", rid)
         resp.set_header("x-compute-request-id", rid)
-        resp.set_headers(_VERSION_HEADERS)
+        resp.set_headers(_version_headers(getattr(req.context, "microversion", MIN_VERSION)))
         if LOG.isEnabledFor(logging.INFO):
             elapsed = time.monotonic() - getattr(req.context, "started", time.monotonic())
             LOG.info(
@@ -173,8 +181,16 @@ class RequestMiddleware:
             request_id.reset(token)
 
 
+#: Routes that speak microversions after 2.1, and the latest each speaks (Nova's shapes
+#: of that version); everything else speaks 2.1 only.
+LATER_VERSIONS: dict[str, tuple[int, int]] = {f"{PREFIX}/os-server-groups": (2, 64)}
+_VERSION_TEXT = re.compile(r"([1-9][0-9]*)\.(0|[1-9][0-9]*)").fullmatch
+
+
 def _check_microversion(req: falcon.Request) -> None:
-    """Only 2.1 is spoken; asking for a later microversion is 406, as Nova answers."""
+    """The microversion of the request (``req.context.microversion``): 2.1, or up to
+    what its route speaks (:data:`LATER_VERSIONS`); any other is 406, as Nova answers."""
+    req.context.microversion = MIN_VERSION
     wanted = req.get_header("OpenStack-API-Version")
     if wanted:
         service, _sep, version = wanted.strip().partition(" ")
@@ -183,11 +199,22 @@ def _check_microversion(req: falcon.Request) -> None:
     else:
         version = req.get_header("X-OpenStack-Nova-API-Version") or ""
     version = version.strip().lower()
-    if version and version not in (API_VERSION, "latest"):
+    top = next((v for path, v in LATER_VERSIONS.items() if _under(req.path, path)),
+               MIN_VERSION)  # fmt: skip
+    if not version:
+        return
+    match = _VERSION_TEXT(version)
+    asked = top if version == "latest" else (int(match[1]), int(match[2])) if match else None
+    if asked is None or not MIN_VERSION <= asked <= top:
         raise falcon.HTTPNotAcceptable(
             description=f"Version {version} is not supported by the API. Minimum is "
-            f"{API_VERSION} and maximum is {API_VERSION}."
+            f"{API_VERSION} and maximum is {version_text(top)}."
         )
+    req.context.microversion = asked
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + "/")
 
 
 class Versions:

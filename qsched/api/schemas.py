@@ -192,6 +192,66 @@ extra_specs_set = {
 }
 
 
+# -- server groups: Nova's create bodies of 2.1, 2.15 (soft policies) and 2.64 --
+
+_HARD_POLICIES = ["anti-affinity", "affinity"]
+_ALL_POLICIES = [*_HARD_POLICIES, "soft-anti-affinity", "soft-affinity"]
+
+_positive = {
+    "type": ["integer", "string"],
+    "pattern": "^[0-9]{1,10}$",
+    "format": "int32",
+    "minimum": 1,
+    "minLength": 1,
+    "x-message": f"must be a whole number from 1 to {MAX_INT}",
+}
+
+
+def _group_create(policies: list[str] | None) -> dict[str, Any]:
+    """``policies`` (a list of one) before 2.64; None: 2.64's ``policy`` and ``rules``."""
+    if policies is not None:
+        props: dict[str, Any] = {
+            "policies": {
+                "type": "array",
+                "prefixItems": [{"type": "string", "enum": policies}],
+                "minItems": 1,
+                "maxItems": 1,
+                "items": False,
+                "x-message": f"must be a list of one policy of {policies}",
+            }
+        }
+    else:
+        props = {
+            "policy": {"type": "string", "enum": _ALL_POLICIES,
+                       "x-message": f"must be one of {_ALL_POLICIES}"},
+            "rules": {
+                "type": "object",
+                "properties": {"max_server_per_host": _positive},
+                "additionalProperties": False,
+            },
+        }  # fmt: skip
+    return {
+        "type": "object",
+        "properties": {
+            "server_group": {
+                "type": "object",
+                "properties": {"name": name, **props},
+                "required": ["name", "policies" if policies is not None else "policy"],
+                "additionalProperties": False,
+            }
+        },
+        "required": ["server_group"],
+        "additionalProperties": False,
+    }
+
+
+#: the ``group`` hint: a server group's uuid, or a list of one (as Nova accepts)
+group_hint = {
+    "anyOf": [uuid_like, {"type": "array", "items": uuid_like, "minItems": 1, "maxItems": 1}],
+    "x-message": "must be a server group UUID (qsched takes one group per server)",
+}
+
+
 def _compile(schema: dict[str, Any]) -> Validator:
     cls = validators.validator_for(schema, default=Draft202012Validator)
     cls.check_schema(schema)
@@ -201,6 +261,13 @@ def _compile(schema: dict[str, Any]) -> Validator:
 SERVER_CREATE = _compile(server_create)
 FLAVOR_CREATE = _compile(flavor_create)
 EXTRA_SPECS_SET = _compile(extra_specs_set)
+#: (first microversion, validator) of the server group create body, latest first
+SERVER_GROUP_CREATE = (
+    ((2, 64), _compile(_group_create(None))),
+    ((2, 15), _compile(_group_create(_ALL_POLICIES))),
+    ((2, 1), _compile(_group_create(_HARD_POLICIES))),
+)
+GROUP_HINT = _compile(group_hint)
 
 
 def validate(validator: Validator, body: Any) -> Any:

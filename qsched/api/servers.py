@@ -69,6 +69,7 @@ class Servers(_Handler):
             image_ref=server["imageRef"],
             availability_zone=server.get("availability_zone"),
             metadata=server.get("metadata"),
+            group=group_hint(body),
         )
         server_links = links(self.base(req), "servers", instance.uuid)
         resp.status = falcon.HTTP_202
@@ -107,6 +108,40 @@ class Server(_Handler):
     def on_delete(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
         self.compute.delete(context_of(req), server_id)
         resp.status = falcon.HTTP_204
+
+
+#: the scheduler hints qsched acts on; any other is refused, never ignored
+HINTS = ("group",)
+_HINT_KEYS = ("os:scheduler_hints", "OS-SCH-HNT:scheduler_hints")
+
+
+def group_hint(body: dict[str, Any]) -> str | None:
+    """The server group a boot joins: the ``group`` scheduler hint, if any.
+
+    :raises Invalid: hints given under both names, a hint qsched does not act on
+        (Nova's scheduler filters that qsched has not: ``same_host``, ``query``...),
+        or a group that is not one UUID.
+    """
+    given = [key for key in _HINT_KEYS if key in body]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise schemas.field_error(
+            [given[1]], body[given[1]], f"Give the scheduler hints once, as {given[0]}."
+        )
+    hints = body[given[0]]
+    unknown = sorted(set(hints) - set(HINTS))
+    if unknown:
+        raise schemas.field_error(
+            [given[0]], hints, f"qsched acts only on the scheduler hints {list(HINTS)}; "
+            f"remove {unknown}.",
+        )  # fmt: skip
+    if "group" not in hints:
+        return None
+    group = hints["group"]
+    if schemas.GROUP_HINT.is_valid(group):
+        return str(group[0] if isinstance(group, list) else group)
+    raise schemas.field_error([given[0], "group"], group, f"It {schemas.group_hint['x-message']}.")
 
 
 def list_filters(req: falcon.Request) -> dict[str, Any]:

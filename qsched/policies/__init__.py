@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from oslo_policy import policy
 
-from qsched.policies import base, flavors, servers
+from qsched.policies import base, flavors, server_groups, servers
 
 
 def list_rules() -> list[policy.RuleDefault]:
     """Every rule qsched enforces, with its default."""
-    return [*base.list_rules(), *servers.list_rules(), *flavors.list_rules()]
+    return [
+        *base.list_rules(),
+        *servers.list_rules(),
+        *flavors.list_rules(),
+        *server_groups.list_rules(),
+    ]
