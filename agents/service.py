@@ -38,6 +38,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from agents.groups import GroupStep
 from agents.nodes import NodeIndex, Pick
 from agents.placing import Admission, Placer, UnknownClass
 from agents.reconcile import Reconciler, ReconcileReport, reconcile
@@ -98,6 +99,7 @@ class ComputeAgent:
         )  # fmt: skip
         self.placer = Placer(parts, claim_retries)
         self.spawner = Spawner(parts)
+        self.groups = GroupStep(parts)
         self.reconciled = ReconcileReport()  # what the start found
         self._last_beat: float | None = None  # monotonic time of the last heartbeat written
         self._came_back = threading.Event()  # silent past the TTL: reconcile everything
@@ -282,14 +284,19 @@ class ComputeAgent:
         if admission is not Admission.PLACE:
             self._not_placed(msg, delivery, admission)
             return
-        placed = self.placer.place(msg)
+        try:
+            placed = self.placer.place(msg)
+        except exception.GroupPolicyRefused as refusal:  # the claim kept a group's policy
+            self.groups.refused(msg, delivery, refusal)
+            return
         if isinstance(placed, Pick):
             # The claim is in the ledger: spawn even if the ack fails (a redelivery
             # then finds the build in flight or done, and is dropped).
             self._spawner.submit(self.spawner.spawn, msg.instance_uuid)
             delivery.ack()
         elif placed is not None and self.placer.still_waiting(msg):
-            self.placer.refuse(msg, delivery, placed)
+            if not self.groups.no_room(msg, delivery, placed):  # sent to this host only
+                self.placer.refuse(msg, delivery, placed)
         else:
             self.counters["dropped"] += 1  # nothing to place any more (deleted, placed)
             delivery.ack()
