@@ -284,6 +284,40 @@ class InstanceStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def create_batch(
+        self,
+        instances: Sequence[Instance],
+        min_count: int,
+        reservation_id: str,
+        deadline: float,
+        expect_flavor: tuple[str, str] | None = None,
+        scheduling_class: tuple[str, Mapping[str, Any]] | None = None,
+        lone_name: str | None = None,
+    ) -> list[Instance]:
+        """A multi-create: as many of ``instances`` as the quota allows, at least
+        ``min_count``, each reserved and recorded as :meth:`create` does, in one atomic
+        step; returns those recorded, in order (Nova's count).
+
+        All share a flavor, project, group and deadline. With more than one, they form
+        the batch ``reservation_id``: a claim says whether every member holds one
+        (``Claim.permitted``); one that ends in ERROR before that ends every other in
+        ERROR, releasing their claims; a DELETED one leaves the batch. A lone member
+        is named ``lone_name`` (Nova's names: ``<name>-<n>`` only when there are more).
+
+        :raises QuotaExceeded: not even ``min_count`` fit (the requested count is
+            ``min-max``, as Nova says it); nothing recorded.
+        :raises GroupMemberLimitExceeded, GroupNotFound: the group has no room for
+            them, or is gone; nothing recorded.
+        :raises InstanceExists, FlavorChanged, InstanceAbandoned: as :meth:`create`.
+        :raises Conflict: the reservation id is taken.
+        """
+
+    @abc.abstractmethod
+    def batches(self, reservation_ids: Sequence[str]) -> dict[str, str]:
+        """The state of each batch still kept: ``waiting`` (for claims), ``permitted``
+        or ``failed``; one no longer kept (a day after its deadline) is absent."""
+
+    @abc.abstractmethod
     def get(self, uuid: str) -> Instance:
         """:raises InstanceNotFound:"""
 

@@ -138,6 +138,13 @@ class Keyspace:
     def groups(self) -> str:
         return f"{self.prefix}groups"
 
+    # batches (multi-create)
+    def batch(self, reservation_id: str) -> str:
+        return f"{self.prefix}batch:{reservation_id}"
+
+    def batch_members(self, reservation_id: str) -> str:
+        return f"{self.prefix}batch:{reservation_id}:members"
+
 
 @dataclasses.dataclass(frozen=True)
 class Template:

@@ -71,10 +71,15 @@ class ProviderSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """A claim in the ledger: the consumer generation, and whether it was there already."""
+    """A claim in the ledger: the consumer generation, whether it was there already,
+    and for a member of a multi-create whether its batch is complete."""
 
     generation: int
     already: bool = False
+    # a member of a multi-create: its reservation id, and whether every member of it
+    # holds its claim now (its spawn may start); a lone instance is always permitted
+    batch: str | None = None
+    permitted: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +159,7 @@ class Instance:
     quota: Usage | None = None  # what it holds against its project's quota, if anything
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     group: str | None = None  # the server group it is a member of (its uuid)
+    batch: str | None = None  # the multi-create it was placed with (its reservation id)
     # The outbox entry that create or requeue just made (not stored in the record):
     # give it to InstanceStore.outbox_done once the boot request is published.
     outbox: str | None = dataclasses.field(default=None, compare=False)

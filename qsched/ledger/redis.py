@@ -103,6 +103,7 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "group_quota": exception.ServerGroupLimitExceeded,
         "group_members_quota": exception.GroupMemberLimitExceeded,
         "group_policy": exception.GroupPolicyRefused,
+        "batch_exists": lambda **k: exception.Conflict(reason=f"reservation {k['batch']} exists"),
     }
 
 

@@ -221,6 +221,77 @@ local function group_unclaim(uuid)
     redis.call("HDEL", ikey, "group_host")
 end
 
+-- Batches: the members of one multi-create, placed all or none (docs/server-groups.rst).
+-- A member counts in its batch's claimed from its claim until the claim is dropped; the
+-- batch is permitted (its spawns may start) once every member holds a claim, failed
+-- (every member ends in ERROR) when one ends in ERROR before that. Its record's
+-- batch_claimed field makes counting twice impossible. Costs are O(1) per claim; only
+-- failing a batch reads its members (at most its max_count).
+
+-- After a claim of uuid: count it, and tell into.batch and into.permitted.
+local function batch_claim(uuid, into)
+    local ikey = K.instance(uuid)
+    local f = redis.call("HMGET", ikey, "batch", "batch_claimed")
+    if not f[1] or f[1] == "" then return end
+    local bkey = K.batch(f[1])
+    local b = redis.call("HMGET", bkey, "state", "size", "claimed")
+    into.batch = f[1]
+    if b[1] ~= "waiting" then  -- permitted, or expired: the member is on its own now
+        into.permitted = b[1] ~= "failed"
+        return
+    end
+    local claimed = tonumber(b[3])
+    if f[2] ~= "1" then
+        redis.call("HSET", ikey, "batch_claimed", "1")
+        claimed = redis.call("HINCRBY", bkey, "claimed", 1)
+    end
+    into.permitted = claimed >= tonumber(b[2])
+    if into.permitted then redis.call("HSET", bkey, "state", "permitted") end
+end
+
+-- A member's claim was dropped before its batch was permitted: it counts no more.
+local function batch_unclaim(uuid)
+    local ikey = K.instance(uuid)
+    local f = redis.call("HMGET", ikey, "batch", "batch_claimed")
+    if f[2] ~= "1" then return end
+    redis.call("HDEL", ikey, "batch_claimed")
+    local bkey = K.batch(f[1])
+    if redis.call("HGET", bkey, "state") == "waiting" then
+        redis.call("HINCRBY", bkey, "claimed", -1)
+    end
+end
+
+-- A member ends: DELETED takes it out of a waiting batch (which may be complete then);
+-- ERROR fails the batch. Returns the other members to end in ERROR with it.
+local function batch_end(uuid, state)
+    local batch = redis.call("HGET", K.instance(uuid), "batch")
+    if not batch or batch == "" then return {} end
+    local bkey, members = K.batch(batch), K.batch_members(batch)
+    if redis.call("HGET", bkey, "state") ~= "waiting" then return {} end
+    if state == "DELETED" then
+        redis.call("SREM", members, uuid)
+        local size = redis.call("HINCRBY", bkey, "size", -1)
+        if size > 0 and tonumber(redis.call("HGET", bkey, "claimed")) >= size then
+            redis.call("HSET", bkey, "state", "permitted")
+        end
+        return {}
+    end
+    redis.call("HSET", bkey, "state", "failed")
+    local others = {}
+    for _, other in ipairs(redis.call("SMEMBERS", members)) do
+        if other ~= uuid then others[#others + 1] = other end
+    end
+    return others
+end
+
+-- The fault of a member ended because another member of its batch could not be placed.
+local function batch_fault(fault, now, batch, member)
+    local t = fault ~= "" and cjson.decode(fault) or {code = 500, message = "No valid host"}
+    t.details = {reason = "batch", batch = batch, member = member}
+    t.created = tonumber(now)
+    return cjson.encode(t)
+end
+
 -- End an instance in ERROR or DELETED: its allocations and quota are released and it
 -- leaves every index. inst = {project=, host=, node=} as the record holds them; detail
 -- goes into the history, marked unpublished when its boot request never went out.
@@ -228,6 +299,7 @@ local function end_instance(uuid, inst, state, fault, now, max_events, detail)
     local ikey = K.instance(uuid)
     drop_allocations(uuid)
     group_unclaim(uuid)
+    batch_unclaim(uuid)
     release_quota(inst.project, uuid)
     unbuild(uuid, inst.host)
     undelete(uuid, inst.host)
@@ -243,6 +315,19 @@ local function end_instance(uuid, inst, state, fault, now, max_events, detail)
     redis.call("ZREM", K.deadlines, uuid)
     if outbox_drop(uuid) then detail.unpublished = true end
     add_event(uuid, now, string.lower(state), inst.host, inst.node, detail, max_events)
+    -- a multi-create not permitted yet: all or none of it is placed
+    local others = batch_end(uuid, state)
+    if #others > 0 then
+        local batch = redis.call("HGET", ikey, "batch")
+        for _, other in ipairs(others) do
+            local o = redis.call("HMGET", K.instance(other), "state", "project_id", "host", "node")
+            if o[1] == "BUILD" then
+                end_instance(other, {project = o[2], host = o[3], node = o[4]}, "ERROR",
+                             batch_fault(fault, now, batch, uuid), now, max_events,
+                             {reason = "batch", member = uuid})
+            end
+        end
+    end
 end
 
 -- Append host to the JSON list in the instance's tried_hosts field, once.
