@@ -124,9 +124,10 @@ def test_a_request_survives_its_record(field: str) -> None:
 
 
 def test_what_only_the_api_shows_is_kept_too() -> None:
-    record = record_for(a_request(), "vm", "image-1", {"role": "web"})
+    record = record_for(a_request(), "vm", "image-1", {"role": "web"}, "r-0a1b2c3d")
     boot = details(record)
     assert (boot.image_ref, dict(boot.metadata)) == ("image-1", {"role": "web"})
+    assert boot.reservation_id == "r-0a1b2c3d"
     assert boot.constraints == CONSTRAINTS
     assert BootDetails.from_extra(json.loads(json.dumps(boot.to_extra()))) == boot
 

@@ -82,8 +82,19 @@ metadata = {
     "additionalProperties": {"type": "string", "maxLength": 255},
 }
 
-# A request builds one server; Nova's multiple create is not supported.
-_one = {"enum": [1, "1"], "x-message": "must be 1: qsched creates one server per request"}
+#: Nova's multiple create: how many servers (an integer, or its digits as a string)
+_server_count = {
+    "type": ["integer", "string"],
+    "pattern": "^[0-9]{1,10}$",
+    "format": "int32",
+    "minimum": 1,
+    "minLength": 1,
+    "x-message": "must be a whole number of servers, at least 1",
+}
+#: Nova's parameter_types.boolean
+TRUE = (True, "True", "TRUE", "true", "1", "ON", "On", "on", "YES", "Yes", "yes")
+FALSE = (False, "False", "FALSE", "false", "0", "OFF", "Off", "off", "NO", "No", "no")
+boolean = {"enum": [*TRUE, *FALSE], "x-message": "must be a boolean (true or false)"}
 
 _loose_string = {"type": "string", "maxLength": 255}
 
@@ -98,8 +109,8 @@ server_create = {
                 "imageRef": image_ref,
                 "availability_zone": name,
                 "metadata": metadata,
-                "min_count": _one,
-                "max_count": _one,
+                "min_count": _server_count,
+                "max_count": _server_count,
                 # Accepted for client compatibility and ignored (no network, key or
                 # config drive service behind qsched).
                 "networks": {"type": ["string", "array"], "maxItems": 64},
@@ -113,7 +124,7 @@ server_create = {
                 "adminPass": _loose_string,
                 "description": {"type": ["string", "null"], "maxLength": 255},
                 "tags": {"type": "array", "maxItems": 50, "items": _loose_string},
-                "return_reservation_id": {"type": ["boolean", "string"]},
+                "return_reservation_id": boolean,
             },
             "required": ["name", "flavorRef", "imageRef"],
             "additionalProperties": False,

@@ -62,7 +62,8 @@ class Servers(_Handler):
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = schemas.validate(schemas.SERVER_CREATE, read_json(req, self.max_body))
         server = body["server"]
-        instance = self.compute.boot(
+        min_count = int(server.get("min_count", 1))  # Nova's defaults: max is min
+        found = self.compute.boot_many(
             context_of(req),
             name=server["name"],
             flavor_ref=server["flavorRef"],
@@ -70,7 +71,14 @@ class Servers(_Handler):
             availability_zone=server.get("availability_zone"),
             metadata=server.get("metadata"),
             group=group_hint(body),
+            min_count=min_count,
+            max_count=int(server.get("max_count", min_count)),
         )
+        if server.get("return_reservation_id", False) in schemas.TRUE:
+            resp.status = falcon.HTTP_202
+            resp.media = {"reservation_id": found.reservation_id}
+            return
+        instance = found.instances[0]
         server_links = links(self.base(req), "servers", instance.uuid)
         resp.status = falcon.HTTP_202
         resp.location = server_links[0]["href"]
@@ -150,6 +158,7 @@ def list_filters(req: falcon.Request) -> dict[str, Any]:
         "status": req.get_param("status"),
         "marker": req.get_param("marker"),
         "project_id": req.get_param("project_id") or req.get_param("tenant_id"),
+        "reservation_id": req.get_param("reservation_id"),
     }
     limit = req.get_param("limit")
     if limit is not None:

@@ -53,6 +53,7 @@ class BootDetails:
     metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
     global_request_id: str | None = None
     group_policy: str | None = None
+    reservation_id: str = ""  # Nova's id of the create that made it (a multi-create's)
 
     def to_extra(self) -> dict[str, Any]:
         """The ``extra`` map of the record (JSON-able)."""
@@ -65,6 +66,7 @@ class BootDetails:
             "metadata": dict(self.metadata),
             "global_request_id": self.global_request_id,
             "group_policy": self.group_policy,
+            "reservation_id": self.reservation_id,
         }
 
     @classmethod
@@ -83,6 +85,7 @@ class BootDetails:
             request_id, cls_name, max_attempts, Constraints.from_dict(extra),
             str(extra.get("image_ref") or ""), dict(extra.get("metadata") or {}),
             extra.get("global_request_id") or None, extra.get("group_policy") or None,
+            str(extra.get("reservation_id") or ""),
         )  # fmt: skip
 
 
@@ -99,12 +102,13 @@ def record_for(
     name: str,
     image_ref: str = "",
     metadata: Mapping[str, str] | None = None,
+    reservation_id: str = "",
 ) -> Instance:
     """The BUILD record of a boot request, as the front door creates it."""
     boot = BootDetails(
         request.request_id, request.scheduling_class, request.max_attempts,
         request.constraints(), image_ref, dict(metadata or {}), request.global_request_id,
-        request.group_policy,
+        request.group_policy, reservation_id,
     )  # fmt: skip
     return Instance(
         request.instance_uuid, request.project_id, request.user_id, name, request.flavor,
