@@ -163,7 +163,7 @@ class Placer:
                     pick.node, max_retries=self.claim_retries,
                     on_conflict=functools.partial(self._note_conflict, msg, pick),
                 )  # fmt: skip
-                parts.builds.add(Build(msg, pick))
+                parts.builds.add(Build(msg, pick, result.batch, result.permitted))
                 # ``already``: a redelivery after a restart; the index read it from the ledger
                 if not result.already:
                     parts.index.claim(pick.node, pick.allocations)

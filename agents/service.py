@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from agents.groups import GroupStep
 from agents.nodes import NodeIndex, Pick
+from agents.permit import POLL_S, Permit
 from agents.placing import Admission, Placer, UnknownClass
 from agents.reconcile import Reconciler, ReconcileReport, reconcile
 from agents.registration import register_nodes
@@ -100,6 +101,7 @@ class ComputeAgent:
         self.placer = Placer(parts, claim_retries)
         self.spawner = Spawner(parts)
         self.groups = GroupStep(parts)
+        self.permit = Permit(parts, lambda uuid: self._spawner.submit(self.spawner.spawn, uuid))
         self.reconciled = ReconcileReport()  # what the start found
         self._last_beat: float | None = None  # monotonic time of the last heartbeat written
         self._came_back = threading.Event()  # silent past the TTL: reconcile everything
@@ -136,6 +138,7 @@ class ComputeAgent:
             ("classes", self.opts.class_poll_interval_s, self.sync_classes),
             ("deletes", STUCK_DELETE_S / 2,
              lambda: self.finish_deletes(time.time() - STUCK_DELETE_S)),
+            ("permit", POLL_S, self.permit.check),  # multi-creates waiting for their claims
         ]  # fmt: skip
         if self.opts.reap_interval_s:
             tasks.append(("reaper", self.opts.reap_interval_s, lambda: reap_expired(self.stores)))
@@ -291,8 +294,9 @@ class ComputeAgent:
             return
         if isinstance(placed, Pick):
             # The claim is in the ledger: spawn even if the ack fails (a redelivery
-            # then finds the build in flight or done, and is dropped).
-            self._spawner.submit(self.spawner.spawn, msg.instance_uuid)
+            # then finds the build in flight or done, and is dropped). A member of a
+            # multi-create waits until every member holds its claim.
+            self.permit.spawn_or_wait(msg.instance_uuid)
             delivery.ack()
         elif placed is not None and self.placer.still_waiting(msg):
             if not self.groups.no_room(msg, delivery, placed):  # sent to this host only

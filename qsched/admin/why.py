@@ -274,6 +274,11 @@ def _verdict(d: Diagnosis, events: Sequence[Event], now: float) -> tuple[str, st
         return "placed", _placed(d)
     if inst.state == State.BUILD and inst.host:
         since = _last_time(events, "claimed") or inst.updated_at
+        if inst.batch:
+            return "spawning", (
+                f"claimed by {inst.host} on {inst.node} {views.age(now - since)} ago; a member "
+                f"of multi-create {inst.batch}, it spawns once every member holds its claim"
+            )
         return "spawning", f"claimed by {inst.host} on {inst.node}; spawning for " + views.age(
             now - since
         )
@@ -332,6 +337,12 @@ def _error(d: Diagnosis) -> str:
         if d.live is not None and d.live.report is not None and not d.live.report.fitting:
             text += f"; now: {d.live.report.explain()}"
         return text
+    if reason == "batch":
+        return (
+            f"{message} It was created to be placed all or none with the other members of "
+            f"multi-create {details.get('batch')}, and member {details.get('member')} could "
+            "not be placed: none was, every claim released"
+        )
     if reason == "affinity":
         refused = d.refusals[-1] if d.refusals else {}
         return f"{message} {refused.get('reason') or 'its affinity group host has no room'}"
