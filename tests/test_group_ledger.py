@@ -209,3 +209,20 @@ def test_park_puts_a_waiting_request_in_the_outbox(stores, hosts) -> None:
     assert stores.instances.events(uuid_)[-1].event == "parked"
     claim(stores, uuid_, "cn0", hosts["cn0"])
     assert not stores.instances.park(uuid_, "cn0", "placed meanwhile")
+
+
+def test_the_audit_checks_groups(stores, hosts) -> None:
+    from qsched.ledger.audit import audit
+    from tests.raw import redis_store
+
+    group = make_group(stores, "anti-affinity")
+    a, b = member(stores, group), member(stores, group)
+    claim(stores, a, "cn0", hosts["cn0"])
+    claim(stores, b, "cn1", hosts["cn1"])
+    stores.instances.delete(b)
+    report = audit(stores)
+    assert report.ok, report.to_dict()
+    raw = redis_store(stores)
+    raw.client.hset(raw.keys.group_hosts(group.uuid), "cn0", 2)  # a counter off, two on cn0
+    found = audit(stores).group_mismatches
+    assert len(found) == 2 and found[1]["policy"] == "anti-affinity", found
