@@ -43,7 +43,9 @@ LOG = logging.getLogger(__name__)
 
 #: A member of a hard-policy group is parked at every this many refusals by the claim.
 GROUP_TRIES = 16
-#: How long an agent stops taking requests after passing on one it had refused before.
+#: How long an agent stops taking requests after passing on a member it refused, and
+#: after passing on one it had refused before.
+PASS_PAUSE_S = 0.02
 REPICK_PAUSE_S = 0.05
 
 
@@ -80,11 +82,10 @@ class GroupStep:
             return
         self._refused(msg, reason)
         self._pass_on(msg, delivery)
-        if host in msg.tried_hosts:
-            # It came back to a host that refused it: let the others take it first (a
-            # broker that hands a message to the consumer that just gave it back, as
-            # kombu's memory transport does, would otherwise keep it here).
-            parts.stopped.wait(REPICK_PAUSE_S)
+        # Let the others take it first: a broker that hands a message to the consumer
+        # that just gave it back, as kombu's memory transport does, would otherwise
+        # keep it going round here (longer when it came back to a host that refused it).
+        parts.stopped.wait(REPICK_PAUSE_S if host in msg.tried_hosts else PASS_PAUSE_S)
 
     def park(self, msg: BootRequest, delivery: Delivery, reason: str) -> None:
         """Leave the request to the janitor's outbox pass for a grace period, then ack."""
