@@ -63,8 +63,10 @@ class GroupStep:
     def refused(
         self, msg: BootRequest, delivery: Delivery, refusal: exception.GroupPolicyRefused
     ) -> None:
-        """The claim refused this host for the group's hard policy: forward the request
-        to the group's host (affinity), pass it on (anti-affinity), or park it."""
+        """The claim refused this host for the group's policy: forward the request to
+        the group's host (affinity, and soft-affinity while that host's agent lives),
+        pass it on (anti-affinity, soft-anti-affinity), or park it (a hard policy, at
+        every :data:`GROUP_TRIES` refusals)."""
         parts, host, reason = self.parts, self.parts.host, str(refusal)
         parts.counters["group_refused"] += 1
         holder, soft = refusal.kwargs.get("holder"), bool(refusal.kwargs.get("soft"))
