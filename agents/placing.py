@@ -210,7 +210,7 @@ class Placer:
                     guard=self._guard(msg, pick),
                     max_handbacks=self.alternates.max_handbacks,
                 )  # fmt: skip
-                parts.builds.add(Build(msg, pick))
+                parts.builds.add(Build(msg, pick, result.batch, result.permitted))
                 # ``already``: a redelivery after a restart; the index read it from the ledger
                 if not result.already:
                     parts.index.claim(pick.node, pick.allocations)

@@ -48,7 +48,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from agents.consuming import ClassGate
+from agents.groups import GroupStep
 from agents.nodes import NodeIndex, Pick
+from agents.permit import POLL_S, Permit
 from agents.placing import Admission, Alternates, Closed, HandBack, Placer, UnknownClass
 from agents.reconcile import Reconciler, ReconcileReport, reconcile
 from agents.registration import register_nodes
@@ -112,6 +114,8 @@ class ComputeAgent:
         alternates = Alternates(options.max_handbacks, options.handback_pause_s)
         self.placer = Placer(parts, claim_retries, alternates)
         self.spawner = Spawner(parts)
+        self.groups = GroupStep(parts)
+        self.permit = Permit(parts, lambda uuid: self._spawner.submit(self.spawner.spawn, uuid))
         self.reconciled = ReconcileReport()  # what the start found
         self._last_beat: float | None = None  # monotonic time of the last heartbeat written
         self._registered: frozenset[str] | None = None  # the classes the ledger has from us
@@ -157,6 +161,7 @@ class ComputeAgent:
             ("classes", self.opts.class_poll_interval_s, self.sync_classes),
             ("deletes", STUCK_DELETE_S / 2,
              lambda: self.finish_deletes(time.time() - STUCK_DELETE_S)),
+            ("permit", POLL_S, self.permit.check),  # multi-creates waiting for their claims
         ]  # fmt: skip
         if self.opts.reap_interval_s:
             tasks.append(("reaper", self.opts.reap_interval_s, lambda: reap_expired(self.stores)))
@@ -367,18 +372,24 @@ class ComputeAgent:
         if admission is not Admission.PLACE:
             self._not_placed(msg, delivery, admission)
             return
-        placed = self.placer.place(msg)
+        try:
+            placed = self.placer.place(msg)
+        except exception.GroupPolicyRefused as refusal:  # the claim kept a group's policy
+            self.groups.refused(msg, delivery, refusal)
+            return
         if isinstance(placed, Pick):
             # The claim is in the ledger: spawn even if the ack fails (a redelivery
-            # then finds the build in flight or done, and is dropped).
-            self._spawner.submit(self.spawner.spawn, msg.instance_uuid)
+            # then finds the build in flight or done, and is dropped). A member of a
+            # multi-create waits until every member holds its claim.
+            self.permit.spawn_or_wait(msg.instance_uuid)
             delivery.ack()
         elif isinstance(placed, HandBack):
             self.placer.hand_back(msg, delivery, placed)
         elif isinstance(placed, Closed):
             self.placer.refuse_closed(msg, delivery, placed)
         elif placed is not None and self.placer.still_waiting(msg):
-            self.placer.refuse(msg, delivery, placed)
+            if not self.groups.no_room(msg, delivery, placed):  # sent to this host only
+                self.placer.refuse(msg, delivery, placed)
         else:
             self.counters["dropped"] += 1  # nothing to place any more (deleted, placed)
             delivery.ack()

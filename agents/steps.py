@@ -29,10 +29,16 @@ T = TypeVar("T")
 
 @dataclasses.dataclass(frozen=True)
 class Build:
-    """A claimed instance whose spawn is in flight: the request and where it was claimed."""
+    """A claimed instance whose spawn is in flight: the request and where it was claimed.
+
+    ``batch``: the multi-create it is a member of; ``permitted``: whether every member
+    held its claim when this one was claimed (else the spawn waits, :mod:`agents.permit`).
+    """
 
     request: BootRequest
     pick: Pick
+    batch: str | None = None
+    permitted: bool = True
 
 
 class Builds:

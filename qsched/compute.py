@@ -24,6 +24,7 @@ import builtins
 import contextlib
 import dataclasses
 import logging
+import secrets
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -39,7 +40,7 @@ from qsched.flavors import Constraints, Flavor, check_flavor
 from qsched.images import Image, ImageService, OpaqueImages
 from qsched.ledger import Stores
 from qsched.ledger.backend import LedgerUnavailable
-from qsched.ledger.base import Instance, State
+from qsched.ledger.base import Instance, ServerGroup, State
 from qsched.message import BootRequest, DeleteRequest
 from qsched.outbox import Abandoner, Confirmations
 from qsched.policies import flavors as flavors_policy
@@ -47,11 +48,14 @@ from qsched.policies import servers as servers_policy
 from qsched.policy import Policy
 from qsched.resources import check_uuid
 from qsched.scheduling.classes import SchedulingClass
-from qsched.scheduling.records import record_for
+from qsched.scheduling.records import details, record_for
+from qsched.server_groups import ServerGroups
 
 LOG = logging.getLogger(__name__)
 
 MAX_NAME_CHARS = 255
+#: the most servers one create may ask for (each is a record of the same script)
+MAX_COUNT = 1000
 _DELETE_RACES = 5  # re-reads when an instance moves while it is being deleted
 _CACHE_SIZE = 1024  # flavors, classes and zones kept in memory; emptied when full
 
@@ -76,12 +80,45 @@ class MarkerNotFound(exception.Invalid):
     msg_fmt = "marker [{marker}] not found"
 
 
+@dataclasses.dataclass(frozen=True)
+class Reservation:
+    """What one create accepted: Nova's reservation id and the servers, in order."""
+
+    reservation_id: str
+    instances: list[Instance]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Asked:
+    """What a create asks for, checked, before anything is held."""
+
+    name: str
+    flavor_id: str
+    constraints: Constraints
+    image: Image
+    metadata: Mapping[str, str] | None
+    group: ServerGroup | None
+    min_count: int
+    max_count: int
+    reservation_id: str
+
+
+def reservation_id() -> str:
+    """Nova's form: ``r-`` and 8 of ``[0-9a-z]``."""
+    return "r-" + "".join(secrets.choice(_RESERVATION_CHARS) for _ in range(8))
+
+
+_RESERVATION_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
 class Publisher(Protocol):
     """What the front door needs of the bus (see :mod:`qsched.bus.base`)."""
 
     def publish_boot(self, msg: BootRequest) -> None: ...
 
     def publish_delete(self, host: str, msg: DeleteRequest) -> None: ...
+
+    def publish_to_host(self, host: str, msg: BootRequest) -> None: ...
 
     def check_health(self) -> None: ...
 
@@ -119,6 +156,7 @@ class ComputeAPI:
         self.aggregates = AggregateAPI(stores, self.policy, _filter_options(self.scheduler))
         self.confirmations = Confirmations(stores)  # published boots leave the outbox
         self.abandoner = Abandoner(self.abandon)  # boots told 503 must never run
+        self.groups = ServerGroups(stores, self.policy)
 
     # -- servers --
 
@@ -130,25 +168,58 @@ class ComputeAPI:
         image_ref: str = "",
         availability_zone: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        group: str | None = None,
     ) -> Instance:
-        """Accept one server: quota reserved, recorded BUILD, boot request published.
+        """Accept one server; see :meth:`boot_many`, which raises the same."""
+        found = self.boot_many(context, name, flavor_ref, image_ref, availability_zone,
+                               metadata, group)  # fmt: skip
+        return found.instances[0]
+
+    def boot_many(
+        self,
+        context: RequestContext,
+        name: str,
+        flavor_ref: str | int,
+        image_ref: str = "",
+        availability_zone: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        group: str | None = None,
+        min_count: int = 1,
+        max_count: int = 1,
+    ) -> Reservation:
+        """Accept servers: quota reserved, recorded BUILD, boot requests published.
+
+        ``group``: the server group they join (the ``group`` scheduler hint); a member
+        of an affinity group with a host is published to that host's queue
+        (:meth:`qsched.server_groups.ServerGroups.route`).
+
+        ``min_count`` and ``max_count``: a multi-create, as Nova's. As many as the
+        quota allows between them are recorded in one atomic step, named
+        ``<name>-<n>`` when there are several; they are placed all or none (their
+        spawns wait until every one holds its claim; one nobody places by its
+        deadline ends them all in ERROR NoValidHost, claims released).
 
         :raises FlavorRefNotFound: no such flavor (400).
         :raises AvailabilityZoneNotAvailable: no agent registered the zone (400);
             checked first, so nothing is held.
-        :raises Invalid: a bad name or zone name.
+        :raises Invalid: a bad name or zone name, or counts (``min_count`` must be
+            <= ``max_count``, both >= 1).
         :raises ImageNotFound: an image the caller may not use (400).
         :raises FlavorMemoryTooSmall, FlavorDiskTooSmall: the image's ``min_ram``
             or ``min_disk`` (400). Image checks come before anything is held.
         :raises Forbidden: ``os_compute_api:servers:create`` refuses the caller (403).
-        :raises QuotaExceeded: nothing recorded (403).
+        :raises QuotaExceeded: not even ``min_count`` fit; nothing recorded (403); also
+            a group at its member limit.
+        :raises GroupRefNotFound: a group the caller may not see (400), before anything
+            is held.
         :raises BackendUnavailable: the ledger is unreachable (503).
-        :raises BusUnavailable: the broker did not confirm (503); the instance
+        :raises BusUnavailable: the broker did not confirm (503); every instance
             is then ended DELETED and its quota returned. Any other failure
-            after the record exists is rolled back the same way, then re-raised.
+            after the records exist is rolled back the same way, then re-raised.
         """
         self.policy.authorize(context, servers_policy.CREATE)
         _check_name("name", name)
+        _check_counts(min_count, max_count)
         if availability_zone is not None:
             _check_name("availability_zone", availability_zone)
             self._check_zone(availability_zone)
@@ -158,63 +229,99 @@ class ComputeAPI:
         constraints = Constraints(
             availability_zone=availability_zone or None, required_traits=image.required_traits
         )
-        uuid = str(uuidlib.uuid4())
+        server_group = self.groups.for_boot(context, group) if group is not None else None
+        asked = _Asked(name, flavor_id, constraints, image, metadata, server_group,
+                       min_count, max_count, reservation_id())  # fmt: skip
+        uuids = [str(uuidlib.uuid4()) for _ in range(max_count)]
         try:
-            instance, request, route = self._create(
-                context, uuid, name, flavor_id, constraints, image, metadata
-            )
+            made, route = self._create(context, uuids, asked)
         except exception.BackendUnavailable as exc:
             # The create may have run, or may still run once the ledger answers: the
-            # client is told 503, so make sure it never boots.
-            self.abandoner.add(uuid, f"the client was told 503: {exc}")
+            # client is told 503, so make sure none of them ever boots.
+            for uuid in uuids:
+                self.abandoner.add(uuid, f"the client was told 503: {exc}")
             raise
         if route.unplaceable:  # a request filter leaves no host: NoValidHost now, as Nova
-            self.stores.instances.set_error(uuid, route.unplaceable, {"filter": "aggregates"})
-            return instance
-        try:
+            for instance, _request in made:
+                self.stores.instances.set_error(
+                    instance.uuid, route.unplaceable, {"filter": "aggregates"}
+                )
+            return Reservation(asked.reservation_id, [instance for instance, _ in made])
+        for instance, request in made:
+            try:
+                self._publish(request, server_group)
+            except Exception as exc:
+                for other, _request in made:
+                    self._roll_back(other.uuid, exc)
+                raise
+            self.confirmations.confirmed(instance.uuid, instance.outbox)
+        return Reservation(asked.reservation_id, [instance for instance, _ in made])
+
+    def _publish(self, request: BootRequest, group: ServerGroup | None) -> None:
+        """Publish to the class queue, or to the host a member's group is on."""
+        host = self.groups.route(group) if group is not None else None
+        if host is None:
             self.bus.publish_boot(request)
-        except Exception as exc:
-            self._roll_back(instance.uuid, exc)
-            raise
-        self.confirmations.confirmed(instance.uuid, instance.outbox)
-        return instance
+        else:
+            self.bus.publish_to_host(host, request)
 
     def _create(
-        self,
-        context: RequestContext,
-        uuid: str,
-        name: str,
-        flavor_id: str,
-        constraints: Constraints,
-        image: Image,
-        metadata: Mapping[str, str] | None,
-    ) -> tuple[Instance, BootRequest, Route]:
-        """Reserve quota and record the instance; its boot request, not published yet,
-        and where the aggregates route it."""
+        self, context: RequestContext, uuids: Sequence[str], asked: _Asked
+    ) -> tuple[list[tuple[Instance, BootRequest]], Route]:
+        """Reserve quota and record the instances; their boot requests, not published yet,
+        and where the aggregates route them."""
         for fresh in (False, True):
-            flavor, stored = self._boot_flavor(flavor_id, fresh)
-            image.check_fits(flavor)
-            route = self.aggregates.route(context.project_id, constraints, flavor)
-            request = BootRequest.create(
-                uuid, context.project_id, context.user_id, flavor, route.constraints,
-                max_attempts=self.scheduler.max_attempts,
-                timeout_s=self.scheduler.build_timeout_s,
-                request_id=context.request_id, global_request_id=context.global_request_id,
-            )  # fmt: skip
-            record = record_for(request, name, image.id, metadata, route.requested_zone)
+            flavor, stored = self._boot_flavor(asked.flavor_id, fresh)
+            asked.image.check_fits(flavor)
+            route = self.aggregates.route(context.project_id, asked.constraints, flavor)
+            requests = [
+                self._request(context, uuid, flavor, asked, route.constraints) for uuid in uuids
+            ]
+            several = len(uuids) > 1
+            records = [
+                record_for(request, f"{asked.name}-{n}" if several else asked.name,
+                           asked.image.id, asked.metadata, asked.reservation_id,
+                           requested_zone=route.requested_zone)
+                for n, request in enumerate(requests, start=1)
+            ]  # fmt: skip
             scheduling_class = SchedulingClass(flavor, route.constraints)
-            name_and_definition = self._class(request.scheduling_class, scheduling_class)
+            name_and_definition = self._class(requests[0].scheduling_class, scheduling_class)
+            expect = (asked.flavor_id, stored)
+            deadline = requests[0].deadline
             try:
-                instance = self.stores.instances.create(
-                    record, request.deadline, (flavor_id, stored), name_and_definition
-                )
+                if several:
+                    made = self.stores.instances.create_batch(
+                        records, asked.min_count, asked.reservation_id, deadline, expect,
+                        name_and_definition, lone_name=asked.name,
+                    )  # fmt: skip
+                else:
+                    made = [self.stores.instances.create(
+                        records[0], deadline, expect, name_and_definition
+                    )]  # fmt: skip
             except exception.FlavorChanged:
-                self._flavor_cache.pop(flavor_id, None)
+                self._flavor_cache.pop(asked.flavor_id, None)
                 if fresh:
                     raise
                 continue
-            return instance, request, route
+            return list(zip(made, requests, strict=False)), route
         raise AssertionError("unreachable: the second try raises or returns")
+
+    def _request(
+        self,
+        context: RequestContext,
+        uuid: str,
+        flavor: Flavor,
+        asked: _Asked,
+        constraints: Constraints,
+    ) -> BootRequest:
+        group = asked.group
+        return BootRequest.create(
+            uuid, context.project_id, context.user_id, flavor, constraints,
+            max_attempts=self.scheduler.max_attempts,
+            timeout_s=self.scheduler.build_timeout_s,
+            request_id=context.request_id, global_request_id=context.global_request_id,
+            group=(group.uuid, group.policy) if group is not None else None,
+        )  # fmt: skip
 
     def get(self, context: RequestContext, uuid: str) -> Instance:
         """One server the caller may see; DELETED ones are not found, as in Nova.
@@ -246,9 +353,10 @@ class ComputeAPI:
         limit: int | None = None,
         marker: str | None = None,
         detail: bool = False,
+        reservation_id: str | None = None,
     ) -> list[Instance]:
         """A project's servers, newest first: the caller's, or ``project_id``'s for those
-        ``...:get_all_tenants`` allows.
+        ``...:get_all_tenants`` allows; ``reservation_id``: only those of one create.
 
         Others' ``project_id`` is ignored, as Nova ignores filters they may not use.
 
@@ -268,6 +376,8 @@ class ComputeAPI:
         )
         if status:
             found = [i for i in found if i.state.value == status.upper()]
+        if reservation_id:  # the servers of one create (Nova's filter)
+            found = [i for i in found if details(i).reservation_id == reservation_id]
         if marker:
             index = next((n for n, i in enumerate(found) if i.uuid == marker), None)
             if index is None:
@@ -563,6 +673,14 @@ def _config_flavor(line: str, specs: Mapping[str, Mapping[str, str]]) -> Flavor:
         return check_flavor(flavor)
     except exception.Invalid as exc:
         raise exception.Invalid(reason=f"[api] flavor {line!r}: {exc}") from None
+
+
+def _check_counts(min_count: int, max_count: int) -> None:
+    for field, value in (("min_count", min_count), ("max_count", max_count)):
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_COUNT:
+            raise exception.Invalid(reason=f"{field} must be an integer from 1 to {MAX_COUNT}")
+    if min_count > max_count:
+        raise exception.Invalid(message="min_count must be <= max_count")
 
 
 def _check_name(field: str, value: object) -> None:

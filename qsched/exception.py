@@ -179,3 +179,50 @@ class Forbidden(QschedError):
     """A policy rule refused the caller (403, Nova's words); ``action`` names the rule."""
 
     msg_fmt = "Policy doesn't allow {action} to be performed."
+
+
+# -- server groups --
+
+
+class GroupNotFound(NotFound):
+    msg_fmt = "Instance group {group} could not be found."
+
+
+class ServerGroupLimitExceeded(QuotaExceeded):
+    """The project holds ``[quota] server_groups`` groups already (Nova's words)."""
+
+    msg_fmt = "Quota exceeded, too many server groups."
+
+
+class GroupMemberLimitExceeded(QuotaExceeded):
+    """The group holds ``[quota] server_group_members`` servers already (Nova's words)."""
+
+    msg_fmt = "Quota exceeded, too many servers in group"
+
+
+class GroupPolicyRefused(Conflict):
+    """A claim on ``host`` would break the policy of the instance's server group.
+
+    ``policy`` is ``affinity`` (``holder`` is the host the group is on) or
+    ``anti-affinity`` (``members`` of the group are on ``host`` already, the rule
+    allows ``max_server_per_host``); or, with ``soft`` true, a soft policy that
+    prefers another host (``passes``: how many times it was passed on so far).
+    """
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        super().__init__(message or _group_refusal_text(kwargs), **kwargs)
+
+
+def _group_refusal_text(k: dict[str, Any]) -> str:
+    policy, group, host, members = k.get("policy"), k.get("group"), k.get("host"), k.get("members")
+    servers = f"{members} server{'' if members == 1 else 's'}"
+    if k.get("soft"):
+        if policy == "soft-affinity":
+            return f"soft-affinity group {group} is on {k.get('holder')}, not {host}: tried there"
+        return f"soft-anti-affinity group {group} has {servers} on {host}: another host first"
+    if policy == "affinity":
+        return f"affinity group {group} is on {k.get('holder')}, not {host}"
+    return (
+        f"anti-affinity group {group} already has {servers} on {host} "
+        f"(max_server_per_host {k.get('max_server_per_host')})"
+    )

@@ -29,7 +29,7 @@ from qsched.flavors import Constraints, Flavor
 from qsched.scheduling.classes import class_name
 
 MAJOR_VERSION = 1
-BOOT_VERSION = "1.2"  # 1.1: global_request_id; 1.2: member_of_any, forbidden_aggregates
+BOOT_VERSION = "1.2"  # 1.1: global_request_id; 1.2: aggregate groups, server group
 DELETE_VERSION = "1.0"
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_NAME_CHARS = 255
@@ -89,6 +89,19 @@ def _epoch_s(value: Any) -> float:
 
 def _optional_name(value: Any) -> str | None:
     return None if value is None else _name(value)
+
+
+def _optional_uuid(value: Any) -> str | None:
+    return None if value is None else _uuid(value)
+
+
+_GROUP_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
+
+
+def _optional_policy(value: Any) -> str | None:
+    if value is None or (type(value) is str and value in _GROUP_POLICIES):
+        return value
+    raise _Bad(f"null or one of {', '.join(_GROUP_POLICIES)}")
 
 
 def _names(value: Any) -> tuple[str, ...]:
@@ -197,6 +210,8 @@ class BootRequest(_Message):
     availability_zone: str | None = None
     tried_hosts: tuple[str, ...] = ()  # hosts that claimed it and gave it back, in order
     global_request_id: str | None = None  # the caller's X-OpenStack-Request-ID
+    group: str | None = None  # the server group's uuid (the ``group`` scheduler hint)
+    group_policy: str | None = None  # its policy, for the agents' routing and preferences
     version: str = BOOT_VERSION
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
@@ -220,6 +235,8 @@ class BootRequest(_Message):
         ("availability_zone", _optional_name, False),
         ("tried_hosts", _names, False),
         ("global_request_id", _optional_name, False),
+        ("group", _optional_uuid, False),
+        ("group_policy", _optional_policy, False),
     )
 
     @classmethod
@@ -235,8 +252,10 @@ class BootRequest(_Message):
         now: float | None = None,
         request_id: str | None = None,
         global_request_id: str | None = None,
+        group: tuple[str, str] | None = None,
     ) -> BootRequest:
-        """A first attempt for ``flavor`` plus ``constraints``, due ``timeout_s`` from now."""
+        """A first attempt for ``flavor`` plus ``constraints``, due ``timeout_s`` from now;
+        ``group``: the uuid and policy of its server group."""
         now = time.time() if now is None else now
         constraints = constraints or Constraints()
         return cls(
@@ -251,6 +270,8 @@ class BootRequest(_Message):
             max_attempts=max_attempts,
             **constraint_fields(constraints),
             global_request_id=global_request_id,
+            group=group[0] if group else None,
+            group_policy=group[1] if group else None,
         )
 
     def next_attempt(self, host: str | None, now: float | None = None) -> BootRequest:

@@ -47,6 +47,7 @@ class RecordingBus:
     def __init__(self) -> None:
         self.boots: list[BootRequest] = []
         self.deletes: list[tuple[str, DeleteRequest]] = []
+        self.host_boots: list[tuple[str, BootRequest]] = []  # sent to one host's queue
         self.fail = False
         self._lock = threading.Lock()
 
@@ -59,6 +60,11 @@ class RecordingBus:
         self._check()
         with self._lock:
             self.deletes.append((host, msg))
+
+    def publish_to_host(self, host: str, msg: BootRequest) -> None:
+        self._check()
+        with self._lock:
+            self.host_boots.append((host, msg))
 
     def check_health(self) -> None:
         if self.fail:

@@ -22,8 +22,9 @@ from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.agents import RedisAgents
-from qsched.ledger.base import Instance, Inventory, ProviderSpec, State
+from qsched.ledger.base import Instance, Inventory, ProviderSpec, ServerGroup, State
 from qsched.ledger.flavors import RedisFlavors
+from qsched.ledger.groups import RedisGroups
 from qsched.ledger.instances import RedisInstances
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
@@ -39,6 +40,7 @@ U = str(uuid.uuid4())
 FLAVOR = Flavor("small", 1, 1024, 0)
 RECORD = Instance(U, "p1", "u1", "vm", FLAVOR.to_dict(), State.BUILD)
 SPEC = ProviderSpec(U, "n1", {"VCPU": Inventory(4)})
+GROUP = ServerGroup(U, "g", "p1", "u1", "anti-affinity")
 
 #: every public method of every store, called with arguments that pass its own checks
 CALLS: dict[str, Callable[[Stores], Any]] = {
@@ -86,6 +88,16 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisInstances.outbox_take": lambda s: s.instances.outbox_take(1.0),
     "RedisInstances.outbox_done": lambda s: s.instances.outbox_done([(U, "1.0")]),
     "RedisInstances.unpublished": lambda s: s.instances.unpublished(),
+    "RedisInstances.park": lambda s: s.instances.park(U, "h1", "r"),
+    "RedisInstances.create_batch": lambda s: s.instances.create_batch([RECORD], 1, "r-1", 1e12),
+    "RedisInstances.batches": lambda s: s.instances.batches(["r-1"]),
+    "RedisGroups.create": lambda s: s.groups.create(GROUP),
+    "RedisGroups.get": lambda s: s.groups.get(U),
+    "RedisGroups.list_project": lambda s: s.groups.list_project("p1"),
+    "RedisGroups.list_all": lambda s: s.groups.list_all(),
+    "RedisGroups.delete": lambda s: s.groups.delete(U),
+    "RedisGroups.hosts": lambda s: s.groups.hosts(U),
+    "RedisGroups.members_on": lambda s: s.groups.members_on(U, "h1"),
     "RedisAgents.heartbeat": lambda s: s.agents.heartbeat("h1", 1.0),
     "RedisAgents.alive": lambda s: s.agents.alive("h1"),
     "RedisAgents.last_seen": lambda s: s.agents.last_seen("h1"),
@@ -130,7 +142,7 @@ NEVER_RAISE = {"RedisBackend.close", "RedisBackend.command_stats"}  # no figures
 
 
 STORES = (RedisLedger, RedisQuota, RedisInstances, RedisAgents, RedisFlavors, RedisInspector,
-          RedisBackend)  # fmt: skip
+          RedisBackend, RedisGroups)  # fmt: skip
 
 
 @pytest.fixture

@@ -86,7 +86,7 @@ class TestRoundTrip:
     def test_wire_has_kind_and_version(self) -> None:
         data = wire(boot())
         assert data["kind"] == "boot"
-        assert data["version"] == "1.2"  # 1.1: global_request_id; 1.2: aggregate groups
+        assert data["version"] == "1.2"  # 1.1: global_request_id; 1.2: aggregate groups, group
 
     def test_a_1_0_request_reads_with_no_global_request_id(self) -> None:
         data = wire(boot())
@@ -98,7 +98,7 @@ class TestRoundTrip:
     def test_a_1_1_request_reads_with_no_aggregate_groups(self) -> None:
         data = wire(boot())
         data["version"] = "1.1"
-        del data["member_of_any"], data["forbidden_aggregates"]
+        del data["member_of_any"], data["forbidden_aggregates"], data["group"], data["group_policy"]
         old = decode(msgpack.packb(data, use_bin_type=True))
         assert isinstance(old, BootRequest)
         assert (old.member_of_any, old.forbidden_aggregates) == ((), ())
@@ -109,6 +109,13 @@ class TestRoundTrip:
             data["member_of_any"] = bad
             with pytest.raises(PoisonMessage, match="member_of_any"):
                 decode(msgpack.packb(data, use_bin_type=True))
+
+    def test_a_1_1_request_reads_with_no_group(self) -> None:
+        data = wire(boot())
+        data["version"] = "1.1"
+        del data["group"], data["group_policy"]
+        old = decode(msgpack.packb(data, use_bin_type=True))
+        assert isinstance(old, BootRequest) and (old.group, old.group_policy) == (None, None)
 
     def test_accepts_bytearray_and_memoryview(self) -> None:
         data = boot().encode()
@@ -187,6 +194,10 @@ class TestVersions:
 
 
 BAD_BOOT_FIELDS = [
+    ("group", "not-a-uuid"),
+    ("group", 7),
+    ("group_policy", "legacy"),
+    ("group_policy", ["affinity"]),
     ("request_id", ""),
     ("request_id", 7),
     ("request_id", "x" * 256),

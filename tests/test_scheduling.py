@@ -113,6 +113,8 @@ FIELD_VALUES = {
     "availability_zone": "az9",
     "tried_hosts": ("cn1", "cn2"),
     "global_request_id": "req-6f9619ff-8b86-d011-b42d-00c04fc964ff",
+    "group": "0b0e8a5c-2f38-4d1e-9c35-6f1b0f4f1d2c",
+    "group_policy": "soft-anti-affinity",
 }
 
 
@@ -132,9 +134,10 @@ def test_a_request_survives_its_record(field: str) -> None:
 
 
 def test_what_only_the_api_shows_is_kept_too() -> None:
-    record = record_for(a_request(), "vm", "image-1", {"role": "web"})
+    record = record_for(a_request(), "vm", "image-1", {"role": "web"}, "r-0a1b2c3d")
     boot = details(record)
     assert (boot.image_ref, dict(boot.metadata)) == ("image-1", {"role": "web"})
+    assert boot.reservation_id == "r-0a1b2c3d"
     assert boot.constraints == CONSTRAINTS
     assert BootDetails.from_extra(json.loads(json.dumps(boot.to_extra()))) == boot
 

@@ -376,7 +376,21 @@ def diagnose(stores: Stores, uuid: str, now: float, max_attempts: int) -> why.Di
     live = None
     if inst.state == State.ERROR or (inst.state == State.BUILD and not inst.host):
         live = live_view(stores, inst)
-    return why.diagnose(inst, events, now, max_attempts, live, events_trimmed(stores, uuid))
+    return why.diagnose(inst, events, now, max_attempts, live, events_trimmed(stores, uuid),
+                        group_view(stores, inst))  # fmt: skip
+
+
+def group_view(stores: Stores, inst: Instance) -> why.GroupView | None:
+    """The instance's server group and where its members hold hosts (None: in no group,
+    or the group was deleted)."""
+    if inst.group is None:
+        return None
+    try:
+        group = stores.groups.get(inst.group, members=False)
+    except exception.GroupNotFound:
+        return None
+    hosts = stores.groups.hosts(group.uuid)
+    return why.GroupView(group.uuid, group.policy, group.max_server_per_host, hosts)
 
 
 def live_view(stores: Stores, inst: Instance) -> why.Live:

@@ -197,6 +197,15 @@ WHY = obj(
             explanation=STRING,
         )
     ),
+    server_group=maybe(
+        obj(
+            uuid=STRING,
+            policy=STRING,
+            max_server_per_host=maybe(INT),
+            hosts=map_of(INT),
+            explanation=STRING,
+        )
+    ),
 )
 
 _LETTER_FIELDS: dict[str, Schema] = {

@@ -61,6 +61,37 @@ class Live:
 
 
 @dataclasses.dataclass
+class GroupView:
+    """The server group of an instance as the ledger has it now (its hosts: host ->
+    members holding a claim there)."""
+
+    uuid: str
+    policy: str
+    max_server_per_host: int | None
+    hosts: dict[str, int]
+
+    def explain(self) -> str:
+        """Where the group's servers are, and what that leaves its next member."""
+        head = f"{self.policy} group {self.uuid}"
+        if not self.hosts:
+            return f"{head}: none of its servers holds a host yet"
+        placed = sum(self.hosts.values())
+        where = _names([f"{h} ({n})" for h, n in sorted(self.hosts.items())])
+        if self.policy == "affinity":
+            return f"{head}: its servers are on {where}; its next members go there only"
+        if self.policy == "anti-affinity":
+            most = self.max_server_per_host or 1
+            return (
+                f"{head}: {placed} server(s) on {_count(list(self.hosts), 'host')} ({where}), "
+                f"at most {most} per host; a host holding {most} refuses the next"
+            )
+        return f"{head}: {placed} server(s) on {where} (a preference, never a refusal)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "explanation": self.explain()}
+
+
+@dataclasses.dataclass
 class Diagnosis:
     """The answer to "why": a one-line verdict, the history, and the facts behind them."""
 
@@ -75,6 +106,7 @@ class Diagnosis:
     max_attempts: int
     events_trimmed: int = 0
     live: Live | None = None
+    group: GroupView | None = None  # its server group, if it is in one
 
     def to_dict(self) -> dict[str, Any]:
         inst = self.instance
@@ -104,6 +136,7 @@ class Diagnosis:
             "hand_backs": self.hand_backs,
             "fault": dict(inst.fault) if inst.fault else None,
             "now": self.live.to_dict() if self.live else None,
+            "server_group": self.group.to_dict() if self.group else None,
         }
 
 
@@ -122,8 +155,10 @@ def diagnose(
     max_attempts: int,
     live: Live | None = None,
     events_trimmed: int = 0,
+    group: GroupView | None = None,
 ) -> Diagnosis:
-    """Explain one request from its record, its history and, if given, the live view."""
+    """Explain one request from its record, its history and, if given, the live view
+    and its server group."""
     cls = scheduling_class(instance)
     diagnosis = Diagnosis(
         instance=instance,
@@ -137,6 +172,7 @@ def diagnose(
         max_attempts=max_attempts,
         events_trimmed=events_trimmed,
         live=live,
+        group=group,
     )
     diagnosis.outcome, diagnosis.verdict = _verdict(diagnosis, events, now)
     return diagnosis
@@ -236,6 +272,14 @@ _SAY: dict[str, Callable[[Event, str], str]] = {
         "DELETED, quota returned" + (f" ({e.detail['reason']})" if e.detail.get("reason") else "")
     ),
     "local_delete": lambda e, c: f"deleted locally: {e.detail.get('reason')}",
+    "forwarded": lambda e, c: (
+        f"{e.host} could not take it: {e.detail.get('reason')}; sent to the queue of "
+        f"{e.detail.get('to')}"
+    ),
+    "parked": lambda e, c: (
+        f"parked by {e.host}: {e.detail.get('reason')}; the janitor publishes it again "
+        "after [scheduler] outbox_grace_s"
+    ),
 }
 
 
@@ -259,6 +303,11 @@ def _verdict(d: Diagnosis, events: Sequence[Event], now: float) -> tuple[str, st
         return "placed", _placed(d)
     if inst.state == State.BUILD and inst.host:
         since = _last_time(events, "claimed") or inst.updated_at
+        if inst.batch:
+            return "spawning", (
+                f"claimed by {inst.host} on {inst.node} {views.age(now - since)} ago; a member "
+                f"of multi-create {inst.batch}, it spawns once every member holds its claim"
+            )
         return "spawning", f"claimed by {inst.host} on {inst.node}; spawning for " + views.age(
             now - since
         )
@@ -290,6 +339,8 @@ def _waiting(d: Diagnosis, now: float) -> str:
         parts.append(f"refused by {_refusers(d.refusals)}")
     if d.live is not None:
         parts.append(d.live.explain())
+    if d.group is not None:
+        parts.append(d.group.explain())
     if inst.deadline is not None:
         left = inst.deadline - now
         parts.append(
@@ -315,6 +366,15 @@ def _error(d: Diagnosis) -> str:
         if d.live is not None and d.live.report is not None and not d.live.report.fitting:
             text += f"; now: {d.live.report.explain()}"
         return text
+    if reason == "batch":
+        return (
+            f"{message} It was created to be placed all or none with the other members of "
+            f"multi-create {details.get('batch')}, and member {details.get('member')} could "
+            "not be placed: none was, every claim released"
+        )
+    if reason == "affinity":
+        refused = d.refusals[-1] if d.refusals else {}
+        return f"{message} {refused.get('reason') or 'its affinity group host has no room'}"
     if reason == "max_attempts":
         hosts = _names(sorted({f["host"] for f in d.spawn_failures if f["host"]}))
         return (
@@ -377,6 +437,7 @@ def render(d: Diagnosis) -> str:
             ("state", _state_text(d)),
             ("attempts", f"{inst.attempts} of {d.max_attempts}"),
             ("tried hosts", _tried_text(d)),
+            *([("server group", d.group.explain())] if d.group else []),
         ]
     )
     lines = [head, "", f"why: {d.verdict}", "", "history:"]

@@ -30,6 +30,7 @@ from qsched import exception, janitor
 from qsched.api import API_VERSION, PREFIX, auth, base_url, keystone, microversion
 from qsched.api import aggregates as aggregate_handlers
 from qsched.api import flavors as flavor_handlers
+from qsched.api import server_groups as group_handlers
 from qsched.api import servers as server_handlers
 from qsched.api import services as service_handlers
 from qsched.bus.base import Bus
@@ -148,6 +149,8 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     )
     app.add_route(f"{PREFIX}/os-services", service_handlers.Services(*args))
     app.add_route(f"{PREFIX}/os-services/{{service_id}}", service_handlers.ServiceItem(*args))
+    app.add_route(f"{PREFIX}/os-server-groups", group_handlers.ServerGroups(*args))
+    app.add_route(f"{PREFIX}/os-server-groups/{{group_id}}", group_handlers.ServerGroup(*args))
 
 
 class RequestMiddleware:
@@ -180,23 +183,12 @@ class RequestMiddleware:
 
 
 def _check_microversion(req: falcon.Request) -> None:
-    """Only 2.1 is spoken; asking for a later microversion is 406, as Nova answers.
-    os-services reads its own (:mod:`qsched.api.services`)."""
-    if req.path.startswith(f"{PREFIX}/os-services"):
-        return
-    wanted = req.get_header("OpenStack-API-Version")
-    if wanted:
-        service, _sep, version = wanted.strip().partition(" ")
-        if service.lower() != "compute":
-            return
-    else:
-        version = req.get_header("X-OpenStack-Nova-API-Version") or ""
-    version = version.strip().lower()
-    if version and version not in (API_VERSION, "latest"):
-        raise falcon.HTTPNotAcceptable(
-            description=f"Version {version} is not supported by the API. Minimum is "
-            f"{API_VERSION} and maximum is {API_VERSION}."
-        )
+    """The request's microversion (``req.context.microversion``, and the response's
+    version headers): 2.1, or up to what its route speaks
+    (:data:`qsched.api.microversion.LATER`); any other is 406, as Nova answers."""
+    version = microversion.requested(req, microversion.maximum(req.path))
+    req.context.microversion = version
+    microversion.answer(req, version)
 
 
 class Versions:

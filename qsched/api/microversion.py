@@ -1,10 +1,12 @@
 """Microversions: which one a request asks for, and which one a response answers with.
 
 The API speaks 2.1: the version document says so, and :mod:`qsched.api.app` answers
-406 to a request for a later microversion. ``os-services`` alone also speaks 2.11
-(``forced_down``) and 2.53 (services named by UUID): its handlers read the
-request's microversion with :func:`requested`, within the range they know, and
-record it with :func:`answer`, which the response's version headers then carry.
+406 to a request for a later microversion, except on the routes of :data:`LATER`:
+``os-services`` also speaks 2.11 (``forced_down``) and 2.53 (services named by
+UUID), ``os-server-groups`` up to 2.64 (``policy`` and ``rules``). The app reads
+the request's microversion once (:func:`requested`, within what its route speaks),
+keeps it for the handlers (:func:`current`) and records it with :func:`answer`,
+which the response's version headers then carry.
 """
 
 from __future__ import annotations
@@ -21,6 +23,26 @@ Version = tuple[int, int]
 BASE: Version = (2, 1)
 
 _FORM = re.compile(r"([1-9][0-9]*)\.(0|[1-9][0-9]*)").fullmatch
+
+#: Routes that speak microversions after 2.1, and the latest each speaks.
+LATER: dict[str, Version] = {
+    "/v2.1/os-services": (2, 53),
+    "/v2.1/os-server-groups": (2, 64),
+}
+
+
+def maximum(path: str) -> Version:
+    """The latest microversion the route of ``path`` speaks."""
+    return next(
+        (top for prefix, top in LATER.items() if path == prefix or path.startswith(prefix + "/")),
+        BASE,
+    )
+
+
+def current(req: falcon.Request) -> Version:
+    """The microversion the app read for ``req`` (2.1 before it did)."""
+    version: Version = getattr(req.context, "microversion", BASE)
+    return version
 
 
 def text(version: Version) -> str:

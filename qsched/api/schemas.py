@@ -82,8 +82,19 @@ metadata = {
     "additionalProperties": {"type": "string", "maxLength": 255},
 }
 
-# A request builds one server; Nova's multiple create is not supported.
-_one = {"enum": [1, "1"], "x-message": "must be 1: qsched creates one server per request"}
+#: Nova's multiple create: how many servers (an integer, or its digits as a string)
+_server_count = {
+    "type": ["integer", "string"],
+    "pattern": "^[0-9]{1,10}$",
+    "format": "int32",
+    "minimum": 1,
+    "minLength": 1,
+    "x-message": "must be a whole number of servers, at least 1",
+}
+#: Nova's parameter_types.boolean
+TRUE = (True, "True", "TRUE", "true", "1", "ON", "On", "on", "YES", "Yes", "yes")
+FALSE = (False, "False", "FALSE", "false", "0", "OFF", "Off", "off", "NO", "No", "no")
+boolean = {"enum": [*TRUE, *FALSE], "x-message": "must be a boolean (true or false)"}
 
 _loose_string = {"type": "string", "maxLength": 255}
 
@@ -98,8 +109,8 @@ server_create = {
                 "imageRef": image_ref,
                 "availability_zone": name,
                 "metadata": metadata,
-                "min_count": _one,
-                "max_count": _one,
+                "min_count": _server_count,
+                "max_count": _server_count,
                 # Accepted for client compatibility and ignored (no network, key or
                 # config drive service behind qsched).
                 "networks": {"type": ["string", "array"], "maxItems": 64},
@@ -113,7 +124,7 @@ server_create = {
                 "adminPass": _loose_string,
                 "description": {"type": ["string", "null"], "maxLength": 255},
                 "tags": {"type": "array", "maxItems": 50, "items": _loose_string},
-                "return_reservation_id": {"type": ["boolean", "string"]},
+                "return_reservation_id": boolean,
             },
             "required": ["name", "flavorRef", "imageRef"],
             "additionalProperties": False,
@@ -194,9 +205,6 @@ extra_specs_set = {
 
 # -- os-services (Nova's schemas/services.py) --
 
-_TRUE = [True, "True", "TRUE", "true", "1", "ON", "On", "on", "YES", "Yes", "yes", "y", "t"]
-_FALSE = [False, "False", "FALSE", "false", "0", "OFF", "Off", "off", "NO", "No", "no", "n", "f"]
-boolean = {"type": ["boolean", "string"], "enum": _TRUE + _FALSE, "x-message": "must be a boolean"}
 
 fqdn = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[a-zA-Z0-9-._]*$"}
 _reason = {"type": "string", "minLength": 1, "maxLength": 255}
@@ -235,7 +243,7 @@ service_update_v253 = {
 
 def to_bool(value: bool | str) -> bool:
     """A value :data:`boolean` accepted, as a bool."""
-    return value in _TRUE
+    return value in TRUE
 
 
 # -- os-aggregates (Nova's schemas/aggregates.py) --
@@ -321,6 +329,66 @@ aggregate_set_metadata = {
 }
 
 
+# -- server groups: Nova's create bodies of 2.1, 2.15 (soft policies) and 2.64 --
+
+_HARD_POLICIES = ["anti-affinity", "affinity"]
+_ALL_POLICIES = [*_HARD_POLICIES, "soft-anti-affinity", "soft-affinity"]
+
+_positive = {
+    "type": ["integer", "string"],
+    "pattern": "^[0-9]{1,10}$",
+    "format": "int32",
+    "minimum": 1,
+    "minLength": 1,
+    "x-message": f"must be a whole number from 1 to {MAX_INT}",
+}
+
+
+def _group_create(policies: list[str] | None) -> dict[str, Any]:
+    """``policies`` (a list of one) before 2.64; None: 2.64's ``policy`` and ``rules``."""
+    if policies is not None:
+        props: dict[str, Any] = {
+            "policies": {
+                "type": "array",
+                "prefixItems": [{"type": "string", "enum": policies}],
+                "minItems": 1,
+                "maxItems": 1,
+                "items": False,
+                "x-message": f"must be a list of one policy of {policies}",
+            }
+        }
+    else:
+        props = {
+            "policy": {"type": "string", "enum": _ALL_POLICIES,
+                       "x-message": f"must be one of {_ALL_POLICIES}"},
+            "rules": {
+                "type": "object",
+                "properties": {"max_server_per_host": _positive},
+                "additionalProperties": False,
+            },
+        }  # fmt: skip
+    return {
+        "type": "object",
+        "properties": {
+            "server_group": {
+                "type": "object",
+                "properties": {"name": name, **props},
+                "required": ["name", "policies" if policies is not None else "policy"],
+                "additionalProperties": False,
+            }
+        },
+        "required": ["server_group"],
+        "additionalProperties": False,
+    }
+
+
+#: the ``group`` hint: a server group's uuid, or a list of one (as Nova accepts)
+group_hint = {
+    "anyOf": [uuid_like, {"type": "array", "items": uuid_like, "minItems": 1, "maxItems": 1}],
+    "x-message": "must be a server group UUID (qsched takes one group per server)",
+}
+
+
 def _compile(schema: dict[str, Any]) -> Validator:
     cls = validators.validator_for(schema, default=Draft202012Validator)
     cls.check_schema(schema)
@@ -340,6 +408,13 @@ AGGREGATE_ACTIONS = {
 SERVICE_UPDATE = _compile(service_update)
 SERVICE_UPDATE_V211 = _compile(service_update_v211)
 SERVICE_UPDATE_V253 = _compile(service_update_v253)
+#: (first microversion, validator) of the server group create body, latest first
+SERVER_GROUP_CREATE = (
+    ((2, 64), _compile(_group_create(None))),
+    ((2, 15), _compile(_group_create(_ALL_POLICIES))),
+    ((2, 1), _compile(_group_create(_HARD_POLICIES))),
+)
+GROUP_HINT = _compile(group_hint)
 
 
 def validate(validator: Validator, body: Any) -> Any:

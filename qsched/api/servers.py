@@ -62,14 +62,23 @@ class Servers(_Handler):
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = schemas.validate(schemas.SERVER_CREATE, read_json(req, self.max_body))
         server = body["server"]
-        instance = self.compute.boot(
+        min_count = int(server.get("min_count", 1))  # Nova's defaults: max is min
+        found = self.compute.boot_many(
             context_of(req),
             name=server["name"],
             flavor_ref=server["flavorRef"],
             image_ref=server["imageRef"],
             availability_zone=server.get("availability_zone"),
             metadata=server.get("metadata"),
+            group=group_hint(body),
+            min_count=min_count,
+            max_count=int(server.get("max_count", min_count)),
         )
+        if server.get("return_reservation_id", False) in schemas.TRUE:
+            resp.status = falcon.HTTP_202
+            resp.media = {"reservation_id": found.reservation_id}
+            return
+        instance = found.instances[0]
         server_links = links(self.base(req), "servers", instance.uuid)
         resp.status = falcon.HTTP_202
         resp.location = server_links[0]["href"]
@@ -109,12 +118,47 @@ class Server(_Handler):
         resp.status = falcon.HTTP_204
 
 
+#: the scheduler hints qsched acts on; any other is refused, never ignored
+HINTS = ("group",)
+_HINT_KEYS = ("os:scheduler_hints", "OS-SCH-HNT:scheduler_hints")
+
+
+def group_hint(body: dict[str, Any]) -> str | None:
+    """The server group a boot joins: the ``group`` scheduler hint, if any.
+
+    :raises Invalid: hints given under both names, a hint qsched does not act on
+        (Nova's scheduler filters that qsched has not: ``same_host``, ``query``...),
+        or a group that is not one UUID.
+    """
+    given = [key for key in _HINT_KEYS if key in body]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise schemas.field_error(
+            [given[1]], body[given[1]], f"Give the scheduler hints once, as {given[0]}."
+        )
+    hints = body[given[0]]
+    unknown = sorted(set(hints) - set(HINTS))
+    if unknown:
+        raise schemas.field_error(
+            [given[0]], hints, f"qsched acts only on the scheduler hints {list(HINTS)}; "
+            f"remove {unknown}.",
+        )  # fmt: skip
+    if "group" not in hints:
+        return None
+    group = hints["group"]
+    if schemas.GROUP_HINT.is_valid(group):
+        return str(group[0] if isinstance(group, list) else group)
+    raise schemas.field_error([given[0], "group"], group, f"It {schemas.group_hint['x-message']}.")
+
+
 def list_filters(req: falcon.Request) -> dict[str, Any]:
     """``limit``, ``marker``, ``status`` and (admins) ``project_id`` from the query."""
     filters: dict[str, Any] = {
         "status": req.get_param("status"),
         "marker": req.get_param("marker"),
         "project_id": req.get_param("project_id") or req.get_param("tenant_id"),
+        "reservation_id": req.get_param("reservation_id"),
     }
     limit = req.get_param("limit")
     if limit is not None:

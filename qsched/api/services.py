@@ -21,7 +21,7 @@ from qsched.api.microversion import Version
 from qsched.compute import ComputeAPI
 from qsched.services import Change, ServiceAPI, ServiceView
 
-MAX_VERSION: Version = (2, 53)
+MAX_VERSION: Version = microversion.maximum("/v2.1/os-services")
 FORCED_DOWN: Version = (2, 11)  # force-down, and forced_down in every view
 UUID_IDS: Version = (2, 53)  # services named by UUID
 _QUERY = ("host", "binary")
@@ -33,9 +33,8 @@ class _Handler(Handler):
         self.services = ServiceAPI(compute.stores, compute.policy)
 
     def version(self, req: falcon.Request) -> Version:
-        version = microversion.requested(req, MAX_VERSION)
-        microversion.answer(req, version)
-        return version
+        """The request's microversion, as the app read it (up to :data:`MAX_VERSION`)."""
+        return microversion.current(req)
 
 
 class Services(_Handler):

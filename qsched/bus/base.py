@@ -12,6 +12,8 @@ dead letters      ``<prefix>.dead``           ``dead``              ``<prefix>.d
 
 One queue per scheduling class: an agent consumes the classes it can fit now and
 nothing else, so the broker does the matching and no one scans hosts.
+A host's queue also carries the boot requests sent to that host only: members of
+an affinity server group go to the host their group is on.
 
 Delivery is at least once. An agent settles every delivery exactly once:
 
@@ -299,6 +301,12 @@ class Bus(abc.ABC):
     @abc.abstractmethod
     def publish_delete(self, host: str, message: DeleteRequest) -> None:
         """Publish to ``host.<host>``, confirmed. Raises as :meth:`publish_boot`."""
+
+    @abc.abstractmethod
+    def publish_to_host(self, host: str, message: BootRequest) -> None:
+        """Publish a boot request to ``host.<host>`` only, confirmed: a member of an
+        affinity server group goes to the host its group is on. Raises as
+        :meth:`publish_boot`."""
 
     @abc.abstractmethod
     def consumer(self, host: str, on_message: OnMessage, classes: Iterable[str] = ()) -> Consumer:

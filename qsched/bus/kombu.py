@@ -118,6 +118,10 @@ class KombuBus(base.Bus):
         entity = self.wire.host_entity(host)
         self.wire.publish(entity, message.encode(), message_id=message.request_id)
 
+    def publish_to_host(self, host: str, message: BootRequest) -> None:
+        entity = self.wire.host_entity(host)
+        self.wire.publish(entity, message.encode(), message_id=message.request_id)
+
     def consumer(
         self, host: str, on_message: base.OnMessage, classes: Iterable[str] = ()
     ) -> KombuConsumer:

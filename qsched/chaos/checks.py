@@ -363,6 +363,7 @@ def audit_findings(stores: Stores) -> tuple[dict[str, Any], list[dict[str, Any]]
         "orphan_allocations",
         "instance_mismatches",
         "quota_mismatches",
+        "group_mismatches",
     )
     found = [{"audit": key, "finding": item} for key in keys for item in report.get(key, [])]
     return report, found

@@ -12,7 +12,11 @@ quota_opts = [
     cfg.IntOpt("instances", default=10, min=-1, help="Instances per project; -1: no limit."),
     cfg.IntOpt("cores", default=20, min=-1, help="VCPUs per project; -1: no limit."),
     cfg.IntOpt("ram", default=51200, min=-1, help="MiB of RAM per project; -1: no limit."),
-]
+    cfg.IntOpt("server_groups", default=10, min=-1,
+               help="Server groups per project (Nova's default); -1: no limit."),
+    cfg.IntOpt("server_group_members", default=10, min=-1,
+               help="Servers per server group (Nova's default); -1: no limit."),
+]  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,3 +28,5 @@ class QuotaOptions(Section):
     instances: int
     cores: int
     ram: int
+    server_groups: int
+    server_group_members: int

@@ -20,12 +20,14 @@ from qsched.ledger.base import (
     AgentRegistry,
     AggregateStore,
     FlavorStore,
+    GroupStore,
     InstanceStore,
     Ledger,
     QuotaStore,
     Usage,
 )
 from qsched.ledger.flavors import RedisFlavors
+from qsched.ledger.groups import GroupLimits, RedisGroups
 from qsched.ledger.inspection import Inspector
 from qsched.ledger.instances import RedisInstances
 from qsched.ledger.placement import RedisLedger
@@ -47,6 +49,7 @@ class Stores:
     inspector: Inspector
     backend: Backend
     aggregates: AggregateStore
+    groups: GroupStore
 
 
 def open_stores(
@@ -72,17 +75,21 @@ def open_stores(
     }
     limits = quota or QuotaOptions.defaults()
     quotas = RedisQuota(store, Usage(limits.instances, limits.cores, limits.ram))
-    return _redis_stores(store, RedisLedger(store, ratios), quotas)
+    groups = GroupLimits(limits.server_groups, limits.server_group_members)
+    return _redis_stores(store, RedisLedger(store, ratios), quotas, groups)
 
 
-def _redis_stores(store: RedisStore, ledger: RedisLedger, quota: RedisQuota) -> Stores:
+def _redis_stores(
+    store: RedisStore, ledger: RedisLedger, quota: RedisQuota, groups: GroupLimits
+) -> Stores:
     return Stores(
         ledger,
         quota,
-        RedisInstances(store, quota),
+        RedisInstances(store, quota, groups.server_group_members),
         RedisAgents(store),
         RedisFlavors(store),
         RedisInspector(store),
         RedisBackend(store),
         RedisAggregates(store),
+        RedisGroups(store, groups),
     )

@@ -28,6 +28,7 @@ class AuditReport:
     orphan_allocations: list[str] = dataclasses.field(default_factory=list)
     instance_mismatches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     quota_mismatches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    group_mismatches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -37,6 +38,7 @@ class AuditReport:
             or self.orphan_allocations
             or self.instance_mismatches
             or self.quota_mismatches
+            or self.group_mismatches
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,13 +69,17 @@ def audit(stores: Stores) -> AuditReport:
     _check_projects(stores, report, scan)
     _check_instances(report, scan)
     _check_quota(stores, report, scan)
+    _check_groups(stores, report, scan)
     return report
 
 
 def _instances(stores: Stores) -> dict[str, dict[str, str]]:
-    found = stores.inspector.instance_records(fields=("state", "host", "project_id"))
+    found = stores.inspector.instance_records(
+        fields=("state", "host", "project_id", "group", "group_host")
+    )
     return {uuid: {"state": r["state"], "host": r.get("host", ""),
-                   "project_id": r.get("project_id", "")}
+                   "project_id": r.get("project_id", ""), "group": r.get("group", ""),
+                   "group_host": r.get("group_host", "")}
             for uuid, r in found.items() if "state" in r}  # fmt: skip
 
 
@@ -157,3 +163,30 @@ def _check_quota(stores: Stores, report: AuditReport, scan: _Scan) -> None:
             if record is not None and record["state"] not in _HOLDING:
                 report.quota_mismatches.append({"project": project, "holder": holder,
                                                 "state": record["state"]})  # fmt: skip
+
+
+def _check_groups(stores: Stores, report: AuditReport, scan: _Scan) -> None:
+    """A group's hosts count its members holding a claim there, and keep its policy."""
+    counted: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    for uuid, record in scan.records.items():
+        where = record["group_host"]
+        if not where:
+            continue
+        counted[record["group"]][where] += 1
+        if record["state"] not in _HOLDING or record["host"] != where:
+            report.group_mismatches.append({"instance": uuid, "counted_on": where,
+                                            "state": record["state"],
+                                            "host": record["host"]})  # fmt: skip
+    for group in stores.groups.list_all():
+        hosts = stores.groups.hosts(group.uuid)
+        if hosts != dict(counted.get(group.uuid, {})):
+            report.group_mismatches.append(
+                {"group": group.uuid, "hosts": hosts, "claimed": dict(counted.get(group.uuid, {}))}
+            )
+        most = max(hosts.values(), default=0)
+        broken = (group.policy == "affinity" and len(hosts) > 1) or (
+            group.policy == "anti-affinity" and most > (group.max_server_per_host or 1)
+        )
+        if broken:
+            report.group_mismatches.append({"group": group.uuid, "policy": group.policy,
+                                            "hosts": hosts})  # fmt: skip

@@ -31,6 +31,7 @@ from qsched.ledger.records import (
     Placement,
     Provider,
     ProviderSpec,
+    ServerGroup,
     Service,
     State,
     TaskState,
@@ -53,6 +54,7 @@ __all__ = [
     "Consumer",
     "Event",
     "FlavorStore",
+    "GroupStore",
     "Instance",
     "InstanceStore",
     "Inventory",
@@ -61,6 +63,7 @@ __all__ = [
     "Provider",
     "ProviderSpec",
     "QuotaStore",
+    "ServerGroup",
     "Service",
     "State",
     "TaskState",
@@ -306,6 +309,40 @@ class InstanceStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def create_batch(
+        self,
+        instances: Sequence[Instance],
+        min_count: int,
+        reservation_id: str,
+        deadline: float,
+        expect_flavor: tuple[str, str] | None = None,
+        scheduling_class: tuple[str, Mapping[str, Any]] | None = None,
+        lone_name: str | None = None,
+    ) -> list[Instance]:
+        """A multi-create: as many of ``instances`` as the quota allows, at least
+        ``min_count``, each reserved and recorded as :meth:`create` does, in one atomic
+        step; returns those recorded, in order (Nova's count).
+
+        All share a flavor, project, group and deadline. With more than one, they form
+        the batch ``reservation_id``: a claim says whether every member holds one
+        (``Claim.permitted``); one that ends in ERROR before that ends every other in
+        ERROR, releasing their claims; a DELETED one leaves the batch. A lone member
+        is named ``lone_name`` (Nova's names: ``<name>-<n>`` only when there are more).
+
+        :raises QuotaExceeded: not even ``min_count`` fit (the requested count is
+            ``min-max``, as Nova says it); nothing recorded.
+        :raises GroupMemberLimitExceeded, GroupNotFound: the group has no room for
+            them, or is gone; nothing recorded.
+        :raises InstanceExists, FlavorChanged, InstanceAbandoned: as :meth:`create`.
+        :raises Conflict: the reservation id is taken.
+        """
+
+    @abc.abstractmethod
+    def batches(self, reservation_ids: Sequence[str]) -> dict[str, str]:
+        """The state of each batch still kept: ``waiting`` (for claims), ``permitted``
+        or ``failed``; one no longer kept (a day after its deadline) is absent."""
+
+    @abc.abstractmethod
     def get(self, uuid: str) -> Instance:
         """:raises InstanceNotFound:"""
 
@@ -352,6 +389,16 @@ class InstanceStore(abc.ABC):
         :raises InstanceNotWaiting: not BUILD, claimed by another host than
             ``host``, or (``claimed_only``) not claimed by ``host`` at all: two
             janitors taking back the same orphan requeue it once.
+        """
+
+    @abc.abstractmethod
+    def park(self, uuid: str, host: str, reason: str) -> bool:
+        """Leave a waiting instance's request to the janitor for a while: it enters the
+        outbox, which publishes it again after ``[scheduler] outbox_grace_s``.
+
+        For a request every host it met refused for a reason that a wait may change
+        (a server group's hard policy): it then waits instead of going round. False
+        (nothing done) if the instance no longer waits (placed, ended, gone).
         """
 
     @abc.abstractmethod
@@ -707,3 +754,51 @@ class AggregateStore(abc.ABC):
     @abc.abstractmethod
     def host_aggregates(self, host: str) -> set[str]:
         """The UUIDs of the aggregates ``host`` is in (O(1))."""
+
+
+class GroupStore(abc.ABC):
+    """Server groups (Nova's instance groups) and where their members hold claims.
+
+    Membership is written with the instance (:meth:`InstanceStore.create` with
+    ``Instance.group``), the hosts by the claim, which refuses a host that would
+    break a hard policy (:class:`~qsched.exception.GroupPolicyRefused`).
+    """
+
+    @abc.abstractmethod
+    def create(self, group: ServerGroup) -> ServerGroup:
+        """Record a new group, within its project's limit; return it as written.
+
+        :raises ServerGroupLimitExceeded: the project holds ``[quota] server_groups``.
+        :raises Conflict: the uuid is taken.
+        """
+
+    @abc.abstractmethod
+    def get(self, uuid: str, members: bool = True) -> ServerGroup:
+        """One group (O(1)), with its members unless ``members`` is False (O(members)).
+
+        :raises GroupNotFound:
+        """
+
+    @abc.abstractmethod
+    def list_project(self, project_id: str) -> builtins.list[ServerGroup]:
+        """A project's groups with their members (at most ``[quota] server_groups``)."""
+
+    @abc.abstractmethod
+    def list_all(self) -> builtins.list[ServerGroup]:
+        """Every group of the cell (an admin view: it scans)."""
+
+    @abc.abstractmethod
+    def delete(self, uuid: str) -> None:
+        """Forget a group; its servers live on in no group, as in Nova.
+
+        :raises GroupNotFound:
+        """
+
+    @abc.abstractmethod
+    def hosts(self, uuid: str) -> dict[str, int]:
+        """Host -> how many of the group's members hold a claim there (O(hosts of the
+        group), which its member limit bounds)."""
+
+    @abc.abstractmethod
+    def members_on(self, uuid: str, host: str) -> int:
+        """How many of the group's members hold a claim on ``host`` (O(1))."""

@@ -33,14 +33,16 @@ from qsched.resources import check_uuid
 #: late by waiting in a stalled server's buffers, which a day outlasts by far.
 ABANDON_MARK_S = 86400
 _OUTBOX_BATCH = 1000  # outbox entries cleared per script
+BATCH_KEPT_S = 86400  # a batch's record outlives its deadline by this much
 
 
 @maps_errors
 class RedisInstances(InstanceStore):
-    def __init__(self, store: RedisStore, quota: RedisQuota) -> None:
+    def __init__(self, store: RedisStore, quota: RedisQuota, group_members: int = -1) -> None:
         self.store = store
         self.keys = store.keys
         self.quota = quota
+        self.group_members = group_members  # [quota] server_group_members (-1: no limit)
 
     def create(
         self,
@@ -51,16 +53,7 @@ class RedisInstances(InstanceStore):
     ) -> Instance:
         uuid = check_uuid(instance.uuid, "Instance UUID")
         flavor, extra = dict(instance.flavor), dict(instance.extra)
-        record = {
-            "uuid": uuid,
-            "project_id": instance.project_id,
-            "user_id": instance.user_id,
-            "name": instance.name,
-            "flavor": canonical_json(flavor),
-            "extra": canonical_json(extra),
-        }
-        if instance.tried_hosts:
-            record["tried_hosts"] = canonical_json(list(instance.tried_hosts))
+        record = _record(instance)
         now, deadline = self.store.now(), float(deadline)
         quota = Usage(1, int(flavor["vcpus"]), int(flavor["ram_mb"]))
         result = self.store.run(
@@ -77,14 +70,56 @@ class RedisInstances(InstanceStore):
             self.store.max_events,
             *(expect_flavor or ("", "")),
             *_class_args(scheduling_class),
+            instance.group or "",
+            self.group_members,
         )
         # what the script wrote, as get() would read it back
         return Instance(
             uuid, instance.project_id, instance.user_id, instance.name, flavor, State.BUILD,
             TaskState.SCHEDULING, created_at=now, updated_at=now, deadline=deadline,
             quota=quota, tried_hosts=tuple(instance.tried_hosts), extra=extra,
-            outbox=result["outbox"],
+            group=instance.group or None, outbox=result["outbox"],
         )  # fmt: skip
+
+    def create_batch(
+        self,
+        instances: Sequence[Instance],
+        min_count: int,
+        reservation_id: str,
+        deadline: float,
+        expect_flavor: tuple[str, str] | None = None,
+        scheduling_class: tuple[str, Mapping[str, Any]] | None = None,
+        lone_name: str | None = None,
+    ) -> list[Instance]:
+        first = instances[0]
+        records = [_record(instance) for instance in instances]
+        now, deadline = self.store.now(), float(deadline)
+        flavor = dict(first.flavor)
+        quota = Usage(1, int(flavor["vcpus"]), int(flavor["ram_mb"]))
+        result = self.store.run(
+            "instance_create_batch", self.keys.batch(reservation_id), reservation_id,
+            first.project_id, canonical_json(records), quota.cores, quota.ram_mb,
+            *self.quota.default_args(), repr(deadline), now, self.store.max_events,
+            *(expect_flavor or ("", "")), *_class_args(scheduling_class), first.group or "",
+            self.group_members, int(min_count), lone_name or first.name,
+            int(max(1.0, deadline - now) + BATCH_KEPT_S),
+        )  # fmt: skip
+        count, outboxes = int(result["count"]), list(result["outboxes"])
+        lone = count == 1
+        return [
+            dataclasses.replace(
+                instance, name=(lone_name or instance.name) if lone else instance.name,
+                state=State.BUILD, task_state=TaskState.SCHEDULING, created_at=now,
+                updated_at=now, deadline=deadline, quota=quota,
+                batch=None if lone else reservation_id, outbox=outbox,
+            )
+            for instance, outbox in zip(instances[:count], outboxes, strict=True)
+        ]  # fmt: skip
+
+    def batches(self, reservation_ids: Sequence[str]) -> dict[str, str]:
+        keys = [self.keys.batch(r) for r in reservation_ids]
+        states = read_many(self.store.client, "hget", keys, "state")
+        return {r: text(s) for r, s in zip(reservation_ids, states, strict=True) if s}
 
     def get(self, uuid: str) -> Instance:
         fields = text_map(self.store.client.hgetall(self.keys.instance(uuid)))
@@ -144,6 +179,9 @@ class RedisInstances(InstanceStore):
             "instance_requeue", uuid, host or "", reason, "1" if claimed_only else ""
         )
         return dataclasses.replace(self.get(uuid), outbox=result.get("outbox"))
+
+    def park(self, uuid: str, host: str, reason: str) -> bool:
+        return bool(self._run("instance_park", uuid, host, reason)["parked"])
 
     def set_error(self, uuid: str, message: str, details: Mapping[str, Any]) -> bool:
         fault = {"code": 500, "message": message, "details": dict(details),
@@ -205,6 +243,23 @@ class RedisInstances(InstanceStore):
         )
 
 
+def _record(instance: Instance) -> dict[str, str]:
+    """The fields a create script writes for ``instance`` besides its state and times."""
+    record = {
+        "uuid": check_uuid(instance.uuid, "Instance UUID"),
+        "project_id": instance.project_id,
+        "user_id": instance.user_id,
+        "name": instance.name,
+        "flavor": canonical_json(dict(instance.flavor)),
+        "extra": canonical_json(dict(instance.extra)),
+    }
+    if instance.tried_hosts:
+        record["tried_hosts"] = canonical_json(list(instance.tried_hosts))
+    if instance.group:
+        record["group"] = check_uuid(instance.group, "Server group UUID")
+    return record
+
+
 def _class_args(scheduling_class: tuple[str, Mapping[str, Any]] | None) -> tuple[str, str]:
     """A class name and its definition as the ``classes`` hash stores them ("" "": none)."""
     if scheduling_class is None:
@@ -238,6 +293,8 @@ def _instance(fields: dict[str, str]) -> Instance:
         launched_at=float(fields["launched_at"]) if fields.get("launched_at") else None,
         quota=quota,
         extra=json.loads(fields.get("extra") or "{}"),
+        group=fields.get("group") or None,
+        batch=fields.get("batch") or None,
     )
 
 

@@ -163,6 +163,30 @@ class Keyspace:
     def host_roots(self, host: str) -> str:
         return f"{self.prefix}host:{host}:roots"
 
+    # server groups
+    def group(self, uuid: str) -> str:
+        return f"{self.prefix}group:{uuid}"
+
+    def group_members(self, uuid: str) -> str:
+        return f"{self.prefix}group:{uuid}:members"
+
+    def group_hosts(self, uuid: str) -> str:
+        return f"{self.prefix}group:{uuid}:hosts"
+
+    def project_groups(self, project_id: str) -> str:
+        return f"{self.prefix}project:{project_id}:groups"
+
+    @property
+    def groups(self) -> str:
+        return f"{self.prefix}groups"
+
+    # batches (multi-create)
+    def batch(self, reservation_id: str) -> str:
+        return f"{self.prefix}batch:{reservation_id}"
+
+    def batch_members(self, reservation_id: str) -> str:
+        return f"{self.prefix}batch:{reservation_id}:members"
+
 
 @dataclasses.dataclass(frozen=True)
 class Template:

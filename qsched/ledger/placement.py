@@ -238,7 +238,10 @@ class RedisLedger(Ledger):
             instance_uuid, allocations, consumer_generation, "", "",  # from the record
             provider_generations, claim=(host, node), max_handbacks=max_handbacks, guard=guard,
         )  # fmt: skip
-        return Claim(result["generation"], bool(result.get("already")))
+        return Claim(
+            result["generation"], bool(result.get("already")), result.get("batch") or None,
+            bool(result.get("permitted", True)),
+        )  # fmt: skip
 
     def _allocate(
         self,

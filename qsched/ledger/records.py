@@ -97,10 +97,15 @@ class ClaimGuard:
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """A claim in the ledger: the consumer generation, and whether it was there already."""
+    """A claim in the ledger: the consumer generation, whether it was there already,
+    and for a member of a multi-create whether its batch is complete."""
 
     generation: int
     already: bool = False
+    # a member of a multi-create: its reservation id, and whether every member of it
+    # holds its claim now (its spawn may start); a lone instance is always permitted
+    batch: str | None = None
+    permitted: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +185,8 @@ class Instance:
     launched_at: float | None = None  # when it went ACTIVE
     quota: Usage | None = None  # what it holds against its project's quota, if anything
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    group: str | None = None  # the server group it is a member of (its uuid)
+    batch: str | None = None  # the multi-create it was placed with (its reservation id)
     # The outbox entry that create or requeue just made (not stored in the record):
     # give it to InstanceStore.outbox_done once the boot request is published.
     outbox: str | None = dataclasses.field(default=None, compare=False)
@@ -220,3 +227,42 @@ class Service:
     def schedulable(self) -> bool:
         """Whether it may take new boots."""
         return not (self.disabled or self.forced_down)
+
+
+#: Server group policies, in Nova's words. Hard ones are checked inside the claim.
+AFFINITY = "affinity"
+ANTI_AFFINITY = "anti-affinity"
+SOFT_AFFINITY = "soft-affinity"
+SOFT_ANTI_AFFINITY = "soft-anti-affinity"
+GROUP_POLICIES = (AFFINITY, ANTI_AFFINITY, SOFT_AFFINITY, SOFT_ANTI_AFFINITY)
+HARD_POLICIES = frozenset({AFFINITY, ANTI_AFFINITY})
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerGroup:
+    """A server group (Nova's instance group): servers kept together or apart.
+
+    ``max_server_per_host`` is the rule of an anti-affinity group (Nova's 2.64
+    ``rules``); None is the default of one. ``members``: its servers not DELETED.
+    """
+
+    uuid: str
+    name: str
+    project_id: str
+    user_id: str
+    policy: str
+    max_server_per_host: int | None = None
+    created_at: float = 0.0
+    members: tuple[str, ...] = ()
+
+    @property
+    def hard(self) -> bool:
+        """True when the claim refuses a host that would break the policy."""
+        return self.policy in HARD_POLICIES
+
+    @property
+    def rules(self) -> dict[str, int]:
+        """Nova's ``rules`` map: ``{"max_server_per_host": n}`` when the rule is set."""
+        if self.max_server_per_host is None:
+            return {}
+        return {"max_server_per_host": self.max_server_per_host}

@@ -108,6 +108,12 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "aggregate_host_not_found": aggregates.AggregateHostNotFound,
         "compute_host_not_found": aggregates.ComputeHostNotFound,
         "invalid_aggregate_action": aggregates.InvalidAggregateAction,
+        "group_not_found": exception.GroupNotFound,
+        "group_exists": lambda **k: exception.Conflict(reason=f"server group {k['group']} exists"),
+        "group_quota": exception.ServerGroupLimitExceeded,
+        "group_members_quota": exception.GroupMemberLimitExceeded,
+        "group_policy": exception.GroupPolicyRefused,
+        "batch_exists": lambda **k: exception.Conflict(reason=f"reservation {k['batch']} exists"),
     }
 
 

@@ -22,6 +22,8 @@ class ClaimResult:
     generation: int
     conflicts: int  # how many conflicts were resolved on the way
     already: bool = False  # the ledger already held exactly this claim (a redelivery)
+    batch: str | None = None  # the multi-create it belongs to
+    permitted: bool = True  # every member of its batch holds its claim: it may spawn
 
 
 def claim(
@@ -65,7 +67,7 @@ def claim(
                 max_handbacks=max_handbacks,
                 guard=guard,
             )
-            return ClaimResult(done.generation, conflicts, done.already)
+            return ClaimResult(done.generation, conflicts, done.already, done.batch, done.permitted)
         except exception.ConsumerGenerationConflict as exc:
             # Allocations without a claim on the record (written by hand, say): take them
             # over with the generation just read; the claim marks the instance this time.

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from oslo_policy import policy
 
-from qsched.policies import aggregates, base, flavors, servers, services
+from qsched.policies import aggregates, base, flavors, server_groups, servers, services
 
 
 def list_rules() -> list[policy.RuleDefault]:
     """Every rule qsched enforces, with its default."""
     return [
         *base.list_rules(), *servers.list_rules(), *flavors.list_rules(),
-        *aggregates.list_rules(), *services.list_rules(),
+        *aggregates.list_rules(), *services.list_rules(), *server_groups.list_rules(),
     ]  # fmt: skip

@@ -61,9 +61,10 @@ class RefusalKind(enum.StrEnum):
     STEP_SIZE = "step_size"
     CAPACITY = "capacity"
     COMBINATION = "combination"
+    SERVER_GROUP = "server_group"  # a host the claim refused for the group's policy
 
 
-_TRANSIENT = frozenset({RefusalKind.CAPACITY, RefusalKind.COMBINATION})
+_TRANSIENT = frozenset({RefusalKind.CAPACITY, RefusalKind.COMBINATION, RefusalKind.SERVER_GROUP})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

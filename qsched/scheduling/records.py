@@ -19,9 +19,11 @@ tried_hosts            ``tried_hosts`` (the ledger adds each host a requeue took
                        claim from)
 deadline               ``deadline``
 published_at           not kept: a rebuilt request is published now
+group                  ``group`` (the claim script reads it there)
 everything else        ``extra``, as :class:`BootDetails` (request_id, global_request_id,
-                       scheduling_class, max_attempts, the constraints), with what
-                       only the API shows (image_ref, metadata, the zone asked for)
+                       scheduling_class, max_attempts, the constraints, group_policy),
+                       with what only the API shows (image_ref, metadata, the
+                       reservation id, the zone asked for)
 =====================  ================================================================
 
 Nothing else reads ``Instance.extra`` by key: :func:`details` is the one reader.
@@ -51,6 +53,8 @@ class BootDetails:
     image_ref: str = ""
     metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
     global_request_id: str | None = None
+    group_policy: str | None = None
+    reservation_id: str = ""  # Nova's id of the create that made it (a multi-create's)
     #: The zone the boot asked for, when it routes by the zone's aggregates instead.
     requested_zone: str | None = None
 
@@ -70,6 +74,8 @@ class BootDetails:
             "metadata": dict(self.metadata),
             "global_request_id": self.global_request_id,
             "requested_zone": self.requested_zone,
+            "group_policy": self.group_policy,
+            "reservation_id": self.reservation_id,
         }
 
     @classmethod
@@ -87,7 +93,8 @@ class BootDetails:
         return cls(
             request_id, cls_name, max_attempts, Constraints.from_dict(extra),
             str(extra.get("image_ref") or ""), dict(extra.get("metadata") or {}),
-            extra.get("global_request_id") or None, extra.get("requested_zone") or None,
+            extra.get("global_request_id") or None, extra.get("group_policy") or None,
+            str(extra.get("reservation_id") or ""), extra.get("requested_zone") or None,
         )  # fmt: skip
 
 
@@ -104,22 +111,23 @@ def record_for(
     name: str,
     image_ref: str = "",
     metadata: Mapping[str, str] | None = None,
+    reservation_id: str = "",
     requested_zone: str | None = None,
 ) -> Instance:
     """The BUILD record of a boot request, as the front door creates it.
 
-    ``requested_zone``: the zone the boot asked for, when its constraints route it
-    by the zone's aggregates instead.
+    ``reservation_id``: its create's (Nova's ``r-...``); ``requested_zone``: the zone
+    the boot asked for, when its constraints route it by the zone's aggregates instead.
     """
     boot = BootDetails(
         request.request_id, request.scheduling_class, request.max_attempts,
         request.constraints(), image_ref, dict(metadata or {}), request.global_request_id,
-        requested_zone,
+        request.group_policy, reservation_id, requested_zone,
     )  # fmt: skip
     return Instance(
         request.instance_uuid, request.project_id, request.user_id, name, request.flavor,
         State.BUILD, attempts=request.attempt - 1, deadline=request.deadline,
-        tried_hosts=request.tried_hosts, extra=boot.to_extra(),
+        tried_hosts=request.tried_hosts, extra=boot.to_extra(), group=request.group,
     )  # fmt: skip
 
 
@@ -147,4 +155,6 @@ def request_for(instance: Instance, now: float | None = None) -> BootRequest:
         **constraint_fields(boot.constraints),
         tried_hosts=tuple(instance.tried_hosts),
         global_request_id=boot.global_request_id,
+        group=instance.group,
+        group_policy=boot.group_policy,
     )

@@ -70,7 +70,9 @@ if claim then
     end
     if inst[2] and inst[2] ~= "" then
         if inst[2] == host and inst[3] == node and cur[2] == allocs_json then
-            return reply({generation = cur_gen, already = true})
+            local again = {generation = cur_gen, already = true}
+            batch_claim(consumer, again)
+            return reply(again)
         end
         return fail("not_waiting", {instance = consumer, state = inst[1], host = inst[2] or ""})
     end
@@ -152,6 +154,12 @@ for rp, amounts in pairs(new) do
     end
 end
 
+-- The last check of a claim: the hard policy of the instance's server group.
+if claim then
+    local refused = group_refusal(consumer, host)
+    if refused then return refused end
+end
+
 drop_allocations(consumer)
 local touched = {}
 for rp, amounts in pairs(new) do
@@ -175,12 +183,15 @@ else
                "project", project, "user", user)
 end
 
+local done = {generation = gen}
 if claim then
     local ikey = K.instance(consumer)
     redis.call("HSET", ikey, "host", host, "node", node, "task_state", "spawning",
                "updated_at", now)
     redis.call("SADD", K.host_building(host), consumer)
+    group_claim(consumer, host)
+    batch_claim(consumer, done)
     outbox_drop(consumer)  -- its request arrived: nothing left to publish
     add_event(consumer, now, "claimed", host, node, new, max_events)
 end
-return reply({generation = gen})
+return reply(done)

@@ -3,13 +3,15 @@
 -- ARGV     prefix, uuid, project, record JSON {field: string}, cores, ram_mb,
 --          default instances, default cores, default ram_mb, deadline, now, max_events,
 --          flavor id, the flavor as stored when the caller read it ("" "": no check),
---          scheduling class, its definition JSON for agents ("" "": none)
+--          scheduling class, its definition JSON for agents ("" "": none),
+--          server group ("" = none), how many servers a group may hold (-1: no limit)
 local uuid, project, record = ARGV[2], ARGV[3], cjson.decode(ARGV[4])
 local cores, ram = tonumber(ARGV[5]), tonumber(ARGV[6])
 local defaults = {ARGV[7], ARGV[8], ARGV[9]}
 local deadline, now, max_events = ARGV[10], ARGV[11], ARGV[12]
 local flavor_id, flavor_stored = ARGV[13], ARGV[14]
 local class_name, class_definition = ARGV[15], ARGV[16]
+local group, group_limit = ARGV[17] or "", tonumber(ARGV[18] or -1)
 local ikey = K.instance(uuid)
 if redis.call("EXISTS", ikey) == 1 then
     return fail("instance_exists", {instance = uuid})
@@ -21,6 +23,15 @@ end
 -- a caller that read the flavor earlier (a cache) learns here if it changed since
 if flavor_id ~= "" and redis.call("HGET", K.flavors, flavor_id) ~= flavor_stored then
     return fail("flavor_changed", {flavor = flavor_id})
+end
+-- a member of a server group: the group exists and has room (Nova's server_group_members)
+if group ~= "" then
+    if redis.call("EXISTS", K.group(group)) == 0 then
+        return fail("group_not_found", {group = group})
+    end
+    if group_limit >= 0 and redis.call("SCARD", K.group_members(group)) >= group_limit then
+        return fail("group_members_quota", {group = group, limit = group_limit})
+    end
 end
 local refused = reserve_quota(project, uuid, cores, ram, defaults)
 if refused then return refused end
@@ -36,6 +47,7 @@ redis.call("HSET", ikey, unpack(fields))
 -- (a flavor written since drops its classes)
 if class_name ~= "" then redis.call("HSETNX", K.classes, class_name, class_definition) end
 redis.call("SADD", K.project_instances(project), uuid)
+if group ~= "" then redis.call("SADD", K.group_members(group), uuid) end
 redis.call("ZADD", K.deadlines, deadline, uuid)
 -- until its publish is confirmed: the janitor publishes it otherwise
 local outbox = outbox_add(uuid)

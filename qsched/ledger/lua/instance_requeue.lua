@@ -22,6 +22,8 @@ if inst[3] == "deleting" then
 end
 drop_allocations(uuid)
 unbuild(uuid, claimed_by)
+group_unclaim(uuid)
+batch_unclaim(uuid)
 -- the host that held it is tried: a request rebuilt from this record says so
 if claimed_by ~= "" then add_tried_host(ikey, claimed_by) end
 local attempts = redis.call("HINCRBY", ikey, "attempts", 1)

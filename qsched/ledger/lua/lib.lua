@@ -141,12 +141,165 @@ local function reserve_quota(project, holder, cores, ram, defaults)
     return nil
 end
 
+-- Server groups (docs/server-groups.rst). A member counts in its group's hosts hash on
+-- the host of its claim, from the claim until the claim is dropped (released, requeued,
+-- ended); its record's group_host field says where it counts, so that dropping it twice
+-- changes nothing. Every step reads a constant number of keys, whatever the cloud's size.
+
+-- How many times a claim passes a member of a soft-policy group on to another host
+-- (docs/server-groups.rst); then any host that fits takes it.
+local GROUP_SOFT_TRIES = 5
+
+-- The host holding most members of a group (ties: the first name), or nil; the
+-- group's member limit bounds the HGETALL.
+local function group_busiest(hosts)
+    local best, most = nil, 0
+    local flat = redis.call("HGETALL", hosts)
+    for i = 1, #flat, 2 do
+        local n = tonumber(flat[i + 1])
+        if n > most or (n == most and best and flat[i] < best) then best, most = flat[i], n end
+    end
+    return best
+end
+
+-- A hard refusal, counted on the member's record (the agent parks it every so many).
+local function group_refused(ikey, why)
+    why.refusals = redis.call("HINCRBY", ikey, "group_refusals", 1)
+    return fail("group_policy", why)
+end
+
+-- The failure reply of a claim of uuid on host that would break the policy of its
+-- group, or nil. Hard policies always refuse; a soft one refuses (marked soft) while
+-- the member has passes left, counted on its record. A deleted group keeps no rule.
+local function group_refusal(uuid, host)
+    local ikey = K.instance(uuid)
+    local f = redis.call("HMGET", ikey, "group", "soft_passes")
+    local group = f[1]
+    if not group or group == "" then return nil end
+    local g = redis.call("HMGET", K.group(group), "policy", "max_server_per_host")
+    local policy, hosts = g[1], K.group_hosts(group)
+    local why = {instance = uuid, group = group, policy = policy, host = host}
+    if policy == "anti-affinity" then
+        why.max_server_per_host = tonumber(g[2]) or 1
+        why.members = tonumber(redis.call("HGET", hosts, host) or 0)
+        if why.members >= why.max_server_per_host then return group_refused(ikey, why) end
+    elseif policy == "affinity" and redis.call("HEXISTS", hosts, host) == 0 then
+        -- the policy keeps an affinity group on one host: HKEYS reads one field at most
+        why.holder = redis.call("HKEYS", hosts)[1]
+        if why.holder then return group_refused(ikey, why) end
+    elseif policy and tonumber(f[2] or 0) < GROUP_SOFT_TRIES then
+        why.members = tonumber(redis.call("HGET", hosts, host) or 0)
+        local elsewhere = policy == "soft-anti-affinity" and why.members > 0
+        if policy == "soft-affinity" and why.members == 0 then
+            why.holder = group_busiest(hosts)
+            elsewhere = why.holder ~= nil
+        end
+        if elsewhere then
+            why.soft, why.passes = true, redis.call("HINCRBY", ikey, "soft_passes", 1)
+            return fail("group_policy", why)
+        end
+    end
+    return nil
+end
+
+-- Count a claimed member of a group on its host.
+local function group_claim(uuid, host)
+    local ikey = K.instance(uuid)
+    local group = redis.call("HGET", ikey, "group")
+    if not group or group == "" or redis.call("EXISTS", K.group(group)) == 0 then return end
+    redis.call("HINCRBY", K.group_hosts(group), host, 1)
+    redis.call("HSET", ikey, "group_host", host)
+end
+
+-- A member's claim was dropped: it no longer counts on its host.
+local function group_unclaim(uuid)
+    local ikey = K.instance(uuid)
+    local f = redis.call("HMGET", ikey, "group", "group_host")
+    if not f[1] or not f[2] or f[2] == "" then return end
+    local hosts = K.group_hosts(f[1])
+    if redis.call("HINCRBY", hosts, f[2], -1) <= 0 then redis.call("HDEL", hosts, f[2]) end
+    redis.call("HDEL", ikey, "group_host")
+end
+
+-- Batches: the members of one multi-create, placed all or none (docs/server-groups.rst).
+-- A member counts in its batch's claimed from its claim until the claim is dropped; the
+-- batch is permitted (its spawns may start) once every member holds a claim, failed
+-- (every member ends in ERROR) when one ends in ERROR before that. Its record's
+-- batch_claimed field makes counting twice impossible. Costs are O(1) per claim; only
+-- failing a batch reads its members (at most its max_count).
+
+-- After a claim of uuid: count it, and tell into.batch and into.permitted.
+local function batch_claim(uuid, into)
+    local ikey = K.instance(uuid)
+    local f = redis.call("HMGET", ikey, "batch", "batch_claimed")
+    if not f[1] or f[1] == "" then return end
+    local bkey = K.batch(f[1])
+    local b = redis.call("HMGET", bkey, "state", "size", "claimed")
+    into.batch = f[1]
+    if b[1] ~= "waiting" then  -- permitted, or expired: the member is on its own now
+        into.permitted = b[1] ~= "failed"
+        return
+    end
+    local claimed = tonumber(b[3])
+    if f[2] ~= "1" then
+        redis.call("HSET", ikey, "batch_claimed", "1")
+        claimed = redis.call("HINCRBY", bkey, "claimed", 1)
+    end
+    into.permitted = claimed >= tonumber(b[2])
+    if into.permitted then redis.call("HSET", bkey, "state", "permitted") end
+end
+
+-- A member's claim was dropped before its batch was permitted: it counts no more.
+local function batch_unclaim(uuid)
+    local ikey = K.instance(uuid)
+    local f = redis.call("HMGET", ikey, "batch", "batch_claimed")
+    if f[2] ~= "1" then return end
+    redis.call("HDEL", ikey, "batch_claimed")
+    local bkey = K.batch(f[1])
+    if redis.call("HGET", bkey, "state") == "waiting" then
+        redis.call("HINCRBY", bkey, "claimed", -1)
+    end
+end
+
+-- A member ends: DELETED takes it out of a waiting batch (which may be complete then);
+-- ERROR fails the batch. Returns the other members to end in ERROR with it.
+local function batch_end(uuid, state)
+    local batch = redis.call("HGET", K.instance(uuid), "batch")
+    if not batch or batch == "" then return {} end
+    local bkey, members = K.batch(batch), K.batch_members(batch)
+    if redis.call("HGET", bkey, "state") ~= "waiting" then return {} end
+    if state == "DELETED" then
+        redis.call("SREM", members, uuid)
+        local size = redis.call("HINCRBY", bkey, "size", -1)
+        if size > 0 and tonumber(redis.call("HGET", bkey, "claimed")) >= size then
+            redis.call("HSET", bkey, "state", "permitted")
+        end
+        return {}
+    end
+    redis.call("HSET", bkey, "state", "failed")
+    local others = {}
+    for _, other in ipairs(redis.call("SMEMBERS", members)) do
+        if other ~= uuid then others[#others + 1] = other end
+    end
+    return others
+end
+
+-- The fault of a member ended because another member of its batch could not be placed.
+local function batch_fault(fault, now, batch, member)
+    local t = fault ~= "" and cjson.decode(fault) or {code = 500, message = "No valid host"}
+    t.details = {reason = "batch", batch = batch, member = member}
+    t.created = tonumber(now)
+    return cjson.encode(t)
+end
+
 -- End an instance in ERROR or DELETED: its allocations and quota are released and it
 -- leaves every index. inst = {project=, host=, node=} as the record holds them; detail
 -- goes into the history, marked unpublished when its boot request never went out.
 local function end_instance(uuid, inst, state, fault, now, max_events, detail)
     local ikey = K.instance(uuid)
     drop_allocations(uuid)
+    group_unclaim(uuid)
+    batch_unclaim(uuid)
     release_quota(inst.project, uuid)
     unbuild(uuid, inst.host)
     undelete(uuid, inst.host)
@@ -156,10 +309,25 @@ local function end_instance(uuid, inst, state, fault, now, max_events, detail)
     if state == "DELETED" then
         redis.call("HSET", ikey, "deleted_at", now)
         redis.call("SREM", K.project_instances(inst.project), uuid)
+        local group = redis.call("HGET", ikey, "group")
+        if group then redis.call("SREM", K.group_members(group), uuid) end
     end
     redis.call("ZREM", K.deadlines, uuid)
     if outbox_drop(uuid) then detail.unpublished = true end
     add_event(uuid, now, string.lower(state), inst.host, inst.node, detail, max_events)
+    -- a multi-create not permitted yet: all or none of it is placed
+    local others = batch_end(uuid, state)
+    if #others > 0 then
+        local batch = redis.call("HGET", ikey, "batch")
+        for _, other in ipairs(others) do
+            local o = redis.call("HMGET", K.instance(other), "state", "project_id", "host", "node")
+            if o[1] == "BUILD" then
+                end_instance(other, {project = o[2], host = o[3], node = o[4]}, "ERROR",
+                             batch_fault(fault, now, batch, uuid), now, max_events,
+                             {reason = "batch", member = uuid})
+            end
+        end
+    end
 end
 
 -- Append host to the JSON list in the instance's tried_hosts field, once.

@@ -11,6 +11,8 @@ if inst[1] ~= "BUILD" or (host ~= "" and claimed_by ~= host) then
 end
 local released = drop_allocations(uuid)
 unbuild(uuid, claimed_by)
+group_unclaim(uuid)
+batch_unclaim(uuid)
 if claimed_by ~= "" then
     redis.call("HSET", ikey, "host", "", "node", "", "task_state", "scheduling",
                "updated_at", now)

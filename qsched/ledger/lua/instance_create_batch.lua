@@ -1,0 +1,90 @@
+-- Record a multi-create: quota for as many members as allowed between min_count and
+-- max_count (as Nova), each recorded BUILD as instance_create does, and, for more than
+-- one, the batch they are placed as: every member claimed before any spawns, or none.
+-- KEYS[1]  the batch key
+-- ARGV     prefix, reservation id, project, records JSON [{field: string}] (max_count of
+--          them, named <name>-<n>), cores, ram_mb, default instances, cores, ram_mb,
+--          deadline, now, max_events, flavor id, the flavor as stored ("" "": no check),
+--          scheduling class, its definition JSON ("" "": none), server group ("" = none),
+--          its member limit (-1: none), min_count, the name of a lone member, how long
+--          the batch is kept (s)
+local batch, project, records = ARGV[2], ARGV[3], cjson.decode(ARGV[4])
+local cores, ram = tonumber(ARGV[5]), tonumber(ARGV[6])
+local defaults = {ARGV[7], ARGV[8], ARGV[9]}
+local deadline, now, max_events = ARGV[10], ARGV[11], ARGV[12]
+local flavor_id, flavor_stored = ARGV[13], ARGV[14]
+local class_name, class_definition = ARGV[15], ARGV[16]
+local group, group_limit = ARGV[17], tonumber(ARGV[18])
+local min_count, lone_name, keep_s = tonumber(ARGV[19]), ARGV[20], tonumber(ARGV[21])
+local bkey = K.batch(batch)
+if redis.call("EXISTS", bkey) == 1 then return fail("batch_exists", {batch = batch}) end
+for _, record in ipairs(records) do
+    if redis.call("EXISTS", K.instance(record.uuid)) == 1 then
+        return fail("instance_exists", {instance = record.uuid})
+    end
+    if redis.call("EXISTS", K.instance_abandoned(record.uuid)) == 1 then
+        return fail("abandoned", {instance = record.uuid})
+    end
+end
+if flavor_id ~= "" and redis.call("HGET", K.flavors, flavor_id) ~= flavor_stored then
+    return fail("flavor_changed", {flavor = flavor_id})
+end
+
+-- Nova's count: as many as every limit allows, at most max_count, at least min_count.
+local limits = redis.call("HMGET", K.quota_limits(project), "instances", "cores", "ram_mb")
+local used = redis.call("HMGET", K.quota_used(project), "instances", "cores", "ram_mb")
+local names, each = {"instances", "cores", "ram"}, {1, cores, ram}
+local count, most = #records, #records
+for i = 1, 3 do
+    local limit, u = tonumber(limits[i] or defaults[i]), tonumber(used[i] or 0)
+    if limit >= 0 and each[i] > 0 then
+        local fits = math.floor((limit - u) / each[i])
+        if fits < min_count then
+            local asked = i == 1 and (min_count == most and tostring(most)
+                                      or min_count .. "-" .. most) or most * each[i]
+            return fail("quota", {resource = names[i], requested = asked, used = u,
+                                  limit = limit})
+        end
+        count = math.min(count, fits)
+    end
+end
+if group ~= "" then
+    if redis.call("EXISTS", K.group(group)) == 0 then
+        return fail("group_not_found", {group = group})
+    end
+    if group_limit >= 0 and redis.call("SCARD", K.group_members(group)) + count > group_limit then
+        return fail("group_members_quota", {group = group, limit = group_limit})
+    end
+end
+
+local outboxes = {}
+for n = 1, count do
+    local record = records[n]
+    local uuid = record.uuid
+    reserve_quota(project, uuid, cores, ram, defaults)  -- the count above leaves room
+    if count == 1 then record.name = lone_name end
+    if count > 1 then record.batch = batch end
+    local fields = {"state", "BUILD", "task_state", "scheduling", "attempts", 0,
+                    "quota", cores .. " " .. ram, "deadline", deadline, "created_at", now,
+                    "updated_at", now}
+    for field, value in pairs(record) do
+        fields[#fields + 1] = field
+        fields[#fields + 1] = value
+    end
+    redis.call("HSET", K.instance(uuid), unpack(fields))
+    redis.call("SADD", K.project_instances(project), uuid)
+    if group ~= "" then redis.call("SADD", K.group_members(group), uuid) end
+    redis.call("ZADD", K.deadlines, deadline, uuid)
+    outboxes[n] = outbox_add(uuid)
+    add_event(uuid, now, "accepted", nil, nil, {deadline = tonumber(deadline), batch = batch},
+              max_events)
+    if count > 1 then redis.call("SADD", K.batch_members(batch), uuid) end
+end
+if class_name ~= "" then redis.call("HSETNX", K.classes, class_name, class_definition) end
+if count > 1 then
+    redis.call("HSET", bkey, "state", "waiting", "size", count, "claimed", 0,
+               "project_id", project)
+    redis.call("EXPIRE", bkey, keep_s)
+    redis.call("EXPIRE", K.batch_members(batch), keep_s)
+end
+return reply({count = count, outboxes = outboxes})
