@@ -49,6 +49,16 @@ Complexity (N nodes, K classes, B distinct room values of one class, fit = one f
   count)``: O(count) (plus the ids of removed nodes it skips).
 - Memory: O(N x providers) for the views plus two machine integers per node and class.
 Nothing per request depends on N.
+
+Sharing providers
+-----------------
+The index holds one view of each sharing provider its nodes reach (:mod:`agents.sharing`),
+not a copy per node. Nodes are ranked by their own room: a class the node takes from a
+sharing provider does not count in its bucket key, and the sharing provider's free amount
+is checked at :meth:`NodeIndex.pick` (one fit, as before), which answers None, keeping the
+node, when the sharing provider has no room. A change of which sharing providers the nodes
+reach (:meth:`NodeIndex.set_sharing`, an admin action) looks at every node again, as
+``add_class`` does; a change of their usage costs nothing.
 """
 
 from __future__ import annotations
@@ -61,8 +71,10 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
+from agents.sharing import SharingPool
 from qsched import exception
 from qsched.flavors import Constraints, RequestGroup
+from qsched.ledger.base import Provider
 from qsched.scheduling.fit import (
     NO_CONSTRAINTS,
     Allocations,
@@ -70,6 +82,7 @@ from qsched.scheduling.fit import (
     Request,
     fit_request,
     room,
+    shared_classes,
 )
 from qsched.scheduling.views import NodeView, ProviderView, usage_term
 
@@ -223,6 +236,8 @@ class NodeIndex:
         self._version = array("q")  # per node id: bumped on every change of its view
         self._writing = array("q")  # per node id: ledger writes of the agent in flight
         self._digest = 0
+        self._sharing = SharingPool()
+        self._root_aggregates: Counter[str] = Counter()  # over every node's root
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -352,9 +367,11 @@ class NodeIndex:
             while (nid := entry.buckets.first()) is not None:
                 view = self._views[nid]
                 assert view is not None
-                result = fit_request(view, entry.request)
+                result = fit_request(view, entry.request, self._sharing.views)
                 if not isinstance(result, Refusal):
                     return Pick(view.name, result)
+                if result.provider in self._sharing:
+                    return None  # the sharing provider is short: the node keeps its place
                 # only if a view was mutated behind the index's back: drop the node, go on
                 self._move(entry, nid, 0, _Changes(self._on_change))
             return None
@@ -369,7 +386,8 @@ class NodeIndex:
         """
         with self._lock:
             nid = self._id(node)
-            view = self._set_view(nid, self._view(nid).adjusted(allocations, 1))
+            own = self._shared_part(allocations, 1)
+            view = self._set_view(nid, self._view(nid).adjusted(own, 1))
             fitting = [e for e in self._classes.values() if e.buckets.key(nid)]
             return self._reindex(nid, view, fitting, fitted_before=True)
 
@@ -377,8 +395,62 @@ class NodeIndex:
         """Take allocations off a node's usages (never below zero). Raises as :meth:`claim`."""
         with self._lock:
             nid = self._id(node)
-            view = self._set_view(nid, self._view(nid).adjusted(allocations, -1))
+            own = self._shared_part(allocations, -1)
+            view = self._set_view(nid, self._view(nid).adjusted(own, -1))
             return self._reindex(nid, view, self._classes.values(), fitted_before=None)
+
+    # -- sharing providers ---------------------------------------------------------------
+
+    def set_sharing(self, providers: Mapping[str, Provider]) -> ClassChanges:
+        """Replace the views of the sharing providers the nodes reach, as read from the
+        ledger (:meth:`~qsched.ledger.base.Ledger.sharing_providers`). A view older than
+        the index's is kept. O(sharing providers), plus O(N x K x fit) when which
+        providers, or their inventories, traits or aggregates, changed."""
+        with self._lock:
+            if not self._sharing.load(providers):
+                return _NO_CHANGES
+            changes = _Changes(self._on_change)
+            for nid, view in enumerate(self._views):
+                if view is not None:
+                    for entry in self._classes.values():
+                        key = self._key(view, entry.request, fitted_before=False)
+                        self._move(entry, nid, key, changes)
+            return changes.result()
+
+    def sharing(self) -> tuple[ProviderView, ...]:
+        """The views of the sharing providers, by name."""
+        with self._lock:
+            return self._sharing.views
+
+    def shared_generations(self, allocations: Mapping[str, object]) -> dict[str, int]:
+        """The generations the index read of the sharing providers in ``allocations``:
+        what a claim passes, so that it conflicts when they are stale."""
+        with self._lock:
+            return self._sharing.generations(allocations)
+
+    def root_aggregates(self) -> frozenset[str]:
+        """The aggregates of every node's root: where sharing providers may be. O(them)."""
+        with self._lock:
+            return frozenset(a for a, n in self._root_aggregates.items() if n > 0)
+
+    def fit(self, node: str, name: str) -> Allocations | Refusal:
+        """Fit class ``name`` on ``node`` now, sharing providers included (to say why not).
+
+        :raises NotFound: an unknown node or class.
+        """
+        with self._lock:
+            return fit_request(self.node(node), self._class(name).request, self._sharing.views)
+
+    def _shared_part(
+        self, allocations: Mapping[str, Mapping[str, int]], sign: int
+    ) -> Mapping[str, Mapping[str, int]]:
+        """Apply the part of ``allocations`` on sharing providers to their views; the rest."""
+        if not any(uuid in self._sharing for uuid in allocations):
+            return allocations
+        for uuid, amounts in allocations.items():
+            if uuid in self._sharing:
+                self._sharing.adjust(uuid, amounts, sign)
+        return {u: a for u, a in allocations.items() if u not in self._sharing}
 
     @contextlib.contextmanager
     def writing(self, node: str) -> Iterator[None]:
@@ -468,6 +540,8 @@ class NodeIndex:
     def _account(self, view: NodeView | None, sign: int) -> None:
         if view is None:
             return
+        for aggregate in view.providers[0].aggregates:
+            self._root_aggregates[aggregate] += sign
         for provider in view.providers:
             for rc, inventory in provider.inventories.items():
                 used = provider.usages.get(rc, 0)
@@ -493,11 +567,15 @@ class NodeIndex:
         ``fitted_before``: True if the class fitted the node before a usage change (then,
         on a single-provider node, only room can have changed); None: look it up.
         """
-        copies = room(view, request)
+        sharing = self._sharing.views
+        shared = shared_classes(view, request, sharing) if sharing else frozenset()
+        copies = room(view, request, shared)
         if not copies:
             return 0
         known = fitted_before and len(view.providers) == 1
-        if not known and isinstance(fit_request(view, request), Refusal):
+        if not known and isinstance(
+            fit_request(view, request, sharing, shared_room=False), Refusal
+        ):
             return 0
         return self._sign * copies
 

@@ -49,7 +49,7 @@ from qsched.ledger.base import ClaimGuard, State
 from qsched.message import BootRequest
 from qsched.reaper import fail_no_valid_host
 from qsched.scheduling.classes import SchedulingClass
-from qsched.scheduling.fit import Refusal, fit_request
+from qsched.scheduling.fit import Refusal
 
 LOG = logging.getLogger(__name__)
 
@@ -179,6 +179,7 @@ class Placer:
                 # fuller than the index thought, or its aggregates changed: read it again
                 self._note_conflict(msg, pick, exc)
                 self.parts.reconciler.refresh_nodes([pick.node])
+                self._refresh_sharing(pick)
                 continue
             except exception.TriedHost as exc:
                 return HandBack(str(exc.kwargs["alternate"]), int(exc.kwargs["handbacks"]))
@@ -188,8 +189,28 @@ class Placer:
         return self.why_not(msg)
 
     def pick(self, msg: BootRequest) -> Pick | None:
-        """The node the index chooses for the request's class (O(1)), or None."""
-        return self.parts.index.pick(msg.scheduling_class)
+        """The node the index chooses for the request's class (O(1)), or None.
+
+        With sharing providers, None may only mean that the agent's view of one is full:
+        it is read again (O(sharing providers)) and the pick tried once more.
+        """
+        pick = self.parts.index.pick(msg.scheduling_class)
+        if pick is None and self.parts.index.sharing():
+            self.parts.reconciler.refresh_sharing()
+            pick = self.parts.index.pick(msg.scheduling_class)
+        return pick
+
+    # -- sharing providers (docs/shared-providers.rst) --
+
+    def _refresh_sharing(self, pick: Pick) -> None:
+        """After a refused claim that allocated on a sharing provider: read them again."""
+        if self.parts.index.shared_generations(pick.allocations):
+            self.parts.reconciler.refresh_sharing()
+
+    def _short_of_sharing(self, why: Refusal | None) -> bool:
+        """Whether the refusal is a sharing provider's lack of room."""
+        sharing = {p.uuid for p in self.parts.index.sharing()}
+        return why is not None and why.transient and why.provider in sharing
 
     def claim(self, msg: BootRequest, pick: Pick) -> bool:
         """Claim ``pick`` in the ledger and hold the build; False if the instance no
@@ -206,6 +227,7 @@ class Placer:
                 result = retry.claim(
                     parts.stores.ledger, msg.instance_uuid, pick.allocations, parts.host,
                     pick.node, max_retries=self.claim_retries,
+                    provider_generations=parts.index.shared_generations(pick.allocations),
                     on_conflict=functools.partial(self._note_conflict, msg, pick),
                     guard=self._guard(msg, pick),
                     max_handbacks=self.alternates.max_handbacks,
@@ -242,8 +264,7 @@ class Placer:
         """Why no node fits, told on one node: exact for one node, a sample for many."""
         if self.sample_node is None:
             return None
-        node = self.parts.index.node(self.sample_node)
-        result = fit_request(node, self.parts.index.request(msg.scheduling_class))
+        result = self.parts.index.fit(self.sample_node, msg.scheduling_class)
         return result if isinstance(result, Refusal) else None
 
     def refuse(self, msg: BootRequest, delivery: Delivery, why: Refusal | None) -> None:
@@ -255,6 +276,9 @@ class Placer:
             msg.instance_uuid, "refused", host=parts.host, node=why.node if why else None,
             reason=reason, kind=why.kind.value if why else "none", nodes=len(parts.index),
         )  # fmt: skip
+        if self._short_of_sharing(why):
+            # every node here waits on that provider: let the others' releases show first
+            parts.gate.pause(msg.scheduling_class, self.alternates.pause_s)
         delivery.requeue(msg.requeued().encode())
 
     def refuse_closed(self, msg: BootRequest, delivery: Delivery, why: Closed) -> None:

@@ -191,6 +191,22 @@ local function service_closed(host)
     return nil
 end
 
+-- Sharing providers ----------------------------------------------------------------
+
+-- The trait that makes a provider share its inventory with the trees of its aggregates.
+local SHARES_VIA_AGGREGATE = "MISC_SHARES_VIA_AGGREGATE"
+
+-- Keep the cell's index of sharing providers in step with one provider's traits,
+-- read from its traits set after every change of it (the index is what agents read:
+-- O(sharing providers), never O(providers)).
+local function index_sharing(uuid)
+    if redis.call("SISMEMBER", K.provider_traits(uuid), SHARES_VIA_AGGREGATE) == 1 then
+        redis.call("SADD", K.sharing_providers, uuid)
+    else
+        redis.call("SREM", K.sharing_providers, uuid)
+    end
+end
+
 -- Host aggregates --------------------------------------------------------------
 
 -- The UUID of aggregate ``id`` (Nova's integer), or nil.
