@@ -166,11 +166,11 @@ class Reconciler:
         shares the interpreter with the consumer thread, which must not wait behind
         it); what it found is logged once."""
         report = self.finish_builds()
-        self.refresh_sharing()
         for start in range(0, len(names), CHUNK_NODES):
             if start:
                 self.pause(PAUSE_S)
             report.add(self.reconcile_nodes(names[start : start + CHUNK_NODES]))
+        self.refresh_sharing()  # after the nodes: their aggregates say which to read
         if report.found_anything():
             _log(self.host, report)
         return report
