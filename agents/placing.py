@@ -242,13 +242,15 @@ class Placer:
         return True
 
     def _guard(self, msg: BootRequest, pick: Pick) -> ClaimGuard | None:
-        """The request's aggregate rules, for the claim to check on the node's root."""
-        if not (msg.member_of or msg.member_of_any or msg.forbidden_aggregates):
+        """The request's aggregate rules, for the claim to check on the node's root, and
+        the sharing providers the pick takes from, which must still serve that root."""
+        sharing = frozenset(self.parts.index.shared_generations(pick.allocations))
+        if not (msg.member_of or msg.member_of_any or msg.forbidden_aggregates or sharing):
             return None
         constraints = msg.constraints()
         return ClaimGuard(
             self.parts.index.node(pick.node).providers[0].uuid, constraints.member_of,
-            constraints.member_of_any, constraints.forbidden_aggregates,
+            constraints.member_of_any, constraints.forbidden_aggregates, sharing,
         )  # fmt: skip
 
     def _note_conflict(self, msg: BootRequest, pick: Pick, exc: Exception) -> None:

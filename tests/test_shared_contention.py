@@ -169,3 +169,18 @@ def _root(cell: Cell, node: str | None) -> str:
         if node in agent.index:
             return agent.index.node(node).root.uuid
     raise AssertionError(f"no agent drives {node}")
+
+
+def test_a_shared_provider_taken_out_of_the_aggregate_serves_no_more_claims(cell: Cell) -> None:
+    """The agents' views still have it; the claim checks that it still serves the node's
+    tree, refuses, and the agent reads the sharing providers again: the boot ends
+    NoValidHost with nothing claimed, never on the provider that left."""
+    ledger = cell.stores.ledger
+    ledger.set_aggregates(cell.shared, ledger.get_provider(cell.shared).generation, [])
+    context = RequestContext.for_project("u", "p1")
+    stranded = cell.compute.boot(context, "vm", "disk", "").uuid
+    assert wait_until(lambda: cell.stores.instances.get(stranded).state == State.ERROR, 20)
+    events = [e.event for e in cell.stores.instances.events(stranded)]
+    assert "claimed" not in events and "conflict" in events
+    assert ledger.get_provider(cell.shared).usages.get(DISK_GB, 0) == 0
+    assert audit(cell.stores).ok

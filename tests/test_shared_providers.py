@@ -18,10 +18,12 @@ from qsched import exception
 from qsched.admin.cli import cli
 from qsched.flavors import Constraints, RequestGroup
 from qsched.ledger import Stores
-from qsched.ledger.base import Inventory, Provider, ProviderSpec
+from qsched.ledger.audit import audit
+from qsched.ledger.base import ClaimGuard, Instance, Inventory, Provider, ProviderSpec, State
 from qsched.resources import DISK_GB, MEMORY_MB, SHARES_VIA_AGGREGATE, VCPU
 from qsched.scheduling.fit import NO_CONSTRAINTS, Refusal, RefusalKind, Request, fit_request, room
 from qsched.scheduling.views import NodeView, ProviderView
+from tests.raw import redis_store
 
 AGG = "11111111-1111-4111-8111-111111111111"
 OTHER = "22222222-2222-4222-8222-222222222222"
@@ -88,6 +90,46 @@ def test_a_claim_takes_from_the_node_and_the_sharing_provider_at_once(stores: St
                                "p", "u", {shared: gen + 1})  # fmt: skip
     assert err.value.kwargs["provider"] == shared
     assert ledger.get_provider(node).usages[VCPU] == 1
+
+
+def test_the_claim_refuses_a_provider_that_no_longer_shares_with_the_node(
+    stores: Stores,
+) -> None:
+    """An agent's view of who shares with its node may be stale; the claim checks it."""
+    ledger = stores.ledger
+    shared = make_sharing(stores, "nfs", [AGG])
+    node = ledger.create_provider(new_uuid(), "cn1").uuid
+    gen = ledger.set_inventory(node, 0, {VCPU: Inventory(4)})
+    ledger.set_aggregates(node, gen, [AGG, OTHER])
+    wanted = {node: {VCPU: 1}, shared: {DISK_GB: 5}}
+
+    def claim(guard: ClaimGuard) -> str:
+        record = Instance(new_uuid(), "p", "u", "vm", {"name": "f", "vcpus": 1, "ram_mb": 1},
+                          State.BUILD)  # fmt: skip
+        inst = stores.instances.create(record, deadline=1e12).uuid
+        ledger.claim(inst, wanted, "h1", "cn1", guard=guard)
+        return inst
+
+    claim(ClaimGuard(node, sharing=frozenset({shared})))
+    with pytest.raises(exception.ClaimRuleBroken, match=f"not in aggregate {OTHER}"):
+        claim(ClaimGuard(node, member_of=frozenset({OTHER}), sharing=frozenset({shared})))
+    ledger.set_aggregates(shared, ledger.get_provider(shared).generation, [new_uuid()])
+    with pytest.raises(exception.ClaimRuleBroken, match=f"in no aggregate of provider {node}"):
+        claim(ClaimGuard(node, sharing=frozenset({shared})))
+    ledger.set_traits(shared, ledger.get_provider(shared).generation, [])
+    with pytest.raises(exception.ClaimRuleBroken, match="not a sharing provider"):
+        claim(ClaimGuard(node, sharing=frozenset({shared})))
+    assert ledger.get_provider(shared).usages[DISK_GB] == 5  # the first claim only
+
+
+def test_the_audit_finds_an_over_commit_of_a_sharing_provider(stores: Stores) -> None:
+    shared = make_sharing(stores, "nfs", [AGG], disk_gb=10)
+    stores.ledger.put_allocations(new_uuid(), {shared: {DISK_GB: 10}}, None, "p", "u")
+    assert audit(stores).ok
+    store = redis_store(stores)
+    store.client.hset(store.keys.provider(shared), f"u:{DISK_GB}", 11)  # behind the scripts
+    found = audit(stores).overcommitted
+    assert found == [{"provider": shared, "resource_class": DISK_GB, "used": 11, "capacity": 10}]
 
 
 # -- the fit -------------------------------------------------------------------------------
