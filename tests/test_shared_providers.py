@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from agents.nodes import NodeIndex
 from qsched import exception
 from qsched.admin.cli import cli
+from qsched.chaos import checks
 from qsched.flavors import Constraints, RequestGroup
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
@@ -281,3 +282,19 @@ def test_admin_creates_lists_and_deletes_a_shared_provider(
     run("shared-provider", "delete", "nfs")
     assert stores.ledger.sharing_providers() == {}
     assert "no shared provider" in run("shared-provider", "list")
+
+
+def test_the_chaos_checks_see_a_sharing_provider_as_no_hosts(stores: Stores) -> None:
+    """A claim on a node and a sharing provider is not "on several hosts"; an over-commit
+    of the sharing provider is still one."""
+    shared = make_sharing(stores, "nfs", [AGG], disk_gb=10)
+    node = stores.ledger.create_provider(new_uuid(), "cn1-0").uuid
+    stores.ledger.set_inventory(node, 0, {VCPU: Inventory(4)})
+    stores.ledger.put_allocations(new_uuid(), {node: {VCPU: 1}, shared: {DISK_GB: 10}}, None,
+                                  "p", "u")  # fmt: skip
+    snap = checks.take_snapshot(stores, ["cn1"])
+    assert checks.duplicates(snap, {}) == [] and checks.overcommits(snap) == []
+    store = redis_store(stores)
+    store.client.hset(store.keys.provider(shared), f"u:{DISK_GB}", 12)
+    found = checks.overcommits(checks.take_snapshot(stores, ["cn1"]))
+    assert [f["provider"] for f in found] == [shared]
