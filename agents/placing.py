@@ -175,8 +175,14 @@ class Placer:
             try:
                 if not self.claim(msg, pick):
                     return None
-            except (exception.CapacityExceeded, exception.ClaimRuleBroken) as exc:
-                # fuller than the index thought, or its aggregates changed: read it again
+            except (
+                exception.CapacityExceeded,
+                exception.ClaimRuleBroken,
+                exception.ProviderGenerationConflict,
+            ) as exc:
+                # fuller than the index thought, or its aggregates changed, or another
+                # agent kept changing a provider it shares (max_conflict_retries used
+                # up, a contended shared provider): read it again, never dead-letter it
                 self._note_conflict(msg, pick, exc)
                 self.parts.reconciler.refresh_nodes([pick.node])
                 self._refresh_sharing(pick)
@@ -218,6 +224,7 @@ class Placer:
 
         :raises CapacityExceeded: the node is fuller than the index thought.
         :raises ClaimRuleBroken: the node's aggregates no longer suit the request.
+        :raises ProviderGenerationConflict: still conflicting after ``claim_retries``.
         :raises TriedHost: this host tried the request and another can take it.
         :raises ServiceDisabled: this host's service is disabled or forced down.
         """

@@ -25,7 +25,7 @@ import pytest
 
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
-from qsched.admin import sharing
+from qsched.admin import queries, sharing
 from qsched.bench.contention import ClaimTimer, contention_report
 from qsched.bus.kombu import KombuBus
 from qsched.compute import ComputeAPI
@@ -145,6 +145,8 @@ def test_a_burst_on_one_shared_provider_never_over_commits_it(cell: Cell) -> Non
     failed = [r for r in records if r.state == State.ERROR]
     assert len(active) == FITS and len(failed) == BURST + 1 - FITS
     assert all(r.fault and r.fault["message"].startswith("No valid host") for r in failed)
+    why = queries.live_view(cell.stores, failed[0]).explain()  # qsched-admin server why
+    assert f"largest free: 0 {DISK_GB} on shared-disk" in why, why
     shared = cell.stores.ledger.get_provider(cell.shared)
     assert shared.usages[DISK_GB] == capacity and highest <= capacity
     for record in active:  # each holds its disk on the shared provider, its CPU on its node
@@ -183,4 +185,27 @@ def test_a_shared_provider_taken_out_of_the_aggregate_serves_no_more_claims(cell
     events = [e.event for e in cell.stores.instances.events(stranded)]
     assert "claimed" not in events and "conflict" in events
     assert ledger.get_provider(cell.shared).usages.get(DISK_GB, 0) == 0
+    assert audit(cell.stores).ok
+
+
+def test_claims_out_of_conflict_retries_are_tried_again_not_dead_lettered(cell: Cell) -> None:
+    """With no re-read allowed inside a claim (``[ledger] max_conflict_retries = 0``),
+    every generation conflict reaches the agent: it reads the views again and picks
+    again, or requeues the request. Every boot that fits is placed; none is lost to the
+    dead letters."""
+    for agent in cell.agents:
+        agent.placer.claim_retries = 0
+    context = RequestContext.for_project("u", "p1")
+    booted = [cell.compute.boot(context, f"vm{i}", "disk", "").uuid for i in range(FITS + 4)]
+
+    def settled() -> bool:
+        states = [cell.stores.instances.get(u).state for u in booted]
+        return all(s in (State.ACTIVE, State.ERROR) for s in states)
+
+    assert wait_until(settled, DEADLINE_S + 20, 0.05)
+    states = [cell.stores.instances.get(u).state for u in booted]
+    assert states.count(State.ACTIVE) == FITS
+    assert sum(a.counters["conflicts"] for a in cell.agents) >= 1
+    assert cell.compute.bus.dead_letter_stats().ready in (0, None)
+    assert sum(a.counters["poison"] for a in cell.agents) == 0
     assert audit(cell.stores).ok

@@ -195,6 +195,7 @@ def fit_report(
         demand=dict(request.demand),
         fitting=fitting,
         refusals=dict(refusals),
-        largest=largest_free(nodes),
+        # a sharing provider counts where the nodes lack the class (shared storage)
+        largest=largest_free([*nodes, *(NodeView(p.name, (p,)) for p in sharing)]),
         zone_checked=zone_checked,
     )
