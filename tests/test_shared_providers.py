@@ -10,11 +10,13 @@ import json
 import uuid
 from pathlib import Path
 
+import jsonschema
 import pytest
 from click.testing import CliRunner
 
 from agents.nodes import NodeIndex
 from qsched import exception
+from qsched.admin import schemas
 from qsched.admin.cli import cli
 from qsched.chaos import checks
 from qsched.flavors import Constraints, RequestGroup
@@ -263,11 +265,14 @@ def test_admin_creates_lists_and_deletes_a_shared_provider(
     created = run("shared-provider", "create", "nfs", "--inventory", "DISK_GB=1000",
                   "--allocation-ratio", "1.5", "--aggregate", AGG, "-f", "json")  # fmt: skip
     made = json.loads(created)
+    jsonschema.validate(made, schemas.SHARED_PROVIDER)
     assert made["sharing"] and made["aggregates"] == [AGG]
     assert made["inventories"][DISK_GB]["capacity"] == 1500
     assert SHARES_VIA_AGGREGATE in made["traits"]
     assert set(stores.ledger.sharing_providers([AGG])) == {made["uuid"]}
     listed = json.loads(run("shared-provider", "list", "-f", "json"))
+    jsonschema.validate(listed, schemas.SHARED_PROVIDERS)
+    jsonschema.validate(json.loads(run("providers", "-f", "json")), schemas.PROVIDERS)
     assert [r["name"] for r in listed] == ["nfs"]
     assert "nfs (shared)" in run("providers")
     out = run("shared-provider", "create", "nfs2", "--inventory", "DISK_GB", "--aggregate", AGG,
