@@ -314,8 +314,9 @@ class NodeIndex:
         """
         with self._lock:
             nid = self._id(node)
-            own = self._shared_part(allocations, 1)
+            own, shared = self._split(allocations)
             view = self._set_view(nid, self._view(nid).adjusted(own, 1))
+            self._sharing.adjust_all(shared, 1)
             fitting = [e for e in self._classes.values() if e.buckets.key(nid)]
             return self._reindex(nid, view, fitting, fitted_before=True)
 
@@ -323,8 +324,9 @@ class NodeIndex:
         """Take allocations off a node's usages (never below zero). Raises as :meth:`claim`."""
         with self._lock:
             nid = self._id(node)
-            own = self._shared_part(allocations, -1)
+            own, shared = self._split(allocations)
             view = self._set_view(nid, self._view(nid).adjusted(own, -1))
+            self._sharing.adjust_all(shared, -1)
             return self._reindex(nid, view, self._classes.values(), fitted_before=None)
 
     # -- sharing providers ---------------------------------------------------------------
@@ -369,16 +371,14 @@ class NodeIndex:
         with self._lock:
             return fit_request(self.node(node), self._class(name).request, self._sharing.views)
 
-    def _shared_part(
-        self, allocations: Mapping[str, Mapping[str, int]], sign: int
-    ) -> Mapping[str, Mapping[str, int]]:
-        """Apply the part of ``allocations`` on sharing providers to their views; the rest."""
-        if not any(uuid in self._sharing for uuid in allocations):
-            return allocations
-        for uuid, amounts in allocations.items():
-            if uuid in self._sharing:
-                self._sharing.adjust(uuid, amounts, sign)
-        return {u: a for u, a in allocations.items() if u not in self._sharing}
+    def _split(
+        self, allocations: Mapping[str, Mapping[str, int]]
+    ) -> tuple[Mapping[str, Mapping[str, int]], dict[str, Mapping[str, int]]]:
+        """``allocations`` on the node's own providers, and those on sharing providers."""
+        shared = {u: a for u, a in allocations.items() if u in self._sharing}
+        if not shared:
+            return allocations, shared
+        return {u: a for u, a in allocations.items() if u not in shared}, shared
 
     @contextlib.contextmanager
     def writing(self, node: str) -> Iterator[None]:

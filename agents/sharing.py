@@ -70,6 +70,11 @@ class SharingPool:
         self._generations[uuid] += 1
         self.views = tuple(self._views.get(v.uuid, v) for v in self.views)
 
+    def adjust_all(self, allocations: Mapping[str, Mapping[str, int]], sign: int) -> None:
+        """:meth:`adjust` for each provider of ``allocations``."""
+        for uuid, amounts in allocations.items():
+            self.adjust(uuid, amounts, sign)
+
     def generations(self, uuids: Mapping[str, object]) -> dict[str, int]:
         """The generations the pool read of those of ``uuids`` it holds."""
         return {uuid: self._generations[uuid] for uuid in uuids if uuid in self._generations}
