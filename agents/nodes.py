@@ -49,20 +49,32 @@ Complexity (N nodes, K classes, B distinct room values of one class, fit = one f
   count)``: O(count) (plus the ids of removed nodes it skips).
 - Memory: O(N x providers) for the views plus two machine integers per node and class.
 Nothing per request depends on N.
+
+Sharing providers
+-----------------
+The index holds one view of each sharing provider its nodes reach (:mod:`agents.sharing`),
+not a copy per node. Nodes are ranked by their own room: a class the node takes from a
+sharing provider does not count in its bucket key, and the sharing provider's free amount
+is checked at :meth:`NodeIndex.pick` (one fit, as before), which answers None, keeping the
+node, when the sharing provider has no room. A change of which sharing providers the nodes
+reach (:meth:`NodeIndex.set_sharing`, an admin action) looks at every node again, as
+``add_class`` does; a change of their usage costs nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import heapq
 import threading
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
+from agents.buckets import Buckets
+from agents.sharing import SharingPool
 from qsched import exception
 from qsched.flavors import Constraints, RequestGroup
+from qsched.ledger.base import Provider
 from qsched.scheduling.fit import (
     NO_CONSTRAINTS,
     Allocations,
@@ -70,6 +82,7 @@ from qsched.scheduling.fit import (
     Request,
     fit_request,
     room,
+    shared_classes,
 )
 from qsched.scheduling.views import NodeView, ProviderView, usage_term
 
@@ -93,78 +106,6 @@ class Pick:
 
     node: str
     allocations: Allocations
-
-
-class _Buckets:
-    """The nodes (by id) where one class fits, grouped by key; the smallest key first.
-
-    Keys are non-zero integers; 0 means "not here". Each bucket is a list with the position
-    of every node kept alongside, so removing is a swap with the last element.
-    """
-
-    __slots__ = ("_buckets", "_heap", "_in_heap", "_key_of", "_pos_of", "size")
-
-    def __init__(self, capacity: int) -> None:
-        self._key_of = array("q", [0]) * capacity
-        self._pos_of = array("q", [0]) * capacity
-        self._buckets: dict[int, list[int]] = {}
-        self._heap: list[int] = []
-        self._in_heap: set[int] = set()
-        self.size = 0
-
-    def grow(self, capacity: int) -> None:
-        """Make room for node ids below ``capacity``."""
-        missing = capacity - len(self._key_of)
-        if missing > 0:
-            self._key_of.extend(array("q", [0]) * missing)
-            self._pos_of.extend(array("q", [0]) * missing)
-
-    def key(self, nid: int) -> int:
-        return self._key_of[nid]
-
-    def set(self, nid: int, key: int) -> None:
-        """Move node ``nid`` to bucket ``key`` (0: out of every bucket)."""
-        old = self._key_of[nid]
-        if old == key:
-            return
-        if old:
-            self._remove(nid, old)
-        if key:
-            self._insert(nid, key)
-
-    def first(self) -> int | None:
-        """A node of the smallest non-empty bucket, or None."""
-        heap = self._heap
-        while heap:
-            bucket = self._buckets.get(heap[0])
-            if bucket:
-                return bucket[-1]
-            self._in_heap.discard(heapq.heappop(heap))
-        return None
-
-    def _insert(self, nid: int, key: int) -> None:
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            bucket = self._buckets[key] = []
-            if key not in self._in_heap:
-                self._in_heap.add(key)
-                heapq.heappush(self._heap, key)
-        self._pos_of[nid] = len(bucket)
-        bucket.append(nid)
-        self._key_of[nid] = key
-        self.size += 1
-
-    def _remove(self, nid: int, key: int) -> None:
-        bucket = self._buckets[key]
-        last = bucket.pop()
-        if last != nid:
-            position = self._pos_of[nid]
-            bucket[position] = last
-            self._pos_of[last] = position
-        if not bucket:
-            del self._buckets[key]  # its key stays in the heap until first() meets it
-        self._key_of[nid] = 0
-        self.size -= 1
 
 
 class _Changes:
@@ -192,7 +133,7 @@ class _Changes:
 class _Class:
     name: str
     request: Request
-    buckets: _Buckets
+    buckets: Buckets
 
 
 class NodeIndex:
@@ -223,6 +164,8 @@ class NodeIndex:
         self._version = array("q")  # per node id: bumped on every change of its view
         self._writing = array("q")  # per node id: ledger writes of the agent in flight
         self._digest = 0
+        self._sharing = SharingPool()
+        self._root_aggregates: Counter[str] = Counter()  # over every node's root
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -300,7 +243,7 @@ class NodeIndex:
             if old is not None and old.request == request:
                 return ClassChanges()
             was_fittable = old is not None and old.buckets.size > 0
-            entry = _Class(name, request, _Buckets(len(self._views)))
+            entry = _Class(name, request, Buckets(len(self._views)))
             self._classes[name] = entry
             for nid, view in enumerate(self._views):
                 if view is not None:
@@ -352,9 +295,11 @@ class NodeIndex:
             while (nid := entry.buckets.first()) is not None:
                 view = self._views[nid]
                 assert view is not None
-                result = fit_request(view, entry.request)
+                result = fit_request(view, entry.request, self._sharing.views)
                 if not isinstance(result, Refusal):
                     return Pick(view.name, result)
+                if result.provider in self._sharing:
+                    return None  # the sharing provider is short: the node keeps its place
                 # only if a view was mutated behind the index's back: drop the node, go on
                 self._move(entry, nid, 0, _Changes(self._on_change))
             return None
@@ -369,7 +314,9 @@ class NodeIndex:
         """
         with self._lock:
             nid = self._id(node)
-            view = self._set_view(nid, self._view(nid).adjusted(allocations, 1))
+            own, shared = self._split(allocations)
+            view = self._set_view(nid, self._view(nid).adjusted(own, 1))
+            self._sharing.adjust_all(shared, 1)
             fitting = [e for e in self._classes.values() if e.buckets.key(nid)]
             return self._reindex(nid, view, fitting, fitted_before=True)
 
@@ -377,8 +324,61 @@ class NodeIndex:
         """Take allocations off a node's usages (never below zero). Raises as :meth:`claim`."""
         with self._lock:
             nid = self._id(node)
-            view = self._set_view(nid, self._view(nid).adjusted(allocations, -1))
+            own, shared = self._split(allocations)
+            view = self._set_view(nid, self._view(nid).adjusted(own, -1))
+            self._sharing.adjust_all(shared, -1)
             return self._reindex(nid, view, self._classes.values(), fitted_before=None)
+
+    # -- sharing providers ---------------------------------------------------------------
+
+    def set_sharing(self, providers: Mapping[str, Provider]) -> ClassChanges:
+        """Replace the views of the sharing providers the nodes reach, as read from the
+        ledger (:meth:`~qsched.ledger.base.Ledger.sharing_providers`). A view older than
+        the index's is kept. O(sharing providers), plus O(N x K x fit) when which
+        providers, or their inventories, traits or aggregates, changed."""
+        with self._lock:
+            if not self._sharing.load(providers):
+                return _NO_CHANGES
+            changes = _Changes(self._on_change)
+            for nid, view in enumerate(self._views):
+                if view is not None:
+                    for entry in self._classes.values():
+                        key = self._key(view, entry.request, fitted_before=False)
+                        self._move(entry, nid, key, changes)
+            return changes.result()
+
+    def sharing(self) -> tuple[ProviderView, ...]:
+        """The views of the sharing providers, by name."""
+        with self._lock:
+            return self._sharing.views
+
+    def shared_generations(self, allocations: Mapping[str, object]) -> dict[str, int]:
+        """The generations the index read of the sharing providers in ``allocations``:
+        what a claim passes, so that it conflicts when they are stale."""
+        with self._lock:
+            return self._sharing.generations(allocations)
+
+    def root_aggregates(self) -> frozenset[str]:
+        """The aggregates of every node's root: where sharing providers may be. O(them)."""
+        with self._lock:
+            return frozenset(a for a, n in self._root_aggregates.items() if n > 0)
+
+    def fit(self, node: str, name: str) -> Allocations | Refusal:
+        """Fit class ``name`` on ``node`` now, sharing providers included (to say why not).
+
+        :raises NotFound: an unknown node or class.
+        """
+        with self._lock:
+            return fit_request(self.node(node), self._class(name).request, self._sharing.views)
+
+    def _split(
+        self, allocations: Mapping[str, Mapping[str, int]]
+    ) -> tuple[Mapping[str, Mapping[str, int]], dict[str, Mapping[str, int]]]:
+        """``allocations`` on the node's own providers, and those on sharing providers."""
+        shared = {u: a for u, a in allocations.items() if u in self._sharing}
+        if not shared:
+            return allocations, shared
+        return {u: a for u, a in allocations.items() if u not in shared}, shared
 
     @contextlib.contextmanager
     def writing(self, node: str) -> Iterator[None]:
@@ -468,6 +468,8 @@ class NodeIndex:
     def _account(self, view: NodeView | None, sign: int) -> None:
         if view is None:
             return
+        for aggregate in view.providers[0].aggregates:
+            self._root_aggregates[aggregate] += sign
         for provider in view.providers:
             for rc, inventory in provider.inventories.items():
                 used = provider.usages.get(rc, 0)
@@ -493,11 +495,15 @@ class NodeIndex:
         ``fitted_before``: True if the class fitted the node before a usage change (then,
         on a single-provider node, only room can have changed); None: look it up.
         """
-        copies = room(view, request)
+        sharing = self._sharing.views
+        shared = shared_classes(view, request, sharing) if sharing else _NOTHING_SHARED
+        copies = room(view, request, shared)
         if not copies:
             return 0
         known = fitted_before and len(view.providers) == 1
-        if not known and isinstance(fit_request(view, request), Refusal):
+        if not known and isinstance(
+            fit_request(view, request, sharing, shared_room=False), Refusal
+        ):
             return 0
         return self._sign * copies
 
@@ -521,3 +527,4 @@ class NodeIndex:
 
 
 _NO_CHANGES = ClassChanges()
+_NOTHING_SHARED: frozenset[str] = frozenset()

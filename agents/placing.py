@@ -49,7 +49,7 @@ from qsched.ledger.base import ClaimGuard, State
 from qsched.message import BootRequest
 from qsched.reaper import fail_no_valid_host
 from qsched.scheduling.classes import SchedulingClass
-from qsched.scheduling.fit import Refusal, fit_request
+from qsched.scheduling.fit import Refusal
 
 LOG = logging.getLogger(__name__)
 
@@ -175,10 +175,17 @@ class Placer:
             try:
                 if not self.claim(msg, pick):
                     return None
-            except (exception.CapacityExceeded, exception.ClaimRuleBroken) as exc:
-                # fuller than the index thought, or its aggregates changed: read it again
+            except (
+                exception.CapacityExceeded,
+                exception.ClaimRuleBroken,
+                exception.ProviderGenerationConflict,
+            ) as exc:
+                # fuller than the index thought, or its aggregates changed, or another
+                # agent kept changing a provider it shares (max_conflict_retries used
+                # up, a contended shared provider): read it again, never dead-letter it
                 self._note_conflict(msg, pick, exc)
                 self.parts.reconciler.refresh_nodes([pick.node])
+                self._refresh_sharing(pick)
                 continue
             except exception.TriedHost as exc:
                 return HandBack(str(exc.kwargs["alternate"]), int(exc.kwargs["handbacks"]))
@@ -188,8 +195,28 @@ class Placer:
         return self.why_not(msg)
 
     def pick(self, msg: BootRequest) -> Pick | None:
-        """The node the index chooses for the request's class (O(1)), or None."""
-        return self.parts.index.pick(msg.scheduling_class)
+        """The node the index chooses for the request's class (O(1)), or None.
+
+        With sharing providers, None may only mean that the agent's view of one is full:
+        it is read again (O(sharing providers)) and the pick tried once more.
+        """
+        pick = self.parts.index.pick(msg.scheduling_class)
+        if pick is None and self.parts.index.sharing():
+            self.parts.reconciler.refresh_sharing()
+            pick = self.parts.index.pick(msg.scheduling_class)
+        return pick
+
+    # -- sharing providers (docs/shared-providers.rst) --
+
+    def _refresh_sharing(self, pick: Pick) -> None:
+        """After a refused claim that allocated on a sharing provider: read them again."""
+        if self.parts.index.shared_generations(pick.allocations):
+            self.parts.reconciler.refresh_sharing()
+
+    def _short_of_sharing(self, why: Refusal | None) -> bool:
+        """Whether the refusal is a sharing provider's lack of room."""
+        sharing = {p.uuid for p in self.parts.index.sharing()}
+        return why is not None and why.transient and why.provider in sharing
 
     def claim(self, msg: BootRequest, pick: Pick) -> bool:
         """Claim ``pick`` in the ledger and hold the build; False if the instance no
@@ -197,6 +224,7 @@ class Placer:
 
         :raises CapacityExceeded: the node is fuller than the index thought.
         :raises ClaimRuleBroken: the node's aggregates no longer suit the request.
+        :raises ProviderGenerationConflict: still conflicting after ``claim_retries``.
         :raises TriedHost: this host tried the request and another can take it.
         :raises ServiceDisabled: this host's service is disabled or forced down.
         """
@@ -206,6 +234,7 @@ class Placer:
                 result = retry.claim(
                     parts.stores.ledger, msg.instance_uuid, pick.allocations, parts.host,
                     pick.node, max_retries=self.claim_retries,
+                    provider_generations=parts.index.shared_generations(pick.allocations),
                     on_conflict=functools.partial(self._note_conflict, msg, pick),
                     guard=self._guard(msg, pick),
                     max_handbacks=self.alternates.max_handbacks,
@@ -220,13 +249,15 @@ class Placer:
         return True
 
     def _guard(self, msg: BootRequest, pick: Pick) -> ClaimGuard | None:
-        """The request's aggregate rules, for the claim to check on the node's root."""
-        if not (msg.member_of or msg.member_of_any or msg.forbidden_aggregates):
+        """The request's aggregate rules, for the claim to check on the node's root, and
+        the sharing providers the pick takes from, which must still serve that root."""
+        sharing = frozenset(self.parts.index.shared_generations(pick.allocations))
+        if not (msg.member_of or msg.member_of_any or msg.forbidden_aggregates or sharing):
             return None
         constraints = msg.constraints()
         return ClaimGuard(
             self.parts.index.node(pick.node).providers[0].uuid, constraints.member_of,
-            constraints.member_of_any, constraints.forbidden_aggregates,
+            constraints.member_of_any, constraints.forbidden_aggregates, sharing,
         )  # fmt: skip
 
     def _note_conflict(self, msg: BootRequest, pick: Pick, exc: Exception) -> None:
@@ -242,8 +273,7 @@ class Placer:
         """Why no node fits, told on one node: exact for one node, a sample for many."""
         if self.sample_node is None:
             return None
-        node = self.parts.index.node(self.sample_node)
-        result = fit_request(node, self.parts.index.request(msg.scheduling_class))
+        result = self.parts.index.fit(self.sample_node, msg.scheduling_class)
         return result if isinstance(result, Refusal) else None
 
     def refuse(self, msg: BootRequest, delivery: Delivery, why: Refusal | None) -> None:
@@ -255,6 +285,9 @@ class Placer:
             msg.instance_uuid, "refused", host=parts.host, node=why.node if why else None,
             reason=reason, kind=why.kind.value if why else "none", nodes=len(parts.index),
         )  # fmt: skip
+        if self._short_of_sharing(why):
+            # every node here waits on that provider: let the others' releases show first
+            parts.gate.pause(msg.scheduling_class, self.alternates.pause_s)
         delivery.requeue(msg.requeued().encode())
 
     def refuse_closed(self, msg: BootRequest, delivery: Delivery, why: Closed) -> None:

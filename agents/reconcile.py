@@ -24,6 +24,8 @@ it was silent past its heartbeat TTL):
   hypervisor that lost a VM needs an operator, not a silent release;
 * the node views are read again and replace the index's where they differ, unless the
   agent wrote to that node meanwhile (see :mod:`agents.nodes`, "Convergence");
+* the sharing providers the nodes reach are read again (one read of the cell's index of
+  them, O(sharing providers)): their usage moves with every agent's claims;
 * and on every pass, builds the ledger says this host claimed that no spawn of this
   agent holds (a previous run of it died, or a rolled-back ledger forgot that one
   ended): ACTIVE if the driver runs them, otherwise the claim is released and the
@@ -168,6 +170,7 @@ class Reconciler:
             if start:
                 self.pause(PAUSE_S)
             report.add(self.reconcile_nodes(names[start : start + CHUNK_NODES]))
+        self.refresh_sharing()  # after the nodes: their aggregates say which to read
         if report.found_anything():
             _log(self.host, report)
         return report
@@ -219,6 +222,13 @@ class Reconciler:
         tokens = {name: self.index.sync_token(name) for name in wanted}
         views = {name: self.index.node(name) for name in wanted}
         return self._apply(views, tokens)
+
+    def refresh_sharing(self) -> None:
+        """Read the sharing providers in the aggregates of the nodes again: which they
+        are, and their usage (a claim found one fuller than the index thought)."""
+        aggregates = self.index.root_aggregates()
+        found = self.stores.ledger.sharing_providers(aggregates) if aggregates else {}
+        self.index.set_sharing(found)
 
     # -- the checks --
 

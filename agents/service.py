@@ -137,6 +137,7 @@ class ComputeAgent:
         for view in views:
             self.index.add_node(view)
             self.placer.sample_node = self.placer.sample_node or view.name
+        self.reconciler.refresh_sharing()
         zone = self.opts.availability_zone or None
         self.apply_service(self.stores.agents.register_service(self.host, zone))
         self.reconciled = reconcile(self.reconciler)

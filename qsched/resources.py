@@ -17,6 +17,9 @@ _STANDARD_TRAITS = frozenset(os_traits.get_traits())
 VCPU = os_resource_classes.VCPU
 MEMORY_MB = os_resource_classes.MEMORY_MB
 DISK_GB = os_resource_classes.DISK_GB
+#: A provider with this trait shares its inventory with every provider tree whose root
+#: is in one of its aggregates (Placement's "sharing provider").
+SHARES_VIA_AGGREGATE = os_traits.MISC_SHARES_VIA_AGGREGATE
 
 
 def check_resource_class(name: object) -> str:

@@ -53,6 +53,7 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisLedger.register_providers": lambda s: s.ledger.register_providers([SPEC]),
     "RedisLedger.list_providers": lambda s: s.ledger.list_providers(),
     "RedisLedger.get_providers": lambda s: s.ledger.get_providers([U]),
+    "RedisLedger.sharing_providers": lambda s: s.ledger.sharing_providers([U]),
     "RedisLedger.get_allocations": lambda s: s.ledger.get_allocations(U),
     "RedisLedger.provider_consumers": lambda s: s.ledger.provider_consumers(U),
     "RedisLedger.providers_consumers": lambda s: s.ledger.providers_consumers([U]),

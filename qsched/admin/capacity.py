@@ -17,6 +17,7 @@ from typing import Any
 
 from qsched import exception
 from qsched.ledger.base import Provider
+from qsched.resources import SHARES_VIA_AGGREGATE
 from qsched.scheduling.fit import Refusal, RefusalKind, Request, fit_request
 from qsched.scheduling.views import NodeView, ProviderView
 
@@ -47,8 +48,8 @@ def nodes_by_host(
     for root_uuid, members in trees.items():
         ordered = _tree_order(root_uuid, members)
         host = host_of(ordered[0].name) if ordered else None
-        if host is None:
-            continue
+        if host is None or SHARES_VIA_AGGREGATE in ordered[0].traits:
+            continue  # a sharing provider is no host's node, whatever its name
         zone = (zones or {}).get(host)
         try:
             views = tuple(ProviderView.from_provider(p) for p in ordered)
@@ -173,12 +174,18 @@ def _short_text(item: Mapping[str, Any]) -> str:
     )
 
 
-def fit_report(nodes: Sequence[NodeView], request: Request, zone_checked: bool = True) -> FitReport:
-    """Fit ``request`` on every node: an O(nodes) scan, for admin views only."""
+def fit_report(
+    nodes: Sequence[NodeView],
+    request: Request,
+    zone_checked: bool = True,
+    sharing: Sequence[ProviderView] = (),
+) -> FitReport:
+    """Fit ``request`` on every node (with the ``sharing`` providers they reach): an
+    O(nodes) scan, for admin views only."""
     fitting: list[str] = []
     refusals: defaultdict[RefusalKind, list[Refusal]] = defaultdict(list)
     for node in nodes:
-        result = fit_request(node, request)
+        result = fit_request(node, request, sharing)
         if isinstance(result, Refusal):
             refusals[result.kind].append(result)
         else:
@@ -188,6 +195,7 @@ def fit_report(nodes: Sequence[NodeView], request: Request, zone_checked: bool =
         demand=dict(request.demand),
         fitting=fitting,
         refusals=dict(refusals),
-        largest=largest_free(nodes),
+        # a sharing provider counts where the nodes lack the class (shared storage)
+        largest=largest_free([*nodes, *(NodeView(p.name, (p,)) for p in sharing)]),
         zone_checked=zone_checked,
     )

@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from qsched.admin import capacity, queries, views
+from qsched import exception
+from qsched.admin import capacity, queries, sharing, views
 from qsched.admin.context import Admin, admin_command, output_option
 from qsched.admin.views import SHOWS, echo
 
@@ -29,9 +30,11 @@ def _other(row: Mapping[str, Any]) -> str:
 
 
 def tree_name(row: Mapping[str, Any]) -> str:
-    """A provider's name indented under its parent, as the listing draws the tree."""
+    """A provider's name indented under its parent, as the listing draws the tree; a
+    sharing provider's marked ``(shared)``."""
     depth = int(row.get("depth") or 0)
-    return f"{'  ' * depth}└ {row['name']}" if depth else str(row["name"])
+    name = f"{row['name']} (shared)" if row.get("sharing") else str(row["name"])
+    return f"{'  ' * depth}└ {name}" if depth else name
 
 
 PROVIDER_COLUMNS = (
@@ -186,4 +189,95 @@ def quota_set(
     _show_quota(queries.quota_doc(admin.stores, project), fmt)
 
 
-COMMANDS = (providers, provider, allocations, usages, quota)
+@click.group("shared-provider")
+def shared_provider() -> None:
+    """Providers shared through aggregates (MISC_SHARES_VIA_AGGREGATE): shared storage
+    serving every compute node of its aggregates (docs/shared-providers.rst)."""
+
+
+SHARED_COLUMNS = (
+    views.Column("name", "name"),
+    views.number("generation", "gen"),
+    *(_usage(rc) for rc in PLACEMENT_CLASSES),
+    views.Column("other", "other used/capacity", pick=_other),
+    views.number("consumers", "consumers"),
+    views.Column("aggregates", "aggregates",
+                 pick=lambda r: " ".join(n or a for n, a in zip(r["aggregate_names"],
+                                                               r["aggregates"], strict=True))),
+    views.Column("uuid", "uuid"),
+)  # fmt: skip
+
+
+def _inventories(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict:
+    try:
+        return dict(sharing.parse_inventory(v) for v in value)
+    except exception.QschedError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@shared_provider.command("create")
+@click.argument("name")
+@click.option(
+    "--inventory",
+    "inventories",
+    multiple=True,
+    required=True,
+    callback=_inventories,
+    help="CLASS=TOTAL, e.g. DISK_GB=100000 (repeat for more classes).",
+)
+@click.option(
+    "--allocation-ratio",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Allocation ratio of every inventory.",
+)
+@click.option(
+    "--aggregate",
+    "aggregates",
+    multiple=True,
+    required=True,
+    help="An aggregate it serves: UUID, name or id (repeat).",
+)
+@click.option("--uuid", help="The provider's UUID (default: a new one).")
+@output_option(*SHOWS)
+@admin_command()
+def shared_provider_create(
+    admin: Admin,
+    name: str,
+    inventories: dict[str, int],
+    allocation_ratio: float,
+    aggregates: tuple[str, ...],
+    uuid: str | None,
+    fmt: str,
+) -> None:
+    """Create a shared provider NAME serving the compute nodes of its aggregates."""
+    made = sharing.create(admin.stores, name, inventories, aggregates, allocation_ratio, uuid)
+    _show_shared([r for r in sharing.rows(admin.stores) if r["uuid"] == made.uuid], fmt, True)
+
+
+@shared_provider.command("list")
+@output_option(*views.FORMATS)
+@admin_command()
+def shared_provider_list(admin: Admin, fmt: str) -> None:
+    """Every shared provider: used/capacity, consumers, aggregates (O(shared providers))."""
+    _show_shared(sharing.rows(admin.stores), fmt)
+
+
+@shared_provider.command("delete")
+@click.argument("provider_ref", metavar="UUID_OR_NAME")
+@admin_command(not_found="List shared providers with: qsched-admin shared-provider list.")
+def shared_provider_delete(admin: Admin, provider_ref: str) -> None:
+    """Delete a shared provider that holds no allocations."""
+    gone = sharing.delete(admin.stores, provider_ref)
+    echo(f"deleted shared provider {gone.name} ({gone.uuid})")
+
+
+def _show_shared(rows: list[dict[str, Any]], fmt: str, single: bool = False) -> None:
+    if single and fmt == "json":
+        echo(views.to_json(rows[0]))
+        return
+    echo(views.render_rows(rows, SHARED_COLUMNS, fmt, empty="no shared provider"))
+
+
+COMMANDS = (providers, provider, allocations, usages, quota, shared_provider)

@@ -19,9 +19,11 @@ from qsched.bus.base import Bus, QueueStats
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.base import AgentInfo, Event, Instance, Provider, State
+from qsched.resources import SHARES_VIA_AGGREGATE
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.fit import Request
 from qsched.scheduling.records import BootDetails, details
+from qsched.scheduling.views import ProviderView
 
 CHUNK = 500  # commands per pipeline round trip in scans
 
@@ -188,10 +190,12 @@ def cluster_fill(providers: Iterable[Provider]) -> dict[str, dict[str, Any]]:
 
 def provider_row(p: Provider, names: Mapping[str, str]) -> dict[str, Any]:
     root_name = names.get(p.root_uuid or p.uuid, p.name)
+    sharing = SHARES_VIA_AGGREGATE in p.traits
     return {
         "uuid": p.uuid,
         "name": p.name,
-        "host": capacity.host_of(root_name),
+        "host": None if sharing else capacity.host_of(root_name),
+        "sharing": sharing,
         "generation": p.generation,
         "parent_uuid": p.parent_uuid,
         "root_uuid": p.root_uuid,
@@ -406,9 +410,12 @@ def live_view(stores: Stores, inst: Instance) -> why.Live:
         # where an agent does not tell its zone, assume the asked one (and say so)
         node_zones = {a.host: a.detail.get("availability_zone", asked) for a in agents}
         zone_checked = not asked or all("availability_zone" in a.detail for a in agents)
-        by_host = capacity.nodes_by_host(all_providers(stores), node_zones)
+        providers = all_providers(stores)
+        by_host = capacity.nodes_by_host(providers, node_zones)
         nodes = [n for host in hosts for n in by_host.get(host, [])]
-        report = capacity.fit_report(nodes, request, zone_checked)
+        sharing = [ProviderView.from_provider(p) for p in providers
+                   if SHARES_VIA_AGGREGATE in p.traits]  # fmt: skip
+        report = capacity.fit_report(nodes, request, zone_checked, sharing)
     return why.Live(cls, hosts, consumers, report)
 
 

@@ -94,9 +94,13 @@ _PROVIDER_FIELDS: dict[str, Schema] = {
     "usages": map_of(INT),
     "traits": array(STRING),
     "aggregates": array(STRING),
+    "sharing": BOOL,  # trait MISC_SHARES_VIA_AGGREGATE: a shared provider, no host's
 }
 PROVIDERS = array(obj(**_PROVIDER_FIELDS, depth=INT))
 PROVIDER = obj(**_PROVIDER_FIELDS, consumers=array(STRING))
+_SHARED = obj(**_PROVIDER_FIELDS, aggregate_names=array(maybe(STRING)), consumers=INT)
+SHARED_PROVIDERS = array(_SHARED)  # shared-provider list
+SHARED_PROVIDER = _SHARED  # shared-provider create
 
 ALLOCATIONS = obj(
     consumer=STRING,

@@ -25,6 +25,7 @@ from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Usage
 from qsched.message import PoisonMessage, decode
+from qsched.resources import SHARES_VIA_AGGREGATE
 from qsched.scheduling.views import usage_term
 
 HOLDING = ("BUILD", "ACTIVE")  # the states that hold quota (and, once claimed, allocations)
@@ -43,6 +44,8 @@ class Snapshot:
     provider_host: dict[str, str]  # provider -> the agent host it belongs to
     quota_used: dict[str, dict[str, int]]  # project -> instances, cores, ram_mb
     quota_held: dict[str, dict[str, Usage]]  # project -> holder -> what it reserved
+    #: sharing providers (MISC_SHARES_VIA_AGGREGATE): no host's, held with a node's claim
+    sharing: set[str] = dataclasses.field(default_factory=set)
 
     def by_name(self) -> dict[str, list[str]]:
         found: dict[str, list[str]] = defaultdict(list)
@@ -84,6 +87,9 @@ def _read_providers(stores: Stores, hosts: list[str], snap: Snapshot) -> None:
     for p in providers:
         snap.capacity[p.uuid] = {rc: inv.capacity for rc, inv in p.inventories.items()}
         snap.usage[p.uuid] = dict(p.usages)
+        if SHARES_VIA_AGGREGATE in p.traits:
+            snap.sharing.add(p.uuid)  # capacity and usage checked, but no host
+            continue
         snap.provider_host[p.uuid] = _host_of(names.get(p.root_uuid or p.uuid, ""), hosts)
 
 
@@ -150,12 +156,15 @@ def duplicates(snap: Snapshot, histories: dict[str, list[dict[str, Any]]]) -> li
     holding them, or a history with two ACTIVE events or overlapping claims."""
     found: list[dict[str, Any]] = []
     for uuid, consumer in sorted(snap.consumers.items()):
-        hosts = sorted({snap.provider_host.get(rp, f"?{rp}") for rp in consumer["allocs"]})
+        hosts = sorted({snap.provider_host.get(rp, f"?{rp}") for rp in consumer["allocs"]
+                        if rp not in snap.sharing})  # fmt: skip
         if len(hosts) > 1:
             found.append(
                 {"instance": uuid, "problem": "allocations on several hosts", "hosts": hosts}
             )
     for rp, members in sorted(snap.provider_consumers.items()):
+        if rp in snap.sharing:
+            continue  # it serves every host of its aggregates
         for uuid in sorted(members):
             record = snap.records.get(uuid, {})
             host = record.get("host", "")
@@ -388,7 +397,7 @@ def ledger_digests(snap: Snapshot) -> dict[str, str]:
     digests: defaultdict[str, int] = defaultdict(int)
     for rp, usages in snap.usage.items():
         for rc, used in usages.items():
-            if used and rc in snap.capacity.get(rp, {}):
+            if used and rc in snap.capacity.get(rp, {}) and rp not in snap.sharing:
                 digests[snap.provider_host.get(rp, "")] ^= usage_term(rp, rc, used)
     return {host: f"{digest:016x}" for host, digest in digests.items()}
 

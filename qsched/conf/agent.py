@@ -108,7 +108,10 @@ agent_opts = [
         min=0.0,
         help="After handing a request back, this agent stops consuming its scheduling "
         "class for this long, so that the broker gives the request to another agent "
-        "rather than straight back to this one; its other classes go on.",
+        "rather than straight back to this one; its other classes go on. The same pause "
+        "follows a refusal because a shared provider (MISC_SHARES_VIA_AGGREGATE) its "
+        "nodes use is full, so that agents do not spin on the class until others free "
+        "room.",
     ),
     cfg.FloatOpt("heartbeat_interval_s", default=2.0, min=0.1, help="Seconds between heartbeats."),
     cfg.FloatOpt(

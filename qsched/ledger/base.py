@@ -135,6 +135,13 @@ class Ledger(abc.ABC):
         """Those of ``uuids`` that exist, in few round trips (a thousand per trip)."""
 
     @abc.abstractmethod
+    def sharing_providers(self, aggregates: Iterable[str] | None = None) -> dict[str, Provider]:
+        """The sharing providers (trait ``MISC_SHARES_VIA_AGGREGATE``) in at least one of
+        ``aggregates`` (None: every one), read from the cell's index of them: O(sharing
+        providers), never O(providers) or O(hosts).
+        """
+
+    @abc.abstractmethod
     def list_providers(self) -> list[Provider]:
         """Every provider of the cell. An admin view: it scans."""
 

@@ -53,6 +53,10 @@ class Keyspace:
     def provider_names(self) -> str:
         return f"{self.prefix}rp-names"
 
+    @property
+    def sharing_providers(self) -> str:
+        return f"{self.prefix}rp-sharing"
+
     # consumers and usages
     def consumer(self, uuid: str) -> str:
         return f"{self.prefix}consumer:{uuid}"

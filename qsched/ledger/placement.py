@@ -136,6 +136,14 @@ class RedisLedger(Ledger):
         uuids = sorted(text(u) for u in self.store.client.smembers(self.keys.providers))
         return list(self.get_providers(uuids).values())
 
+    def sharing_providers(self, aggregates: Iterable[str] | None = None) -> dict[str, Provider]:
+        uuids = sorted(text(u) for u in self.store.client.smembers(self.keys.sharing_providers))
+        found = self.get_providers(uuids)
+        if aggregates is None:
+            return found
+        wanted = frozenset(aggregates)
+        return {uuid: p for uuid, p in found.items() if p.aggregates & wanted}
+
     def get_providers(self, uuids: Sequence[str]) -> dict[str, Provider]:
         found: dict[str, Provider] = {}
         for start in range(0, len(uuids), _LIST_CHUNK):

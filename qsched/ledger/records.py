@@ -74,7 +74,8 @@ class ProviderSpec:
 
 @dataclasses.dataclass(frozen=True)
 class ClaimGuard:
-    """Aggregate rules a claim checks on the node's root provider, in the same atomic step.
+    """Aggregate rules a claim checks on the node's root provider (and on the sharing
+    providers it takes from), in the same atomic step.
 
     An agent places by its view of its nodes; an aggregate change (a host leaving
     a tenant's aggregate) reaches that view later. The guard makes the claim itself
@@ -85,14 +86,20 @@ class ClaimGuard:
     member_of: frozenset[str] = frozenset()
     member_of_any: tuple[frozenset[str], ...] = ()
     forbidden_aggregates: frozenset[str] = frozenset()
+    #: Sharing providers the claim takes from: each must still share with the root (the
+    #: trait ``MISC_SHARES_VIA_AGGREGATE``, an aggregate of the root) and pass the rules.
+    sharing: frozenset[str] = frozenset()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        found: dict[str, Any] = {
             "root": self.root_uuid,
             "all": sorted(self.member_of),
             "any": [sorted(group) for group in self.member_of_any],
             "none": sorted(self.forbidden_aggregates),
         }
+        if self.sharing:
+            found["sharing"] = sorted(self.sharing)
+        return found
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,14 @@ Placement semantics, and the choices made where Placement leaves room:
   ``forbidden_aggregates`` may hold the node (``member_of=!in:a,b``); all checked on the root
   provider; children inherit their root's aggregates, as in Placement.
 - The availability zone is a property of the node.
-- Shared providers (shared storage reached through an aggregate) are not modelled.
+- Sharing providers (trait ``MISC_SHARES_VIA_AGGREGATE``, shared storage): a resource class of
+  the unnumbered group that no provider of the tree has inventory of, and that no granular
+  group asks for, comes from a sharing provider in one of the root's aggregates, each class
+  from one provider, as Placement's "resources from sharing providers". The sharing provider
+  must pass the request's aggregate rules too (``member_of``: Placement applies them to every
+  provider of the candidate). A class the tree has inventory of always comes from the tree.
+  Granular groups never use sharing providers. The views of the sharing providers are passed
+  in (``sharing``): one per provider for a whole agent, never a copy per node.
 - The choice is deterministic: providers are tried in tree order (root first), groups in order
   (granular groups by suffix, then the unnumbered classes), first fit wins.
 """
@@ -38,6 +45,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 
 from qsched.flavors import Constraints, Flavor, RequestGroup, request_groups, same_subtree
+from qsched.resources import SHARES_VIA_AGGREGATE
 from qsched.scheduling.views import NodeView, ProviderView
 
 Allocations = dict[str, dict[str, int]]
@@ -204,21 +212,61 @@ def fit(
     return fit_request(node, Request(tuple(groups), constraints, isolate))
 
 
-def fit_request(node: NodeView, request: Request) -> Allocations | Refusal:
-    """Like :func:`fit` for a compiled request. Static reasons are reported before capacity."""
+def fit_request(
+    node: NodeView,
+    request: Request,
+    sharing: Sequence[ProviderView] = (),
+    *,
+    shared_room: bool = True,
+) -> Allocations | Refusal:
+    """Like :func:`fit` for a compiled request. Static reasons are reported before capacity.
+
+    ``sharing``: views of sharing providers the node may reach (those in none of its root's
+    aggregates are skipped). ``shared_room``: False checks everything about them but their
+    free amounts (what the node index ranks by: a node's own room).
+    """
     refusal = _check_node(node, request)
     if refusal is not None:
         return refusal
+    shared = shared_classes(node, request, sharing) if sharing else _NONE
+    if shared:
+        return _fit_sharing(node, request, sharing, shared, shared_room)
+    return _fit_own(node, request)
+
+
+def _fit_own(node: NodeView, request: Request) -> Allocations | Refusal:
     if len(node.providers) == 1:
         return _fit_single(node, node.providers[0], request)
     return _fit_tree(node, request)
 
 
-def room(node: NodeView, request: Request) -> int:
+_NONE: frozenset[str] = frozenset()
+
+
+def shared_classes(
+    node: NodeView, request: Request, sharing: Sequence[ProviderView]
+) -> frozenset[str]:
+    """The classes the node would take from a sharing provider: unnumbered only, without
+    inventory anywhere in its tree, offered by one of ``sharing`` (O(classes x providers))."""
+    granular = {rc for u in request.units if u.granular for rc, _ in u.amounts}
+    found = set()
+    for unit in request.units:
+        rc = unit.amounts[0][0]
+        if unit.granular or rc in granular:
+            continue
+        if any(rc in p.inventories for p in node.providers):
+            continue
+        if any(rc in p.inventories for p in sharing):
+            found.add(rc)
+    return frozenset(found)
+
+
+def room(node: NodeView, request: Request, shared: frozenset[str] = _NONE) -> int:
     """How many copies of ``request`` the node's free resources could hold, at most.
 
     Exact on a single-provider node where the request fits once; on a tree an upper bound
-    (it sums free amounts over providers and ignores traits and group boundaries).
+    (it sums free amounts over providers and ignores traits and group boundaries). Classes
+    in ``shared`` come from sharing providers and do not count (:func:`shared_classes`).
     """
     providers = node.providers
     best = ROOM_UNBOUNDED
@@ -226,13 +274,90 @@ def room(node: NodeView, request: Request) -> int:
         free = providers[0].free_by_rc
         for rc, amount in request.demand:
             copies = free.get(rc, 0) // amount
-            if copies < best:
+            if copies < best and rc not in shared:
                 best = copies
     else:
         for rc, amount in request.demand:
+            if rc in shared:
+                continue
             copies = sum(max(p.free_by_rc.get(rc, 0), 0) for p in providers) // amount
             best = min(best, copies)
     return max(best, 0)
+
+
+def _fit_sharing(
+    node: NodeView,
+    request: Request,
+    sharing: Sequence[ProviderView],
+    shared: frozenset[str],
+    shared_room: bool,
+) -> Allocations | Refusal:
+    """The tree without the ``shared`` classes, then each of them from a sharing provider."""
+    own = _fit_own(node, _without(request, shared))
+    if isinstance(own, Refusal):
+        return own
+    allocations = {uuid: dict(amounts) for uuid, amounts in own.items()}
+    for rc, amount in request.demand:
+        if rc not in shared:
+            continue
+        found = _from_sharing(node, request.constraints, sharing, rc, amount, shared_room)
+        if isinstance(found, Refusal):
+            return found
+        allocations.setdefault(found, {})[rc] = amount
+    return allocations
+
+
+def _without(request: Request, shared: frozenset[str]) -> Request:
+    """The request less the ``shared`` classes of its unnumbered group."""
+    groups = tuple(
+        g if g.suffix else dataclasses.replace(
+            g, resources={rc: n for rc, n in g.resources.items() if rc not in shared}
+        )
+        for g in request.groups
+    )  # fmt: skip
+    return Request(groups, request.constraints, request.isolate, request.same_subtree)
+
+
+def _from_sharing(
+    node: NodeView,
+    constraints: Constraints,
+    sharing: Sequence[ProviderView],
+    rc: str,
+    amount: int,
+    check_room: bool,
+) -> str | Refusal:
+    """The first sharing provider the node reaches that can give ``amount`` of ``rc``."""
+    refusals: list[Refusal] = []
+    root_aggregates = node.providers[0].aggregates
+    for provider in sharing:
+        if rc not in provider.inventories or SHARES_VIA_AGGREGATE not in provider.traits:
+            continue
+        if not provider.aggregates & root_aggregates:
+            continue
+        if not _aggregates_allow(provider.aggregates, constraints):
+            reason = f"sharing provider {provider.name} is outside the request's aggregates"
+            refusals.append(Refusal(RefusalKind.AGGREGATE, reason, node.name, provider.uuid))
+            continue
+        refusal = _check_amount(node, provider, rc, amount, "")
+        if refusal is None and check_room and amount > provider.free(rc):
+            refusal = _capacity_refusal(node, provider, rc, amount, "")
+        if refusal is None:
+            return provider.uuid
+        refusals.append(refusal)
+    if not refusals:
+        reason = f"{node.name} reaches no sharing provider of {rc}"
+        return Refusal(RefusalKind.NO_INVENTORY, reason, node.name, resource_class=rc)
+    return next((r for r in refusals if r.transient), refusals[0])
+
+
+def _aggregates_allow(aggregates: frozenset[str], constraints: Constraints) -> bool:
+    """Whether a provider in ``aggregates`` passes ``member_of``, ``member_of_any`` and
+    ``forbidden_aggregates``."""
+    if constraints.member_of and not constraints.member_of <= aggregates:
+        return False
+    if any(not group & aggregates for group in constraints.member_of_any):
+        return False
+    return not constraints.forbidden_aggregates & aggregates
 
 
 def _check_node(node: NodeView, request: Request) -> Refusal | None:

@@ -7,7 +7,8 @@
 --          max_handbacks (a claim: how often hosts that tried it may hand it back).
 --          A claim is refused to a host whose service is disabled or forced down.
 --          Then the guard JSON {root, all: [], any: [[]], none: []} ("" = none):
---          aggregate rules the root provider must satisfy, checked with everything else.
+--          aggregate rules the root provider must satisfy, checked with everything else;
+--          its "sharing" lists the sharing providers the claim takes from.
 local consumer, expected, project, user = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local allocs_json, gens_json, claim = ARGV[6], ARGV[7], ARGV[8] == "1"
 local host, node, now, max_events = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
@@ -116,6 +117,11 @@ if ARGV[14] and ARGV[14] ~= "" then
         if member(a) then
             return fail("rule_broken", {provider = guard.root, reason = "in aggregate " .. a})
         end
+    end
+    -- Sharing providers (docs/shared-providers.rst): each still serves the root's tree.
+    for _, rp in ipairs(guard.sharing or {}) do
+        local broken = sharing_broken(rp, guard.root, guard)
+        if broken then return fail("rule_broken", {provider = rp, reason = broken}) end
     end
 end
 

@@ -359,6 +359,50 @@ local function service_closed(host)
     return nil
 end
 
+-- Sharing providers ----------------------------------------------------------------
+
+-- The trait that makes a provider share its inventory with the trees of its aggregates.
+local SHARES_VIA_AGGREGATE = "MISC_SHARES_VIA_AGGREGATE"
+
+-- Keep the cell's index of sharing providers in step with one provider's traits,
+-- read from its traits set after every change of it (the index is what agents read:
+-- O(sharing providers), never O(providers)).
+local function index_sharing(uuid)
+    if redis.call("SISMEMBER", K.provider_traits(uuid), SHARES_VIA_AGGREGATE) == 1 then
+        redis.call("SADD", K.sharing_providers, uuid)
+    else
+        redis.call("SREM", K.sharing_providers, uuid)
+    end
+end
+
+-- Why sharing provider rp may not serve a claim on the tree of root (guard: the
+-- claim's aggregate rules, which apply to it too, as in Placement), or nil: it must
+-- still carry the trait and share an aggregate with the root. O(aggregates named).
+local function sharing_broken(rp, root, guard)
+    if redis.call("SISMEMBER", K.provider_traits(rp), SHARES_VIA_AGGREGATE) == 0 then
+        return "not a sharing provider (no trait " .. SHARES_VIA_AGGREGATE .. ")"
+    end
+    local akey = K.provider_aggregates(rp)
+    local function member(a) return redis.call("SISMEMBER", akey, a) == 1 end
+    local shares = false
+    for _, a in ipairs(redis.call("SMEMBERS", K.provider_aggregates(root))) do
+        if member(a) then shares = true; break end
+    end
+    if not shares then return "in no aggregate of provider " .. root end
+    for _, a in ipairs(guard.all) do
+        if not member(a) then return "not in aggregate " .. a end
+    end
+    for _, group in ipairs(guard.any) do
+        local found = false
+        for _, a in ipairs(group) do if member(a) then found = true; break end end
+        if not found then return "in none of the aggregates " .. table.concat(group, ", ") end
+    end
+    for _, a in ipairs(guard.none) do
+        if member(a) then return "in aggregate " .. a end
+    end
+    return nil
+end
+
 -- Host aggregates --------------------------------------------------------------
 
 -- The UUID of aggregate ``id`` (Nova's integer), or nil.

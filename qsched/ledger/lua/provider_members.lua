@@ -11,4 +11,5 @@ end
 local skey = ({traits = K.provider_traits, aggregates = K.provider_aggregates})[kind](uuid)
 redis.call("DEL", skey)
 for i = 5, #ARGV do redis.call("SADD", skey, ARGV[i]) end
+if kind == "traits" then index_sharing(uuid) end
 return reply({generation = redis.call("HINCRBY", rkey, "generation", 1)})

@@ -78,6 +78,7 @@ for i, p in ipairs(batch) do
     end
     if not same_members(K.provider_traits(p.uuid), p.traits) then
         replace_members(K.provider_traits(p.uuid), p.traits)
+        index_sharing(p.uuid)
         changed = true
     end
     local aggs = p.aggs
