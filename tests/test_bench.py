@@ -144,9 +144,11 @@ def _check_rules(found: dict) -> None:
     (entry,) = found["rules"]
     assert set(entry["classes"]) == {
         "plain", "tenant-isolated aggregate", "nested GPU (resources1:VGPU=1)",
+        "shared storage (sharing provider)",
     }  # fmt: skip
     for stats in entry["classes"].values():
         assert stats["active"] == stats["accepted"] > 0
+        assert stats["conflicts_per_claim"] >= 0
     assert entry["audit"]["ok"] and len(entry["isolated_hosts"]) == 1
 
 

@@ -28,6 +28,8 @@ class EmbeddedCloud(Cloud):
             instances=("quota", -1),
             cores=("quota", -1),
             ram=("quota", -1),
+            server_groups=("quota", -1),
+            server_group_members=("quota", -1),
             build_timeout_s=("scheduler", spec.build_timeout_s),
             heartbeat_interval_s=("agent", spec.heartbeat_interval_s),
             class_poll_interval_s=("agent", spec.class_poll_interval_s),

@@ -433,6 +433,11 @@ GPU_FLAVOR = BenchFlavor(
     "bench.gpu", 2, 4096, 20,
     extra_specs=(("resources1:VGPU", "1"), ("trait1:CUSTOM_BENCH_GPU", "required")),
 )  # fmt: skip
+#: A flavor drawing on storage shared through an aggregate (a sharing provider of
+#: CUSTOM_BENCH_SHARED_GB, which no node has: the class comes from the shared provider).
+SHARED_FLAVOR = BenchFlavor(
+    "bench.shared", 2, 4096, 20, extra_specs=(("resources:CUSTOM_BENCH_SHARED_GB", "10"),)
+)
 #: Every node of the rules cloud carries a GPU child provider.
 RULES_NODE_PROVIDERS = ("gpu0:VGPU=16;CUSTOM_BENCH_GPU",)
 #: The project the tenant-isolated aggregate is for.
@@ -455,31 +460,42 @@ def rules_one(runner: Runner, hosts: int) -> dict[str, Any]:
     settings = runner.settings
     count = max(1, int(settings.rate_per_s * settings.duration_s))
     entry: dict[str, Any] = {"hosts": hosts}
+    flavors = (SCALE_FLAVOR, GPU_FLAVOR, SHARED_FLAVOR)
     spec = runner.spec(
-        hosts, (SCALE_FLAVOR, GPU_FLAVOR), http=False, node_providers=RULES_NODE_PROVIDERS,
+        hosts, flavors, http=False, node_providers=RULES_NODE_PROVIDERS,
         scheduler=(("limit_tenants_to_placement_aggregate", True),),
     )  # fmt: skip
     with runner.cloud(spec, entry) as cloud:
         entry["registration"] = cloud.registration
         isolated = _isolate(cloud, runner.say)
         entry["isolated_hosts"] = isolated
+        entry["shared_provider"] = _share(cloud, runner.say)
         cloud.prime_classes([SCALE_FLAVOR.name, GPU_FLAVOR.name])
+        cloud.prime_classes([SHARED_FLAVOR.name], hosts=[entry["shared_provider"]["host"]])
+        compute = cloud.compute
         classes = [
-            ("plain", LibrarySubmitter(cloud.compute), SCALE_FLAVOR.name),
-            ("tenant-isolated aggregate",
-             LibrarySubmitter(cloud.compute, project=ISOLATED_PROJECT), SCALE_FLAVOR.name),
-            ("nested GPU (resources1:VGPU=1)", LibrarySubmitter(cloud.compute), GPU_FLAVOR.name),
+            ("plain", LibrarySubmitter(compute), SCALE_FLAVOR.name, count),
+            ("tenant-isolated aggregate", LibrarySubmitter(compute, project=ISOLATED_PROJECT),
+             SCALE_FLAVOR.name, count),
+            ("nested GPU (resources1:VGPU=1)", LibrarySubmitter(compute), GPU_FLAVOR.name,
+             count),
+            ("shared storage (sharing provider)", LibrarySubmitter(compute),
+             SHARED_FLAVOR.name, count),
         ]  # fmt: skip
         entry["classes"] = {}
-        for name, submit, flavor in classes:
+        for name, submit, flavor, boots in classes:
             runner.warm_up(cloud, flavor, [(submit, settings.library_workers)])
+            before = _claim_counters(cloud)
             result = run_phase(
-                cloud, f"N={hosts} {name}", submit, [flavor] * count, settings.rate_per_s,
+                cloud, f"N={hosts} {name}", submit, [flavor] * boots, settings.rate_per_s,
                 settings.library_workers, settings.settle_timeout_s, runner.say,
                 profiler=runner.profiler,
             )  # fmt: skip
-            entry["classes"][name] = summarize(result, settings.rate_per_s)
-            runner.say(f"  {name}: {_brief(entry['classes'][name])}")
+            stats = summarize(result, settings.rate_per_s)
+            stats["conflicts_per_claim"] = _conflicts_per_claim(cloud, before)
+            entry["classes"][name] = stats
+            runner.say(f"  {name}: {_brief(stats)}, "
+                       f"{stats['conflicts_per_claim']} conflicts per claim")  # fmt: skip
         where = _hosts_used(cloud, entry)
         if not where <= set(isolated):
             raise measure.BenchFailure(f"isolated boots landed outside their aggregate: {where}")
@@ -499,28 +515,72 @@ def _isolate(cloud: Cloud, say: Say) -> list[str]:
     made = aggregates.create(admin, "bench-isolated", None)
     aggregates.set_metadata(admin, made.id, {"filter_tenant_id": ISOLATED_PROJECT})
     host = cloud.hosts_of_agents()[0]
+    before = _rereads(cloud, host)
     began = time.perf_counter()
     aggregates.add_host(admin, made.id, host)
     mirrored = time.perf_counter() - began
-    seen = _wait_reread(cloud, host) - began
+    seen = _wait_reread(cloud, host, before) - began
     say(f"  aggregate for {ISOLATED_PROJECT}: host {host}, {mirrored:.2f}s to mirror into "
         f"its providers, {seen:.2f}s until its agent read every node again")  # fmt: skip
     return [host]
 
 
-def _wait_reread(cloud: Cloud, host: str, timeout_s: float = 300.0) -> float:
-    """When ``host``'s agent had read all its nodes again after noticing the move (its
-    ``aggregate_rereads`` counter, as its heartbeat shows it); the timed phases start
-    after it, so they measure placing, not that one-time refresh. The figure includes
-    up to one heartbeat interval of the counter's own delay."""
+def _rereads(cloud: Cloud, host: str) -> int:
+    """How often ``host``'s agent read all its nodes again after its aggregates moved (its
+    ``aggregate_rereads`` counter, as its last heartbeat shows it)."""
+    agent = next((a for a in cloud.stores.agents.list() if a.host == host), None)
+    counters = (agent.detail.get("counters") or {}) if agent is not None else {}
+    return int(counters.get("aggregate_rereads", 0))
+
+
+def _wait_reread(cloud: Cloud, host: str, before: int, timeout_s: float = 300.0) -> float:
+    """When ``host``'s agent had read all its nodes again (:func:`_rereads` above
+    ``before``); the timed phases start after it, so they measure placing, not that
+    one-time refresh. The figure includes up to one heartbeat of the counter's delay."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        agent = next((a for a in cloud.stores.agents.list() if a.host == host), None)
-        counters = (agent.detail.get("counters") or {}) if agent is not None else {}
-        if counters.get("aggregate_rereads"):
+        if _rereads(cloud, host) > before:
             return time.perf_counter()
         time.sleep(0.05)
     raise measure.BenchFailure(f"agent {host} did not re-read its nodes in {timeout_s:.0f}s")
+
+
+def _share(cloud: Cloud, say: Say) -> dict[str, Any]:
+    """A sharing provider of CUSTOM_BENCH_SHARED_GB in an aggregate with the second agent's
+    host (the first one's when there is one agent): the shared-storage class's only source."""
+    from qsched.admin import sharing
+    from qsched.context import ADMIN, RequestContext
+
+    admin = RequestContext.for_project("bench-admin", "bench-admin", (ADMIN,))
+    hosts = cloud.hosts_of_agents()
+    host = hosts[1 % len(hosts)]
+    made = cloud.compute.aggregates.create(admin, "bench-shared-storage", None)
+    capacity = 10 * 10_000_000  # room for every boot of the run: contention, not a full pool
+    provider = sharing.create(cloud.stores, "bench-shared-storage",
+                              {"CUSTOM_BENCH_SHARED_GB": capacity}, [made.uuid])  # fmt: skip
+    before = _rereads(cloud, host)
+    cloud.compute.aggregates.add_host(admin, made.id, host)  # its agent then reads it all
+    _wait_reread(cloud, host, before)
+    say(f"  shared storage: provider {provider.name} in an aggregate with host {host}")
+    return {"host": host, "uuid": provider.uuid, "capacity_gb": capacity}
+
+
+def _claim_counters(cloud: Cloud) -> tuple[int, int]:
+    """Claims and generation conflicts so far, summed over the agents' heartbeats."""
+    claimed = conflicts = 0
+    for agent in cloud.stores.agents.list():
+        counters = agent.detail.get("counters") or {}
+        claimed += int(counters.get("claimed", 0))
+        conflicts += int(counters.get("conflicts", 0))
+    return claimed, conflicts
+
+
+def _conflicts_per_claim(cloud: Cloud, before: tuple[int, int]) -> float:
+    """Conflicts per claim during a phase (heartbeats lag: wait for one more beat)."""
+    time.sleep(cloud.spec.heartbeat_interval_s + 0.3)
+    claimed, conflicts = _claim_counters(cloud)
+    claims = claimed - before[0]
+    return round((conflicts - before[1]) / claims, 2) if claims else 0.0
 
 
 def _hosts_used(cloud: Cloud, entry: dict[str, Any]) -> set[str]:

@@ -82,7 +82,8 @@ class CloudSpec:
         """The qsched options every process reads: no quota, no spawn delay."""
         return {
             "ledger": {"cpu_allocation_ratio": self.cpu_allocation_ratio},
-            "quota": {"instances": -1, "cores": -1, "ram": -1},
+            "quota": {"instances": -1, "cores": -1, "ram": -1, "server_groups": -1,
+                      "server_group_members": -1},
             "scheduler": {"build_timeout_s": self.build_timeout_s,
                           "reap_interval_s": self.reap_interval_s, **dict(self.scheduler)},
             "api": {"flavor": [f.config_line for f in self.flavors],
@@ -126,15 +127,18 @@ class Cloud:
             if a.alive
         }
 
-    def prime_classes(self, names: list[str], timeout_s: float = 60.0) -> None:
-        """Publish the classes and wait until every agent consumes them all."""
+    def prime_classes(
+        self, names: list[str], timeout_s: float = 60.0, hosts: list[str] | None = None
+    ) -> None:
+        """Publish the classes and wait until every agent (or those of ``hosts``: a class
+        only some can fit) consumes them all."""
         for name in names:
             definition = SchedulingClass(self.compute.get_flavor(name)).definition()
             self.stores.agents.add_class(name, definition)
-        agents, wanted = len(self.spec.node_counts()), frozenset(names)
+        agents, wanted = len(hosts or self.spec.node_counts()), frozenset(names)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            seen = self.agent_classes()
+            seen = {h: c for h, c in self.agent_classes().items() if not hosts or h in hosts}
             if len(seen) >= agents and all(wanted <= c for c in seen.values()):
                 return
             time.sleep(0.1)
