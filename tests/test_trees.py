@@ -22,6 +22,8 @@ from qsched.ledger import Stores
 from qsched.ledger.base import State
 from qsched.scheduling.fit import Refusal, RefusalKind, Request, fit_request
 from qsched.scheduling.views import NodeView, ProviderView
+from qsched.stack.cleanup import forget_bus
+from tests.cloud import transport_url
 from tests.helpers import wait_until
 
 TREE = [
@@ -119,22 +121,25 @@ def test_same_subtree_names_real_groups(specs: dict, words: str) -> None:
         request_groups(Flavor("f", 1, 512, 0, extra_specs=specs))
 
 
+@pytest.mark.parametrize("broker", ["memory", pytest.param("rabbitmq", marks=pytest.mark.real)])
 def test_the_shipped_agent_registers_the_tree_and_a_boot_lands_on_its_children(
-    tmp_path, stores: Stores, ledger_url: str
+    tmp_path, stores: Stores, ledger_url: str, broker: str
 ) -> None:
     """qsched-agent's build path (agents.main.build_agent) from an [agent] section with
-    node_provider lines; the boot goes through the HTTP API; admin shows the tree."""
+    node_provider lines; the boot goes through the HTTP API; admin shows the tree. On
+    each ledger, on memory:// and on a real RabbitMQ."""
     prefix = f"tree{uuid.uuid4().hex[:8]}"
+    url = "memory://" if broker == "memory" else transport_url("rabbitmq")
     conf = qconf.load()
     for name, value in {"host": "cn1", "node_vcpus": 0, "node_ram_mb": 0, "node_disk_gb": 0,
                         "node_provider": TREE, "class_poll_interval_s": 0.05}.items():  # fmt: skip
         conf.set_override(name, value, group="agent")
     conf.set_override("url", ledger_url, group="ledger")
-    conf.set_override("transport_url", "memory://")
+    conf.set_override("transport_url", url)
     conf.set_override("prefix", prefix, group="bus")
     options = qconf.Options.from_conf(conf)
     agent = build_agent(options)
-    bus = KombuBus("memory://", prefix=prefix)
+    bus = KombuBus(url, prefix=prefix)
     agent.start(ready_timeout_s=5)
     try:
         stores.flavors.create(NUMA_GPU)
@@ -161,6 +166,8 @@ def test_the_shipped_agent_registers_the_tree_and_a_boot_lands_on_its_children(
     finally:
         agent.stop(timeout_s=5)
         bus.close()
+        if broker == "rabbitmq":
+            forget_bus(url, prefix, list(stores.agents.classes()), ["cn1"])
 
 
 def test_admin_providers_draws_the_tree() -> None:
