@@ -59,3 +59,23 @@ def test_a_redis_client_is_not_embedded() -> None:
 
     assert not embedded.is_embedded(redis.Redis())
     assert embedded.is_embedded(embedded.connect(f"fakeredis://e-{uuid.uuid4().hex}"))
+
+
+def test_a_script_is_compiled_once_and_called_with_each_calls_arguments() -> None:
+    """As Redis does per SHA: the embedded server compiles a script's source once; KEYS
+    and ARGV are each call's, and errors are the ones fakeredis reports."""
+    import redis
+
+    client = embedded.connect(f"fakeredis://compiled-{uuid.uuid4().hex}")
+    server = client.connection_pool.connection_kwargs["server"]
+    runtime = server._lua_runtime
+    assert isinstance(runtime, embedded.CompiledScripts)
+    echo = client.register_script("local n = #ARGV\nreturn {KEYS[1], ARGV[1], n}")
+    assert echo(keys=["a"], args=["x"]) == [b"a", b"x", 1]
+    assert echo(keys=["b"], args=["y", "z"]) == [b"b", b"y", 2]
+    compiled = len(runtime._compiled)
+    echo(keys=["c"], args=["w"])
+    assert len(runtime._compiled) == compiled  # no new compilation for the same source
+    for source in ("return redis.call('NOSUCH')", "return (", "return KEYS[1] .. nil"):
+        with pytest.raises(redis.ResponseError):
+            client.register_script(source)(keys=["k"])
