@@ -20,20 +20,15 @@ this module imports nothing of it and runs its commands from this environment.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
-from urllib import error, request
 
-from qsched.net import LOOPBACK, free_port
+from qsched.net import LOOPBACK
 from qsched.stack.keystone import DOMAIN, User
+from qsched.stack.wsgi_service import WSGIService
 
-BINDIR = Path(sys.executable).parent
 #: Where the glance wheel puts its sample files, the paste pipeline among them.
 PASTE_INI = Path(sys.prefix) / "etc" / "glance" / "glance-api-paste.ini"
 
@@ -76,21 +71,14 @@ enforce_new_defaults = true
 enforce_scope = true
 """
 
-GUNICORN_CONF = """\
-# gunicorn settings of one test Glance, written by qsched.stack.glance.
-bind = {bind!r}
-workers = 1
-worker_class = "gthread"
-threads = 4
-timeout = 60
-control_socket_disable = True
-wsgi_app = "glance.wsgi.api:application"
-# One line per request: the global request id it came with, and the user and project
-# auth_token found in its token (as the environment holds them after the request).
+#: gunicorn's access log: a line per request with the global request id it carried and
+#: the user and project auth_token found in its token (as the environment holds them
+#: after the request).
+ACCESS_LOG = """\
 accesslog = "access.log"
 access_log_format = (
-    "%(m)s %({{RAW_URI}}e)s %(s)s global=%({{x-openstack-request-id}}i)s "
-    "user=%({{HTTP_X_USER_ID}}e)s project=%({{HTTP_X_PROJECT_ID}}e)s"
+    "%(m)s %({RAW_URI}e)s %(s)s global=%({x-openstack-request-id}i)s "
+    "user=%({HTTP_X_USER_ID}e)s project=%({HTTP_X_PROJECT_ID}e)s"
 )
 """
 
@@ -99,7 +87,7 @@ class GlanceFailed(Exception):
     """Glance could not be set up or did not answer in time; with what it said."""
 
 
-class GlanceServer:
+class GlanceServer(WSGIService):
     """One glance-api process and its files (see the module docstring).
 
     :param directory: where its configuration, database, images and logs go.
@@ -107,15 +95,14 @@ class GlanceServer:
     :param service_user: glance's own user there, holding the ``service`` role.
     """
 
+    NAME, MANAGE, LOGS = "Glance", "glance-manage", ("glance-api.log",)
+    WSGI_APP = "glance.wsgi.api:application"
+
     def __init__(self, directory: Path, keystone_url: str, service_user: User) -> None:
-        self.dir = directory.resolve()
-        self.dir.mkdir(parents=True, exist_ok=True)
+        super().__init__(directory, "glance-api.conf")
         self.keystone_url = keystone_url
         self.service_user = service_user
-        self.port = free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
-        self.config = self.dir / "glance-api.conf"
-        self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Set up the database and serve; wait until it answers.
@@ -135,72 +122,14 @@ class GlanceServer:
             )
         )
         self._manage("db_sync")
-        self._serve()
-        self._wait(timeout_s)
-
-    def _manage(self, *args: str) -> None:
-        cmd = [str(BINDIR / "glance-manage"), "--config-file", str(self.config), *args]
-        done = subprocess.run(cmd, cwd=self.dir, capture_output=True, timeout=300)
-        if done.returncode != 0:
-            said = (done.stderr or done.stdout).decode(errors="replace").strip()[-2000:]
-            raise GlanceFailed(f"glance-manage {args[0]} exited {done.returncode}: {said}")
-
-    def _serve(self) -> None:
-        (self.dir / "gunicorn.conf.py").write_text(
-            GUNICORN_CONF.format(bind=f"{LOOPBACK}:{self.port}")
-        )
-        env = {**os.environ, "OS_GLANCE_CONFIG_DIR": str(self.dir)}
-        log = (self.dir / "gunicorn.log").open("ab")
-        try:
-            self.process = subprocess.Popen(
-                [str(BINDIR / "gunicorn")], cwd=self.dir, env=env, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        finally:
-            log.close()
-
-    def _wait(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise GlanceFailed(f"gunicorn exited {self.process.returncode}: {self.log()}")
-            try:
-                with request.urlopen(f"{self.url}/versions", timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-            except (error.URLError, OSError):
-                time.sleep(0.2)
-        self.stop()
-        raise GlanceFailed(f"no answer at {self.url} after {timeout_s:.0f} s: {self.log()}")
-
-    def log(self, chars: int = 3000) -> str:
-        """The end of gunicorn's and glance-api's logs."""
-        found = []
-        for name in ("gunicorn.log", "glance-api.log"):
-            path = self.dir / name
-            if path.exists():
-                found.append(f"{name}: {path.read_text(errors='replace')[-chars:]}")
-        return "\n".join(found)
+        self._serve({"OS_GLANCE_CONFIG_DIR": str(self.dir)}, ACCESS_LOG)
+        self._wait(f"{self.url}/versions", timeout_s)
 
     def requests(self) -> list[str]:
         """The access log's lines so far: ``GET /v2/images/<id> 200 global=req-...
         user=<id> project=<id>``."""
         path = self.dir / "access.log"
         return path.read_text().splitlines() if path.exists() else []
-
-    def stop(self, timeout_s: float = 20.0) -> int | None:
-        """SIGTERM gunicorn (SIGKILL its group after ``timeout_s``); its exit code."""
-        proc, self.process = self.process, None
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                return proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        return proc.wait(timeout_s)
 
     # -- images, as a user makes them --
 

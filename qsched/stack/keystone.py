@@ -24,17 +24,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
-from urllib import error, request
 
-from qsched.net import LOOPBACK, free_port
+from qsched.net import LOOPBACK
+from qsched.stack.wsgi_service import WSGIService
 
-BINDIR = Path(sys.executable).parent
 REGION = "RegionOne"
 DOMAIN = "default"
 
@@ -53,17 +48,6 @@ key_repository = {dir}/credential-keys
 
 [token]
 expiration = {expiration_s}
-"""
-
-GUNICORN_CONF = """\
-# gunicorn settings of one test Keystone, written by qsched.stack.keystone.
-bind = {bind!r}
-workers = 1
-worker_class = "gthread"
-threads = 4
-timeout = 60
-control_socket_disable = True
-wsgi_app = "keystone.server.wsgi:initialize_public_application()"
 """
 
 
@@ -93,7 +77,7 @@ class User:
         }
 
 
-class KeystoneServer:
+class KeystoneServer(WSGIService):
     """One Keystone process and its files (see the module docstring).
 
     :param directory: where its configuration, database, keys and log go.
@@ -102,18 +86,17 @@ class KeystoneServer:
         (a second server issuing tokens that the first validates).
     """
 
+    NAME, MANAGE, LOGS = "Keystone", "keystone-manage", ("keystone.log",)
+    WSGI_APP = "keystone.server.wsgi:initialize_public_application()"
+
     def __init__(
         self, directory: Path, token_expiration_s: int = 3600, database: Path | None = None
     ) -> None:
-        self.dir = directory.resolve()
-        self.dir.mkdir(parents=True, exist_ok=True)
+        super().__init__(directory, "keystone.conf")
         self.shared = (database or self.dir).resolve()
-        self.port = free_port()
         self.url = f"http://{LOOPBACK}:{self.port}/v3"
         self.admin = User("admin", secrets.token_urlsafe(16), "admin")
         self.token_expiration_s = token_expiration_s
-        self.config = self.dir / "keystone.conf"
-        self.process: subprocess.Popen[bytes] | None = None
 
     # -- setting up --
 
@@ -130,8 +113,8 @@ class KeystoneServer:
         )
         if self.shared == self.dir:
             self._set_up()
-        self._serve()
-        self._wait(timeout_s)
+        self._serve({"OS_KEYSTONE_CONFIG_FILES": str(self.config)})
+        self._wait(self.url, timeout_s)
 
     def _set_up(self) -> None:
         owner = ["--keystone-user", str(os.getuid()), "--keystone-group", str(os.getgid())]
@@ -149,64 +132,6 @@ class KeystoneServer:
             "--bootstrap-internal-url", self.url,
             "--bootstrap-public-url", self.url,
         )  # fmt: skip
-
-    def _manage(self, *args: str) -> None:
-        cmd = [str(BINDIR / "keystone-manage"), "--config-file", str(self.config), *args]
-        done = subprocess.run(cmd, cwd=self.dir, capture_output=True, timeout=300)
-        if done.returncode != 0:
-            said = (done.stderr or done.stdout).decode(errors="replace").strip()[-2000:]
-            raise KeystoneFailed(f"keystone-manage {args[0]} exited {done.returncode}: {said}")
-
-    def _serve(self) -> None:
-        (self.dir / "gunicorn.conf.py").write_text(
-            GUNICORN_CONF.format(bind=f"{LOOPBACK}:{self.port}")
-        )
-        env = {**os.environ, "OS_KEYSTONE_CONFIG_FILES": str(self.config)}
-        log = (self.dir / "gunicorn.log").open("ab")
-        try:
-            self.process = subprocess.Popen(
-                [str(BINDIR / "gunicorn")], cwd=self.dir, env=env, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        finally:
-            log.close()
-
-    def _wait(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise KeystoneFailed(f"gunicorn exited {self.process.returncode}: {self.log()}")
-            try:
-                with request.urlopen(self.url, timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-            except (error.URLError, OSError):
-                time.sleep(0.2)
-        self.stop()
-        raise KeystoneFailed(f"no answer at {self.url} after {timeout_s:.0f} s: {self.log()}")
-
-    def log(self, chars: int = 3000) -> str:
-        """The end of gunicorn's and keystone's logs."""
-        found = []
-        for name in ("gunicorn.log", "keystone.log"):
-            path = self.dir / name
-            if path.exists():
-                found.append(f"{name}: {path.read_text(errors='replace')[-chars:]}")
-        return "\n".join(found)
-
-    def stop(self, timeout_s: float = 20.0) -> int | None:
-        """SIGTERM gunicorn (SIGKILL its group after ``timeout_s``); its exit code."""
-        proc, self.process = self.process, None
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                return proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        return proc.wait(timeout_s)
 
     # -- the admin's work, through keystoneauth and python-keystoneclient --
 
