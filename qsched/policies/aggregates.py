@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from oslo_policy import policy
 
-from qsched.policies.base import ADMIN
+from qsched.policies.base import ADMIN, rule
 
 ROOT = "os_compute_api:os-aggregates:%s"
 INDEX = ROOT % "index"
@@ -21,9 +21,7 @@ _ACTION = _ITEM + "/action"
 
 
 def _rule(name: str, description: str, method: str, path: str) -> policy.RuleDefault:
-    return policy.DocumentedRuleDefault(
-        name, ADMIN, description, [{"method": method, "path": path}], scope_types=["project"]
-    )
+    return rule(name, ADMIN, description, method, path)
 
 
 _RULES = [

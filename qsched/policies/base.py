@@ -16,6 +16,14 @@ PROJECT_MEMBER_OR_ADMIN = "rule:project_member_or_admin"
 PROJECT_READER_OR_ADMIN = "rule:project_reader_or_admin"
 ANYONE = "@"
 
+
+def rule(name: str, check: str, description: str, method: str, path: str) -> policy.RuleDefault:
+    """A rule of one API call, project-scoped as Nova's compute rules are."""
+    return policy.DocumentedRuleDefault(
+        name, check, description, [{"method": method, "path": path}], scope_types=["project"]
+    )
+
+
 _RULES = [
     policy.RuleDefault("context_is_admin", "role:admin", "Decides what is an admin."),
     policy.RuleDefault(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from oslo_policy import policy
 
-from qsched.policies.base import ADMIN, PROJECT_READER_OR_ADMIN
+from qsched.policies.base import ADMIN, PROJECT_READER_OR_ADMIN, rule
 
 MANAGE = "os_compute_api:os-flavor-manage:%s"
 MANAGE_CREATE = MANAGE % "create"
@@ -21,27 +21,19 @@ SPECS_DELETE = SPECS % "delete"
 _SPECS_PATH = "/flavors/{flavor_id}/os-extra_specs"
 
 
-def _rule(name: str, check: str, description: str, method: str, path: str) -> policy.RuleDefault:
-    return policy.DocumentedRuleDefault(
-        name, check, description, [{"method": method, "path": path}], scope_types=["project"]
-    )
-
-
 _RULES = [
-    _rule(MANAGE_CREATE, ADMIN, "Create a flavor", "POST", "/flavors"),
-    _rule(MANAGE_DELETE, ADMIN, "Delete a flavor", "DELETE", "/flavors/{flavor_id}"),
-    _rule(
-        SPECS_INDEX, PROJECT_READER_OR_ADMIN, "List extra specs for a flavor", "GET", _SPECS_PATH
-    ),
-    _rule(
+    rule(MANAGE_CREATE, ADMIN, "Create a flavor", "POST", "/flavors"),
+    rule(MANAGE_DELETE, ADMIN, "Delete a flavor", "DELETE", "/flavors/{flavor_id}"),
+    rule(SPECS_INDEX, PROJECT_READER_OR_ADMIN, "List extra specs for a flavor", "GET", _SPECS_PATH),
+    rule(
         SPECS_SHOW,
         PROJECT_READER_OR_ADMIN,
         "Show an extra spec for a flavor",
         "GET",
         _SPECS_PATH + "/{flavor_extra_spec_key}",
     ),
-    _rule(SPECS_CREATE, ADMIN, "Create extra specs for a flavor", "POST", _SPECS_PATH),
-    _rule(
+    rule(SPECS_CREATE, ADMIN, "Create extra specs for a flavor", "POST", _SPECS_PATH),
+    rule(
         SPECS_DELETE,
         ADMIN,
         "Delete an extra spec for a flavor",

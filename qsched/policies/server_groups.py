@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from oslo_policy import policy
 
-from qsched.policies.base import ADMIN, PROJECT_MEMBER_OR_ADMIN, PROJECT_READER_OR_ADMIN
+from qsched.policies.base import ADMIN, PROJECT_MEMBER_OR_ADMIN, PROJECT_READER_OR_ADMIN, rule
 
 POLICY_ROOT = "os_compute_api:os-server-groups:%s"
 CREATE = POLICY_ROOT % "create"
@@ -17,18 +17,12 @@ _PATH = "/os-server-groups"
 _ITEM = "/os-server-groups/{server_group_id}"
 
 
-def _rule(name: str, check: str, description: str, method: str, path: str) -> policy.RuleDefault:
-    return policy.DocumentedRuleDefault(
-        name, check, description, [{"method": method, "path": path}], scope_types=["project"]
-    )
-
-
 _RULES = [
-    _rule(CREATE, PROJECT_MEMBER_OR_ADMIN, "Create a new server group", "POST", _PATH),
-    _rule(DELETE, PROJECT_MEMBER_OR_ADMIN, "Delete a server group", "DELETE", _ITEM),
-    _rule(INDEX, PROJECT_READER_OR_ADMIN, "List all server groups", "GET", _PATH),
-    _rule(INDEX_ALL_PROJECTS, ADMIN, "List all server groups for all projects", "GET", _PATH),
-    _rule(SHOW, PROJECT_READER_OR_ADMIN, "Show details of a server group", "GET", _ITEM),
+    rule(CREATE, PROJECT_MEMBER_OR_ADMIN, "Create a new server group", "POST", _PATH),
+    rule(DELETE, PROJECT_MEMBER_OR_ADMIN, "Delete a server group", "DELETE", _ITEM),
+    rule(INDEX, PROJECT_READER_OR_ADMIN, "List all server groups", "GET", _PATH),
+    rule(INDEX_ALL_PROJECTS, ADMIN, "List all server groups for all projects", "GET", _PATH),
+    rule(SHOW, PROJECT_READER_OR_ADMIN, "Show details of a server group", "GET", _ITEM),
 ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from oslo_policy import policy
 
-from qsched.policies.base import ADMIN, PROJECT_MEMBER_OR_ADMIN, PROJECT_READER_OR_ADMIN
+from qsched.policies.base import ADMIN, PROJECT_MEMBER_OR_ADMIN, PROJECT_READER_OR_ADMIN, rule
 
 SERVERS = "os_compute_api:servers:%s"
 INDEX = SERVERS % "index"
@@ -18,43 +18,35 @@ DELETE = SERVERS % "delete"
 #: host and hypervisor_hostname in a server's view (Nova's extended server attributes)
 EXTENDED_ATTRIBUTES = "os_compute_api:os-extended-server-attributes"
 
-_PROJECT = ["project"]
-
-
-def _rule(name: str, check: str, description: str, method: str, path: str) -> policy.RuleDefault:
-    return policy.DocumentedRuleDefault(
-        name, check, description, [{"method": method, "path": path}], scope_types=_PROJECT
-    )
-
 
 _RULES = [
-    _rule(INDEX, PROJECT_READER_OR_ADMIN, "List all servers", "GET", "/servers"),
-    _rule(
+    rule(INDEX, PROJECT_READER_OR_ADMIN, "List all servers", "GET", "/servers"),
+    rule(
         DETAIL,
         PROJECT_READER_OR_ADMIN,
         "List all servers with detailed information",
         "GET",
         "/servers/detail",
     ),
-    _rule(INDEX_ALL_TENANTS, ADMIN, "List all servers for all projects", "GET", "/servers"),
-    _rule(
+    rule(INDEX_ALL_TENANTS, ADMIN, "List all servers for all projects", "GET", "/servers"),
+    rule(
         DETAIL_ALL_TENANTS,
         ADMIN,
         "List all servers with detailed information for all projects",
         "GET",
         "/servers/detail",
     ),
-    _rule(SHOW, PROJECT_READER_OR_ADMIN, "Show a server", "GET", "/servers/{server_id}"),
-    _rule(
+    rule(SHOW, PROJECT_READER_OR_ADMIN, "Show a server", "GET", "/servers/{server_id}"),
+    rule(
         SHOW_HOST_STATUS,
         ADMIN,
         "Show a server with additional host status information",
         "GET",
         "/servers/{server_id}",
     ),
-    _rule(CREATE, PROJECT_MEMBER_OR_ADMIN, "Create a server", "POST", "/servers"),
-    _rule(DELETE, PROJECT_MEMBER_OR_ADMIN, "Delete a server", "DELETE", "/servers/{server_id}"),
-    _rule(
+    rule(CREATE, PROJECT_MEMBER_OR_ADMIN, "Create a server", "POST", "/servers"),
+    rule(DELETE, PROJECT_MEMBER_OR_ADMIN, "Delete a server", "DELETE", "/servers/{server_id}"),
+    rule(
         EXTENDED_ATTRIBUTES,
         ADMIN,
         "Return extended attributes for server (host and hypervisor_hostname)",

@@ -4,27 +4,15 @@ from __future__ import annotations
 
 from oslo_policy import policy
 
-from qsched.policies.base import ADMIN
+from qsched.policies.base import ADMIN, rule
 
 SERVICES = "os_compute_api:os-services:%s"
 LIST = SERVICES % "list"
 UPDATE = SERVICES % "update"
 
 _RULES: list[policy.RuleDefault] = [
-    policy.DocumentedRuleDefault(
-        LIST,
-        ADMIN,
-        "List all running Compute services in a region.",
-        [{"method": "GET", "path": "/os-services"}],
-        scope_types=["project"],
-    ),
-    policy.DocumentedRuleDefault(
-        UPDATE,
-        ADMIN,
-        "Update a Compute service.",
-        [{"method": "PUT", "path": "/os-services/{service_id}"}],
-        scope_types=["project"],
-    ),
+    rule(LIST, ADMIN, "List all running Compute services in a region.", "GET", "/os-services"),
+    rule(UPDATE, ADMIN, "Update a Compute service.", "PUT", "/os-services/{service_id}"),
 ]
 
 
