@@ -209,26 +209,21 @@ extra_specs_set = {
 fqdn = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[a-zA-Z0-9-._]*$"}
 _reason = {"type": "string", "minLength": 1, "maxLength": 255}
 
+_service_fields: dict[str, Any] = {
+    "host": fqdn,
+    "binary": {"type": "string", "minLength": 1, "maxLength": 255},
+    "disabled_reason": _reason,
+}
 service_update = {
     "type": "object",
-    "properties": {
-        "host": fqdn,
-        "binary": {"type": "string", "minLength": 1, "maxLength": 255},
-        "disabled_reason": _reason,
-    },
+    "properties": _service_fields,
     "required": ["host", "binary"],
     "additionalProperties": False,
 }
+#: 2.11 adds forced_down to the same body
 service_update_v211 = {
-    "type": "object",
-    "properties": {
-        "host": fqdn,
-        "binary": {"type": "string", "minLength": 1, "maxLength": 255},
-        "disabled_reason": _reason,
-        "forced_down": boolean,
-    },
-    "required": ["host", "binary"],
-    "additionalProperties": False,
+    **service_update,
+    "properties": {**_service_fields, "forced_down": boolean},
 }
 service_update_v253 = {
     "type": "object",
