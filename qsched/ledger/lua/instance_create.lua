@@ -35,21 +35,10 @@ if group ~= "" then
 end
 local refused = reserve_quota(project, uuid, cores, ram, defaults)
 if refused then return refused end
-local fields = {"state", "BUILD", "task_state", "scheduling", "attempts", 0,
-                "quota", cores .. " " .. ram, "deadline", deadline, "created_at", now,
-                "updated_at", now}
-for field, value in pairs(record) do
-    fields[#fields + 1] = field
-    fields[#fields + 1] = value
-end
-redis.call("HSET", ikey, unpack(fields))
 -- agents consume only classes they know: make sure its class is known, every time
 -- (a flavor written since drops its classes)
 if class_name ~= "" then redis.call("HSETNX", K.classes, class_name, class_definition) end
-redis.call("SADD", K.project_instances(project), uuid)
-if group ~= "" then redis.call("SADD", K.group_members(group), uuid) end
-redis.call("ZADD", K.deadlines, deadline, uuid)
--- until its publish is confirmed: the janitor publishes it otherwise
-local outbox = outbox_add(uuid)
-add_event(uuid, now, "accepted", nil, nil, {deadline = tonumber(deadline)}, max_events)
+-- the janitor publishes it unless its publish is confirmed
+local outbox = record_instance(uuid, record, project, group, cores, ram, deadline, now, {},
+                               max_events)
 return reply({created = true, outbox = outbox})

@@ -64,20 +64,8 @@ for n = 1, count do
     reserve_quota(project, uuid, cores, ram, defaults)  -- the count above leaves room
     if count == 1 then record.name = lone_name end
     if count > 1 then record.batch = batch end
-    local fields = {"state", "BUILD", "task_state", "scheduling", "attempts", 0,
-                    "quota", cores .. " " .. ram, "deadline", deadline, "created_at", now,
-                    "updated_at", now}
-    for field, value in pairs(record) do
-        fields[#fields + 1] = field
-        fields[#fields + 1] = value
-    end
-    redis.call("HSET", K.instance(uuid), unpack(fields))
-    redis.call("SADD", K.project_instances(project), uuid)
-    if group ~= "" then redis.call("SADD", K.group_members(group), uuid) end
-    redis.call("ZADD", K.deadlines, deadline, uuid)
-    outboxes[n] = outbox_add(uuid)
-    add_event(uuid, now, "accepted", nil, nil, {deadline = tonumber(deadline), batch = batch},
-              max_events)
+    outboxes[n] = record_instance(uuid, record, project, group, cores, ram, deadline, now,
+                                  {batch = batch}, max_events)
     if count > 1 then redis.call("SADD", K.batch_members(batch), uuid) end
 end
 if class_name ~= "" then redis.call("HSETNX", K.classes, class_name, class_definition) end

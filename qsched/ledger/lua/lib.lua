@@ -433,3 +433,25 @@ local function zone_conflicts(hosts, zone, self)
     table.sort(found)
     return "[" .. table.concat(found, ", ") .. "]"
 end
+
+-- Write a new BUILD instance's record with its indexes (project, group, deadline) and
+-- its "accepted" event; ``detail`` goes into that event. Returns its outbox score.
+-- The caller reserved its quota and checked everything before.
+local function record_instance(uuid, record, project, group, cores, ram, deadline, now,
+                               detail, max_events)
+    local fields = {"state", "BUILD", "task_state", "scheduling", "attempts", 0,
+                    "quota", cores .. " " .. ram, "deadline", deadline, "created_at", now,
+                    "updated_at", now}
+    for field, value in pairs(record) do
+        fields[#fields + 1] = field
+        fields[#fields + 1] = value
+    end
+    redis.call("HSET", K.instance(uuid), unpack(fields))
+    redis.call("SADD", K.project_instances(project), uuid)
+    if group ~= "" then redis.call("SADD", K.group_members(group), uuid) end
+    redis.call("ZADD", K.deadlines, deadline, uuid)
+    local outbox = outbox_add(uuid)  -- until its publish is confirmed
+    detail.deadline = tonumber(deadline)
+    add_event(uuid, now, "accepted", nil, nil, detail, max_events)
+    return outbox
+end
