@@ -8,10 +8,16 @@ bus RabbitMQ or kombu's Redis transport.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import socket
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from qsched.ledger.base import State
 from qsched.stack import CellConfig, GunicornConfig, Options, ProcessStack, merged, new_prefix
@@ -88,3 +94,21 @@ class Cloud(ProcessStack):
         failed = self.forget()
         self.close()
         assert not failed, failed
+
+
+@contextlib.contextmanager
+def running_cloud(directory: Path, server: str) -> Iterator[Cloud]:
+    """A started :class:`Cloud` on the ``rabbitmq`` or ``redis`` bus, its ledger's
+    database flushed before and after."""
+    if shutil.which("gunicorn", path=str(Path(sys.executable).parent)) is None:
+        pytest.fail("gunicorn is missing from the virtual environment: run make install")
+    ledger = real_redis()
+    transport = transport_url(server)
+    ledger.flushdb()
+    cloud = Cloud(directory, transport)
+    cloud.start()
+    try:
+        yield cloud
+    finally:
+        cloud.shutdown()
+        ledger.flushdb()

@@ -7,12 +7,9 @@ Redis transport. Requests go through HTTP like any client's.
 
 from __future__ import annotations
 
-import shutil
-import sys
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,8 +18,7 @@ from qsched.bus.kombu import KombuBus
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, Usage
 from qsched.reaper import NO_VALID_HOST
-from tests.cloud import BUILD_TIMEOUT_S, Cloud, transport_url
-from tests.conftest import real_redis
+from tests.cloud import BUILD_TIMEOUT_S, Cloud, running_cloud
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(180)]
@@ -32,16 +28,8 @@ CAPACITY = 8  # 2 agents x 2 nodes x 2 VCPUs, allocation ratio 1.0, flavor "smal
 
 @pytest.fixture(scope="module", params=["rabbitmq", "redis"])
 def cloud(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Cloud]:
-    if shutil.which("gunicorn", path=str(Path(sys.executable).parent)) is None:
-        pytest.fail("gunicorn is missing from the virtual environment: run make install")
-    ledger = real_redis()
-    transport = transport_url(request.param)
-    ledger.flushdb()
-    cloud = Cloud(tmp_path_factory.mktemp(request.param), transport)
-    cloud.start()
-    yield cloud
-    cloud.shutdown()
-    ledger.flushdb()
+    with running_cloud(tmp_path_factory.mktemp(request.param), request.param) as started:
+        yield started
 
 
 def project(cloud: Cloud, **limits: int) -> str:

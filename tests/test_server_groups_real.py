@@ -4,12 +4,9 @@ every call through HTTP as a client makes it."""
 
 from __future__ import annotations
 
-import shutil
-import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +14,7 @@ import pytest
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State
 from qsched.reaper import NO_VALID_HOST
-from tests.cloud import BUILD_TIMEOUT_S, IMAGE, Cloud, transport_url
-from tests.conftest import real_redis
+from tests.cloud import BUILD_TIMEOUT_S, IMAGE, Cloud, running_cloud
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(180)]
@@ -26,16 +22,10 @@ pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(180)]
 
 @pytest.fixture(scope="module", params=["rabbitmq", "redis"])
 def cloud(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Cloud]:
-    if shutil.which("gunicorn", path=str(Path(sys.executable).parent)) is None:
-        pytest.fail("gunicorn is missing from the virtual environment: run make install")
-    ledger = real_redis()
-    transport = transport_url(request.param)
-    ledger.flushdb()
-    cloud = Cloud(tmp_path_factory.mktemp(f"groups-{request.param}"), transport)
-    cloud.start()
-    yield cloud
-    cloud.shutdown()
-    ledger.flushdb()
+    with running_cloud(
+        tmp_path_factory.mktemp(f"groups-{request.param}"), request.param
+    ) as started:
+        yield started
 
 
 def token(cloud: Cloud) -> str:
