@@ -329,14 +329,7 @@ aggregate_set_metadata = {
 _HARD_POLICIES = ["anti-affinity", "affinity"]
 _ALL_POLICIES = [*_HARD_POLICIES, "soft-anti-affinity", "soft-affinity"]
 
-_positive = {
-    "type": ["integer", "string"],
-    "pattern": "^[0-9]{1,10}$",
-    "format": "int32",
-    "minimum": 1,
-    "minLength": 1,
-    "x-message": f"must be a whole number from 1 to {MAX_INT}",
-}
+_positive = {**_server_count, "x-message": f"must be a whole number from 1 to {MAX_INT}"}
 
 
 def _group_create(policies: list[str] | None) -> dict[str, Any]:
