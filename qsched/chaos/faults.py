@@ -282,7 +282,13 @@ class FaultInjector(threading.Thread):
         time.sleep(0.005)  # the burst is in the workers now
         fault.started = time.time()
         os.kill(pid, signal.SIGKILL)
-        if _wait(lambda: len(self.stack.api_workers()) >= len(workers), 60, self.abort):
+
+        def replaced() -> bool:
+            # the kill lands asynchronously: the worker is listed until it is a zombie
+            now = self.stack.api_workers()
+            return pid not in now and len(now) >= len(workers)
+
+        if _wait(replaced, 60, self.abort):
             fault.restored = time.time()
         else:
             fault.error = "gunicorn did not start another worker within 60s"
