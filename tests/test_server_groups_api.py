@@ -119,17 +119,6 @@ def test_soft_policies_from_2_15(client) -> None:
     assert result.json["server_group"]["policies"] == ["soft-affinity"]
 
 
-def test_only_server_groups_speak_later_microversions(client) -> None:
-    result = client.simulate_get("/v2.1/servers", headers={**USER, **V264})
-    assert "maximum is 2.1" in fault(result, 406, "notAcceptable")
-    too_late = {**USER, "OpenStack-API-Version": "compute 2.65"}
-    result = client.simulate_get("/v2.1/os-server-groups", headers=too_late)
-    assert "maximum is 2.64" in fault(result, 406, "notAcceptable")
-    latest = {**USER, "OpenStack-API-Version": "compute latest"}
-    result = client.simulate_get("/v2.1/os-server-groups", headers=latest)
-    assert result.headers["OpenStack-API-Version"] == "compute 2.64"
-
-
 # -- who may do what, and what is not found --
 
 

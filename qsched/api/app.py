@@ -14,6 +14,7 @@ and ``load_app`` is the same as a factory (``gunicorn 'qsched.api.app:load_app()
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import json
 import logging
 import os
@@ -125,8 +126,9 @@ _AUTH_MIDDLEWARE: dict[str, Callable[[Policy], Any]] = {
 
 def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_body: int) -> None:
     args = (compute, endpoint, max_body)
-    app.add_route("/", Versions(endpoint, single=False))
-    app.add_route(PREFIX, Versions(endpoint, single=True))
+    app.add_route("/", Versions(endpoint))
+    app.add_route(LEGACY_PREFIX, Versions(endpoint, single=LEGACY))
+    app.add_route(PREFIX, Versions(endpoint, single=CURRENT))
     app.add_route("/healthcheck", Healthcheck(compute))
     app.add_route(f"{PREFIX}/servers", server_handlers.Servers(*args))
     app.add_route(f"{PREFIX}/servers/detail", server_handlers.ServersDetail(*args))
@@ -162,7 +164,20 @@ class RequestMiddleware:
         req.context.global_request_id = global_request_id(req.get_header("X-OpenStack-Request-ID"))
         req.context.started = time.monotonic()
         req.context.log_token = request_id.set(rid)
+        _route_path(req)
         _check_microversion(req)
+
+    def process_resource(
+        self, req: falcon.Request, resp: falcon.Response, resource: Any, params: Any
+    ) -> None:
+        # after authentication: a project id in the URL must be the caller's, as in Nova
+        url_project = getattr(req.context, "url_project_id", None)
+        context = getattr(req.context, "compute", None)
+        if url_project is not None and context is not None and url_project != context.project_id:
+            raise falcon.HTTPBadRequest(
+                description=f"Malformed request URL: URL's project_id '{url_project}' doesn't "
+                f"match Context's project_id '{context.project_id}'"
+            )
 
     def process_response(
         self, req: falcon.Request, resp: falcon.Response, resource: Any, req_succeeded: bool
@@ -182,39 +197,96 @@ class RequestMiddleware:
             request_id.reset(token)
 
 
+#: the first path segments of the API's collections (a project id never takes their place)
+COLLECTIONS = frozenset(
+    {"servers", "flavors", "os-aggregates", "os-services", "os-server-groups", "os-keypairs",
+     "limits", "os-quota-sets", "os-availability-zone", "os-hypervisors"}
+)  # fmt: skip
+
+
+def _route_path(req: falcon.Request) -> None:
+    """Serve the legacy ``/v2`` API and URLs with a project id as the v2.1 routes.
+
+    ``/v2/...`` is v2.1 at 2.1 with no version headers (Nova's v2.0 compatibility
+    API, without its lenient body checks). ``/v2.1/{project_id}/servers`` (the
+    catalog form of older deployments; optional since 2.18) is ``/v2.1/servers``,
+    and the project id is checked against the caller's once authenticated.
+    """
+    path = req.path
+    if path.startswith(LEGACY_PREFIX + "/"):
+        path = PREFIX + path[len(LEGACY_PREFIX) :]
+        req.context.legacy_v2 = True
+    if path.startswith(PREFIX + "/"):
+        parts = path[len(PREFIX) + 1 :].split("/", 2)
+        if len(parts) > 1 and parts[0] not in COLLECTIONS and parts[1] in COLLECTIONS:
+            req.context.url_project_id = parts[0]
+            path = f"{PREFIX}/{'/'.join(parts[1:])}"
+    req.path = path
+
+
 def _check_microversion(req: falcon.Request) -> None:
     """The request's microversion (``req.context.microversion``, and the response's
-    version headers): 2.1, or up to what its route speaks
-    (:data:`qsched.api.microversion.LATER`); any other is 406, as Nova answers."""
-    version = microversion.requested(req, microversion.maximum(req.path))
+    version headers): 2.1 to :data:`qsched.api.microversion.MAX`; any other is 406,
+    as Nova answers. The legacy ``/v2`` API reads no header and sends none."""
+    if getattr(req.context, "legacy_v2", False):
+        req.context.microversion = microversion.BASE
+        microversion.answer(req, None)
+        return
+    version = microversion.requested(req)
     req.context.microversion = version
     microversion.answer(req, version)
 
 
-class Versions:
-    """``/`` (every version) and ``/v2.1`` (this one): discovery, no token needed."""
+LEGACY_PREFIX = "/v2"
 
-    def __init__(self, public_endpoint: str | None, single: bool) -> None:
+
+@dataclasses.dataclass(frozen=True)
+class APIVersion:
+    """One entry of the version documents."""
+
+    id: str
+    path: str
+    status: str
+    version: str
+    min_version: str
+    updated: str
+    media_version: str
+
+    def document(self, base: str, single: bool) -> dict[str, Any]:
+        links = [{"rel": "self", "href": f"{base}{self.path}/"}]
+        doc: dict[str, Any] = {"id": self.id, "links": links, "status": self.status,
+                               "version": self.version, "min_version": self.min_version,
+                               "updated": self.updated}  # fmt: skip
+        if single:
+            links.append({"rel": "describedby", "type": "text/html",
+                          "href": "http://docs.openstack.org/"})  # fmt: skip
+            doc["media-types"] = [
+                {"base": "application/json",
+                 "type": f"application/vnd.openstack.compute+json;version={self.media_version}"}
+            ]  # fmt: skip
+        return doc
+
+
+LEGACY = APIVersion("v2.0", LEGACY_PREFIX, "DEPRECATED", "", "", "2025-07-04T12:00:00Z", "2")
+CURRENT = APIVersion(
+    "v2.1", PREFIX, "CURRENT", microversion.text(microversion.MAX),
+    microversion.text(microversion.MIN), "2013-07-23T11:33:21Z", API_VERSION,
+)  # fmt: skip
+
+
+class Versions:
+    """``/`` (every version), ``/v2`` and ``/v2.1`` (one): discovery, no token needed."""
+
+    def __init__(self, public_endpoint: str | None, single: APIVersion | None = None) -> None:
         self.public_endpoint = public_endpoint
         self.single = single
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         base = base_url(req, self.public_endpoint)
-        version = {
-            "id": "v2.1",
-            "status": "CURRENT",
-            "version": API_VERSION,
-            "min_version": API_VERSION,
-            "updated": "2013-07-23T11:33:21Z",
-            "links": [{"rel": "self", "href": f"{base}{PREFIX}/"}],
-            "media-types": [
-                {
-                    "base": "application/json",
-                    "type": f"application/vnd.openstack.compute+json;version={API_VERSION}",
-                }
-            ],
-        }
-        resp.media = {"version": version} if self.single else {"versions": [version]}
+        if self.single is None:
+            resp.media = {"versions": [v.document(base, False) for v in (LEGACY, CURRENT)]}
+        else:
+            resp.media = {"version": self.single.document(base, True)}
 
 
 class Healthcheck:

@@ -24,7 +24,7 @@ from qsched.context import ADMIN, MEMBER, READER, RequestContext
 from qsched.policy import Policy
 
 ADMIN_TOKEN = "admin"
-PUBLIC_PATHS = frozenset({"/", "/v2.1", "/healthcheck"})
+PUBLIC_PATHS = frozenset({"/", "/v2", "/v2.1", "/healthcheck"})
 
 
 def is_public(path: str) -> bool:

@@ -1,12 +1,13 @@
 """Microversions: which one a request asks for, and which one a response answers with.
 
-The API speaks 2.1: the version document says so, and :mod:`qsched.api.app` answers
-406 to a request for a later microversion, except on the routes of :data:`LATER`:
-``os-services`` also speaks 2.11 (``forced_down``) and 2.53 (services named by
-UUID), ``os-server-groups`` up to 2.64 (``policy`` and ``rules``). The app reads
-the request's microversion once (:func:`requested`, within what its route speaks),
-keeps it for the handlers (:func:`current`) and records it with :func:`answer`,
-which the response's version headers then carry.
+The API speaks every microversion from :data:`MIN` (2.1) to :data:`MAX` (2.79),
+each with the request and response changes Nova made in it for the resources
+qsched serves (``docs/api.rst`` lists them). The app reads the request's
+microversion once (:func:`requested`: the ``OpenStack-API-Version`` header, or
+Nova's legacy ``X-OpenStack-Nova-API-Version``, parsed by microversion-parse as
+Nova parses them), keeps it for the handlers (:func:`current`, :func:`at_least`)
+and records it with :func:`answer`, which the response's version headers then carry.
+The legacy ``/v2`` API speaks no microversion and sends no version headers.
 """
 
 from __future__ import annotations
@@ -14,29 +15,23 @@ from __future__ import annotations
 import re
 
 import falcon
-
-from qsched.api import API_VERSION
+import microversion_parse
 
 Version = tuple[int, int]
 
-#: What every resource speaks, and the lowest any does.
-BASE: Version = (2, 1)
+#: the lowest microversion, what a request that names none gets
+MIN: Version = (2, 1)
+#: the latest microversion every served resource implements
+MAX: Version = (2, 79)
+#: what a request that names none gets (Nova's default)
+BASE: Version = MIN
 
 _FORM = re.compile(r"([1-9][0-9]*)\.(0|[1-9][0-9]*)").fullmatch
-
-#: Routes that speak microversions after 2.1, and the latest each speaks.
-LATER: dict[str, Version] = {
-    "/v2.1/os-services": (2, 53),
-    "/v2.1/os-server-groups": (2, 64),
-}
+_LEGACY_HEADER = "X-OpenStack-Nova-API-Version"
 
 
-def maximum(path: str) -> Version:
-    """The latest microversion the route of ``path`` speaks."""
-    return next(
-        (top for prefix, top in LATER.items() if path == prefix or path.startswith(prefix + "/")),
-        BASE,
-    )
+def text(version: Version) -> str:
+    return f"{version[0]}.{version[1]}"
 
 
 def current(req: falcon.Request) -> Version:
@@ -45,19 +40,27 @@ def current(req: falcon.Request) -> Version:
     return version
 
 
-def text(version: Version) -> str:
-    return f"{version[0]}.{version[1]}"
+def at_least(req: falcon.Request, version: Version) -> bool:
+    """Whether ``req`` speaks ``version`` or later."""
+    return current(req) >= version
 
 
-def requested(req: falcon.Request, maximum: Version) -> Version:
+def requested(req: falcon.Request, maximum: Version = MAX) -> Version:
     """The microversion ``req`` asks for (2.1 when it names none; ``latest``: ``maximum``).
+
+    ``OpenStack-API-Version`` may name several services (``compute 2.37, volume 3.0``)
+    and comes first; a header that names no ``compute`` version is as none.
 
     :raises HTTPBadRequest: not ``MAJOR.MINOR``, in Nova's words.
     :raises HTTPNotAcceptable: below 2.1 or above ``maximum`` (406, Nova's words).
     """
-    asked = _header(req)
+    headers = {name.lower(): value for name, value in req.headers.items()}
+    asked = microversion_parse.get_version(
+        headers, "compute", legacy_headers=[_LEGACY_HEADER.lower()]
+    )
     if not asked:
         return BASE
+    asked = asked.strip().lower()
     if asked == "latest":
         return maximum
     match = _FORM(asked)
@@ -67,31 +70,25 @@ def requested(req: falcon.Request, maximum: Version) -> Version:
             "MajorNum.MinorNum."
         )
     version = (int(match.group(1)), int(match.group(2)))
-    if not BASE <= version <= maximum:
+    if not MIN <= version <= maximum:
         raise falcon.HTTPNotAcceptable(
             description=f"Version {asked} is not supported by the API. Minimum is "
-            f"{text(BASE)} and maximum is {text(maximum)}."
+            f"{text(MIN)} and maximum is {text(maximum)}."
         )
     return version
 
 
-def _header(req: falcon.Request) -> str:
-    wanted = req.get_header("OpenStack-API-Version")
-    if wanted:
-        service, _sep, version = wanted.strip().partition(" ")
-        if service.lower() == "compute":
-            return version.strip().lower()
-    return (req.get_header("X-OpenStack-Nova-API-Version") or "").strip().lower()
-
-
-def answer(req: falcon.Request, version: Version) -> None:
-    """Say that the response to ``req`` speaks ``version`` (its headers will say so)."""
-    req.context.api_version = text(version)
+def answer(req: falcon.Request, version: Version | None) -> None:
+    """Say that the response to ``req`` speaks ``version`` (None: the legacy v2 API,
+    which sends no version headers)."""
+    req.context.api_version = None if version is None else text(version)
 
 
 def headers(req: falcon.Request) -> dict[str, str]:
-    """The version headers of the response to ``req``."""
-    version = getattr(req.context, "api_version", API_VERSION)
+    """The version headers of the response to ``req`` (none for the legacy v2 API)."""
+    version = getattr(req.context, "api_version", text(BASE))
+    if version is None:
+        return {}
     return {
         "OpenStack-API-Version": f"compute {version}",
         "X-OpenStack-Nova-API-Version": version,

@@ -21,7 +21,6 @@ from qsched.api.microversion import Version
 from qsched.compute import ComputeAPI
 from qsched.services import Change, ServiceAPI, ServiceView
 
-MAX_VERSION: Version = microversion.maximum("/v2.1/os-services")
 FORCED_DOWN: Version = (2, 11)  # force-down, and forced_down in every view
 UUID_IDS: Version = (2, 53)  # services named by UUID
 _QUERY = ("host", "binary")
@@ -33,7 +32,7 @@ class _Handler(Handler):
         self.services = ServiceAPI(compute.stores, compute.policy)
 
     def version(self, req: falcon.Request) -> Version:
-        """The request's microversion, as the app read it (up to :data:`MAX_VERSION`)."""
+        """The request's microversion, as the app read it."""
         return microversion.current(req)
 
 
