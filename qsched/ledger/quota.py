@@ -1,18 +1,33 @@
-"""RedisQuota: per-project limits on instances, cores and RAM."""
+"""RedisQuota: per-project limits, and the reservations of instances, cores and RAM.
+
+A project's overrides are one hash (``quota:<project>:limits``, field per name of
+:data:`~qsched.ledger.base.QUOTA_LIMITS`); what is not in it is the configured
+default. The scripts that count read the same hash: ``reserve_quota`` in
+``lib.lua`` (instances, cores, ram_mb), ``group_create`` (server_groups),
+``instance_create`` (server_group_members); ``quota_update`` checks new limits
+against what the project holds in the step that writes them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from qsched import exception
-from qsched.ledger.base import QuotaStore, Usage
+from qsched.ledger.base import QUOTA_LIMITS, QuotaStore, Usage
 from qsched.ledger.redis import RedisStore, maps_errors, text_map
 
 
 @maps_errors
 class RedisQuota(QuotaStore):
-    def __init__(self, store: RedisStore, defaults: Usage) -> None:
+    def __init__(
+        self, store: RedisStore, defaults: Usage, others: Mapping[str, int] | None = None
+    ) -> None:
+        """``defaults``: the limits the reservation counts; ``others``: the rest of
+        :data:`QUOTA_LIMITS` (-1, no limit, for any not given)."""
         self.store = store
         self.keys = store.keys
         self.defaults = defaults
+        self.others = {name: int((others or {}).get(name, -1)) for name in QUOTA_LIMITS[3:]}
 
     def default_args(self) -> tuple[int, int, int]:
         """The default limits as script arguments (instances, cores, ram_mb)."""
@@ -72,3 +87,44 @@ class RedisQuota(QuotaStore):
             "quota_reserve", self.keys.quota_used(project_id), "release", project_id, holder
         )
         return bool(result["released"])
+
+    def default_limits(self) -> dict[str, int]:
+        first = {"instances": self.defaults.instances, "cores": self.defaults.cores,
+                 "ram_mb": self.defaults.ram_mb}  # fmt: skip
+        return {**first, **self.others}
+
+    def limits(self, project_id: str) -> dict[str, int]:
+        raw = text_map(self.store.client.hgetall(self.keys.quota_limits(project_id)))
+        return {
+            name: int(raw[name]) if name in raw else default
+            for name, default in self.default_limits().items()
+        }
+
+    def in_use(self, project_id: str) -> dict[str, int]:
+        pipe = self.store.client.pipeline(transaction=False)
+        pipe.hgetall(self.keys.quota_used(project_id))
+        pipe.scard(self.keys.project_groups(project_id))
+        used, groups = pipe.execute()
+        raw = text_map(used)
+        counted = {name: int(raw.get(name, 0)) for name in ("instances", "cores", "ram_mb")}
+        return {**counted, "server_groups": int(groups)}
+
+    def update_limits(
+        self, project_id: str, changes: Mapping[str, int], force: bool = False
+    ) -> dict[str, int]:
+        pairs: list[object] = []
+        for name, value in changes.items():
+            if name not in QUOTA_LIMITS:
+                raise exception.Invalid(reason=f"{name!r} is no quota; use one of {QUOTA_LIMITS}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < -1:
+                raise exception.Invalid(reason=f"quota {name!s} must be an integer >= -1")
+            pairs += [name, value]
+        self.store.run(
+            "quota_update", self.keys.quota_limits(project_id), project_id,
+            "1" if force else "", *pairs,
+        )  # fmt: skip
+        return self.limits(project_id)
+
+    def clear_limits(self, project_id: str) -> None:
+        self.store.client.delete(self.keys.quota_limits(project_id))
+        self.store.barrier()

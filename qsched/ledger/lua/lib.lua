@@ -101,6 +101,11 @@ local function drop_allocations(consumer)
     return true
 end
 
+-- A project's limit on name: its override (os-quota-sets) or the configured default.
+local function quota_limit(project, name, default)
+    return tonumber(redis.call("HGET", K.quota_limits(project), name) or default)
+end
+
 -- Return what a holder reserved against its project's quota.
 local function release_quota(project, holder)
     local held_key = K.quota_held(project)
