@@ -7,12 +7,17 @@ must be the one the ledger's reservation, group creation and group membership us
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Any
 
 import falcon.testing
 import pytest
 
-from qsched.ledger import Stores
+from qsched import exception
+from qsched.conf import LedgerOptions, QuotaOptions
+from qsched.ledger import Stores, open_stores
+from qsched.ledger.base import QUOTA_LIMITS
 from qsched.policy import Policy
 from qsched.quotas import QuotaAPI
 from tests.test_api import ADMIN, OTHER, USER, fault, post_server, server_body
@@ -135,11 +140,14 @@ def test_limits_show_a_projects_own_limits(client) -> None:
 
 
 def test_limits_query_strict_from_2_75(client) -> None:
-    # novaclient sends reserved=1: Nova ignores unknown parameters before 2.75
-    assert limits(client, at("2.74"), "reserved=1")["maxTotalInstances"] == 10
-    result = client.simulate_get("/v2.1/limits", headers=at("2.75"), query_string="reserved=1")
+    # Nova ignores unknown parameters before 2.75
+    assert limits(client, at("2.74"), "x=1")["maxTotalInstances"] == 10
+    result = client.simulate_get("/v2.1/limits", headers=at("2.75"), query_string="x=1")
     assert "Additional properties are not allowed" in fault(result, 400, "badRequest")
     assert limits(client, at("2.75", ADMIN), "tenant_id=pa")["maxTotalInstances"] == 10
+    # reserved is in Nova's api-ref and OSC always sends it: nothing is reserved, so the
+    # totals are the same with it or without
+    assert limits(client, at("2.79"), "reserved=False") == limits(client, at("2.79"))
 
 
 # -- os-quota-sets: shapes --
@@ -354,3 +362,57 @@ def test_limit_for_is_the_projects_limit(client, stores: Stores) -> None:
     assert quotas.limit_for("pb", "key_pairs") == 100
     with pytest.raises(KeyError):
         quotas.limit_for("pa", "gigabytes")
+
+
+# -- the quota store (every ledger backend) --
+
+
+def test_store_refuses_what_it_cannot_keep(stores: Stores) -> None:
+    for changes in ({"gigabytes": 1}, {"cores": -2}, {"cores": True}, {"cores": "3"}):
+        with pytest.raises(exception.Invalid):
+            stores.quota.update_limits("pa", changes)  # type: ignore[arg-type]
+    assert stores.quota.limits("pa") == stores.quota.default_limits()
+
+
+def test_store_defaults_are_the_options(conf, ledger_url: str) -> None:
+    options = QuotaOptions.defaults().replace(key_pairs=3, server_groups=0, ram=1)
+    stores = open_stores(LedgerOptions.from_conf(conf), options, url=ledger_url)
+    defaults = stores.quota.default_limits()
+    assert set(defaults) == set(QUOTA_LIMITS)
+    assert (defaults["key_pairs"], defaults["server_groups"], defaults["ram_mb"]) == (3, 0, 1)
+    assert defaults["injected_file_path_bytes"] == 255
+    stores.quota.update_limits("pa", {"key_pairs": 9})
+    assert stores.quota.limits("pa") == {**defaults, "key_pairs": 9}
+    stores.quota.clear_limits("pa")
+    assert stores.quota.limits("pa") == defaults
+
+
+def test_lowering_races_no_reservation_past_it(stores: Stores) -> None:
+    """Reservations and a lowering in parallel: once the lower limit is written, the
+    project never holds more than it, because the check and the write are one step."""
+    lowered: list[bool] = []
+
+    def reserve(worker: int) -> None:
+        for n in range(15):
+            with contextlib.suppress(exception.QuotaExceeded):
+                stores.quota.reserve("pa", f"h{worker}-{n}", 1, 1)
+
+    def lower() -> None:
+        for _ in range(30):
+            try:
+                stores.quota.update_limits("pa", {"instances": 6})
+            except exception.QuotaBelowUsage:
+                continue
+            lowered.append(True)
+            return
+
+    threads = [threading.Thread(target=reserve, args=(w,)) for w in range(4)]
+    threads.append(threading.Thread(target=lower))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    held = stores.quota.in_use("pa")["instances"]
+    assert held <= stores.quota.limits("pa")["instances"]
+    if lowered:
+        assert held <= 6

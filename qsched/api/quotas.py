@@ -46,7 +46,10 @@ class Limits(Handler):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         version = microversion.current(req)
-        _check_query(req, ("tenant_id",))
+        # reserved: Nova's api-ref documents it (include reserved resources in the
+        # totals); nothing is ever reserved here (nor in Nova since Pike), so the totals
+        # are the same either way. OSC always sends it.
+        _check_query(req, ("tenant_id", "reserved"))
         quotas = self.compute.quotas.absolute(context_of(req), req.get_param("tenant_id"))
         resp.media = {"limits": {"rate": [], "absolute": absolute_view(quotas, version)}}
 
@@ -149,8 +152,8 @@ def _refuse_user(req: falcon.Request) -> None:
 
 
 def _check_query(req: falcon.Request, known: Iterable[str]) -> None:
-    """From 2.75, as Nova: a query parameter the route does not read is a 400. Before,
-    Nova ignores them, and clients send some (novaclient's ``limits`` sends ``reserved``).
+    """From 2.75, as Nova: a query parameter the route does not read is a 400; before,
+    Nova ignores them, and so does qsched (older clients rely on it).
 
     :raises Invalid: an unknown parameter at 2.75 or later.
     """
