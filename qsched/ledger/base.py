@@ -292,12 +292,22 @@ class QuotaStore(abc.ABC):
 
     @abc.abstractmethod
     def default_limits(self) -> dict[str, int]:
-        """Every limit of :data:`QUOTA_LIMITS` as configured (``[quota]``; -1: none)."""
+        """Every limit of :data:`QUOTA_LIMITS` for a project without its own: the
+        default quota class's over the ``[quota]`` options (-1: none)."""
+
+    @abc.abstractmethod
+    def update_default_limits(self, changes: Mapping[str, int]) -> dict[str, int]:
+        """Set some limits of the default quota class (names of :data:`QUOTA_LIMITS`,
+        values -1 and up), for every project without its own; return the defaults after.
+        Nothing is checked against usage (as Nova's quota classes).
+
+        :raises Invalid: an unknown name or a value below -1.
+        """
 
     @abc.abstractmethod
     def limits(self, project_id: str) -> dict[str, int]:
-        """Every limit of :data:`QUOTA_LIMITS` for one project: its overrides over the
-        defaults (one read of one key, O(1))."""
+        """Every limit of :data:`QUOTA_LIMITS` for one project: its own over the
+        defaults (:meth:`default_limits`), in one round trip, O(1)."""
 
     @abc.abstractmethod
     def in_use(self, project_id: str) -> dict[str, int]:

@@ -1,11 +1,13 @@
 """RedisQuota: per-project limits, and the reservations of instances, cores and RAM.
 
-A project's overrides are one hash (``quota:<project>:limits``, field per name of
-:data:`~qsched.ledger.base.QUOTA_LIMITS`); what is not in it is the configured
-default. The scripts that count read the same hash: ``reserve_quota`` in
-``lib.lua`` (instances, cores, ram_mb), ``group_create`` (server_groups),
-``instance_create`` (server_group_members); ``quota_update`` checks new limits
-against what the project holds in the step that writes them.
+A project's own limits are one hash (``quota:<project>:limits``, a field per name of
+:data:`~qsched.ledger.base.QUOTA_LIMITS`); what is not in it comes from the default
+quota class (``quota-class:default``, the same fields), and what is in neither from
+the ``[quota]`` options. The scripts that count read the same two hashes
+(``quota_limits`` in ``lib.lua``): ``reserve_quota`` (instances, cores, ram_mb),
+``group_create`` (server_groups), ``instance_create`` (server_group_members);
+``quota_update`` checks new limits against what the project holds in the step that
+writes them.
 """
 
 from __future__ import annotations
@@ -34,12 +36,8 @@ class RedisQuota(QuotaStore):
         return (self.defaults.instances, self.defaults.cores, self.defaults.ram_mb)
 
     def get_limits(self, project_id: str) -> Usage:
-        raw = text_map(self.store.client.hgetall(self.keys.quota_limits(project_id)))
-        return Usage(
-            instances=int(raw.get("instances", self.defaults.instances)),
-            cores=int(raw.get("cores", self.defaults.cores)),
-            ram_mb=int(raw.get("ram_mb", self.defaults.ram_mb)),
-        )
+        limits = self.limits(project_id)
+        return Usage(limits["instances"], limits["cores"], limits["ram_mb"])
 
     def set_limits(
         self,
@@ -88,17 +86,29 @@ class RedisQuota(QuotaStore):
         )
         return bool(result["released"])
 
-    def default_limits(self) -> dict[str, int]:
+    def configured_limits(self) -> dict[str, int]:
+        """The ``[quota]`` options, before the default quota class."""
         first = {"instances": self.defaults.instances, "cores": self.defaults.cores,
                  "ram_mb": self.defaults.ram_mb}  # fmt: skip
         return {**first, **self.others}
 
+    def default_limits(self) -> dict[str, int]:
+        raw = text_map(self.store.client.hgetall(self.keys.quota_class_default))
+        return _over(self.configured_limits(), raw)
+
     def limits(self, project_id: str) -> dict[str, int]:
-        raw = text_map(self.store.client.hgetall(self.keys.quota_limits(project_id)))
-        return {
-            name: int(raw[name]) if name in raw else default
-            for name, default in self.default_limits().items()
-        }
+        pipe = self.store.client.pipeline(transaction=False)
+        pipe.hgetall(self.keys.quota_class_default)
+        pipe.hgetall(self.keys.quota_limits(project_id))
+        default_class, own = (text_map(raw) for raw in pipe.execute())
+        return _over(_over(self.configured_limits(), default_class), own)
+
+    def update_default_limits(self, changes: Mapping[str, int]) -> dict[str, int]:
+        pairs = _checked(changes)
+        if pairs:
+            self.store.client.hset(self.keys.quota_class_default, mapping=pairs)  # type: ignore[arg-type]
+            self.store.barrier()
+        return self.default_limits()
 
     def in_use(self, project_id: str) -> dict[str, int]:
         pipe = self.store.client.pipeline(transaction=False)
@@ -112,13 +122,7 @@ class RedisQuota(QuotaStore):
     def update_limits(
         self, project_id: str, changes: Mapping[str, int], force: bool = False
     ) -> dict[str, int]:
-        pairs: list[object] = []
-        for name, value in changes.items():
-            if name not in QUOTA_LIMITS:
-                raise exception.Invalid(reason=f"{name!r} is no quota; use one of {QUOTA_LIMITS}")
-            if not isinstance(value, int) or isinstance(value, bool) or value < -1:
-                raise exception.Invalid(reason=f"quota {name!s} must be an integer >= -1")
-            pairs += [name, value]
+        pairs = [part for pair in _checked(changes).items() for part in pair]
         self.store.run(
             "quota_update", self.keys.quota_limits(project_id), project_id,
             "1" if force else "", *pairs,
@@ -128,3 +132,22 @@ class RedisQuota(QuotaStore):
     def clear_limits(self, project_id: str) -> None:
         self.store.client.delete(self.keys.quota_limits(project_id))
         self.store.barrier()
+
+
+def _checked(changes: Mapping[str, int]) -> dict[str, int]:
+    """Limits by the names of :data:`QUOTA_LIMITS`, each -1 or more.
+
+    :raises Invalid: an unknown name or any other value.
+    """
+    for name, value in changes.items():
+        if name not in QUOTA_LIMITS:
+            raise exception.Invalid(reason=f"{name!r} is no quota; use one of {QUOTA_LIMITS}")
+        if not isinstance(value, int) or isinstance(value, bool) or value < -1:
+            raise exception.Invalid(reason=f"quota {name!s} must be an integer >= -1")
+    return dict(changes)
+
+
+def _over(limits: Mapping[str, int], overrides: Mapping[str, str]) -> dict[str, int]:
+    """``limits`` with those of ``overrides`` (as stored) that name one of them."""
+    return {name: int(overrides[name]) if name in overrides else value
+            for name, value in limits.items()}  # fmt: skip

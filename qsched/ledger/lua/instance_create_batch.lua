@@ -31,12 +31,12 @@ if flavor_id ~= "" and redis.call("HGET", K.flavors, flavor_id) ~= flavor_stored
 end
 
 -- Nova's count: as many as every limit allows, at most max_count, at least min_count.
-local limits = redis.call("HMGET", K.quota_limits(project), "instances", "cores", "ram_mb")
+local limits = quota_limits(project, {"instances", "cores", "ram_mb"}, defaults)
 local used = redis.call("HMGET", K.quota_used(project), "instances", "cores", "ram_mb")
 local names, each = {"instances", "cores", "ram"}, {1, cores, ram}
 local count, most = #records, #records
 for i = 1, 3 do
-    local limit, u = tonumber(limits[i] or defaults[i]), tonumber(used[i] or 0)
+    local limit, u = limits[i], tonumber(used[i] or 0)
     if limit >= 0 and each[i] > 0 then
         local fits = math.floor((limit - u) / each[i])
         if fits < min_count then
