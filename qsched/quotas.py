@@ -1,8 +1,9 @@
 """The front door's quotas: limits, quota sets and what a project holds, in Nova's names.
 
 No HTTP here (:mod:`qsched.api.quotas` renders Nova's shapes per microversion).
-Limits live in the ledger's quota store: a project's overrides over the ``[quota]``
-defaults, read with one key, so every call here is O(1) whatever the cloud's size.
+Limits live in the ledger's quota store: a project's own over the defaults (the default
+quota class's over the ``[quota]`` options), read in one round trip, so every call here
+is O(1) whatever the cloud's size.
 The ledger enforces ``instances``, ``cores`` and ``ram`` in the reservation of a boot,
 ``server_groups`` when a group is created and ``server_group_members`` when a server
 joins one, each reading the project's override in the same atomic step. The other
@@ -16,8 +17,13 @@ as Nova shows them with Neutron, -1 (no limit) with nothing in use; setting one 
 anything but -1 is refused rather than stored and never acted on. Quotas are per
 project: Nova's per-user quotas (``user_id``) are refused, not ignored.
 
+The default quota class (``os-quota-class-sets/default``) sets the defaults of every
+project without limits of its own, over the ``[quota]`` options; it is the only class
+(Nova's others are stored and never read, so qsched refuses them).
+
 Rules (:mod:`qsched.policies.quotas`): Nova's ``os_compute_api:limits``,
-``os_compute_api:limits:other_project`` and ``os_compute_api:os-quota-sets:*``.
+``os_compute_api:limits:other_project``, ``os_compute_api:os-quota-sets:*`` and
+``os_compute_api:os-quota-class-sets:*``.
 """
 
 from __future__ import annotations
@@ -56,6 +62,13 @@ class PerUserQuotasUnsupported(exception.Invalid):
 class NoNetworkQuota(exception.Invalid):
     msg_fmt = (
         "Quota {resource} can only be -1: qsched has no networking, so nothing counts against it."
+    )
+
+
+class OnlyDefaultQuotaClass(exception.Invalid):
+    msg_fmt = (
+        "Quota class {quota_class} would never apply: qsched has only the 'default' quota "
+        "class, the defaults of every project without limits of its own."
     )
 
 
@@ -126,13 +139,7 @@ class QuotaAPI:
         :raises Invalid: an unknown name or a value below -1.
         """
         self._authorize(context, rules.QUOTA_UPDATE, project_id)
-        for name in NETWORK:
-            if changes.get(name, -1) != -1:
-                raise NoNetworkQuota(resource=name)
-        for name in changes:
-            if name not in NAMES:
-                raise exception.Invalid(reason=f"{name!r} is no quota; use one of {NAMES}")
-        ledger = {LEDGER_NAMES[k]: v for k, v in changes.items() if k in LEDGER_NAMES}
+        ledger = _ledger_changes(changes)
         return _nova(self.stores.quota.update_limits(project_id, ledger, force))
 
     def revert(self, context: RequestContext, project_id: str) -> None:
@@ -142,6 +149,33 @@ class QuotaAPI:
         """
         self._authorize(context, rules.QUOTA_DELETE, project_id)
         self.stores.quota.clear_limits(project_id)
+
+    def show_class(self, context: RequestContext, quota_class: str) -> dict[str, int]:
+        """A quota class's limits (``os-quota-class-sets:show``): the defaults, for
+        ``default`` as for any other name (a class without limits of its own, as Nova).
+
+        :raises Forbidden: the rule refuses the caller.
+        """
+        self.policy.authorize(context, rules.CLASS_SHOW, {})
+        return _nova(self.stores.quota.default_limits())
+
+    def update_class(
+        self, context: RequestContext, quota_class: str, changes: dict[str, int]
+    ) -> dict[str, int]:
+        """Set some limits of the default quota class (``os-quota-class-sets:update``):
+        the defaults of every project without its own. Nothing is checked against what
+        projects hold, as in Nova; return the defaults after.
+
+        :raises Forbidden: the rule refuses the caller.
+        :raises OnlyDefaultQuotaClass: a class other than ``default``: Nova stores it
+            and never reads it.
+        :raises NoNetworkQuota, Invalid: as :meth:`update`.
+        """
+        self.policy.authorize(context, rules.CLASS_UPDATE, {})
+        if quota_class != "default":
+            raise OnlyDefaultQuotaClass(quota_class=repr(quota_class)[:260])
+        ledger = _ledger_changes(changes)
+        return _nova(self.stores.quota.update_default_limits(ledger))
 
     def absolute(self, context: RequestContext, tenant_id: str | None) -> dict[str, QuotaUsage]:
         """What ``GET /limits`` shows: the caller's project's quotas with their usage,
@@ -166,6 +200,21 @@ class QuotaAPI:
     def _authorize(self, context: RequestContext, rule: str, project_id: str) -> None:
         self.policy.authorize(context, rule, {"project_id": project_id})
         _checked(project_id)
+
+
+def _ledger_changes(changes: dict[str, int]) -> dict[str, int]:
+    """Changes by Nova's names as the ledger's, without the network quotas.
+
+    :raises NoNetworkQuota: a network quota set to anything but -1.
+    :raises Invalid: an unknown name.
+    """
+    for name in NETWORK:
+        if changes.get(name, -1) != -1:
+            raise NoNetworkQuota(resource=name)
+    for name in changes:
+        if name not in NAMES:
+            raise exception.Invalid(reason=f"{name!r} is no quota; use one of {NAMES}")
+    return {LEDGER_NAMES[k]: v for k, v in changes.items() if k in LEDGER_NAMES}
 
 
 def _nova(by_ledger_name: dict[str, int], network: int = -1) -> dict[str, int]:

@@ -87,6 +87,7 @@ ROUTES = [
     "/v2.1/os-quota-sets/{project}",
     "/v2.1/os-quota-sets/{project}/detail",
     "/v2.1/os-quota-sets/{project}/defaults",
+    "/v2.1/os-quota-class-sets/{quota_class}",
 ]
 LISTS = ("/v2.1/servers", "/v2.1/servers/detail")
 FLAVOR_IDS = ["m1.small", "large-id", "g1.gpu"]
@@ -244,6 +245,11 @@ def quota_requests() -> st.SearchStrategy[dict[str, Any]]:
     return st.builds(lambda q, f: {"quota_set": {**q, **f}}, quota_set, force)
 
 
+def quota_class_requests() -> st.SearchStrategy[dict[str, Any]]:
+    quota_set = st.dictionaries(st.sampled_from(QUOTA_NAMES), quota_values, max_size=4)
+    return st.builds(lambda q: {"quota_class_set": q}, quota_set)
+
+
 def paths_in(document: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
     """Every path to a value in ``document`` (its root included)."""
     yield path
@@ -387,6 +393,7 @@ PUT_BODIES = {
     "/v2.1/os-aggregates/{aggregate}": bodies_for(aggregate_requests()),
     "/v2.1/os-services/{service}": bodies_for(service_requests()),
     "/v2.1/os-quota-sets/{project}": bodies_for(quota_requests()),
+    "/v2.1/os-quota-class-sets/{quota_class}": bodies_for(quota_class_requests()),
 }
 OTHER_BODIES = st.one_of(valid_requests.map(json.dumps), any_bodies)
 
@@ -444,6 +451,8 @@ def likely_token(method: str, route: str) -> str:
     services and quota changes, a user otherwise."""
     if route.startswith(("/v2.1/os-aggregates", "/v2.1/os-services")):
         return "admin"
+    if route.startswith("/v2.1/os-quota-class-sets"):
+        return "admin"
     if route.startswith("/v2.1/os-quota-sets") and method in ("PUT", "DELETE"):
         return "admin"
     return "admin" if route.startswith("/v2.1/flavors") and method != "GET" else "alice:pa"
@@ -461,6 +470,7 @@ def call(
         aggregate=draw(st.sampled_from(["@aggregate", "1", "0", "99"]) | params),
         service=draw(st.sampled_from(SERVICE_IDS) | params),
         project=draw(st.sampled_from(PROJECTS) | params),
+        quota_class=draw(st.sampled_from(["default", "gold"]) | params),
     )
     bodies = PUT_BODIES if method == "PUT" and route in PUT_BODIES else ROUTE_BODIES
     body = draw(bodies.get(route, OTHER_BODIES))

@@ -350,6 +350,90 @@ def test_project_id_in_the_url_as_older_catalogs(client) -> None:
     assert client.simulate_get("/v2.1/pa/limits", headers=USER).status_code == 200
 
 
+# -- os-quota-class-sets --
+
+# os-quota-class-sets/quota-classes-show-get-resp.json, v2.50/..., v2.57/...
+CLASS_21 = QUOTAS_21 - {"server_groups", "server_group_members"}
+CLASS_250 = QUOTAS_236
+CLASS_257 = QUOTAS_257
+
+
+def put_class(client, body: dict[str, Any], headers=ADMIN, name: str = "default") -> Any:
+    return client.simulate_put(
+        f"/v2.1/os-quota-class-sets/{name}", json={"quota_class_set": body}, headers=headers
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "keys"),
+    [("2.1", CLASS_21), ("2.49", CLASS_21), ("2.50", CLASS_250), ("2.56", CLASS_250),
+     ("2.57", CLASS_257), ("2.79", CLASS_257)],
+)  # fmt: skip
+def test_quota_class_keys_by_microversion(client, version: str, keys: set[str]) -> None:
+    shown = client.simulate_get("/v2.1/os-quota-class-sets/default", headers=at(version, ADMIN))
+    assert shown.status_code == 200, shown.text
+    assert shown.json["quota_class_set"] == {
+        "id": "default",
+        **{k: v for k, v in DEFAULTS_21.items() if k in keys},
+    }
+    updated = put_class(client, {"cores": 50}, at(version, ADMIN))
+    assert updated.status_code == 200, updated.text
+    assert set(updated.json["quota_class_set"]) == keys
+
+
+def test_default_class_sets_the_defaults_of_projects_without_their_own(client) -> None:
+    # quota-classes-update-post-req.json (2.57)
+    assert put_class(client, {"instances": 1, "cores": 50}).status_code == 200
+    assert put_quota(client, "pb", {"instances": 3}).status_code == 200
+    defaults = client.simulate_get("/v2.1/os-quota-sets/pa/defaults", headers=USER).json
+    assert (defaults["quota_set"]["instances"], defaults["quota_set"]["cores"]) == (1, 50)
+    assert limits(client)["maxTotalInstances"] == 1
+    assert post_server(client).status_code == 202
+    message = fault(post_server(client), 403, "forbidden")
+    assert message.startswith("Quota exceeded for instances: Requested 1, but already used 1 of 1")
+    for _ in range(3):  # pb's own limit wins over the class
+        assert post_server(client, OTHER).status_code == 202
+    assert post_server(client, OTHER).status_code == 403
+    # a project's own limit dropped: the class applies again
+    assert client.simulate_delete("/v2.1/os-quota-sets/pb", headers=ADMIN).status_code == 202
+    assert limits(client, OTHER)["maxTotalInstances"] == 1
+
+
+def test_default_class_sets_group_limits(client) -> None:
+    assert put_class(client, {"server_groups": 0}, at("2.50", ADMIN)).status_code == 200
+    assert fault(make_group(client), 403, "forbidden") == "Quota exceeded, too many server groups."
+
+
+def test_only_the_default_class(client) -> None:
+    refused = put_class(client, {"cores": 1}, name="gold")
+    assert "qsched has only the 'default' quota class" in fault(refused, 400, "badRequest")
+    gold = client.simulate_get("/v2.1/os-quota-class-sets/gold", headers=ADMIN)
+    assert gold.json["quota_class_set"] == {
+        "id": "gold",
+        **{k: v for k, v in DEFAULTS_21.items() if k in CLASS_21},
+    }  # a class without limits of its own: the defaults, as Nova shows it
+
+
+def test_quota_classes_are_for_admins(client) -> None:
+    shown = client.simulate_get("/v2.1/os-quota-class-sets/default", headers=USER)
+    assert "os_compute_api:os-quota-class-sets:show" in fault(shown, 403, "forbidden")
+    fault(put_class(client, {"cores": 1}, USER), 403, "forbidden")
+    assert limits(client)["maxTotalCores"] == 20
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [({"cores": -2}, "quota_class_set/cores"), ({"force": True}, "'force' was unexpected"),
+     ({"cores": "99999999999"}, "quota_class_set/cores"),
+     ({"floating_ips": 5}, "qsched has no networking")],
+)  # fmt: skip
+def test_quota_class_update_refuses_bad_values(client, body: dict[str, Any], words: str) -> None:
+    assert words in fault(put_class(client, body), 400, "badRequest")
+    late = put_class(client, {"floating_ips": -1}, at("2.50", ADMIN))
+    assert "'floating_ips' was unexpected" in fault(late, 400, "badRequest")
+    assert limits(client)["maxTotalCores"] == 20
+
+
 # -- for the checks other code makes --
 
 
@@ -385,6 +469,12 @@ def test_store_defaults_are_the_options(conf, ledger_url: str) -> None:
     assert stores.quota.limits("pa") == {**defaults, "key_pairs": 9}
     stores.quota.clear_limits("pa")
     assert stores.quota.limits("pa") == defaults
+    stores.quota.update_default_limits({"key_pairs": 4, "cores": -1})
+    assert stores.quota.default_limits() == {**defaults, "key_pairs": 4, "cores": -1}
+    assert stores.quota.limits("pa") == stores.quota.default_limits()
+    assert stores.quota.get_limits("pa").cores == -1
+    with pytest.raises(exception.Invalid):
+        stores.quota.update_default_limits({"cores": -3})
 
 
 def test_lowering_races_no_reservation_past_it(stores: Stores) -> None:

@@ -159,6 +159,9 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     app.add_route(quota_set, quota_handlers.QuotaSet(*args))
     app.add_route(f"{quota_set}/detail", quota_handlers.QuotaSetDetail(*args))
     app.add_route(f"{quota_set}/defaults", quota_handlers.QuotaSetDefaults(*args))
+    app.add_route(
+        f"{PREFIX}/os-quota-class-sets/{{quota_class}}", quota_handlers.QuotaClassSet(*args)
+    )
 
 
 class RequestMiddleware:
@@ -206,7 +209,8 @@ class RequestMiddleware:
 #: the first path segments of the API's collections (a project id never takes their place)
 COLLECTIONS = frozenset(
     {"servers", "flavors", "os-aggregates", "os-services", "os-server-groups", "os-keypairs",
-     "limits", "os-quota-sets", "os-availability-zone", "os-hypervisors"}
+     "limits", "os-quota-sets", "os-quota-class-sets", "os-availability-zone",
+     "os-hypervisors"}
 )  # fmt: skip
 
 

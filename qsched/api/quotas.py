@@ -1,4 +1,5 @@
-"""/v2.1/limits and /v2.1/os-quota-sets, in Nova's shapes up to 2.79.
+"""/v2.1/limits, /v2.1/os-quota-sets and /v2.1/os-quota-class-sets, in Nova's shapes
+up to 2.79.
 
 The shapes by microversion, as Nova's: before 2.36 both show the network quotas
 (``maxTotalFloatingIps``, ``maxSecurityGroups``, ``maxSecurityGroupRules`` and their
@@ -6,6 +7,8 @@ used counts in limits; ``fixed_ips``, ``floating_ips``, ``security_groups``,
 ``security_group_rules`` in quota sets); 2.39 drops ``maxImageMeta``; 2.57 drops
 ``maxPersonality``, ``maxPersonalitySize`` and the ``injected_file*`` quotas; from
 2.75 a query parameter these routes do not read is refused (400) instead of ignored.
+Quota classes show the network quotas until 2.50, and the server group quotas from
+2.50 on (before, Nova left them out).
 What each quota means here and what qsched enforces: :mod:`qsched.quotas`.
 """
 
@@ -101,6 +104,33 @@ class QuotaSetDefaults(Handler):
         resp.media = {"quota_set": {"id": project_id, **_shown(limits, req)}}
 
 
+class QuotaClassSet(Handler):
+    """``/v2.1/os-quota-class-sets/{quota_class}``: show and update (``default`` only)."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, quota_class: str) -> None:
+        # Nova reads no parameter here and refuses none before 2.102: nothing to check
+        limits = self.compute.quotas.show_class(context_of(req), quota_class)
+        resp.media = {"quota_class_set": {"id": quota_class, **_class_shown(limits, req)}}
+
+    def on_put(self, req: falcon.Request, resp: falcon.Response, quota_class: str) -> None:
+        version = microversion.current(req)
+        validator = next(v for since, v in schemas.QUOTA_CLASS_UPDATE if version >= since)
+        body = schemas.validate(validator, read_json(req, self.max_body))["quota_class_set"]
+        changes = {name: _limit(name, value, "quota_class_set") for name, value in body.items()}
+        limits = self.compute.quotas.update_class(context_of(req), quota_class, changes)
+        resp.media = {"quota_class_set": _class_shown(limits, req)}  # no id, as Nova's
+
+
+def _class_shown(quotas: Mapping[str, int], req: falcon.Request) -> dict[str, int]:
+    """A quota class as Nova shows it: the networks until 2.50, when the server group
+    quotas appear (Nova's bug 1693168), the injected files until 2.57."""
+    version = microversion.current(req)
+    dropped = {*NETWORK} if version >= (2, 50) else {"server_groups", "server_group_members"}
+    if version >= (2, 57):
+        dropped.update(FILES)
+    return {name: value for name, value in quotas.items() if name not in dropped}
+
+
 def absolute_view(quotas: Mapping[str, QuotaUsage], version: tuple[int, int]) -> dict[str, int]:
     """``limits.absolute`` as Nova builds it at ``version``."""
     dropped = _dropped(version, ("injected_files", "injected_file_content_bytes"))
@@ -131,7 +161,7 @@ def _usage(quota: QuotaUsage) -> dict[str, int]:
     return {"in_use": quota.in_use, "limit": quota.limit, "reserved": quota.reserved}
 
 
-def _limit(name: str, value: int | str) -> int:
+def _limit(name: str, value: int | str, key: str = "quota_set") -> int:
     """A quota value the schema passed, as a number: Nova takes ``"10"`` for ``10``.
 
     :raises Invalid: a string out of range (the schema bounds only numbers).
@@ -139,7 +169,7 @@ def _limit(name: str, value: int | str) -> int:
     number = int(value)
     if not -1 <= number <= schemas.MAX_INT:
         raise schemas.field_error(
-            ["quota_set", name], value, f"It must be a whole number from -1 (no limit) to "
+            [key, name], value, f"It must be a whole number from -1 (no limit) to "
             f"{schemas.MAX_INT}.",
         )  # fmt: skip
     return number

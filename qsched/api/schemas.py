@@ -392,15 +392,17 @@ _QUOTAS = ("instances", "cores", "ram", "metadata_items", "key_pairs", "server_g
            "server_group_members", *_NETWORK_QUOTAS, *_FILE_QUOTAS)  # fmt: skip
 
 
-def _quota_update(dropped: Sequence[str]) -> dict[str, Any]:
+def _quota_update(dropped: Sequence[str], key: str = "quota_set") -> dict[str, Any]:
+    """A quota set update (with ``force``) or, for ``quota_class_set``, a class's."""
     fields: dict[str, Any] = {name: _quota for name in _QUOTAS if name not in dropped}
-    fields["force"] = boolean
+    if key == "quota_set":
+        fields["force"] = boolean
     return {
         "type": "object",
         "properties": {
-            "quota_set": {"type": "object", "properties": fields, "additionalProperties": False}
+            key: {"type": "object", "properties": fields, "additionalProperties": False}
         },
-        "required": ["quota_set"],
+        "required": [key],
         "additionalProperties": False,
     }
 
@@ -436,6 +438,12 @@ QUOTA_SET_UPDATE = (
     ((2, 57), _compile(_quota_update((*_NETWORK_QUOTAS, *_FILE_QUOTAS)))),
     ((2, 36), _compile(_quota_update(_NETWORK_QUOTAS))),
     ((2, 1), _compile(_quota_update(()))),
+)
+#: ... and of a quota class's (Nova's schemas/quota_classes.py: networks go at 2.50)
+QUOTA_CLASS_UPDATE = (
+    ((2, 57), _compile(_quota_update((*_NETWORK_QUOTAS, *_FILE_QUOTAS), "quota_class_set"))),
+    ((2, 50), _compile(_quota_update(_NETWORK_QUOTAS, "quota_class_set"))),
+    ((2, 1), _compile(_quota_update((), "quota_class_set"))),
 )
 
 

@@ -1,4 +1,4 @@
-"""``os_compute_api:limits`` and ``os_compute_api:os-quota-sets:*``: Nova's rules."""
+"""``os_compute_api:limits``, ``os-quota-sets:*`` and ``os-quota-class-sets:*``: Nova's rules."""
 
 from __future__ import annotations
 
@@ -14,8 +14,12 @@ QUOTA_DEFAULTS = QUOTA_ROOT % "defaults"
 QUOTA_SHOW = QUOTA_ROOT % "show"
 QUOTA_DELETE = QUOTA_ROOT % "delete"
 QUOTA_DETAIL = QUOTA_ROOT % "detail"
+CLASS_ROOT = "os_compute_api:os-quota-class-sets:%s"
+CLASS_SHOW = CLASS_ROOT % "show"
+CLASS_UPDATE = CLASS_ROOT % "update"
 
 _ITEM = "/os-quota-sets/{tenant_id}"
+_CLASS = "/os-quota-class-sets/{quota_class}"
 
 _RULES = [
     rule(LIMITS, ANYONE, "Show rate and absolute limits for the current user project",
@@ -30,6 +34,8 @@ _RULES = [
     rule(QUOTA_DELETE, ADMIN, "Revert quotas to defaults", "DELETE", _ITEM),
     rule(QUOTA_DETAIL, PROJECT_READER_OR_ADMIN, "Show the detail of quota", "GET",
          f"{_ITEM}/detail"),
+    rule(CLASS_SHOW, ADMIN, "List quotas for specific quota classes", "GET", _CLASS),
+    rule(CLASS_UPDATE, ADMIN, "Update quotas for specific quota class", "PUT", _CLASS),
 ]  # fmt: skip
 
 
