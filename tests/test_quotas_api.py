@@ -8,7 +8,10 @@ must be the one the ledger's reservation, group creation and group membership us
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import json
 import threading
+from pathlib import Path
 from typing import Any
 
 import falcon.testing
@@ -506,3 +509,76 @@ def test_lowering_races_no_reservation_past_it(stores: Stores) -> None:
     assert held <= stores.quota.limits("pa")["instances"]
     if lowered:
         assert held <= 6
+
+
+# -- Nova's api samples, as the nova package ships them --
+
+
+def nova_sample(name: str) -> Any:
+    """One of Nova's api sample templates (nova is installed for them, never imported)."""
+    spec = importlib.util.find_spec("nova")
+    assert spec is not None and spec.submodule_search_locations, "make install adds nova"
+    root = Path(spec.submodule_search_locations[0], SAMPLES)
+    text = (root / f"{name}.json.tpl").read_text().replace("%(set_id)s", "default")
+    return json.loads(text)
+
+
+SAMPLES = "tests/functional/api_sample_tests/api_samples"
+SAMPLE_VERSIONS = {"": "2.1", "v2.36/": "2.36", "v2.39/": "2.39", "v2.50/": "2.50",
+                   "v2.57/": "2.57"}  # fmt: skip
+
+
+def same_shape(sample: Any, answer: Any, where: str = "") -> None:
+    """``answer`` has every key of ``sample`` and no other, each value of its type."""
+    assert type(answer) is type(sample), (where, sample, answer)
+    if isinstance(sample, dict):
+        assert set(answer) == set(sample), (where, set(answer) ^ set(sample))
+        for key, value in sample.items():
+            same_shape(value, answer[key], f"{where}/{key}")
+
+
+def without_id(document: dict[str, Any]) -> dict[str, Any]:
+    ((key, body),) = document.items()
+    return {key: {k: v for k, v in body.items() if k != "id"}}
+
+
+@pytest.mark.parametrize("folder", ["", "v2.36/", "v2.39/", "v2.57/"])
+def test_limits_sample(client, folder: str) -> None:
+    sample = nova_sample(f"limits/{folder}limit-get-resp")
+    answer = client.simulate_get("/v2.1/limits", headers=at(SAMPLE_VERSIONS[folder])).json
+    assert answer == sample  # nothing used and Nova's defaults: value for value
+
+
+@pytest.mark.parametrize("folder", ["", "v2.36/", "v2.57/"])
+def test_quota_set_samples(client, folder: str) -> None:
+    headers = at(SAMPLE_VERSIONS[folder], ADMIN)
+    for path, name in [("", "quotas-show-get-resp"), ("/detail", "quotas-show-detail-get-resp"),
+                       ("/defaults", "quotas-show-defaults-get-resp")]:  # fmt: skip
+        sample = nova_sample(f"os-quota-sets/{folder}{name}")
+        answer = client.simulate_get(f"/v2.1/os-quota-sets/pa{path}", headers=headers).json
+        same_shape(sample, answer, name)
+        assert without_id(answer) == without_id(sample), name
+    for name in ("quotas-update-post", "quotas-update-force-post"):
+        request = nova_sample(f"os-quota-sets/{folder}{name}-req")
+        result = client.simulate_put("/v2.1/os-quota-sets/pa", json=request, headers=headers)
+        assert result.status_code == 200, (name, result.text)
+        assert result.json == nova_sample(f"os-quota-sets/{folder}{name}-resp"), name
+        assert client.simulate_delete("/v2.1/os-quota-sets/pa", headers=ADMIN).status_code == 202
+    # per-user quotas are refused, not applied to the project
+    request = nova_sample(f"os-quota-sets/{folder}user-quotas-update-post-req")
+    result = client.simulate_put(
+        "/v2.1/os-quota-sets/pa", json=request, headers=headers, query_string="user_id=fake"
+    )
+    fault(result, 400, "badRequest")
+
+
+@pytest.mark.parametrize("folder", ["", "v2.50/", "v2.57/"])
+def test_quota_class_samples(client, folder: str) -> None:
+    headers = at(SAMPLE_VERSIONS[folder], ADMIN)
+    shown = client.simulate_get("/v2.1/os-quota-class-sets/default", headers=headers).json
+    assert shown == nova_sample(f"os-quota-class-sets/{folder}quota-classes-show-get-resp")
+    request = nova_sample(f"os-quota-class-sets/{folder}quota-classes-update-post-req")
+    result = client.simulate_put("/v2.1/os-quota-class-sets/default", json=request,
+                                 headers=headers)  # fmt: skip
+    assert result.status_code == 200, result.text
+    assert result.json == nova_sample(f"os-quota-class-sets/{folder}quota-classes-update-post-resp")
