@@ -20,6 +20,7 @@ import builtins
 import dataclasses
 
 from qsched.aggregate_api import AggregateAPI
+from qsched.aggregates import AggregateIndex
 from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.policies import availability_zone as zone_policy
@@ -60,13 +61,7 @@ class ZoneAPI:
         :raises Forbidden: ``os_compute_api:os-availability-zone:detail`` refuses the caller.
         """
         self.policy.authorize(context, zone_policy.DETAIL, {})
-        index = self.aggregates.index()
-        aggregate_zone = {
-            host: agg.availability_zone
-            for agg in index.aggregates.values()
-            if agg.availability_zone
-            for host in agg.hosts
-        }
+        aggregate_zone = aggregate_zones(self.aggregates.index())
         services = ServiceAPI(self.stores, self.policy)
         hosts: dict[str, dict[str, ServiceView]] = {}
         for view in services.views():
@@ -85,3 +80,13 @@ class ZoneAPI:
         available = self.stores.agents.zones_available(names)
         zones = [Zone(name, available[name]) for name in names]
         return sorted(zones, key=lambda zone: (not zone.available, zone.name))
+
+
+def aggregate_zones(index: AggregateIndex) -> dict[str, str]:
+    """Host -> the zone its aggregate makes (a host is in one such zone at most)."""
+    return {
+        host: agg.availability_zone
+        for agg in index.aggregates.values()
+        if agg.availability_zone
+        for host in agg.hosts
+    }

@@ -43,8 +43,8 @@ def sample(name: str) -> Any:
 
 
 #: Fields Nova's schema lets be null: ``host_ip`` (qsched's agents report none), the
-#: ``hosts`` of an unavailable zone in the detail.
-NULLS = (".host_ip", ".hosts")
+#: ``hosts`` of an unavailable zone in the detail, an enabled service's reason.
+NULLS = (".host_ip", ".hosts", ".disabled_reason")
 #: Keys Nova leaves out when empty (``servers`` before 2.75): checked by the tests.
 OPTIONAL = {"servers"}
 #: Maps keyed by names (hosts, then binaries): each value is like the sample's first.
@@ -333,3 +333,24 @@ def test_the_member_list_reads_no_host(client, stores: Stores, monkeypatch) -> N
     assert {name: z["zoneState"]["available"] for name, z in listed.items()} == {
         "az0": True, "az1": True
     }  # fmt: skip
+
+
+# -- os-services --
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.11", "2.53"])
+def test_services_as_novas_samples(client, cloud, stores: Stores, version: str) -> None:
+    """Every agent a nova-compute service, with its state, status and zone; a host in an
+    aggregate's zone shows that zone, as Nova shows it."""
+    folder = "" if version == "2.1" else f"v{version}/"
+    listed = get(client, "/os-services", version)
+    assert_shape(listed, sample(f"os-services/{folder}services-list-get-resp"))
+    rows = {s["host"]: s for s in listed["services"]}
+    assert {(s["binary"], s["state"], s["status"]) for s in rows.values()} == {
+        ("nova-compute", "up", "enabled")
+    }  # fmt: skip
+    assert (rows["cn0"]["zone"], rows["cn1"]["zone"]) == ("nova", "az1")
+    zoned = stores.aggregates.create("zoned", "az2")
+    stores.aggregates.add_host(zoned.id, "cn0")
+    rows = {s["host"]: s for s in get(client, "/os-services", version)["services"]}
+    assert (rows["cn0"]["zone"], rows["cn1"]["zone"]) == ("az2", "az1")
