@@ -58,6 +58,9 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisLedger.provider_consumers": lambda s: s.ledger.provider_consumers(U),
     "RedisLedger.providers_consumers": lambda s: s.ledger.providers_consumers([U]),
     "RedisLedger.project_usages": lambda s: s.ledger.project_usages("p1"),
+    "RedisLedger.hypervisors": lambda s: s.ledger.hypervisors(0, 10),
+    "RedisLedger.hypervisor_ids": lambda s: s.ledger.hypervisor_ids([U]),
+    "RedisLedger.hypervisor_uuid": lambda s: s.ledger.hypervisor_uuid(1),
     "RedisLedger.put_allocations": lambda s: s.ledger.put_allocations(
         U, {U: {"VCPU": 1}}, None, "p1", "u1"
     ),
@@ -116,6 +119,7 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisAgents.add_zone": lambda s: s.agents.add_zone("az1"),
     "RedisAgents.zones": lambda s: s.agents.zones(),
     "RedisAgents.has_zone": lambda s: s.agents.has_zone("az1"),
+    "RedisAgents.zones_available": lambda s: s.agents.zones_available(["az1"]),
     "RedisFlavors.get": lambda s: s.flavors.get("small"),
     "RedisFlavors.get_stored": lambda s: s.flavors.get_stored("small"),
     "RedisFlavors.list": lambda s: s.flavors.list(),

@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import re
 import time
+import uuid as uuidlib
 from pathlib import Path
 from typing import Any
 
 import falcon.testing
 import pytest
 
+from agents.registration import register_nodes
 from agents.service import ComputeAgent
+from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec
 from qsched.api import app as api_app
 from qsched.compute import ComputeAPI
 from qsched.conf import APIOptions, SchedulerOptions
@@ -354,3 +357,47 @@ def test_services_as_novas_samples(client, cloud, stores: Stores, version: str) 
     stores.aggregates.add_host(zoned.id, "cn0")
     rows = {s["host"]: s for s in get(client, "/os-services", version)["services"]}
     assert (rows["cn0"]["zone"], rows["cn1"]["zone"]) == ("az2", "az1")
+
+
+# -- the ledger's indexes behind them --
+
+
+def test_a_hosts_roots_get_integer_ids_once(stores: Stores) -> None:
+    spec = FakeNodeSpec(vcpus=4, ram_mb=4096, disk_gb=0, traits=frozenset({"HW_CPU_X86_AVX2"}),
+                        children=(FakeChild("gpu0", {"VGPU": 2}),))  # fmt: skip
+    nodes = FakeDriver(2, spec, host="h1").nodes()
+    register_nodes(stores.ledger, nodes, None, (), host="h1")
+    register_nodes(stores.ledger, nodes, None, (), host="h1")  # a restart: the same ids
+    stores.ledger.create_provider(str(uuidlib.uuid4()), "no-host")  # no host: no hypervisor
+    roots = [node.root.uuid for node in nodes]
+    assert stores.ledger.hypervisors() == [(1, roots[0]), (2, roots[1])]
+    assert stores.ledger.hypervisors(after=1, limit=5) == [(2, roots[1])]
+    assert stores.ledger.hypervisors(limit=1) == [(1, roots[0])]
+    child = nodes[0].providers[1].uuid
+    assert stores.ledger.hypervisor_ids([roots[1], child]) == {roots[1]: 2}
+    assert (stores.ledger.hypervisor_uuid(2), stores.ledger.hypervisor_uuid(3)) == (roots[1], None)
+    assert stores.ledger.get_provider(roots[0]).host == "h1"
+    assert stores.ledger.get_provider(child).host is None
+    for provider in reversed(nodes[1].providers):  # children first
+        stores.ledger.delete_provider(
+            provider.uuid, stores.ledger.get_provider(provider.uuid).generation
+        )
+    assert stores.ledger.hypervisors() == [(1, roots[0])]
+
+
+def test_hypervisor_cpu_info_names_the_cpu_traits(client, stores: Stores) -> None:
+    traits = frozenset({"HW_CPU_X86_AVX2", "HW_CPU_X86_SSE42", "CUSTOM_X"})
+    spec = FakeNodeSpec(vcpus=4, ram_mb=4096, disk_gb=0, traits=traits)
+    stores.agents.register_service("h1")
+    register_nodes(stores.ledger, FakeDriver(1, spec, host="h1").nodes(), None, (), host="h1")
+    shown = get(client, "/os-hypervisors/1", "2.28")["hypervisor"]
+    assert shown["cpu_info"] == {"features": ["avx2", "sse42"]}
+    assert (shown["state"], shown["running_vms"], shown["local_gb"]) == ("down", 0, 0)
+
+
+def test_a_hypervisor_whose_host_has_no_service_is_left_out(client, stores: Stores) -> None:
+    spec = FakeNodeSpec(vcpus=4, ram_mb=4096, disk_gb=0)
+    register_nodes(stores.ledger, FakeDriver(1, spec, host="h1").nodes(), None, (), host="h1")
+    assert get(client, "/os-hypervisors")["hypervisors"] == []
+    result = client.simulate_get("/v2.1/os-hypervisors/1", headers=ADMIN)
+    assert fault(result, 404, "itemNotFound") == "Hypervisor with ID '1' could not be found."
