@@ -148,8 +148,14 @@ class HypervisorAPI:
         :raises MarkerNotFound: no hypervisor is ``marker`` (400).
         """
         after = 0 if marker is None else self._marker_id(marker)
-        found = self.stores.ledger.hypervisors(after, limit)
-        return self._views(found, with_servers)
+        views: builtins.list[HypervisorView] = []
+        while limit is None or len(views) < limit:  # a node without a service is left out
+            found = self.stores.ledger.hypervisors(after, limit and limit - len(views))
+            views += self._views(found, with_servers)
+            if limit is None or not found:
+                break
+            after = found[-1][0]
+        return views
 
     def search(self, pattern: str, with_servers: bool = False) -> builtins.list[HypervisorView]:
         """Every hypervisor whose name contains ``pattern`` (Nova's ``LIKE %pattern%``).

@@ -401,3 +401,15 @@ def test_a_hypervisor_whose_host_has_no_service_is_left_out(client, stores: Stor
     assert get(client, "/os-hypervisors")["hypervisors"] == []
     result = client.simulate_get("/v2.1/os-hypervisors/1", headers=ADMIN)
     assert fault(result, 404, "itemNotFound") == "Hypervisor with ID '1' could not be found."
+
+
+def test_a_page_is_full_when_nodes_without_a_service_are_left_out(client, stores) -> None:
+    spec = FakeNodeSpec(vcpus=4, ram_mb=4096, disk_gb=0)
+    for host in ("h1", "h2", "h3"):
+        register_nodes(stores.ledger, FakeDriver(1, spec, host=host).nodes(), None, (), host=host)
+    for host in ("h1", "h3"):
+        stores.agents.register_service(host)
+    page = get(client, "/os-hypervisors", "2.33", limit="2")
+    assert [h["id"] for h in page["hypervisors"]] == [1, 3]
+    assert page["hypervisors_links"][0]["href"].endswith("marker=3")
+    assert get(client, "/os-hypervisors", "2.33", marker="3")["hypervisors"] == []
