@@ -149,9 +149,10 @@ class HypervisorAPI:
         """
         after = 0 if marker is None else self._marker_id(marker)
         views: builtins.list[HypervisorView] = []
+        hosts = _Hosts(self.stores, every=limit is None)
         while limit is None or len(views) < limit:  # a node without a service is left out
             found = self.stores.ledger.hypervisors(after, limit and limit - len(views))
-            views += self._views(found, with_servers)
+            views += self._views(found, with_servers, hosts=hosts)
             if limit is None or not found:
                 break
             after = found[-1][0]
@@ -162,10 +163,11 @@ class HypervisorAPI:
 
         :raises NoHypervisorMatches: none does (404).
         """
+        hosts = _Hosts(self.stores, every=True)
         matches = [
             view
             for chunk in self._chunks()
-            for view in self._views(chunk, with_servers, lambda p: pattern in p.name)
+            for view in self._views(chunk, with_servers, lambda p: pattern in p.name, hosts)
         ]
         if not matches:
             raise NoHypervisorMatches(pattern=pattern)
@@ -189,9 +191,9 @@ class HypervisorAPI:
 
     def statistics(self) -> Statistics:
         """Sums over every hypervisor whose service is enabled (Nova's rule)."""
-        total = Statistics()
+        total, hosts = Statistics(), _Hosts(self.stores, every=True)
         for chunk in self._chunks():
-            for view in self._views(chunk, False):
+            for view in self._views(chunk, False, hosts=hosts):
                 if not view.service.disabled:
                     total = total.add(view)
         return total
@@ -218,20 +220,24 @@ class HypervisorAPI:
         found: Sequence[tuple[int, str]],
         with_servers: bool,
         keep: Callable[[Provider], bool] | None = None,
+        hosts: _Hosts | None = None,
     ) -> builtins.list[HypervisorView]:
-        """Views of ``found`` (id, uuid), in that order; those whose host lost its
-        service are left out, as Nova leaves out a compute node without one."""
+        """Views of ``found`` (id, uuid), in that order, those ``keep`` keeps; those
+        whose host lost its service are left out, as Nova leaves out a compute node
+        without one. ``hosts``: what a scan read of the hosts already."""
         ledger = self.stores.ledger
         providers = ledger.get_providers([uuid for _, uuid in found])
         if keep is not None:
             providers = {u: p for u, p in providers.items() if keep(p)}
-        hosts = self._hosts({p.host for p in providers.values() if p.host})
+        by_host = (hosts or _Hosts(self.stores)).read(
+            {p.host for p in providers.values() if p.host}
+        )
         consumers = ledger.providers_consumers(list(providers))
         names = self._names(set().union(*consumers.values())) if with_servers else {}
         views = []
         for hypervisor_id, uuid in found:
             provider = providers.get(uuid)
-            host = hosts.get(provider.host or "") if provider else None
+            host = by_host.get(provider.host or "") if provider else None
             if provider is None or host is None:
                 continue
             service, up, building = host
@@ -245,18 +251,41 @@ class HypervisorAPI:
             )  # fmt: skip
         return views
 
-    def _hosts(self, hosts: set[str]) -> dict[str, tuple[Service, bool, frozenset[str]]]:
-        """Per host: its service, whether it is up, what it is building (O(1) each)."""
-        agents, instances = self.stores.agents, self.stores.instances
-        found = {}
-        for host in sorted(hosts):
-            try:
-                service = agents.service(host)
-            except exception.ComputeHostNotFound:
-                continue
-            found[host] = (service, agents.alive(host), frozenset(instances.building(host)))
-        return found
-
     def _names(self, uuids: set[str]) -> Mapping[str, str]:
         records = self.stores.instances.get_many(sorted(uuids))
         return {uuid: record.name for uuid, record in records.items()}
+
+
+class _Hosts:
+    """Per host: its service, whether it is up, what it is building; each host read
+    once. For a scan (``every``) the services and heartbeats are read in two pipelined
+    passes first, leaving one round trip per host (its builds); else three (O(1) each).
+    """
+
+    def __init__(self, stores: Stores, every: bool = False) -> None:
+        self.stores = stores
+        self.found: dict[str, tuple[Service, bool, frozenset[str]] | None] = {}
+        self.services: dict[str, Service] | None = None
+        self.alive: dict[str, bool] = {}
+        if every:
+            self.services = {s.host: s for s in stores.agents.services()}
+            self.alive = {agent.host: agent.alive for agent in stores.agents.list()}
+
+    def read(self, hosts: set[str]) -> dict[str, tuple[Service, bool, frozenset[str]]]:
+        """Those of ``hosts`` that have a service."""
+        for host in sorted(hosts - self.found.keys()):
+            self.found[host] = self._one(host)
+        return {host: found for host in hosts if (found := self.found[host]) is not None}
+
+    def _one(self, host: str) -> tuple[Service, bool, frozenset[str]] | None:
+        agents = self.stores.agents
+        if self.services is not None:
+            service, up = self.services.get(host), self.alive.get(host, False)
+        else:
+            try:
+                service, up = agents.service(host), agents.alive(host)
+            except exception.ComputeHostNotFound:
+                service, up = None, False
+        if service is None:
+            return None
+        return service, up, frozenset(self.stores.instances.building(host))
