@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from oslo_policy import policy
 
-from qsched.policies import aggregates, base, flavors, quotas, server_groups, servers, services
+from qsched.policies import (
+    aggregates,
+    availability_zone,
+    base,
+    flavors,
+    hypervisors,
+    quotas,
+    server_groups,
+    servers,
+    services,
+)
 
 
 def list_rules() -> list[policy.RuleDefault]:
@@ -18,4 +28,5 @@ def list_rules() -> list[policy.RuleDefault]:
         *base.list_rules(), *servers.list_rules(), *flavors.list_rules(),
         *aggregates.list_rules(), *services.list_rules(), *server_groups.list_rules(),
         *quotas.list_rules(),
+        *availability_zone.list_rules(), *hypervisors.list_rules(),
     ]  # fmt: skip
