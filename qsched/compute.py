@@ -38,6 +38,7 @@ from qsched.context import RequestContext
 from qsched.exception import FlavorNotFound
 from qsched.flavors import Constraints, Flavor, check_flavor
 from qsched.images import Image, ImageService, OpaqueImages
+from qsched.keypairs import KeypairAPI
 from qsched.ledger import Stores
 from qsched.ledger.backend import LedgerUnavailable
 from qsched.ledger.base import Instance, ServerGroup, State
@@ -157,6 +158,7 @@ class ComputeAPI:
         self.confirmations = Confirmations(stores)  # published boots leave the outbox
         self.abandoner = Abandoner(self.abandon)  # boots told 503 must never run
         self.groups = ServerGroups(stores, self.policy)
+        self.keypairs = KeypairAPI(stores, self.policy)
 
     # -- servers --
 

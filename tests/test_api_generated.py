@@ -43,6 +43,7 @@ from tests.raw import redis_store
 from tests.test_api import IMAGE
 from tests.test_api_input import ledger_dump
 from tests.test_compute import make_app
+from tests.test_keypairs import NOVA_KEY
 
 GENERATED = settings(
     max_examples=300,
@@ -83,12 +84,15 @@ ROUTES = [
     "/v2.1/os-aggregates/{aggregate}/action",
     "/v2.1/os-services",
     "/v2.1/os-services/{service}",
+    "/v2.1/os-keypairs",
+    "/v2.1/os-keypairs/{keypair}",
 ]
 LISTS = ("/v2.1/servers", "/v2.1/servers/detail")
 FLAVOR_IDS = ["m1.small", "large-id", "g1.gpu"]
 SPEC_KEYS = ["resources:CUSTOM_GPU", "trait:CUSTOM_FAST", "hw:cpu_policy", "resources:VCPU"]
 ZONE = "az1"
 HOSTS = ["cn1", "cn2"]  # registered compute services, for aggregates and os-services
+KEYPAIR_NAMES = ["k1", "a b", "-_-"]
 SERVICE_IDS = ["enable", "disable", "disable-log-reason", "force-down", "@service"]
 
 # -- text and JSON --
@@ -223,6 +227,18 @@ def service_requests() -> st.SearchStrategy[dict[str, Any]]:
             "status": st.sampled_from(["enabled", "disabled"]),
         },
     )
+
+
+def keypair_requests() -> st.SearchStrategy[dict[str, Any]]:
+    keypair = st.fixed_dictionaries(
+        {"name": st.sampled_from(KEYPAIR_NAMES)},
+        optional={
+            "public_key": st.sampled_from([NOVA_KEY, "ssh-rsa AAAA", ""]),
+            "type": st.sampled_from(["ssh", "x509"]),
+            "user_id": st.sampled_from(["alice", "bob", "fake"]),
+        },
+    )
+    return st.builds(lambda k: {"keypair": k}, keypair)
 
 
 def paths_in(document: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -362,6 +378,7 @@ ROUTE_BODIES = {
     "/v2.1/flavors/{flavor}/os-extra_specs": bodies_for(spec_requests()),
     "/v2.1/os-aggregates": bodies_for(aggregate_requests()),
     "/v2.1/os-aggregates/{aggregate}/action": bodies_for(aggregate_actions()),
+    "/v2.1/os-keypairs": bodies_for(keypair_requests()),
 }
 #: Routes that read a body on PUT (ROUTE_BODIES are POSTed).
 PUT_BODIES = {
@@ -381,6 +398,7 @@ url_texts = url_bytes.map(lambda raw: quote(raw, safe=""))
 
 
 QUERY_NAMES = ["limit"] * 4 + ["marker"] * 2 + ["status", "project_id", "tenant_id", "x"]
+QUERY_NAMES += ["user_id"]
 # Hypothesis leans towards the first of a list: the values that broke things come first.
 QUERY_VALUES = ["%C2%B2", "9" * 5000, "\xc2\xb2", "%D9%A3", "-1", "1.5", "", "2147483648",
                 "2147483647", "0", "1", "BUILD", "ACTIVE", "pa", "@server"]  # fmt: skip
@@ -437,6 +455,7 @@ def call(
         key=draw(st.sampled_from(SPEC_KEYS) | params),
         aggregate=draw(st.sampled_from(["@aggregate", "1", "0", "99"]) | params),
         service=draw(st.sampled_from(SERVICE_IDS) | params),
+        keypair=draw(st.sampled_from(KEYPAIR_NAMES) | params),
     )
     bodies = PUT_BODIES if method == "PUT" and route in PUT_BODIES else ROUTE_BODIES
     body = draw(bodies.get(route, OTHER_BODIES))
@@ -580,6 +599,9 @@ def check_listings(cloud: Cloud) -> None:
     for aggregate in cloud.get("/v2.1/os-aggregates")["aggregates"]:
         cloud.get(f"/v2.1/os-aggregates/{aggregate['id']}")
     cloud.get("/v2.1/os-services")
+    for token in ("alice:pa", "bob:pb"):
+        for keypair in cloud.get("/v2.1/os-keypairs", token)["keypairs"]:
+            cloud.get(f"/v2.1/os-keypairs/{quote(keypair['keypair']['name'], safe='')}", token)
 
 
 def check_every_flavor_boots(cloud: Cloud) -> None:

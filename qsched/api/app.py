@@ -31,6 +31,7 @@ from qsched import exception, janitor
 from qsched.api import API_VERSION, PREFIX, auth, base_url, keystone, microversion
 from qsched.api import aggregates as aggregate_handlers
 from qsched.api import flavors as flavor_handlers
+from qsched.api import keypairs as keypair_handlers
 from qsched.api import server_groups as group_handlers
 from qsched.api import servers as server_handlers
 from qsched.api import services as service_handlers
@@ -153,6 +154,8 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     app.add_route(f"{PREFIX}/os-services/{{service_id}}", service_handlers.ServiceItem(*args))
     app.add_route(f"{PREFIX}/os-server-groups", group_handlers.ServerGroups(*args))
     app.add_route(f"{PREFIX}/os-server-groups/{{group_id}}", group_handlers.ServerGroup(*args))
+    app.add_route(f"{PREFIX}/os-keypairs", keypair_handlers.Keypairs(*args))
+    app.add_route(f"{PREFIX}/os-keypairs/{{keypair_name}}", keypair_handlers.KeypairItem(*args))
 
 
 class RequestMiddleware:

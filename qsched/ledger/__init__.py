@@ -30,6 +30,7 @@ from qsched.ledger.flavors import RedisFlavors
 from qsched.ledger.groups import GroupLimits, RedisGroups
 from qsched.ledger.inspection import Inspector
 from qsched.ledger.instances import RedisInstances
+from qsched.ledger.keypairs import KeypairStore, RedisKeypairs
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
 from qsched.ledger.redis import Durability, RedisBackend, RedisStore, connect
@@ -50,6 +51,7 @@ class Stores:
     backend: Backend
     aggregates: AggregateStore
     groups: GroupStore
+    keypairs: KeypairStore
 
 
 def open_stores(
@@ -76,11 +78,15 @@ def open_stores(
     limits = quota or QuotaOptions.defaults()
     quotas = RedisQuota(store, Usage(limits.instances, limits.cores, limits.ram))
     groups = GroupLimits(limits.server_groups, limits.server_group_members)
-    return _redis_stores(store, RedisLedger(store, ratios), quotas, groups)
+    return _redis_stores(store, RedisLedger(store, ratios), quotas, groups, limits.key_pairs)
 
 
 def _redis_stores(
-    store: RedisStore, ledger: RedisLedger, quota: RedisQuota, groups: GroupLimits
+    store: RedisStore,
+    ledger: RedisLedger,
+    quota: RedisQuota,
+    groups: GroupLimits,
+    key_pairs: int = 100,
 ) -> Stores:
     return Stores(
         ledger,
@@ -92,4 +98,5 @@ def _redis_stores(
         RedisBackend(store),
         RedisAggregates(store),
         RedisGroups(store, groups),
+        RedisKeypairs(store, key_pairs),
     )
