@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import datetime
 import hashlib
 import re
@@ -34,6 +35,7 @@ from qsched.ledger import Stores
 from qsched.ledger.keypairs import SSH, X509, Keypair
 from qsched.policies import keypairs as keypairs_policy
 from qsched.policy import Policy
+from qsched.scheduling.records import ServerFields
 
 TYPES = (SSH, X509)
 #: Nova's keypair names (``keypair_name_special_chars``, up to 2.91)
@@ -44,6 +46,12 @@ _UPN_OID = x509.ObjectIdentifier("1.3.6.1.4.1.311.20.2.3")  # Microsoft's user p
 
 class MarkerNotFound(exception.Invalid):
     msg_fmt = "Marker {marker} could not be found."
+
+
+class InvalidKeyName(exception.Invalid):
+    """A boot's ``key_name`` is none of the caller's keypairs (Nova's 400)."""
+
+    msg_fmt = "Invalid key_name provided."
 
 
 class KeypairAPI:
@@ -102,6 +110,20 @@ class KeypairAPI:
         """
         owner = self._authorized(context, "show", user_id)
         return self._get(owner, name)
+
+    def for_boot(self, context: RequestContext, fields: ServerFields) -> ServerFields:
+        """``fields`` of a boot with the public key of its ``key_name`` (the caller's own
+        keypair, as Nova looks it up: no rule is asked).
+
+        :raises InvalidKeyName: the caller has no keypair of that name (400).
+        """
+        if fields.key_name is None:
+            return fields
+        try:
+            keypair = self._get(context.user_id, fields.key_name)
+        except exception.KeypairNotFound:
+            raise InvalidKeyName() from None
+        return dataclasses.replace(fields, key_data=keypair.public_key)
 
     def list(
         self,

@@ -93,6 +93,9 @@ SPEC_KEYS = ["resources:CUSTOM_GPU", "trait:CUSTOM_FAST", "hw:cpu_policy", "reso
 ZONE = "az1"
 HOSTS = ["cn1", "cn2"]  # registered compute services, for aggregates and os-services
 KEYPAIR_NAMES = ["k1", "a b", "-_-"]
+#: what ``openstack server create --image`` sends with imageRef
+OSC_IMAGE_BDM = {"uuid": IMAGE, "boot_index": 0, "source_type": "image",
+                 "destination_type": "local", "delete_on_termination": True}  # fmt: skip
 SERVICE_IDS = ["enable", "disable", "disable-log-reason", "force-down", "@service"]
 
 # -- text and JSON --
@@ -163,7 +166,16 @@ def server_requests() -> st.SearchStrategy[dict[str, Any]]:
             "availability_zone": st.just(ZONE),
             "metadata": st.dictionaries(metadata_keys, st.text(max_size=8), max_size=3),
             "min_count": st.just(1),
-            "networks": st.just("auto"),
+            "networks": st.just([]),
+            "key_name": st.sampled_from(KEYPAIR_NAMES),
+            "accessIPv4": st.just("1.2.3.4"),
+            "accessIPv6": st.just("80fe::"),
+            "OS-DCF:diskConfig": st.sampled_from(["AUTO", "MANUAL"]),
+            "adminPass": st.text(max_size=8),
+            "user_data": st.just("IyEvYmluL2Jhc2gK"),
+            "config_drive": st.booleans(),
+            "security_groups": st.just([{"name": "default"}]),
+            "block_device_mapping_v2": st.just([OSC_IMAGE_BDM]),
         },
     )
     return st.builds(lambda s: {"server": s}, server)
@@ -230,10 +242,13 @@ def service_requests() -> st.SearchStrategy[dict[str, Any]]:
 
 
 def keypair_requests() -> st.SearchStrategy[dict[str, Any]]:
+    # Imports mostly: generating an RSA key costs far more than any other call.
     keypair = st.fixed_dictionaries(
-        {"name": st.sampled_from(KEYPAIR_NAMES)},
+        {
+            "name": st.sampled_from(KEYPAIR_NAMES),
+            "public_key": st.sampled_from([NOVA_KEY] * 4 + ["ssh-rsa AAAA", ""]),
+        },
         optional={
-            "public_key": st.sampled_from([NOVA_KEY, "ssh-rsa AAAA", ""]),
             "type": st.sampled_from(["ssh", "x509"]),
             "user_id": st.sampled_from(["alice", "bob", "fake"]),
         },
