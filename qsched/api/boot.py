@@ -82,7 +82,7 @@ def parse(server: dict[str, Any], version: tuple[int, int], enable_password: boo
         config_drive=schemas.to_bool(server.get("config_drive", False)),
         networks=_networks(server.get("networks")),
     )
-    password = server.get("adminPass") or generate_password()
+    password = server["adminPass"] if "adminPass" in server else generate_password()
     return Boot(image_ref, fields, password if enable_password else None)
 
 

@@ -5,7 +5,12 @@ Validators are compiled once at import; :func:`validate` gives Nova's message
 subschema may carry ``x-message``: a plainer explanation used instead of the
 validator's own words. Two formats of our own check what a plain schema cannot
 (Nova checks them in code after its schema): ``int32`` bounds a number written as
-a string of digits, ``text255`` bounds a number by the length of its text.
+a string of digits, ``text255`` bounds a number by the length of its text; and
+``ipv4``, ``ipv6`` and ``base64`` are Nova's formats of the same names.
+
+Bodies that change by microversion are tuples of ``(first microversion,
+validator)``, latest first (:data:`SERVER_CREATE`, :data:`KEYPAIR_CREATE`,
+:data:`SERVER_GROUP_CREATE`).
 """
 
 from __future__ import annotations
