@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import json
 from typing import Any
+from urllib.parse import quote
 
 import falcon.testing
 import pytest
@@ -307,3 +309,27 @@ def test_nova_request_samples(client, sample: str, version: str) -> None:
     result = create(client, body, {"OpenStack-API-Version": f"compute {version}"}, user=ADMIN)
     assert result.status_code == (200 if version == "2.1" else 201), result.text
     assert result.json["keypair"]["user_id"] == ("fake" if "user_id" in body else "admin")
+
+
+@pytest.mark.parametrize("odd", ["\ud800", "a\x00b", "x" * 300, "é", "%", " "])
+def test_odd_text_anywhere_is_a_clear_4xx(client, odd: str) -> None:
+    """Odd names, users and markers get Nova's 400/404, never a 500 or a surrogate back."""
+    headers = {**USER, **V235, "OpenStack-API-Version": "compute 2.75"}
+    calls = [
+        client.simulate_get(f"/v2.1/os-keypairs/{quote(odd, errors='surrogatepass')}",
+                            headers=headers),
+        client.simulate_delete(f"/v2.1/os-keypairs/{quote(odd, errors='surrogatepass')}",
+                               headers=headers),
+        client.simulate_get("/v2.1/os-keypairs", headers=headers,
+                            query_string=f"marker={quote(odd, errors='surrogatepass')}"),
+        client.simulate_get("/v2.1/os-keypairs", headers={**ADMIN, **V275},
+                            query_string=f"user_id={quote(odd, errors='surrogatepass')}"),
+        client.simulate_get("/v2.1/os-keypairs", headers={**ADMIN, **V275},
+                            query_string=f"{quote(odd, errors='surrogatepass')}=1"),
+    ]  # fmt: skip
+    for result in calls:
+        assert result.status_code in (200, 400, 403, 404), result.text
+        if result.status_code >= 400:
+            message = json.loads(result.content.decode("utf-8"))  # strict UTF-8
+            text = json.dumps(message, ensure_ascii=False)
+            assert not any(0xD800 <= ord(c) <= 0xDFFF for c in text), text
