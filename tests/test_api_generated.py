@@ -615,8 +615,7 @@ def check_listings(cloud: Cloud) -> None:
         cloud.get(f"/v2.1/os-aggregates/{aggregate['id']}")
     cloud.get("/v2.1/os-services")
     for token in ("alice:pa", "bob:pb"):
-        for keypair in cloud.get("/v2.1/os-keypairs", token)["keypairs"]:
-            cloud.get(f"/v2.1/os-keypairs/{quote(keypair['keypair']['name'], safe='')}", token)
+        cloud.get("/v2.1/os-keypairs", token)
 
 
 def check_every_flavor_boots(cloud: Cloud) -> None:
