@@ -223,7 +223,7 @@ def _server_create(version: tuple[int, int]) -> dict[str, Any]:
         fields["description"] = description
     if version == (2, 32) or version >= (2, 42):
         bdm["tag"] = tag
-    if version >= (2, 32):
+    if (2, 32) <= version < (2, 37) or version >= (2, 42):  # 2.37's networks had none
         network["tag"] = tag
     if version >= (2, 37):
         required.append("networks")
