@@ -38,6 +38,7 @@ from qsched.context import RequestContext
 from qsched.exception import FlavorNotFound
 from qsched.flavors import Constraints, Flavor, check_flavor
 from qsched.images import Image, ImageService, OpaqueImages
+from qsched.keypairs import KeypairAPI
 from qsched.ledger import Stores
 from qsched.ledger.backend import LedgerUnavailable
 from qsched.ledger.base import Instance, ServerGroup, State
@@ -49,7 +50,7 @@ from qsched.policy import Policy
 from qsched.quotas import QuotaAPI
 from qsched.resources import check_uuid
 from qsched.scheduling.classes import SchedulingClass
-from qsched.scheduling.records import details, record_for
+from qsched.scheduling.records import ServerFields, details, record_for
 from qsched.server_groups import ServerGroups
 
 LOG = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class _Asked:
     min_count: int
     max_count: int
     reservation_id: str
+    server: ServerFields
 
 
 def reservation_id() -> str:
@@ -159,6 +161,7 @@ class ComputeAPI:
         self.abandoner = Abandoner(self.abandon)  # boots told 503 must never run
         self.groups = ServerGroups(stores, self.policy)
         self.quotas = QuotaAPI(stores, self.policy)  # limit_for: what other checks enforce
+        self.keypairs = KeypairAPI(stores, self.policy)
 
     # -- servers --
 
@@ -188,6 +191,7 @@ class ComputeAPI:
         group: str | None = None,
         min_count: int = 1,
         max_count: int = 1,
+        server: ServerFields | None = None,
     ) -> Reservation:
         """Accept servers: quota reserved, recorded BUILD, boot requests published.
 
@@ -200,6 +204,10 @@ class ComputeAPI:
         ``<name>-<n>`` when there are several; they are placed all or none (their
         spawns wait until every one holds its claim; one nobody places by its
         deadline ends them all in ERROR NoValidHost, claims released).
+
+        ``server``: what the create asks of the servers themselves (kept in their
+        records); its ``key_name`` must be one of the caller's keypairs, whose public key
+        the records keep for the agent.
 
         :raises FlavorRefNotFound: no such flavor (400).
         :raises AvailabilityZoneNotAvailable: no agent registered the zone (400);
@@ -214,6 +222,7 @@ class ComputeAPI:
             a group at its member limit.
         :raises GroupRefNotFound: a group the caller may not see (400), before anything
             is held.
+        :raises InvalidKeyName: ``key_name`` is none of the caller's keypairs (400).
         :raises BackendUnavailable: the ledger is unreachable (503).
         :raises BusUnavailable: the broker did not confirm (503); every instance
             is then ended DELETED and its quota returned. Any other failure
@@ -232,8 +241,9 @@ class ComputeAPI:
             availability_zone=availability_zone or None, required_traits=image.required_traits
         )
         server_group = self.groups.for_boot(context, group) if group is not None else None
+        fields = self.keypairs.for_boot(context, server or ServerFields())
         asked = _Asked(name, flavor_id, constraints, image, metadata, server_group,
-                       min_count, max_count, reservation_id())  # fmt: skip
+                       min_count, max_count, reservation_id(), fields)  # fmt: skip
         uuids = [str(uuidlib.uuid4()) for _ in range(max_count)]
         try:
             made, route = self._create(context, uuids, asked)
@@ -283,7 +293,7 @@ class ComputeAPI:
             records = [
                 record_for(request, f"{asked.name}-{n}" if several else asked.name,
                            asked.image.id, asked.metadata, asked.reservation_id,
-                           requested_zone=route.requested_zone)
+                           requested_zone=route.requested_zone, server=asked.server)
                 for n, request in enumerate(requests, start=1)
             ]  # fmt: skip
             scheduling_class = SchedulingClass(flavor, route.constraints)

@@ -209,6 +209,24 @@ class GroupMemberLimitExceeded(QuotaExceeded):
     msg_fmt = "Quota exceeded, too many servers in group"
 
 
+class KeypairLimitExceeded(QuotaExceeded):
+    """The user holds ``[quota] key_pairs`` keypairs already (Nova's words)."""
+
+    msg_fmt = "Quota exceeded, too many key pairs."
+
+
+class KeypairExists(Conflict):
+    msg_fmt = "Key pair '{key_name}' already exists."
+
+
+class KeypairNotFound(NotFound):
+    msg_fmt = "Keypair {name} not found for user {user_id}"
+
+
+class InvalidKeypair(Invalid):
+    msg_fmt = "Keypair data is invalid: {reason}"
+
+
 class GroupPolicyRefused(Conflict):
     """A claim on ``host`` would break the policy of the instance's server group.
 

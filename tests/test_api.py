@@ -99,8 +99,9 @@ class TestBoot:
         assert stores.quota.get_usage("pa") == Usage(1, 1, 2048)
 
     def test_novaclient_defaults_are_accepted(self, client, bus) -> None:
+        v237 = {**USER, "OpenStack-API-Version": "compute 2.37"}
         result = post_server(
-            client, min_count=1, max_count="1", networks="auto", flavorRef="large-id"
+            client, v237, min_count=1, max_count="1", networks="auto", flavorRef="large-id"
         )
         assert result.status_code == 202 and bus.boots[0].flavor["name"] == "m1.large"
 
@@ -180,7 +181,8 @@ BAD_SERVER_BODIES = [
     (json.dumps(server_body(max_count=0)).encode(), 400),
     (json.dumps(server_body(min_count=2, max_count=1)).encode(), 400),
     (json.dumps(server_body(return_reservation_id="maybe")).encode(), 400),
-    (json.dumps(server_body(block_device_mapping_v2=[])).encode(), 400),
+    (json.dumps(server_body(block_device_mapping_v2=[{"source_type": "volume"}])).encode(), 400),
+    (json.dumps(server_body(networks="auto")).encode(), 400),  # a string from 2.37
     (json.dumps({**server_body(), "extra": 1}).encode(), 400),
     (json.dumps(HUGE).encode(), 413),
     (b" " * (64 * 1024 + 1), 413),

@@ -46,6 +46,7 @@ from tests.raw import redis_store
 from tests.test_api import IMAGE
 from tests.test_api_input import ledger_dump
 from tests.test_compute import make_app
+from tests.test_keypairs import NOVA_KEY
 
 GENERATED = settings(
     max_examples=300,
@@ -99,12 +100,18 @@ ROUTES = [
     "/v2.1/os-hypervisors/{hypervisor}",
     "/v2.1/os-hypervisors/{hypervisor}/search",
     "/v2.1/os-hypervisors/{hypervisor}/servers",
+    "/v2.1/os-keypairs",
+    "/v2.1/os-keypairs/{keypair}",
 ]
 LISTS = ("/v2.1/servers", "/v2.1/servers/detail")
 FLAVOR_IDS = ["m1.small", "large-id", "g1.gpu"]
 SPEC_KEYS = ["resources:CUSTOM_GPU", "trait:CUSTOM_FAST", "hw:cpu_policy", "resources:VCPU"]
 ZONE = "az1"
 HOSTS = ["cn1", "cn2"]  # registered compute services, for aggregates and os-services
+KEYPAIR_NAMES = ["k1", "a b", "-_-"]
+#: what ``openstack server create --image`` sends with imageRef
+OSC_IMAGE_BDM = {"uuid": IMAGE, "boot_index": 0, "source_type": "image",
+                 "destination_type": "local", "delete_on_termination": True}  # fmt: skip
 SERVICE_IDS = ["enable", "disable", "disable-log-reason", "force-down", "@service"]
 
 # -- text and JSON --
@@ -175,7 +182,16 @@ def server_requests() -> st.SearchStrategy[dict[str, Any]]:
             "availability_zone": st.just(ZONE),
             "metadata": st.dictionaries(metadata_keys, st.text(max_size=8), max_size=3),
             "min_count": st.just(1),
-            "networks": st.just("auto"),
+            "networks": st.just([]),
+            "key_name": st.sampled_from(KEYPAIR_NAMES),
+            "accessIPv4": st.just("1.2.3.4"),
+            "accessIPv6": st.just("80fe::"),
+            "OS-DCF:diskConfig": st.sampled_from(["AUTO", "MANUAL"]),
+            "adminPass": st.text(max_size=8),
+            "user_data": st.just("IyEvYmluL2Jhc2gK"),
+            "config_drive": st.booleans(),
+            "security_groups": st.just([{"name": "default"}]),
+            "block_device_mapping_v2": st.just([OSC_IMAGE_BDM]),
         },
     )
     return st.builds(lambda s: {"server": s}, server)
@@ -259,6 +275,21 @@ def quota_requests() -> st.SearchStrategy[dict[str, Any]]:
 def quota_class_requests() -> st.SearchStrategy[dict[str, Any]]:
     quota_set = st.dictionaries(st.sampled_from(QUOTA_NAMES), quota_values, max_size=4)
     return st.builds(lambda q: {"quota_class_set": q}, quota_set)
+
+
+def keypair_requests() -> st.SearchStrategy[dict[str, Any]]:
+    # Imports mostly: generating an RSA key costs far more than any other call.
+    keypair = st.fixed_dictionaries(
+        {
+            "name": st.sampled_from(KEYPAIR_NAMES),
+            "public_key": st.sampled_from([NOVA_KEY] * 4 + ["ssh-rsa AAAA", ""]),
+        },
+        optional={
+            "type": st.sampled_from(["ssh", "x509"]),
+            "user_id": st.sampled_from(["alice", "bob", "fake"]),
+        },
+    )
+    return st.builds(lambda k: {"keypair": k}, keypair)
 
 
 def paths_in(document: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -398,6 +429,7 @@ ROUTE_BODIES = {
     "/v2.1/flavors/{flavor}/os-extra_specs": bodies_for(spec_requests()),
     "/v2.1/os-aggregates": bodies_for(aggregate_requests()),
     "/v2.1/os-aggregates/{aggregate}/action": bodies_for(aggregate_actions()),
+    "/v2.1/os-keypairs": bodies_for(keypair_requests()),
 }
 #: Routes that read a body on PUT (ROUTE_BODIES are POSTed).
 PUT_BODIES = {
@@ -485,6 +517,7 @@ def call(
         project=draw(st.sampled_from(PROJECTS) | params),
         quota_class=draw(st.sampled_from(["default", "gold"]) | params),
         hypervisor=draw(st.sampled_from(["@hypervisor", "1", "0", *HOSTS, "cn"]) | params),
+        keypair=draw(st.sampled_from(KEYPAIR_NAMES) | params),
     )
     bodies = PUT_BODIES if method == "PUT" and route in PUT_BODIES else ROUTE_BODIES
     body = draw(bodies.get(route, OTHER_BODIES))
@@ -638,6 +671,8 @@ def check_listings(cloud: Cloud) -> None:
         cloud.get(f"/v2.1/os-quota-sets/{project}/detail", token)
     cloud.get("/v2.1/os-hypervisors/detail")
     cloud.get("/v2.1/os-availability-zone/detail")
+    for token in ("alice:pa", "bob:pb"):
+        cloud.get("/v2.1/os-keypairs", token)
 
 
 def check_every_flavor_boots(cloud: Cloud) -> None:

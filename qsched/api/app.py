@@ -33,6 +33,7 @@ from qsched.api import aggregates as aggregate_handlers
 from qsched.api import availability_zones as zone_handlers
 from qsched.api import flavors as flavor_handlers
 from qsched.api import hypervisors as hypervisor_handlers
+from qsched.api import keypairs as keypair_handlers
 from qsched.api import quotas as quota_handlers
 from qsched.api import server_groups as group_handlers
 from qsched.api import servers as server_handlers
@@ -179,6 +180,8 @@ def _add_view_routes(app: falcon.App, args: tuple[ComputeAPI, str | None, int]) 
     app.add_route(item, hypervisor_handlers.HypervisorItem(*args))
     app.add_route(f"{item}/search", hypervisor_handlers.HypervisorSearch(*args))
     app.add_route(f"{item}/servers", hypervisor_handlers.HypervisorServers(*args))
+    app.add_route(f"{PREFIX}/os-keypairs", keypair_handlers.Keypairs(*args))
+    app.add_route(f"{PREFIX}/os-keypairs/{{keypair_name}}", keypair_handlers.KeypairItem(*args))
 
 
 class RequestMiddleware:

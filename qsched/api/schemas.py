@@ -5,11 +5,19 @@ Validators are compiled once at import; :func:`validate` gives Nova's message
 subschema may carry ``x-message``: a plainer explanation used instead of the
 validator's own words. Two formats of our own check what a plain schema cannot
 (Nova checks them in code after its schema): ``int32`` bounds a number written as
-a string of digits, ``text255`` bounds a number by the length of its text.
+a string of digits, ``text255`` bounds a number by the length of its text; and
+``ipv4``, ``ipv6`` and ``base64`` are Nova's formats of the same names.
+
+Bodies that change by microversion are tuples of ``(first microversion,
+validator)``, latest first (:data:`SERVER_CREATE`, :data:`KEYPAIR_CREATE`,
+:data:`SERVER_GROUP_CREATE`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import ipaddress
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +40,37 @@ def _int32(value: object) -> bool:
     """A string of digits (the pattern checks that) stands for a number <= MAX_INT."""
     if isinstance(value, str) and value.isascii() and value.isdigit():
         return int(value) <= MAX_INT
+    return True
+
+
+@_FORMATS.checks("ipv4")
+def _ipv4(value: object) -> bool:
+    return not isinstance(value, str) or _is_address(value, ipaddress.IPv4Address)
+
+
+@_FORMATS.checks("ipv6")
+def _ipv6(value: object) -> bool:
+    return not isinstance(value, str) or _is_address(value, ipaddress.IPv6Address)
+
+
+def _is_address(value: str, kind: type[ipaddress.IPv4Address | ipaddress.IPv6Address]) -> bool:
+    try:
+        kind(value)
+    except ValueError:
+        return False
+    return True
+
+
+@_FORMATS.checks("base64")
+def _base64(value: object) -> bool:
+    """Base64 as Nova reads it (``base64.decodebytes``: characters outside the alphabet,
+    such as spaces and line breaks, are skipped; the padding must be right)."""
+    if not isinstance(value, str):
+        return True
+    try:
+        base64.decodebytes(value.encode("utf-8"))
+    except (binascii.Error, UnicodeError):
+        return False
     return True
 
 
@@ -96,45 +135,140 @@ TRUE = (True, "True", "TRUE", "true", "1", "ON", "On", "on", "YES", "Yes", "yes"
 FALSE = (False, "False", "FALSE", "false", "0", "OFF", "Off", "off", "NO", "No", "no")
 boolean = {"enum": [*TRUE, *FALSE], "x-message": "must be a boolean (true or false)"}
 
-_loose_string = {"type": "string", "maxLength": 255}
-
-server_create = {
-    "type": "object",
-    "properties": {
-        "server": {
-            "type": "object",
-            "properties": {
-                "name": name,
-                "flavorRef": flavor_ref,
-                "imageRef": image_ref,
-                "availability_zone": name,
-                "metadata": metadata,
-                "min_count": _server_count,
-                "max_count": _server_count,
-                # Accepted for client compatibility and ignored (no network, key or
-                # config drive service behind qsched).
-                "networks": {"type": ["string", "array"], "maxItems": 64},
-                "key_name": _loose_string,
-                "security_groups": {"type": "array", "maxItems": 64},
-                "user_data": {"type": "string", "maxLength": 65535},
-                "config_drive": {"type": ["boolean", "string"]},
-                "OS-DCF:diskConfig": {"enum": ["AUTO", "MANUAL"]},
-                "accessIPv4": _loose_string,
-                "accessIPv6": _loose_string,
-                "adminPass": _loose_string,
-                "description": {"type": ["string", "null"], "maxLength": 255},
-                "tags": {"type": "array", "maxItems": 50, "items": _loose_string},
-                "return_reservation_id": boolean,
-            },
-            "required": ["name", "flavorRef", "imageRef"],
-            "additionalProperties": False,
-        },
-        "os:scheduler_hints": {"type": "object", "maxProperties": 64},
-        "OS-SCH-HNT:scheduler_hints": {"type": "object", "maxProperties": 64},
-    },
-    "required": ["server"],
-    "additionalProperties": False,
+#: Nova's ``description`` (2.19): printable text (whitespace too), up to 255, or null
+description = {
+    "type": ["string", "null"],
+    "maxLength": 255,
+    "pattern": r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$",
+    "x-message": "must be at most 255 printable characters, or null",
 }
+#: Nova's ``tag`` (instance tags, 2.52; device tags, 2.32 and 2.42)
+tag = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 60,
+    "pattern": "^[^,/]*$",
+    "x-message": "must be 1 to 60 characters without '/' or ','",
+}
+_ip_address = {"type": "string", "anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]}
+
+#: the legacy block device mapping (Nova's ``_legacy_block_device_mapping``)
+_legacy_bdm: dict[str, Any] = {
+    "virtual_name": {"type": "string", "maxLength": 255},
+    "volume_id": uuid_like,
+    "snapshot_id": uuid_like,
+    "volume_size": {"type": ["integer", "string"], "pattern": "^[0-9]+$", "minimum": 1,
+                    "maximum": MAX_INT, "format": "int32"},
+    "device_name": {"type": "string", "minLength": 1, "maxLength": 255,
+                    "pattern": "^[a-zA-Z0-9._/-]*$"},
+    "delete_on_termination": boolean,
+    "no_device": {},
+    "connection_info": {"type": "string", "maxLength": 16777215},
+}  # fmt: skip
+_bdm_v2: dict[str, Any] = {
+    **_legacy_bdm,
+    "source_type": {"type": "string", "enum": ["volume", "image", "snapshot", "blank"]},
+    "uuid": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[a-zA-Z0-9._-]*$"},
+    "image_id": uuid_like,
+    "destination_type": {"type": "string", "enum": ["local", "volume"]},
+    "guest_format": {"type": "string", "maxLength": 255},
+    "device_type": {"type": "string", "maxLength": 255},
+    "disk_bus": {"type": "string", "maxLength": 255},
+    "boot_index": {"type": ["integer", "string", "null"], "pattern": "^-?[0-9]+$"},
+}
+
+
+def _items(properties: dict[str, Any]) -> dict[str, Any]:
+    item = {"type": "object", "properties": properties, "additionalProperties": False}
+    return {"type": "array", "items": item}
+
+
+_network_items: dict[str, Any] = {
+    "fixed_ip": _ip_address,
+    "port": {"type": ["string", "null"], "pattern": uuid_like["pattern"]},
+    "uuid": {"type": "string"},
+}
+_server_fields: dict[str, Any] = {
+    "name": name,
+    "flavorRef": flavor_ref,
+    "imageRef": image_ref,
+    "adminPass": {"type": "string"},
+    "availability_zone": name,
+    "metadata": metadata,
+    "min_count": _server_count,
+    "max_count": _server_count,
+    "OS-DCF:diskConfig": {"type": "string", "enum": ["AUTO", "MANUAL"],
+                          "x-message": "must be 'AUTO' or 'MANUAL'"},
+    "accessIPv4": {"type": "string", "format": "ipv4", "x-message": "must be an IPv4 address"},
+    "accessIPv6": {"type": "string", "format": "ipv6", "x-message": "must be an IPv6 address"},
+    "personality": _items({"path": {"type": "string"},
+                           "contents": {"type": "string", "format": "base64",
+                                        "x-message": "must be base64 text"}}),
+    "block_device_mapping": _items(_legacy_bdm),
+    "config_drive": boolean,
+    "key_name": name,
+    "return_reservation_id": boolean,
+    "security_groups": _items({"name": name}),
+    "user_data": {"type": "string", "format": "base64", "maxLength": 65535,
+                  "x-message": "must be base64 text of at most 65535 characters"},
+}  # fmt: skip
+
+
+def _server_create(version: tuple[int, int]) -> dict[str, Any]:
+    """Nova's server create body at ``version`` (its schemas ``create`` to ``create_v274``)."""
+    fields = dict(_server_fields)
+    bdm, network = dict(_bdm_v2), dict(_network_items)
+    required = ["name", "flavorRef"]
+    if version >= (2, 19):
+        fields["description"] = description
+    if version == (2, 32) or version >= (2, 42):
+        bdm["tag"] = tag
+    if (2, 32) <= version < (2, 37) or version >= (2, 42):  # 2.37's networks had none
+        network["tag"] = tag
+    if version >= (2, 37):
+        required.append("networks")
+        network["uuid"] = uuid_like
+        fields["networks"] = {
+            "oneOf": [_items(network), {"type": "string", "enum": ["none", "auto"]}],
+            "x-message": "must be 'none', 'auto' or a list of networks",
+        }
+    else:
+        fields["networks"] = _items(network)
+    if version >= (2, 52):
+        fields["tags"] = {"type": "array", "items": tag, "maxItems": 50}
+    if version >= (2, 57):
+        del fields["personality"]
+    if version >= (2, 63):
+        fields["trusted_image_certificates"] = {
+            "type": ["array", "null"], "minItems": 1, "maxItems": 50, "uniqueItems": True,
+            "items": {"type": "string", "minLength": 1, "maxLength": 255},
+        }  # fmt: skip
+    if version >= (2, 67):
+        bdm["volume_type"] = {"type": ["string", "null"], "minLength": 0, "maxLength": 255}
+    if version >= (2, 74):
+        fields["host"] = fqdn
+        fields["hypervisor_hostname"] = fqdn
+    fields["block_device_mapping_v2"] = _items(bdm)
+    return {
+        "type": "object",
+        "properties": {
+            "server": {
+                "type": "object",
+                "properties": fields,
+                "required": required,
+                "additionalProperties": False,
+            },
+            "os:scheduler_hints": {"type": "object", "maxProperties": 64},
+            "OS-SCH-HNT:scheduler_hints": {"type": "object", "maxProperties": 64},
+        },
+        "required": ["server"],
+        "additionalProperties": False,
+    }
+
+
+#: the microversions at which Nova's server create body changes
+SERVER_CREATE_VERSIONS = ((2, 74), (2, 67), (2, 63), (2, 57), (2, 52), (2, 42), (2, 37),
+                          (2, 33), (2, 32), (2, 19), (2, 1))  # fmt: skip
 
 _count = {
     "type": ["integer", "string"],
@@ -377,6 +511,40 @@ group_hint = {
 }
 
 
+# -- os-keypairs (Nova's schemas/keypairs.py): 2.1, 2.2 (type), 2.10 (user_id) --
+
+keypair_name = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 255,
+    "pattern": r"^[_\-a-zA-Z0-9](?:[_\- a-zA-Z0-9]*[_\-a-zA-Z0-9])?$",
+    "x-message": "must be 1 to 255 of letters, digits, spaces, '_' and '-', without leading "
+    "or trailing spaces",
+}
+
+
+def _keypair_create(since: tuple[int, int]) -> dict[str, Any]:
+    props: dict[str, Any] = {"name": keypair_name, "public_key": {"type": "string"}}
+    if since >= (2, 2):
+        props["type"] = {"type": "string", "enum": ["ssh", "x509"],
+                         "x-message": "must be 'ssh' or 'x509'"}  # fmt: skip
+    if since >= (2, 10):
+        props["user_id"] = {"type": "string", "minLength": 1, "maxLength": 255}
+    return {
+        "type": "object",
+        "properties": {
+            "keypair": {
+                "type": "object",
+                "properties": props,
+                "required": ["name"],
+                "additionalProperties": False,
+            }
+        },
+        "required": ["keypair"],
+        "additionalProperties": False,
+    }
+
+
 # -- os-quota-sets (Nova's schemas/quota_sets.py) --
 
 _quota = {
@@ -413,7 +581,8 @@ def _compile(schema: dict[str, Any]) -> Validator:
     return cls(schema, format_checker=_FORMATS)
 
 
-SERVER_CREATE = _compile(server_create)
+#: (first microversion, validator) of the server create body, latest first
+SERVER_CREATE = tuple((since, _compile(_server_create(since))) for since in SERVER_CREATE_VERSIONS)
 FLAVOR_CREATE = _compile(flavor_create)
 EXTRA_SPECS_SET = _compile(extra_specs_set)
 AGGREGATE_CREATE = _compile(aggregate_create)
@@ -433,6 +602,11 @@ SERVER_GROUP_CREATE = (
     ((2, 1), _compile(_group_create(_HARD_POLICIES))),
 )
 GROUP_HINT = _compile(group_hint)
+UUID_LIKE = _compile(uuid_like)
+#: (first microversion, validator) of the keypair create body, latest first
+KEYPAIR_CREATE = tuple(
+    (since, _compile(_keypair_create(since))) for since in ((2, 10), (2, 2), (2, 1))
+)
 #: (first microversion, validator) of the quota set update body, latest first
 QUOTA_SET_UPDATE = (
     ((2, 57), _compile(_quota_update((*_NETWORK_QUOTAS, *_FILE_QUOTAS)))),

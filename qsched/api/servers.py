@@ -11,16 +11,18 @@ import falcon
 from qsched.api import (
     PREFIX,
     Handler,
+    boot,
     context_of,
     iso8601,
     links,
+    microversion,
     read_json,
     schemas,
     usage_time,
 )
 from qsched.context import RequestContext
 from qsched.ledger.base import Instance, State
-from qsched.scheduling.records import details
+from qsched.scheduling.records import ServerFields, details
 
 _VM_STATES = {
     State.BUILD: "building",
@@ -60,19 +62,23 @@ class Servers(_Handler):
         self.next_link(req, resp, found, filters, "/servers")
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = schemas.validate(schemas.SERVER_CREATE, read_json(req, self.max_body))
-        server = body["server"]
+        version = microversion.current(req)
+        validator = next(v for since, v in schemas.SERVER_CREATE if version >= since)
+        body = schemas.validate(validator, read_json(req, self.max_body))
+        server, group = body["server"], group_hint(body)
+        asked = boot.parse(server, version, self.compute.api.enable_instance_password)
         min_count = int(server.get("min_count", 1))  # Nova's defaults: max is min
         found = self.compute.boot_many(
             context_of(req),
             name=server["name"],
             flavor_ref=server["flavorRef"],
-            image_ref=server["imageRef"],
+            image_ref=asked.image_ref,
             availability_zone=server.get("availability_zone"),
             metadata=server.get("metadata"),
-            group=group_hint(body),
+            group=group,
             min_count=min_count,
             max_count=int(server.get("max_count", min_count)),
+            server=asked.fields,
         )
         if server.get("return_reservation_id", False) in schemas.TRUE:
             resp.status = falcon.HTTP_202
@@ -82,14 +88,15 @@ class Servers(_Handler):
         server_links = links(self.base(req), "servers", instance.uuid)
         resp.status = falcon.HTTP_202
         resp.location = server_links[0]["href"]
-        resp.media = {
-            "server": {
-                "id": instance.uuid,
-                "links": server_links,
-                "OS-DCF:diskConfig": "MANUAL",
-                "security_groups": [{"name": "default"}],
-            }
+        created: dict[str, Any] = {
+            "id": instance.uuid,
+            "links": server_links,
+            "OS-DCF:diskConfig": asked.fields.disk_config,
+            "security_groups": [{"name": "default"}],
         }
+        if asked.admin_pass is not None:  # returned once: no record keeps it
+            created["adminPass"] = asked.admin_pass
+        resp.media = {"server": created}
 
 
 class ServersDetail(_Handler):
@@ -100,7 +107,8 @@ class ServersDetail(_Handler):
         filters = list_filters(req)
         found = self.compute.list(context, detail=True, **filters)
         base, hosts = self.base(req), self.compute.shows_host(context)
-        resp.media = {"servers": [detail(i, context, base, hosts) for i in found]}
+        version = microversion.current(req)
+        resp.media = {"servers": [detail(i, context, base, hosts, version) for i in found]}
         self.next_link(req, resp, found, filters, "/servers/detail")
 
 
@@ -111,7 +119,8 @@ class Server(_Handler):
         context = context_of(req)
         instance = self.compute.get(context, server_id)
         hosts = self.compute.shows_host(context)
-        resp.media = {"server": detail(instance, context, self.base(req), hosts)}
+        version = microversion.current(req)
+        resp.media = {"server": detail(instance, context, self.base(req), hosts, version)}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
         self.compute.delete(context_of(req), server_id)
@@ -175,10 +184,14 @@ def brief(instance: Instance, base: str) -> dict[str, Any]:
 
 
 def detail(
-    instance: Instance, context: RequestContext, base: str, show_host: bool = False
+    instance: Instance,
+    context: RequestContext,
+    base: str,
+    show_host: bool = False,
+    version: microversion.Version = microversion.BASE,
 ) -> dict[str, Any]:
-    """A server as Nova 2.1 shows it; where it runs if ``show_host`` (the extended server
-    attributes rule allows it), fault details for admins only."""
+    """A server as Nova shows it at ``version``; where it runs if ``show_host`` (the
+    extended server attributes rule allows it), fault details for admins only."""
     boot = details(instance)
     flavor_id = str(instance.flavor.get("id") or instance.flavor.get("name"))
     image_ref = boot.image_ref
@@ -219,7 +232,28 @@ def detail(
         view["OS-EXT-SRV-ATTR:instance_name"] = f"instance-{instance.uuid}"
     if instance.state == State.ERROR and instance.fault:
         view["fault"] = _fault(instance.fault, context.is_admin)
+    view.update(_asked_fields(boot.server, version, show_host))
     return view
+
+
+def _asked_fields(
+    fields: ServerFields, version: microversion.Version, show_host: bool
+) -> dict[str, Any]:
+    """What the create asked of the server, each from the microversion that shows it."""
+    shown: dict[str, Any] = {
+        "accessIPv4": fields.access_ipv4,
+        "accessIPv6": fields.access_ipv6,
+        "key_name": fields.key_name,
+        "OS-DCF:diskConfig": fields.disk_config,
+        "config_drive": "True" if fields.config_drive else "",  # Nova's text
+    }
+    if version >= (2, 19):
+        shown["description"] = fields.description
+    if version >= (2, 26):
+        shown["tags"] = list(fields.tags)
+    if show_host and version >= (2, 3):
+        shown["OS-EXT-SRV-ATTR:user_data"] = fields.user_data
+    return shown
 
 
 def _fault(fault: Any, is_admin: bool) -> dict[str, Any]:

@@ -79,6 +79,13 @@ api_opts = [
         min=1,
         help="Most items one list call returns, whatever ?limit= asks (Nova's max_limit).",
     ),
+    cfg.BoolOpt(
+        "enable_instance_password",
+        default=True,
+        help="Return the admin password of a new server in the create response (Nova's "
+        "option): the one the request gave, or one generated. It is never stored; "
+        "qsched's fake driver sets no password in a guest.",
+    ),
     cfg.MultiStrOpt(
         "flavor",
         default=[],
@@ -113,5 +120,6 @@ class APIOptions(Section):
     allow_noauth2_on_public_address: bool
     max_request_body_bytes: int
     max_limit: int
+    enable_instance_password: bool
     flavor: tuple[str, ...]
     flavor_extra_spec: tuple[str, ...]

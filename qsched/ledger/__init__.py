@@ -31,6 +31,7 @@ from qsched.ledger.flavors import RedisFlavors
 from qsched.ledger.groups import GroupLimits, RedisGroups
 from qsched.ledger.inspection import Inspector
 from qsched.ledger.instances import RedisInstances
+from qsched.ledger.keypairs import KeypairStore, RedisKeypairs
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
 from qsched.ledger.redis import Durability, RedisBackend, RedisStore, connect
@@ -51,6 +52,7 @@ class Stores:
     backend: Backend
     aggregates: AggregateStore
     groups: GroupStore
+    keypairs: KeypairStore
 
 
 def open_stores(
@@ -78,11 +80,15 @@ def open_stores(
     others = {name: getattr(limits, name) for name in QUOTA_LIMITS[3:]}
     quotas = RedisQuota(store, Usage(limits.instances, limits.cores, limits.ram), others)
     groups = GroupLimits(limits.server_groups, limits.server_group_members)
-    return _redis_stores(store, RedisLedger(store, ratios), quotas, groups)
+    return _redis_stores(store, RedisLedger(store, ratios), quotas, groups, limits.key_pairs)
 
 
 def _redis_stores(
-    store: RedisStore, ledger: RedisLedger, quota: RedisQuota, groups: GroupLimits
+    store: RedisStore,
+    ledger: RedisLedger,
+    quota: RedisQuota,
+    groups: GroupLimits,
+    key_pairs: int = 100,
 ) -> Stores:
     return Stores(
         ledger,
@@ -94,4 +100,5 @@ def _redis_stores(
         RedisBackend(store),
         RedisAggregates(store),
         RedisGroups(store, groups),
+        RedisKeypairs(store, key_pairs),
     )

@@ -199,6 +199,14 @@ class Keyspace:
     def groups(self) -> str:
         return f"{self.prefix}groups"
 
+    # keypairs
+    def user_keypairs(self, user_id: str) -> str:
+        return f"{self.prefix}user:{user_id}:keypairs"
+
+    @property
+    def keypair_seq(self) -> str:
+        return f"{self.prefix}keypair-seq"
+
     # batches (multi-create)
     def batch(self, reservation_id: str) -> str:
         return f"{self.prefix}batch:{reservation_id}"

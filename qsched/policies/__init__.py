@@ -15,6 +15,7 @@ from qsched.policies import (
     base,
     flavors,
     hypervisors,
+    keypairs,
     quotas,
     server_groups,
     servers,
@@ -29,4 +30,5 @@ def list_rules() -> list[policy.RuleDefault]:
         *aggregates.list_rules(), *services.list_rules(), *server_groups.list_rules(),
         *quotas.list_rules(),
         *availability_zone.list_rules(), *hypervisors.list_rules(),
+        *keypairs.list_rules(),
     ]  # fmt: skip

@@ -23,7 +23,10 @@ group                  ``group`` (the claim script reads it there)
 everything else        ``extra``, as :class:`BootDetails` (request_id, global_request_id,
                        scheduling_class, max_attempts, the constraints, group_policy),
                        with what only the API shows (image_ref, metadata, the
-                       reservation id, the zone asked for)
+                       reservation id, the zone asked for) and, as
+                       :class:`ServerFields` under ``server``, what the create asked of
+                       the server itself (key, access addresses, disk config,
+                       description, tags, user data, config drive, networks)
 =====================  ================================================================
 
 Nothing else reads ``Instance.extra`` by key: :func:`details` is the one reader.
@@ -43,6 +46,41 @@ from qsched.message import BootRequest, constraint_fields
 
 
 @dataclasses.dataclass(frozen=True)
+class ServerFields:
+    """What a create asked of the server beyond where it runs: shown by the API, kept for
+    the agent (``key_data``: the public key of ``key_name``, to inject).
+
+    ``networks``: as asked (``auto``, ``none``; ``""`` an empty list; None: not given);
+    qsched has no networking, so nothing is attached either way. ``user_data``: the
+    base64 text as given. The admin password is never kept.
+    """
+
+    key_name: str | None = None
+    key_data: str | None = None
+    access_ipv4: str = ""
+    access_ipv6: str = ""
+    disk_config: str = "MANUAL"
+    description: str | None = None
+    tags: tuple[str, ...] = ()
+    user_data: str | None = None
+    config_drive: bool = False
+    networks: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able; :meth:`from_dict` reads it back."""
+        return {**dataclasses.asdict(self), "tags": list(self.tags)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ServerFields:
+        """Read :meth:`to_dict` back; keys a record made before a field existed default."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        fields = {k: v for k, v in raw.items() if k in known}
+        if "tags" in fields:
+            fields["tags"] = tuple(fields["tags"] or ())
+        return cls(**fields)
+
+
+@dataclasses.dataclass(frozen=True)
 class BootDetails:
     """What a record keeps of its boot request beyond the ledger's own fields."""
 
@@ -57,6 +95,7 @@ class BootDetails:
     reservation_id: str = ""  # Nova's id of the create that made it (a multi-create's)
     #: The zone the boot asked for, when it routes by the zone's aggregates instead.
     requested_zone: str | None = None
+    server: ServerFields = dataclasses.field(default_factory=ServerFields)
 
     @property
     def availability_zone(self) -> str | None:
@@ -76,6 +115,7 @@ class BootDetails:
             "requested_zone": self.requested_zone,
             "group_policy": self.group_policy,
             "reservation_id": self.reservation_id,
+            "server": self.server.to_dict(),
         }
 
     @classmethod
@@ -95,6 +135,7 @@ class BootDetails:
             str(extra.get("image_ref") or ""), dict(extra.get("metadata") or {}),
             extra.get("global_request_id") or None, extra.get("group_policy") or None,
             str(extra.get("reservation_id") or ""), extra.get("requested_zone") or None,
+            ServerFields.from_dict(extra.get("server") or {}),
         )  # fmt: skip
 
 
@@ -113,16 +154,18 @@ def record_for(
     metadata: Mapping[str, str] | None = None,
     reservation_id: str = "",
     requested_zone: str | None = None,
+    server: ServerFields | None = None,
 ) -> Instance:
     """The BUILD record of a boot request, as the front door creates it.
 
     ``reservation_id``: its create's (Nova's ``r-...``); ``requested_zone``: the zone
-    the boot asked for, when its constraints route it by the zone's aggregates instead.
+    the boot asked for, when its constraints route it by the zone's aggregates instead;
+    ``server``: what the create asked of the server itself.
     """
     boot = BootDetails(
         request.request_id, request.scheduling_class, request.max_attempts,
         request.constraints(), image_ref, dict(metadata or {}), request.global_request_id,
-        request.group_policy, reservation_id, requested_zone,
+        request.group_policy, reservation_id, requested_zone, server or ServerFields(),
     )  # fmt: skip
     return Instance(
         request.instance_uuid, request.project_id, request.user_id, name, request.flavor,
