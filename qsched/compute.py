@@ -681,9 +681,12 @@ class ComputeAPI:
         changed or deleted since it was kept here costs one more read, never a
         server booted with what the flavor was. The grants of a private flavor are
         part of that form: a project whose grant was removed is refused on the
-        fresh read, as a project never granted it is at once (Nova's 400).
+        fresh read, as a project never granted it is (Nova's 400); a flavor kept
+        from before a grant is read again for the project granted it.
         """
         found = None if fresh else self._flavor_cache.get(flavor_id)
+        if found is not None and not self._sees(context, found[0]):
+            found = None  # a grant may be newer than what was kept: one more read
         if found is None:
             try:
                 found = self.flavors.get_stored(flavor_id)
