@@ -88,12 +88,12 @@ class Flavor:
     @property
     def class_key(self) -> str:
         """The flavor's part of a scheduling class name: the name itself when a queue
-        name may hold it, else a stable form that may (``_<letters>.<hash>``; a plain
-        name never starts with ``_``, so the two cannot meet)."""
+        name may hold it, else a stable form that may: ``f<letters>.<sha256 of the
+        name>``, longer than any name used as it is, so the two cannot meet."""
         if _QUEUE_SAFE.match(self.name):
             return self.name
-        digest = hashlib.sha256(self.name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-        return f"_{_UNSAFE.sub('_', self.name)[:48]}.{digest}"
+        digest = hashlib.sha256(self.name.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"f{_UNSAFE.sub('_', self.name)[:60]}.{digest}"
 
     def visible_to(self, project_id: str | None) -> bool:
         """Whether a project that is no admin sees the flavor: public, or granted it."""
