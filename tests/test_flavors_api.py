@@ -143,6 +143,8 @@ class TestFlavorAccess:
         assert private not in default and "m1.small" in default
         only = ids(client.simulate_get("/v2.1/flavors?is_public=false", headers=ADMIN))
         assert only == [private]
+        assert ids(client.simulate_get("/v2.1/flavors?is_public=No", headers=ADMIN)) == only
+        assert private in ids(client.simulate_get("/v2.1/flavors?is_public=NONE", headers=ADMIN))
         bad = client.simulate_get("/v2.1/flavors?is_public=maybe", headers=ADMIN)
         assert fault(bad, 400, "badRequest") == "Invalid is_public filter [maybe]"
         # a member lists public flavors whatever it asks, as in Nova

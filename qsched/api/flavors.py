@@ -22,6 +22,9 @@ _QUERY_KEYS = frozenset(
     {"limit", "marker", "is_public", "minRam", "minDisk", "sort_key", "sort_dir"}
 )
 _SORT_DIRS = ("asc", "desc")
+# oslo.utils' bool_from_string, strict, as Nova reads ``is_public`` (any case)
+_TRUE_WORDS = frozenset({"1", "t", "true", "on", "y", "yes"})
+_FALSE_WORDS = frozenset({"0", "f", "false", "off", "n", "no"})
 
 
 class _FlavorHandler(Handler):
@@ -243,11 +246,12 @@ def _is_public(value: str | None) -> bool | None:
     """Nova's ``is_public`` filter: absent is True, ``none`` is every flavor."""
     if value is None:
         return True
-    if value.lower() == "none":
+    word = value.strip().lower()
+    if word == "none":
         return None
-    if value in schemas.TRUE or value.lower() in ("t", "y"):
+    if word in _TRUE_WORDS:
         return True
-    if value in schemas.FALSE or value.lower() in ("f", "n"):
+    if word in _FALSE_WORDS:
         return False
     raise exception.Invalid(message=f"Invalid is_public filter [{value}]")
 
