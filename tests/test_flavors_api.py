@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import pathlib
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from qsched.bus.base import Names
-from qsched.flavors import request_groups
+from qsched.flavors import Flavor, request_groups
 from tests.test_api import ADMIN, IMAGE, OTHER, USER, app, bus, client, fault
 
 __all__ = ["app", "bus", "client"]
@@ -463,3 +464,19 @@ def test_grants_keep_classes_and_specs_drop_them(client, stores) -> None:
     path = "/v2.1/flavors/p1/os-extra_specs/hw:cpu_policy"
     assert client.simulate_put(path, json=spec, headers=ADMIN).status_code == 200
     assert "p1" not in stores.agents.classes()
+
+
+def test_configured_flavors_keep_the_grants_and_description(client, stores) -> None:
+    body = {"addTenantAccess": {"tenant": "pa"}}
+    path = "/v2.1/flavors/m1.small"
+    granted = client.simulate_post(f"{path}/action", json=body, headers=version("2.6", **ADMIN))
+    assert granted.status_code == 200
+    described = {"flavor": {"description": "d"}}
+    assert client.simulate_put(path, json=described, headers=version("2.55", **ADMIN)).json
+    configured = Flavor("m1.small", 1, 2048, 20, "m1.small")  # as [api] flavor has it
+    assert stores.flavors.put(configured) is False
+    kept = stores.flavors.get("m1.small")
+    assert kept.projects == {"pa"} and kept.description == "d"
+    assert stores.flavors.put(dataclasses.replace(configured, ram_mb=4096)) is True
+    changed = stores.flavors.get("m1.small")
+    assert changed.ram_mb == 4096 and changed.projects == {"pa"} and changed.description == "d"
