@@ -610,12 +610,11 @@ def check_listings(cloud: Cloud) -> None:
         if flavor_id != "none":
             cloud.get(f"/v2.1/flavors/{quote(flavor_id, safe='')}")
             cloud.get(f"/v2.1/flavors/{quote(flavor_id, safe='')}/os-extra_specs")
-    for token in ("alice:pa", "bob:pb"):  # what a member lists, at every view's version
-        for version in ("2.1", "2.55", "2.61", "2.75"):
-            headers = {"X-Auth-Token": token, "OpenStack-API-Version": f"compute {version}"}
-            result = cloud.client.simulate_get("/v2.1/flavors/detail", headers=headers)
-            assert result.status_code == 200, (token, version, result.text[:500])
-            decodable(result)
+    for token, version in (("alice:pa", "2.75"), ("bob:pb", "2.1")):  # a member's views
+        headers = {"X-Auth-Token": token, "OpenStack-API-Version": f"compute {version}"}
+        result = cloud.client.simulate_get("/v2.1/flavors/detail", headers=headers)
+        assert result.status_code == 200, (token, version, result.text[:500])
+        decodable(result)
     for aggregate in cloud.get("/v2.1/os-aggregates")["aggregates"]:
         cloud.get(f"/v2.1/os-aggregates/{aggregate['id']}")
     cloud.get("/v2.1/os-services")
