@@ -610,11 +610,11 @@ def check_listings(cloud: Cloud) -> None:
         if flavor_id != "none":
             cloud.get(f"/v2.1/flavors/{quote(flavor_id, safe='')}")
             cloud.get(f"/v2.1/flavors/{quote(flavor_id, safe='')}/os-extra_specs")
-    for token, version in (("alice:pa", "2.75"), ("bob:pb", "2.1")):  # a member's views
-        headers = {"X-Auth-Token": token, "OpenStack-API-Version": f"compute {version}"}
-        result = cloud.client.simulate_get("/v2.1/flavors/detail", headers=headers)
-        assert result.status_code == 200, (token, version, result.text[:500])
-        decodable(result)
+    # a member's flavor views at their newest (description, extra specs, swap 0)
+    headers = {"X-Auth-Token": "alice:pa", "OpenStack-API-Version": "compute 2.75"}
+    result = cloud.client.simulate_get("/v2.1/flavors/detail", headers=headers)
+    assert result.status_code == 200, result.text[:500]
+    decodable(result)
     for aggregate in cloud.get("/v2.1/os-aggregates")["aggregates"]:
         cloud.get(f"/v2.1/os-aggregates/{aggregate['id']}")
     cloud.get("/v2.1/os-services")
@@ -656,6 +656,7 @@ def run(ledger_url: str, bus: KombuBus, sequence: list[dict[str, Any]]) -> None:
     check_every_flavor_boots(cloud)
 
 
+@pytest.mark.timeout(300)  # 300 examples; on a loaded machine they took over the default 120 s
 @GENERATED
 @given(st.lists(body_calls(), min_size=1, max_size=3))
 def test_bodies(ledger_url: str, bus: KombuBus, sequence: list[dict[str, Any]]) -> None:
