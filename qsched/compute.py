@@ -36,7 +36,17 @@ from qsched.bus.base import BusUnavailable
 from qsched.conf import APIOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.exception import FlavorNotFound
-from qsched.flavors import Constraints, Flavor, check_flavor
+from qsched.flavors import (
+    Constraints,
+    Flavor,
+    FlavorQuery,
+    NoAccessListForPublic,
+    check_flavor,
+    check_flavor_id,
+    grant,
+    revoke,
+    select,
+)
 from qsched.images import Image, ImageService, OpaqueImages
 from qsched.keypairs import KeypairAPI
 from qsched.ledger import Stores
@@ -283,7 +293,7 @@ class ComputeAPI:
         """Reserve quota and record the instances; their boot requests, not published yet,
         and where the aggregates route them."""
         for fresh in (False, True):
-            flavor, stored = self._boot_flavor(asked.flavor_id, fresh)
+            flavor, stored = self._boot_flavor(context, asked.flavor_id, fresh)
             asked.image.check_fits(flavor)
             route = self.aggregates.route(context.project_id, asked.constraints, flavor)
             requests = [
@@ -462,9 +472,16 @@ class ComputeAPI:
 
     # -- flavors --
 
-    def get_flavor(self, flavor_id: str) -> Flavor:
-        """:raises FlavorNotFound:"""
-        return self.flavors.get(flavor_id)
+    def get_flavor(self, flavor_id: str, context: RequestContext | None = None) -> Flavor:
+        """A flavor; with ``context``, only one the caller may see (public, granted to
+        its project, or any for an admin), as Nova shows flavors.
+
+        :raises FlavorNotFound:
+        """
+        flavor = self.flavors.get(flavor_id)
+        if context is not None and not self._sees(context, flavor):
+            raise FlavorNotFound(flavor=flavor_id)
+        return flavor
 
     def flavor_extra_specs(self, context: RequestContext, flavor_id: str) -> Mapping[str, str]:
         """A flavor's extra specs (``os-flavor-extra-specs:index``: readers and admins).
@@ -472,7 +489,7 @@ class ComputeAPI:
         :raises Forbidden, FlavorNotFound:
         """
         self.policy.authorize(context, flavors_policy.SPECS_INDEX)
-        return self.flavors.get(flavor_id).extra_specs
+        return self.get_flavor(flavor_id, context).extra_specs
 
     def flavor_extra_spec(self, context: RequestContext, flavor_id: str, key: str) -> str:
         """One extra spec (``os-flavor-extra-specs:show``: readers and admins).
@@ -480,14 +497,89 @@ class ComputeAPI:
         :raises Forbidden, FlavorNotFound, FlavorExtraSpecNotFound:
         """
         self.policy.authorize(context, flavors_policy.SPECS_SHOW)
-        specs = self.flavors.get(flavor_id).extra_specs
+        specs = self.get_flavor(flavor_id, context).extra_specs
         if key not in specs:
             raise FlavorExtraSpecNotFound(flavor=flavor_id, key=key)
         return specs[key]
 
-    def list_flavors(self) -> builtins.list[Flavor]:
-        """Every flavor, sorted by id."""
-        return self.flavors.list()
+    def list_flavors(
+        self, context: RequestContext | None = None, query: FlavorQuery | None = None
+    ) -> builtins.list[Flavor]:
+        """Every flavor sorted by id; with ``context``, the page of those the caller may
+        list that ``query`` asks for (:func:`qsched.flavors.select`).
+
+        :raises Invalid, MarkerNotFound: a bad query.
+        """
+        catalog = self.flavors.list()
+        if context is None:
+            return catalog
+        query = query or FlavorQuery()
+        query = dataclasses.replace(query, limit=self.page_size(query.limit))
+        return select(catalog, query, context.project_id, self.policy.is_admin(context))
+
+    def show_extra_specs_in_views(self, context: RequestContext) -> bool:
+        """Whether flavor views carry extra specs (2.61+): ``os-flavor-extra-specs:index``."""
+        return self.policy.allows(context, flavors_policy.SPECS_INDEX)
+
+    def update_flavor(
+        self, context: RequestContext, flavor_id: str, description: str | None
+    ) -> Flavor:
+        """``os-flavor-manage:update`` (admin by default): set the description (2.55+).
+
+        :raises Forbidden, FlavorNotFound, Invalid:
+        """
+        self.policy.authorize(context, flavors_policy.MANAGE_UPDATE)
+        return self.flavors.update(
+            flavor_id, lambda f: dataclasses.replace(f, description=description)
+        )
+
+    def flavor_access(self, context: RequestContext, flavor_id: str) -> Flavor:
+        """``os-flavor-access`` (admin by default): a private flavor, to list its grants.
+
+        :raises Forbidden, FlavorNotFound, NoAccessListForPublic:
+        """
+        self.policy.authorize(context, flavors_policy.ACCESS)
+        flavor = self.get_flavor(flavor_id, context)
+        if flavor.is_public:
+            raise NoAccessListForPublic()
+        return flavor
+
+    def add_flavor_access(
+        self, context: RequestContext, flavor_id: str, project_id: str, refuse_public: bool
+    ) -> Flavor:
+        """``os-flavor-access:add_tenant_access`` (admin by default): grant a project a
+        private flavor; a public one is refused if ``refuse_public`` (2.7+).
+
+        :raises Forbidden, FlavorNotFound, PublicFlavorAccess, FlavorAccessExists:
+        """
+        self.policy.authorize(context, flavors_policy.ACCESS_ADD, {})
+        return self.flavors.update(flavor_id, lambda f: grant(f, project_id, refuse_public))
+
+    def remove_flavor_access(
+        self, context: RequestContext, flavor_id: str, project_id: str
+    ) -> Flavor:
+        """``os-flavor-access:remove_tenant_access`` (admin by default). A server booting
+        meanwhile with the flavor kept in memory is refused: the grants are part of the
+        stored form that the create script checks.
+
+        :raises Forbidden, FlavorNotFound, FlavorAccessNotFound:
+        """
+        self.policy.authorize(context, flavors_policy.ACCESS_REMOVE, {})
+        return self.flavors.update(flavor_id, lambda f: revoke(f, project_id))
+
+    def set_flavor_extra_spec(
+        self, context: RequestContext, flavor_id: str, key: str, value: str
+    ) -> Flavor:
+        """``os-flavor-extra-specs:update`` (admin by default): add or change one spec,
+        checked with the others.
+
+        :raises Forbidden, FlavorNotFound, Invalid:
+        """
+        self.policy.authorize(context, flavors_policy.SPECS_UPDATE, {})
+        return self.flavors.update(
+            flavor_id,
+            lambda f: dataclasses.replace(f, extra_specs={**f.extra_specs, key: value}),
+        )
 
     def create_flavor(self, context: RequestContext, flavor: Flavor) -> Flavor:
         """``os-flavor-manage:create`` (admin by default). A flavor without an id gets a
@@ -592,14 +684,21 @@ class ComputeAPI:
         elif not self.aggregates.has_zone(zone):
             raise AvailabilityZoneNotAvailable(zone=zone)
 
-    def _boot_flavor(self, flavor_id: str, fresh: bool) -> tuple[Flavor, str]:
-        """A flavor and its stored form, from memory unless ``fresh``.
+    def _boot_flavor(
+        self, context: RequestContext, flavor_id: str, fresh: bool
+    ) -> tuple[Flavor, str]:
+        """A flavor the caller may boot and its stored form, from memory unless ``fresh``.
 
         The create script checks the stored form against the catalog, so a flavor
         changed or deleted since it was kept here costs one more read, never a
-        server booted with what the flavor was.
+        server booted with what the flavor was. The grants of a private flavor are
+        part of that form: a project whose grant was removed is refused on the
+        fresh read, as a project never granted it is (Nova's 400); a flavor kept
+        from before a grant is read again for the project granted it.
         """
         found = None if fresh else self._flavor_cache.get(flavor_id)
+        if found is not None and not self._sees(context, found[0]):
+            found = None  # a grant may be newer than what was kept: one more read
         if found is None:
             try:
                 found = self.flavors.get_stored(flavor_id)
@@ -608,7 +707,13 @@ class ComputeAPI:
             if len(self._flavor_cache) >= _CACHE_SIZE:
                 self._flavor_cache.clear()
             self._flavor_cache[flavor_id] = found
+        if not self._sees(context, found[0]):
+            raise FlavorRefNotFound(flavor=flavor_id)
         return found
+
+    def _sees(self, context: RequestContext, flavor: Flavor) -> bool:
+        """Public, granted to the caller's project, or the caller is an admin (O(1))."""
+        return flavor.visible_to(context.project_id) or self.policy.is_admin(context)
 
     def _class(self, name: str, scheduling_class: SchedulingClass) -> tuple[str, Mapping[str, Any]]:
         """The class's name (the request's, hashed once) and definition, which the create
@@ -682,6 +787,7 @@ def _config_flavor(line: str, specs: Mapping[str, Mapping[str, str]]) -> Flavor:
     flavor_id = fields[4] if len(fields) > 4 and fields[4] else name
     flavor = Flavor(name, vcpus, ram_mb, disk_gb, flavor_id, dict(specs.get(name, {})))
     try:
+        check_flavor_id(flavor_id)
         return check_flavor(flavor)
     except exception.Invalid as exc:
         raise exception.Invalid(reason=f"[api] flavor {line!r}: {exc}") from None

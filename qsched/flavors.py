@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from qsched import exception
@@ -31,7 +31,16 @@ from qsched.resources import DISK_GB, MEMORY_MB, VCPU, check_resource_class, che
 
 _RESOURCES = re.compile(r"^resources(\d*):(.+)$")
 _TRAIT = re.compile(r"^trait(\d*):(.+)$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: A flavor name that serves as its scheduling class (a queue name) as it is.
+_QUEUE_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: Nova's flavor names: 1-255 printable characters, no whitespace at either end.
+_NAME = re.compile(r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]{0,253}[^\s\x00-\x1f\x7f])?$")
+#: Nova's flavor ids, as the create schema has them
+_ID = re.compile(r"^(?! )[a-zA-Z0-9. _-]{1,255}(?<! )$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+MAX_INT = 2**31 - 1  # Nova's db_const.MAX_INT: the largest size it stores
+MAX_RXTX_FACTOR = 3.40282e38  # Nova's SQL_SP_FLOAT_MAX
+MAX_DESCRIPTION = 65535
 #: Granular groups whose providers must share a subtree (Placement's same_subtree).
 SAME_SUBTREE = "same_subtree"
 #: Flavor extra specs matched against host aggregate metadata (qsched.aggregates).
@@ -51,6 +60,14 @@ class RequestGroup:
 
 @dataclasses.dataclass(frozen=True)
 class Flavor:
+    """A flavor as the catalog keeps it.
+
+    ``swap_mb`` and ``ephemeral_gb`` count into the DISK_GB a boot asks for, as
+    Nova's placement request counts them. ``rxtx_factor`` and ``description`` are
+    shown, not acted on. ``projects`` are those granted a private flavor
+    (os-flavor-access); the catalog keeps them, boot messages do not carry them.
+    """
+
     name: str
     vcpus: int
     ram_mb: int
@@ -58,13 +75,33 @@ class Flavor:
     id: str = ""
     extra_specs: Mapping[str, str] = dataclasses.field(default_factory=dict)
     is_public: bool = True
+    swap_mb: int = 0
+    ephemeral_gb: int = 0
+    rxtx_factor: float = 1.0
+    description: str | None = None
+    projects: frozenset[str] = frozenset()
 
     @property
     def flavor_id(self) -> str:
         return self.id or self.name
 
+    @property
+    def class_key(self) -> str:
+        """The flavor's part of a scheduling class name: the name itself when a queue
+        name may hold it, else a stable form that may: ``f<letters>.<sha256 of the
+        name>``, longer than any name used as it is, so the two cannot meet."""
+        if _QUEUE_SAFE.match(self.name):
+            return self.name
+        digest = hashlib.sha256(self.name.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"f{_UNSAFE.sub('_', self.name)[:60]}.{digest}"
+
+    def visible_to(self, project_id: str | None) -> bool:
+        """Whether a project that is no admin sees the flavor: public, or granted it."""
+        return self.is_public or project_id in self.projects
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """What a boot request and a scheduling class carry of the flavor."""
+        data: dict[str, Any] = {
             "name": self.name,
             "id": self.flavor_id,
             "vcpus": self.vcpus,
@@ -72,9 +109,19 @@ class Flavor:
             "disk_gb": self.disk_gb,
             "extra_specs": dict(self.extra_specs),
         }
+        # Only when set, so that the forms of flavors without them stay as they were.
+        if self.swap_mb:
+            data["swap_mb"] = self.swap_mb
+        if self.ephemeral_gb:
+            data["ephemeral_gb"] = self.ephemeral_gb
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Flavor:
+        """Read :meth:`to_dict` back, checked.
+
+        :raises Invalid: the flavor does not pass :func:`check_flavor`.
+        """
         return check_flavor(
             cls(
                 name=data["name"],
@@ -83,22 +130,60 @@ class Flavor:
                 ram_mb=data["ram_mb"],
                 disk_gb=data.get("disk_gb", 0),
                 extra_specs=dict(data.get("extra_specs") or {}),
+                swap_mb=data.get("swap_mb", 0),
+                ephemeral_gb=data.get("ephemeral_gb", 0),
             )
         )
+
+    @property
+    def disk_request_gb(self) -> int:
+        """The DISK_GB a boot asks for: root, ephemeral and swap (rounded up to whole
+        GiB), as Nova's placement request adds them up."""
+        return self.disk_gb + self.ephemeral_gb + -(-self.swap_mb // 1024)
 
 
 def check_flavor(flavor: Flavor) -> Flavor:
     """Validate names, sizes and extra specs; return the flavor or raise Invalid."""
     if not isinstance(flavor.name, str) or not _NAME.match(flavor.name):
         raise exception.Invalid(
-            reason=f"flavor name {flavor.name!r} must be 1-64 of letters, digits, '.', '_', '-'"
+            reason=f"flavor name {flavor.name!r} must be 1 to 255 printable characters "
+            "without leading or trailing whitespace"
         )
-    for field, low in (("vcpus", 1), ("ram_mb", 1), ("disk_gb", 0)):
+    sizes = (("vcpus", 1), ("ram_mb", 1), ("disk_gb", 0), ("swap_mb", 0), ("ephemeral_gb", 0))
+    for field, low in sizes:
         value = getattr(flavor, field)
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise exception.Invalid(reason=f"flavor {field} must be an integer >= {low}")
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_INT:
+            raise exception.Invalid(
+                reason=f"flavor {field} must be an integer from {low} to {MAX_INT}"
+            )
+    factor = flavor.rxtx_factor
+    if (
+        isinstance(factor, bool)
+        or not isinstance(factor, int | float)
+        or not (0 < factor <= MAX_RXTX_FACTOR)
+    ):
+        raise exception.Invalid(
+            reason=f"'rxtx_factor' argument must be a float between 0 and {MAX_RXTX_FACTOR:g}"
+        )
+    description = flavor.description
+    if description is not None and (
+        not isinstance(description, str) or len(description) > MAX_DESCRIPTION
+    ):
+        raise exception.Invalid(
+            reason=f"flavor description must be text of at most {MAX_DESCRIPTION} characters"
+        )
     request_groups(flavor)
     return flavor
+
+
+def check_flavor_id(flavor_id: str) -> str:
+    """Return a flavor id of Nova's form (as a client may write it), or raise Invalid."""
+    if not _ID.match(flavor_id):
+        raise exception.Invalid(
+            reason=f"flavor id {flavor_id!r} must be 1 to 255 of letters, digits, spaces, "
+            "'.', '_', '-', without a space at either end"
+        )
+    return flavor_id
 
 
 def request_groups(flavor: Flavor) -> tuple[RequestGroup, ...]:
@@ -107,8 +192,8 @@ def request_groups(flavor: Flavor) -> tuple[RequestGroup, ...]:
     :raises Invalid: a malformed resources or trait spec, or an unknown class or trait.
     """
     resources: dict[str, dict[str, int]] = {"": {VCPU: flavor.vcpus, MEMORY_MB: flavor.ram_mb}}
-    if flavor.disk_gb:
-        resources[""][DISK_GB] = flavor.disk_gb
+    if flavor.disk_request_gb:
+        resources[""][DISK_GB] = flavor.disk_request_gb
     required: dict[str, set[str]] = {}
     forbidden: dict[str, set[str]] = {}
     for key, value in sorted(flavor.extra_specs.items()):
@@ -281,3 +366,134 @@ def _names(field: str, value: Any) -> frozenset[str]:
     if isinstance(items, str | bytes) or not all(isinstance(i, str) for i in items):
         raise exception.Invalid(reason=f"{field} {value!r} is not a list of names")
     return frozenset(items)
+
+
+#: Nova's flavor list sort keys and how qsched reads each; ``vcpu_weight`` is None for
+#: every qsched flavor (it keeps none), ``disabled`` False (flavors are never disabled).
+SORT_KEYS: Mapping[str, Any] = {
+    "flavorid": lambda f: f.flavor_id,
+    "name": lambda f: f.name,
+    "memory_mb": lambda f: f.ram_mb,
+    "vcpus": lambda f: f.vcpus,
+    "root_gb": lambda f: f.disk_gb,
+    "ephemeral_gb": lambda f: f.ephemeral_gb,
+    "swap": lambda f: f.swap_mb,
+    "rxtx_factor": lambda f: f.rxtx_factor,
+    "is_public": lambda f: f.is_public,
+    "description": lambda f: (f.description is not None, f.description or ""),
+    "disabled": lambda f: False,
+    "vcpu_weight": lambda f: 0,
+}
+#: Nova's sort keys for what qsched does not record: refused rather than ignored.
+UNRECORDED_SORT_KEYS = frozenset({"created_at", "updated_at", "id"})
+
+
+@dataclasses.dataclass(frozen=True)
+class FlavorQuery:
+    """A flavor listing as Nova's ``GET /flavors`` asks for it.
+
+    ``is_public``: True for public flavors and the private ones the caller's project
+    is granted, False for private ones only, None for all (the last two for admins);
+    ``min_ram_mb``/``min_disk_gb``: at least that much; sorted by ``sort_key`` (one of
+    :data:`SORT_KEYS`; the flavor id breaks ties) in ``sort_dir``; at most ``limit``
+    flavors after the one whose id is ``marker``.
+    """
+
+    is_public: bool | None = True
+    min_ram_mb: int | None = None
+    min_disk_gb: int | None = None
+    sort_key: str = "flavorid"
+    sort_dir: str = "asc"
+    limit: int | None = None
+    marker: str | None = None
+
+
+def select(
+    catalog: Sequence[Flavor], query: FlavorQuery, project_id: str | None, admin: bool
+) -> list[Flavor]:
+    """The page of ``catalog`` that ``query`` asks for, as the caller may see it
+    (O(flavors): the catalog is small and not per host).
+
+    A caller that is no admin lists public flavors and the private ones granted to
+    its project, whatever ``query.is_public`` says (as Nova).
+
+    :raises Invalid: an unknown sort key or direction.
+    :raises MarkerNotFound: ``marker`` is no flavor the caller may see.
+    """
+    order = SORT_KEYS.get(query.sort_key)
+    if order is None or query.sort_dir not in ("asc", "desc"):
+        raise exception.Invalid(reason=f"cannot sort flavors by {query.sort_key} {query.sort_dir}")
+    public = query.is_public if admin else True
+    chosen = [f for f in catalog if _listed(f, public, project_id) and _big_enough(f, query)]
+    found = sorted(chosen, key=lambda f: (order(f), f.flavor_id), reverse=query.sort_dir == "desc")
+    if query.marker is not None:
+        seen = {f.flavor_id: f for f in catalog if admin or f.visible_to(project_id)}
+        marker = seen.get(query.marker)
+        if marker is None:
+            raise MarkerNotFound(marker=query.marker)
+        here = (order(marker), marker.flavor_id)
+        after = (lambda k: k < here) if query.sort_dir == "desc" else (lambda k: k > here)
+        found = [f for f in found if after((order(f), f.flavor_id))]
+    return found if query.limit is None else found[: query.limit]
+
+
+class MarkerNotFound(exception.Invalid):
+    """A list marker that names no flavor the caller sees (400, Nova's words)."""
+
+    msg_fmt = "marker [{marker}] not found"
+
+
+def _listed(flavor: Flavor, public: bool | None, project_id: str | None) -> bool:
+    if public is None:
+        return True
+    if public:
+        return flavor.visible_to(project_id)
+    return not flavor.is_public
+
+
+def _big_enough(flavor: Flavor, query: FlavorQuery) -> bool:
+    return (query.min_ram_mb is None or flavor.ram_mb >= query.min_ram_mb) and (
+        query.min_disk_gb is None or flavor.disk_gb >= query.min_disk_gb
+    )
+
+
+class FlavorAccessExists(exception.Conflict):
+    msg_fmt = "Flavor access already exists for flavor {flavor} and project {project} combination."
+
+
+class FlavorAccessNotFound(exception.NotFound):
+    msg_fmt = "Flavor access not found for {flavor} / {project} combination."
+
+
+class PublicFlavorAccess(exception.Conflict):
+    """Granting a public flavor (409 from 2.7; before, Nova adds the grant, which changes
+    nothing while the flavor stays public)."""
+
+    msg_fmt = "Can not add access to a public flavor."
+
+
+class NoAccessListForPublic(exception.NotFound):
+    msg_fmt = "Access list not available for public flavors."
+
+
+def grant(flavor: Flavor, project_id: str, refuse_public: bool) -> Flavor:
+    """``flavor`` with ``project_id`` granted.
+
+    :raises PublicFlavorAccess: the flavor is public and ``refuse_public``.
+    :raises FlavorAccessExists: the project holds it already.
+    """
+    if refuse_public and flavor.is_public:
+        raise PublicFlavorAccess()
+    if project_id in flavor.projects:
+        raise FlavorAccessExists(flavor=flavor.flavor_id, project=project_id)
+    return dataclasses.replace(flavor, projects=flavor.projects | {project_id})
+
+
+def revoke(flavor: Flavor, project_id: str) -> Flavor:
+    """``flavor`` without the grant of ``project_id``.
+
+    :raises FlavorAccessNotFound: the project holds none.
+    """
+    if project_id not in flavor.projects:
+        raise FlavorAccessNotFound(flavor=flavor.flavor_id, project=project_id)
+    return dataclasses.replace(flavor, projects=flavor.projects - {project_id})

@@ -264,7 +264,7 @@ class BootRequest(_Message):
             project_id=project_id,
             user_id=user_id,
             flavor=flavor.to_dict(),
-            scheduling_class=class_name(flavor.name, constraints),
+            scheduling_class=class_name(flavor.class_key, constraints),
             deadline=now + timeout_s,
             published_at=now,
             max_attempts=max_attempts,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
+from qsched.compute import FlavorRefNotFound
 from qsched.conf import AgentOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
@@ -158,3 +161,17 @@ def test_redelivery_does_not_place_twice(conf, stores, bus, api, agents) -> None
     consumers = [stores.ledger.get_allocations(inst)]
     assert len(consumers[0].allocations) == 1
     assert audit(stores).ok
+
+
+def test_a_private_flavor_with_a_nova_name_reaches_active(conf, stores, bus, api, agents) -> None:
+    """A name with spaces and non-ASCII routes under its queue-safe class key; only the
+    granted project boots it."""
+    flavor = Flavor("klein und fein", 1, 512, 0, "kuf", is_public=False, projects=frozenset({"p1"}))
+    api.flavors.create(flavor)
+    agents.append(make_agent(conf, stores, bus, "cn0"))
+    uuid = api.boot(USER, "vm", "kuf").uuid
+    assert wait_until(lambda: settled(stores, [uuid]), timeout_s=20)
+    assert stores.instances.get(uuid).state == State.ACTIVE
+    other = RequestContext.for_project("u2", "p2")
+    with pytest.raises(FlavorRefNotFound):
+        api.boot(other, "vm", "kuf")

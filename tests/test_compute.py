@@ -488,7 +488,7 @@ class TestConfigParsing:
             (["m1:one:2048"], [], "name:vcpus:ram_mb"),
             (["m1:1:2:3:4:5"], [], "name:vcpus:ram_mb"),
             (["m1:0:2048"], [], "vcpus"),
-            (["bad name:1:2"], [], "flavor name"),
+            (["bad/name:1:2"], [], "flavor id"),
             (["m1:1:2"], ["m1:trait:CUSTOM_X"], "<key>=<value>"),
             (["m1:1:2"], ["m2:trait:CUSTOM_X=required"], "unconfigured"),
             (["m1:1:2"], ["m1:trait:CUSTOM_X=sometimes"], "required or forbidden"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qsched import exception
+from qsched.bus.base import check_class
 from qsched.flavors import Flavor, check_flavor, request_groups
 from qsched.resources import check_resource_class, check_trait, check_uuid
 
@@ -58,11 +59,18 @@ def test_bad_extra_specs(specs) -> None:
     "flavor",
     [
         Flavor("", 1, 1),
-        Flavor("x" * 65, 1, 1),
+        Flavor("x" * 256, 1, 1),
+        Flavor(" leading", 1, 1),
+        Flavor("trailing\t", 1, 1),
+        Flavor("bell\x07", 1, 1),
         Flavor("ok", 0, 1),
         Flavor("ok", 1, 0),
         Flavor("ok", 1, 1, -1),
         Flavor("ok", True, 1),  # type: ignore[arg-type]
+        Flavor("ok", 1, 1, swap_mb=-1),
+        Flavor("ok", 1, 1, ephemeral_gb=2**31),
+        Flavor("ok", 1, 1, rxtx_factor=0.0),
+        Flavor("ok", 1, 1, description="x" * 65536),
     ],
 )
 def test_bad_flavors(flavor) -> None:
@@ -73,6 +81,30 @@ def test_bad_flavors(flavor) -> None:
 def test_round_trip() -> None:
     flavor = Flavor("m1.small", 1, 2048, 20, "2", {"trait:CUSTOM_X": "required"})
     assert Flavor.from_dict(flavor.to_dict()) == flavor
+    with_disks = Flavor("m1.disks", 1, 2048, 20, "3", swap_mb=512, ephemeral_gb=5)
+    assert Flavor.from_dict(with_disks.to_dict()) == with_disks
+    assert "swap_mb" not in flavor.to_dict()  # older forms stay as they were
+
+
+def test_nova_names_and_their_classes() -> None:
+    """Nova allows spaces and any printable character; the class is queue-safe anyway."""
+    for name in ("my flavor", "größe", "x" * 255, "a+b", "m1.small"):
+        flavor = check_flavor(Flavor(name, 1, 1))
+        key = flavor.class_key
+        check_class(key)
+        check_class(f"{key}+0123456789")  # with constraints too
+    assert Flavor("m1.small", 1, 1).class_key == "m1.small"
+    # distinct names never share a class; a name used as it is is at most 64 long
+    assert Flavor("a b", 1, 1).class_key != Flavor("a_b", 1, 1).class_key
+    assert len(Flavor("a b", 1, 1).class_key) > 64
+
+
+def test_swap_and_ephemeral_count_into_disk() -> None:
+    """Nova's placement request: root + ephemeral + swap in GiB, rounded up."""
+    (group,) = request_groups(Flavor("f", 1, 512, 10, swap_mb=1025, ephemeral_gb=3))
+    assert group.resources["DISK_GB"] == 10 + 3 + 2
+    (only_swap,) = request_groups(Flavor("f", 1, 512, 0, swap_mb=1))
+    assert only_swap.resources["DISK_GB"] == 1
 
 
 def test_names() -> None:

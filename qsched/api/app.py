@@ -140,6 +140,10 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     app.add_route(f"{PREFIX}/flavors", flavor_handlers.Flavors(*args))
     app.add_route(f"{PREFIX}/flavors/detail", flavor_handlers.FlavorsDetail(*args))
     app.add_route(f"{PREFIX}/flavors/{{flavor_id}}", flavor_handlers.FlavorItem(*args))
+    app.add_route(f"{PREFIX}/flavors/{{flavor_id}}/action", flavor_handlers.FlavorAction(*args))
+    app.add_route(
+        f"{PREFIX}/flavors/{{flavor_id}}/os-flavor-access", flavor_handlers.FlavorAccess(*args)
+    )
     app.add_route(
         f"{PREFIX}/flavors/{{flavor_id}}/os-extra_specs", flavor_handlers.ExtraSpecs(*args)
     )

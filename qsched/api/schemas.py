@@ -280,7 +280,7 @@ _count = {
 }
 
 flavor_id = {
-    "type": ["string", "null"],
+    "type": ["string", "number", "null"],
     "minLength": 1,
     "maxLength": 255,
     "pattern": r"^(?! )[a-zA-Z0-9. _-]+(?<! )$",
@@ -299,35 +299,91 @@ extra_specs = {
     },
 }
 
-flavor_create = {
+#: Nova's flavor_param_positive
+_flavor_positive = {
+    **_count,
+    "minimum": 1,
+    "x-message": f"must be a whole number from 1 to {MAX_INT}",
+}
+#: Nova's flavor description (2.55): printable text, line breaks and tabs allowed
+flavor_description = {
+    "type": ["string", "null"],
+    "maxLength": 65535,
+    "pattern": r"^[^\x00-\x08\x0e-\x1f\x7f]*$",
+    "x-message": "must be printable text of at most 65535 characters (or null)",
+}
+
+_flavor_fields: dict[str, Any] = {
+    "name": name,
+    "id": flavor_id,
+    "ram": _flavor_positive,
+    "vcpus": _flavor_positive,
+    "disk": _count,
+    "OS-FLV-EXT-DATA:ephemeral": _count,
+    "swap": _count,
+    "rxtx_factor": {
+        "type": ["number", "string"],
+        "pattern": r"^[0-9]+(\.[0-9]+)?$",
+        "exclusiveMinimum": 0,
+        "maximum": 3.40282e38,
+        "x-message": "must be a number above 0 (at most 3.40282e+38)",
+    },
+    "os-flavor-access:is_public": boolean,
+    # qsched extension: extra specs at creation (Nova sets them afterwards).
+    "extra_specs": extra_specs,
+}
+
+
+def _flavor_create(fields: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "flavor": {
+                "type": "object",
+                "properties": fields,
+                "required": ["name", "ram", "vcpus", "disk"],
+                "additionalProperties": False,
+            }
+        },
+        "required": ["flavor"],
+        "additionalProperties": False,
+    }
+
+
+flavor_update = {
     "type": "object",
     "properties": {
         "flavor": {
             "type": "object",
-            "properties": {
-                "name": name,
-                "id": flavor_id,
-                "ram": _count,
-                "vcpus": _count,
-                "disk": _count,
-                "OS-FLV-EXT-DATA:ephemeral": {
-                    "enum": [0, "0"],
-                    "x-message": "must be 0: ephemeral disks are not supported",
-                },
-                "swap": {"enum": [0, "0", ""], "x-message": "must be 0: swap is not supported"},
-                "rxtx_factor": {"type": ["number", "string"]},
-                "os-flavor-access:is_public": {"type": ["boolean", "string"]},
-                "description": {"type": ["string", "null"], "maxLength": 65535},
-                # qsched extension: extra specs at creation (Nova sets them afterwards).
-                "extra_specs": extra_specs,
-            },
-            "required": ["name", "ram", "vcpus", "disk"],
+            "properties": {"description": flavor_description},
+            "required": ["description"],
             "additionalProperties": False,
         }
     },
     "required": ["flavor"],
     "additionalProperties": False,
 }
+
+#: PUT .../os-extra_specs/{key}: exactly one spec
+extra_spec_update = {**extra_specs, "minProperties": 1, "maxProperties": 1}
+
+
+def _tenant_action(action: str) -> dict[str, Any]:
+    tenant = {"type": "string", "minLength": 1, "maxLength": 255}
+    return {
+        "type": "object",
+        "properties": {
+            action: {
+                "type": "object",
+                "properties": {"tenant": tenant},
+                "required": ["tenant"],
+                "additionalProperties": False,
+            }
+        },
+        "required": [action],
+        "additionalProperties": False,
+    }
+
 
 extra_specs_set = {
     "type": "object",
@@ -583,7 +639,17 @@ def _compile(schema: dict[str, Any]) -> Validator:
 
 #: (first microversion, validator) of the server create body, latest first
 SERVER_CREATE = tuple((since, _compile(_server_create(since))) for since in SERVER_CREATE_VERSIONS)
-FLAVOR_CREATE = _compile(flavor_create)
+#: (first microversion, validator) of the flavor create body, latest first
+FLAVOR_CREATE = (
+    ((2, 55), _compile(_flavor_create({**_flavor_fields, "description": flavor_description}))),
+    ((2, 1), _compile(_flavor_create(_flavor_fields))),
+)
+FLAVOR_UPDATE = _compile(flavor_update)
+EXTRA_SPEC_UPDATE = _compile(extra_spec_update)
+FLAVOR_ACTIONS = {
+    "addTenantAccess": _compile(_tenant_action("addTenantAccess")),
+    "removeTenantAccess": _compile(_tenant_action("removeTenantAccess")),
+}
 EXTRA_SPECS_SET = _compile(extra_specs_set)
 AGGREGATE_CREATE = _compile(aggregate_create)
 AGGREGATE_UPDATE = _compile(aggregate_update)

@@ -747,6 +747,8 @@ class FlavorStore(abc.ABC):
     @abc.abstractmethod
     def put(self, flavor: Flavor) -> bool:
         """Create the flavor or replace the one with its id; False if it was already so.
+        A replaced flavor keeps the projects granted it and, unless ``flavor`` has one,
+        its description: the API manages those, the configuration does not.
 
         :raises FlavorExists: another flavor has its name.
         :raises Invalid: the flavor does not pass :func:`~qsched.flavors.check_flavor`.

@@ -1,9 +1,13 @@
 """RedisFlavors: the flavor catalog, one hash in the cell's keyspace.
 
-``keys.flavors`` maps a flavor id to its JSON (:meth:`Flavor.to_dict`). Reading
-one flavor is one HGET, so the boot path stays O(1). Writes are admin actions:
-they check name uniqueness over the whole catalog under WATCH (optimistic, no
-read-modify-write race), which is O(number of flavors), never O(hosts).
+``keys.flavors`` maps a flavor id to its JSON (:meth:`Flavor.to_dict` plus what
+only the catalog keeps: public or not, the projects granted a private one, swap,
+ephemeral disk, rxtx factor, description). Reading one flavor is one HGET, so the
+boot path stays O(1); the access list being part of the stored form, a caller that
+keeps flavors in memory learns of a removed grant from the create script's check.
+Writes are admin actions: they check name uniqueness over the whole catalog under
+WATCH (optimistic, no read-modify-write race), which is O(number of flavors),
+never O(hosts).
 """
 
 from __future__ import annotations
@@ -62,7 +66,9 @@ class RedisFlavors(FlavorStore):
 
         def write(catalog: dict[str, Flavor]) -> Flavor | None:
             _check_name(catalog, flavor)
-            return None if catalog.get(flavor.id) == flavor else flavor
+            old = catalog.get(flavor.id)
+            new = flavor if old is None else _keeping_api_fields(flavor, old)
+            return None if old == new else new
 
         return self._transact(write) is not None
 
@@ -82,7 +88,7 @@ class RedisFlavors(FlavorStore):
         if raw is None:
             raise FlavorNotFound(flavor=flavor_id)
         flavor = _flavor(text(raw))
-        classes = self._classes_of(self.store.client, {flavor.name})
+        classes = self._classes_of(self.store.client, {flavor.class_key})
         pipe = self.store.client.pipeline(transaction=True)
         pipe.hdel(self.keys.flavors, flavor_id)
         if classes:
@@ -101,6 +107,14 @@ class RedisFlavors(FlavorStore):
         names = (text(n) for n in client.hkeys(self.keys.classes))
         return [n for n in names if n.split("+", 1)[0] in flavor_names]
 
+    @staticmethod
+    def _changed_classes(old: Flavor | None, new: Flavor) -> set[str]:
+        """The class keys whose definitions a write changes: none when only what agents
+        never see changed (access, description, rxtx factor)."""
+        if old is not None and old.to_dict() == new.to_dict():
+            return set()
+        return {new.class_key, old.class_key if old else ""} - {""}
+
     def _transact(self, write: Callable[[dict[str, Flavor]], Flavor | None]) -> Flavor | None:
         """Run ``write`` on the catalog under WATCH and store the flavor it returns."""
         key = self.keys.flavors
@@ -112,8 +126,8 @@ class RedisFlavors(FlavorStore):
                     flavor = write(catalog)
                     classes: builtins.list[str] = []
                     if flavor is not None:
-                        old = catalog.get(flavor.id)
-                        classes = self._classes_of(pipe, {flavor.name, old.name if old else ""})
+                        changed = self._changed_classes(catalog.get(flavor.id), flavor)
+                        classes = self._classes_of(pipe, changed) if changed else []
                     pipe.multi()
                     if flavor is not None:
                         pipe.hset(key, flavor.id, _json(flavor))
@@ -139,8 +153,25 @@ def _check_name(catalog: dict[str, Flavor], flavor: Flavor) -> None:
             raise FlavorExists(field="name", value=flavor.name)
 
 
+def _keeping_api_fields(flavor: Flavor, old: Flavor) -> Flavor:
+    """A configured flavor over the stored one: the grants and description the API
+    manages stay (the configuration has neither)."""
+    description = flavor.description if flavor.description is not None else old.description
+    return dataclasses.replace(flavor, projects=old.projects, description=description)
+
+
 def _json(flavor: Flavor) -> str:
-    return canonical_json({**flavor.to_dict(), "is_public": flavor.is_public})
+    return canonical_json(
+        {
+            **flavor.to_dict(),
+            "is_public": flavor.is_public,
+            "projects": sorted(flavor.projects),
+            "swap_mb": flavor.swap_mb,
+            "ephemeral_gb": flavor.ephemeral_gb,
+            "rxtx_factor": flavor.rxtx_factor,
+            "description": flavor.description,
+        }
+    )
 
 
 def _flavor(raw: str) -> Flavor:
@@ -154,4 +185,9 @@ def _flavor(raw: str) -> Flavor:
         disk_gb=data.get("disk_gb", 0),
         extra_specs=data.get("extra_specs") or {},
         is_public=data.get("is_public", True),
+        swap_mb=data.get("swap_mb", 0),
+        ephemeral_gb=data.get("ephemeral_gb", 0),
+        rxtx_factor=data.get("rxtx_factor", 1.0),
+        description=data.get("description"),
+        projects=frozenset(data.get("projects") or ()),
     )

@@ -7,7 +7,8 @@ script publishes in the ledger's ``classes`` hash. Agents read the definitions
 back with :meth:`~SchedulingClass.from_definition` and compile each into a fit
 :class:`~qsched.scheduling.fit.Request` once. Both ends live here.
 
-A plain flavor's class is its name; constraints add ``+<hash>`` (a short digest,
+A plain flavor's class is its name (or, for a name no queue may carry, its
+:attr:`~qsched.flavors.Flavor.class_key`); constraints add ``+<hash>`` (a short digest,
 stable across processes and releases), so requests that ask the same things
 share a queue.
 """
@@ -26,7 +27,8 @@ _NO_CONSTRAINTS = Constraints()
 
 
 def class_name(flavor_name: str, constraints: Constraints = _NO_CONSTRAINTS) -> str:
-    """The class of a request: the flavor name, plus ``+<hash>`` when it adds constraints."""
+    """The class of a request: the flavor's name (its :attr:`~qsched.flavors.Flavor.class_key`),
+    plus ``+<hash>`` when it adds constraints."""
     if not constraints:
         return flavor_name
     return f"{flavor_name}+{constraints.digest()}"
@@ -41,7 +43,7 @@ class SchedulingClass:
 
     @property
     def name(self) -> str:
-        return class_name(self.flavor.name, self.constraints)
+        return class_name(self.flavor.class_key, self.constraints)
 
     def definition(self) -> dict[str, Any]:
         """What agents read about the class (a JSON-able map, stored by the ledger)."""
