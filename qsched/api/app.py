@@ -36,7 +36,7 @@ from qsched.api import servers as server_handlers
 from qsched.api import services as service_handlers
 from qsched.bus.base import Bus
 from qsched.compute import ComputeAPI, Publisher
-from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
+from qsched.conf import APIOptions, BusOptions, Options, QuotaOptions, SchedulerOptions
 from qsched.conf.keystone import auth_token_conf
 from qsched.conf.policy import policy_enforcer
 from qsched.context import global_request_id
@@ -90,18 +90,20 @@ def create_app(
     scheduler: SchedulerOptions | None = None,
     policy: Policy | None = None,
     images: ImageService | None = None,
+    quota: QuotaOptions | None = None,
 ) -> falcon.App:
     """The qsched-api WSGI application; writes the configured flavors to the ledger.
 
     ``api`` and ``scheduler``: the ``[api]`` and ``[scheduler]`` options (None: as
     shipped); ``policy``: the rules (None: Nova's defaults); ``images``: where boots
-    look their image up (None: nowhere, ``imageRef`` is opaque).
+    look their image up (None: nowhere, ``imageRef`` is opaque); ``quota``: the
+    ``[quota]`` options (None: as shipped).
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: the ledger is unreachable.
     """
     api = api or APIOptions.defaults()
-    compute = ComputeAPI(stores, bus, scheduler, api, policy, images)
+    compute = ComputeAPI(stores, bus, scheduler, api, policy, images, quota)
     compute.seed_flavors()
     middleware: list[Any] = [
         RequestMiddleware(),
@@ -133,6 +135,10 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     app.add_route(f"{PREFIX}/servers", server_handlers.Servers(*args))
     app.add_route(f"{PREFIX}/servers/detail", server_handlers.ServersDetail(*args))
     app.add_route(f"{PREFIX}/servers/{{server_id}}", server_handlers.Server(*args))
+    app.add_route(f"{PREFIX}/servers/{{server_id}}/metadata", server_handlers.Metadata(*args))
+    app.add_route(
+        f"{PREFIX}/servers/{{server_id}}/metadata/{{key}}", server_handlers.MetadataItem(*args)
+    )
     app.add_route(f"{PREFIX}/flavors", flavor_handlers.Flavors(*args))
     app.add_route(f"{PREFIX}/flavors/detail", flavor_handlers.FlavorsDetail(*args))
     app.add_route(f"{PREFIX}/flavors/{{flavor_id}}", flavor_handlers.FlavorItem(*args))
@@ -471,7 +477,7 @@ def serve(
     bus = open_bus(options.bus)
     policy = Policy(policy_enforcer(conf))
     images = image_service(options.api, conf)
-    app = create_app(stores, bus, options.api, options.scheduler, policy, images)
+    app = create_app(stores, bus, options.api, options.scheduler, policy, images, options.quota)
     janitor.start_periodic_tasks(options.scheduler, stores, bus)
     return authenticated(app, options.api, conf), bus
 

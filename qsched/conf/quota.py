@@ -16,6 +16,8 @@ quota_opts = [
                help="Server groups per project (Nova's default); -1: no limit."),
     cfg.IntOpt("server_group_members", default=10, min=-1,
                help="Servers per server group (Nova's default); -1: no limit."),
+    cfg.IntOpt("metadata_items", default=128, min=-1,
+               help="Metadata items per server (Nova's default); -1: no limit."),
 ]  # fmt: skip
 
 
@@ -30,3 +32,4 @@ class QuotaOptions(Section):
     ram: int
     server_groups: int
     server_group_members: int
+    metadata_items: int

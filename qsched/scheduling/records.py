@@ -57,6 +57,11 @@ class BootDetails:
     reservation_id: str = ""  # Nova's id of the create that made it (a multi-create's)
     #: The zone the boot asked for, when it routes by the zone's aggregates instead.
     requested_zone: str | None = None
+    #: what a client sets on the server (at boot or with ``PUT /servers/{id}``)
+    description: str | None = None
+    access_ip_v4: str = ""
+    access_ip_v6: str = ""
+    disk_config: str = "MANUAL"
 
     @property
     def availability_zone(self) -> str | None:
@@ -76,6 +81,10 @@ class BootDetails:
             "requested_zone": self.requested_zone,
             "group_policy": self.group_policy,
             "reservation_id": self.reservation_id,
+            "description": self.description,
+            "access_ip_v4": self.access_ip_v4,
+            "access_ip_v6": self.access_ip_v6,
+            "disk_config": self.disk_config,
         }
 
     @classmethod
@@ -95,6 +104,10 @@ class BootDetails:
             str(extra.get("image_ref") or ""), dict(extra.get("metadata") or {}),
             extra.get("global_request_id") or None, extra.get("group_policy") or None,
             str(extra.get("reservation_id") or ""), extra.get("requested_zone") or None,
+            description=extra.get("description"),
+            access_ip_v4=str(extra.get("access_ip_v4") or ""),
+            access_ip_v6=str(extra.get("access_ip_v6") or ""),
+            disk_config=str(extra.get("disk_config") or "MANUAL"),
         )  # fmt: skip
 
 
