@@ -1,4 +1,4 @@
-"""The front door's domain: boot, show, list and delete servers; the flavor catalog.
+"""The front door's domain: boot, show, list, update and delete servers; the flavor catalog.
 
 No HTTP here: :mod:`qsched.api` parses requests, calls one method of
 :class:`ComputeAPI` and maps its errors; a benchmark or the demo can call it

@@ -1,4 +1,5 @@
-"""/v2.1/servers: boot, show, list and delete, in Nova's 2.1 shapes."""
+"""/v2.1/servers: boot, list, show, update and delete, and a server's metadata, in Nova's shapes
+for each microversion."""
 
 from __future__ import annotations
 
