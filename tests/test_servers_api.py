@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -336,3 +337,45 @@ class TestIndexes:
         assert stores.instances.deleted_since(0, "pa") == [first]
         assert stores.instances.deleted_since(0, "pb") == []
         assert stores.instances.deleted_since(0) == [first]
+
+    def test_a_members_list_never_reads_the_cells_index(self, client, stores, monkeypatch):
+        boot(client, "mine")
+        boot(client, "theirs", OTHER)
+
+        def scan(*args: Any, **kwargs: Any) -> None:
+            raise AssertionError("a member's list read the index of every project")
+
+        monkeypatch.setattr(stores.instances, "newest", scan)
+        monkeypatch.setattr(stores.instances, "deleted_since", scan)
+        assert names(listed(client, "name=e&sort_key=display_name")) == ["mine"]
+        assert names(listed(client, "all_tenants=1&project_id=pb", ADMIN)) == ["theirs"]
+
+    def test_an_admins_sorted_list_of_every_project(self, client) -> None:
+        for name, headers in (("b", USER), ("c", OTHER), ("a", USER)):
+            boot(client, name, headers)
+        query = "all_tenants=1&sort_key=display_name&sort_dir=asc&limit=2"
+        first = listed(client, query, ADMIN)
+        assert names(first) == ["a", "b"]
+        marker = first.json["servers"][-1]["id"]
+        assert names(listed(client, f"{query}&marker={marker}", ADMIN)) == ["c"]
+
+
+class TestConcurrentWrites:
+    def test_metadata_writes_in_parallel_keep_every_item(self, client, stores) -> None:
+        server = boot(client)
+        place(stores, server)
+        path = f"/v2.1/servers/{server}/metadata"
+
+        def write(prefix: str) -> None:
+            for n in range(10):
+                item = {"meta": {f"{prefix}{n}": "v"}}
+                result = client.simulate_put(f"{path}/{prefix}{n}", json=item, headers=USER)
+                assert result.status_code == 200, result.text
+
+        threads = [threading.Thread(target=write, args=(p,)) for p in "abc"]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        found = client.simulate_get(path, headers=USER).json["metadata"]
+        assert sorted(found) == sorted(f"{p}{n}" for p in "abc" for n in range(10))
