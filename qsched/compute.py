@@ -33,7 +33,7 @@ from qsched import exception, server_list
 from qsched.aggregate_api import AggregateAPI, Route
 from qsched.aggregates import FilterOptions
 from qsched.bus.base import BusUnavailable
-from qsched.conf import APIOptions, QuotaOptions, SchedulerOptions
+from qsched.conf import APIOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.exception import FlavorNotFound
 from qsched.flavors import Constraints, Flavor, check_flavor
@@ -47,6 +47,7 @@ from qsched.policies import flavors as flavors_policy
 from qsched.policies import server_metadata as metadata_policy
 from qsched.policies import servers as servers_policy
 from qsched.policy import Policy
+from qsched.quotas import QuotaAPI
 from qsched.resources import check_uuid
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.records import details, record_for
@@ -88,7 +89,7 @@ class MetadataItemNotFound(exception.NotFound):
 
 
 class MetadataLimitExceeded(exception.Forbidden):
-    """Over ``[quota] metadata_items`` (403, Nova's words)."""
+    """Over the project's ``metadata_items`` quota (403, Nova's words)."""
 
     msg_fmt = "Maximum number of metadata items exceeds {allowed}"
 
@@ -151,8 +152,7 @@ class ComputeAPI:
     ``scheduler``: deadlines and attempts of boot requests; ``api``: list limits
     and the configured flavors; ``policy``: who may do what (None: Nova's
     defaults, :mod:`qsched.policies`); ``images``: where images are looked up
-    (None: nowhere, ``imageRef`` is opaque); ``quota``: the ``[quota]`` options it
-    reads (``metadata_items``).
+    (None: nowhere, ``imageRef`` is opaque).
     """
 
     def __init__(
@@ -163,7 +163,6 @@ class ComputeAPI:
         api: APIOptions | None = None,
         policy: Policy | None = None,
         images: ImageService | None = None,
-        quota: QuotaOptions | None = None,
     ) -> None:
         self.stores = stores
         self.policy = policy or Policy()
@@ -173,8 +172,6 @@ class ComputeAPI:
         self.scheduler = scheduler or SchedulerOptions.defaults()
         self.api = api or APIOptions.defaults()
         self.max_limit: int = self.api.max_limit  # most items one list call returns
-        #: [quota] metadata_items: the most metadata items a server holds (-1: no limit)
-        self.metadata_items = (quota or QuotaOptions.defaults()).metadata_items
         # scheduling class name -> the class and its definition
         self._classes: dict[str, tuple[SchedulingClass, dict[str, Any]]] = {}
         self._flavor_cache: dict[str, tuple[Flavor, str]] = {}  # id -> (flavor, stored form)
@@ -183,6 +180,7 @@ class ComputeAPI:
         self.confirmations = Confirmations(stores)  # published boots leave the outbox
         self.abandoner = Abandoner(self.abandon)  # boots told 503 must never run
         self.groups = ServerGroups(stores, self.policy)
+        self.quotas = QuotaAPI(stores, self.policy)  # limit_for: what other checks enforce
 
     # -- servers --
 
@@ -426,21 +424,22 @@ class ComputeAPI:
         rule: str = metadata_policy.CREATE,
     ) -> dict[str, str]:
         """Add or change metadata items (``replace``: the items become the whole of it);
-        return the metadata after. Nova's ``[quota] metadata_items`` counts the result.
+        return the metadata after. The project's ``metadata_items`` quota counts the result.
 
         :raises InstanceNotFound: as :meth:`get`.
         :raises InstanceInvalidState: not ACTIVE, or a task under way (409, Nova's words).
-        :raises MetadataLimitExceeded: over ``[quota] metadata_items`` (403).
+        :raises MetadataLimitExceeded: over the ``metadata_items`` quota (403).
         :raises Forbidden: ``rule`` (``server-metadata:create``, ``update`` or
             ``update_all``) refuses the caller.
         """
         instance = self._visible(context, uuid)
         self.policy.authorize(context, rule, _target(instance))
+        allowed = self.quotas.limit_for(instance.project_id, "metadata_items")
 
         def change(extra: dict[str, Any]) -> dict[str, Any]:
             after = dict(items) if replace else {**(extra.get("metadata") or {}), **items}
-            if 0 <= self.metadata_items < len(after):
-                raise MetadataLimitExceeded(allowed=self.metadata_items)
+            if 0 <= allowed < len(after):
+                raise MetadataLimitExceeded(allowed=allowed)
             return {**extra, "metadata": after}
 
         _check_metadata_state(instance, "update metadata")

@@ -35,6 +35,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
+from agents.registration import register_nodes
+from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import conf as qconf
 from qsched.bus.kombu import KombuBus
 from qsched.conf import LedgerOptions
@@ -85,6 +87,19 @@ ROUTES = [
     "/v2.1/os-aggregates/{aggregate}/action",
     "/v2.1/os-services",
     "/v2.1/os-services/{service}",
+    "/v2.1/limits",
+    "/v2.1/os-quota-sets/{project}",
+    "/v2.1/os-quota-sets/{project}/detail",
+    "/v2.1/os-quota-sets/{project}/defaults",
+    "/v2.1/os-quota-class-sets/{quota_class}",
+    "/v2.1/os-availability-zone",
+    "/v2.1/os-availability-zone/detail",
+    "/v2.1/os-hypervisors",
+    "/v2.1/os-hypervisors/detail",
+    "/v2.1/os-hypervisors/statistics",
+    "/v2.1/os-hypervisors/{hypervisor}",
+    "/v2.1/os-hypervisors/{hypervisor}/search",
+    "/v2.1/os-hypervisors/{hypervisor}/servers",
 ]
 LISTS = ("/v2.1/servers", "/v2.1/servers/detail")
 FLAVOR_IDS = ["m1.small", "large-id", "g1.gpu"]
@@ -252,6 +267,26 @@ def service_requests() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+quota_values = (
+    st.integers(-2, 30)
+    | st.integers(-2, 30).map(str)
+    | st.sampled_from([2**31, "2147483648", "", "1e3", None, True])
+)
+QUOTA_NAMES = ["instances", "cores", "ram", "server_groups", "server_group_members", "key_pairs",
+               "metadata_items", "injected_files", "floating_ips", "fixed_ips"]  # fmt: skip
+
+
+def quota_requests() -> st.SearchStrategy[dict[str, Any]]:
+    quota_set = st.dictionaries(st.sampled_from(QUOTA_NAMES), quota_values, max_size=4)
+    force = st.fixed_dictionaries({}, optional={"force": st.sampled_from([True, "True", "no"])})
+    return st.builds(lambda q, f: {"quota_set": {**q, **f}}, quota_set, force)
+
+
+def quota_class_requests() -> st.SearchStrategy[dict[str, Any]]:
+    quota_set = st.dictionaries(st.sampled_from(QUOTA_NAMES), quota_values, max_size=4)
+    return st.builds(lambda q: {"quota_class_set": q}, quota_set)
+
+
 def paths_in(document: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
     """Every path to a value in ``document`` (its root included)."""
     yield path
@@ -398,6 +433,8 @@ PUT_BODIES = {
     "/v2.1/servers/{server}": bodies_for(update_requests()),
     "/v2.1/servers/{server}/metadata": bodies_for(metadata_requests()),
     "/v2.1/servers/{server}/metadata/{meta}": bodies_for(meta_item_requests()),
+    "/v2.1/os-quota-sets/{project}": bodies_for(quota_requests()),
+    "/v2.1/os-quota-class-sets/{quota_class}": bodies_for(quota_class_requests()),
 }
 OTHER_BODIES = st.one_of(valid_requests.map(json.dumps), any_bodies)
 
@@ -411,7 +448,10 @@ url_bytes = st.one_of(
 url_texts = url_bytes.map(lambda raw: quote(raw, safe=""))
 
 
-QUERY_NAMES = ["limit"] * 4 + ["marker"] * 2 + ["status", "project_id", "tenant_id", "x"]
+QUERY_NAMES = ["limit"] * 4 + ["marker"] * 2 + [
+    "status", "project_id", "tenant_id", "x", "user_id", "with_servers",
+    "hypervisor_hostname_pattern",
+]  # fmt: skip
 QUERY_NAMES += ["all_tenants", "name", "sort_key", "sort_dir", "changes-since", "flavor",
                 "host", "locked", "tags", "ip", "deleted"]  # fmt: skip
 # Hypothesis leans towards the first of a list: the values that broke things come first.
@@ -453,9 +493,13 @@ KINDS = [
 
 
 def likely_token(method: str, route: str) -> str:
-    """Whom a call is most often made as: the admin for flavor changes, aggregates and
-    services, a user otherwise."""
-    if route.startswith(("/v2.1/os-aggregates", "/v2.1/os-services")):
+    """Whom a call is most often made as: the admin for flavor changes, aggregates,
+    services, hypervisors and quota changes, a user otherwise."""
+    if route.startswith(("/v2.1/os-aggregates", "/v2.1/os-services", "/v2.1/os-hypervisors")):
+        return "admin"
+    if route.startswith("/v2.1/os-quota-class-sets"):
+        return "admin"
+    if route.startswith("/v2.1/os-quota-sets") and method in ("PUT", "DELETE"):
         return "admin"
     return "admin" if route.startswith("/v2.1/flavors") and method != "GET" else "alice:pa"
 
@@ -472,6 +516,9 @@ def call(
         aggregate=draw(st.sampled_from(["@aggregate", "1", "0", "99"]) | params),
         service=draw(st.sampled_from(SERVICE_IDS) | params),
         meta=draw(st.sampled_from(META_KEYS) | params),
+        project=draw(st.sampled_from(PROJECTS) | params),
+        quota_class=draw(st.sampled_from(["default", "gold"]) | params),
+        hypervisor=draw(st.sampled_from(["@hypervisor", "1", "0", *HOSTS, "cn"]) | params),
     )
     bodies = PUT_BODIES if method == "PUT" and route in PUT_BODIES else ROUTE_BODIES
     body = draw(bodies.get(route, OTHER_BODIES))
@@ -522,6 +569,9 @@ class Cloud:
         for host in HOSTS:  # compute services that aggregates and os-services act on
             self.stores.agents.heartbeat(host, 3600)
             self.services.append(self.stores.agents.register_service(host).id)
+            nodes = FakeDriver(1, FakeNodeSpec(vcpus=4, ram_mb=4096, disk_gb=10), host=host)
+            register_nodes(self.stores.ledger, nodes.nodes(), None, (), host=host)
+        self.hypervisors = [uuid for _, uuid in self.stores.ledger.hypervisors()]
         self.client = falcon.testing.TestClient(make_app(conf, self.stores, bus))
         self.aggregates = [str(self.stores.aggregates.create("seed", "az-a").id)]
         self.servers: list[str] = []
@@ -537,6 +587,7 @@ class Cloud:
         path = path.replace("@flavor", quote(flavors[call["pick"] % len(flavors)], safe=""))
         path = path.replace("@aggregate", self.aggregates[call["pick"] % len(self.aggregates)])
         path = path.replace("@service", self.services[call["pick"] % len(self.services)])
+        path = path.replace("@hypervisor", self.hypervisors[call["pick"] % len(self.hypervisors)])
         result = self.client.simulate_request(
             call["method"],
             path,
@@ -615,6 +666,12 @@ def check_listings(cloud: Cloud) -> None:
     for aggregate in cloud.get("/v2.1/os-aggregates")["aggregates"]:
         cloud.get(f"/v2.1/os-aggregates/{aggregate['id']}")
     cloud.get("/v2.1/os-services")
+    for token in TOKENS.values():
+        project = token.partition(":")[2] or "admin"
+        cloud.get("/v2.1/limits", token)
+        cloud.get(f"/v2.1/os-quota-sets/{project}/detail", token)
+    cloud.get("/v2.1/os-hypervisors/detail")
+    cloud.get("/v2.1/os-availability-zone/detail")
 
 
 def check_every_flavor_boots(cloud: Cloud) -> None:

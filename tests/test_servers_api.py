@@ -379,3 +379,17 @@ class TestConcurrentWrites:
             thread.join()
         found = client.simulate_get(path, headers=USER).json["metadata"]
         assert sorted(found) == sorted(f"{p}{n}" for p in "abc" for n in range(10))
+
+
+def test_the_metadata_limit_is_the_projects_quota(client, stores) -> None:
+    server = boot(client)
+    place(stores, server)
+    quota = {"quota_set": {"metadata_items": 2}}
+    done = client.simulate_put("/v2.1/os-quota-sets/pa", json=quota, headers=ADMIN)
+    assert done.status_code == 200, done.text
+    path = f"/v2.1/servers/{server}/metadata"
+    three = {"metadata": {"a": "1", "b": "2", "c": "3"}}
+    refused = fault(client.simulate_put(path, json=three, headers=USER), 403, "forbidden")
+    assert refused == "Maximum number of metadata items exceeds 2"
+    two = {"metadata": {"a": "1", "b": "2"}}
+    assert client.simulate_put(path, json=two, headers=USER).status_code == 200

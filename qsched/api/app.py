@@ -30,13 +30,16 @@ from qsched import conf as qconf
 from qsched import exception, janitor
 from qsched.api import API_VERSION, PREFIX, auth, base_url, keystone, microversion
 from qsched.api import aggregates as aggregate_handlers
+from qsched.api import availability_zones as zone_handlers
 from qsched.api import flavors as flavor_handlers
+from qsched.api import hypervisors as hypervisor_handlers
+from qsched.api import quotas as quota_handlers
 from qsched.api import server_groups as group_handlers
 from qsched.api import servers as server_handlers
 from qsched.api import services as service_handlers
 from qsched.bus.base import Bus
 from qsched.compute import ComputeAPI, Publisher
-from qsched.conf import APIOptions, BusOptions, Options, QuotaOptions, SchedulerOptions
+from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
 from qsched.conf.keystone import auth_token_conf
 from qsched.conf.policy import policy_enforcer
 from qsched.context import global_request_id
@@ -90,20 +93,18 @@ def create_app(
     scheduler: SchedulerOptions | None = None,
     policy: Policy | None = None,
     images: ImageService | None = None,
-    quota: QuotaOptions | None = None,
 ) -> falcon.App:
     """The qsched-api WSGI application; writes the configured flavors to the ledger.
 
     ``api`` and ``scheduler``: the ``[api]`` and ``[scheduler]`` options (None: as
     shipped); ``policy``: the rules (None: Nova's defaults); ``images``: where boots
-    look their image up (None: nowhere, ``imageRef`` is opaque); ``quota``: the
-    ``[quota]`` options (None: as shipped).
+    look their image up (None: nowhere, ``imageRef`` is opaque).
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: the ledger is unreachable.
     """
     api = api or APIOptions.defaults()
-    compute = ComputeAPI(stores, bus, scheduler, api, policy, images, quota)
+    compute = ComputeAPI(stores, bus, scheduler, api, policy, images)
     compute.seed_flavors()
     middleware: list[Any] = [
         RequestMiddleware(),
@@ -159,6 +160,29 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     app.add_route(f"{PREFIX}/os-services/{{service_id}}", service_handlers.ServiceItem(*args))
     app.add_route(f"{PREFIX}/os-server-groups", group_handlers.ServerGroups(*args))
     app.add_route(f"{PREFIX}/os-server-groups/{{group_id}}", group_handlers.ServerGroup(*args))
+    app.add_route(f"{PREFIX}/limits", quota_handlers.Limits(*args))
+    quota_set = f"{PREFIX}/os-quota-sets/{{project_id}}"
+    app.add_route(quota_set, quota_handlers.QuotaSet(*args))
+    app.add_route(f"{quota_set}/detail", quota_handlers.QuotaSetDetail(*args))
+    app.add_route(f"{quota_set}/defaults", quota_handlers.QuotaSetDefaults(*args))
+    app.add_route(
+        f"{PREFIX}/os-quota-class-sets/{{quota_class}}", quota_handlers.QuotaClassSet(*args)
+    )
+    _add_view_routes(app, args)
+
+
+def _add_view_routes(app: falcon.App, args: tuple[ComputeAPI, str | None, int]) -> None:
+    """The operators' read-only views: availability zones and hypervisors."""
+    zones, hypervisors = f"{PREFIX}/os-availability-zone", f"{PREFIX}/os-hypervisors"
+    app.add_route(zones, zone_handlers.AvailabilityZones(*args))
+    app.add_route(f"{zones}/detail", zone_handlers.AvailabilityZonesDetail(*args))
+    app.add_route(hypervisors, hypervisor_handlers.Hypervisors(*args))
+    app.add_route(f"{hypervisors}/detail", hypervisor_handlers.HypervisorsDetail(*args))
+    app.add_route(f"{hypervisors}/statistics", hypervisor_handlers.HypervisorStatistics(*args))
+    item = f"{hypervisors}/{{hypervisor_id}}"  # a pattern in /search and /servers
+    app.add_route(item, hypervisor_handlers.HypervisorItem(*args))
+    app.add_route(f"{item}/search", hypervisor_handlers.HypervisorSearch(*args))
+    app.add_route(f"{item}/servers", hypervisor_handlers.HypervisorServers(*args))
 
 
 class RequestMiddleware:
@@ -206,7 +230,8 @@ class RequestMiddleware:
 #: the first path segments of the API's collections (a project id never takes their place)
 COLLECTIONS = frozenset(
     {"servers", "flavors", "os-aggregates", "os-services", "os-server-groups", "os-keypairs",
-     "limits", "os-quota-sets", "os-availability-zone", "os-hypervisors"}
+     "limits", "os-quota-sets", "os-quota-class-sets", "os-availability-zone",
+     "os-hypervisors"}
 )  # fmt: skip
 
 
@@ -477,7 +502,7 @@ def serve(
     bus = open_bus(options.bus)
     policy = Policy(policy_enforcer(conf))
     images = image_service(options.api, conf)
-    app = create_app(stores, bus, options.api, options.scheduler, policy, images, options.quota)
+    app = create_app(stores, bus, options.api, options.scheduler, policy, images)
     janitor.start_periodic_tasks(options.scheduler, stores, bus)
     return authenticated(app, options.api, conf), bus
 

@@ -42,8 +42,19 @@ from qsched.ledger.records import (
 #: claim it again (``[agent] max_handbacks``).
 DEFAULT_MAX_HANDBACKS = 10
 
+#: What a project's quota limits, by the ledger's names (Nova's, but ``ram_mb``): the
+#: first three the reservation counts, the groups the group scripts, the rest are
+#: limits that the API checks against what one request asks (keypairs per user,
+#: metadata items and injected files per server).
+QUOTA_LIMITS = (
+    "instances", "cores", "ram_mb", "server_groups", "server_group_members", "key_pairs",
+    "metadata_items", "injected_files", "injected_file_content_bytes",
+    "injected_file_path_bytes",
+)  # fmt: skip
+
 __all__ = [
     "DEFAULT_MAX_HANDBACKS",
+    "QUOTA_LIMITS",
     "AgentInfo",
     "AgentRegistry",
     "Aggregate",
@@ -144,6 +155,28 @@ class Ledger(abc.ABC):
     @abc.abstractmethod
     def list_providers(self) -> list[Provider]:
         """Every provider of the cell. An admin view: it scans."""
+
+    @abc.abstractmethod
+    def hypervisors(self, after: int = 0, limit: int | None = None) -> list[tuple[int, str]]:
+        """The hosts' root providers (Nova's hypervisors) as (integer id, uuid), by id,
+        those with an id above ``after``, at most ``limit`` (None: all; admin view).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def hypervisor_ids(self, uuids: Sequence[str]) -> dict[str, int]:
+        """The integer ids of those of ``uuids`` that are hypervisors (O(len(uuids))).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def hypervisor_uuid(self, hypervisor_id: int) -> str | None:
+        """The uuid of the hypervisor with that integer id; None if there is none (O(log n)).
+
+        :raises BackendUnavailable:
+        """
 
     @abc.abstractmethod
     def get_allocations(self, consumer_uuid: str) -> Consumer:
@@ -278,6 +311,46 @@ class QuotaStore(abc.ABC):
     @abc.abstractmethod
     def release(self, project_id: str, holder: str) -> bool:
         """Return what ``holder`` reserved. False if it held nothing. Idempotent."""
+
+    @abc.abstractmethod
+    def default_limits(self) -> dict[str, int]:
+        """Every limit of :data:`QUOTA_LIMITS` for a project without its own: the
+        default quota class's over the ``[quota]`` options (-1: none)."""
+
+    @abc.abstractmethod
+    def update_default_limits(self, changes: Mapping[str, int]) -> dict[str, int]:
+        """Set some limits of the default quota class (names of :data:`QUOTA_LIMITS`,
+        values -1 and up), for every project without its own; return the defaults after.
+        Nothing is checked against usage (as Nova's quota classes).
+
+        :raises Invalid: an unknown name or a value below -1.
+        """
+
+    @abc.abstractmethod
+    def limits(self, project_id: str) -> dict[str, int]:
+        """Every limit of :data:`QUOTA_LIMITS` for one project: its own over the
+        defaults (:meth:`default_limits`), in one round trip, O(1)."""
+
+    @abc.abstractmethod
+    def in_use(self, project_id: str) -> dict[str, int]:
+        """What the project holds of what the ledger counts: ``instances``, ``cores``,
+        ``ram_mb`` and ``server_groups`` (one round trip, O(1))."""
+
+    @abc.abstractmethod
+    def update_limits(
+        self, project_id: str, changes: Mapping[str, int], force: bool = False
+    ) -> dict[str, int]:
+        """Override some limits of one project (names of :data:`QUOTA_LIMITS`, values
+        -1 and up), all or none, atomically with the check; return every limit after.
+
+        :raises QuotaBelowUsage: unless ``force``, a limit under what the project holds
+            now (instances, cores, ram_mb, server_groups); nothing is written.
+        :raises Invalid: an unknown name or a value below -1.
+        """
+
+    @abc.abstractmethod
+    def clear_limits(self, project_id: str) -> None:
+        """Drop every override of one project: its limits are the defaults again."""
 
 
 class InstanceStore(abc.ABC):
@@ -649,6 +722,18 @@ class AgentRegistry(abc.ABC):
     @abc.abstractmethod
     def has_zone(self, zone: str) -> bool:
         """Whether a boot may name ``zone``: O(1).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def zones_available(self, zones: Iterable[str]) -> dict[str, bool]:
+        """Per zone, whether one of the hosts serving it (through its agent's own zone
+        or its aggregate's) is up and its service enabled and not forced down: Nova's
+        ``zoneState.available``. O(number of zones), never O(number of hosts): every
+        heartbeat keeps its host in its zones' sets until it expires, and a service
+        update takes it out or puts it back at once. Joining or leaving an aggregate
+        zone shows at the host's next heartbeat or when the last one expires.
 
         :raises BackendUnavailable:
         """

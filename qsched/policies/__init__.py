@@ -11,8 +11,11 @@ from oslo_policy import policy
 
 from qsched.policies import (
     aggregates,
+    availability_zone,
     base,
     flavors,
+    hypervisors,
+    quotas,
     server_groups,
     server_metadata,
     servers,
@@ -25,5 +28,7 @@ def list_rules() -> list[policy.RuleDefault]:
     return [
         *base.list_rules(), *servers.list_rules(), *flavors.list_rules(),
         *aggregates.list_rules(), *services.list_rules(), *server_groups.list_rules(),
+        *quotas.list_rules(),
+        *availability_zone.list_rules(), *hypervisors.list_rules(),
         *server_metadata.list_rules(),
     ]  # fmt: skip
