@@ -1,4 +1,4 @@
-"""The front door's domain: boot, show, list and delete servers; the flavor catalog.
+"""The front door's domain: boot, show, list, update and delete servers; the flavor catalog.
 
 No HTTP here: :mod:`qsched.api` parses requests, calls one method of
 :class:`ComputeAPI` and maps its errors; a benchmark or the demo can call it
@@ -26,10 +26,10 @@ import dataclasses
 import logging
 import secrets
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from qsched import exception
+from qsched import exception, server_list
 from qsched.aggregate_api import AggregateAPI, Route
 from qsched.aggregates import FilterOptions
 from qsched.bus.base import BusUnavailable
@@ -55,6 +55,7 @@ from qsched.ledger.base import Instance, ServerGroup, State
 from qsched.message import BootRequest, DeleteRequest
 from qsched.outbox import Abandoner, Confirmations
 from qsched.policies import flavors as flavors_policy
+from qsched.policies import server_metadata as metadata_policy
 from qsched.policies import servers as servers_policy
 from qsched.policy import Policy
 from qsched.quotas import QuotaAPI
@@ -69,6 +70,8 @@ MAX_NAME_CHARS = 255
 #: the most servers one create may ask for (each is a record of the same script)
 MAX_COUNT = 1000
 _DELETE_RACES = 5  # re-reads when an instance moves while it is being deleted
+_SCAN_CHUNK = 1000  # records read per round trip when an admin's list scans the cell
+_PAGE_CHUNK = 100  # the least read per round trip while an admin's filtered page fills
 _CACHE_SIZE = 1024  # flavors, classes and zones kept in memory; emptied when full
 
 
@@ -90,6 +93,28 @@ class FlavorExtraSpecNotFound(exception.NotFound):
 
 class MarkerNotFound(exception.Invalid):
     msg_fmt = "marker [{marker}] not found"
+
+
+class MetadataItemNotFound(exception.NotFound):
+    msg_fmt = "Metadata item was not found"
+
+
+class MetadataLimitExceeded(exception.Forbidden):
+    """Over the project's ``metadata_items`` quota (403, Nova's words)."""
+
+    msg_fmt = "Maximum number of metadata items exceeds {allowed}"
+
+
+class InstanceInvalidState(exception.Conflict):
+    msg_fmt = "Cannot '{action}' instance {uuid} while it is in {attr} {state}"
+
+
+#: boot details a client may change with PUT /servers/{id}
+#: what an update may change of a server -> its name in the record's ServerFields
+_UPDATABLE = {"description": "description", "access_ip_v4": "access_ipv4",
+              "access_ip_v6": "access_ipv6", "disk_config": "disk_config"}  # fmt: skip
+_UPDATE_RACES = 20  # re-reads when a record changes between the read and the write (each
+# failed try means another writer succeeded: contended metadata writes all land)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,6 +381,146 @@ class ComputeAPI:
         self.policy.authorize(context, servers_policy.SHOW, _target(instance))
         return instance
 
+    def update(self, context: RequestContext, uuid: str, changes: Mapping[str, Any]) -> Instance:
+        """Change what a client may change of a server (``os_compute_api:servers:update``):
+        ``name``, and ``description``, ``access_ip_v4``, ``access_ip_v6``,
+        ``disk_config`` of its boot details. O(1): one read, one script.
+
+        :raises InstanceNotFound: as :meth:`get`, or deleted meanwhile.
+        :raises Forbidden: the rule refuses the caller.
+        :raises Invalid: another field, or a bad name.
+        """
+        unknown = sorted(set(changes) - {"name", *_UPDATABLE})
+        if unknown:
+            raise exception.Invalid(reason=f"a server update cannot change {unknown}")
+        if "name" in changes:
+            _check_name("name", changes["name"])
+        instance = self._visible(context, uuid)
+        self.policy.authorize(context, servers_policy.UPDATE, _target(instance))
+        fields = {_UPDATABLE[k]: v for k, v in changes.items() if k in _UPDATABLE}
+
+        def changed(extra: dict[str, Any]) -> dict[str, Any]:
+            return {**extra, "server": {**(extra.get("server") or {}), **fields}}
+
+        return self._write(instance, changed, changes.get("name"))
+
+    def _write(
+        self,
+        instance: Instance,
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+        name: str | None = None,
+    ) -> Instance:
+        """Write ``change(extra)`` (and ``name``) to a record, compare-and-swap on extra."""
+        for _ in range(_UPDATE_RACES):
+            fields: dict[str, Any] = {"extra": change(dict(instance.extra))}
+            if name is not None:
+                fields["name"] = name
+            try:
+                return self.stores.instances.update(instance.uuid, fields, instance.extra)
+            except exception.InstanceChanged:
+                instance = self.stores.instances.get(instance.uuid)
+                if instance.state == State.DELETED:
+                    raise exception.InstanceNotFound(instance=instance.uuid) from None
+        raise exception.Conflict(reason=f"instance {instance.uuid} kept changing while updated")
+
+    def metadata(
+        self, context: RequestContext, uuid: str, key: str | None = None
+    ) -> dict[str, str]:
+        """A server's metadata, or its item ``key`` (``server-metadata:index``/``show``).
+
+        :raises InstanceNotFound: as :meth:`get`.
+        :raises MetadataItemNotFound: no item ``key``.
+        :raises Forbidden:
+        """
+        instance = self._visible(context, uuid)
+        rule = metadata_policy.INDEX if key is None else metadata_policy.SHOW
+        self.policy.authorize(context, rule, _target(instance))
+        found = dict(details(instance).metadata)
+        if key is None:
+            return found
+        if key not in found:
+            raise MetadataItemNotFound()
+        return {key: found[key]}
+
+    def set_metadata(
+        self,
+        context: RequestContext,
+        uuid: str,
+        items: Mapping[str, str],
+        replace: bool = False,
+        rule: str = metadata_policy.CREATE,
+    ) -> dict[str, str]:
+        """Add or change metadata items (``replace``: the items become the whole of it);
+        return the metadata after. The project's ``metadata_items`` quota counts the result.
+
+        :raises InstanceNotFound: as :meth:`get`.
+        :raises InstanceInvalidState: not ACTIVE, or a task under way (409, Nova's words).
+        :raises MetadataLimitExceeded: over the ``metadata_items`` quota (403).
+        :raises Forbidden: ``rule`` (``server-metadata:create``, ``update`` or
+            ``update_all``) refuses the caller.
+        """
+        instance = self._visible(context, uuid)
+        self.policy.authorize(context, rule, _target(instance))
+        allowed = self.quotas.limit_for(instance.project_id, "metadata_items")
+
+        def change(extra: dict[str, Any]) -> dict[str, Any]:
+            after = dict(items) if replace else {**(extra.get("metadata") or {}), **items}
+            if 0 <= allowed < len(after):
+                raise MetadataLimitExceeded(allowed=allowed)
+            return {**extra, "metadata": after}
+
+        _check_metadata_state(instance, "update metadata")
+        return dict(details(self._write(instance, change)).metadata)
+
+    def delete_metadata(self, context: RequestContext, uuid: str, key: str) -> None:
+        """Remove one metadata item (``server-metadata:delete``).
+
+        :raises InstanceNotFound, Forbidden, InstanceInvalidState:
+        :raises MetadataItemNotFound: no item ``key``.
+        """
+        instance = self._visible(context, uuid)
+        self.policy.authorize(context, metadata_policy.DELETE, _target(instance))
+        if key not in details(instance).metadata:
+            raise MetadataItemNotFound()
+        _check_metadata_state(instance, "delete metadata")
+
+        def change(extra: dict[str, Any]) -> dict[str, Any]:
+            kept = {k: v for k, v in (extra.get("metadata") or {}).items() if k != key}
+            return {**extra, "metadata": kept}
+
+        self._write(instance, change)
+
+    def host_status(self, context: RequestContext, instance: Instance) -> str | None:
+        """Nova's ``host_status`` of a server (2.16): UP, DOWN (forced down), MAINTENANCE
+        (disabled), UNKNOWN (heartbeat expired), "" (no host); None when neither
+        ``...:show:host_status`` nor (for UNKNOWN) ``...:host_status:unknown-only``
+        lets the caller see it. Two O(1) reads of the host's service.
+        """
+        full = self.policy.allows(context, servers_policy.SHOW_HOST_STATUS, _target(instance))
+        if not full and not self.policy.allows(
+            context, servers_policy.SHOW_HOST_STATUS_UNKNOWN, _target(instance)
+        ):
+            return None
+        status = self._host_status(instance.host)
+        return status if full or status == "UNKNOWN" else None
+
+    def _host_status(self, host: str | None) -> str:
+        if not host:
+            return ""
+        try:
+            service = self.stores.agents.service(host)
+        except exception.NotFound:
+            return ""
+        if service.forced_down:
+            return "DOWN"
+        if service.disabled:
+            return "MAINTENANCE"
+        return "UP" if self.stores.agents.alive(host) else "UNKNOWN"
+
+    def shows_extra_specs(self, context: RequestContext) -> bool:
+        """Whether the caller sees a server's flavor's extra specs (2.47)."""
+        return self.policy.allows(context, flavors_policy.SPECS_INDEX)
+
     def _visible(self, context: RequestContext, uuid: str) -> Instance:
         """The record of a server the caller may see, before any rule is asked (404)."""
         try:
@@ -376,36 +541,95 @@ class ComputeAPI:
         marker: str | None = None,
         detail: bool = False,
         reservation_id: str | None = None,
-    ) -> list[Instance]:
-        """A project's servers, newest first: the caller's, or ``project_id``'s for those
-        ``...:get_all_tenants`` allows; ``reservation_id``: only those of one create.
+        params: Mapping[str, Sequence[str]] | None = None,
+        version: tuple[int, int] = (2, 1),
+    ) -> builtins.list[Instance]:
+        """Servers as Nova's ``GET /servers`` lists them, newest first unless sorted.
 
-        Others' ``project_id`` is ignored, as Nova ignores filters they may not use.
+        ``params``: the query, each parameter's values in order, read as
+        :func:`qsched.server_list.parse` says for ``version``; the keywords are
+        short forms of the same parameters (``project_id`` asks for ``all_tenants``).
+        A member's list reads their project's records only; an admin's list of
+        every project pages the cell's index of live servers (a sort other than
+        the default, or DELETED servers, reads the whole index: admins only).
 
-        :raises Forbidden: ``os_compute_api:servers:index`` (``:detail``) refuses them.
+        :raises Forbidden: ``os_compute_api:servers:index`` (``:detail``) refuses them,
+            or ``...:get_all_tenants`` refuses ``all_tenants``; see also
+            :func:`~qsched.server_list.parse`.
         :raises MarkerNotFound: ``marker`` is not among them.
-        :raises Invalid: a negative ``limit``.
+        :raises Invalid: a negative ``limit``; see :func:`~qsched.server_list.parse`.
         """
         rule, all_projects = _LIST_RULES[detail]
         self.policy.authorize(context, rule)
         if limit is not None and limit < 0:
             raise exception.Invalid(reason="limit must be an integer >= 0")
-        project = context.project_id
-        if project_id and self.policy.allows(context, all_projects, {"project_id": project_id}):
-            project = project_id
-        found = sorted(
-            self.stores.instances.list_project(project), key=lambda i: (-i.created_at, i.uuid)
+        asked = {k: list(v) for k, v in (params or {}).items()}
+        shorthand = {"status": status, "marker": marker, "reservation_id": reservation_id,
+                     "project_id": project_id}  # fmt: skip
+        asked.update({k: [v] for k, v in shorthand.items() if v})
+        if project_id:
+            asked.setdefault("all_tenants", ["1"])
+        all_filters = self.policy.allows(context, servers_policy.ALLOW_ALL_FILTERS)
+        query, all_tenants = server_list.parse(
+            asked, version, context.project_id, all_filters, context.is_admin, limit
         )
-        if status:
-            found = [i for i in found if i.state.value == status.upper()]
-        if reservation_id:  # the servers of one create (Nova's filter)
-            found = [i for i in found if details(i).reservation_id == reservation_id]
-        if marker:
-            index = next((n for n, i in enumerate(found) if i.uuid == marker), None)
+        if all_tenants:
+            self.policy.authorize(context, all_projects)
+        if query.empty:
+            return []
+        size = self.page_size(query.limit)
+        if query.project_id is None and query.newest_first and not query.with_deleted:
+            return self._page_all(query, size)
+        found = query.ordered(i for i in self._candidates(query) if query.matches(i))
+        if query.marker:
+            index = next((n for n, i in enumerate(found) if i.uuid == query.marker), None)
             if index is None:
-                raise MarkerNotFound(marker=marker)
+                raise MarkerNotFound(marker=query.marker)
             found = found[index + 1 :]
-        return found[: self.page_size(limit)]
+        return found[:size]
+
+    def _candidates(self, query: server_list.ServerQuery) -> builtins.list[Instance]:
+        """The records a query looks at: one project's (and its recent deletions), or,
+        for an admin, every live one and the cell's recent deletions."""
+        instances = self.stores.instances
+        if query.project_id is not None:
+            found = [] if query.deleted else instances.list_project(query.project_id)
+        else:
+            found = [] if query.deleted else self._all_live()
+        if query.with_deleted:
+            since = query.changes_since or 0.0
+            uuids = instances.deleted_since(since, query.project_id)
+            found += [i for i in instances.get_many(uuids).values()
+                      if query.project_id in (None, i.project_id)]  # fmt: skip
+        return found
+
+    def _all_live(self) -> builtins.list[Instance]:
+        """Every live record of the cell (an admin's sorted list: it scans the index)."""
+        found: builtins.list[Instance] = []
+        after: str | None = None
+        while True:
+            uuids = self.stores.instances.newest(_SCAN_CHUNK, after)
+            if not uuids:
+                return found
+            found += self.stores.instances.get_many(uuids).values()
+            after = uuids[-1]
+
+    def _page_all(self, query: server_list.ServerQuery, size: int) -> builtins.list[Instance]:
+        """An admin's page of every project's servers, newest first: the live index
+        read a chunk at a time from the marker until the page is full."""
+        instances = self.stores.instances
+        if query.marker and instances.newest(0, query.marker) is None:
+            raise MarkerNotFound(marker=query.marker)
+        found: builtins.list[Instance] = []
+        after = query.marker
+        while len(found) < size:
+            uuids = instances.newest(max(size - len(found), _PAGE_CHUNK), after) or []
+            if not uuids:
+                break
+            records = instances.get_many(uuids)
+            found += [records[u] for u in uuids if u in records and query.matches(records[u])]
+            after = uuids[-1]
+        return found[:size]
 
     def shows_host(self, context: RequestContext) -> bool:
         """Whether the caller sees where servers run (Nova's extended server attributes)."""
@@ -805,6 +1029,19 @@ def _check_name(field: str, value: object) -> None:
     if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME_CHARS:
         raise exception.Invalid(
             reason=f"{field} must be a string of 1 to {MAX_NAME_CHARS} characters"
+        )
+
+
+def _check_metadata_state(instance: Instance, action: str) -> None:
+    """Nova changes metadata of a server that is ACTIVE (or stopped) with no task."""
+    if instance.state != State.ACTIVE:
+        raise InstanceInvalidState(
+            action=action, uuid=instance.uuid, attr="vm_state",
+            state=server_list.VM_STATES[instance.state],
+        )  # fmt: skip
+    if instance.task_state.value:
+        raise InstanceInvalidState(
+            action=action, uuid=instance.uuid, attr="task_state", state=instance.task_state.value
         )
 
 

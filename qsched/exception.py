@@ -128,6 +128,12 @@ class InstanceNotWaiting(Conflict):
     msg_fmt = "Instance {instance} is not waiting to be placed (state {state}, host {host})."
 
 
+class InstanceChanged(Conflict):
+    """A record changed between the read and the write of an update (read it again)."""
+
+    msg_fmt = "Instance {instance} changed while it was being updated; try again."
+
+
 class ServiceNotFound(NotFound):
     msg_fmt = "Service {service_id} could not be found."
 

@@ -420,7 +420,12 @@ class TestShow:
             assert client.simulate_get(path, headers=OTHER).json == {"servers": []}
             other = client.simulate_get(path, headers=OTHER, query_string="project_id=pa")
             assert other.json == {"servers": []}
-            admin = client.simulate_get(path, headers=ADMIN, query_string="project_id=pa")
+            # Nova: project_id counts only with all_tenants
+            own = client.simulate_get(path, headers=ADMIN, query_string="project_id=pa")
+            assert own.json["servers"] == []
+            admin = client.simulate_get(
+                path, headers=ADMIN, query_string="all_tenants=1&project_id=pa"
+            )
             assert [s["id"] for s in admin.json["servers"]] == [server_id]
         brief = client.simulate_get("/v2.1/servers", headers=USER).json["servers"][0]
         assert set(brief) == {"id", "name", "links"}

@@ -77,6 +77,8 @@ ROUTES = [
     "/v2.1/servers",
     "/v2.1/servers/detail",
     "/v2.1/servers/{server}",
+    "/v2.1/servers/{server}/metadata",
+    "/v2.1/servers/{server}/metadata/{meta}",
     "/v2.1/flavors",
     "/v2.1/flavors/detail",
     "/v2.1/flavors/{flavor}",
@@ -107,6 +109,7 @@ ROUTES = [
 ]
 LISTS = ("/v2.1/servers", "/v2.1/servers/detail")
 FLAVOR_IDS = ["m1.small", "large-id", "g1.gpu"]
+META_KEYS = ["role", "a", "k 1"]
 SPEC_KEYS = ["resources:CUSTOM_GPU", "trait:CUSTOM_FAST", "hw:cpu_policy", "resources:VCPU"]
 ZONE = "az1"
 HOSTS = ["cn1", "cn2"]  # registered compute services, for aggregates and os-services
@@ -197,6 +200,30 @@ def server_requests() -> st.SearchStrategy[dict[str, Any]]:
         },
     )
     return st.builds(lambda s: {"server": s}, server)
+
+
+def update_requests() -> st.SearchStrategy[dict[str, Any]]:
+    server = st.fixed_dictionaries(
+        {},
+        optional={
+            "name": st.from_regex(r"[a-z][a-z0-9 ._-]{0,10}[a-z0-9]", fullmatch=True),
+            "description": st.text(max_size=8) | st.none(),
+            "accessIPv4": st.just("10.0.0.1"),
+            "accessIPv6": st.just("fe80::1"),
+            "OS-DCF:diskConfig": st.sampled_from(["AUTO", "MANUAL"]),
+        },
+    )
+    return st.builds(lambda s: {"server": s}, server)
+
+
+def metadata_requests() -> st.SearchStrategy[dict[str, Any]]:
+    items = st.dictionaries(metadata_keys, st.text(max_size=8), max_size=3)
+    return st.builds(lambda m: {"metadata": m}, items)
+
+
+def meta_item_requests() -> st.SearchStrategy[dict[str, Any]]:
+    item = st.dictionaries(st.sampled_from(META_KEYS), st.text(max_size=8), min_size=1, max_size=1)
+    return st.builds(lambda m: {"meta": m}, item)
 
 
 def flavor_requests() -> st.SearchStrategy[dict[str, Any]]:
@@ -452,6 +479,7 @@ ROUTE_BODIES = {
     "/v2.1/os-aggregates": bodies_for(aggregate_requests()),
     "/v2.1/os-aggregates/{aggregate}/action": bodies_for(aggregate_actions()),
     "/v2.1/os-keypairs": bodies_for(keypair_requests()),
+    "/v2.1/servers/{server}/metadata": bodies_for(metadata_requests()),
 }
 #: Routes that read a body on PUT (ROUTE_BODIES are POSTed).
 PUT_BODIES = {
@@ -459,6 +487,9 @@ PUT_BODIES = {
     "/v2.1/flavors/{flavor}/os-extra_specs/{key}": bodies_for(one_spec_requests()),
     "/v2.1/os-aggregates/{aggregate}": bodies_for(aggregate_requests()),
     "/v2.1/os-services/{service}": bodies_for(service_requests()),
+    "/v2.1/servers/{server}": bodies_for(update_requests()),
+    "/v2.1/servers/{server}/metadata": bodies_for(metadata_requests()),
+    "/v2.1/servers/{server}/metadata/{meta}": bodies_for(meta_item_requests()),
     "/v2.1/os-quota-sets/{project}": bodies_for(quota_requests()),
     "/v2.1/os-quota-class-sets/{quota_class}": bodies_for(quota_class_requests()),
 }
@@ -479,10 +510,13 @@ QUERY_NAMES = ["limit"] * 4 + ["marker"] * 2 + [
     "hypervisor_hostname_pattern",
 ]  # fmt: skip
 QUERY_NAMES += ["is_public", "minRam", "sort_key", "sort_dir"]  # the flavor listings
+QUERY_NAMES += ["all_tenants", "name", "changes-since", "flavor", "host", "locked", "tags", "ip",
+                "deleted"]  # the server listings  # fmt: skip
 # Hypothesis leans towards the first of a list: the values that broke things come first.
 QUERY_VALUES = ["%C2%B2", "9" * 5000, "\xc2\xb2", "%D9%A3", "-1", "1.5", "", "2147483648",
                 "2147483647", "0", "1", "BUILD", "ACTIVE", "pa", "@server", "none",
-                "memory_mb", "desc", "@flavor"]  # fmt: skip
+                "memory_mb", "desc", "@flavor", "(", "asc", "display_name", "host",
+                "2020-01-01T00:00:00Z", "DELETED"]  # fmt: skip
 # ("\xc2\xb2" is "²" sent as raw UTF-8: a WSGI server hands its bytes over as Latin-1.)
 
 
@@ -540,6 +574,7 @@ def call(
         key=draw(st.sampled_from(SPEC_KEYS) | params),
         aggregate=draw(st.sampled_from(["@aggregate", "1", "0", "99"]) | params),
         service=draw(st.sampled_from(SERVICE_IDS) | params),
+        meta=draw(st.sampled_from(META_KEYS) | params),
         project=draw(st.sampled_from(PROJECTS) | params),
         quota_class=draw(st.sampled_from(["default", "gold"]) | params),
         hypervisor=draw(st.sampled_from(["@hypervisor", "1", "0", *HOSTS, "cn"]) | params),
@@ -688,7 +723,7 @@ def check_listings(cloud: Cloud) -> None:
         if name != "admin":
             cloud.get("/v2.1/servers/detail", token)
     for project in PROJECTS:
-        found = cloud.get("/v2.1/servers/detail", "admin", f"project_id={project}")
+        found = cloud.get("/v2.1/servers/detail", "admin", f"all_tenants=1&project_id={project}")
         for server in found["servers"]:
             cloud.get(f"/v2.1/servers/{server['id']}")
     for flavor_id in cloud.flavor_ids():

@@ -269,7 +269,7 @@ def test_only_admin_sets_extra_specs_and_lists_other_projects(keystone_api) -> N
     project = project_a.json()["server"]["tenant_id"]
     theirs = keystone_api.call(member_b, "GET", f"/servers?project_id={project}")
     assert theirs.json()["servers"] == []  # a filter member_b may not use is ignored
-    everyone = keystone_api.call(admin, "GET", f"/servers?project_id={project}")
+    everyone = keystone_api.call(admin, "GET", f"/servers?all_tenants=1&project_id={project}")
     assert server["id"] in [s["id"] for s in everyone.json()["servers"]]
     specs = {"extra_specs": {"hw:cpu_policy": "dedicated"}}
     refused = keystone_api.call(member_b, "POST", "/flavors/small/os-extra_specs", json=specs)

@@ -75,7 +75,9 @@ def test_another_project_sees_nothing(client) -> None:
 def test_only_an_admin_lists_other_projects_and_sees_hosts(client, stores) -> None:
     server = post_server(client, MEMBER).json["server"]["id"]
     place(stores, server, "cn7")
-    listed = client.simulate_get("/v2.1/servers/detail", headers=ADMIN, params={"project_id": "pa"})
+    listed = client.simulate_get(
+        "/v2.1/servers/detail", headers=ADMIN, params={"all_tenants": "1", "project_id": "pa"}
+    )
     (shown,) = listed.json["servers"]
     assert shown["id"] == server and shown["OS-EXT-SRV-ATTR:host"] == "cn7"
     mine = client.simulate_get(f"/v2.1/servers/{server}", headers=MEMBER).json["server"]

@@ -137,6 +137,10 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     app.add_route(f"{PREFIX}/servers", server_handlers.Servers(*args))
     app.add_route(f"{PREFIX}/servers/detail", server_handlers.ServersDetail(*args))
     app.add_route(f"{PREFIX}/servers/{{server_id}}", server_handlers.Server(*args))
+    app.add_route(f"{PREFIX}/servers/{{server_id}}/metadata", server_handlers.Metadata(*args))
+    app.add_route(
+        f"{PREFIX}/servers/{{server_id}}/metadata/{{key}}", server_handlers.MetadataItem(*args)
+    )
     app.add_route(f"{PREFIX}/flavors", flavor_handlers.Flavors(*args))
     app.add_route(f"{PREFIX}/flavors/detail", flavor_handlers.FlavorsDetail(*args))
     app.add_route(f"{PREFIX}/flavors/{{flavor_id}}", flavor_handlers.FlavorItem(*args))

@@ -687,6 +687,45 @@ QUOTA_CLASS_UPDATE = (
 )
 
 
+_description = {
+    "type": ["string", "null"],
+    "maxLength": 255,
+    "pattern": f"^{_PRINTABLE}*$",
+    "x-message": "must be at most 255 printable characters, or null",
+}
+_server_update_fields: dict[str, Any] = {
+    "name": name,
+    "OS-DCF:diskConfig": {"enum": ["AUTO", "MANUAL"]},
+    "accessIPv4": {"type": "string", "format": "ipv4", "x-message": "must be an IPv4 address"},
+    "accessIPv6": {"type": "string", "format": "ipv6", "x-message": "must be an IPv6 address"},
+}
+
+
+def _server_update(fields: dict[str, Any]) -> dict[str, Any]:
+    server = {"type": "object", "properties": fields, "additionalProperties": False}
+    return {"type": "object", "properties": {"server": server}, "required": ["server"],
+            "additionalProperties": False}  # fmt: skip
+
+
+#: (first microversion, validator) of ``PUT /servers/{id}``, latest first
+SERVER_UPDATE = (
+    ((2, 19), _compile(_server_update({**_server_update_fields, "description": _description}))),
+    ((2, 1), _compile(_server_update(_server_update_fields))),
+)
+METADATA_SET = _compile({"type": "object", "properties": {"metadata": metadata},
+                         "required": ["metadata"], "additionalProperties": False})  # fmt: skip
+METADATA_ITEM = _compile({
+    "type": "object",
+    "properties": {"meta": {**metadata, "minProperties": 1, "maxProperties": 1}},
+    "required": ["meta"], "additionalProperties": False,
+})  # fmt: skip
+
+
+def for_version(choices: Sequence[tuple[tuple[int, int], Validator]], version: Any) -> Validator:
+    """The validator of the newest first microversion at or below ``version``."""
+    return next(v for since, v in choices if version >= since)
+
+
 def validate(validator: Validator, body: Any) -> Any:
     """Return ``body`` if it matches, else raise Invalid with Nova's wording."""
     error = best_match(validator.iter_errors(body))

@@ -1,13 +1,17 @@
-"""/v2.1/servers: boot, show, list and delete, in Nova's 2.1 shapes."""
+"""/v2.1/servers: boot, list, show, update and delete, and a server's metadata, in Nova's shapes
+for each microversion."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
 import falcon
 
+from qsched import exception
 from qsched.api import (
     PREFIX,
     Handler,
@@ -20,9 +24,12 @@ from qsched.api import (
     schemas,
     usage_time,
 )
+from qsched.compute import ComputeAPI
 from qsched.context import RequestContext
 from qsched.ledger.base import Instance, State
-from qsched.scheduling.records import ServerFields, details
+from qsched.policies import server_metadata as metadata_policy
+from qsched.scheduling.records import BootDetails, ServerFields, details
+from qsched.server_list import hostname
 
 _VM_STATES = {
     State.BUILD: "building",
@@ -38,14 +45,14 @@ class _Handler(Handler):
         req: falcon.Request,
         resp: falcon.Response,
         found: list[Instance],
-        filters: dict[str, Any],
+        limit: int | None,
         path: str,
     ) -> None:
         """Nova's ``servers_links`` when the page is full, so clients fetch the next one."""
-        size = self.compute.page_size(filters.get("limit"))
+        size = self.compute.page_size(limit)
         if not found or len(found) < size:
             return
-        query = {k: v for k, v in req.params.items() if k != "marker"}
+        query = {k: v for k, v in req.params.items() if k not in ("marker", "limit")}
         query.update(limit=str(size), marker=found[-1].uuid)
         href = f"{self.base(req)}{PREFIX}{path}?{urlencode(sorted(query.items()), doseq=True)}"
         resp.media["servers_links"] = [{"rel": "next", "href": href}]
@@ -55,11 +62,14 @@ class Servers(_Handler):
     """``/v2.1/servers``: list (id, name, links) and boot."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        filters = list_filters(req)
-        found = self.compute.list(context_of(req), **filters)
+        limit = list_limit(req)
+        found = self.compute.list(
+            context_of(req), params=list_params(req), version=microversion.current(req),
+            limit=limit,
+        )  # fmt: skip
         base = self.base(req)
         resp.media = {"servers": [brief(i, base) for i in found]}
-        self.next_link(req, resp, found, filters, "/servers")
+        self.next_link(req, resp, found, limit, "/servers")
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         version = microversion.current(req)
@@ -103,24 +113,43 @@ class ServersDetail(_Handler):
     """``/v2.1/servers/detail``: the project's servers in full."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        context = context_of(req)
-        filters = list_filters(req)
-        found = self.compute.list(context, detail=True, **filters)
-        base, hosts = self.base(req), self.compute.shows_host(context)
+        context, limit = context_of(req), list_limit(req)
         version = microversion.current(req)
-        resp.media = {"servers": [detail(i, context, base, hosts, version) for i in found]}
-        self.next_link(req, resp, found, filters, "/servers/detail")
+        found = self.compute.list(
+            context, detail=True, params=list_params(req), version=version, limit=limit
+        )
+        base, hosts = self.base(req), self.compute.shows_host(context)
+        shown = Shown.of(self.compute, context, version, listed=True)
+        resp.media = {"servers": [detail(i, context, base, hosts, shown) for i in found]}
+        self.next_link(req, resp, found, limit, "/servers/detail")
 
 
 class Server(_Handler):
-    """``/v2.1/servers/{server_id}``: show and delete."""
+    """``/v2.1/servers/{server_id}``: show, update and delete."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
         context = context_of(req)
         instance = self.compute.get(context, server_id)
         hosts = self.compute.shows_host(context)
+        shown = Shown.of(self.compute, context, microversion.current(req))
+        resp.media = {"server": detail(instance, context, self.base(req), hosts, shown)}
+
+    def on_put(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
+        """Nova's update: the server as GET shows it from 2.75, Nova's fewer keys before."""
         version = microversion.current(req)
-        resp.media = {"server": detail(instance, context, self.base(req), hosts, version)}
+        validator = schemas.for_version(schemas.SERVER_UPDATE, version)
+        body = schemas.validate(validator, read_json(req, self.max_body))["server"]
+        context = context_of(req)
+        instance = self.compute.update(
+            context, server_id, {_UPDATE_FIELDS[k]: v for k, v in body.items()}
+        )
+        full = version >= (2, 75)
+        hosts = full and self.compute.shows_host(context)
+        shown = Shown.of(self.compute, context, version) if full else Shown(version)
+        view = detail(instance, context, self.base(req), hosts, shown)
+        if not full:
+            view = {k: v for k, v in view.items() if k in _UPDATE_KEYS}
+        resp.media = {"server": view}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
         self.compute.delete(context_of(req), server_id)
@@ -161,18 +190,19 @@ def group_hint(body: dict[str, Any]) -> str | None:
     raise schemas.field_error([given[0], "group"], group, f"It {schemas.group_hint['x-message']}.")
 
 
-def list_filters(req: falcon.Request) -> dict[str, Any]:
-    """``limit``, ``marker``, ``status`` and (admins) ``project_id`` from the query."""
-    filters: dict[str, Any] = {
-        "status": req.get_param("status"),
-        "marker": req.get_param("marker"),
-        "project_id": req.get_param("project_id") or req.get_param("tenant_id"),
-        "reservation_id": req.get_param("reservation_id"),
-    }
-    limit = req.get_param("limit")
-    if limit is not None:
-        filters["limit"] = schemas.query_int("limit", limit)
-    return filters
+def list_params(req: falcon.Request) -> dict[str, list[str]]:
+    """The list's query, each parameter's values in order
+    (:func:`qsched.server_list.parse` reads them)."""
+    return {k: v if isinstance(v, list) else [v] for k, v in req.params.items()}
+
+
+def list_limit(req: falcon.Request) -> int | None:
+    """``limit`` (the last one given), a whole number as Nova's schema says.
+
+    :raises Invalid: anything else.
+    """
+    values = list_params(req).get("limit")
+    return None if not values else schemas.query_int("limit", values[-1])
 
 
 def brief(instance: Instance, base: str) -> dict[str, Any]:
@@ -188,10 +218,11 @@ def detail(
     context: RequestContext,
     base: str,
     show_host: bool = False,
-    version: microversion.Version = microversion.BASE,
+    shown: Shown | None = None,
 ) -> dict[str, Any]:
-    """A server as Nova shows it at ``version``; where it runs if ``show_host`` (the
-    extended server attributes rule allows it), fault details for admins only."""
+    """A server as Nova shows it at ``shown.version`` (None: 2.1); where it runs if
+    ``show_host`` (the extended server attributes rule allows it), fault details for
+    admins only."""
     boot = details(instance)
     flavor_id = str(instance.flavor.get("id") or instance.flavor.get("name"))
     image_ref = boot.image_ref
@@ -210,7 +241,7 @@ def detail(
         "created": iso8601(instance.created_at),
         "updated": iso8601(instance.updated_at),
         "addresses": {},
-        "accessIPv4": "",
+        "accessIPv4": "",  # these four as the create asked: _asked_fields
         "accessIPv6": "",
         "links": links(base, "servers", instance.uuid),
         "OS-DCF:diskConfig": "MANUAL",
@@ -232,7 +263,10 @@ def detail(
         view["OS-EXT-SRV-ATTR:instance_name"] = f"instance-{instance.uuid}"
     if instance.state == State.ERROR and instance.fault:
         view["fault"] = _fault(instance.fault, context.is_admin)
+    version = shown.version if shown is not None else microversion.BASE
     view.update(_asked_fields(boot.server, version, show_host))
+    if shown is not None:
+        view.update(versioned(instance, boot, show_host, shown))
     return view
 
 
@@ -254,6 +288,137 @@ def _asked_fields(
     if show_host and version >= (2, 3):
         shown["OS-EXT-SRV-ATTR:user_data"] = fields.user_data
     return shown
+
+
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """What a server's view shows besides Nova 2.1's keys: the microversion, the host
+    status when the caller may see it (a function of the server), the flavor's extra
+    specs (2.47, ``os-flavor-extra-specs:index``), and whether it is a list's view
+    (``server_groups`` is for show and update only)."""
+
+    version: microversion.Version = (2, 1)
+    host_status: Callable[[Instance], str | None] | None = None
+    extra_specs: bool = False
+    listed: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        compute: ComputeAPI,
+        context: RequestContext,
+        version: microversion.Version,
+        listed: bool = False,
+    ) -> Shown:
+        """What ``context`` may see at ``version``; host statuses are read once per host
+        and project of a page (two O(1) reads each)."""
+        statuses: dict[tuple[str | None, str], str | None] = {}
+
+        def host_status(instance: Instance) -> str | None:
+            key = (instance.host, instance.project_id)
+            if key not in statuses:
+                statuses[key] = compute.host_status(context, instance)
+            return statuses[key]
+
+        specs = version >= (2, 47) and compute.shows_extra_specs(context)
+        return cls(version, host_status if version >= (2, 16) else None, specs, listed)
+
+
+def versioned(
+    instance: Instance, boot: BootDetails, show_host: bool, shown: Shown
+) -> dict[str, Any]:
+    """The keys of a server's view that microversions after 2.1 add or change."""
+    version, view = shown.version, {}
+    if version >= (2, 3) and show_host:
+        view.update({
+            "OS-EXT-SRV-ATTR:reservation_id": boot.reservation_id,
+            "OS-EXT-SRV-ATTR:launch_index": 0,  # not kept: every server is launch 0
+            "OS-EXT-SRV-ATTR:hostname": hostname(instance.name),
+            "OS-EXT-SRV-ATTR:kernel_id": "",
+            "OS-EXT-SRV-ATTR:ramdisk_id": "",
+            "OS-EXT-SRV-ATTR:root_device_name": None,
+        })  # fmt: skip
+    if version >= (2, 9):
+        view["locked"] = False  # qsched has no lock action
+    if version >= (2, 16) and shown.host_status is not None:
+        status = shown.host_status(instance)
+        if status is not None:
+            view["host_status"] = status
+    if version >= (2, 47):
+        view["flavor"] = embedded_flavor(instance.flavor, shown.extra_specs)
+    if version >= (2, 63):
+        view["trusted_image_certificates"] = None  # qsched verifies no image signatures
+    if version >= (2, 71) and not shown.listed:
+        view["server_groups"] = [instance.group] if instance.group else []
+    if version >= (2, 73):
+        view["locked_reason"] = None
+    return view
+
+
+def embedded_flavor(flavor: Mapping[str, Any], extra_specs: bool) -> dict[str, Any]:
+    """Nova's 2.47 flavor of a server: the copy it was booted with, no id or links."""
+    shown: dict[str, Any] = {
+        "original_name": str(flavor.get("name", "")),
+        "vcpus": int(flavor.get("vcpus", 0)),
+        "ram": int(flavor.get("ram_mb", 0)),
+        "disk": int(flavor.get("disk_gb", 0)),
+        "ephemeral": int(flavor.get("ephemeral_gb", 0)),
+        "swap": int(flavor.get("swap_mb", 0)),
+    }
+    if extra_specs:
+        shown["extra_specs"] = dict(flavor.get("extra_specs") or {})
+    return shown
+
+
+#: a PUT body's fields -> what :meth:`qsched.compute.ComputeAPI.update` changes
+_UPDATE_FIELDS = {"name": "name", "description": "description", "accessIPv4": "access_ip_v4",
+                  "accessIPv6": "access_ip_v6", "OS-DCF:diskConfig": "disk_config"}  # fmt: skip
+#: the keys of Nova's update answer before 2.75 (as the show's after)
+_UPDATE_KEYS = frozenset({
+    "OS-DCF:diskConfig", "accessIPv4", "accessIPv6", "addresses", "created", "flavor", "hostId",
+    "id", "image", "links", "metadata", "name", "progress", "status", "tenant_id", "updated",
+    "user_id", "locked", "description", "tags", "trusted_image_certificates", "server_groups",
+    "locked_reason", "fault",
+})  # fmt: skip
+
+
+class Metadata(_Handler):
+    """``/v2.1/servers/{server_id}/metadata``: list, replace (PUT) and update (POST)."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
+        resp.media = {"metadata": self.compute.metadata(context_of(req), server_id)}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
+        items = schemas.validate(schemas.METADATA_SET, read_json(req, self.max_body))["metadata"]
+        found = self.compute.set_metadata(context_of(req), server_id, items)
+        resp.media = {"metadata": found}
+
+    def on_put(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
+        items = schemas.validate(schemas.METADATA_SET, read_json(req, self.max_body))["metadata"]
+        found = self.compute.set_metadata(
+            context_of(req), server_id, items, replace=True, rule=metadata_policy.UPDATE_ALL
+        )
+        resp.media = {"metadata": found}
+
+
+class MetadataItem(_Handler):
+    """``/v2.1/servers/{server_id}/metadata/{key}``: show, set and delete one item."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, server_id: str, key: str) -> None:
+        resp.media = {"meta": self.compute.metadata(context_of(req), server_id, key)}
+
+    def on_put(self, req: falcon.Request, resp: falcon.Response, server_id: str, key: str) -> None:
+        item = schemas.validate(schemas.METADATA_ITEM, read_json(req, self.max_body))["meta"]
+        if key not in item:
+            raise exception.Invalid(message="Request body and URI mismatch")
+        self.compute.set_metadata(context_of(req), server_id, item, rule=metadata_policy.UPDATE)
+        resp.media = {"meta": item}
+
+    def on_delete(
+        self, req: falcon.Request, resp: falcon.Response, server_id: str, key: str
+    ) -> None:
+        self.compute.delete_metadata(context_of(req), server_id, key)
+        resp.status = falcon.HTTP_204
 
 
 def _fault(fault: Any, is_admin: bool) -> dict[str, Any]:

@@ -440,6 +440,33 @@ class InstanceStore(abc.ABC):
         """A project's instances, DELETED ones excluded."""
 
     @abc.abstractmethod
+    def newest(self, count: int, after: str | None = None) -> list[str] | None:
+        """Up to ``count`` instances of the cell that are not DELETED, newest first
+        (created_at, then uuid, descending), after ``after`` (None: from the newest):
+        an admin's page, one ZREVRANK and one ZREVRANGE. None when ``after`` is not
+        among them."""
+
+    @abc.abstractmethod
+    def deleted_since(self, since: float, project_id: str | None = None) -> list[str]:
+        """Instances DELETED at ``since`` or later, newest first: a project's (its
+        last 1000 deletions are kept) or the cell's (the last 100,000)."""
+
+    @abc.abstractmethod
+    def update(
+        self, uuid: str, fields: Mapping[str, Any], expect_extra: Mapping[str, Any] | None = None
+    ) -> Instance:
+        """Change a record's ``name`` and/or ``extra`` (the boot details) and its
+        ``updated_at``, in one step; return the record after.
+
+        ``expect_extra``: the ``extra`` the caller read and changed; the write is
+        refused if the record's is another by then.
+
+        :raises InstanceNotFound: no such record, or it is DELETED.
+        :raises InstanceChanged: ``extra`` is not ``expect_extra`` any more.
+        :raises Invalid: a field other than those.
+        """
+
+    @abc.abstractmethod
     def add_event(
         self, uuid: str, event: str, host: str | None = None, node: str | None = None, **detail: Any
     ) -> None:

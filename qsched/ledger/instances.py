@@ -146,6 +146,35 @@ class RedisInstances(InstanceStore):
             self.keys.project_instances(project_id)))  # fmt: skip
         return list(self.get_many(uuids).values())
 
+    def newest(self, count: int, after: str | None = None) -> list[str] | None:
+        key, start = self.keys.live_instances, 0
+        if after is not None:
+            rank = self.store.client.zrevrank(key, after)
+            if rank is None:
+                return None
+            start = int(rank) + 1  # type: ignore[arg-type]
+        if count <= 0:
+            return []
+        return [text(u) for u in self.store.client.zrevrange(key, start, start + count - 1)]
+
+    def deleted_since(self, since: float, project_id: str | None = None) -> list[str]:
+        key = self.keys.deleted_instances if project_id is None else self.keys.project_deleted(
+            project_id)  # fmt: skip
+        return [text(u) for u in self.store.client.zrevrangebyscore(key, "+inf", float(since))]
+
+    def update(
+        self, uuid: str, fields: Mapping[str, Any], expect_extra: Mapping[str, Any] | None = None
+    ) -> Instance:
+        uuid = check_uuid(uuid, "Instance UUID")
+        args: list[Any] = []
+        for field, value in fields.items():
+            args += [field, canonical_json(dict(value)) if field == "extra" else value]
+        expect = "" if expect_extra is None else canonical_json(dict(expect_extra))
+        self.store.run(
+            "instance_update", self.keys.instance(uuid), uuid, self.store.now(), expect, *args
+        )
+        return self.get(uuid)
+
     def add_event(
         self,
         uuid: str,

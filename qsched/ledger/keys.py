@@ -75,6 +75,9 @@ class Keyspace:
     def project_instances(self, project_id: str) -> str:
         return f"{self.prefix}project:{project_id}:instances"
 
+    def project_deleted(self, project_id: str) -> str:
+        return f"{self.prefix}project:{project_id}:deleted"
+
     # quota
     def quota_limits(self, project_id: str) -> str:
         return f"{self.prefix}quota:{project_id}:limits"
@@ -98,6 +101,14 @@ class Keyspace:
 
     def instance_abandoned(self, uuid: str) -> str:
         return f"{self.prefix}inst:{uuid}:abandoned"
+
+    @property
+    def live_instances(self) -> str:
+        return f"{self.prefix}live-instances"
+
+    @property
+    def deleted_instances(self) -> str:
+        return f"{self.prefix}deleted-instances"
 
     @property
     def deadlines(self) -> str:

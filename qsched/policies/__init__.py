@@ -18,6 +18,7 @@ from qsched.policies import (
     keypairs,
     quotas,
     server_groups,
+    server_metadata,
     servers,
     services,
 )
@@ -31,4 +32,5 @@ def list_rules() -> list[policy.RuleDefault]:
         *quotas.list_rules(),
         *availability_zone.list_rules(), *hypervisors.list_rules(),
         *keypairs.list_rules(),
+        *server_metadata.list_rules(),
     ]  # fmt: skip

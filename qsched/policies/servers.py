@@ -13,6 +13,9 @@ DETAIL = SERVERS % "detail"
 DETAIL_ALL_TENANTS = SERVERS % "detail:get_all_tenants"
 SHOW = SERVERS % "show"
 SHOW_HOST_STATUS = SERVERS % "show:host_status"
+SHOW_HOST_STATUS_UNKNOWN = SERVERS % "show:host_status:unknown-only"
+ALLOW_ALL_FILTERS = SERVERS % "allow_all_filters"
+UPDATE = SERVERS % "update"
 CREATE = SERVERS % "create"
 DELETE = SERVERS % "delete"
 #: host and hypervisor_hostname in a server's view (Nova's extended server attributes)
@@ -44,7 +47,23 @@ _RULES = [
         "GET",
         "/servers/{server_id}",
     ),
+    rule(
+        SHOW_HOST_STATUS_UNKNOWN,
+        ADMIN,
+        "Show a server with additional host status information, only if host status is "
+        "UNKNOWN (when show:host_status does not allow it)",
+        "GET",
+        "/servers/{server_id}",
+    ),
+    rule(
+        ALLOW_ALL_FILTERS,
+        ADMIN,
+        "Allow all filters when listing servers",
+        "GET",
+        "/servers",
+    ),
     rule(CREATE, PROJECT_MEMBER_OR_ADMIN, "Create a server", "POST", "/servers"),
+    rule(UPDATE, PROJECT_MEMBER_OR_ADMIN, "Update a server", "PUT", "/servers/{server_id}"),
     rule(DELETE, PROJECT_MEMBER_OR_ADMIN, "Delete a server", "DELETE", "/servers/{server_id}"),
     rule(
         EXTENDED_ATTRIBUTES,

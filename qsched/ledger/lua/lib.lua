@@ -305,6 +305,16 @@ local function batch_fault(fault, now, batch, member)
     return cjson.encode(t)
 end
 
+-- How many DELETED instances the indexes of recent deletions keep (changes-since lists),
+-- per project and for the cell; the oldest leave first.
+local DELETED_KEPT_PROJECT, DELETED_KEPT = 1000, 100000
+
+-- Add a DELETED instance to an index of deletions by time, keeping the newest ``keep``.
+local function deleted_index(key, uuid, now, keep)
+    redis.call("ZADD", key, now, uuid)
+    redis.call("ZREMRANGEBYRANK", key, 0, -(keep + 1))
+end
+
 -- End an instance in ERROR or DELETED: its allocations and quota are released and it
 -- leaves every index. inst = {project=, host=, node=} as the record holds them; detail
 -- goes into the history, marked unpublished when its boot request never went out.
@@ -322,6 +332,9 @@ local function end_instance(uuid, inst, state, fault, now, max_events, detail)
     if state == "DELETED" then
         redis.call("HSET", ikey, "deleted_at", now)
         redis.call("SREM", K.project_instances(inst.project), uuid)
+        redis.call("ZREM", K.live_instances, uuid)
+        deleted_index(K.project_deleted(inst.project), uuid, now, DELETED_KEPT_PROJECT)
+        deleted_index(K.deleted_instances, uuid, now, DELETED_KEPT)
         local group = redis.call("HGET", ikey, "group")
         if group then redis.call("SREM", K.group_members(group), uuid) end
     end
@@ -461,6 +474,7 @@ local function record_instance(uuid, record, project, group, cores, ram, deadlin
     end
     redis.call("HSET", K.instance(uuid), unpack(fields))
     redis.call("SADD", K.project_instances(project), uuid)
+    redis.call("ZADD", K.live_instances, now, uuid)
     if group ~= "" then redis.call("SADD", K.group_members(group), uuid) end
     redis.call("ZADD", K.deadlines, deadline, uuid)
     local outbox = outbox_add(uuid)  -- until its publish is confirmed
