@@ -15,6 +15,9 @@ Features
 - ``spawn_hook(instance_uuid, node)``: called when a spawn has done everything but record the
   instance. A test can raise there (the spawn records nothing) or block there (the spawn stays
   in flight) to inject faults at a known point. It may be set or cleared at any time.
+- Power: :meth:`FakeDriver.power_off`, ``power_on`` and ``reboot`` turn a VM off and on
+  (kept in memory only: a VM in a state file comes back running); ``reboots`` counts the
+  reboots of each instance, :meth:`FakeDriver.is_running` says whether it runs.
 - ``state_path``: the simulated hypervisor's memory of what runs where, kept in a file so that
   it outlives the agent process, as VMs outlive a killed nova-compute. Each spawn and destroy
   appends one line (``+ <uuid> <node>`` or ``- <uuid> <node>``, flushed to the operating
@@ -180,6 +183,8 @@ class FakeDriver(VirtDriver):
         self._instances: dict[str, set[str]] = {name: set() for name in self._names}
         self._where: dict[str, str] = {}
         self._failures: dict[str, int] = {}
+        self._off: set[str] = set()  # instances powered off
+        self.reboots: dict[str, int] = {}  # instance -> reboots done
         self._lock = threading.Lock()
         self._root_inventories = self.node_spec.root_inventories()
         check_children(self.node_spec.children)
@@ -241,8 +246,36 @@ class FakeDriver(VirtDriver):
                 return False
             del self._where[instance_uuid]
             self._instances[node].discard(instance_uuid)
+            self._off.discard(instance_uuid)
             self._note("-", instance_uuid, node)
             return True
+
+    def power_off(self, instance_uuid: str, node: str) -> None:
+        """See VirtDriver."""
+        with self._lock:
+            self._check_on(instance_uuid, node)
+            self._off.add(instance_uuid)
+
+    def power_on(self, instance_uuid: str, node: str) -> None:
+        """See VirtDriver."""
+        with self._lock:
+            self._check_on(instance_uuid, node)
+            self._off.discard(instance_uuid)
+
+    def reboot(self, instance_uuid: str, node: str, hard: bool) -> None:
+        """See VirtDriver. A soft reboot of a VM that is off fails, as a guest that is
+        not running cannot restart itself."""
+        with self._lock:
+            self._check_on(instance_uuid, node)
+            if not hard and instance_uuid in self._off:
+                raise exception.Invalid(reason=f"instance {instance_uuid} is off")
+            self._off.discard(instance_uuid)
+            self.reboots[instance_uuid] = self.reboots.get(instance_uuid, 0) + 1
+
+    def is_running(self, instance_uuid: str) -> bool:
+        """Whether the instance is on one of the nodes and powered on."""
+        with self._lock:
+            return instance_uuid in self._where and instance_uuid not in self._off
 
     def list_instances(self, node: str) -> list[str]:
         """See VirtDriver."""
@@ -274,6 +307,12 @@ class FakeDriver(VirtDriver):
         """Append one change to the state file. Call with the lock held."""
         if self._log is not None:
             self._log.write(f"{sign} {instance_uuid} {node}\n")
+
+    def _check_on(self, instance_uuid: str, node: str) -> None:
+        """Call with the lock held. :raises NodeNotFound, InstanceNotFound:"""
+        self._check_node(node)
+        if self._where.get(instance_uuid) != node:
+            raise exception.InstanceNotFound(instance=instance_uuid)
 
     def _check_node(self, node: str) -> None:
         if node not in self._instances:
