@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from oslo_policy import policy
 
-from qsched.policies import aggregates, base, flavors, server_groups, servers, services
+from qsched.policies import (
+    aggregates,
+    base,
+    flavors,
+    instance_actions,
+    server_actions,
+    server_groups,
+    servers,
+    services,
+)
 
 
 def list_rules() -> list[policy.RuleDefault]:
@@ -17,4 +26,5 @@ def list_rules() -> list[policy.RuleDefault]:
     return [
         *base.list_rules(), *servers.list_rules(), *flavors.list_rules(),
         *aggregates.list_rules(), *services.list_rules(), *server_groups.list_rules(),
+        *server_actions.list_rules(), *instance_actions.list_rules(),
     ]  # fmt: skip
