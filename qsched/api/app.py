@@ -31,6 +31,7 @@ from qsched import exception, janitor
 from qsched.api import API_VERSION, PREFIX, auth, base_url, keystone, microversion
 from qsched.api import aggregates as aggregate_handlers
 from qsched.api import flavors as flavor_handlers
+from qsched.api import server_actions as action_handlers
 from qsched.api import server_groups as group_handlers
 from qsched.api import servers as server_handlers
 from qsched.api import services as service_handlers
@@ -133,6 +134,15 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     app.add_route(f"{PREFIX}/servers", server_handlers.Servers(*args))
     app.add_route(f"{PREFIX}/servers/detail", server_handlers.ServersDetail(*args))
     app.add_route(f"{PREFIX}/servers/{{server_id}}", server_handlers.Server(*args))
+    app.add_route(f"{PREFIX}/servers/{{server_id}}/action", action_handlers.ServerAction(*args))
+    app.add_route(
+        f"{PREFIX}/servers/{{server_id}}/os-instance-actions",
+        action_handlers.InstanceActions(*args),
+    )
+    app.add_route(
+        f"{PREFIX}/servers/{{server_id}}/os-instance-actions/{{request_id}}",
+        action_handlers.InstanceAction(*args),
+    )
     app.add_route(f"{PREFIX}/flavors", flavor_handlers.Flavors(*args))
     app.add_route(f"{PREFIX}/flavors/detail", flavor_handlers.FlavorsDetail(*args))
     app.add_route(f"{PREFIX}/flavors/{{flavor_id}}", flavor_handlers.FlavorItem(*args))
