@@ -6,9 +6,13 @@ HTTP shapes by microversion go through falcon's TestClient on a recording bus.
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import re
 import threading
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import falcon.testing
@@ -40,7 +44,7 @@ BOB = RequestContext.for_project("u2", "p2")
 
 
 def actions_for(api: ComputeAPI) -> ServerActions:
-    return ServerActions(api.stores, api.bus, api.policy)  # type: ignore[arg-type]
+    return ServerActions(api.stores, api.bus, api.policy)
 
 
 def booted(api: ComputeAPI, stores: Stores, name: str = "vm") -> str:
@@ -57,7 +61,7 @@ def idle(stores: Stores, uuid_: str) -> bool:
 class TestThroughTheAgent:
     def test_stop_start_and_reboots(self, conf, stores, bus, api, agents) -> None:
         agents.append(make_agent(conf, stores, bus, "cn0", nodes=1))
-        driver: FakeDriver = agents[0].driver  # type: ignore[assignment]
+        driver: FakeDriver = agents[0].driver
         actions = actions_for(api)
         vm = booted(api, stores)
         actions.stop(ALICE, vm)
@@ -101,7 +105,7 @@ class TestThroughTheAgent:
         report = agents[0].reconciler.run_all()
         assert not report.found_anything(), report.to_dict()
         assert stores.instances.get(vm).stopped
-        assert not agents[0].driver.is_running(vm)  # type: ignore[attr-defined]
+        assert not agents[0].driver.is_running(vm)
 
     def test_a_stop_racing_a_delete_ends_deleted(self, conf, stores, bus, api, agents) -> None:
         agents.append(make_agent(conf, stores, bus, "cn0", nodes=1))
@@ -304,7 +308,7 @@ def test_action_requests_round_trip_and_refuse_bad_fields() -> None:
     msg = ActionRequest("req-1", str(uuid.uuid4()), "cn1", "cn1-0", "reboot_hard")
     assert decode(msg.encode()) == msg
     for bad in ("", "pause", None):
-        wire = ActionRequest("req-1", msg.instance_uuid, "cn1", "cn1-0", bad)  # type: ignore[arg-type]
+        wire = ActionRequest("req-1", msg.instance_uuid, "cn1", "cn1-0", bad)
         with pytest.raises(PoisonMessage, match="field 'action' must be one of"):
             decode(wire.encode())
 
@@ -492,3 +496,92 @@ def test_filters_page_newest_first(stores, api) -> None:
     actions = ServerActions(stores, RecordingBus(), api.policy, max_limit=1)
     _inst, found = actions.list_actions(ALICE, vm, filters=ActionFilter(limit=5))
     assert [a.action for a in found] == ["create"]  # max_limit caps the page
+
+
+# -- Nova's api_samples (the nova package ships them) ---------------------------------------
+
+
+def _samples() -> Path | None:
+    spec = importlib.util.find_spec("nova")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations)))
+    found = root / "tests" / "functional" / "api_sample_tests" / "api_samples"
+    return found if found.is_dir() else None
+
+
+SAMPLES = _samples()
+needs_samples = pytest.mark.skipif(SAMPLES is None, reason="the nova package is not installed")
+#: the sample directories of os-instance-actions up to 2.79, and their microversion
+SAMPLE_VERSIONS = [("", "2.1"), ("v2.21", "2.21"), ("v2.51", "2.51"), ("v2.58", "2.58"),
+                   ("v2.62", "2.62"), ("v2.66", "2.66")]  # fmt: skip
+
+
+def sample(*parts: str) -> Any:
+    """A sample template as JSON, its placeholders as strings."""
+    assert SAMPLES is not None
+    text = SAMPLES.joinpath(*parts).read_text()
+    return json.loads(re.sub(r"%\([a-z_]+\)s", "x", text))
+
+
+def same_shape(ours: Any, theirs: Any, where: str = "") -> None:
+    """Every key of the sample, no other, with the sample's type where it gives one."""
+    if isinstance(theirs, dict):
+        assert isinstance(ours, dict) and set(ours) == set(theirs), (where, ours, theirs)
+        for key, value in theirs.items():
+            same_shape(ours[key], value, f"{where}/{key}")
+    elif isinstance(theirs, list) and theirs:
+        assert isinstance(ours, list) and ours, (where, ours)
+        for item in ours:
+            same_shape(item, theirs[0], where)
+    elif theirs is not None:
+        assert isinstance(ours, type(theirs)), (where, ours, theirs)
+
+
+@needs_samples
+@pytest.mark.parametrize("action", ["os-stop", "os-start"])
+def test_novas_stop_and_start_requests_are_taken(client, stores, rbus, action) -> None:
+    server = http_server(client, stores)
+    if action == "os-start":
+        act(client, server, {"os-stop": None})
+        settle(stores, server, TaskState.POWERING_OFF, "off")
+    body = json.loads(
+        SAMPLES.joinpath("servers", "server-action-stop.json.tpl")
+        .read_text()
+        .replace("%(action)s", action)
+    )
+    assert act(client, server, body).status_code == 202
+
+
+@needs_samples
+@pytest.mark.parametrize("kind", ["HARD", "SOFT"])
+def test_novas_reboot_request_is_taken(client, stores, rbus, kind) -> None:
+    server = http_server(client, stores)
+    text = SAMPLES.joinpath("servers", "server-action-reboot.json.tpl").read_text()
+    assert act(client, server, json.loads(text.replace("%(type)s", kind))).status_code == 202
+
+
+@needs_samples
+@pytest.mark.parametrize(("directory", "version"), SAMPLE_VERSIONS)
+def test_instance_actions_answer_as_novas_samples(client, stores, rbus, directory, version):
+    server = http_server(client, stores)
+    act(client, server, {"os-stop": None})
+    settle(stores, server, TaskState.POWERING_OFF, "off")
+    actions = f"/servers/{server}/os-instance-actions"
+    listed = get(client, actions, version=version).json
+    same_shape(
+        listed, sample("os-instance-actions", directory, "instance-actions-list-resp.json.tpl")
+    )
+    stop = listed["instanceActions"][0]["request_id"]
+    shown = get(client, f"{actions}/{stop}", ADMIN, version=version).json
+    same_shape(shown, sample("os-instance-actions", directory, "instance-action-get-resp.json.tpl"))
+    non_admin = (
+        SAMPLES / "os-instance-actions" / directory / "instance-action-get-non-admin-resp.json.tpl"
+    )
+    if non_admin.exists():
+        mine = get(client, f"{actions}/{stop}", version=version).json
+        same_shape(mine, sample("os-instance-actions", directory, non_admin.name))
+    if tuple(map(int, version.split("."))) >= (2, 58):
+        page = get(client, actions, version=version, query="limit=1").json
+        same_shape(page, sample("os-instance-actions", directory,
+                                "instance-actions-list-with-limit-resp.json.tpl"))  # fmt: skip
