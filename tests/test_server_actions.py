@@ -19,7 +19,7 @@ import falcon.testing
 import pytest
 
 from agents.actions import ActionStep
-from agents.virt.fake import FakeDriver
+from agents.virt.fake import FakeDriver, read_state
 from qsched import conf as qconf
 from qsched import exception
 from qsched.bus.base import BusUnavailable
@@ -585,3 +585,28 @@ def test_instance_actions_answer_as_novas_samples(client, stores, rbus, director
         page = get(client, actions, version=version, query="limit=1").json
         same_shape(page, sample("os-instance-actions", directory,
                                 "instance-actions-list-with-limit-resp.json.tpl"))  # fmt: skip
+
+
+def test_the_fake_driver_keeps_the_power_in_its_state_file(tmp_path) -> None:
+    state = tmp_path / "vms"
+    driver = FakeDriver(1, host="cn1", state_path=state)
+    flavor = Flavor("small", 1, 1024, 0)
+    off, on = str(uuid.uuid4()), str(uuid.uuid4())
+    for vm in (off, on):
+        driver.spawn(vm, "cn1-0", flavor)
+        driver.power_off(vm, "cn1-0")
+    driver.power_on(on, "cn1-0")
+    with pytest.raises(exception.Invalid, match="is off"):
+        driver.reboot(off, "cn1-0", hard=False)  # no guest runs to restart itself
+    with pytest.raises(exception.InstanceNotFound):
+        driver.power_off(str(uuid.uuid4()), "cn1-0")
+    driver.close()
+    assert read_state(state) == {off: "cn1-0", on: "cn1-0"}  # the power lines are skipped
+    again = FakeDriver(1, host="cn1", state_path=state)  # the agent restarted
+    assert not again.is_running(off) and again.is_running(on)
+    again.close()
+    third = FakeDriver(1, host="cn1", state_path=state)  # compacted, still off
+    assert not third.is_running(off)
+    third.destroy(off, "cn1-0")
+    third.close()
+    assert read_state(state) == {on: "cn1-0"}
