@@ -18,6 +18,14 @@ published an :class:`~qsched.message.ActionRequest` to this host's queue. Here:
 
 Each step is a conditional write of one record (O(1)); the consumer thread does
 them inline, so an instance's actions and deletes on one host keep their order.
+
+A request that never arrives (the API died between the ledger and the broker, or
+the broker lost it) would leave its task_state forever: the ledger keeps each
+host's actions under way by when they began, and the agent's sweep
+(:meth:`ActionStep.finish_stuck`, at start and every ``STUCK_ACTION_S / 2``) runs
+those older than ``STUCK_ACTION_S`` again from the record, as nova-compute's
+``_init_instance`` finishes a stop or reboot it finds interrupted. A request that
+arrives after all finds the action settled and is dropped.
 The reconcile never reads the power: a stopped instance is ACTIVE in the ledger
 and listed by the driver, so nothing there undoes a stop.
 """
@@ -37,6 +45,9 @@ from qsched.ledger.base import State, TaskState
 from qsched.message import ActionRequest
 
 LOG = logging.getLogger(__name__)
+
+#: An action under way longer than this without its request settling it is run again.
+STUCK_ACTION_S = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +69,11 @@ _PLANS = {
     "reboot_hard": _Plan(TaskState.REBOOTING_HARD, TaskState.REBOOT_STARTED_HARD, "on",
                          "compute_reboot_instance"),
 }  # fmt: skip
+
+
+#: what an action's task_state says it is (the sweep rebuilds the request from it)
+_ACTION_OF = {plan.expect: action for action, plan in _PLANS.items()}
+_ACTION_OF.update({plan.started: action for action, plan in _PLANS.items() if plan.started})
 
 
 class ActionStep:
@@ -95,6 +111,37 @@ class ActionStep:
         self._settle(msg, plan, expect, plan.power, "Success", started_s, None)
         self.counters["actions_done"] += 1
         return "done"
+
+    def finish_stuck(self, started_before: float | None = None) -> int:
+        """Run again the actions of this host that began before ``started_before`` and
+        were not settled (None: every one, at start); forget those that moved on.
+        Reads only this host's actions under way. Returns how many ran."""
+        done = 0
+        for uuid in self.stores.instances.acting(self.host, started_before):
+            msg = self._rebuilt(uuid)
+            if msg is None:
+                self.stores.instances.forget_action(self.host, uuid)
+                continue
+            LOG.warning("agent %s: the %s of %s did not arrive; doing it now", self.host,
+                        msg.action, uuid)  # fmt: skip
+            self.counters["actions_resumed"] += 1
+            self.run(msg)
+            done += 1
+        return done
+
+    def _rebuilt(self, uuid: str) -> ActionRequest | None:
+        """The request of the action ``uuid`` has under way here, from its record and
+        history (its request id is the ``action`` event's); None: no action is."""
+        try:
+            inst = self.stores.instances.get(uuid)
+        except exception.InstanceNotFound:
+            return None
+        action = _ACTION_OF.get(inst.task_state)
+        if inst.state != State.ACTIVE or inst.host != self.host or action is None:
+            return None
+        started = [e for e in self.stores.instances.events(uuid) if e.event == "action"]
+        request_id = str(started[-1].detail.get("request_id")) if started else f"req-{uuid}"
+        return ActionRequest(request_id, uuid, self.host, inst.node or "", action)
 
     def _admit(self, msg: ActionRequest, plan: _Plan) -> TaskState | None:
         """The task_state the action holds now, or None when it is not this one's."""

@@ -48,7 +48,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from agents.actions import ActionStep
+from agents.actions import STUCK_ACTION_S, ActionStep
 from agents.consuming import ClassGate
 from agents.groups import GroupStep
 from agents.nodes import NodeIndex, Pick
@@ -148,6 +148,7 @@ class ComputeAgent:
         self.heartbeat()
         self.register_classes()
         self.finish_deletes()  # whatever a previous run of this agent left undone
+        self.actions.finish_stuck()  # and its server actions
         self.consumer = self.gate.open(
             lambda classes: self.bus.consumer(self.host, self.on_message, classes)
         )
@@ -165,6 +166,8 @@ class ComputeAgent:
             ("classes", self.opts.class_poll_interval_s, self.sync_classes),
             ("deletes", STUCK_DELETE_S / 2,
              lambda: self.finish_deletes(time.time() - STUCK_DELETE_S)),
+            ("actions", STUCK_ACTION_S / 2,
+             lambda: self.actions.finish_stuck(time.time() - STUCK_ACTION_S)),
             ("permit", POLL_S, self.permit.check),  # multi-creates waiting for their claims
         ]  # fmt: skip
         if self.opts.reap_interval_s:

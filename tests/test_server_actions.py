@@ -143,6 +143,39 @@ class TestThroughTheAgent:
         assert idle(stores, vm) and not stores.instances.get(vm).stopped
 
 
+class TestLostRequests:
+    """An action whose request never reaches the agent: its sweep does it."""
+
+    def test_the_sweep_does_an_action_whose_request_was_lost(
+        self, conf, stores, bus, api, agents
+    ) -> None:
+        agents.append(make_agent(conf, stores, bus, "cn0", nodes=1))
+        vm = booted(api, stores)
+        # the API died between the ledger and the broker
+        stores.instances.start_action(vm, "stop", "req-lost", "u1", "p1")
+        assert stores.instances.acting("cn0") == [vm]
+        assert agents[0].actions.finish_stuck(started_before=0.0) == 0  # not old enough
+        assert agents[0].actions.finish_stuck() == 1
+        record = stores.instances.get(vm)
+        assert record.stopped and record.task_state == TaskState.NONE
+        assert not agents[0].driver.is_running(vm)
+        assert stores.instances.acting("cn0") == []
+        _inst, found = actions_for(api).list_actions(ALICE, vm)
+        (stop,) = [a for a in found if a.request_id == "req-lost"]
+        assert stop.action == "stop" and stop.events[0].result == "Success"
+
+    def test_the_sweep_forgets_what_moved_on(self, conf, stores, bus, api, agents) -> None:
+        agents.append(make_agent(conf, stores, bus, "cn0", nodes=1))
+        vm = booted(api, stores)
+        stores.instances.start_action(vm, "reboot_soft", "req-1", "u1", "p1")
+        assert not stores.instances.forget_action("cn0", vm)  # it is under way: kept
+        api.delete(ALICE, vm)
+        assert wait_until(lambda: stores.instances.get(vm).state == State.DELETED, 5)
+        assert agents[0].actions.finish_stuck() == 0
+        assert stores.instances.acting("cn0") == []
+        assert agents[0].driver.reboots.get(vm) is None
+
+
 class TestStates:
     """Nova's state rules, on a placed record (no agent: nothing settles the actions)."""
 

@@ -224,6 +224,14 @@ class RedisInstances(InstanceStore):
                            event, json.dumps(detail))  # fmt: skip
         return not result["moved"]
 
+    def acting(self, host: str, started_before: float | None = None) -> list[str]:
+        until = "+inf" if started_before is None else started_before
+        found = self.store.client.zrangebyscore(self.keys.host_actions(host), "-inf", until)
+        return [text(u) for u in found]
+
+    def forget_action(self, host: str, uuid: str) -> bool:
+        return bool(self._run("instance_action_forget", uuid, host)["forgotten"])
+
     def deleting(self, host: str, marked_before: float | None = None) -> list[str]:
         until = "+inf" if marked_before is None else marked_before
         found = self.store.client.zrangebyscore(self.keys.host_deleting(host), "-inf", until)

@@ -32,6 +32,7 @@ if not rule then return fail("not_waiting", {instance = uuid, state = inst[1], h
 if not rule.vm[vm] then return reply({refused = "vm_state", state = vm}) end
 if not rule.task[task] then return reply({refused = "task_state", state = task}) end
 redis.call("HSET", ikey, "task_state", rule.to, "updated_at", now)
+redis.call("ZADD", K.host_actions(host), now, uuid)  -- until its agent settles it
 add_event(uuid, now, "action", host, node,
           {action = rule.name, request_id = request_id, user_id = user_id,
            project_id = project_id}, max_events)

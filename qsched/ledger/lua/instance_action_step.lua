@@ -15,6 +15,7 @@ if inst[1] ~= "ACTIVE" or inst[2] ~= host or (inst[4] or "") ~= expect then
     return reply({moved = true, state = inst[1], task_state = inst[4] or ""})
 end
 redis.call("HSET", ikey, "task_state", to, "updated_at", now)
+if to == "" then redis.call("ZREM", K.host_actions(host), uuid) end
 if power == "off" then
     redis.call("HSET", ikey, "power", "off")
 elseif power == "on" then
