@@ -46,6 +46,7 @@ from qsched.outbox import Abandoner, Confirmations
 from qsched.policies import flavors as flavors_policy
 from qsched.policies import servers as servers_policy
 from qsched.policy import Policy
+from qsched.quotas import QuotaAPI
 from qsched.resources import check_uuid
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.records import details, record_for
@@ -160,6 +161,7 @@ class ComputeAPI:
         self.confirmations = Confirmations(stores)  # published boots leave the outbox
         self.abandoner = Abandoner(self.abandon)  # boots told 503 must never run
         self.groups = ServerGroups(stores, self.policy)
+        self.quotas = QuotaAPI(stores, self.policy)  # limit_for: what other checks enforce
 
     # -- servers --
 

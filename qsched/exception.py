@@ -115,6 +115,15 @@ class QuotaExceeded(QschedError):
     )
 
 
+class QuotaBelowUsage(Invalid):
+    """A new limit under what the project holds, without ``force`` (Nova's words)."""
+
+    msg_fmt = (
+        "Quota limit {limit} for {resource} must be greater than or equal to already used "
+        "and reserved {minimum}."
+    )
+
+
 class InstanceNotWaiting(Conflict):
     msg_fmt = "Instance {instance} is not waiting to be placed (state {state}, host {host})."
 

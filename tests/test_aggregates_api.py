@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import falcon.testing
 import pytest
@@ -38,6 +39,15 @@ def test_create_answers_as_novas_sample(client) -> None:
     assert (made["name"], made["availability_zone"], made["deleted"]) == ("rack1", "london", False)
     assert made["updated_at"] is None and made["deleted_at"] is None
     assert isinstance(made["id"], int) and "T" in made["created_at"]
+
+
+def test_the_uuid_comes_with_2_41(client) -> None:
+    made = create(client)
+    assert "uuid" not in call(client, "GET", f"/{made['id']}").json["aggregate"]
+    at = {**ADMIN, "OpenStack-API-Version": "compute 2.41"}
+    shown = call(client, "GET", f"/{made['id']}", headers=at).json["aggregate"]
+    listed = call(client, "GET", "", headers=at).json["aggregates"]
+    assert uuid.UUID(shown["uuid"]) and listed[0]["uuid"] == shown["uuid"]
 
 
 def test_show_list_update_and_delete(client, stores: Stores) -> None:

@@ -86,6 +86,11 @@ ROUTES = [
     "/v2.1/os-aggregates/{aggregate}/action",
     "/v2.1/os-services",
     "/v2.1/os-services/{service}",
+    "/v2.1/limits",
+    "/v2.1/os-quota-sets/{project}",
+    "/v2.1/os-quota-sets/{project}/detail",
+    "/v2.1/os-quota-sets/{project}/defaults",
+    "/v2.1/os-quota-class-sets/{quota_class}",
 ]
 LISTS = ("/v2.1/servers", "/v2.1/servers/detail")
 FLAVOR_IDS = ["m1.small", "large-id", "g1.gpu"]
@@ -236,6 +241,26 @@ def service_requests() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+quota_values = (
+    st.integers(-2, 30)
+    | st.integers(-2, 30).map(str)
+    | st.sampled_from([2**31, "2147483648", "", "1e3", None, True])
+)
+QUOTA_NAMES = ["instances", "cores", "ram", "server_groups", "server_group_members", "key_pairs",
+               "metadata_items", "injected_files", "floating_ips", "fixed_ips"]  # fmt: skip
+
+
+def quota_requests() -> st.SearchStrategy[dict[str, Any]]:
+    quota_set = st.dictionaries(st.sampled_from(QUOTA_NAMES), quota_values, max_size=4)
+    force = st.fixed_dictionaries({}, optional={"force": st.sampled_from([True, "True", "no"])})
+    return st.builds(lambda q, f: {"quota_set": {**q, **f}}, quota_set, force)
+
+
+def quota_class_requests() -> st.SearchStrategy[dict[str, Any]]:
+    quota_set = st.dictionaries(st.sampled_from(QUOTA_NAMES), quota_values, max_size=4)
+    return st.builds(lambda q: {"quota_class_set": q}, quota_set)
+
+
 def paths_in(document: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
     """Every path to a value in ``document`` (its root included)."""
     yield path
@@ -379,6 +404,8 @@ ROUTE_BODIES = {
 PUT_BODIES = {
     "/v2.1/os-aggregates/{aggregate}": bodies_for(aggregate_requests()),
     "/v2.1/os-services/{service}": bodies_for(service_requests()),
+    "/v2.1/os-quota-sets/{project}": bodies_for(quota_requests()),
+    "/v2.1/os-quota-class-sets/{quota_class}": bodies_for(quota_class_requests()),
 }
 OTHER_BODIES = st.one_of(valid_requests.map(json.dumps), any_bodies)
 
@@ -392,7 +419,8 @@ url_bytes = st.one_of(
 url_texts = url_bytes.map(lambda raw: quote(raw, safe=""))
 
 
-QUERY_NAMES = ["limit"] * 4 + ["marker"] * 2 + ["status", "project_id", "tenant_id", "x"]
+QUERY_NAMES = ["limit"] * 4 + ["marker"] * 2 + ["status", "project_id", "tenant_id", "x",
+                                                 "user_id"]  # fmt: skip
 # Hypothesis leans towards the first of a list: the values that broke things come first.
 QUERY_VALUES = ["%C2%B2", "9" * 5000, "\xc2\xb2", "%D9%A3", "-1", "1.5", "", "2147483648",
                 "2147483647", "0", "1", "BUILD", "ACTIVE", "pa", "@server"]  # fmt: skip
@@ -431,9 +459,13 @@ KINDS = [
 
 
 def likely_token(method: str, route: str) -> str:
-    """Whom a call is most often made as: the admin for flavor changes, aggregates and
-    services, a user otherwise."""
+    """Whom a call is most often made as: the admin for flavor changes, aggregates,
+    services and quota changes, a user otherwise."""
     if route.startswith(("/v2.1/os-aggregates", "/v2.1/os-services")):
+        return "admin"
+    if route.startswith("/v2.1/os-quota-class-sets"):
+        return "admin"
+    if route.startswith("/v2.1/os-quota-sets") and method in ("PUT", "DELETE"):
         return "admin"
     return "admin" if route.startswith("/v2.1/flavors") and method != "GET" else "alice:pa"
 
@@ -449,6 +481,8 @@ def call(
         key=draw(st.sampled_from(SPEC_KEYS) | params),
         aggregate=draw(st.sampled_from(["@aggregate", "1", "0", "99"]) | params),
         service=draw(st.sampled_from(SERVICE_IDS) | params),
+        project=draw(st.sampled_from(PROJECTS) | params),
+        quota_class=draw(st.sampled_from(["default", "gold"]) | params),
         request=draw(st.sampled_from(["@request", "req-none"]) | params),
     )
     bodies = PUT_BODIES if method == "PUT" and route in PUT_BODIES else ROUTE_BODIES
@@ -603,6 +637,10 @@ def check_listings(cloud: Cloud) -> None:
     for aggregate in cloud.get("/v2.1/os-aggregates")["aggregates"]:
         cloud.get(f"/v2.1/os-aggregates/{aggregate['id']}")
     cloud.get("/v2.1/os-services")
+    for token in TOKENS.values():
+        project = token.partition(":")[2] or "admin"
+        cloud.get("/v2.1/limits", token)
+        cloud.get(f"/v2.1/os-quota-sets/{project}/detail", token)
 
 
 def check_every_flavor_boots(cloud: Cloud) -> None:

@@ -20,7 +20,10 @@ from qsched.aggregates import (
     ComputeHostNotFound,
     InvalidAggregateAction,
 )
-from qsched.api import Handler, context_of, read_json, schemas, usage_time
+from qsched.api import Handler, context_of, microversion, read_json, schemas, usage_time
+from qsched.api.microversion import Version
+
+UUID_SHOWN: Version = (2, 41)  # the aggregate's uuid in every view
 
 
 def _id(aggregate_id: str) -> int:
@@ -40,7 +43,7 @@ class Aggregates(Handler):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         found = self.compute.aggregates.list(context_of(req))
-        resp.media = {"aggregates": [view(a) for a in found]}
+        resp.media = {"aggregates": [view(a, microversion.current(req)) for a in found]}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = schemas.validate(schemas.AGGREGATE_CREATE, read_json(req, self.max_body))
@@ -48,7 +51,7 @@ class Aggregates(Handler):
         made = self.compute.aggregates.create(
             context_of(req), wanted["name"], wanted.get("availability_zone")
         )
-        shown = view(made)
+        shown = view(made, microversion.current(req))
         del shown["hosts"], shown["metadata"]  # as Nova's create answers
         resp.media = {"aggregate": shown}
 
@@ -58,14 +61,14 @@ class AggregateItem(Handler):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, aggregate_id: str) -> None:
         found = self.compute.aggregates.get(context_of(req), _id(aggregate_id))
-        resp.media = {"aggregate": view(found)}
+        resp.media = {"aggregate": view(found, microversion.current(req))}
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, aggregate_id: str) -> None:
         body = schemas.validate(schemas.AGGREGATE_UPDATE, read_json(req, self.max_body))
         changed = self.compute.aggregates.update(
             context_of(req), _id(aggregate_id), body["aggregate"]
         )
-        resp.media = {"aggregate": view(changed)}
+        resp.media = {"aggregate": view(changed, microversion.current(req))}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, aggregate_id: str) -> None:
         self.compute.aggregates.delete(context_of(req), _id(aggregate_id))
@@ -83,7 +86,8 @@ class AggregateAction(Handler):
                 message="Invalid action: send one of add_host, remove_host, set_metadata."
             )
         body = schemas.validate(validator, body)
-        resp.media = {"aggregate": view(self._act(req, str(action), _id(aggregate_id), body))}
+        acted = self._act(req, str(action), _id(aggregate_id), body)
+        resp.media = {"aggregate": view(acted, microversion.current(req))}
 
     def _act(self, req: falcon.Request, action: str, aggregate_id: int, body: Any) -> Aggregate:
         aggregates, context = self.compute.aggregates, context_of(req)
@@ -103,9 +107,9 @@ class AggregateAction(Handler):
             ) from None
 
 
-def view(aggregate: Aggregate) -> dict[str, Any]:
-    """An aggregate as Nova 2.1 shows it (``uuid`` comes with 2.41)."""
-    return {
+def view(aggregate: Aggregate, version: Version = microversion.BASE) -> dict[str, Any]:
+    """An aggregate as Nova shows it at ``version`` (``uuid`` comes with 2.41)."""
+    shown = {
         "availability_zone": aggregate.availability_zone,
         "created_at": usage_time(aggregate.created_at),
         "deleted": False,
@@ -116,3 +120,6 @@ def view(aggregate: Aggregate) -> dict[str, Any]:
         "name": aggregate.name,
         "updated_at": usage_time(aggregate.updated_at),
     }
+    if version >= UUID_SHOWN:
+        shown["uuid"] = aggregate.uuid
+    return shown

@@ -31,6 +31,7 @@ from qsched import exception, janitor
 from qsched.api import API_VERSION, PREFIX, auth, base_url, keystone, microversion
 from qsched.api import aggregates as aggregate_handlers
 from qsched.api import flavors as flavor_handlers
+from qsched.api import quotas as quota_handlers
 from qsched.api import server_actions as action_handlers
 from qsched.api import server_groups as group_handlers
 from qsched.api import servers as server_handlers
@@ -163,6 +164,14 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     app.add_route(f"{PREFIX}/os-services/{{service_id}}", service_handlers.ServiceItem(*args))
     app.add_route(f"{PREFIX}/os-server-groups", group_handlers.ServerGroups(*args))
     app.add_route(f"{PREFIX}/os-server-groups/{{group_id}}", group_handlers.ServerGroup(*args))
+    app.add_route(f"{PREFIX}/limits", quota_handlers.Limits(*args))
+    quota_set = f"{PREFIX}/os-quota-sets/{{project_id}}"
+    app.add_route(quota_set, quota_handlers.QuotaSet(*args))
+    app.add_route(f"{quota_set}/detail", quota_handlers.QuotaSetDetail(*args))
+    app.add_route(f"{quota_set}/defaults", quota_handlers.QuotaSetDefaults(*args))
+    app.add_route(
+        f"{PREFIX}/os-quota-class-sets/{{quota_class}}", quota_handlers.QuotaClassSet(*args)
+    )
 
 
 class RequestMiddleware:
@@ -210,7 +219,8 @@ class RequestMiddleware:
 #: the first path segments of the API's collections (a project id never takes their place)
 COLLECTIONS = frozenset(
     {"servers", "flavors", "os-aggregates", "os-services", "os-server-groups", "os-keypairs",
-     "limits", "os-quota-sets", "os-availability-zone", "os-hypervisors"}
+     "limits", "os-quota-sets", "os-quota-class-sets", "os-availability-zone",
+     "os-hypervisors"}
 )  # fmt: skip
 
 

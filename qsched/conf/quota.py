@@ -1,4 +1,8 @@
-"""The [quota] section: default limits per project."""
+"""The [quota] section: default limits per project (Nova's option names and defaults).
+
+A project's own limits, set through ``os-quota-sets``, override these
+(:class:`qsched.quotas.QuotaAPI`).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,17 @@ quota_opts = [
                help="Server groups per project (Nova's default); -1: no limit."),
     cfg.IntOpt("server_group_members", default=10, min=-1,
                help="Servers per server group (Nova's default); -1: no limit."),
+    cfg.IntOpt("key_pairs", default=100, min=-1,
+               help="Keypairs per user (Nova's default); -1: no limit."),
+    cfg.IntOpt("metadata_items", default=128, min=-1,
+               help="Metadata items per server (Nova's default); -1: no limit."),
+    cfg.IntOpt("injected_files", default=5, min=-1,
+               help="Injected files (personality) per server, until microversion 2.57 "
+                    "(Nova's default); -1: no limit."),
+    cfg.IntOpt("injected_file_content_bytes", default=10240, min=-1,
+               help="Bytes in one injected file (Nova's default); -1: no limit."),
+    cfg.IntOpt("injected_file_path_bytes", default=255, min=-1,
+               help="Bytes in an injected file's path (Nova's default); -1: no limit."),
 ]  # fmt: skip
 
 
@@ -30,3 +45,8 @@ class QuotaOptions(Section):
     ram: int
     server_groups: int
     server_group_members: int
+    key_pairs: int
+    metadata_items: int
+    injected_files: int
+    injected_file_content_bytes: int
+    injected_file_path_bytes: int

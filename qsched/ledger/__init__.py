@@ -17,6 +17,7 @@ from qsched.ledger.agents import RedisAgents
 from qsched.ledger.aggregates import RedisAggregates
 from qsched.ledger.backend import Backend
 from qsched.ledger.base import (
+    QUOTA_LIMITS,
     AgentRegistry,
     AggregateStore,
     FlavorStore,
@@ -74,7 +75,8 @@ def open_stores(
         DISK_GB: options.disk_allocation_ratio,
     }
     limits = quota or QuotaOptions.defaults()
-    quotas = RedisQuota(store, Usage(limits.instances, limits.cores, limits.ram))
+    others = {name: getattr(limits, name) for name in QUOTA_LIMITS[3:]}
+    quotas = RedisQuota(store, Usage(limits.instances, limits.cores, limits.ram), others)
     groups = GroupLimits(limits.server_groups, limits.server_group_members)
     return _redis_stores(store, RedisLedger(store, ratios), quotas, groups)
 

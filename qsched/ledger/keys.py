@@ -77,6 +77,10 @@ class Keyspace:
     def quota_held(self, project_id: str) -> str:
         return f"{self.prefix}quota:{project_id}:held"
 
+    @property
+    def quota_class_default(self) -> str:
+        return f"{self.prefix}quota-class:default"
+
     # instances
     def instance(self, uuid: str) -> str:
         return f"{self.prefix}inst:{uuid}"

@@ -93,6 +93,7 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "invalid_amount": exception.InvalidAmount,
         "inventory_in_use": exception.InventoryInUse,
         "quota": exception.QuotaExceeded,
+        "quota_below_usage": exception.QuotaBelowUsage,
         "instance_not_found": exception.InstanceNotFound,
         "instance_exists": exception.InstanceExists,
         "flavor_changed": exception.FlavorChanged,

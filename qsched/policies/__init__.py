@@ -14,6 +14,7 @@ from qsched.policies import (
     base,
     flavors,
     instance_actions,
+    quotas,
     server_actions,
     server_groups,
     servers,
@@ -26,5 +27,5 @@ def list_rules() -> list[policy.RuleDefault]:
     return [
         *base.list_rules(), *servers.list_rules(), *flavors.list_rules(),
         *aggregates.list_rules(), *services.list_rules(), *server_groups.list_rules(),
-        *server_actions.list_rules(), *instance_actions.list_rules(),
+        *quotas.list_rules(), *server_actions.list_rules(), *instance_actions.list_rules(),
     ]  # fmt: skip

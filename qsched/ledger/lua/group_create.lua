@@ -1,8 +1,9 @@
 -- Create a server group, within its project's limit on groups.
 -- KEYS[1]  the group key
 -- ARGV     prefix, uuid, project, record JSON {field: string}, how many groups a
---          project may hold (-1: no limit)
-local uuid, project, record, limit = ARGV[2], ARGV[3], cjson.decode(ARGV[4]), tonumber(ARGV[5])
+--          project may hold by default (-1: no limit; the project's override wins)
+local uuid, project, record = ARGV[2], ARGV[3], cjson.decode(ARGV[4])
+local limit = quota_limit(project, "server_groups", ARGV[5])
 local gkey = K.group(uuid)
 if redis.call("EXISTS", gkey) == 1 then return fail("group_exists", {group = uuid}) end
 local owned = K.project_groups(project)

@@ -6,15 +6,15 @@
 --          them, named <name>-<n>), cores, ram_mb, default instances, cores, ram_mb,
 --          deadline, now, max_events, flavor id, the flavor as stored ("" "": no check),
 --          scheduling class, its definition JSON ("" "": none), server group ("" = none),
---          its member limit (-1: none), min_count, the name of a lone member, how long
---          the batch is kept (s)
+--          its default member limit (-1: none; the project's override wins), min_count,
+--          the name of a lone member, how long the batch is kept (s)
 local batch, project, records = ARGV[2], ARGV[3], cjson.decode(ARGV[4])
 local cores, ram = tonumber(ARGV[5]), tonumber(ARGV[6])
 local defaults = {ARGV[7], ARGV[8], ARGV[9]}
 local deadline, now, max_events = ARGV[10], ARGV[11], ARGV[12]
 local flavor_id, flavor_stored = ARGV[13], ARGV[14]
 local class_name, class_definition = ARGV[15], ARGV[16]
-local group, group_limit = ARGV[17], tonumber(ARGV[18])
+local group, default_members = ARGV[17], ARGV[18]
 local min_count, lone_name, keep_s = tonumber(ARGV[19]), ARGV[20], tonumber(ARGV[21])
 local bkey = K.batch(batch)
 if redis.call("EXISTS", bkey) == 1 then return fail("batch_exists", {batch = batch}) end
@@ -31,12 +31,12 @@ if flavor_id ~= "" and redis.call("HGET", K.flavors, flavor_id) ~= flavor_stored
 end
 
 -- Nova's count: as many as every limit allows, at most max_count, at least min_count.
-local limits = redis.call("HMGET", K.quota_limits(project), "instances", "cores", "ram_mb")
+local limits = quota_limits(project, {"instances", "cores", "ram_mb"}, defaults)
 local used = redis.call("HMGET", K.quota_used(project), "instances", "cores", "ram_mb")
 local names, each = {"instances", "cores", "ram"}, {1, cores, ram}
 local count, most = #records, #records
 for i = 1, 3 do
-    local limit, u = tonumber(limits[i] or defaults[i]), tonumber(used[i] or 0)
+    local limit, u = limits[i], tonumber(used[i] or 0)
     if limit >= 0 and each[i] > 0 then
         local fits = math.floor((limit - u) / each[i])
         if fits < min_count then
@@ -52,6 +52,7 @@ if group ~= "" then
     if redis.call("EXISTS", K.group(group)) == 0 then
         return fail("group_not_found", {group = group})
     end
+    local group_limit = quota_limit(project, "server_group_members", default_members)
     if group_limit >= 0 and redis.call("SCARD", K.group_members(group)) + count > group_limit then
         return fail("group_members_quota", {group = group, limit = group_limit})
     end

@@ -101,6 +101,20 @@ local function drop_allocations(consumer)
     return true
 end
 
+-- A project's limits on names: its own (os-quota-sets), else the default quota class's
+-- (os-quota-class-sets), else the configured defaults (as script arguments).
+local function quota_limits(project, names, defaults)
+    local own = redis.call("HMGET", K.quota_limits(project), unpack(names))
+    local class = redis.call("HMGET", K.quota_class_default, unpack(names))
+    local limits = {}
+    for i = 1, #names do limits[i] = tonumber(own[i] or class[i] or defaults[i]) end
+    return limits
+end
+
+local function quota_limit(project, name, default)
+    return quota_limits(project, {name}, {default})[1]
+end
+
 -- Return what a holder reserved against its project's quota.
 local function release_quota(project, holder)
     local held_key = K.quota_held(project)
@@ -120,14 +134,13 @@ end
 local function reserve_quota(project, holder, cores, ram, defaults)
     local held_key = K.quota_held(project)
     if redis.call("HEXISTS", held_key, holder) == 1 then return nil end
-    local limits = redis.call("HMGET", K.quota_limits(project),
-                              "instances", "cores", "ram_mb")
+    local limits = quota_limits(project, {"instances", "cores", "ram_mb"}, defaults)
     local used_key = K.quota_used(project)
     local used = redis.call("HMGET", used_key, "instances", "cores", "ram_mb")
     local names = {"instances", "cores", "ram"}
     local want = {1, cores, ram}
     for i = 1, 3 do
-        local limit = tonumber(limits[i] or defaults[i])
+        local limit = limits[i]
         local u = tonumber(used[i] or 0)
         if limit >= 0 and u + want[i] > limit then
             return fail("quota", {resource = names[i], requested = want[i], used = u,
