@@ -89,12 +89,14 @@ class ServiceAPI:
         self.policy.authorize(context, services_policy.LIST, {})
         if binary and binary != COMPUTE_BINARY:
             return []
+        return [view for view in self.views() if not host or view.service.host == host]
+
+    def views(self) -> builtins.list[ServiceView]:
+        """Every service with its heartbeat, by integer id (for other admin views: no
+        policy check here; it scans)."""
         agents = {agent.host: agent for agent in self.stores.agents.list()}
-        return [
-            _view(service, agents.get(service.host))
-            for service in self.stores.agents.services()
-            if not host or service.host == host
-        ]
+        services = self.stores.agents.services()
+        return [_view(service, agents.get(service.host)) for service in services]
 
     def authorize_update(self, context: RequestContext) -> None:
         """:raises Forbidden: ``os_compute_api:os-services:update`` refuses the caller."""

@@ -35,6 +35,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
+from agents.registration import register_nodes
+from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import conf as qconf
 from qsched.bus.kombu import KombuBus
 from qsched.conf import LedgerOptions
@@ -91,6 +93,14 @@ ROUTES = [
     "/v2.1/os-quota-sets/{project}/detail",
     "/v2.1/os-quota-sets/{project}/defaults",
     "/v2.1/os-quota-class-sets/{quota_class}",
+    "/v2.1/os-availability-zone",
+    "/v2.1/os-availability-zone/detail",
+    "/v2.1/os-hypervisors",
+    "/v2.1/os-hypervisors/detail",
+    "/v2.1/os-hypervisors/statistics",
+    "/v2.1/os-hypervisors/{hypervisor}",
+    "/v2.1/os-hypervisors/{hypervisor}/search",
+    "/v2.1/os-hypervisors/{hypervisor}/servers",
 ]
 LISTS = ("/v2.1/servers", "/v2.1/servers/detail")
 FLAVOR_IDS = ["m1.small", "large-id", "g1.gpu"]
@@ -419,8 +429,10 @@ url_bytes = st.one_of(
 url_texts = url_bytes.map(lambda raw: quote(raw, safe=""))
 
 
-QUERY_NAMES = ["limit"] * 4 + ["marker"] * 2 + ["status", "project_id", "tenant_id", "x",
-                                                 "user_id"]  # fmt: skip
+QUERY_NAMES = ["limit"] * 4 + ["marker"] * 2 + [
+    "status", "project_id", "tenant_id", "x", "user_id", "with_servers",
+    "hypervisor_hostname_pattern",
+]  # fmt: skip
 # Hypothesis leans towards the first of a list: the values that broke things come first.
 QUERY_VALUES = ["%C2%B2", "9" * 5000, "\xc2\xb2", "%D9%A3", "-1", "1.5", "", "2147483648",
                 "2147483647", "0", "1", "BUILD", "ACTIVE", "pa", "@server"]  # fmt: skip
@@ -460,8 +472,8 @@ KINDS = [
 
 def likely_token(method: str, route: str) -> str:
     """Whom a call is most often made as: the admin for flavor changes, aggregates,
-    services and quota changes, a user otherwise."""
-    if route.startswith(("/v2.1/os-aggregates", "/v2.1/os-services")):
+    services, hypervisors and quota changes, a user otherwise."""
+    if route.startswith(("/v2.1/os-aggregates", "/v2.1/os-services", "/v2.1/os-hypervisors")):
         return "admin"
     if route.startswith("/v2.1/os-quota-class-sets"):
         return "admin"
@@ -483,6 +495,7 @@ def call(
         service=draw(st.sampled_from(SERVICE_IDS) | params),
         project=draw(st.sampled_from(PROJECTS) | params),
         quota_class=draw(st.sampled_from(["default", "gold"]) | params),
+        hypervisor=draw(st.sampled_from(["@hypervisor", "1", "0", *HOSTS, "cn"]) | params),
         request=draw(st.sampled_from(["@request", "req-none"]) | params),
     )
     bodies = PUT_BODIES if method == "PUT" and route in PUT_BODIES else ROUTE_BODIES
@@ -534,6 +547,9 @@ class Cloud:
         for host in HOSTS:  # compute services that aggregates and os-services act on
             self.stores.agents.heartbeat(host, 3600)
             self.services.append(self.stores.agents.register_service(host).id)
+            nodes = FakeDriver(1, FakeNodeSpec(vcpus=4, ram_mb=4096, disk_gb=10), host=host)
+            register_nodes(self.stores.ledger, nodes.nodes(), None, (), host=host)
+        self.hypervisors = [uuid for _, uuid in self.stores.ledger.hypervisors()]
         self.client = falcon.testing.TestClient(make_app(conf, self.stores, bus))
         self.aggregates = [str(self.stores.aggregates.create("seed", "az-a").id)]
         self.servers: list[str] = []
@@ -549,6 +565,7 @@ class Cloud:
         path = path.replace("@flavor", quote(flavors[call["pick"] % len(flavors)], safe=""))
         path = path.replace("@aggregate", self.aggregates[call["pick"] % len(self.aggregates)])
         path = path.replace("@service", self.services[call["pick"] % len(self.services)])
+        path = path.replace("@hypervisor", self.hypervisors[call["pick"] % len(self.hypervisors)])
         if "@request" in path:  # an action of the server the path names, if it has one
             path = path.replace("@request", self.request_id(path.split("/")[3]))
         result = self.client.simulate_request(
@@ -641,6 +658,8 @@ def check_listings(cloud: Cloud) -> None:
         project = token.partition(":")[2] or "admin"
         cloud.get("/v2.1/limits", token)
         cloud.get(f"/v2.1/os-quota-sets/{project}/detail", token)
+    cloud.get("/v2.1/os-hypervisors/detail")
+    cloud.get("/v2.1/os-availability-zone/detail")
 
 
 def check_every_flavor_boots(cloud: Cloud) -> None:

@@ -29,7 +29,8 @@ FLOORS: list[tuple[str, ...]] = [
     ("qsched.scheduling", "qsched.message"),  # the contract between front door and agents
     ("qsched.ledger", "qsched.bus", "qsched.glance"),  # the backends
     ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "qsched.aggregate_api",
-     "qsched.services", "qsched.server_groups", "qsched.quotas", "qsched.server_actions",
+     "qsched.services", "qsched.server_groups", "qsched.quotas", "qsched.hypervisors",
+     "qsched.zones", "qsched.server_actions",
      "agents"),
     ("qsched.api", "qsched.admin"),  # the edges
     # entry points and harnesses: they read the configuration and build the rest

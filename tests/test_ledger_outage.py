@@ -58,6 +58,9 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisLedger.provider_consumers": lambda s: s.ledger.provider_consumers(U),
     "RedisLedger.providers_consumers": lambda s: s.ledger.providers_consumers([U]),
     "RedisLedger.project_usages": lambda s: s.ledger.project_usages("p1"),
+    "RedisLedger.hypervisors": lambda s: s.ledger.hypervisors(0, 10),
+    "RedisLedger.hypervisor_ids": lambda s: s.ledger.hypervisor_ids([U]),
+    "RedisLedger.hypervisor_uuid": lambda s: s.ledger.hypervisor_uuid(1),
     "RedisLedger.put_allocations": lambda s: s.ledger.put_allocations(
         U, {U: {"VCPU": 1}}, None, "p1", "u1"
     ),
@@ -69,6 +72,12 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisQuota.get_usage": lambda s: s.quota.get_usage("p1"),
     "RedisQuota.reserve": lambda s: s.quota.reserve("p1", U, 1, 1),
     "RedisQuota.release": lambda s: s.quota.release("p1", U),
+    "RedisQuota.default_limits": lambda s: s.quota.default_limits(),
+    "RedisQuota.limits": lambda s: s.quota.limits("p1"),
+    "RedisQuota.update_default_limits": lambda s: s.quota.update_default_limits({"cores": 4}),
+    "RedisQuota.in_use": lambda s: s.quota.in_use("p1"),
+    "RedisQuota.update_limits": lambda s: s.quota.update_limits("p1", {"cores": 4}),
+    "RedisQuota.clear_limits": lambda s: s.quota.clear_limits("p1"),
     "RedisInstances.create": lambda s: s.instances.create(RECORD, 1e12),
     "RedisInstances.get": lambda s: s.instances.get(U),
     "RedisInstances.get_many": lambda s: s.instances.get_many([U]),
@@ -116,6 +125,7 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisAgents.add_zone": lambda s: s.agents.add_zone("az1"),
     "RedisAgents.zones": lambda s: s.agents.zones(),
     "RedisAgents.has_zone": lambda s: s.agents.has_zone("az1"),
+    "RedisAgents.zones_available": lambda s: s.agents.zones_available(["az1"]),
     "RedisFlavors.get": lambda s: s.flavors.get("small"),
     "RedisFlavors.get_stored": lambda s: s.flavors.get_stored("small"),
     "RedisFlavors.list": lambda s: s.flavors.list(),
@@ -138,7 +148,8 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisBackend.is_empty": lambda s: s.backend.is_empty(),
     "RedisBackend.forget_cell": lambda s: s.backend.forget_cell(),
 }
-NO_IO = {"RedisLedger.default_inventory", "RedisQuota.default_args"}  # pure helpers
+NO_IO = {"RedisLedger.default_inventory", "RedisQuota.default_args",
+         "RedisQuota.configured_limits"}  # pure helpers  # fmt: skip
 NEVER_RAISE = {"RedisBackend.close", "RedisBackend.command_stats"}  # no figures is no failure
 
 

@@ -30,7 +30,9 @@ from qsched import conf as qconf
 from qsched import exception, janitor
 from qsched.api import API_VERSION, PREFIX, auth, base_url, keystone, microversion
 from qsched.api import aggregates as aggregate_handlers
+from qsched.api import availability_zones as zone_handlers
 from qsched.api import flavors as flavor_handlers
+from qsched.api import hypervisors as hypervisor_handlers
 from qsched.api import quotas as quota_handlers
 from qsched.api import server_actions as action_handlers
 from qsched.api import server_groups as group_handlers
@@ -172,6 +174,21 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     app.add_route(
         f"{PREFIX}/os-quota-class-sets/{{quota_class}}", quota_handlers.QuotaClassSet(*args)
     )
+    _add_view_routes(app, args)
+
+
+def _add_view_routes(app: falcon.App, args: tuple[ComputeAPI, str | None, int]) -> None:
+    """The operators' read-only views: availability zones and hypervisors."""
+    zones, hypervisors = f"{PREFIX}/os-availability-zone", f"{PREFIX}/os-hypervisors"
+    app.add_route(zones, zone_handlers.AvailabilityZones(*args))
+    app.add_route(f"{zones}/detail", zone_handlers.AvailabilityZonesDetail(*args))
+    app.add_route(hypervisors, hypervisor_handlers.Hypervisors(*args))
+    app.add_route(f"{hypervisors}/detail", hypervisor_handlers.HypervisorsDetail(*args))
+    app.add_route(f"{hypervisors}/statistics", hypervisor_handlers.HypervisorStatistics(*args))
+    item = f"{hypervisors}/{{hypervisor_id}}"  # a pattern in /search and /servers
+    app.add_route(item, hypervisor_handlers.HypervisorItem(*args))
+    app.add_route(f"{item}/search", hypervisor_handlers.HypervisorSearch(*args))
+    app.add_route(f"{item}/servers", hypervisor_handlers.HypervisorServers(*args))
 
 
 class RequestMiddleware:

@@ -1,11 +1,12 @@
 """/v2.1/os-services: list compute services, disable and enable them, force them down.
 
-Nova's shapes at microversions 2.1 to 2.53 (:mod:`qsched.api.microversion`): before
-2.53 a service is named by host and binary in the body of ``PUT
+Nova's shapes at microversions 2.1 to 2.79 (:mod:`qsched.api.microversion`; the last
+change is 2.53): before 2.53 a service is named by host and binary in the body of ``PUT
 /os-services/{enable,disable,disable-log-reason,force-down}`` (``force-down`` and
 the ``forced_down`` field from 2.11), its id an integer; from 2.53 by its UUID,
 ``PUT /os-services/{service_id}`` with ``status``, ``disabled_reason`` and
-``forced_down``. The domain is :class:`qsched.services.ServiceAPI`.
+``forced_down``. A host in an aggregate's zone shows that zone, as in Nova. The
+domain is :class:`qsched.services.ServiceAPI`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from qsched.api import Handler, context_of, microversion, read_json, schemas, us
 from qsched.api.microversion import Version
 from qsched.compute import ComputeAPI
 from qsched.services import Change, ServiceAPI, ServiceView
+from qsched.zones import aggregate_zones
 
 FORCED_DOWN: Version = (2, 11)  # force-down, and forced_down in every view
 UUID_IDS: Version = (2, 53)  # services named by UUID
@@ -48,7 +50,8 @@ class Services(_Handler):
                 f"properties are not allowed ({', '.join(map(repr, unknown))} were unexpected)."
             )
         found = self.services.list(context_of(req), req.get_param("host"), req.get_param("binary"))
-        resp.media = {"services": [detail(view, version) for view in found]}
+        zones = aggregate_zones(self.compute.aggregates.index())
+        resp.media = {"services": [detail(v, version, zones.get(v.service.host)) for v in found]}
 
 
 class ServiceItem(_Handler):
@@ -58,7 +61,9 @@ class ServiceItem(_Handler):
         version = self.version(req)
         body = read_json(req, self.max_body)
         if version >= UUID_IDS:
-            resp.media = {"service": detail(self._update_by_id(req, service_id, body), version)}
+            view = self._update_by_id(req, service_id, body)
+            zone = aggregate_zones(self.compute.aggregates.index()).get(view.service.host)
+            resp.media = {"service": detail(view, version, zone)}
             return
         old = schemas.SERVICE_UPDATE_V211 if version >= FORCED_DOWN else schemas.SERVICE_UPDATE
         body = schemas.validate(old, body)
@@ -113,14 +118,15 @@ _ACTIONS: dict[str, Callable[[dict[str, Any]], tuple[Change, dict[str, Any]]]] =
 }
 
 
-def detail(view: ServiceView, version: Version) -> dict[str, Any]:
-    """One service as Nova shows it at ``version``."""
+def detail(view: ServiceView, version: Version, zone: str | None = None) -> dict[str, Any]:
+    """One service as Nova shows it at ``version``: in ``zone``, its aggregate's, if it
+    has one (Nova's rule: an aggregate's zone is its hosts'), else in its agent's."""
     service = view.service
     shown: dict[str, Any] = {
         "id": service.id if version >= UUID_IDS else service.seq,
         "binary": view.binary,
         "host": service.host,
-        "zone": service.zone,
+        "zone": zone or service.zone,
         "status": "disabled" if service.disabled else "enabled",
         "state": "up" if view.up else "down",
         "updated_at": usage_time(view.reported_at),

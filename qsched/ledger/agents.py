@@ -27,13 +27,19 @@ class RedisAgents(AgentRegistry):
 
     def heartbeat(self, host: str, ttl_s: float, **detail: Any) -> Service | None:
         """Say ``host`` is alive for ``ttl_s`` seconds more; ``detail`` is shown to admins.
-        Answers with its service record, in the same round trip."""
+        Keeps it in the zones it serves (``zone_beat``) and answers with its service
+        record, in the same round trip."""
         now = self.store.now()
         key = self.keys.agent(host)
         pipe = self.store.client.pipeline(transaction=False)
         pipe.hset(key, mapping={"time": now, "detail": json.dumps(detail, sort_keys=True)})
         pipe.pexpire(key, int(ttl_s * 1000))
         pipe.zadd(self.keys.agents, {host: now})
+        self.store.script("zone_beat")(
+            keys=[self.keys.service(host)],
+            args=[self.keys.prefix, host, repr(now + ttl_s), repr(now)],
+            client=pipe,
+        )
         pipe.hmget(self.keys.service(host), *_SERVICE_FIELDS)
         return _service(host, pipe.execute()[-1])
 
@@ -146,6 +152,15 @@ class RedisAgents(AgentRegistry):
     def has_zone(self, zone: str) -> bool:
         """Whether a boot may name ``zone``: O(1)."""
         return bool(self.store.client.sismember(self.keys.zones, zone))
+
+    def zones_available(self, zones: Iterable[str]) -> dict[str, bool]:
+        """Per zone, whether a host serving it is up and enabled: one ZCOUNT each."""
+        names = sorted(set(zones))
+        now = self.store.now()
+        pipe = self.store.client.pipeline(transaction=False)
+        for zone in names:
+            pipe.zcount(self.keys.zone_hosts(zone), now, "+inf")
+        return {zone: n > 0 for zone, n in zip(names, pipe.execute(), strict=True)}
 
 
 def _flag(value: bool | None) -> str:

@@ -157,6 +157,28 @@ class Ledger(abc.ABC):
         """Every provider of the cell. An admin view: it scans."""
 
     @abc.abstractmethod
+    def hypervisors(self, after: int = 0, limit: int | None = None) -> list[tuple[int, str]]:
+        """The hosts' root providers (Nova's hypervisors) as (integer id, uuid), by id,
+        those with an id above ``after``, at most ``limit`` (None: all; admin view).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def hypervisor_ids(self, uuids: Sequence[str]) -> dict[str, int]:
+        """The integer ids of those of ``uuids`` that are hypervisors (O(len(uuids))).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def hypervisor_uuid(self, hypervisor_id: int) -> str | None:
+        """The uuid of the hypervisor with that integer id; None if there is none (O(log n)).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
     def get_allocations(self, consumer_uuid: str) -> Consumer:
         """Read a consumer's allocations (generation None if it holds nothing)."""
 
@@ -721,6 +743,18 @@ class AgentRegistry(abc.ABC):
     @abc.abstractmethod
     def has_zone(self, zone: str) -> bool:
         """Whether a boot may name ``zone``: O(1).
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def zones_available(self, zones: Iterable[str]) -> dict[str, bool]:
+        """Per zone, whether one of the hosts serving it (through its agent's own zone
+        or its aggregate's) is up and its service enabled and not forced down: Nova's
+        ``zoneState.available``. O(number of zones), never O(number of hosts): every
+        heartbeat keeps its host in its zones' sets until it expires, and a service
+        update takes it out or puts it back at once. Joining or leaving an aggregate
+        zone shows at the host's next heartbeat or when the last one expires.
 
         :raises BackendUnavailable:
         """

@@ -57,6 +57,14 @@ class Keyspace:
     def sharing_providers(self) -> str:
         return f"{self.prefix}rp-sharing"
 
+    @property
+    def hypervisors(self) -> str:
+        return f"{self.prefix}hypervisors"
+
+    @property
+    def hypervisor_seq(self) -> str:
+        return f"{self.prefix}hypervisor-seq"
+
     # consumers and usages
     def consumer(self, uuid: str) -> str:
         return f"{self.prefix}consumer:{uuid}"
@@ -144,6 +152,9 @@ class Keyspace:
     @property
     def zones(self) -> str:
         return f"{self.prefix}zones"
+
+    def zone_hosts(self, zone: str) -> str:
+        return f"{self.prefix}zone:{zone}:hosts"
 
     @property
     def flavors(self) -> str:

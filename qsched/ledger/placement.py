@@ -160,6 +160,24 @@ class RedisLedger(Ledger):
                     found[uuid] = _provider(uuid, text_map(fields), traits, aggs)
         return found
 
+    def hypervisors(self, after: int = 0, limit: int | None = None) -> list[tuple[int, str]]:
+        client, key = self.store.client, self.keys.hypervisors
+        if limit is None:
+            found: list[Any] = client.zrangebyscore(key, f"({after}", "+inf", withscores=True)
+        else:
+            found = client.zrangebyscore(key, f"({after}", "+inf", 0, limit, withscores=True)
+        return [(int(score), text(uuid)) for uuid, score in found]
+
+    def hypervisor_ids(self, uuids: Sequence[str]) -> dict[str, int]:
+        scores = self.store.client.zmscore(self.keys.hypervisors, list(uuids)) if uuids else []
+        return {u: int(s) for u, s in zip(uuids, scores, strict=True) if s is not None}
+
+    def hypervisor_uuid(self, hypervisor_id: int) -> str | None:
+        found = self.store.client.zrangebyscore(
+            self.keys.hypervisors, hypervisor_id, hypervisor_id, start=0, num=1
+        )
+        return text(found[0]) if found else None
+
     def default_inventory(self, resource_class: str, total: int, **fields: Any) -> Inventory:
         """An Inventory with the configured allocation ratio for its class."""
         fields.setdefault("allocation_ratio", self.default_ratios.get(resource_class, 1.0))
@@ -343,6 +361,7 @@ def _registered(spec: ProviderSpec, item: dict[str, Any]) -> Provider:
         usages={rc: int(n) for rc, n in usages.items()},
         traits=frozenset(spec.traits),
         aggregates=frozenset(item.get("aggs") or ()),
+        host=spec.host if spec.parent_uuid is None else None,
     )
 
 
@@ -374,4 +393,5 @@ def _provider(uuid: str, fields: dict[str, str], traits: Any, aggs: Any) -> Prov
         usages=usages,
         traits=frozenset(text(t) for t in traits),
         aggregates=frozenset(text(a) for a in aggs),
+        host=fields.get("host") or None,
     )

@@ -49,6 +49,7 @@ class Provider:
     usages: Mapping[str, int] = dataclasses.field(default_factory=dict)
     traits: frozenset[str] = frozenset()
     aggregates: frozenset[str] = frozenset()
+    host: str | None = None  # the compute host whose agent registered it (a root)
 
     def free(self, resource_class: str) -> int:
         inv = self.inventories.get(resource_class)

@@ -11,8 +11,10 @@ from oslo_policy import policy
 
 from qsched.policies import (
     aggregates,
+    availability_zone,
     base,
     flavors,
+    hypervisors,
     instance_actions,
     quotas,
     server_actions,
@@ -27,5 +29,7 @@ def list_rules() -> list[policy.RuleDefault]:
     return [
         *base.list_rules(), *servers.list_rules(), *flavors.list_rules(),
         *aggregates.list_rules(), *services.list_rules(), *server_groups.list_rules(),
-        *quotas.list_rules(), *server_actions.list_rules(), *instance_actions.list_rules(),
+        *quotas.list_rules(),
+        *availability_zone.list_rules(), *hypervisors.list_rules(),
+        *server_actions.list_rules(), *instance_actions.list_rules(),
     ]  # fmt: skip

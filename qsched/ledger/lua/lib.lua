@@ -468,3 +468,32 @@ local function record_instance(uuid, record, project, group, cores, ram, deadlin
     add_event(uuid, now, "accepted", nil, nil, detail, max_events)
     return outbox
 end
+
+-- The zones a host serves: its agent's own zone and its aggregate's, if it has them.
+local function host_zones(host)
+    local zones, seen = {}, {}
+    local own = redis.call("HGET", K.service(host), "zone")
+    if own then seen[own] = true; zones[1] = own end
+    for _, agg in ipairs(redis.call("SMEMBERS", K.host_aggregates(host))) do
+        local zone = aggregate_metadata(agg).availability_zone
+        if zone and not seen[zone] then seen[zone] = true; zones[#zones + 1] = zone end
+    end
+    return zones
+end
+
+-- Keep a host in the zones it serves (zone:<zone>:hosts) until ``expires``, when its
+-- heartbeat runs out, while its service is enabled and not forced down; take it out
+-- of them otherwise (``expires`` nil: it is not beating). Members expired by ``now``
+-- leave as they are passed, so a zone's set holds about its live hosts.
+local function refresh_zones(host, expires, now)
+    local open = expires and not service_closed(host)
+    for _, zone in ipairs(host_zones(host)) do
+        local key = K.zone_hosts(zone)
+        if open then
+            redis.call("ZADD", key, expires, host)
+        else
+            redis.call("ZREM", key, host)
+        end
+        redis.call("ZREMRANGEBYSCORE", key, "-inf", "(" .. now)
+    end
+end

@@ -20,5 +20,6 @@ redis.call("DEL", rkey, K.provider_traits(uuid), K.provider_aggregates(uuid),
 redis.call("HDEL", K.provider_names, info[2])
 redis.call("SREM", K.providers, uuid)
 redis.call("SREM", K.sharing_providers, uuid)
+redis.call("ZREM", K.hypervisors, uuid)
 if info[3] ~= "" then redis.call("SREM", K.provider_children(info[3]), uuid) end
 return reply({deleted = true})

@@ -3,7 +3,8 @@
 -- generation once. Parents come before their children in the batch.
 -- KEYS[1]  the providers set (routes the script to the cell's slot)
 -- ARGV     prefix, now, JSON [{uuid, name, parent, host, inv: {rc: spec}, traits: [], aggs: []}]
--- A root provider of a host ("host" not "") joins the host's roots, and its aggregates
+-- A root provider of a host ("host" not "") joins the host's roots and the hypervisors
+-- (with the next integer id the first time; the host in its hash), and its aggregates
 -- are its own ("aggs", kept as "own_aggs") plus the host's (host:<host>:aggs, which
 -- the aggregate API writes).
 local now, batch = ARGV[2], cjson.decode(ARGV[3])
@@ -84,6 +85,13 @@ for i, p in ipairs(batch) do
     local aggs = p.aggs
     if p.parent == "" and p.host ~= "" then
         redis.call("SADD", K.host_roots(p.host), p.uuid)
+        -- a host's root is one of Nova's hypervisors: an integer id once, its host
+        if not redis.call("ZSCORE", K.hypervisors, p.uuid) then
+            redis.call("ZADD", K.hypervisors, redis.call("INCR", K.hypervisor_seq), p.uuid)
+        end
+        if redis.call("HGET", rkey, "host") ~= p.host then
+            redis.call("HSET", rkey, "host", p.host)
+        end
         local own = cjson.encode(p.aggs)
         if redis.call("HGET", rkey, "own_aggs") ~= own then
             redis.call("HSET", rkey, "own_aggs", own)

@@ -19,4 +19,7 @@ elseif disabled == "0" then
 end
 if forced ~= "" then redis.call("HSET", skey, "forced_down", forced) end
 redis.call("HSET", skey, "updated_at", now)
+-- the zones it serves see the change at once, not at its next heartbeat
+local ttl_ms = redis.call("PTTL", K.agent(host))
+refresh_zones(host, ttl_ms > 0 and string.format("%.6f", tonumber(now) + ttl_ms / 1000) or nil, now)
 return reply(service_record(host))
