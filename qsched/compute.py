@@ -50,7 +50,7 @@ from qsched.quotas import QuotaAPI
 from qsched.resources import check_uuid
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.records import details, record_for
-from qsched.server_actions import record_delete
+from qsched.server_actions import has_status, record_delete
 from qsched.server_groups import ServerGroups
 
 LOG = logging.getLogger(__name__)
@@ -380,7 +380,7 @@ class ComputeAPI:
             self.stores.instances.list_project(project), key=lambda i: (-i.created_at, i.uuid)
         )
         if status:
-            found = [i for i in found if i.state.value == status.upper()]
+            found = [i for i in found if has_status(i, status)]  # SHUTOFF, REBOOT too
         if reservation_id:  # the servers of one create (Nova's filter)
             found = [i for i in found if details(i).reservation_id == reservation_id]
         if marker:

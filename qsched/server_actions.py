@@ -29,6 +29,7 @@ from qsched import exception
 from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.ledger.base import Event, Instance, State, TaskState
+from qsched.ledger.records import PowerState
 from qsched.message import ActionRequest
 from qsched.policies import instance_actions as actions_policy
 from qsched.policies import server_actions as server_policy
@@ -238,6 +239,55 @@ class ServerActions:
         if not mine or (instance.state == State.DELETED and not deleted):
             raise exception.InstanceNotFound(instance=uuid)
         return instance
+
+
+# -- what a server shows --
+
+#: the task states of an ACTIVE server that show in its status (Nova's _STATE_MAP)
+_ACTIVE_STATUS = {
+    TaskState.REBOOTING: "REBOOT",
+    TaskState.REBOOT_STARTED: "REBOOT",
+    TaskState.REBOOTING_HARD: "HARD_REBOOT",
+    TaskState.REBOOT_STARTED_HARD: "HARD_REBOOT",
+}
+
+
+def vm_state(instance: Instance, otherwise: str) -> str:
+    """Nova's vm_state: ``stopped`` for a server a stop powered off, else ``otherwise``
+    (what its state shows)."""
+    if instance.state == State.ACTIVE and instance.stopped:
+        return "stopped"
+    return otherwise
+
+
+def status(instance: Instance) -> str:
+    """Nova's status from the vm_state and task_state: ``SHUTOFF`` when stopped (a
+    hard reboot of it included), ``REBOOT`` and ``HARD_REBOOT`` while one runs."""
+    if instance.state != State.ACTIVE:
+        return instance.state.value
+    if instance.stopped:
+        return "SHUTOFF"
+    return _ACTIVE_STATUS.get(instance.task_state, "ACTIVE")
+
+
+def has_status(instance: Instance, wanted: str) -> bool:
+    """Whether the list filter ``status=<wanted>`` finds the server, as Nova's
+    (``task_and_vm_state_from_status``): a status names its vm_state, in any task_state
+    for the vm_state's default (``ACTIVE`` finds a rebooting server too)."""
+    wanted = wanted.upper()
+    if status(instance) == wanted:
+        return True
+    return wanted == "ACTIVE" and instance.state == State.ACTIVE and not instance.stopped
+
+
+def power_state(instance: Instance) -> int:
+    """Nova's power_state: RUNNING (1) once ACTIVE, SHUTDOWN (4) when stopped, else 0."""
+    if instance.state != State.ACTIVE:
+        return PowerState.NOSTATE.value
+    return (PowerState.SHUTDOWN if instance.stopped else PowerState.RUNNING).value
+
+
+# -- instance actions --
 
 
 def actions_of(instance: Instance, history: Sequence[Event]) -> list[Action]:

@@ -643,3 +643,19 @@ def test_the_fake_driver_keeps_the_power_in_its_state_file(tmp_path) -> None:
     third.destroy(off, "cn1-0")
     third.close()
     assert read_state(state) == {on: "cn1-0"}
+
+
+def test_the_status_filter_finds_stopped_and_rebooting_servers(client, stores, rbus) -> None:
+    stopped, rebooting = http_server(client, stores), http_server(client, stores)
+    act(client, stopped, {"os-stop": None})
+    settle(stores, stopped, TaskState.POWERING_OFF, "off")
+    act(client, rebooting, {"reboot": {"type": "SOFT"}})
+
+    def found(status: str) -> set[str]:
+        result = get(client, "/servers", query=f"status={status}")
+        return {s["id"] for s in result.json["servers"]}
+
+    assert found("SHUTOFF") == {stopped}
+    assert found("REBOOT") == {rebooting}
+    assert found("ACTIVE") == {rebooting}  # as Nova's: ACTIVE is the vm_state, any task
+    assert found("HARD_REBOOT") == set()

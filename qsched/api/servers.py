@@ -19,9 +19,9 @@ from qsched.api import (
     usage_time,
 )
 from qsched.context import RequestContext
-from qsched.ledger.base import Instance, State, TaskState
-from qsched.ledger.records import PowerState
+from qsched.ledger.base import Instance, State
 from qsched.scheduling.records import details
+from qsched.server_actions import power_state, status, vm_state
 
 _VM_STATES = {
     State.BUILD: "building",
@@ -209,7 +209,7 @@ def detail(
         "OS-SRV-USG:launched_at": usage_time(instance.launched_at),
         "OS-SRV-USG:terminated_at": None,
         "OS-EXT-STS:task_state": instance.task_state.value or None,
-        "OS-EXT-STS:vm_state": vm_state(instance),
+        "OS-EXT-STS:vm_state": vm_state(instance, _VM_STATES[instance.state]),
         "OS-EXT-STS:power_state": power_state(instance),
         "os-extended-volumes:volumes_attached": [],
         "security_groups": [{"name": "default"}],
@@ -221,39 +221,6 @@ def detail(
     if instance.state == State.ERROR and instance.fault:
         view["fault"] = _fault(instance.fault, context.is_admin)
     return view
-
-
-#: the task states of an ACTIVE server that show in its status (Nova's _STATE_MAP)
-_ACTIVE_STATUS = {
-    TaskState.REBOOTING: "REBOOT",
-    TaskState.REBOOT_STARTED: "REBOOT",
-    TaskState.REBOOTING_HARD: "HARD_REBOOT",
-    TaskState.REBOOT_STARTED_HARD: "HARD_REBOOT",
-}
-
-
-def vm_state(instance: Instance) -> str:
-    """Nova's vm_state: ``stopped`` for a server a stop powered off, else by its state."""
-    if instance.state == State.ACTIVE and instance.stopped:
-        return "stopped"
-    return _VM_STATES[instance.state]
-
-
-def status(instance: Instance) -> str:
-    """Nova's status from the vm_state and task_state: ``SHUTOFF`` when stopped (a
-    hard reboot of it included), ``REBOOT`` and ``HARD_REBOOT`` while one runs."""
-    if instance.state != State.ACTIVE:
-        return instance.state.value
-    if instance.stopped:
-        return "SHUTOFF"
-    return _ACTIVE_STATUS.get(instance.task_state, "ACTIVE")
-
-
-def power_state(instance: Instance) -> int:
-    """Nova's power_state: RUNNING (1) once ACTIVE, SHUTDOWN (4) when stopped, else 0."""
-    if instance.state != State.ACTIVE:
-        return PowerState.NOSTATE.value
-    return (PowerState.SHUTDOWN if instance.stopped else PowerState.RUNNING).value
 
 
 def _fault(fault: Any, is_admin: bool) -> dict[str, Any]:
