@@ -3,8 +3,9 @@
 One agent drives one node or many. It consumes only the scheduling classes that
 at least one of its nodes can fit right now (its :class:`~agents.nodes.NodeIndex`
 says which, and which node to pick, without scanning nodes), plus its own host
-queue for deletes. This module is the service around the steps: its life cycle,
-periodic tasks and heartbeat, the consumer callback and deletes. A boot request
+queue for deletes and server actions (:mod:`agents.actions`). This module is the
+service around the steps: its life cycle, periodic tasks and heartbeat, the consumer
+callback and deletes. A boot request
 goes through named steps, each a method of a small class:
 
 1. decode (undecodable: dead letter with the reason, go on);
@@ -47,6 +48,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from agents.actions import STUCK_ACTION_S, ActionStep
 from agents.consuming import ClassGate
 from agents.groups import GroupStep
 from agents.nodes import NodeIndex, Pick
@@ -115,6 +117,7 @@ class ComputeAgent:
         self.placer = Placer(parts, claim_retries, alternates)
         self.spawner = Spawner(parts)
         self.groups = GroupStep(parts)
+        self.actions = ActionStep(stores, driver, self.host, self.counters)
         self.permit = Permit(parts, lambda uuid: self._spawner.submit(self.spawner.spawn, uuid))
         self.reconciled = ReconcileReport()  # what the start found
         self._last_beat: float | None = None  # monotonic time of the last heartbeat written
@@ -145,6 +148,7 @@ class ComputeAgent:
         self.heartbeat()
         self.register_classes()
         self.finish_deletes()  # whatever a previous run of this agent left undone
+        self.actions.finish_stuck()  # and its server actions
         self.consumer = self.gate.open(
             lambda classes: self.bus.consumer(self.host, self.on_message, classes)
         )
@@ -162,6 +166,8 @@ class ComputeAgent:
             ("classes", self.opts.class_poll_interval_s, self.sync_classes),
             ("deletes", STUCK_DELETE_S / 2,
              lambda: self.finish_deletes(time.time() - STUCK_DELETE_S)),
+            ("actions", STUCK_ACTION_S / 2,
+             lambda: self.actions.finish_stuck(time.time() - STUCK_ACTION_S)),
             ("permit", POLL_S, self.permit.check),  # multi-creates waiting for their claims
         ]  # fmt: skip
         if self.opts.reap_interval_s:
@@ -363,6 +369,8 @@ class ComputeAgent:
             return
         if isinstance(msg, message.DeleteRequest):
             self.delete(msg, delivery)
+        elif isinstance(msg, message.ActionRequest):
+            self.action(msg, delivery)
         else:
             self.boot(msg, delivery)
 
@@ -411,6 +419,18 @@ class ComputeAgent:
             if admission is Admission.DROP:
                 self.counters["dropped"] += 1
             delivery.ack()
+
+    # -- server actions -----------------------------------------------------------------
+
+    def action(self, msg: message.ActionRequest, delivery: Delivery) -> None:
+        """Stop, start or reboot an instance of this host (:mod:`agents.actions`); one
+        for another host (published to the wrong queue) is dead-lettered."""
+        if msg.host != self.host:
+            self.counters["poison"] += 1
+            delivery.reject(f"a server action for host {msg.host} reached {self.host}")
+            return
+        self.actions.run(msg)
+        delivery.ack()
 
     # -- deletes ------------------------------------------------------------------------
 

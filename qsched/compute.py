@@ -52,7 +52,7 @@ from qsched.keypairs import KeypairAPI
 from qsched.ledger import Stores
 from qsched.ledger.backend import LedgerUnavailable
 from qsched.ledger.base import Instance, ServerGroup, State
-from qsched.message import BootRequest, DeleteRequest
+from qsched.message import ActionRequest, BootRequest, DeleteRequest
 from qsched.outbox import Abandoner, Confirmations
 from qsched.policies import flavors as flavors_policy
 from qsched.policies import server_metadata as metadata_policy
@@ -62,6 +62,7 @@ from qsched.quotas import QuotaAPI
 from qsched.resources import check_uuid
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.records import ServerFields, details, record_for
+from qsched.server_actions import record_delete
 from qsched.server_groups import ServerGroups
 
 LOG = logging.getLogger(__name__)
@@ -155,6 +156,8 @@ class Publisher(Protocol):
     def publish_boot(self, msg: BootRequest) -> None: ...
 
     def publish_delete(self, host: str, msg: DeleteRequest) -> None: ...
+
+    def publish_action(self, host: str, msg: ActionRequest) -> None: ...
 
     def publish_to_host(self, host: str, msg: BootRequest) -> None: ...
 
@@ -655,7 +658,9 @@ class ComputeAPI:
         """
         instance = self._visible(context, uuid)
         self.policy.authorize(context, servers_policy.DELETE, _target(instance))
-        return self._delete(instance, context.request_id)
+        deleted = self._delete(instance, context.request_id)
+        record_delete(self.stores, context, instance.uuid)  # its instance action
+        return deleted
 
     def _delete(self, instance: Instance, request_id: str) -> Instance:
         """Delete a record the caller may delete; see :meth:`delete`."""

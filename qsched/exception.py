@@ -134,6 +134,18 @@ class InstanceChanged(Conflict):
     msg_fmt = "Instance {instance} changed while it was being updated; try again."
 
 
+class InstanceInvalidState(Conflict):
+    """A server action the instance's state refuses (Nova's 409 words)."""
+
+    msg_fmt = "Cannot '{action}' instance {instance} while it is in {attr} {state}"
+
+
+class InstanceNotReady(Conflict):
+    """A server action on an instance no host holds yet (Nova's check_instance_host)."""
+
+    msg_fmt = "Instance {instance} is not ready"
+
+
 class ServiceNotFound(NotFound):
     msg_fmt = "Service {service_id} could not be found."
 

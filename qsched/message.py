@@ -1,6 +1,7 @@
-"""The messages on the bus: boot requests per scheduling class, deletes per host.
+"""The messages on the bus: boot requests per scheduling class; deletes and server
+actions per host.
 
-Wire format: a msgpack map with a ``kind`` ("boot" or "delete") and a ``version``
+Wire format: a msgpack map with a ``kind`` ("boot", "delete" or "action") and a ``version``
 ("MAJOR.MINOR"). A reader accepts every minor of the majors it knows; fields it
 does not know (added by a newer minor) are kept aside in ``extra`` and written
 back on :meth:`encode`, so an older agent that requeues a newer message does not
@@ -31,6 +32,7 @@ from qsched.scheduling.classes import class_name
 MAJOR_VERSION = 1
 BOOT_VERSION = "1.2"  # 1.1: global_request_id; 1.2: aggregate groups, server group
 DELETE_VERSION = "1.0"
+ACTION_VERSION = "1.0"
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_NAME_CHARS = 255
 MAX_LIST_ITEMS = 1024
@@ -347,6 +349,41 @@ class DeleteRequest(_Message):
     )
 
 
+#: the server actions an agent does (:mod:`agents.actions`)
+ACTIONS = ("stop", "start", "reboot_soft", "reboot_hard")
+
+
+def _action(value: Any) -> str:
+    if type(value) is str and value in ACTIONS:
+        return value
+    raise _Bad(f"one of {', '.join(ACTIONS)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionRequest(_Message):
+    """A server action (stop, start, soft or hard reboot) for the agent of ``host``:
+    published on ``host.<host>`` once the ledger holds its task_state."""
+
+    KIND: ClassVar[str] = "action"
+
+    request_id: str
+    instance_uuid: str
+    host: str
+    node: str
+    action: str  # one of ACTIONS
+    version: str = ACTION_VERSION
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+
+    FIELDS: ClassVar[tuple[tuple[str, Callable[[Any], Any], bool], ...]] = (
+        ("version", _name, True),
+        ("request_id", _name, True),
+        ("instance_uuid", _uuid, True),
+        ("host", _name, True),
+        ("node", _name, True),
+        ("action", _action, True),
+    )
+
+
 def constraint_fields(constraints: Constraints) -> dict[str, Any]:
     """The fields of a boot request that carry ``constraints`` (names sorted)."""
     wire = constraints.to_dict()
@@ -360,10 +397,13 @@ def constraint_fields(constraints: Constraints) -> dict[str, Any]:
 _KINDS: dict[str, type[_Message]] = {
     BootRequest.KIND: BootRequest,
     DeleteRequest.KIND: DeleteRequest,
+    ActionRequest.KIND: ActionRequest,
 }
 
+Message = BootRequest | DeleteRequest | ActionRequest
 
-def decode(data: Any) -> BootRequest | DeleteRequest:
+
+def decode(data: Any) -> Message:
     """Decode a message of any kind.
 
     :raises UnsupportedVersion: a major version this service does not read.
@@ -376,7 +416,7 @@ def decode(data: Any) -> BootRequest | DeleteRequest:
     if cls is None:
         raise PoisonMessage(reason=f"unknown message kind {_short(kind)}")
     _check_version(wire.get("version"))
-    return cast(BootRequest | DeleteRequest, _build(cls, wire))
+    return cast(Message, _build(cls, wire))
 
 
 def _unpack(data: Any) -> dict[str, Any]:

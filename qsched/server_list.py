@@ -39,6 +39,7 @@ from typing import Any
 from qsched import exception
 from qsched.ledger.base import Instance, State
 from qsched.scheduling.records import details
+from qsched.server_actions import has_status, power_state, vm_state
 
 #: Nova's server status names (nova/api/openstack/common.py's state map)
 STATUSES = frozenset({
@@ -69,11 +70,6 @@ _BOOLS = {
     **dict.fromkeys(("1", "t", "true", "on", "y", "yes"), True),
     **dict.fromkeys(("0", "f", "false", "off", "n", "no"), False),
 }
-
-
-def status_of(instance: Instance) -> str:
-    """The status a server shows (and ``status`` filters on)."""
-    return instance.state.value
 
 
 _HOSTNAME_OTHER = re.compile(r"[^a-z0-9.-]+")
@@ -135,9 +131,9 @@ FIELDS: dict[str, Callable[[Instance], Any]] = {
     "display_description": _asked("description"),
     "host": lambda i: i.host or "",
     "node": lambda i: i.node or "",
-    "vm_state": lambda i: VM_STATES[i.state],
+    "vm_state": lambda i: vm_state(i, VM_STATES[i.state]),
     "task_state": lambda i: i.task_state.value,
-    "power_state": lambda i: 1 if i.state == State.ACTIVE else 0,
+    "power_state": power_state,
     "created_at": lambda i: i.created_at,
     "updated_at": lambda i: i.updated_at,
     "launched_at": lambda i: i.launched_at or 0.0,
@@ -291,7 +287,7 @@ def parse(
     deleted = _deleted(one, statuses)
     predicates, empty = _predicates(one, version, all_filters)
     if statuses is not None:
-        predicates.append(lambda i: status_of(i) in statuses)
+        predicates.append(lambda i: any(has_status(i, wanted) for wanted in statuses))
     query = ServerQuery(
         project, tuple(predicates), deleted, since, before,
         _sort(given, version, is_admin), limit, one.get("marker") or None,

@@ -79,6 +79,9 @@ ROUTES = [
     "/v2.1/servers/{server}",
     "/v2.1/servers/{server}/metadata",
     "/v2.1/servers/{server}/metadata/{meta}",
+    "/v2.1/servers/{server}/action",
+    "/v2.1/servers/{server}/os-instance-actions",
+    "/v2.1/servers/{server}/os-instance-actions/{request}",
     "/v2.1/flavors",
     "/v2.1/flavors/detail",
     "/v2.1/flavors/{flavor}",
@@ -224,6 +227,14 @@ def metadata_requests() -> st.SearchStrategy[dict[str, Any]]:
 def meta_item_requests() -> st.SearchStrategy[dict[str, Any]]:
     item = st.dictionaries(st.sampled_from(META_KEYS), st.text(max_size=8), min_size=1, max_size=1)
     return st.builds(lambda m: {"meta": m}, item)
+
+
+def server_actions() -> st.SearchStrategy[dict[str, Any]]:
+    """``os-stop``, ``os-start`` and ``reboot`` bodies as Nova's samples send them."""
+    return st.one_of(
+        st.builds(lambda name: {name: None}, st.sampled_from(["os-stop", "os-start"])),
+        st.builds(lambda kind: {"reboot": {"type": kind}}, st.sampled_from(["SOFT", "HARD"])),
+    )
 
 
 def flavor_requests() -> st.SearchStrategy[dict[str, Any]]:
@@ -480,6 +491,7 @@ ROUTE_BODIES = {
     "/v2.1/os-aggregates/{aggregate}/action": bodies_for(aggregate_actions()),
     "/v2.1/os-keypairs": bodies_for(keypair_requests()),
     "/v2.1/servers/{server}/metadata": bodies_for(metadata_requests()),
+    "/v2.1/servers/{server}/action": bodies_for(server_actions()),
 }
 #: Routes that read a body on PUT (ROUTE_BODIES are POSTed).
 PUT_BODIES = {
@@ -579,6 +591,7 @@ def call(
         quota_class=draw(st.sampled_from(["default", "gold"]) | params),
         hypervisor=draw(st.sampled_from(["@hypervisor", "1", "0", *HOSTS, "cn"]) | params),
         keypair=draw(st.sampled_from(KEYPAIR_NAMES) | params),
+        request=draw(st.sampled_from(["@request", "req-none"]) | params),
     )
     bodies = PUT_BODIES if method == "PUT" and route in PUT_BODIES else ROUTE_BODIES
     body = draw(bodies.get(route, OTHER_BODIES))
@@ -651,6 +664,8 @@ class Cloud:
         path = path.replace("@aggregate", self.aggregates[call["pick"] % len(self.aggregates)])
         path = path.replace("@service", self.services[call["pick"] % len(self.services)])
         path = path.replace("@hypervisor", self.hypervisors[call["pick"] % len(self.hypervisors)])
+        if "@request" in path:  # an action of the server the path names, if it has one
+            path = path.replace("@request", self.request_id(path.split("/")[3]))
         result = self.client.simulate_request(
             call["method"],
             path,
@@ -666,6 +681,14 @@ class Cloud:
         if created and result.status_code == 200:
             self.aggregates.append(str(result.json["aggregate"]["id"]))
         return result
+
+    def request_id(self, server: str) -> str:
+        """The request id of a server's newest instance action, as the admin lists them."""
+        result = self.client.simulate_get(
+            f"/v2.1/servers/{server}/os-instance-actions", headers={"X-Auth-Token": "admin"}
+        )
+        found = result.json.get("instanceActions") if result.status_code == 200 else None
+        return str(found[0]["request_id"]) if found else "req-none"
 
     def get(self, path: str, token: str = "admin", query: str | None = None) -> Any:
         """A listing that must answer 200 with decodable JSON; its document."""

@@ -28,7 +28,7 @@ from qsched.flavors import Constraints, Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Inventory, State, TaskState, Usage
-from qsched.message import BootRequest, DeleteRequest
+from qsched.message import ActionRequest, BootRequest, DeleteRequest
 from qsched.scheduling.classes import class_name
 from qsched.scheduling.records import details
 from tests.raw import redis_store
@@ -48,6 +48,7 @@ class RecordingBus:
         self.boots: list[BootRequest] = []
         self.deletes: list[tuple[str, DeleteRequest]] = []
         self.host_boots: list[tuple[str, BootRequest]] = []  # sent to one host's queue
+        self.actions: list[tuple[str, ActionRequest]] = []  # server actions, per host
         self.fail = False
         self._lock = threading.Lock()
 
@@ -60,6 +61,11 @@ class RecordingBus:
         self._check()
         with self._lock:
             self.deletes.append((host, msg))
+
+    def publish_action(self, host: str, msg: ActionRequest) -> None:
+        self._check()
+        with self._lock:
+            self.actions.append((host, msg))
 
     def publish_to_host(self, host: str, msg: BootRequest) -> None:
         self._check()

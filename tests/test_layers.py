@@ -30,7 +30,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("qsched.ledger", "qsched.bus", "qsched.glance"),  # the backends
     ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "qsched.aggregate_api",
      "qsched.services", "qsched.server_groups", "qsched.quotas", "qsched.hypervisors",
-     "qsched.zones", "qsched.keypairs", "qsched.server_list",
+     "qsched.zones", "qsched.keypairs", "qsched.server_list", "qsched.server_actions",
      "agents"),
     ("qsched.api", "qsched.admin"),  # the edges
     # entry points and harnesses: they read the configuration and build the rest

@@ -33,7 +33,7 @@ from qsched.context import RequestContext
 from qsched.embedded import Stack, embedded_options, start_stack
 from qsched.flavors import Flavor
 from qsched.ledger.base import State
-from qsched.message import BootRequest
+from qsched.message import ActionRequest, BootRequest, PoisonMessage, decode
 from qsched.stack.cleanup import forget_bus
 from tests.cloud import transport_url
 from tests.conftest import IN_CI
@@ -397,3 +397,50 @@ def test_any_dead_letter_lists_shows_and_purges(
     assert len(box.read()) == 1, "reading keeps it"
     assert [o.kept for o in box.purge({letters[0].id})] == [None]
     assert box.read() == []
+
+
+# -- the host queue: server actions -------------------------------------------------------
+
+ACTION_FIELDS = st.dictionaries(
+    st.sampled_from([f.name for f in dataclasses.fields(ActionRequest)] + ["kind", "version"]),
+    MSGPACK | st.sampled_from(["stop", "start", "reboot_soft", "reboot_hard", "cn0", "cn0-0"]),
+    max_size=7,
+).map(lambda d: {"kind": "action", "version": "1.0", **d})
+
+
+def publish_to_host_raw(bus: KombuBus, host: str, body: bytes) -> None:
+    """Publish ``body`` as it is to ``host``'s queue, with plain kombu."""
+    wire = bus.wire
+    exchange, key = wire.route(wire.host_entity(host))
+    with wire.channel() as channel:
+        kombu.Producer(channel).publish(body, exchange=exchange, routing_key=key, **BINARY)
+
+
+def host_sentinel(cell: Cell) -> None:
+    """An action for no instance behind what was published on the host queue, and wait
+    until it is dropped: the host queue is handled in order."""
+    dropped = cell.agent.counters["actions_dropped"]
+    msg = ActionRequest("req-sentinel", str(uuid.uuid4()), cell.agent.host, "n", "stop")
+    cell.bus.publish_action(cell.agent.host, msg)
+    assert wait_until(lambda: cell.agent.counters["actions_dropped"] > dropped, 5, 0.005)
+
+
+@GENERATED
+@given(body=ACTION_FIELDS.map(lambda v: msgpack.packb(v, use_bin_type=True)) | BODIES)
+def test_anything_on_a_host_queue_leaves_the_agent_working(memory_cell: Cell, body: bytes):
+    """Garbage, or action messages with any fields, on the host queue: dead-lettered once
+    or handled, and the agent goes on (a valid action for no instance is dropped)."""
+    cell = memory_cell
+    cell.bus.take_dead_letters()
+    publish_to_host_raw(cell.bus, cell.agent.host, body)
+    host_sentinel(cell)
+    letters = deadletters.DeadLetterBox(cell.bus).read()
+    try:
+        msg = decode(body)
+    except PoisonMessage:
+        assert len(letters) == 1 and letters[0].dead.reason, letters
+    else:
+        stray = isinstance(msg, ActionRequest) and msg.host != cell.agent.host
+        assert len(letters) == (1 if stray else 0), [letter.dead.reason for letter in letters]
+    check_listing(cell, letters)
+    deadletters.DeadLetterBox(cell.bus).purge()

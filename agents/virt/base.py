@@ -94,8 +94,27 @@ class VirtDriver(abc.ABC):
         """
 
     @abc.abstractmethod
+    def power_off(self, instance_uuid: str, node: str) -> None:
+        """Shut an instance down; it stays on ``node`` with what it holds (a stop).
+
+        Idempotent: an instance already off returns at once.
+
+        :raises NodeNotFound: an unknown node.
+        :raises InstanceNotFound: the instance is not on ``node``.
+        """
+
+    @abc.abstractmethod
+    def power_on(self, instance_uuid: str, node: str) -> None:
+        """Start an instance that is off (a start). Idempotent; raises as :meth:`power_off`."""
+
+    @abc.abstractmethod
+    def reboot(self, instance_uuid: str, node: str, hard: bool) -> None:
+        """Reboot an instance: ``hard`` powers it off and on (from off too), soft asks its
+        guest to restart. It runs after. Raises as :meth:`power_off`."""
+
+    @abc.abstractmethod
     def list_instances(self, node: str) -> list[str]:
-        """UUIDs of the instances on a node, sorted (for reconciliation).
+        """UUIDs of the instances on a node, sorted (for reconciliation), off or running.
 
         :raises NodeNotFound: an unknown node.
         """

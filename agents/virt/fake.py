@@ -15,6 +15,10 @@ Features
 - ``spawn_hook(instance_uuid, node)``: called when a spawn has done everything but record the
   instance. A test can raise there (the spawn records nothing) or block there (the spawn stays
   in flight) to inject faults at a known point. It may be set or cleared at any time.
+- Power: :meth:`FakeDriver.power_off`, ``power_on`` and ``reboot`` turn a VM off and on;
+  ``reboots`` counts the reboots of each instance, :meth:`FakeDriver.is_running` says
+  whether it runs. A state file keeps the power too (``off <uuid> <node>`` and ``on <uuid>
+  <node>`` lines, which :func:`read_state` skips), so a stopped VM stays off.
 - ``state_path``: the simulated hypervisor's memory of what runs where, kept in a file so that
   it outlives the agent process, as VMs outlive a killed nova-compute. Each spawn and destroy
   appends one line (``+ <uuid> <node>`` or ``- <uuid> <node>``, flushed to the operating
@@ -180,6 +184,8 @@ class FakeDriver(VirtDriver):
         self._instances: dict[str, set[str]] = {name: set() for name in self._names}
         self._where: dict[str, str] = {}
         self._failures: dict[str, int] = {}
+        self._off: set[str] = set()  # instances powered off
+        self.reboots: dict[str, int] = {}  # instance -> reboots done
         self._lock = threading.Lock()
         self._root_inventories = self.node_spec.root_inventories()
         check_children(self.node_spec.children)
@@ -241,8 +247,44 @@ class FakeDriver(VirtDriver):
                 return False
             del self._where[instance_uuid]
             self._instances[node].discard(instance_uuid)
+            self._off.discard(instance_uuid)
             self._note("-", instance_uuid, node)
             return True
+
+    def power_off(self, instance_uuid: str, node: str) -> None:
+        """See VirtDriver."""
+        with self._lock:
+            self._check_on(instance_uuid, node)
+            if instance_uuid not in self._off:
+                self._off.add(instance_uuid)
+                self._note("off", instance_uuid, node)
+
+    def power_on(self, instance_uuid: str, node: str) -> None:
+        """See VirtDriver."""
+        with self._lock:
+            self._check_on(instance_uuid, node)
+            self._power_on(instance_uuid, node)
+
+    def reboot(self, instance_uuid: str, node: str, hard: bool) -> None:
+        """See VirtDriver. A soft reboot of a VM that is off fails, as a guest that is
+        not running cannot restart itself."""
+        with self._lock:
+            self._check_on(instance_uuid, node)
+            if not hard and instance_uuid in self._off:
+                raise exception.Invalid(reason=f"instance {instance_uuid} is off")
+            self._power_on(instance_uuid, node)
+            self.reboots[instance_uuid] = self.reboots.get(instance_uuid, 0) + 1
+
+    def _power_on(self, instance_uuid: str, node: str) -> None:
+        """Call with the lock held."""
+        if instance_uuid in self._off:
+            self._off.discard(instance_uuid)
+            self._note("on", instance_uuid, node)
+
+    def is_running(self, instance_uuid: str) -> bool:
+        """Whether the instance is on one of the nodes and powered on."""
+        with self._lock:
+            return instance_uuid in self._where and instance_uuid not in self._off
 
     def list_instances(self, node: str) -> list[str]:
         """See VirtDriver."""
@@ -259,14 +301,18 @@ class FakeDriver(VirtDriver):
 
     def _load(self, path: Path) -> IO[str]:
         """Replay the state file, rewrite it compacted, and keep it open for appends."""
+        off = _read_off(path)
         for uuid, node in read_state(path).items():
             if node in self._instances:  # a node this driver no longer has is forgotten
                 self._where[uuid] = node
                 self._instances[node].add(uuid)
+                if uuid in off:
+                    self._off.add(uuid)
         path.parent.mkdir(parents=True, exist_ok=True)
         fresh = path.with_name(path.name + ".new")
         with open(fresh, "w") as out:
             out.writelines(f"+ {uuid} {node}\n" for uuid, node in sorted(self._where.items()))
+            out.writelines(f"off {uuid} {self._where[uuid]}\n" for uuid in sorted(self._off))
         os.replace(fresh, path)
         return open(path, "a", buffering=1)  # line-buffered: each line reaches the OS at once
 
@@ -274,6 +320,12 @@ class FakeDriver(VirtDriver):
         """Append one change to the state file. Call with the lock held."""
         if self._log is not None:
             self._log.write(f"{sign} {instance_uuid} {node}\n")
+
+    def _check_on(self, instance_uuid: str, node: str) -> None:
+        """Call with the lock held. :raises NodeNotFound, InstanceNotFound:"""
+        self._check_node(node)
+        if self._where.get(instance_uuid) != node:
+            raise exception.InstanceNotFound(instance=instance_uuid)
 
     def _check_node(self, node: str) -> None:
         if node not in self._instances:
@@ -317,6 +369,24 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, str]:
     except FileNotFoundError:
         pass
     return where
+
+
+def _read_off(path: Path) -> set[str]:
+    """The instances a state file says are powered off (its ``off`` and ``on`` lines)."""
+    off: set[str] = set()
+    try:
+        with open(path) as lines:
+            for line in lines:
+                fields = line.split()
+                if len(fields) != 3 or not line.endswith("\n"):
+                    continue
+                if fields[0] == "off":
+                    off.add(fields[1])
+                elif fields[0] in ("on", "-"):
+                    off.discard(fields[1])
+    except FileNotFoundError:
+        pass
+    return off
 
 
 def _check_config(node_count: int, spawn_delay_s: float, failure_rate: float) -> None:

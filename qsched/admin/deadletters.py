@@ -24,7 +24,7 @@ from qsched import exception
 from qsched.bus import Bus, base, kombu_message
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.message import BootRequest, DeleteRequest, PoisonMessage, decode
+from qsched.message import ActionRequest, DeleteRequest, Message, PoisonMessage, decode
 
 DEFAULT_LIMIT = 1000
 NOT_SELECTED = "not selected"
@@ -40,7 +40,7 @@ class Letter:
 
     id: str
     dead: base.DeadLetter
-    message: BootRequest | DeleteRequest | None
+    message: Message | None
     problem: str | None  # why the body does not decode
 
     def row(self, now: float) -> dict[str, Any]:
@@ -101,7 +101,7 @@ def letter_id(dead: base.DeadLetter) -> str:
 
 def _letter(dead: base.DeadLetter) -> Letter:
     try:
-        message: BootRequest | DeleteRequest | None = decode(dead.body)
+        message: Message | None = decode(dead.body)
         problem = None
     except PoisonMessage as exc:
         message, problem = None, str(exc)
@@ -161,6 +161,9 @@ class DeadLetterBox:
             return f"not requeued: {letter.problem}"
         if isinstance(msg, DeleteRequest):
             self.bus.publish_delete(msg.host, msg)
+            return None
+        if isinstance(msg, ActionRequest):  # its agent drops it unless the action still waits
+            self.bus.publish_action(msg.host, msg)
             return None
         try:
             inst = stores.instances.get(msg.instance_uuid)

@@ -35,6 +35,7 @@ from qsched.api import flavors as flavor_handlers
 from qsched.api import hypervisors as hypervisor_handlers
 from qsched.api import keypairs as keypair_handlers
 from qsched.api import quotas as quota_handlers
+from qsched.api import server_actions as action_handlers
 from qsched.api import server_groups as group_handlers
 from qsched.api import servers as server_handlers
 from qsched.api import services as service_handlers
@@ -140,6 +141,15 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     app.add_route(f"{PREFIX}/servers/{{server_id}}/metadata", server_handlers.Metadata(*args))
     app.add_route(
         f"{PREFIX}/servers/{{server_id}}/metadata/{{key}}", server_handlers.MetadataItem(*args)
+    )
+    app.add_route(f"{PREFIX}/servers/{{server_id}}/action", action_handlers.ServerAction(*args))
+    app.add_route(
+        f"{PREFIX}/servers/{{server_id}}/os-instance-actions",
+        action_handlers.InstanceActions(*args),
+    )
+    app.add_route(
+        f"{PREFIX}/servers/{{server_id}}/os-instance-actions/{{request_id}}",
+        action_handlers.InstanceAction(*args),
     )
     app.add_route(f"{PREFIX}/flavors", flavor_handlers.Flavors(*args))
     app.add_route(f"{PREFIX}/flavors/detail", flavor_handlers.FlavorsDetail(*args))

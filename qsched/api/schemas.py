@@ -779,3 +779,35 @@ def _parents(error: ValidationError) -> list[Any]:
 def _short(value: Any, limit: int = 100) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- server actions (qsched/api/server_actions.py) --
+
+#: ``{"reboot": {"type": "SOFT"}}``, Nova's spellings of the type
+server_reboot = {
+    "type": "object",
+    "properties": {
+        "reboot": {
+            "type": "object",
+            "properties": {"type": {"type": "string", "enum": [
+                "HARD", "Hard", "hard", "SOFT", "Soft", "soft"]}},
+            "required": ["type"],
+            "additionalProperties": False,
+        }
+    },
+    "required": ["reboot"],
+    "additionalProperties": False,
+}  # fmt: skip
+
+
+def _bare_action(name: str) -> dict[str, Any]:
+    """``{"os-stop": null}``: Nova takes any value there and reads none."""
+    return {"type": "object", "properties": {name: {}}, "required": [name],
+            "additionalProperties": False}  # fmt: skip
+
+
+SERVER_ACTIONS = {
+    "os-stop": _compile(_bare_action("os-stop")),
+    "os-start": _compile(_bare_action("os-start")),
+    "reboot": _compile(server_reboot),
+}

@@ -29,6 +29,7 @@ from qsched.context import RequestContext
 from qsched.ledger.base import Instance, State
 from qsched.policies import server_metadata as metadata_policy
 from qsched.scheduling.records import BootDetails, ServerFields, details
+from qsched.server_actions import power_state, status, vm_state
 from qsched.server_list import hostname
 
 _VM_STATES = {
@@ -229,7 +230,7 @@ def detail(
     view: dict[str, Any] = {
         "id": instance.uuid,
         "name": instance.name,
-        "status": instance.state.value,
+        "status": status(instance),
         "tenant_id": instance.project_id,
         "user_id": instance.user_id,
         "metadata": dict(boot.metadata),
@@ -252,8 +253,8 @@ def detail(
         "OS-SRV-USG:launched_at": usage_time(instance.launched_at),
         "OS-SRV-USG:terminated_at": None,
         "OS-EXT-STS:task_state": instance.task_state.value or None,
-        "OS-EXT-STS:vm_state": _VM_STATES[instance.state],
-        "OS-EXT-STS:power_state": 1 if instance.state == State.ACTIVE else 0,
+        "OS-EXT-STS:vm_state": vm_state(instance, _VM_STATES[instance.state]),
+        "OS-EXT-STS:power_state": power_state(instance),
         "os-extended-volumes:volumes_attached": [],
         "security_groups": [{"name": "default"}],
     }

@@ -12,7 +12,8 @@ dead letters      ``<prefix>.dead``           ``dead``              ``<prefix>.d
 
 One queue per scheduling class: an agent consumes the classes it can fit now and
 nothing else, so the broker does the matching and no one scans hosts.
-A host's queue also carries the boot requests sent to that host only: members of
+A host's queue also carries its server actions (stop, start, reboot) and the boot
+requests sent to that host only: members of
 an affinity server group go to the host their group is on.
 
 Delivery is at least once. An agent settles every delivery exactly once:
@@ -39,7 +40,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from qsched import exception
-from qsched.message import BootRequest, DeleteRequest
+from qsched.message import ActionRequest, BootRequest, DeleteRequest
 
 DEFAULT_PREFIX = "qsched"
 DEAD_ROUTING_KEY = "dead"
@@ -301,6 +302,11 @@ class Bus(abc.ABC):
     @abc.abstractmethod
     def publish_delete(self, host: str, message: DeleteRequest) -> None:
         """Publish to ``host.<host>``, confirmed. Raises as :meth:`publish_boot`."""
+
+    @abc.abstractmethod
+    def publish_action(self, host: str, message: ActionRequest) -> None:
+        """Publish a server action to ``host.<host>``, confirmed. Raises as
+        :meth:`publish_boot`."""
 
     @abc.abstractmethod
     def publish_to_host(self, host: str, message: BootRequest) -> None:

@@ -69,7 +69,7 @@ from qsched.bus import base, health, kombu_message
 from qsched.bus.kombu_consumer import KombuConsumer
 from qsched.bus.kombu_wire import SCHEMES, KombuOptions, KombuWire
 from qsched.conf import BusOptions
-from qsched.message import BootRequest, DeleteRequest
+from qsched.message import ActionRequest, BootRequest, DeleteRequest
 
 __all__ = ["SCHEMES", "KombuBus", "KombuOptions"]
 
@@ -115,6 +115,10 @@ class KombuBus(base.Bus):
         self._history.succeeded()
 
     def publish_delete(self, host: str, message: DeleteRequest) -> None:
+        entity = self.wire.host_entity(host)
+        self.wire.publish(entity, message.encode(), message_id=message.request_id)
+
+    def publish_action(self, host: str, message: ActionRequest) -> None:
         entity = self.wire.host_entity(host)
         self.wire.publish(entity, message.encode(), message_id=message.request_id)
 

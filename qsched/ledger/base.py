@@ -537,6 +537,54 @@ class InstanceStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def start_action(
+        self, uuid: str, action: str, request_id: str, user_id: str, project_id: str
+    ) -> tuple[str, str]:
+        """Start a server action on a placed instance: check its states and set the
+        action's task_state in one atomic step; the history gets an ``action`` event
+        (action, request_id, user_id, project_id) and the host's actions under way
+        (:meth:`acting`) the instance. Returns its host and node.
+
+        ``action``: ``stop`` (from vm_state active), ``start`` (from stopped),
+        ``reboot_soft`` (from active) or ``reboot_hard`` (from active or stopped, also
+        over a reboot in progress); each only with no task_state, as Nova's.
+
+        :raises InstanceNotFound: unknown or DELETED.
+        :raises InstanceNotReady: no host holds it.
+        :raises InstanceInvalidState: its vm_state or task_state refuses the action.
+        """
+
+    @abc.abstractmethod
+    def step_action(
+        self,
+        uuid: str,
+        host: str,
+        expect: TaskState,
+        to: TaskState,
+        power: str = "",
+        event: str = "",
+        **detail: Any,
+    ) -> bool:
+        """Move an action's task_state from ``expect`` to ``to`` (and ``power`` to
+        ``on`` or ``off``; "" keeps it), with an ``event`` in the history, if the
+        instance is still ACTIVE on ``host`` in ``expect``; to none, it leaves the
+        host's actions under way. False when it is not (a delete or another action
+        took over): nothing changes.
+
+        :raises InstanceNotFound:
+        """
+
+    @abc.abstractmethod
+    def acting(self, host: str, started_before: float | None = None) -> list[str]:
+        """Instances of ``host`` whose server action began before ``started_before`` and
+        was not settled (or ended) since, oldest first; some may have moved on since."""
+
+    @abc.abstractmethod
+    def forget_action(self, host: str, uuid: str) -> bool:
+        """Drop ``uuid`` from :meth:`acting` unless an action of it is under way on
+        ``host`` (checked in the same step); True if dropped."""
+
+    @abc.abstractmethod
     def deleting(self, host: str, marked_before: float | None = None) -> list[str]:
         """Instances of ``host`` marked deleting (before ``marked_before``), oldest first."""
 

@@ -225,6 +225,42 @@ class RedisInstances(InstanceStore):
         self._run("instance_deleting", uuid)
         return self.get(uuid)
 
+    def start_action(
+        self, uuid: str, action: str, request_id: str, user_id: str, project_id: str
+    ) -> tuple[str, str]:
+        result = self._run("instance_action", uuid, action, request_id, user_id, project_id)
+        refused = result.get("refused")
+        if refused == "not_ready":
+            raise exception.InstanceNotReady(instance=uuid)
+        if refused is not None:
+            name = action.partition("_")[0]
+            raise exception.InstanceInvalidState(
+                action=name, instance=uuid, attr=refused, state=result["state"] or None
+            )
+        return str(result["host"]), str(result["node"])
+
+    def step_action(
+        self,
+        uuid: str,
+        host: str,
+        expect: TaskState,
+        to: TaskState,
+        power: str = "",
+        event: str = "",
+        **detail: Any,
+    ) -> bool:
+        result = self._run("instance_action_step", uuid, host, expect.value, to.value, power,
+                           event, json.dumps(detail))  # fmt: skip
+        return not result["moved"]
+
+    def acting(self, host: str, started_before: float | None = None) -> list[str]:
+        until = "+inf" if started_before is None else started_before
+        found = self.store.client.zrangebyscore(self.keys.host_actions(host), "-inf", until)
+        return [text(u) for u in found]
+
+    def forget_action(self, host: str, uuid: str) -> bool:
+        return bool(self._run("instance_action_forget", uuid, host)["forgotten"])
+
     def deleting(self, host: str, marked_before: float | None = None) -> list[str]:
         until = "+inf" if marked_before is None else marked_before
         found = self.store.client.zrangebyscore(self.keys.host_deleting(host), "-inf", until)
@@ -324,6 +360,7 @@ def _instance(fields: dict[str, str]) -> Instance:
         extra=json.loads(fields.get("extra") or "{}"),
         group=fields.get("group") or None,
         batch=fields.get("batch") or None,
+        stopped=fields.get("power") == "off",
     )
 
 

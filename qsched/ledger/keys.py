@@ -128,6 +128,9 @@ class Keyspace:
     def host_deleting(self, host: str) -> str:
         return f"{self.prefix}host:{host}:deleting"
 
+    def host_actions(self, host: str) -> str:
+        return f"{self.prefix}host:{host}:actions"
+
     # services
     def agent(self, host: str) -> str:
         return f"{self.prefix}agent:{host}"

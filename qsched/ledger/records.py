@@ -138,7 +138,22 @@ class TaskState(enum.StrEnum):
     SCHEDULING = "scheduling"
     SPAWNING = "spawning"
     DELETING = "deleting"
+    # the server actions (qsched/server_actions.py), in Nova's words
+    POWERING_OFF = "powering-off"
+    POWERING_ON = "powering-on"
+    REBOOTING = "rebooting"
+    REBOOT_STARTED = "reboot_started"
+    REBOOTING_HARD = "rebooting_hard"
+    REBOOT_STARTED_HARD = "reboot_started_hard"
     NONE = ""
+
+
+class PowerState(enum.IntEnum):
+    """Nova's power states of a placed instance (what its hypervisor says it does)."""
+
+    NOSTATE = 0
+    RUNNING = 1
+    SHUTDOWN = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,6 +210,9 @@ class Instance:
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     group: str | None = None  # the server group it is a member of (its uuid)
     batch: str | None = None  # the multi-create it was placed with (its reservation id)
+    #: Powered off by a stop: it keeps its host, claim and quota (still ACTIVE in the
+    #: ledger's sense), its vm_state is ``stopped``. Only the server actions set it.
+    stopped: bool = False
     # The outbox entry that create or requeue just made (not stored in the record):
     # give it to InstanceStore.outbox_done once the boot request is published.
     outbox: str | None = dataclasses.field(default=None, compare=False)

@@ -15,8 +15,10 @@ from qsched.policies import (
     base,
     flavors,
     hypervisors,
+    instance_actions,
     keypairs,
     quotas,
+    server_actions,
     server_groups,
     server_metadata,
     servers,
@@ -33,4 +35,5 @@ def list_rules() -> list[policy.RuleDefault]:
         *availability_zone.list_rules(), *hypervisors.list_rules(),
         *keypairs.list_rules(),
         *server_metadata.list_rules(),
+        *server_actions.list_rules(), *instance_actions.list_rules(),
     ]  # fmt: skip

@@ -1,0 +1,190 @@
+"""Server actions on this agent's host: stop, start and reboot through the virt driver.
+
+The API checked the instance's states and set the action's task_state in the ledger
+in one atomic step (:meth:`qsched.ledger.base.InstanceStore.start_action`), then
+published an :class:`~qsched.message.ActionRequest` to this host's queue. Here:
+
+1. *admit*: the record must still be ACTIVE on this host in that task_state (a
+   delete or a newer action took over otherwise: the request is dropped, nothing
+   is undone). A reboot moves on to ``reboot_started`` (``reboot_started_hard``)
+   first, as Nova's compute does; a redelivery finds it there and goes on.
+2. *drive*: the driver powers the instance off, on, or reboots it. Idempotent, so
+   a redelivery after a crash does it again harmlessly.
+3. *settle*: task_state back to none and the power with it (off after a stop, on
+   after a start or a reboot), with an event named as Nova's (``compute_stop_instance``,
+   ``compute_start_instance``, ``compute_reboot_instance``) and its result. A driver
+   failure settles with ``Error`` and the power as it was, as Nova reverts the
+   task_state of a failed action.
+
+Each step is a conditional write of one record (O(1)); the consumer thread does
+them inline, so an instance's actions and deletes on one host keep their order.
+
+A request that never arrives (the API died between the ledger and the broker, or
+the broker lost it) would leave its task_state forever: the ledger keeps each
+host's actions under way by when they began, and the agent's sweep
+(:meth:`ActionStep.finish_stuck`, at start and every ``STUCK_ACTION_S / 2``) runs
+those older than ``STUCK_ACTION_S`` again from the record, as nova-compute's
+``_init_instance`` finishes a stop or reboot it finds interrupted. A request that
+arrives after all finds the action settled and is dropped.
+The reconcile never reads the power: a stopped instance is ACTIVE in the ledger
+and listed by the driver, so nothing there undoes a stop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import Counter
+
+from agents.virt.base import VirtDriver
+from qsched import exception
+from qsched.bus.base import describe
+from qsched.ledger import Stores
+from qsched.ledger.base import State, TaskState
+from qsched.message import ActionRequest
+
+LOG = logging.getLogger(__name__)
+
+#: An action under way longer than this without its request settling it is run again.
+STUCK_ACTION_S = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """One action: the task_state the API set, the one the agent sets while it runs
+    (None: none of its own), the power after, and Nova's event name."""
+
+    expect: TaskState
+    started: TaskState | None
+    power: str
+    event: str
+
+
+_PLANS = {
+    "stop": _Plan(TaskState.POWERING_OFF, None, "off", "compute_stop_instance"),
+    "start": _Plan(TaskState.POWERING_ON, None, "on", "compute_start_instance"),
+    "reboot_soft": _Plan(TaskState.REBOOTING, TaskState.REBOOT_STARTED, "on",
+                         "compute_reboot_instance"),
+    "reboot_hard": _Plan(TaskState.REBOOTING_HARD, TaskState.REBOOT_STARTED_HARD, "on",
+                         "compute_reboot_instance"),
+}  # fmt: skip
+
+
+#: what an action's task_state says it is (the sweep rebuilds the request from it)
+_ACTION_OF = {plan.expect: action for action, plan in _PLANS.items()}
+_ACTION_OF.update({plan.started: action for action, plan in _PLANS.items() if plan.started})
+
+
+class ActionStep:
+    """The server actions of one agent's host; see the module docstring."""
+
+    def __init__(
+        self, stores: Stores, driver: VirtDriver, host: str, counters: Counter[str]
+    ) -> None:
+        self.stores = stores
+        self.driver = driver
+        self.host = host
+        self.counters = counters
+
+    def run(self, msg: ActionRequest) -> str:
+        """Do one action: ``done``, ``failed`` (the driver refused), or ``dropped``
+        (the instance moved on: deleted, another action, another host).
+
+        :raises BackendUnavailable: the ledger does not answer (the delivery goes
+            back to the broker; the steps are safe to repeat).
+        """
+        plan = _PLANS[msg.action]
+        expect = self._admit(msg, plan)
+        if expect is None:
+            self.counters["actions_dropped"] += 1
+            return "dropped"
+        started_s = time.time()
+        try:
+            self._drive(msg)
+        except Exception as exc:  # a hypervisor error: the action fails, the agent goes on
+            LOG.warning("agent %s: %s of %s failed: %s", self.host, msg.action,
+                        msg.instance_uuid, describe(exc))  # fmt: skip
+            self._settle(msg, plan, expect, "", "Error", started_s, describe(exc))
+            self.counters["actions_failed"] += 1
+            return "failed"
+        self._settle(msg, plan, expect, plan.power, "Success", started_s, None)
+        self.counters["actions_done"] += 1
+        return "done"
+
+    def finish_stuck(self, started_before: float | None = None) -> int:
+        """Run again the actions of this host that began before ``started_before`` and
+        were not settled (None: every one, at start); forget those that moved on.
+        Reads only this host's actions under way. Returns how many ran."""
+        done = 0
+        for uuid in self.stores.instances.acting(self.host, started_before):
+            msg = self._rebuilt(uuid)
+            if msg is None:
+                self.stores.instances.forget_action(self.host, uuid)
+                continue
+            LOG.warning("agent %s: the %s of %s did not arrive; doing it now", self.host,
+                        msg.action, uuid)  # fmt: skip
+            self.counters["actions_resumed"] += 1
+            self.run(msg)
+            done += 1
+        return done
+
+    def _rebuilt(self, uuid: str) -> ActionRequest | None:
+        """The request of the action ``uuid`` has under way here, from its record and
+        history (its request id is the ``action`` event's); None: no action is."""
+        try:
+            inst = self.stores.instances.get(uuid)
+        except exception.InstanceNotFound:
+            return None
+        action = _ACTION_OF.get(inst.task_state)
+        if inst.state != State.ACTIVE or inst.host != self.host or action is None:
+            return None
+        started = [e for e in self.stores.instances.events(uuid) if e.event == "action"]
+        request_id = str(started[-1].detail.get("request_id")) if started else f"req-{uuid}"
+        return ActionRequest(request_id, uuid, self.host, inst.node or "", action)
+
+    def _admit(self, msg: ActionRequest, plan: _Plan) -> TaskState | None:
+        """The task_state the action holds now, or None when it is not this one's."""
+        try:
+            inst = self.stores.instances.get(msg.instance_uuid)
+        except exception.InstanceNotFound:
+            return None
+        if inst.state != State.ACTIVE or inst.host != self.host or inst.node != msg.node:
+            return None
+        if plan.started is not None and inst.task_state == plan.started:
+            return plan.started  # a redelivery of a reboot under way
+        if inst.task_state != plan.expect:
+            return None
+        if plan.started is None:
+            return plan.expect
+        moved_on = self.stores.instances.step_action(
+            msg.instance_uuid, self.host, plan.expect, plan.started
+        )
+        return plan.started if moved_on else None
+
+    def _drive(self, msg: ActionRequest) -> None:
+        uuid, node = msg.instance_uuid, msg.node
+        if msg.action == "stop":
+            self.driver.power_off(uuid, node)
+        elif msg.action == "start":
+            self.driver.power_on(uuid, node)
+        else:
+            self.driver.reboot(uuid, node, hard=msg.action == "reboot_hard")
+
+    def _settle(
+        self,
+        msg: ActionRequest,
+        plan: _Plan,
+        expect: TaskState,
+        power: str,
+        result: str,
+        started_s: float,
+        message: str | None,
+    ) -> None:
+        settled = self.stores.instances.step_action(
+            msg.instance_uuid, self.host, expect, TaskState.NONE, power, plan.event,
+            request_id=msg.request_id, result=result, start=started_s, message=message,
+        )  # fmt: skip
+        if not settled:
+            LOG.info("agent %s: %s of %s done, but the instance moved on meanwhile",
+                     self.host, msg.action, msg.instance_uuid)  # fmt: skip

@@ -1,0 +1,201 @@
+"""/v2.1/servers/{id}/action (``os-stop``, ``os-start``, ``reboot``) and
+/v2.1/servers/{id}/os-instance-actions, in Nova's shapes by microversion.
+
+Instance actions: a deleted server's from 2.21; events for every reader of the
+server from 2.51 (their traceback and host for those the ``events`` rule allows,
+as before 2.51 only they saw events); ``updated_at`` and paging by ``limit`` and
+``marker``, ``changes-since`` from 2.58 (``changes-before`` from 2.66); ``hostId``
+on each event from 2.62 (and ``host`` for those the ``events`` rule allows).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from typing import Any
+from urllib.parse import urlencode
+
+import falcon
+
+from qsched import exception
+from qsched.api import PREFIX, Handler, context_of, microversion, read_json, schemas, usage_time
+from qsched.compute import ComputeAPI
+from qsched.server_actions import Action, ActionEvent, ActionFilter, ServerActions
+
+#: the actions served, as the 400 for any other names them
+SERVED = tuple(schemas.SERVER_ACTIONS)
+
+
+class _Handler(Handler):
+    def __init__(self, compute: ComputeAPI, public_endpoint: str | None, max_body: int) -> None:
+        super().__init__(compute, public_endpoint, max_body)
+        self.actions = ServerActions(compute.stores, compute.bus, compute.policy,
+                                     compute.max_limit)  # fmt: skip
+
+
+class ServerAction(_Handler):
+    """``POST /v2.1/servers/{server_id}/action``: 202 and no body, as Nova's."""
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
+        body = read_json(req, self.max_body)
+        name = _action_name(body)
+        schemas.validate(schemas.SERVER_ACTIONS[name], body)
+        context = context_of(req)
+        if name == "os-stop":
+            self.actions.stop(context, server_id)
+        elif name == "os-start":
+            self.actions.start(context, server_id)
+        else:
+            hard = body["reboot"]["type"].upper() == "HARD"
+            self.actions.reboot(context, server_id, hard)
+        resp.status = falcon.HTTP_202
+
+
+def _action_name(body: Any) -> str:
+    """The one action a body names. :raises Invalid: none of those served, or several."""
+    if not isinstance(body, dict) or not body:
+        raise exception.Invalid(
+            message=f"The action body must be a JSON object naming one of {list(SERVED)}."
+        )
+    named = [key for key in body if key in schemas.SERVER_ACTIONS]
+    if len(body) == 1 and named:
+        return named[0]
+    others = sorted(str(key) for key in body if key not in schemas.SERVER_ACTIONS)
+    if others:
+        raise exception.Invalid(
+            message=f"There is no such action: {', '.join(others)}. qsched serves the "
+            f"server actions {', '.join(SERVED)}."
+        )
+    raise exception.Invalid(message=f"Name one action per request, not {', '.join(named)}.")
+
+
+class InstanceActions(_Handler):
+    """``GET /v2.1/servers/{server_id}/os-instance-actions``."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
+        filters = _list_filters(req)
+        _instance, found = self.actions.list_actions(
+            context_of(req), server_id, microversion.at_least(req, (2, 21)), filters
+        )
+        paged = microversion.at_least(req, (2, 58))
+        resp.media = {"instanceActions": [_action(a, paged) for a in found]}
+        size = self.actions.max_limit if filters.limit is None else filters.limit
+        if paged and found and len(found) >= min(size, self.actions.max_limit):
+            query = {k: v for k, v in req.params.items() if k != "marker"}
+            query.update(limit=str(len(found)), marker=found[-1].request_id)
+            path = f"{PREFIX}/servers/{server_id}/os-instance-actions"
+            href = f"{self.base(req)}{path}?{urlencode(sorted(query.items()), doseq=True)}"
+            resp.media["links"] = [{"rel": "next", "href": href}]
+
+
+class InstanceAction(_Handler):
+    """``GET /v2.1/servers/{server_id}/os-instance-actions/{request_id}``."""
+
+    def on_get(
+        self, req: falcon.Request, resp: falcon.Response, server_id: str, request_id: str
+    ) -> None:
+        if req.params:
+            raise exception.Invalid(
+                message=f"Query parameters {sorted(req.params)} are not allowed here."
+            )
+        context = context_of(req)
+        instance, action = self.actions.get_action(
+            context, server_id, request_id, microversion.at_least(req, (2, 21))
+        )
+        view = _action(action, microversion.at_least(req, (2, 58)))
+        full = self.actions.shows_events(context, instance)
+        if full or microversion.at_least(req, (2, 51)):
+            project = action.project_id or instance.project_id
+            view["events"] = [_event(e, project, full, req) for e in action.events]
+        resp.media = {"instanceAction": view}
+
+
+_QUERY_V258 = ("limit", "marker", "changes-since")
+_QUERY_V266 = (*_QUERY_V258, "changes-before")
+
+
+def _list_filters(req: falcon.Request) -> ActionFilter:
+    """2.58's ``limit``, ``marker``, ``changes-since`` and 2.66's ``changes-before``;
+    any other parameter, or these before their version, is refused (400)."""
+    allowed: tuple[str, ...] = ()
+    if microversion.at_least(req, (2, 66)):
+        allowed = _QUERY_V266
+    elif microversion.at_least(req, (2, 58)):
+        allowed = _QUERY_V258
+    unknown = sorted(set(req.params) - set(allowed))
+    if unknown:
+        where = f"only {', '.join(allowed)}" if allowed else "none before microversion 2.58"
+        raise exception.Invalid(
+            message=f"Invalid query parameters {unknown}: this list takes {where}."
+        )
+    for name, value in req.params.items():
+        if not isinstance(value, str):
+            raise exception.Invalid(message=f"Give the query parameter {name} once.")
+    limit = req.get_param("limit")
+    since, before = _time(req, "changes-since"), _time(req, "changes-before")
+    if since is not None and before is not None and before < since:
+        raise exception.Invalid(
+            message="The value of changes-since must be less than or equal to changes-before."
+        )
+    return ActionFilter(
+        limit=None if limit is None else schemas.query_int("limit", limit),
+        marker=req.get_param("marker"),
+        changes_since=since,
+        changes_before=before,
+    )
+
+
+def _time(req: falcon.Request, name: str) -> float | None:
+    value = req.get_param(name)
+    if value is None:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise exception.Invalid(
+            message=f"Invalid input for query parameters {name}. Value: {value}. "
+            f"{value!r} is not a 'date-time'"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
+
+
+def _action(action: Action, with_updated: bool) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "action": action.action,
+        "instance_uuid": action.instance_uuid,
+        "request_id": action.request_id,
+        "user_id": action.user_id,
+        "project_id": action.project_id,
+        "start_time": usage_time(action.start_time),
+        "message": action.message,
+    }
+    if with_updated:
+        view["updated_at"] = usage_time(action.updated_at)
+    return view
+
+
+def _event(event: ActionEvent, project_id: str, full: bool, req: falcon.Request) -> dict[str, Any]:
+    """An event; its traceback for those the ``events`` rule allows, and from 2.62 its
+    hashed ``hostId`` for everyone and ``host`` for them."""
+    view: dict[str, Any] = {
+        "event": event.event,
+        "start_time": usage_time(event.start_time),
+        "finish_time": usage_time(event.finish_time),
+        "result": event.result,
+    }
+    if full:
+        view["traceback"] = event.traceback
+    if microversion.at_least(req, (2, 62)):
+        if full:
+            view["host"] = event.host or ""
+        view["hostId"] = _host_id(project_id, event.host)
+    return view
+
+
+def _host_id(project_id: str, host: str | None) -> str:
+    """Nova's hashed host id (as a server's ``hostId``): "" without a host."""
+    if not host:
+        return ""
+    return hashlib.sha224((project_id + host).encode()).hexdigest()

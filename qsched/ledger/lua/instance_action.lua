@@ -1,0 +1,39 @@
+-- Start a server action (stop, start, reboot) on a placed instance: check its
+-- vm_state and task_state and set the action's task_state in one step, so two
+-- actions (or an action and a delete) never both go. Nova's rules:
+-- nova/compute/api.py check_instance_host, then check_instance_state.
+-- KEYS[1]  the instance key
+-- ARGV     prefix, uuid, action, request_id, user_id, project_id, now, max_events
+-- Reply    {host, node} once started, or {refused = "not_ready" | "vm_state" |
+--          "task_state", state = <the state that refuses it>}
+local uuid, action, request_id, user_id, project_id, now, max_events =
+    ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local ikey = K.instance(uuid)
+local inst = redis.call("HMGET", ikey, "state", "host", "node", "task_state", "power")
+if not inst[1] or inst[1] == "DELETED" then
+    return fail("instance_not_found", {instance = uuid})
+end
+local host, node, task = inst[2] or "", inst[3] or "", inst[4] or ""
+if host == "" then return reply({refused = "not_ready"}) end
+local vm = ({BUILD = "building", ACTIVE = "active", ERROR = "error"})[inst[1]]
+if vm == "active" and inst[5] == "off" then vm = "stopped" end
+local reboot_states = {[""] = true, rebooting = true, reboot_started = true,
+                       rebooting_hard = true, reboot_started_hard = true}
+local rules = {
+    stop = {vm = {active = true}, task = {[""] = true}, to = "powering-off", name = "stop"},
+    start = {vm = {stopped = true}, task = {[""] = true}, to = "powering-on", name = "start"},
+    reboot_soft = {vm = {active = true}, task = {[""] = true}, to = "rebooting",
+                   name = "reboot"},
+    reboot_hard = {vm = {active = true, stopped = true}, task = reboot_states,
+                   to = "rebooting_hard", name = "reboot"},
+}
+local rule = rules[action]
+if not rule then return fail("not_waiting", {instance = uuid, state = inst[1], host = host}) end
+if not rule.vm[vm] then return reply({refused = "vm_state", state = vm}) end
+if not rule.task[task] then return reply({refused = "task_state", state = task}) end
+redis.call("HSET", ikey, "task_state", rule.to, "updated_at", now)
+redis.call("ZADD", K.host_actions(host), now, uuid)  -- until its agent settles it
+add_event(uuid, now, "action", host, node,
+          {action = rule.name, request_id = request_id, user_id = user_id,
+           project_id = project_id}, max_events)
+return reply({host = host, node = node, task_state = rule.to})

@@ -1,0 +1,374 @@
+"""Server actions (stop, start, reboot) and the instance actions that record them.
+
+No HTTP here: :mod:`qsched.api.server_actions` parses and renders. An action is
+checked and started in the ledger in one atomic step (the vm_state and task_state
+rules are Nova's; two actions, or an action and a delete, never both go: see
+:meth:`qsched.ledger.base.InstanceStore.start_action`), then published to the
+queue of the instance's host, whose agent drives the virt driver and settles the
+record (:mod:`agents.actions`). Each call costs O(1) ledger work: one record, one
+script, one publish.
+
+Where Nova casts to a compute service that may be down and leaves the instance in
+its task_state, qsched refuses up front with 409 when the host's agent is down
+(its heartbeat expired or its service is forced down): nothing would act on it.
+
+Instance actions are read from the instance's own history (its events, trimmed
+to the newest ``[ledger] max_events``), so listing them costs one record and one
+list read, whatever the size of the cloud: ``create`` from the record and its
+build events, ``stop``, ``start``, ``reboot`` and ``delete`` from the ``action``
+events the API writes, each with the event its agent wrote when it finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Protocol
+
+from qsched import exception
+from qsched.context import RequestContext
+from qsched.ledger import Stores
+from qsched.ledger.base import Event, Instance, State, TaskState
+from qsched.ledger.records import PowerState
+from qsched.message import ActionRequest
+from qsched.policies import instance_actions as actions_policy
+from qsched.policies import server_actions as server_policy
+from qsched.policy import Policy
+from qsched.resources import check_uuid
+from qsched.scheduling.records import details
+
+#: the task_state each action sets, to settle it again when its publish fails
+_TASK_STATES = {
+    "stop": TaskState.POWERING_OFF,
+    "start": TaskState.POWERING_ON,
+    "reboot_soft": TaskState.REBOOTING,
+    "reboot_hard": TaskState.REBOOTING_HARD,
+}
+#: Nova's name of the event an agent records for each action
+EVENT_NAMES = {
+    "stop": "compute_stop_instance",
+    "start": "compute_start_instance",
+    "reboot": "compute_reboot_instance",
+    "delete": "compute_terminate_instance",
+}
+_SCHEDULE_EVENT = "conductor_schedule_and_build_instances"
+_BUILD_EVENT = "compute__do_build_and_run_instance"
+
+
+class AgentDown(exception.Conflict):
+    """The agent of the instance's host is down: nothing would act on the request (409)."""
+
+    msg_fmt = "Cannot '{action}' instance {instance}: the compute service of its host is down"
+
+
+class ActionNotFound(exception.NotFound):
+    msg_fmt = "Action {request_id} not found"
+
+
+class ActionMarkerNotFound(exception.Invalid):
+    msg_fmt = "Marker {marker} could not be found."
+
+
+class ActionPublisher(Protocol):
+    """What server actions need of the bus (see :mod:`qsched.bus.base`)."""
+
+    def publish_action(self, host: str, msg: ActionRequest) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionEvent:
+    """One event of an instance action, as Nova's ``instance_actions_events``."""
+
+    event: str
+    start_time: float | None
+    finish_time: float | None = None
+    result: str | None = None  # Success or Error, None while it runs
+    traceback: str | None = None
+    host: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Action:
+    """One instance action, as Nova's ``instance_actions`` row, with its events."""
+
+    action: str
+    instance_uuid: str
+    request_id: str
+    user_id: str | None
+    project_id: str | None
+    start_time: float
+    message: str | None = None
+    events: tuple[ActionEvent, ...] = ()
+
+    @property
+    def updated_at(self) -> float:
+        """When it last changed: its start, or its latest event's."""
+        times = [self.start_time]
+        for event in self.events:
+            times += [t for t in (event.start_time, event.finish_time) if t is not None]
+        return max(times)
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionFilter:
+    """Microversion 2.58's paging and 2.66's window of an instance action list."""
+
+    limit: int | None = None
+    marker: str | None = None
+    changes_since: float | None = None
+    changes_before: float | None = None
+
+
+class ServerActions:
+    """Stop, start and reboot servers; their instance actions. ``max_limit``: the most
+    actions one list returns (``[api] max_limit``)."""
+
+    def __init__(
+        self, stores: Stores, bus: ActionPublisher, policy: Policy, max_limit: int = 1000
+    ) -> None:
+        self.stores = stores
+        self.bus = bus
+        self.policy = policy
+        self.max_limit = max_limit
+
+    def stop(self, context: RequestContext, uuid: str) -> None:
+        """``os-stop``: power an ACTIVE server off; it keeps its host, claim and quota.
+
+        :raises InstanceNotFound: as :meth:`qsched.compute.ComputeAPI.get`.
+        :raises Forbidden: ``os_compute_api:servers:stop`` refuses the caller.
+        :raises InstanceNotReady, InstanceInvalidState: its state refuses it (409).
+        :raises AgentDown: its host's agent is down (409).
+        :raises BusUnavailable: not published (503); the task_state is undone.
+        """
+        self._act(context, uuid, server_policy.STOP, "stop")
+
+    def start(self, context: RequestContext, uuid: str) -> None:
+        """``os-start``: power a stopped server on. Raises as :meth:`stop`."""
+        self._act(context, uuid, server_policy.START, "start")
+
+    def reboot(self, context: RequestContext, uuid: str, hard: bool) -> None:
+        """``reboot``: soft (an ACTIVE server) or hard (ACTIVE or stopped, also over a
+        reboot in progress). Raises as :meth:`stop`."""
+        self._act(context, uuid, server_policy.REBOOT, "reboot_hard" if hard else "reboot_soft")
+
+    def _act(self, context: RequestContext, uuid: str, rule: str, action: str) -> None:
+        instance = self._visible(context, uuid, deleted=False)
+        self.policy.authorize(context, rule, _target(instance))
+        name = action.partition("_")[0]
+        placed = instance.host and instance.state == State.ACTIVE
+        if placed and not self.stores.agents.alive(instance.host or ""):
+            raise AgentDown(action=name, instance=instance.uuid)
+        host, node = self.stores.instances.start_action(
+            instance.uuid, action, context.request_id, context.user_id, context.project_id
+        )
+        msg = ActionRequest(context.request_id, instance.uuid, host, node, action)
+        try:
+            self.bus.publish_action(host, msg)
+        except exception.BackendUnavailable as exc:
+            task = _TASK_STATES[action]
+            self.stores.instances.step_action(
+                instance.uuid, host, task, TaskState.NONE, "", EVENT_NAMES[name],
+                request_id=context.request_id, result="Error", start=None,
+                message=f"not published: {exc}",
+            )  # fmt: skip
+            raise
+
+    # -- instance actions --
+
+    def list_actions(
+        self,
+        context: RequestContext,
+        uuid: str,
+        deleted: bool = False,
+        filters: ActionFilter | None = None,
+    ) -> tuple[Instance, list[Action]]:
+        """A server's actions, newest first; ``deleted``: a deleted server's too (2.21).
+
+        :raises InstanceNotFound: as :meth:`qsched.compute.ComputeAPI.get`.
+        :raises Forbidden: ``os_compute_api:os-instance-actions:list`` refuses the caller.
+        :raises ActionMarkerNotFound: ``filters.marker`` is none of them (400).
+        """
+        instance = self._visible(context, uuid, deleted)
+        self.policy.authorize(context, actions_policy.LIST, {"project_id": instance.project_id})
+        found = actions_of(instance, self.stores.instances.events(instance.uuid))
+        return instance, self._filter(found, filters or ActionFilter())
+
+    def get_action(
+        self, context: RequestContext, uuid: str, request_id: str, deleted: bool = False
+    ) -> tuple[Instance, Action]:
+        """One action of a server by its request id.
+
+        :raises InstanceNotFound, Forbidden: as :meth:`list_actions`
+            (``os_compute_api:os-instance-actions:show``).
+        :raises ActionNotFound: no action of it has that request id.
+        """
+        instance = self._visible(context, uuid, deleted)
+        self.policy.authorize(context, actions_policy.SHOW, {"project_id": instance.project_id})
+        for action in actions_of(instance, self.stores.instances.events(instance.uuid)):
+            if action.request_id == request_id:
+                return instance, action
+        raise ActionNotFound(request_id=request_id)
+
+    def shows_events(self, context: RequestContext, instance: Instance) -> bool:
+        """``os_compute_api:os-instance-actions:events``: every event detail (traceback,
+        host); others see the events without them from 2.51."""
+        target = {"project_id": instance.project_id}
+        return self.policy.allows(context, actions_policy.EVENTS, target)
+
+    def _filter(self, found: list[Action], filters: ActionFilter) -> list[Action]:
+        if filters.changes_since is not None:
+            found = [a for a in found if a.updated_at >= filters.changes_since]
+        if filters.changes_before is not None:
+            found = [a for a in found if a.updated_at <= filters.changes_before]
+        if filters.marker is not None:
+            index = next((n for n, a in enumerate(found) if a.request_id == filters.marker), None)
+            if index is None:
+                raise ActionMarkerNotFound(marker=filters.marker)
+            found = found[index + 1 :]
+        limit = self.max_limit if filters.limit is None else min(filters.limit, self.max_limit)
+        return found[:limit]
+
+    def _visible(self, context: RequestContext, uuid: str, deleted: bool) -> Instance:
+        """A server the caller may see (404 before any rule is asked); DELETED ones only
+        if ``deleted``."""
+        try:
+            instance = self.stores.instances.get(check_uuid(uuid, "Instance UUID"))
+        except exception.InvalidUUID:
+            raise exception.InstanceNotFound(instance=uuid) from None
+        mine = context.is_admin or instance.project_id == context.project_id
+        if not mine or (instance.state == State.DELETED and not deleted):
+            raise exception.InstanceNotFound(instance=uuid)
+        return instance
+
+
+# -- what a server shows --
+
+#: the task states of an ACTIVE server that show in its status (Nova's _STATE_MAP)
+_ACTIVE_STATUS = {
+    TaskState.REBOOTING: "REBOOT",
+    TaskState.REBOOT_STARTED: "REBOOT",
+    TaskState.REBOOTING_HARD: "HARD_REBOOT",
+    TaskState.REBOOT_STARTED_HARD: "HARD_REBOOT",
+}
+
+
+def vm_state(instance: Instance, otherwise: str) -> str:
+    """Nova's vm_state: ``stopped`` for a server a stop powered off, else ``otherwise``
+    (what its state shows)."""
+    if instance.state == State.ACTIVE and instance.stopped:
+        return "stopped"
+    return otherwise
+
+
+def status(instance: Instance) -> str:
+    """Nova's status from the vm_state and task_state: ``SHUTOFF`` when stopped (a
+    hard reboot of it included), ``REBOOT`` and ``HARD_REBOOT`` while one runs."""
+    if instance.state != State.ACTIVE:
+        return instance.state.value
+    if instance.stopped:
+        return "SHUTOFF"
+    return _ACTIVE_STATUS.get(instance.task_state, "ACTIVE")
+
+
+def has_status(instance: Instance, wanted: str) -> bool:
+    """Whether the list filter ``status=<wanted>`` finds the server, as Nova's
+    (``task_and_vm_state_from_status``): a status names its vm_state, in any task_state
+    for the vm_state's default (``ACTIVE`` finds a rebooting server too)."""
+    wanted = wanted.upper()
+    if status(instance) == wanted:
+        return True
+    return wanted == "ACTIVE" and instance.state == State.ACTIVE and not instance.stopped
+
+
+def power_state(instance: Instance) -> int:
+    """Nova's power_state: RUNNING (1) once ACTIVE, SHUTDOWN (4) when stopped, else 0."""
+    if instance.state != State.ACTIVE:
+        return PowerState.NOSTATE.value
+    return (PowerState.SHUTDOWN if instance.stopped else PowerState.RUNNING).value
+
+
+# -- instance actions --
+
+
+def actions_of(instance: Instance, history: Sequence[Event]) -> list[Action]:
+    """An instance's actions from its record and history, newest first (pure).
+
+    ``create`` is always there (its request id is the boot's); each ``action`` event
+    starts one more, and the agent's event carrying its request id finishes it. A
+    delete finishes when the history says the instance ended DELETED.
+    """
+    actions = [_create(instance, history)]
+    for n, entry in enumerate(history):
+        if entry.event != "action":
+            continue
+        detail = entry.detail
+        name, request_id = str(detail.get("action", "")), str(detail.get("request_id", ""))
+        if name == "delete":
+            events = _delete_events(entry, history)
+        else:
+            events = _agent_events(name, request_id, entry, history[n + 1 :])
+        message = "Error" if any(e.result == "Error" for e in events) else None
+        actions.append(Action(
+            name, instance.uuid, request_id, detail.get("user_id"), detail.get("project_id"),
+            entry.time, message, events,
+        ))  # fmt: skip
+    actions.sort(key=lambda a: a.start_time, reverse=True)
+    return actions
+
+
+def _create(instance: Instance, history: Sequence[Event]) -> Action:
+    """The boot: scheduling until a claim, then the build on the host until ACTIVE."""
+    claimed = [e for e in history if e.event == "claimed"]
+    active = next((e for e in history if e.event == "active"), None)
+    failed = next((e for e in history if e.event == "error"), None)
+    schedule_end = claimed[0].time if claimed else (failed.time if failed else None)
+    schedule_result = "Success" if claimed else ("Error" if failed else None)
+    events = [ActionEvent(_SCHEDULE_EVENT, instance.created_at, schedule_end, schedule_result)]
+    if claimed:
+        build = claimed[-1]
+        end = active or failed
+        result = None if end is None else ("Success" if end is active else "Error")
+        events.append(ActionEvent(_BUILD_EVENT, build.time, end.time if end else None, result,
+                                  host=build.host))  # fmt: skip
+    message = "Error" if failed is not None else None
+    return Action("create", instance.uuid, details(instance).request_id, instance.user_id,
+                  instance.project_id, instance.created_at, message, tuple(events))  # fmt: skip
+
+
+def _agent_events(
+    name: str, request_id: str, started: Event, later: Sequence[Event]
+) -> tuple[ActionEvent, ...]:
+    """The event an agent wrote for this request (none while it runs)."""
+    wanted = EVENT_NAMES.get(name)
+    for entry in later:
+        if entry.event == wanted and entry.detail.get("request_id") == request_id:
+            start = entry.detail.get("start")
+            return (ActionEvent(
+                entry.event, float(start) if start is not None else started.time, entry.time,
+                entry.detail.get("result"), entry.detail.get("message"), entry.host,
+            ),)  # fmt: skip
+    return ()
+
+
+def _delete_events(started: Event, history: Sequence[Event]) -> tuple[ActionEvent, ...]:
+    """The end of the instance, before its action was written when nothing had to run
+    on a host (written after the delete, so that a refused one leaves no trace)."""
+    ended = next((e for e in history if e.event == "deleted"), None)
+    if ended is None:
+        return ()
+    host = ended.host or started.host
+    start = min(started.time, ended.time)
+    return (ActionEvent(EVENT_NAMES["delete"], start, ended.time, "Success", host=host),)
+
+
+def _target(instance: Instance) -> dict[str, str]:
+    return {"project_id": instance.project_id, "user_id": instance.user_id}
+
+
+def record_delete(stores: Stores, context: RequestContext, uuid: str) -> None:
+    """Write the ``delete`` instance action of a server just deleted (or marked
+    deleting: its agent ends it)."""
+    stores.instances.add_event(
+        uuid, "action", action="delete", request_id=context.request_id,
+        user_id=context.user_id, project_id=context.project_id,
+    )  # fmt: skip
