@@ -146,7 +146,11 @@ class Server(_Handler):
         )
         full = version >= (2, 75)
         hosts = full and self.compute.shows_host(context)
-        shown = Shown.of(self.compute, context, version) if full else Shown(version)
+        if full:
+            shown = Shown.of(self.compute, context, version)
+        else:  # the embedded flavor shows its extra specs to those who may read them
+            specs = version >= (2, 47) and self.compute.shows_extra_specs(context)
+            shown = Shown(version, extra_specs=specs)
         view = detail(instance, context, self.base(req), hosts, shown)
         if not full:
             view = {k: v for k, v in view.items() if k in _UPDATE_KEYS}
