@@ -107,6 +107,7 @@ ROUTES = [
     "/v2.1/os-hypervisors/{hypervisor}",
     "/v2.1/os-hypervisors/{hypervisor}/search",
     "/v2.1/os-hypervisors/{hypervisor}/servers",
+    "/v2.1/os-hypervisors/{hypervisor}/uptime",
     "/v2.1/os-keypairs",
     "/v2.1/os-keypairs/{keypair}",
 ]

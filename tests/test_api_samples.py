@@ -373,7 +373,8 @@ NOT_SERVED: dict[tuple[str, str], str] = {
     ("servers", "server-groups-post-req"): "a server group sample kept with the servers' (2.71)",
     ("servers", "server-groups-post-resp"): "a server group sample kept with the servers' (2.71)",
     ("servers", "lock-server-with-reason"): "no lock action",
-    ("os-hypervisors", "hypervisors-uptime-resp"): "the virt driver keeps no uptime",
+    ("os-hypervisors", "hypervisors-uptime-resp"): "answered 501, as Nova does for a virt driver "
+    "that keeps no uptime",
     ("os-quota-sets", "user-quotas-show-get-resp"): "quotas are per project (user_id: 400)",
     ("os-quota-sets", "user-quotas-update-post-req"): "quotas are per project (user_id: 400)",
     ("os-quota-sets", "user-quotas-update-post-resp"): "quotas are per project (user_id: 400)",

@@ -259,9 +259,21 @@ def test_statistics_and_service_state(client, cloud, stores: Stores) -> None:
 
 
 def test_hypervisors_are_admin_only(client, cloud) -> None:
-    for path in ("", "/detail", "/statistics", "/1", "/cn0/search", "/cn0/servers"):
+    for path in ("", "/detail", "/statistics", "/1", "/cn0/search", "/cn0/servers", "/1/uptime"):
         result = client.simulate_get(f"/v2.1/os-hypervisors{path}", headers=USER)
         assert "os-hypervisors" in fault(result, 403, "forbidden"), path
+
+
+def test_uptime_is_not_kept_as_nova_answers_for_such_a_driver(client, cloud, stores) -> None:
+    """501 for a known hypervisor (``openstack hypervisor show`` goes on without it),
+    404 for an unknown one, by integer id and from 2.53 by uuid."""
+    result = client.simulate_get("/v2.1/os-hypervisors/1/uptime", headers=ADMIN)
+    assert fault(result, 501, "notImplemented") == "Virt driver does not implement uptime function."
+    fault(client.simulate_get("/v2.1/os-hypervisors/99/uptime", headers=ADMIN), 404,
+          "itemNotFound")  # fmt: skip
+    uuid = stores.ledger.hypervisor_uuid(1)
+    result = client.simulate_get(f"/v2.1/os-hypervisors/{uuid}/uptime", headers=at("2.53"))
+    assert result.status_code == 501, result.text
 
 
 # -- os-availability-zone --

@@ -198,6 +198,7 @@ def _add_view_routes(app: falcon.App, args: tuple[ComputeAPI, str | None, int]) 
     app.add_route(item, hypervisor_handlers.HypervisorItem(*args))
     app.add_route(f"{item}/search", hypervisor_handlers.HypervisorSearch(*args))
     app.add_route(f"{item}/servers", hypervisor_handlers.HypervisorServers(*args))
+    app.add_route(f"{item}/uptime", hypervisor_handlers.HypervisorUptime(*args))
     app.add_route(f"{PREFIX}/os-keypairs", keypair_handlers.Keypairs(*args))
     app.add_route(f"{PREFIX}/os-keypairs/{{keypair_name}}", keypair_handlers.KeypairItem(*args))
 

@@ -112,18 +112,38 @@ class HypervisorItem(_Handler):
         self.authorize(req, hypervisors_policy.SHOW)
         refuse_unknown(req, ("with_servers",) if version >= UUID_IDS else ())
         with_servers = query_bool(req, "with_servers")
-        ref: int | str
-        if version >= UUID_IDS:
-            try:
-                ref = check_uuid(hypervisor_id)
-            except exception.InvalidUUID:
-                raise exception.Invalid(message=f"Invalid uuid {hypervisor_id}") from None
-        elif hypervisor_id.isascii() and hypervisor_id.isdigit():
-            ref = int(hypervisor_id)
-        else:
-            raise HypervisorNotFound(id=hypervisor_id)
-        view = self.hypervisors.get(ref, with_servers)
+        view = self.hypervisors.get(reference(hypervisor_id, version), with_servers)
         resp.media = {"hypervisor": view_of(view, version, True, with_servers)}
+
+
+class HypervisorUptime(_Handler):
+    """``GET /v2.1/os-hypervisors/{hypervisor_id}/uptime``: Nova's 501 for a virt driver
+    that keeps no uptime (qsched's agents report none), once the hypervisor is found;
+    clients such as ``openstack hypervisor show`` expect that answer."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, hypervisor_id: str) -> None:
+        version = microversion.current(req)
+        self.authorize(req, hypervisors_policy.UPTIME)
+        refuse_unknown(req, ())
+        self.hypervisors.get(reference(hypervisor_id, version))
+        raise falcon.HTTPNotImplemented(
+            description="Virt driver does not implement uptime function."
+        )
+
+
+def reference(hypervisor_id: str, version: microversion.Version) -> int | str:
+    """A hypervisor's id in a path: an integer, from 2.53 a uuid.
+
+    :raises Invalid: not a uuid from 2.53. :raises HypervisorNotFound: not an integer before.
+    """
+    if version >= UUID_IDS:
+        try:
+            return check_uuid(hypervisor_id)
+        except exception.InvalidUUID:
+            raise exception.Invalid(message=f"Invalid uuid {hypervisor_id}") from None
+    if hypervisor_id.isascii() and hypervisor_id.isdigit():
+        return int(hypervisor_id)
+    raise HypervisorNotFound(id=hypervisor_id)
 
 
 class HypervisorStatistics(_Handler):

@@ -13,6 +13,7 @@ STATISTICS = ROOT % "statistics"
 SHOW = ROOT % "show"
 SEARCH = ROOT % "search"
 SERVERS = ROOT % "servers"
+UPTIME = ROOT % "uptime"
 
 _RULES = [
     rule(LIST, ADMIN, "List all hypervisors.", "GET", "/os-hypervisors"),
@@ -26,6 +27,8 @@ _RULES = [
     rule(SERVERS, ADMIN, "List all servers on hypervisors that can match the provided "
          "hypervisor_hostname pattern.", "GET",
          "/os-hypervisors/{hypervisor_hostname_pattern}/servers"),
+    rule(UPTIME, ADMIN, "Show the uptime of a hypervisor.", "GET",
+         "/os-hypervisors/{hypervisor_id}/uptime"),
 ]  # fmt: skip
 
 
