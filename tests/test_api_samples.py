@@ -22,13 +22,10 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
-import importlib.util
 import json
-import os
 import re
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import falcon.testing
@@ -43,24 +40,13 @@ from qsched.api import microversion
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import TaskState
+from tests.samples import PLACEHOLDER, SAMPLES, mismatches, shape
 from tests.test_compute import RecordingBus
 
 Version = tuple[int, int]
 
 
-def _samples_dir() -> Path | None:
-    spec = importlib.util.find_spec("nova")  # finds the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    found = Path(next(iter(spec.submodule_search_locations)))
-    found = found / "tests" / "functional" / "api_sample_tests" / "api_samples"
-    return found if found.is_dir() else None
-
-
-SAMPLES = _samples_dir()
 if SAMPLES is None:
-    if os.environ.get("CI") == "true":
-        raise RuntimeError("nova's api_samples are missing: run make install")
     pytest.skip(
         "nova's api_samples are not installed: pip install --no-deps nova", allow_module_level=True
     )
@@ -398,21 +384,6 @@ def refusal(body: Any) -> str | None:
     return None
 
 
-#: keys whose values are maps of data (their keys are names, not fields)
-DATA_MAPS = frozenset({"metadata", "extra_specs", "addresses", "rules", "cpu_info", "hosts"})
-#: keys Nova's API reference says may be null, where a sample shows a value
-NULLABLE = frozenset(
-    {
-        "availability_zone",
-        "disabled_reason",
-        "description",
-        "host_ip",
-        "OS-EXT-SRV-ATTR:root_device_name",
-        "trusted_image_certificates",
-        "locked_reason",
-    }
-)
-
 SERVED = sorted({resource for resource, _name in (*RESPONSES, *REQUESTS, *NOT_SERVED)})
 
 
@@ -457,56 +428,12 @@ def template_text(resource: str, version: Version, name: str) -> str:
     return (directory / f"{name}.json.tpl").read_text()
 
 
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
-
-
 def fill(text: str, values: dict[str, str]) -> Any:
     """A request template as JSON, its placeholders replaced by ``values``.
 
     :raises KeyError: a placeholder the scenario has no value for.
     """
-    return json.loads(_PLACEHOLDER.sub(lambda m: values[m.group(1)], text))
-
-
-#: what a placeholder outside quotes stands for, by name (any other: a number)
-_BARE = {"strtime_or_none": "null", "strtime": '"text"', "hostname": '"text"',
-         "forced_down": "false", "preserve_ephemeral": "false"}  # fmt: skip
-
-
-def shape(text: str) -> Any:
-    """A response template as JSON: a quoted placeholder is a string, a bare one what
-    :data:`_BARE` says."""
-    numbers = re.sub(r'"%\(int:\w+\)s"', "0", text)  # Nova's mark of an integer
-    quoted = re.sub(r'"[^"\n]*%\(\w+\)s[^"\n]*"', '"text"', numbers)
-    return json.loads(_PLACEHOLDER.sub(lambda m: _BARE.get(m.group(1), "0"), quoted))
-
-
-def mismatches(ours: Any, sample: Any, where: str = "") -> list[str]:
-    """Where ``ours`` lacks a key of ``sample`` or holds another JSON type."""
-    if sample is None or (ours is None and where.rsplit(".", 1)[-1] in NULLABLE):
-        return []
-    if isinstance(sample, dict):
-        if not isinstance(ours, dict):
-            return [f"{where or '.'}: {type(ours).__name__}, not an object"]
-        if where.rsplit(".", 1)[-1] in DATA_MAPS:
-            return []
-        found = []
-        for key, value in sample.items():
-            if key not in ours:
-                found.append(f"{where}.{key}: missing")
-            else:
-                found.extend(mismatches(ours[key], value, f"{where}.{key}"))
-        return found
-    if isinstance(sample, list):
-        if not isinstance(ours, list):
-            return [f"{where}: {type(ours).__name__}, not a list"]
-        if ours and sample:
-            return mismatches(ours[0], sample[0], f"{where}[0]")
-        return []
-    kinds = {bool: (bool,), int: (int, float), float: (int, float), str: (str,)}[type(sample)]
-    if isinstance(ours, kinds) and (isinstance(ours, bool) == isinstance(sample, bool)):
-        return []
-    return [f"{where}: {ours!r} is not like the sample's {sample!r}"]
+    return json.loads(PLACEHOLDER.sub(lambda m: values[m.group(1)], text))
 
 
 class Scenario:

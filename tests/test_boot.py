@@ -12,20 +12,19 @@ import base64
 import json
 import re
 import uuid
-from pathlib import Path
 from typing import Any
 
 import falcon.testing
-import nova
 import pytest
 
 from qsched.ledger import Stores
 from qsched.scheduling.records import BootDetails, ServerFields, details
+from tests.samples import samples_dir
 from tests.test_api import ADMIN, IMAGE, OTHER, USER, Snapshot, fault
 from tests.test_compute import RecordingBus, make_app
 from tests.test_keypairs import NOVA_KEY
 
-SAMPLES = Path(nova.__file__).parent / "tests/functional/api_sample_tests/api_samples/servers"
+SAMPLES = samples_dir() / "servers"
 OSC_BDM = {"uuid": IMAGE, "boot_index": 0, "source_type": "image",
            "destination_type": "local", "delete_on_termination": True}  # fmt: skip
 USER_DATA = base64.b64encode(b"#!/bin/sh\necho hi\n").decode()

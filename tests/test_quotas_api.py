@@ -8,10 +8,8 @@ must be the one the ledger's reservation, group creation and group membership us
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import threading
-from pathlib import Path
 from typing import Any
 
 import falcon.testing
@@ -23,6 +21,7 @@ from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import QUOTA_LIMITS
 from qsched.policy import Policy
 from qsched.quotas import QuotaAPI
+from tests.samples import samples_dir
 from tests.test_api import ADMIN, OTHER, USER, fault, post_server, server_body
 from tests.test_compute import RecordingBus, make_app
 
@@ -516,14 +515,10 @@ def test_lowering_races_no_reservation_past_it(stores: Stores) -> None:
 
 def nova_sample(name: str) -> Any:
     """One of Nova's api sample templates (nova is installed for them, never imported)."""
-    spec = importlib.util.find_spec("nova")
-    assert spec is not None and spec.submodule_search_locations, "make install adds nova"
-    root = Path(spec.submodule_search_locations[0], SAMPLES)
-    text = (root / f"{name}.json.tpl").read_text().replace("%(set_id)s", "default")
+    text = (samples_dir() / f"{name}.json.tpl").read_text().replace("%(set_id)s", "default")
     return json.loads(text)
 
 
-SAMPLES = "tests/functional/api_sample_tests/api_samples"
 SAMPLE_VERSIONS = {"": "2.1", "v2.36/": "2.36", "v2.39/": "2.39", "v2.50/": "2.50",
                    "v2.57/": "2.57"}  # fmt: skip
 

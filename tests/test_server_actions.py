@@ -6,13 +6,11 @@ HTTP shapes by microversion go through falcon's TestClient on a recording bus.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import threading
 import uuid
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import falcon.testing
@@ -35,6 +33,7 @@ from qsched.message import ActionRequest, PoisonMessage, decode
 from qsched.policy import Policy
 from qsched.server_actions import ActionFilter, AgentDown, ServerActions, actions_of
 from tests.helpers import RecordingDelivery, wait_until
+from tests.samples import SAMPLES, needs_samples
 from tests.test_agent import make_agent, settled
 from tests.test_api import ADMIN, IMAGE, OTHER, USER, fault
 from tests.test_compute import RecordingBus, make_app, place
@@ -534,17 +533,6 @@ def test_filters_page_newest_first(stores, api) -> None:
 # -- Nova's api_samples (the nova package ships them) ---------------------------------------
 
 
-def _samples() -> Path | None:
-    spec = importlib.util.find_spec("nova")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    root = Path(next(iter(spec.submodule_search_locations)))
-    found = root / "tests" / "functional" / "api_sample_tests" / "api_samples"
-    return found if found.is_dir() else None
-
-
-SAMPLES = _samples()
-needs_samples = pytest.mark.skipif(SAMPLES is None, reason="the nova package is not installed")
 #: the sample directories of os-instance-actions up to 2.79, and their microversion
 SAMPLE_VERSIONS = [("", "2.1"), ("v2.21", "2.21"), ("v2.51", "2.51"), ("v2.58", "2.58"),
                    ("v2.62", "2.62"), ("v2.66", "2.66")]  # fmt: skip

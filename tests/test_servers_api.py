@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import json
 import threading
-from pathlib import Path
 from typing import Any
 
 import falcon.testing
@@ -14,17 +12,12 @@ import pytest
 
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
+from tests.samples import SAMPLES
 from tests.test_api import ADMIN, OTHER, USER, fault, post_server
 from tests.test_compute import RecordingBus, make_app, place
 
 #: Nova's api_samples, as the nova package ships them (templates whose placeholders are
 #: all quoted, so each is JSON); ``make install`` installs it without its dependencies
-_NOVA = importlib.util.find_spec("nova")
-SAMPLES = (
-    Path(_NOVA.origin).parent / "tests/functional/api_sample_tests/api_samples"
-    if _NOVA is not None and _NOVA.origin
-    else None
-)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import json
 import re
 import time
 import uuid as uuidlib
-from pathlib import Path
 from typing import Any
 
 import falcon.testing
@@ -24,13 +23,12 @@ from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.ledger.base import State
 from tests.helpers import wait_until
+from tests.samples import samples_dir
 from tests.test_agent import make_agent
 from tests.test_api import ADMIN, USER, fault
 
 P1 = RequestContext.for_project("u1", "p1")
-SAMPLES = Path(__import__("nova").__file__).parent / (
-    "tests/functional/api_sample_tests/api_samples"
-)
+SAMPLES = samples_dir()
 
 
 def at(version: str, admin: bool = True) -> dict[str, str]:
