@@ -22,10 +22,11 @@ from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.agents import RedisAgents
-from qsched.ledger.base import Instance, Inventory, ProviderSpec, ServerGroup, State
+from qsched.ledger.base import Instance, Inventory, ProviderSpec, ServerGroup, State, TaskState
 from qsched.ledger.flavors import RedisFlavors
 from qsched.ledger.groups import RedisGroups
 from qsched.ledger.instances import RedisInstances
+from qsched.ledger.keypairs import Keypair, RedisKeypairs
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
 from qsched.ledger.redis import RedisBackend, unavailable
@@ -43,6 +44,7 @@ SPEC = ProviderSpec(U, "n1", {"VCPU": Inventory(4)})
 GROUP = ServerGroup(U, "g", "p1", "u1", "anti-affinity")
 
 #: every public method of every store, called with arguments that pass its own checks
+KEYPAIR = Keypair("u1", "kp", "ssh-rsa AAAA", "aa:bb")
 CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisLedger.create_provider": lambda s: s.ledger.create_provider(U, "n1"),
     "RedisLedger.get_provider": lambda s: s.ledger.get_provider(U),
@@ -80,6 +82,19 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisQuota.clear_limits": lambda s: s.quota.clear_limits("p1"),
     "RedisInstances.create": lambda s: s.instances.create(RECORD, 1e12),
     "RedisInstances.get": lambda s: s.instances.get(U),
+    "RedisInstances.newest": lambda s: s.instances.newest(10),
+    "RedisInstances.deleted_since": lambda s: s.instances.deleted_since(0.0, "p1"),
+    "RedisInstances.update": lambda s: s.instances.update(U, {"name": "n"}),
+    "RedisInstances.start_action": lambda s: s.instances.start_action(U, "stop", "r", "u", "p"),
+    "RedisInstances.step_action": lambda s: s.instances.step_action(
+        U, "h1", TaskState.POWERING_OFF, TaskState.NONE
+    ),
+    "RedisInstances.acting": lambda s: s.instances.acting("h1"),
+    "RedisInstances.forget_action": lambda s: s.instances.forget_action("h1", U),
+    "RedisKeypairs.create": lambda s: s.keypairs.create(KEYPAIR),
+    "RedisKeypairs.get": lambda s: s.keypairs.get("u1", "kp"),
+    "RedisKeypairs.list_user": lambda s: s.keypairs.list_user("u1"),
+    "RedisKeypairs.delete": lambda s: s.keypairs.delete("u1", "kp"),
     "RedisInstances.get_many": lambda s: s.instances.get_many([U]),
     "RedisInstances.placements": lambda s: s.instances.placements([U]),
     "RedisInstances.list_project": lambda s: s.instances.list_project("p1"),
@@ -154,7 +169,7 @@ NEVER_RAISE = {"RedisBackend.close", "RedisBackend.command_stats"}  # no figures
 
 
 STORES = (RedisLedger, RedisQuota, RedisInstances, RedisAgents, RedisFlavors, RedisInspector,
-          RedisBackend, RedisGroups)  # fmt: skip
+          RedisBackend, RedisGroups, RedisKeypairs)  # fmt: skip
 
 
 @pytest.fixture
