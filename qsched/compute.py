@@ -23,6 +23,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
+import functools
 import logging
 import secrets
 import uuid as uuidlib
@@ -58,7 +59,7 @@ from qsched.policies import flavors as flavors_policy
 from qsched.policies import server_metadata as metadata_policy
 from qsched.policies import servers as servers_policy
 from qsched.policy import Policy
-from qsched.quotas import QuotaAPI
+from qsched.quotas import FileLimits, QuotaAPI
 from qsched.resources import check_uuid
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.records import ServerFields, details, record_for
@@ -199,9 +200,15 @@ class ComputeAPI:
         self.abandoner = Abandoner(self.abandon)  # boots told 503 must never run
         self.groups = ServerGroups(stores, self.policy)
         self.quotas = QuotaAPI(stores, self.policy)  # limit_for: what other checks enforce
-        self.keypairs = KeypairAPI(stores, self.policy)
+        self.keypairs = KeypairAPI(stores, self.policy, self.quotas)
 
     # -- servers --
+
+    def file_limits(self, context: RequestContext) -> FileLimits:
+        """The caller's project quotas on injected files (a create that injects some)."""
+        limit = functools.partial(self.quotas.limit_for, context.project_id)
+        return FileLimits(limit("injected_files"), limit("injected_file_path_bytes"),
+                                     limit("injected_file_content_bytes"))  # fmt: skip
 
     def boot(
         self,

@@ -35,6 +35,7 @@ from qsched.ledger import Stores
 from qsched.ledger.keypairs import SSH, X509, Keypair
 from qsched.policies import keypairs as keypairs_policy
 from qsched.policy import Policy
+from qsched.quotas import QuotaAPI
 from qsched.scheduling.records import ServerFields
 
 TYPES = (SSH, X509)
@@ -57,9 +58,10 @@ class InvalidKeyName(exception.Invalid):
 class KeypairAPI:
     """The keypairs of a cell's users, under ``policy``."""
 
-    def __init__(self, stores: Stores, policy: Policy) -> None:
+    def __init__(self, stores: Stores, policy: Policy, quotas: QuotaAPI | None = None) -> None:
         self.keypairs = stores.keypairs
         self.policy = policy
+        self.quotas = quotas or QuotaAPI(stores, policy)
 
     def create(
         self, context: RequestContext, name: str, key_type: str = SSH, user_id: str | None = None
@@ -69,7 +71,8 @@ class KeypairAPI:
         :raises Invalid: a name outside Nova's rules, an unknown type.
         :raises Forbidden: the rule refuses the caller for that user (403).
         :raises KeypairExists: the user has one of that name (409).
-        :raises KeypairLimitExceeded: the user holds ``[quota] key_pairs`` already (403).
+        :raises KeypairLimitExceeded: the user holds the ``key_pairs`` quota of the caller's
+            project already (403).
         """
         owner = self._authorized(context, "create", user_id)
         _check_name(name)
@@ -79,7 +82,7 @@ class KeypairAPI:
         else:
             private_key, public_key, fingerprint = generate_x509_cert(owner)
         keypair = Keypair(owner, name, public_key, fingerprint, key_type)
-        return self.keypairs.create(keypair), private_key
+        return self._keep(context, keypair), private_key
 
     def import_public_key(
         self,
@@ -100,7 +103,12 @@ class KeypairAPI:
         fingerprint = (
             ssh_fingerprint(public_key) if key_type == SSH else x509_fingerprint(public_key)
         )
-        return self.keypairs.create(Keypair(owner, name, public_key, fingerprint, key_type))
+        return self._keep(context, Keypair(owner, name, public_key, fingerprint, key_type))
+
+    def _keep(self, context: RequestContext, keypair: Keypair) -> Keypair:
+        """Store ``keypair`` within the ``key_pairs`` quota of the caller's project (its
+        own limit, set through ``os-quota-sets``, or the default), as Nova counts it."""
+        return self.keypairs.create(keypair, self.quotas.limit_for(context.project_id, "key_pairs"))
 
     def get(self, context: RequestContext, name: str, user_id: str | None = None) -> Keypair:
         """One keypair of ``user_id`` (default: the caller).

@@ -53,6 +53,17 @@ NAMES = (*LEDGER_NAMES, *NETWORK)
 COUNTED = ("instances", "cores", "ram", "server_groups")
 
 
+@dataclasses.dataclass(frozen=True)
+class FileLimits:
+    """The quotas on injected files of the caller's project (Nova's ``injected_files``,
+    ``injected_file_path_bytes``, ``injected_file_content_bytes``; -1: no limit); the
+    defaults are Nova's."""
+
+    files: int = 5
+    path_bytes: int = 255
+    content_bytes: int = 10240
+
+
 class PerUserQuotasUnsupported(exception.Invalid):
     msg_fmt = (
         "Per-user quotas are not supported: qsched keeps quotas per project; leave out user_id."

@@ -274,6 +274,20 @@ def test_personality_up_to_2_56(client, stores) -> None:
                                                "forbidden")  # fmt: skip
 
 
+def test_injected_files_within_the_projects_quota(client, stores) -> None:
+    """os-quota-sets sets the limits a create's injected files are checked against."""
+    files = [{"path": f"/f{n}", "contents": base64.b64encode(b"hi").decode()} for n in range(3)]
+    quota = {"quota_set": {"injected_files": 2, "injected_file_content_bytes": -1}}
+    done = client.simulate_put("/v2.1/os-quota-sets/pa", json=quota, headers=ADMIN)
+    assert done.status_code == 200, done.text
+    assert fault(boot(client, personality=files), 403, "forbidden") == (
+        "Personality file limit exceeded"
+    )
+    big = [{"path": "/f", "contents": base64.b64encode(b"x" * 20000).decode()}]
+    boot_fields(client, stores, personality=big)  # no limit on the content now
+    boot_fields(client, stores, personality=files[:2])
+
+
 def test_trusted_certificates_and_a_requested_host_are_refused(client) -> None:
     certs = ["0b5d2c72-12cc-4ba6-a8d7-3ff5cc1d8cb8"]
     message = fault(boot(client, at("2.63"), networks="none", trusted_image_certificates=certs),

@@ -206,6 +206,17 @@ def test_quota_key_pairs(conf, ledger_url: str) -> None:
     assert create(client, {"name": "k3"}, user=OTHER).status_code == 200
 
 
+def test_the_key_pairs_quota_of_the_project_binds(client) -> None:
+    """A limit set through os-quota-sets is what a create is held to, per user."""
+    quota = {"quota_set": {"key_pairs": 1}}
+    assert (
+        client.simulate_put("/v2.1/os-quota-sets/pa", json=quota, headers=ADMIN).status_code == 200
+    )
+    assert create(client, {"name": "k0", "public_key": NOVA_KEY}).status_code == 200
+    result = create(client, {"name": "k1", "public_key": NOVA_KEY})
+    assert fault(result, 403, "forbidden") == "Quota exceeded, too many key pairs."
+
+
 def test_delete_202_at_2_1_and_204_at_2_2(client) -> None:
     create(client, {"name": "a", "public_key": NOVA_KEY})
     create(client, {"name": "b", "public_key": NOVA_KEY})

@@ -25,14 +25,14 @@ from __future__ import annotations
 import base64
 import dataclasses
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from qsched import exception
 from qsched.api import schemas
+from qsched.quotas import FileLimits
 from qsched.scheduling.records import ServerFields
 
-#: Nova's default quotas on injected files (``[quota] injected_file*``)
-MAX_FILES, MAX_PATH_BYTES, MAX_CONTENT_BYTES = 5, 255, 10240
 #: what an image block device may say; anything else is about a disk qsched has not
 IMAGE_BDM_KEYS = frozenset(
     {"source_type", "destination_type", "boot_index", "uuid", "image_id",
@@ -60,15 +60,23 @@ class Boot:
     admin_pass: str | None
 
 
-def parse(server: dict[str, Any], version: tuple[int, int], enable_password: bool) -> Boot:
-    """Read the ``server`` of a create body valid at ``version``.
+def parse(
+    server: dict[str, Any],
+    version: tuple[int, int],
+    enable_password: bool,
+    file_limits: Callable[[], FileLimits] = FileLimits,
+) -> Boot:
+    """Read the ``server`` of a create body valid at ``version``; ``file_limits``: the
+    caller's quotas on injected files, read only when the body injects some.
 
     :raises Invalid: what qsched cannot serve (see the module docstring), or no image.
-    :raises PersonalityLimitExceeded: the injected files pass Nova's limits (403).
+    :raises PersonalityLimitExceeded: the injected files pass those limits (403).
     """
     _refuse_unserved(server)
     image_ref = image_of(server.get("block_device_mapping_v2") or [], server.get("imageRef"))
-    _check_personality(server.get("personality") or [])
+    files = server.get("personality") or []
+    if files:
+        _check_personality(files, file_limits())
     _check_security_groups(server.get("security_groups") or [])
     fields = ServerFields(
         key_name=server.get("key_name"),
@@ -191,20 +199,25 @@ def _check_security_groups(groups: list[dict[str, Any]]) -> None:
         )
 
 
-def _check_personality(files: list[dict[str, Any]]) -> None:
-    """Nova's default limits on injected files (its ``OnsetFile*LimitExceeded``)."""
-    if len(files) > MAX_FILES:
+def _check_personality(files: list[dict[str, Any]], limits: FileLimits) -> None:
+    """The quotas on injected files, with Nova's words (its ``OnsetFile*LimitExceeded``)."""
+    if _over(len(files), limits.files):
         raise PersonalityLimitExceeded(what="Personality file limit exceeded")
     for file in files:
-        if len(str(file.get("path", "")).encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        path_bytes = len(str(file.get("path", "")).encode("utf-8", "surrogatepass"))
+        if _over(path_bytes, limits.path_bytes):
             raise PersonalityLimitExceeded(
-                what=f"Personality file path exceeds maximum {MAX_PATH_BYTES}"
+                what=f"Personality file path exceeds maximum {limits.path_bytes}"
             )
         content = base64.decodebytes(str(file.get("contents", "")).encode("utf-8"))
-        if len(content) > MAX_CONTENT_BYTES:
+        if _over(len(content), limits.content_bytes):
             raise PersonalityLimitExceeded(
-                what=f"Personality file content exceeds maximum {MAX_CONTENT_BYTES}"
+                what=f"Personality file content exceeds maximum {limits.content_bytes}"
             )
+
+
+def _over(value: int, limit: int) -> bool:
+    return limit != -1 and value > limit
 
 
 def generate_password() -> str:

@@ -77,7 +77,9 @@ class Servers(_Handler):
         validator = next(v for since, v in schemas.SERVER_CREATE if version >= since)
         body = schemas.validate(validator, read_json(req, self.max_body))
         server, group = body["server"], group_hint(body)
-        asked = boot.parse(server, version, self.compute.api.enable_instance_password)
+        context = context_of(req)
+        asked = boot.parse(server, version, self.compute.api.enable_instance_password,
+                           lambda: self.compute.file_limits(context))  # fmt: skip
         min_count = int(server.get("min_count", 1))  # Nova's defaults: max is min
         found = self.compute.boot_many(
             context_of(req),

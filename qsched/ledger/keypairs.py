@@ -37,8 +37,9 @@ class KeypairStore(abc.ABC):
     """The keypairs of each user."""
 
     @abc.abstractmethod
-    def create(self, keypair: Keypair) -> Keypair:
-        """Keep ``keypair``; return it with its id and creation time.
+    def create(self, keypair: Keypair, limit: int | None = None) -> Keypair:
+        """Keep ``keypair``; return it with its id and creation time. ``limit``: the
+        most keypairs the user may hold (-1: no limit; None: the store's default).
 
         :raises KeypairExists: the user has a keypair of that name (409).
         :raises KeypairLimitExceeded: the user holds their limit of keypairs (403).
@@ -72,13 +73,13 @@ class RedisKeypairs(KeypairStore):
         self.keys = store.keys
         self.limit = limit
 
-    def create(self, keypair: Keypair) -> Keypair:
+    def create(self, keypair: Keypair, limit: int | None = None) -> Keypair:
         created = dataclasses.replace(keypair, created_at=self.store.now())
         fields = _fields(created)
         del fields["id"]  # the script gives it
         done = self.store.run(
             "keypair_create", self.keys.user_keypairs(keypair.user_id), keypair.user_id,
-            keypair.name, json.dumps(fields), self.limit,
+            keypair.name, json.dumps(fields), self.limit if limit is None else limit,
         )  # fmt: skip
         return dataclasses.replace(created, id=int(done["id"]))
 
