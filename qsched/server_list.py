@@ -357,8 +357,8 @@ def _deleted(one: Mapping[str, str], statuses: frozenset[str] | None) -> bool | 
 
 
 def _changes(one: Mapping[str, str]) -> tuple[float | None, float | None]:
-    since = _time("changes-since", one.get("changes-since"))
-    before = _time("changes-before", one.get("changes-before"))
+    since = query_time("changes-since", one.get("changes-since"))
+    before = query_time("changes-before", one.get("changes-before"))
     if since is not None and before is not None and before < since:
         raise exception.Invalid(
             message="The value of changes-since must be less than or equal to changes-before."
@@ -366,8 +366,12 @@ def _changes(one: Mapping[str, str]) -> tuple[float | None, float | None]:
     return since, before
 
 
-def _time(name: str, value: str | None) -> float | None:
-    """An ISO 8601 time as epoch seconds (UTC when it names no zone)."""
+def query_time(name: str, value: str | None) -> float | None:
+    """The ISO 8601 time of query parameter ``name`` as epoch seconds (UTC when it names
+    no zone): ``changes-since`` and ``changes-before`` of every list that takes them.
+
+    :raises Invalid: not a time, in Nova's words.
+    """
     if value is None:
         return None
     try:

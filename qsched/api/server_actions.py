@@ -10,7 +10,6 @@ on each event from 2.62 (and ``host`` for those the ``events`` rule allows).
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 from typing import Any
 from urllib.parse import urlencode
@@ -21,6 +20,7 @@ from qsched import exception
 from qsched.api import PREFIX, Handler, context_of, microversion, read_json, schemas, usage_time
 from qsched.compute import ComputeAPI
 from qsched.server_actions import Action, ActionEvent, ActionFilter, ServerActions
+from qsched.server_list import query_time
 
 #: the actions served, as the 400 for any other names them
 SERVED = tuple(schemas.SERVER_ACTIONS)
@@ -132,7 +132,8 @@ def _list_filters(req: falcon.Request) -> ActionFilter:
         if not isinstance(value, str):
             raise exception.Invalid(message=f"Give the query parameter {name} once.")
     limit = req.get_param("limit")
-    since, before = _time(req, "changes-since"), _time(req, "changes-before")
+    since = query_time("changes-since", req.get_param("changes-since"))
+    before = query_time("changes-before", req.get_param("changes-before"))
     if since is not None and before is not None and before < since:
         raise exception.Invalid(
             message="The value of changes-since must be less than or equal to changes-before."
@@ -143,22 +144,6 @@ def _list_filters(req: falcon.Request) -> ActionFilter:
         changes_since=since,
         changes_before=before,
     )
-
-
-def _time(req: falcon.Request, name: str) -> float | None:
-    value = req.get_param(name)
-    if value is None:
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        raise exception.Invalid(
-            message=f"Invalid input for query parameters {name}. Value: {value}. "
-            f"{value!r} is not a 'date-time'"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return moment.timestamp()
 
 
 def _action(action: Action, with_updated: bool) -> dict[str, Any]:
