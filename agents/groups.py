@@ -1,10 +1,12 @@
-"""Members of a server group at an agent: forward, pass on, park, or end NoValidHost.
+"""Placement rules at an agent (server groups, host rules): forward, pass on, park, or
+end NoValidHost.
 
-The claim script keeps a hard policy atomically (``lib.lua``: a claim that would
-break it is refused in the step that would take the resources, whatever the
-interleaving of agents). This step decides what becomes of the requests it
-refuses, and of those sent to this host's own queue; each decision costs O(1)
-ledger reads, whatever the number of hosts.
+The claim script keeps a hard policy and a host rule atomically (``lib.lua``,
+``allocate.lua``: a claim that would break one is refused in the step that would take
+the resources, whatever the interleaving of agents). This step decides what becomes of
+the requests it refuses, and of those sent to this host's own queue; each decision
+costs O(1) ledger reads, whatever the number of hosts (O(hosts the rule names) for a
+host rule).
 
 ==================  ========================================================================
 refused by the      *affinity*: forwarded to the queue of the host the group is on (the
@@ -19,6 +21,13 @@ sent here, no room  a member sent to this host's queue that no node here fits: w
                     affinity group is still on this host it ends NoValidHost (as in Nova, an
                     affinity group never leaves its host); otherwise (a soft-affinity
                     group, or the group moved) it goes to the class queue.
+host rules          a request that may run on some hosts only (``same_host``, the 2.74
+                    host) goes to the queue of the first of them whose agent lives; one
+                    refused by the claim elsewhere is forwarded there. One that has no
+                    room on a host of its rule goes to the next of them in name order
+                    whose agent lives, and ends NoValidHost after the last: each is
+                    tried once. One refused for ``different_host`` is passed on and
+                    parked as an anti-affinity member is.
 soft policies       the claim passes a member on while it has passes left (counted on its
                     record, ``GROUP_SOFT_TRIES`` in ``lib.lua``): soft-anti-affinity to the
                     other agents when this host holds members of its group, soft-affinity
@@ -31,11 +40,12 @@ from __future__ import annotations
 
 import collections
 import logging
+from typing import Any
 
 from agents.steps import AgentParts
 from qsched import exception
 from qsched.bus.base import Delivery, Names
-from qsched.ledger.records import AFFINITY
+from qsched.ledger.records import AFFINITY, HostRule
 from qsched.message import BootRequest
 from qsched.reaper import fail_no_valid_host
 from qsched.scheduling.fit import Refusal, RefusalKind
@@ -75,14 +85,17 @@ class GroupStep:
         return delivery.routing_key == self._own_key
 
     def refused(
-        self, msg: BootRequest, delivery: Delivery, refusal: exception.GroupPolicyRefused
+        self, msg: BootRequest, delivery: Delivery, refusal: exception.PlacementRuleRefused
     ) -> None:
-        """The claim refused this host for the group's policy: forward the request to
-        the group's host (affinity, and soft-affinity while that host's agent lives),
-        pass it on (anti-affinity, soft-anti-affinity), or park it (a hard policy, at
-        every :data:`GROUP_TRIES` refusals)."""
+        """The claim refused this host for the group's policy or the host rule: forward
+        the request to the host the refusal names (affinity, a host rule's ``only``, and
+        soft-affinity while that host's agent lives), pass it on (anti-affinity,
+        soft-anti-affinity, ``different_host``), or park it (a hard rule, at every
+        :data:`GROUP_TRIES` refusals)."""
         parts, host, reason = self.parts, self.parts.host, str(refusal)
-        parts.counters["group_refused"] += 1
+        by_host_rule = isinstance(refusal, exception.HostRuleRefused)
+        parts.counters["host_rule_refused" if by_host_rule else "group_refused"] += 1
+        kind = RefusalKind.HOST_RULE if by_host_rule else RefusalKind.SERVER_GROUP
         holder, soft = refusal.kwargs.get("holder"), bool(refusal.kwargs.get("soft"))
         refusals = int(refusal.kwargs.get("refusals") or 0)
         if not soft and refusals % GROUP_TRIES == 0:
@@ -91,12 +104,12 @@ class GroupStep:
         if holder and (not soft or parts.stores.agents.alive(holder)):
             parts.stores.instances.add_event(
                 msg.instance_uuid, "forwarded", host=host, to=holder, reason=reason,
-                kind=RefusalKind.SERVER_GROUP.value,
+                kind=kind.value,
             )  # fmt: skip
             parts.bus.publish_to_host(holder, msg.requeued())
             delivery.ack()
             return
-        self._refused(msg, reason)
+        self._refused(msg, reason, kind)
         self._pass_on(msg, delivery)
         # Let the others take it first: a broker that hands a message to the consumer
         # that just gave it back, as kombu's memory transport does, would otherwise
@@ -117,6 +130,10 @@ class GroupStep:
             return False
         parts, host = self.parts, self.parts.host
         what = str(why) if why is not None else "no node of this agent fits the request"
+        rule = msg.host_rule()
+        if rule is not None and rule.only:
+            self._next_host(msg, delivery, rule, what)
+            return True
         if (
             msg.group is not None
             and msg.group_policy == AFFINITY
@@ -131,11 +148,35 @@ class GroupStep:
         self._pass_on(msg, delivery)
         return True
 
-    def _refused(self, msg: BootRequest, reason: str) -> None:
+    def _next_host(self, msg: BootRequest, delivery: Delivery, rule: HostRule, what: str) -> None:
+        """A request that may run on the hosts of ``rule.only`` and has no room here: on
+        to the next of them whose agent lives (:meth:`HostRule.next_host`), or NoValidHost
+        after the last. O(hosts of the rule)."""
+        parts, host = self.parts, self.parts.host
+        self._refused(msg, f"sent to {host}, which has no room: {what}", RefusalKind.HOST_RULE)
+        after = host if host in rule.only else ""  # forwarded here for another rule
+        while (following := rule.next_host(after)) is not None:
+            if parts.stores.agents.alive(following):
+                parts.stores.instances.add_event(
+                    msg.instance_uuid, "forwarded", host=host, to=following,
+                    reason="the next host of its host rule", kind=RefusalKind.HOST_RULE.value,
+                )  # fmt: skip
+                parts.bus.publish_to_host(following, msg.requeued())  # confirmed first
+                delivery.ack()
+                return
+            after = following
+        fail_no_valid_host(parts.stores, msg.instance_uuid, "host rule")
+        delivery.ack()
+
+    def _refused(
+        self, msg: BootRequest, reason: str, kind: RefusalKind = RefusalKind.SERVER_GROUP
+    ) -> None:
+        detail: dict[str, Any] = {"kind": kind.value}
+        if kind is RefusalKind.SERVER_GROUP:
+            detail.update(group=msg.group, policy=msg.group_policy)
         self.parts.stores.instances.add_event(
-            msg.instance_uuid, "refused", host=self.parts.host, reason=reason,
-            kind=RefusalKind.SERVER_GROUP.value, group=msg.group, policy=msg.group_policy,
-        )  # fmt: skip
+            msg.instance_uuid, "refused", host=self.parts.host, reason=reason, **detail
+        )
 
     def _pass_on(self, msg: BootRequest, delivery: Delivery) -> None:
         """Give the request to the other agents: the tail of its class queue."""

@@ -200,11 +200,21 @@ class Placer:
         With sharing providers, None may only mean that the agent's view of one is full:
         it is read again (O(sharing providers)) and the pick tried once more.
         """
+        if msg.requested_node is not None:
+            return self._pick_node(msg, msg.requested_node)
         pick = self.parts.index.pick(msg.scheduling_class)
         if pick is None and self.parts.index.sharing():
             self.parts.reconciler.refresh_sharing()
             pick = self.parts.index.pick(msg.scheduling_class)
         return pick
+
+    def _pick_node(self, msg: BootRequest, node: str) -> Pick | None:
+        """The node a request asks for (2.74's ``hypervisor_hostname``), if it is this
+        agent's and fits the request's class now; O(1)."""
+        if node not in self.parts.index:
+            return None
+        fitted = self.parts.index.fit(node, msg.scheduling_class)
+        return None if isinstance(fitted, Refusal) else Pick(node, fitted)
 
     # -- sharing providers (docs/shared-providers.rst) --
 
@@ -271,9 +281,10 @@ class Placer:
 
     def why_not(self, msg: BootRequest) -> Refusal | None:
         """Why no node fits, told on one node: exact for one node, a sample for many."""
-        if self.sample_node is None:
+        node = self.sample_node if msg.requested_node is None else msg.requested_node
+        if node is None or node not in self.parts.index:
             return None
-        result = self.parts.index.fit(self.sample_node, msg.scheduling_class)
+        result = self.parts.index.fit(node, msg.scheduling_class)
         return result if isinstance(result, Refusal) else None
 
     def refuse(self, msg: BootRequest, delivery: Delivery, why: Refusal | None) -> None:

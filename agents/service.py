@@ -383,7 +383,7 @@ class ComputeAgent:
             return
         try:
             placed = self.placer.place(msg)
-        except exception.GroupPolicyRefused as refusal:  # the claim kept a group's policy
+        except exception.PlacementRuleRefused as refusal:  # a group's policy, a host rule
             self.groups.refused(msg, delivery, refusal)
             return
         if isinstance(placed, Pick):

@@ -48,11 +48,12 @@ from qsched.flavors import (
     revoke,
     select,
 )
+from qsched.host_rules import HostRequest, HostRules
 from qsched.images import Image, ImageService, OpaqueImages
 from qsched.keypairs import KeypairAPI
 from qsched.ledger import Stores
 from qsched.ledger.backend import LedgerUnavailable
-from qsched.ledger.base import Instance, ServerGroup, State
+from qsched.ledger.base import HostRule, Instance, ServerGroup, State
 from qsched.message import ActionRequest, BootRequest, DeleteRequest
 from qsched.outbox import Abandoner, Confirmations
 from qsched.policies import flavors as flavors_policy
@@ -60,6 +61,7 @@ from qsched.policies import server_metadata as metadata_policy
 from qsched.policies import servers as servers_policy
 from qsched.policy import Policy
 from qsched.quotas import FileLimits, QuotaAPI
+from qsched.reaper import NO_VALID_HOST
 from qsched.resources import check_uuid
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.records import ServerFields, details, record_for
@@ -141,6 +143,7 @@ class _Asked:
     max_count: int
     reservation_id: str
     server: ServerFields
+    hosts: HostRule | None = None
 
 
 def reservation_id() -> str:
@@ -201,6 +204,7 @@ class ComputeAPI:
         self.groups = ServerGroups(stores, self.policy)
         self.quotas = QuotaAPI(stores, self.policy)  # limit_for: what other checks enforce
         self.keypairs = KeypairAPI(stores, self.policy, self.quotas)
+        self.host_rules = HostRules(stores, self.policy, _may_see)
 
     # -- servers --
 
@@ -237,6 +241,7 @@ class ComputeAPI:
         min_count: int = 1,
         max_count: int = 1,
         server: ServerFields | None = None,
+        hosts: HostRequest | None = None,
     ) -> Reservation:
         """Accept servers: quota reserved, recorded BUILD, boot requests published.
 
@@ -254,6 +259,10 @@ class ComputeAPI:
         records); its ``key_name`` must be one of the caller's keypairs, whose public key
         the records keep for the agent.
 
+        ``hosts``: the servers to share a host with or keep away from, and the host
+        and node asked for (:mod:`qsched.host_rules`); the claim holds the rule they
+        make. One that no host can satisfy ends the servers in ERROR NoValidHost at once.
+
         :raises FlavorRefNotFound: no such flavor (400).
         :raises AvailabilityZoneNotAvailable: no agent registered the zone (400);
             checked first, so nothing is held.
@@ -268,6 +277,8 @@ class ComputeAPI:
         :raises GroupRefNotFound: a group the caller may not see (400), before anything
             is held.
         :raises InvalidKeyName: ``key_name`` is none of the caller's keypairs (400).
+        :raises RequestedHostNotFound: no such host or node (400); a caller the
+            ``requested_destination`` rule refuses gets Forbidden (403).
         :raises BackendUnavailable: the ledger is unreachable (503).
         :raises BusUnavailable: the broker did not confirm (503); every instance
             is then ended DELETED and its quota returned. Any other failure
@@ -287,8 +298,10 @@ class ComputeAPI:
         )
         server_group = self.groups.for_boot(context, group) if group is not None else None
         fields = self.keypairs.for_boot(context, server or ServerFields())
+        placed_by = self.host_rules.resolve(context, hosts or HostRequest())
         asked = _Asked(name, flavor_id, constraints, image, metadata, server_group,
-                       min_count, max_count, reservation_id(), fields)  # fmt: skip
+                       min_count, max_count, reservation_id(), fields,
+                       placed_by.rule)  # fmt: skip
         uuids = [str(uuidlib.uuid4()) for _ in range(max_count)]
         try:
             made, route = self._create(context, uuids, asked)
@@ -298,11 +311,15 @@ class ComputeAPI:
             for uuid in uuids:
                 self.abandoner.add(uuid, f"the client was told 503: {exc}")
             raise
-        if route.unplaceable:  # a request filter leaves no host: NoValidHost now, as Nova
+        # a request filter or the host rule leaves no host: NoValidHost now, as Nova
+        fault = None
+        if route.unplaceable:
+            fault = route.unplaceable, {"filter": "aggregates"}
+        elif placed_by.unplaceable:
+            fault = NO_VALID_HOST, {"filter": "host rule", "reason": placed_by.unplaceable}
+        if fault is not None:
             for instance, _request in made:
-                self.stores.instances.set_error(
-                    instance.uuid, route.unplaceable, {"filter": "aggregates"}
-                )
+                self.stores.instances.set_error(instance.uuid, *fault)
             return Reservation(asked.reservation_id, [instance for instance, _ in made])
         for instance, request in made:
             try:
@@ -315,8 +332,13 @@ class ComputeAPI:
         return Reservation(asked.reservation_id, [instance for instance, _ in made])
 
     def _publish(self, request: BootRequest, group: ServerGroup | None) -> None:
-        """Publish to the class queue, or to the host a member's group is on."""
+        """Publish to the class queue, or to the host a member's group is on, or to the
+        first host its host rule allows whose agent lives."""
         host = self.groups.route(group) if group is not None else None
+        rule = request.host_rule()
+        if host is None and rule is not None:
+            alive = self.stores.agents.alive
+            host = next((h for h in rule.only if h not in rule.never and alive(h)), None)
         if host is None:
             self.bus.publish_boot(request)
         else:
@@ -378,6 +400,7 @@ class ComputeAPI:
             timeout_s=self.scheduler.build_timeout_s,
             request_id=context.request_id, global_request_id=context.global_request_id,
             group=(group.uuid, group.policy) if group is not None else None,
+            hosts=asked.hosts,
         )  # fmt: skip
 
     def get(self, context: RequestContext, uuid: str) -> Instance:

@@ -245,7 +245,34 @@ class InvalidKeypair(Invalid):
     msg_fmt = "Keypair data is invalid: {reason}"
 
 
-class GroupPolicyRefused(Conflict):
+class PlacementRuleRefused(Conflict):
+    """A claim on ``host`` would break a hard placement rule of the instance, kept in its
+    record: its server group's policy, or its host rule. ``holder``, when given, is a
+    host the rule allows, for the agent to forward the request to; ``refusals`` counts
+    the claims refused so far (the agents park a request at every few)."""
+
+
+class HostRuleRefused(PlacementRuleRefused):
+    """A claim on ``host`` would break the instance's host rule
+    (:class:`~qsched.ledger.records.HostRule`): ``rule`` is ``only`` (not one of the hosts
+    ``only`` lists), ``never`` (a host it must not run on) or ``node`` (not the
+    ``requested_node``)."""
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        super().__init__(message or _host_rule_text(kwargs), **kwargs)
+
+
+def _host_rule_text(k: dict[str, Any]) -> str:
+    host, rule = k.get("host"), k.get("rule")
+    if rule == "only":
+        hosts = ", ".join(k.get("only") or ())
+        return f"{host} is not one of the hosts the server may run on ({hosts})"
+    if rule == "never":
+        return f"{host} runs a server this one must not share a host with (different_host)"
+    return f"node {k.get('node')} of {host} is not the node {k.get('requested_node')} asked for"
+
+
+class GroupPolicyRefused(PlacementRuleRefused):
     """A claim on ``host`` would break the policy of the instance's server group.
 
     ``policy`` is ``affinity`` (``holder`` is the host the group is on) or

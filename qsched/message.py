@@ -27,10 +27,12 @@ import msgpack
 
 from qsched import exception
 from qsched.flavors import Constraints, Flavor
+from qsched.ledger.records import HostRule
 from qsched.scheduling.classes import class_name
 
 MAJOR_VERSION = 1
-BOOT_VERSION = "1.2"  # 1.1: global_request_id; 1.2: aggregate groups, server group
+BOOT_VERSION = "1.3"  # 1.1: global_request_id; 1.2: aggregate groups, server group;
+# 1.3: host rules (same_host, different_host, the 2.74 host and node)
 DELETE_VERSION = "1.0"
 ACTION_VERSION = "1.0"
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -214,6 +216,9 @@ class BootRequest(_Message):
     global_request_id: str | None = None  # the caller's X-OpenStack-Request-ID
     group: str | None = None  # the server group's uuid (the ``group`` scheduler hint)
     group_policy: str | None = None  # its policy, for the agents' routing and preferences
+    only_hosts: tuple[str, ...] = ()  # its host rule (HostRule): the hosts it may run on,
+    never_hosts: tuple[str, ...] = ()  # those it must not run on,
+    requested_node: str | None = None  # and the node it must run on
     version: str = BOOT_VERSION
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
@@ -239,6 +244,9 @@ class BootRequest(_Message):
         ("global_request_id", _optional_name, False),
         ("group", _optional_uuid, False),
         ("group_policy", _optional_policy, False),
+        ("only_hosts", _names, False),
+        ("never_hosts", _names, False),
+        ("requested_node", _optional_name, False),
     )
 
     @classmethod
@@ -255,9 +263,10 @@ class BootRequest(_Message):
         request_id: str | None = None,
         global_request_id: str | None = None,
         group: tuple[str, str] | None = None,
+        hosts: HostRule | None = None,
     ) -> BootRequest:
         """A first attempt for ``flavor`` plus ``constraints``, due ``timeout_s`` from now;
-        ``group``: the uuid and policy of its server group."""
+        ``group``: the uuid and policy of its server group; ``hosts``: its host rule."""
         now = time.time() if now is None else now
         constraints = constraints or Constraints()
         return cls(
@@ -274,6 +283,7 @@ class BootRequest(_Message):
             global_request_id=global_request_id,
             group=group[0] if group else None,
             group_policy=group[1] if group else None,
+            **host_rule_fields(hosts),
         )
 
     def next_attempt(self, host: str | None, now: float | None = None) -> BootRequest:
@@ -318,6 +328,11 @@ class BootRequest(_Message):
             member_of_any=tuple(frozenset(group) for group in self.member_of_any),
             forbidden_aggregates=frozenset(self.forbidden_aggregates),
         )
+
+    def host_rule(self) -> HostRule | None:
+        """Where it may run by host name (None: anywhere its class fits)."""
+        rule = HostRule(self.only_hosts, self.never_hosts, self.requested_node)
+        return rule if rule else None
 
     def to_flavor(self) -> Flavor:
         """The flavor, fully checked (extra specs parsed).
@@ -392,6 +407,13 @@ def constraint_fields(constraints: Constraints) -> dict[str, Any]:
     }
     fields["member_of_any"] = tuple(tuple(group) for group in wire["member_of_any"])
     return fields
+
+
+def host_rule_fields(rule: HostRule | None) -> dict[str, Any]:
+    """The fields of a boot request that carry a host rule (none: no rule)."""
+    if not rule:
+        return {}
+    return {"only_hosts": rule.only, "never_hosts": rule.never, "requested_node": rule.node}
 
 
 _KINDS: dict[str, type[_Message]] = {

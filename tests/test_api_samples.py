@@ -39,8 +39,9 @@ from qsched.api import app as api_app
 from qsched.api import microversion
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.ledger import Stores, open_stores
-from qsched.ledger.base import TaskState
+from qsched.ledger.base import Inventory, ProviderSpec, TaskState
 from tests.samples import PLACEHOLDER, SAMPLES, mismatches, shape
+from tests.test_boot import SAMPLE_HOST
 from tests.test_compute import RecordingBus
 
 Version = tuple[int, int]
@@ -304,16 +305,13 @@ REQUESTS: dict[tuple[str, str], Call] = {
     ("servers", "server-create-req-v257"): Call(
         "POST", "/v2.1/servers", "server-create-req-v257", 202, admin=False, at=(2, 57)
     ),
-    # 2.74's host and node: refused with a 400 that says so (routing to a host is not cheap)
-    ("servers", "server-create-req-with-host-and-node"): Call(
-        "POST", "/v2.1/servers", "server-create-req-with-host-and-node", 400
-    ),
-    ("servers", "server-create-req-with-only-host"): Call(
-        "POST", "/v2.1/servers", "server-create-req-with-only-host", 400
-    ),
-    ("servers", "server-create-req-with-only-node"): Call(
-        "POST", "/v2.1/servers", "server-create-req-with-only-node", 400
-    ),
+    # 2.74's host and node: the Scenario's SAMPLE_HOST has a service and a node of that name
+    **{
+        ("servers", f"server-create-req-with-{kind}"): Call(
+            "POST", "/v2.1/servers", f"server-create-req-with-{kind}", 202
+        )
+        for kind in ("host-and-node", "only-host", "only-node")
+    },
     ("servers", "server-action-stop"): Call(
         "POST",
         "/v2.1/servers/{server}/action",
@@ -372,9 +370,6 @@ def refusal(body: Any) -> str | None:
     (docs/api.rst lists them), or None when the sample must be accepted."""
     if not isinstance(body, dict):
         return None
-    hints = body.get("OS-SCH-HNT:scheduler_hints") or body.get("os:scheduler_hints") or {}
-    if "same_host" in hints:  # Nova's SameHostFilter: qsched has no host-set rule yet
-        return "remove ['same_host']"
     server = body.get("server") or {}
     devices = server.get("block_device_mapping_v2") or []
     if any(d.get("destination_type") == "volume" for d in devices):
@@ -442,7 +437,9 @@ class Scenario:
 
     def __init__(self, conf, tmp: str) -> None:
         stores: Stores = open_stores(LedgerOptions.from_conf(conf), url=f"fakeredis://{tmp}")
-        conf.set_override("flavor", ["m1.tiny:1:512:1:1", "m1.small:1:2048:20:2"], group="api")
+        # 6: the flavor Nova's later create samples boot
+        flavors = ["m1.tiny:1:512:1:1", "m1.small:1:2048:20:2", "m1.sample:1:512:1:6"]
+        conf.set_override("flavor", flavors, group="api")
         self.stores = stores
         app = api_app.create_app(
             stores, RecordingBus(), APIOptions.from_conf(conf), SchedulerOptions.from_conf(conf)
@@ -456,6 +453,11 @@ class Scenario:
             nodes = FakeDriver(1, NODE, host=host).nodes()
             register_nodes(stores.ledger, nodes, "az1", (), host=host)
             roots[host] = nodes[0]
+        # the compute host and node Nova's 2.74 samples ask for, by their names
+        stores.agents.register_service(SAMPLE_HOST, "az1")
+        stores.ledger.register_providers(
+            [ProviderSpec(str(uuid.uuid4()), SAMPLE_HOST, {"VCPU": Inventory(8)}, host=SAMPLE_HOST)]
+        )
         self.server = self._boot()
         node = roots["cn1"]
         stores.ledger.claim(self.server, {node.root.uuid: {"VCPU": 1, "MEMORY_MB": 512}},

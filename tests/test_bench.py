@@ -144,12 +144,14 @@ def _check_rules(found: dict) -> None:
     (entry,) = found["rules"]
     assert set(entry["classes"]) == {
         "plain", "tenant-isolated aggregate", "nested GPU (resources1:VGPU=1)",
-        "shared storage (sharing provider)",
+        "shared storage (sharing provider)", "different_host (host rule)",
     }  # fmt: skip
     for stats in entry["classes"].values():
         assert stats["active"] == stats["accepted"] > 0
         assert stats["conflicts_per_claim"] >= 0
     assert entry["audit"]["ok"] and len(entry["isolated_hosts"]) == 1
+    # the scenario fails if one landed beside the server they keep away from
+    assert entry["host_rule"]["boots"] >= entry["classes"]["different_host (host rule)"]["accepted"]
 
 
 def _has_matplotlib() -> bool:

@@ -3,7 +3,7 @@ and why, and the fields a server then shows (falcon's TestClient).
 
 Nova's own create request samples (from the nova package, which ships them) are sent
 at their microversion: accepted, or refused with the clear 400 of what qsched has not
-(block storage, networking, image signing, a requested host).
+(block storage, networking, image signing).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import falcon.testing
 import pytest
 
 from qsched.ledger import Stores
+from qsched.ledger.base import Inventory, ProviderSpec
 from qsched.scheduling.records import BootDetails, ServerFields, details
 from tests.samples import samples_dir
 from tests.test_api import ADMIN, IMAGE, OTHER, USER, Snapshot, fault
@@ -288,16 +289,48 @@ def test_injected_files_within_the_projects_quota(client, stores) -> None:
     boot_fields(client, stores, personality=files[:2])
 
 
-def test_trusted_certificates_and_a_requested_host_are_refused(client) -> None:
+def test_trusted_certificates_are_refused(client) -> None:
     certs = ["0b5d2c72-12cc-4ba6-a8d7-3ff5cc1d8cb8"]
     message = fault(boot(client, at("2.63"), networks="none", trusted_image_certificates=certs),
                     400, "badRequest")  # fmt: skip
     assert message.startswith("qsched does not verify image signatures")
     fault(boot(client, at("2.62"), networks="none", trusted_image_certificates=certs), 400,
           "badRequest")  # fmt: skip
-    message = fault(boot(client, at("2.74", ADMIN), networks="none", host="cn1"), 400,
-                    "badRequest")  # fmt: skip
-    assert "qsched does not place a server on a requested host" in message
+
+
+# -- a requested host (2.74) and the host hints --
+
+
+def test_an_admin_asks_for_a_host_from_2_74(client, stores, bus) -> None:
+    stores.agents.register_service("cn1")
+    made = boot(client, at("2.74", ADMIN), networks="none", host="cn1")
+    assert made.status_code == 202, made.text
+    record = stores.instances.get(made.json["server"]["id"])
+    assert record.hosts is not None and record.hosts.only == ("cn1",)
+    message = fault(boot(client, at("2.74"), networks="none", host="cn1"), 403, "forbidden")
+    assert "compute:servers:create:requested_destination" in message
+    assert fault(boot(client, at("2.74", ADMIN), networks="none", host="cn9"), 400,
+                 "badRequest") == "Compute host cn9 could not be found."  # fmt: skip
+    # before 2.74 the fields are not part of the body
+    assert "host" in fault(boot(client, at("2.73", ADMIN), networks="none", host="cn1"), 400,
+                           "badRequest")  # fmt: skip
+
+
+def test_host_hints_name_servers_by_uuid(client, stores, bus) -> None:
+    first = boot(client).json["server"]["id"]
+    rp = str(uuid.uuid4())
+    stores.ledger.register_providers([ProviderSpec(rp, "cn1", {"VCPU": Inventory(8)}, host="cn1")])
+    stores.ledger.claim(first, {rp: {"VCPU": 1}}, "cn1", "cn1")
+    body = {
+        "server": {"name": "vm", "flavorRef": "m1.small", "imageRef": IMAGE},
+        "os:scheduler_hints": {"different_host": first.replace("-", "").upper()},
+    }
+    made = client.simulate_post("/v2.1/servers", json=body, headers=USER)
+    assert made.status_code == 202, made.text
+    assert stores.instances.get(made.json["server"]["id"]).hosts.never == ("cn1",)
+    body["os:scheduler_hints"] = {"same_host": [first]}
+    made = client.simulate_post("/v2.1/servers", json=body, headers=OTHER)  # not theirs
+    assert stores.instances.get(made.json["server"]["id"]).state == "ERROR"
 
 
 # -- the record --
@@ -340,9 +373,9 @@ REFUSED = {
     "v2.67/server-create-req.json.tpl": "qsched has no",
     "v2.63/server-create-req.json.tpl": "qsched does not verify image signatures",
     "v2.66/server-create-req.json.tpl": "qsched does not verify image signatures",
-    **{f"v2.74/server-create-req-{kind}.json.tpl": "qsched does not place a server"
-       for kind in ("with-host-and-node", "with-only-host", "with-only-node")},
 }  # fmt: skip
+#: the compute host and node Nova's 2.74 samples ask for
+SAMPLE_HOST = "openstack-node-01"
 
 
 def sample(name: str, group: str) -> dict[str, Any]:
@@ -371,13 +404,12 @@ def test_nova_create_samples(client, stores, bus, name: str) -> None:
     made = client.simulate_post("/v2.1/os-server-groups", headers=USER, json=asked_group)
     group = made.json["server_group"]["id"]
     body = sample(name, group)
-    hints = body.get("OS-SCH-HNT:scheduler_hints", {})
-    if "same_host" in hints:  # qsched has no same_host filter: refused on its own
-        refused = client.simulate_post(
-            "/v2.1/servers", json=body, headers=at(SAMPLE_VERSIONS[name])
+    same_host = body.get("OS-SCH-HNT:scheduler_hints", {}).get("same_host")
+    if "v2.74" in name:  # the host and node the samples ask for
+        stores.agents.register_service(SAMPLE_HOST)
+        stores.ledger.register_providers(
+            [ProviderSpec(str(uuid.uuid4()), SAMPLE_HOST, {"VCPU": Inventory(8)}, host=SAMPLE_HOST)]
         )
-        assert "qsched acts only on the scheduler hints" in fault(refused, 400, "badRequest")
-        del body["OS-SCH-HNT:scheduler_hints"]
     headers = at(SAMPLE_VERSIONS[name], ADMIN if "v2.74" in name else USER)
     snap = Snapshot(stores, bus)
     result = client.simulate_post("/v2.1/servers", json=body, headers=headers)
@@ -388,6 +420,11 @@ def test_nova_create_samples(client, stores, bus, name: str) -> None:
     assert result.status_code == 202, result.text
     server = result.json["server"]
     assert {"id", "links", "OS-DCF:diskConfig", "security_groups", "adminPass"} <= set(server)
+    record = stores.instances.get(server["id"])
+    if same_host:  # a server that is on no host: NoValidHost at once, as Nova's filter
+        assert (record.state, record.fault["details"]["filter"]) == ("ERROR", "host rule")
+    if "v2.74" in name:
+        assert record.hosts is not None and record.hosts.only == (SAMPLE_HOST,)
     view = shown(client, server["id"], headers)
     asked = body["server"]
     assert view["accessIPv4"] == asked.get("accessIPv4", "")

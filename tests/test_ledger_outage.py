@@ -48,6 +48,7 @@ KEYPAIR = Keypair("u1", "kp", "ssh-rsa AAAA", "aa:bb")
 CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisLedger.create_provider": lambda s: s.ledger.create_provider(U, "n1"),
     "RedisLedger.get_provider": lambda s: s.ledger.get_provider(U),
+    "RedisLedger.find_provider": lambda s: s.ledger.find_provider("n1"),
     "RedisLedger.delete_provider": lambda s: s.ledger.delete_provider(U, 0),
     "RedisLedger.set_inventory": lambda s: s.ledger.set_inventory(U, 0, {"VCPU": Inventory(4)}),
     "RedisLedger.set_traits": lambda s: s.ledger.set_traits(U, 0, ["HW_CPU_X86_AVX2"]),

@@ -86,7 +86,8 @@ class TestRoundTrip:
     def test_wire_has_kind_and_version(self) -> None:
         data = wire(boot())
         assert data["kind"] == "boot"
-        assert data["version"] == "1.2"  # 1.1: global_request_id; 1.2: aggregate groups, group
+        # 1.1: global_request_id; 1.2: aggregate groups, group; 1.3: host rules
+        assert data["version"] == "1.3"
 
     def test_a_1_0_request_reads_with_no_global_request_id(self) -> None:
         data = wire(boot())

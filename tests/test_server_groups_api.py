@@ -197,7 +197,9 @@ def test_a_boot_joins_its_group(client, stores, bus) -> None:
 @pytest.mark.parametrize(
     ("hints", "key", "words"),
     [
-        ({"same_host": str(uuid.uuid4())}, "os:scheduler_hints", "remove ['same_host']"),
+        ({"query": '[">=", "$free_ram_mb", 1024]'}, "os:scheduler_hints", "remove ['query']"),
+        ({"same_host": "not-a-uuid"}, "os:scheduler_hints", "a list of server UUIDs"),
+        ({"different_host": [7]}, "os:scheduler_hints", "a list of server UUIDs"),
         ({"group": "not-a-uuid"}, "os:scheduler_hints", "must be a server group UUID"),
         ({"group": [str(uuid.uuid4())] * 2}, "os:scheduler_hints", "one group per server"),
     ],

@@ -7,7 +7,7 @@ flavor, and has no block storage and no networking, so it refuses with a clear 4
 what would need them (rather than ignore it): a volume, snapshot or blank block device,
 a legacy block device mapping, a list of networks or ports, a security group other
 than ``default``. It also refuses what it cannot honour: signed-image certificates
-(2.63) and a requested host or node (2.74). What it accepts:
+(2.63). What it accepts:
 
 * ``block_device_mapping_v2`` as ``openstack server create --image`` sends it: one
   image, ``destination_type`` local, ``boot_index`` 0 (with or without ``imageRef``;
@@ -17,7 +17,9 @@ than ``default``. It also refuses what it cannot honour: signed-image certificat
 * ``personality`` (up to 2.56) within Nova's default limits (5 files, paths of 255
   bytes, 10240 bytes of content); Nova hands the files to the virt driver and keeps
   none, and qsched's fake driver ignores them;
-* ``adminPass`` given or generated: returned once, never kept.
+* ``adminPass`` given or generated: returned once, never kept;
+* ``host`` and ``hypervisor_hostname`` (2.74): handed on, for the host rule the claim
+  holds (:mod:`qsched.host_rules`).
 """
 
 from __future__ import annotations
@@ -53,11 +55,14 @@ class PersonalityLimitExceeded(exception.QuotaExceeded):
 @dataclasses.dataclass(frozen=True)
 class Boot:
     """A create body, read: the image it boots, what the record keeps, the password
-    to return once (None: ``[api] enable_instance_password`` is off)."""
+    to return once (None: ``[api] enable_instance_password`` is off), the host and
+    node asked for (2.74)."""
 
     image_ref: str
     fields: ServerFields
     admin_pass: str | None
+    host: str | None = None
+    node: str | None = None
 
 
 def parse(
@@ -91,7 +96,8 @@ def parse(
         networks=_networks(server.get("networks")),
     )
     password = server["adminPass"] if "adminPass" in server else generate_password()
-    return Boot(image_ref, fields, password if enable_password else None)
+    return Boot(image_ref, fields, password if enable_password else None,
+                server.get("host"), server.get("hypervisor_hostname"))  # fmt: skip
 
 
 def image_of(bdms: list[dict[str, Any]], image_ref: str | None) -> str:
@@ -166,12 +172,6 @@ def _refuse_unserved(server: dict[str, Any]) -> None:
         raise exception.Invalid(
             message="qsched does not verify image signatures: trusted_image_certificates "
             "cannot be honoured; leave them out."
-        )
-    asked = [key for key in ("host", "hypervisor_hostname") if key in server]
-    if asked:
-        raise exception.Invalid(
-            message=f"qsched does not place a server on a requested host: remove {asked} "
-            "(agents with room for the flavor take the boot)."
         )
 
 

@@ -565,6 +565,11 @@ group_hint = {
     "anyOf": [uuid_like, {"type": "array", "items": uuid_like, "minItems": 1, "maxItems": 1}],
     "x-message": "must be a server group UUID (qsched takes one group per server)",
 }
+#: ``same_host`` and ``different_host``: one server UUID, or a list of them (Nova's)
+servers_hint = {
+    "anyOf": [uuid_like, {"type": "array", "items": uuid_like}],
+    "x-message": "must be a server UUID or a list of server UUIDs",
+}
 
 
 # -- os-keypairs (Nova's schemas/keypairs.py): 2.1, 2.2 (type), 2.10 (user_id) --
@@ -668,6 +673,7 @@ SERVER_GROUP_CREATE = (
     ((2, 1), _compile(_group_create(_HARD_POLICIES))),
 )
 GROUP_HINT = _compile(group_hint)
+SERVERS_HINT = _compile(servers_hint)
 UUID_LIKE = _compile(uuid_like)
 #: (first microversion, validator) of the keypair create body, latest first
 KEYPAIR_CREATE = tuple(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import uuid as uuidlib
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -26,6 +27,7 @@ from qsched.api import (
 )
 from qsched.compute import ComputeAPI
 from qsched.context import RequestContext
+from qsched.host_rules import HostRequest
 from qsched.ledger.base import Instance, State
 from qsched.policies import server_metadata as metadata_policy
 from qsched.scheduling.records import BootDetails, ServerFields, details
@@ -76,7 +78,7 @@ class Servers(_Handler):
         version = microversion.current(req)
         validator = next(v for since, v in schemas.SERVER_CREATE if version >= since)
         body = schemas.validate(validator, read_json(req, self.max_body))
-        server, group = body["server"], group_hint(body)
+        server, hints = body["server"], scheduler_hints(body)
         context = context_of(req)
         asked = boot.parse(server, version, self.compute.api.enable_instance_password,
                            lambda: self.compute.file_limits(context))  # fmt: skip
@@ -88,10 +90,11 @@ class Servers(_Handler):
             image_ref=asked.image_ref,
             availability_zone=server.get("availability_zone"),
             metadata=server.get("metadata"),
-            group=group,
+            group=hints.group,
             min_count=min_count,
             max_count=int(server.get("max_count", min_count)),
             server=asked.fields,
+            hosts=HostRequest(hints.same_host, hints.different_host, asked.host, asked.node),
         )
         if server.get("return_reservation_id", False) in schemas.TRUE:
             resp.status = falcon.HTTP_202
@@ -164,20 +167,30 @@ class Server(_Handler):
 
 
 #: the scheduler hints qsched acts on; any other is refused, never ignored
-HINTS = ("group",)
+HINTS = ("group", "same_host", "different_host")
 _HINT_KEYS = ("os:scheduler_hints", "OS-SCH-HNT:scheduler_hints")
 
 
-def group_hint(body: dict[str, Any]) -> str | None:
-    """The server group a boot joins: the ``group`` scheduler hint, if any.
+@dataclasses.dataclass(frozen=True)
+class Hints:
+    """The scheduler hints of a create: its server group, the servers to share a host
+    with and to keep away from."""
+
+    group: str | None = None
+    same_host: tuple[str, ...] = ()
+    different_host: tuple[str, ...] = ()
+
+
+def scheduler_hints(body: dict[str, Any]) -> Hints:
+    """The scheduler hints of a create body.
 
     :raises Invalid: hints given under both names, a hint qsched does not act on
-        (Nova's scheduler filters that qsched has not: ``same_host``, ``query``...),
-        or a group that is not one UUID.
+        (Nova's scheduler filters that qsched has not: ``query``, ``target_cell``...),
+        a group that is not one UUID, servers that are not UUIDs.
     """
     given = [key for key in _HINT_KEYS if key in body]
     if not given:
-        return None
+        return Hints()
     if len(given) > 1:
         raise schemas.field_error(
             [given[1]], body[given[1]], f"Give the scheduler hints once, as {given[0]}."
@@ -189,12 +202,24 @@ def group_hint(body: dict[str, Any]) -> str | None:
             [given[0]], hints, f"qsched acts only on the scheduler hints {list(HINTS)}; "
             f"remove {unknown}.",
         )  # fmt: skip
-    if "group" not in hints:
-        return None
-    group = hints["group"]
-    if schemas.GROUP_HINT.is_valid(group):
-        return str(group[0] if isinstance(group, list) else group)
-    raise schemas.field_error([given[0], "group"], group, f"It {schemas.group_hint['x-message']}.")
+    group = hints.get("group")
+    if group is not None and not schemas.GROUP_HINT.is_valid(group):
+        raise schemas.field_error(
+            [given[0], "group"], group, f"It {schemas.group_hint['x-message']}."
+        )
+    servers = {}
+    for hint in ("same_host", "different_host"):
+        value = hints.get(hint, [])
+        if not schemas.SERVERS_HINT.is_valid(value):
+            raise schemas.field_error(
+                [given[0], hint], value, f"It {schemas.servers_hint['x-message']}."
+            )
+        listed = [value] if isinstance(value, str) else value
+        servers[hint] = tuple(str(uuidlib.UUID(u)) for u in listed)
+    return Hints(
+        str(group[0] if isinstance(group, list) else group) if group is not None else None,
+        servers["same_host"], servers["different_host"],
+    )  # fmt: skip
 
 
 def list_params(req: falcon.Request) -> dict[str, list[str]]:

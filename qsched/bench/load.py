@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from qsched.compute import ComputeAPI
 from qsched.context import RequestContext
+from qsched.host_rules import HostRequest
 
 IMAGE = "6b9f3c1e-58f4-4f0e-9d4b-0c7f3a1d2e55"  # any UUID: the fake driver boots no image
 PROJECT = USER = "bench"
@@ -86,12 +87,18 @@ class HttpSubmitter:
 class LibrarySubmitter:
     """:meth:`ComputeAPI.boot` in this process: the front door without HTTP."""
 
-    def __init__(self, compute: ComputeAPI, project: str = PROJECT) -> None:
+    def __init__(
+        self, compute: ComputeAPI, project: str = PROJECT, hosts: HostRequest | None = None
+    ) -> None:
         self.compute = compute
         self.context = RequestContext.for_project(USER, project)
+        self.hosts = hosts  # a host rule every boot asks for (same_host, different_host)
 
     def __call__(self, name: str, flavor: str) -> str:
-        return self.compute.boot(self.context, name, flavor, IMAGE).uuid
+        if self.hosts is None:
+            return self.compute.boot(self.context, name, flavor, IMAGE).uuid
+        made = self.compute.boot_many(self.context, name, flavor, IMAGE, hosts=self.hosts)
+        return made.instances[0].uuid
 
 
 def open_loop(

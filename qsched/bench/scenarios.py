@@ -23,6 +23,7 @@ from qsched.bench.packing import BenchFlavor, best_fit, flavor_stream, fractions
 from qsched.bench.phase import PhaseResult, Say, run_phase, samples, summarize
 from qsched.bench.profile import Profiler, find_py_spy
 from qsched.bench.stack import Cloud, CloudSpec, ProcessCloud
+from qsched.host_rules import HostRequest
 
 #: The request shape of the issue's Placement figures: VCPU:2, MEMORY_MB:4096, DISK_GB:20.
 SCALE_FLAVOR = BenchFlavor("bench.medium", 2, 4096, 20)
@@ -473,7 +474,15 @@ def rules_one(runner: Runner, hosts: int) -> dict[str, Any]:
         cloud.prime_classes([SCALE_FLAVOR.name, GPU_FLAVOR.name])
         cloud.prime_classes([SHARED_FLAVOR.name], hosts=[entry["shared_provider"]["host"]])
         compute = cloud.compute
-        classes = [
+        anchor, anchor_host = _anchor(cloud, runner.say)
+        apart_sent: list[str] = []
+        keep_apart = LibrarySubmitter(compute, hosts=HostRequest(different_host=(anchor,)))
+
+        def apart(name: str, flavor: str) -> str:
+            apart_sent.append(keep_apart(name, flavor))
+            return apart_sent[-1]
+
+        classes: list[tuple[str, Submit, str, int]] = [
             ("plain", LibrarySubmitter(compute), SCALE_FLAVOR.name, count),
             ("tenant-isolated aggregate", LibrarySubmitter(compute, project=ISOLATED_PROJECT),
              SCALE_FLAVOR.name, count),
@@ -481,6 +490,7 @@ def rules_one(runner: Runner, hosts: int) -> dict[str, Any]:
              count),
             ("shared storage (sharing provider)", LibrarySubmitter(compute),
              SHARED_FLAVOR.name, count),
+            ("different_host (host rule)", apart, SCALE_FLAVOR.name, count),
         ]  # fmt: skip
         entry["classes"] = {}
         for name, submit, flavor, boots in classes:
@@ -499,11 +509,30 @@ def rules_one(runner: Runner, hosts: int) -> dict[str, Any]:
         where = _hosts_used(cloud, entry)
         if not where <= set(isolated):
             raise measure.BenchFailure(f"isolated boots landed outside their aggregate: {where}")
+        placed = cloud.stores.instances.get_many(apart_sent)
+        beside = sorted(u for u, i in placed.items() if i.host == anchor_host)
+        if beside:
+            raise measure.BenchFailure(f"different_host boots on {anchor_host}: {beside[:5]}")
+        entry["host_rule"] = {"anchor_host": anchor_host, "boots": len(apart_sent)}
         runner.say(f"  auditing the ledger ({hosts:,} nodes, {2 * hosts:,} providers)")
         entry["audit"] = measure.check_ledger(cloud.stores, f"rules N={hosts}")
         entry["mode"] = cloud.mode
         entry["bus"] = cloud.transport
     return entry
+
+
+def _anchor(cloud: Cloud, say: Say, timeout_s: float = 60.0) -> tuple[str, str]:
+    """A server for the host-rule class to keep away from (``different_host``), placed;
+    its uuid and host."""
+    uuid = LibrarySubmitter(cloud.compute)("bench-anchor", SCALE_FLAVOR.name)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        host = cloud.stores.instances.get(uuid).host
+        if host:
+            say(f"  host rule: boots keep away from {uuid} on {host}")
+            return uuid, host
+        time.sleep(0.05)
+    raise measure.BenchFailure(f"the host rule's anchor {uuid} was not placed in {timeout_s:.0f}s")
 
 
 def _isolate(cloud: Cloud, say: Say) -> list[str]:

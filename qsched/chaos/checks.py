@@ -373,6 +373,7 @@ def audit_findings(stores: Stores) -> tuple[dict[str, Any], list[dict[str, Any]]
         "instance_mismatches",
         "quota_mismatches",
         "group_mismatches",
+        "host_rule_mismatches",
     )
     found = [{"audit": key, "finding": item} for key in keys for item in report.get(key, [])]
     return report, found

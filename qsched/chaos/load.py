@@ -8,6 +8,10 @@ the delete with the placement. A delete answered 409, 5xx or not at all is
 tried again a few times. Every call is recorded with its times and status:
 the checks compare the ledger with what the client saw.
 
+A share of the boots (``DIFFERENT_HOST_SHARE``) asks, with the ``different_host``
+scheduler hint, to keep away from the project's latest accepted server: the audit
+then checks that no claim broke a host rule while faults ran.
+
 Instance names carry the run's tag and a sequence number, so a request the API
 refused (503) can be looked up by name: the API picks the UUID.
 """
@@ -29,6 +33,7 @@ from qsched.stack import http_call
 IMAGE = "6b9f3c1e-58f4-4f0e-9d4b-0c7f3a1d2e55"  # the fake driver boots no image
 SHORT_LIFE_SHARE = 0.15  # deleted within ~1.5 s: races the delete with the claim
 DELETE_TRIES = 6
+DIFFERENT_HOST_SHARE = 0.2  # boots that keep away from the project's latest server
 
 
 @dataclasses.dataclass
@@ -85,6 +90,7 @@ class LoadGenerator:
         self._pool = ThreadPoolExecutor(clients, thread_name_prefix="chaos-client")
         self._due: list[_Due] = []
         self._seq = 0
+        self._latest: dict[str, str] = {}  # project -> its latest accepted server
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-load", daemon=True)
 
@@ -140,7 +146,8 @@ class LoadGenerator:
                 if self.rng.random() < SHORT_LIFE_SHARE
                 else self.rng.expovariate(1.0 / self.lifetime_s)
             )
-        self._pool.submit(self._release_after, self._boot, name, project, flavor, life_s)
+            apart = self._latest.get(project) if self.rng.random() < DIFFERENT_HOST_SHARE else None
+        self._pool.submit(self._release_after, self._boot, name, project, flavor, life_s, apart)
         return True
 
     def _submit_due_deletes(self) -> None:
@@ -168,10 +175,14 @@ class LoadGenerator:
 
     # -- the calls ---------------------------------------------------------------------
 
-    def _boot(self, name: str, project: str, flavor: str, life_s: float) -> None:
-        body = {"server": {"name": name, "flavorRef": flavor, "imageRef": IMAGE}}
+    def _boot(self, name: str, project: str, flavor: str, life_s: float, apart: str | None) -> None:
+        body: dict[str, Any] = {"server": {"name": name, "flavorRef": flavor, "imageRef": IMAGE}}
+        if apart is not None:
+            body["os:scheduler_hints"] = {"different_host": [apart]}
         call = self._call("boot", name, project, "POST", "/v2.1/servers", body)
         if call.status == 202 and call.uuid:
+            with self._lock:
+                self._latest[project] = call.uuid
             self._schedule(_Due(call.done + life_s, call.uuid, project))
 
     def _delete(self, due: _Due) -> None:

@@ -9,11 +9,12 @@ summary and fault-injection runs, never on a request path.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter, defaultdict
 from typing import Any
 
 from qsched.ledger import Stores
-from qsched.ledger.base import State
+from qsched.ledger.base import HostRule, State
 
 _HOLDING = (State.BUILD.value, State.ACTIVE.value)
 
@@ -29,6 +30,8 @@ class AuditReport:
     instance_mismatches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     quota_mismatches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     group_mismatches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: instances placed where their host rule (same_host, different_host, 2.74) forbids
+    host_rule_mismatches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -39,6 +42,7 @@ class AuditReport:
             or self.instance_mismatches
             or self.quota_mismatches
             or self.group_mismatches
+            or self.host_rule_mismatches
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,16 +74,17 @@ def audit(stores: Stores) -> AuditReport:
     _check_instances(report, scan)
     _check_quota(stores, report, scan)
     _check_groups(stores, report, scan)
+    _check_host_rules(report, scan)
     return report
 
 
 def _instances(stores: Stores) -> dict[str, dict[str, str]]:
     found = stores.inspector.instance_records(
-        fields=("state", "host", "project_id", "group", "group_host")
+        fields=("state", "host", "node", "project_id", "group", "group_host", "hosts")
     )
-    return {uuid: {"state": r["state"], "host": r.get("host", ""),
+    return {uuid: {"state": r["state"], "host": r.get("host", ""), "node": r.get("node", ""),
                    "project_id": r.get("project_id", ""), "group": r.get("group", ""),
-                   "group_host": r.get("group_host", "")}
+                   "group_host": r.get("group_host", ""), "hosts": r.get("hosts", "")}
             for uuid, r in found.items() if "state" in r}  # fmt: skip
 
 
@@ -190,3 +195,17 @@ def _check_groups(stores: Stores, report: AuditReport, scan: _Scan) -> None:
         if broken:
             report.group_mismatches.append({"group": group.uuid, "policy": group.policy,
                                             "hosts": hosts})  # fmt: skip
+
+
+def _check_host_rules(report: AuditReport, scan: _Scan) -> None:
+    """An instance holding a claim is on a host (and node) its host rule allows."""
+    for uuid, record in scan.records.items():
+        if not record["hosts"] or not record["host"] or record["state"] not in _HOLDING:
+            continue
+        rule = HostRule.from_dict(json.loads(record["hosts"]))
+        broken = rule.refuses(record["host"], record["node"] or None)
+        if broken:
+            report.host_rule_mismatches.append(
+                {"instance": uuid, "host": record["host"], "node": record["node"],
+                 "rule": rule.to_dict(), "broken": broken}
+            )  # fmt: skip

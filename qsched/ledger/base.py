@@ -26,6 +26,7 @@ from qsched.ledger.records import (
     ClaimGuard,
     Consumer,
     Event,
+    HostRule,
     Instance,
     Inventory,
     Placement,
@@ -66,6 +67,7 @@ __all__ = [
     "Event",
     "FlavorStore",
     "GroupStore",
+    "HostRule",
     "Instance",
     "InstanceStore",
     "Inventory",
@@ -100,6 +102,10 @@ class Ledger(abc.ABC):
 
         :raises ProviderNotFound:
         """
+
+    @abc.abstractmethod
+    def find_provider(self, name: str) -> Provider | None:
+        """The provider named ``name`` (names are unique), or None; O(1)."""
 
     @abc.abstractmethod
     def delete_provider(self, uuid: str, generation: int) -> None:

@@ -11,6 +11,7 @@ from qsched import exception
 from qsched.ledger.agents import class_json
 from qsched.ledger.base import (
     Event,
+    HostRule,
     Instance,
     InstanceStore,
     Placement,
@@ -322,6 +323,8 @@ def _record(instance: Instance) -> dict[str, str]:
         record["tried_hosts"] = canonical_json(list(instance.tried_hosts))
     if instance.group:
         record["group"] = check_uuid(instance.group, "Server group UUID")
+    if instance.hosts:
+        record["hosts"] = canonical_json(instance.hosts.to_dict())
     return record
 
 
@@ -359,6 +362,7 @@ def _instance(fields: dict[str, str]) -> Instance:
         quota=quota,
         extra=json.loads(fields.get("extra") or "{}"),
         group=fields.get("group") or None,
+        hosts=HostRule.from_dict(json.loads(fields["hosts"])) if fields.get("hosts") else None,
         batch=fields.get("batch") or None,
         stopped=fields.get("power") == "off",
     )

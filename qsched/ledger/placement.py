@@ -76,6 +76,15 @@ class RedisLedger(Ledger):
             raise exception.ProviderNotFound(provider=uuid)
         return _provider(uuid, text_map(fields), traits, aggs)
 
+    def find_provider(self, name: str) -> Provider | None:
+        uuid = self.store.client.hget(self.keys.provider_names, name)
+        if uuid is None:
+            return None
+        try:
+            return self.get_provider(text(uuid))
+        except exception.ProviderNotFound:  # deleted between the two reads
+            return None
+
     def delete_provider(self, uuid: str, generation: int) -> None:
         self.store.run("provider_delete", self.keys.provider(uuid), uuid, generation)
 

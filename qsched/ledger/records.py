@@ -186,6 +186,55 @@ class Placement:
 
 
 @dataclasses.dataclass(frozen=True)
+class HostRule:
+    """Where one boot may land by host name, kept in its record and held by the claim
+    (docs/server-groups.rst, "Host rules"): Nova's ``same_host`` and ``different_host``
+    scheduler hints and the host and node an admin asks for (2.74).
+
+    ``only``: when not empty, the claim must be on one of these hosts; ``never``: it must
+    be on none of them; ``node``: it must be on this node (``hypervisor_hostname``).
+    Names are kept sorted, so equal rules compare and encode equal.
+    """
+
+    only: tuple[str, ...] = ()
+    never: tuple[str, ...] = ()
+    node: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "only", tuple(sorted(set(self.only))))
+        object.__setattr__(self, "never", tuple(sorted(set(self.never))))
+
+    def __bool__(self) -> bool:
+        return bool(self.only or self.never or self.node)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form the record keeps (``hosts``) and the claim script reads."""
+        return {"only": list(self.only), "never": list(self.never), "node": self.node}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> HostRule:
+        """Read :meth:`to_dict` back."""
+        return cls(tuple(raw.get("only") or ()), tuple(raw.get("never") or ()),
+                   raw.get("node") or None)  # fmt: skip
+
+    def refuses(self, host: str, node: str | None = None) -> str | None:
+        """Why a claim on ``host`` (and ``node``, when known) would break the rule, or
+        None; the claim script says the same."""
+        if self.only and host not in self.only:
+            return f"not one of the hosts it may run on ({', '.join(self.only)})"
+        if host in self.never:
+            return "one of the hosts it must not run on"
+        if self.node is not None and node is not None and node != self.node:
+            return f"not the node {self.node} it was asked to run on"
+        return None
+
+    def next_host(self, after: str) -> str | None:
+        """The first host of ``only`` after ``after`` in name order, or None: the order in
+        which a request that no host of ``only`` has room for walks them, once each."""
+        return next((h for h in self.only if h > after), None)
+
+
+@dataclasses.dataclass(frozen=True)
 class Instance:
     """An instance record. ``fault`` keeps admin-only details under ``details``."""
 
@@ -209,6 +258,7 @@ class Instance:
     quota: Usage | None = None  # what it holds against its project's quota, if anything
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     group: str | None = None  # the server group it is a member of (its uuid)
+    hosts: HostRule | None = None  # the hosts it may or may not run on, if it asked
     batch: str | None = None  # the multi-create it was placed with (its reservation id)
     #: Powered off by a stop: it keeps its host, claim and quota (still ACTIVE in the
     #: ledger's sense), its vm_state is ``stopped``. Only the server actions set it.

@@ -118,6 +118,7 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "group_quota": exception.ServerGroupLimitExceeded,
         "group_members_quota": exception.GroupMemberLimitExceeded,
         "group_policy": exception.GroupPolicyRefused,
+        "host_rule": exception.HostRuleRefused,
         "keypair_exists": lambda **k: exception.KeypairExists(key_name=k["name"]),
         "keypair_quota": exception.KeypairLimitExceeded,
         "batch_exists": lambda **k: exception.Conflict(reason=f"reservation {k['batch']} exists"),

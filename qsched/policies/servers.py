@@ -17,6 +17,8 @@ SHOW_HOST_STATUS_UNKNOWN = SERVERS % "show:host_status:unknown-only"
 ALLOW_ALL_FILTERS = SERVERS % "allow_all_filters"
 UPDATE = SERVERS % "update"
 CREATE = SERVERS % "create"
+#: 2.74's host and hypervisor_hostname in a create (Nova's rule name, not under SERVERS)
+REQUESTED_DESTINATION = "compute:servers:create:requested_destination"
 DELETE = SERVERS % "delete"
 #: host and hypervisor_hostname in a server's view (Nova's extended server attributes)
 EXTENDED_ATTRIBUTES = "os_compute_api:os-extended-server-attributes"
@@ -63,6 +65,14 @@ _RULES = [
         "/servers",
     ),
     rule(CREATE, PROJECT_MEMBER_OR_ADMIN, "Create a server", "POST", "/servers"),
+    rule(
+        REQUESTED_DESTINATION,
+        ADMIN,
+        "Create a server on the requested compute service host and/or hypervisor_hostname; "
+        "the claim still checks that it fits there",
+        "POST",
+        "/servers",
+    ),
     rule(UPDATE, PROJECT_MEMBER_OR_ADMIN, "Update a server", "PUT", "/servers/{server_id}"),
     rule(DELETE, PROJECT_MEMBER_OR_ADMIN, "Delete a server", "DELETE", "/servers/{server_id}"),
     rule(

@@ -70,6 +70,7 @@ class RefusalKind(enum.StrEnum):
     CAPACITY = "capacity"
     COMBINATION = "combination"
     SERVER_GROUP = "server_group"  # a host the claim refused for the group's policy
+    HOST_RULE = "host_rule"  # a host the claim refused for the request's host rule
 
 
 _TRANSIENT = frozenset({RefusalKind.CAPACITY, RefusalKind.COMBINATION, RefusalKind.SERVER_GROUP})

@@ -20,6 +20,9 @@ tried_hosts            ``tried_hosts`` (the ledger adds each host a requeue took
 deadline               ``deadline``
 published_at           not kept: a rebuilt request is published now
 group                  ``group`` (the claim script reads it there)
+only_hosts,            ``hosts``, the :class:`~qsched.ledger.records.HostRule` as JSON
+never_hosts,           (the claim script reads it there)
+requested_node
 everything else        ``extra``, as :class:`BootDetails` (request_id, global_request_id,
                        scheduling_class, max_attempts, the constraints, group_policy),
                        with what only the API shows (image_ref, metadata, the
@@ -42,7 +45,7 @@ from typing import Any
 from qsched import exception
 from qsched.flavors import Constraints
 from qsched.ledger.base import Instance, State
-from qsched.message import BootRequest, constraint_fields
+from qsched.message import BootRequest, constraint_fields, host_rule_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +174,7 @@ def record_for(
         request.instance_uuid, request.project_id, request.user_id, name, request.flavor,
         State.BUILD, attempts=request.attempt - 1, deadline=request.deadline,
         tried_hosts=request.tried_hosts, extra=boot.to_extra(), group=request.group,
+        hosts=request.host_rule(),
     )  # fmt: skip
 
 
@@ -200,4 +204,5 @@ def request_for(instance: Instance, now: float | None = None) -> BootRequest:
         global_request_id=boot.global_request_id,
         group=instance.group,
         group_policy=boot.group_policy,
+        **host_rule_fields(instance.hosts),
     )

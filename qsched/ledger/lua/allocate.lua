@@ -36,19 +36,40 @@ local function alternate(cls, tried, ntried)
     return nil
 end
 
+-- The first host of a host rule's ``only`` that is not among the tried hosts, is alive
+-- and takes new boots, or nil: the alternates of a request that may run there only.
+local function alternate_of(only, tried)
+    for _, other in ipairs(only) do
+        if not tried[other] and redis.call("EXISTS", K.agent(other)) == 1
+                and not service_closed(other) then
+            return other
+        end
+    end
+    return nil
+end
+
 -- Alternates: a host that held this request and gave it back (its spawn failed, its
 -- claim was taken back) may not claim it again while another host could take it: it
 -- hands the request back, up to max_handbacks times in all. Returns the failure reply.
-local function hand_back(ikey, tried_json, handbacks)
+-- Only a host its host rule (``rule``, decoded; nil: none) allows is an alternate.
+local function hand_back(ikey, tried_json, handbacks, rule)
     if tonumber(handbacks or 0) >= max_handbacks then return nil end
     local tried, ntried = {}, 0
     for _, seen in ipairs(cjson.decode(tried_json)) do
         tried[seen], ntried = true, ntried + 1
     end
     if not tried[host] then return nil end
-    local cls = cjson.decode(redis.call("HGET", ikey, "extra") or "{}").scheduling_class
-    if type(cls) ~= "string" then return nil end  -- not a front door's record
-    local other = alternate(cls, tried, ntried)
+    local other
+    if rule and #rule.only > 0 then
+        other = alternate_of(rule.only, tried)
+    else
+        for _, h in ipairs(rule and rule.never or {}) do
+            if not tried[h] then tried[h], ntried = true, ntried + 1 end
+        end
+        local cls = cjson.decode(redis.call("HGET", ikey, "extra") or "{}").scheduling_class
+        if type(cls) ~= "string" then return nil end  -- not a front door's record
+        other = alternate(cls, tried, ntried)
+    end
     if not other then return nil end
     local n = redis.call("HINCRBY", ikey, "handbacks", 1)
     local detail = {alternate = other, handbacks = n, max_handbacks = max_handbacks}
@@ -57,13 +78,42 @@ local function hand_back(ikey, tried_json, handbacks)
     return fail("tried_host", detail)
 end
 
+-- Host rules (docs/server-groups.rst, "Host rules"): the hosts a boot may run on
+-- (same_host, an admin's 2.74 host), those it must not (different_host), and its node.
+-- O(hosts the rule names). A refusal names a host of ``only`` whose agent lives, for
+-- the agent to forward the request to, and is counted on the record with the group
+-- refusals (the agents park a request at every few).
+local function host_rule_refusal(ikey, rule)
+    local why = {instance = consumer, host = host, node = node}
+    local allowed = #rule.only == 0
+    for _, h in ipairs(rule.only) do
+        if h == host then allowed = true; break end
+    end
+    if not allowed then
+        why.rule, why.only = "only", rule.only
+        for _, h in ipairs(rule.only) do
+            if redis.call("EXISTS", K.agent(h)) == 1 then why.holder = h; break end
+        end
+    else
+        for _, h in ipairs(rule.never) do
+            if h == host then why.rule = "never"; break end
+        end
+        if not why.rule and rule.node ~= cjson.null and rule.node ~= node then
+            why.rule, why.requested_node = "node", rule.node
+        end
+    end
+    if not why.rule then return nil end
+    why.refusals = redis.call("HINCRBY", ikey, "group_refusals", 1)
+    return fail("host_rule", why)
+end
+
 local cur = redis.call("HMGET", ckey, "generation", "allocs", "project")
 local cur_gen = tonumber(cur[1])
 
 if claim then
     local ikey = K.instance(consumer)
     local inst = redis.call("HMGET", ikey, "state", "host", "node", "project_id", "user_id",
-                            "tried_hosts", "handbacks")
+                            "tried_hosts", "handbacks", "hosts")
     if not inst[1] then return fail("instance_not_found", {instance = consumer}) end
     project, user = inst[4], inst[5]  -- a claim allocates for the instance's owner
     if inst[1] ~= "BUILD" then
@@ -80,8 +130,13 @@ if claim then
     -- Maintenance: a disabled or forced-down service takes no new boot.
     local closed = service_closed(host)
     if closed then return fail("service_disabled", {host = host, why = closed}) end
+    local rule = inst[8] and cjson.decode(inst[8])
+    if rule then
+        local refused = host_rule_refusal(ikey, rule)
+        if refused then return refused end
+    end
     if inst[6] then
-        local refused = hand_back(ikey, inst[6], inst[7])
+        local refused = hand_back(ikey, inst[6], inst[7], rule)
         if refused then return refused end
     end
 end
