@@ -1,8 +1,9 @@
 """The clients operators and users type into, against qsched behind a real Keystone and Glance.
 
 python-openstackclient runs as a user runs it (``openstack`` with ``OS_*`` variables,
-the endpoint from Keystone's catalog), in a process of its own per command, and every
-check reads the command's output (``-f json`` where the command has it). The API serves
+the endpoint from Keystone's catalog), in a process of its own per command (forked
+from one that imported the client, :mod:`tests.osc`), and every check reads the
+command's output (``-f json`` where the command has it). The API serves
 in this process on the port the catalog names for ``compute``, with two compute agents
 on an in-process ledger and bus, so boots go ACTIVE and actions reach a virt driver.
 openstacksdk negotiates the latest microversion qsched advertises; python-novaclient
@@ -32,6 +33,7 @@ from qsched.cmd.api import make_server
 from qsched.ledger import Stores, open_stores
 from qsched.stack.keystone import User
 from tests.conftest import GlanceCloud, KeystoneCloud
+from tests.osc import OpenStackRunner
 from tests.test_images import _agent
 from tests.test_keystone_real import keystone_conf
 
@@ -44,10 +46,13 @@ LATEST = microversion.text(microversion.MAX)
 class Cloud:
     """The API under test, its ledger, and the clouds it lives in."""
 
-    def __init__(self, keystone: KeystoneCloud, glance: GlanceCloud, stores: Stores) -> None:
+    def __init__(
+        self, keystone: KeystoneCloud, glance: GlanceCloud, stores: Stores, osc: OpenStackRunner
+    ) -> None:
         self.keystone = keystone
         self.glance = glance
         self.stores = stores
+        self.osc = osc
 
     def environ(self, user: str) -> dict[str, str]:
         """What a user exports before running ``openstack`` (an openrc file)."""
@@ -67,10 +72,7 @@ class Cloud:
 
     def run(self, user: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """``openstack <args>`` as ``user``; fails the test on a non-zero exit if ``check``."""
-        done = subprocess.run(
-            [str(OPENSTACK), *args], env=self.environ(user), capture_output=True, text=True,
-            timeout=120,
-        )  # fmt: skip
+        done = self.osc.run(args, self.environ(user))
         if check:
             assert done.returncode == 0, (args, done.stdout, done.stderr)
         return done
@@ -120,9 +122,11 @@ def cloud(
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     running = [_agent(stores, bus, host, frozenset()) for host in ("osc-cn1", "osc-cn2")]
+    osc = OpenStackRunner()
     try:
-        yield Cloud(keystone, glance, stores)
+        yield Cloud(keystone, glance, stores, osc)
     finally:
+        osc.close()
         for agent in running:
             agent.stop(timeout_s=5)
         server.shutdown()

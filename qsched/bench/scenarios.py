@@ -490,8 +490,10 @@ def rules_one(runner: Runner, hosts: int) -> dict[str, Any]:
              count),
             ("shared storage (sharing provider)", LibrarySubmitter(compute),
              SHARED_FLAVOR.name, count),
-            ("different_host (host rule)", apart, SCALE_FLAVOR.name, count),
         ]  # fmt: skip
+        # second, so that it and plain meet the same cloud: a quarter of its requests
+        # first reach the agent beside the anchor, whose claim refuses them
+        classes.insert(1, ("different_host (host rule)", apart, SCALE_FLAVOR.name, count))
         entry["classes"] = {}
         for name, submit, flavor, boots in classes:
             runner.warm_up(cloud, flavor, [(submit, settings.library_workers)])
