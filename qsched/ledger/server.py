@@ -138,16 +138,26 @@ class RedisServer:
         return wait_for(online, timeout_s)
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> None:
-        """Stop it; SIGTERM makes Redis fsync its AOF before it exits. Idempotent."""
+        """Stop it; SIGTERM makes Redis fsync its AOF before it exits. Idempotent.
+
+        Redis refuses a SIGTERM while it writes its first AOF (a replica just after
+        its sync: "Writing initial AOF, can't exit"): the signal is sent again every
+        half second until it exits, killed after ``timeout_s``.
+        """
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            proc.send_signal(sig)
+            try:
+                proc.wait(max(0.0, min(0.5, deadline - time.monotonic())))
+                return
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    break
+        proc.kill()
+        proc.wait()
 
     def restart(self, outage_s: float, abort: threading.Event) -> float:
         """Stop, stay down ``outage_s`` (less if ``abort`` is set), start; return when up."""
