@@ -105,7 +105,10 @@ end
 -- (os-quota-class-sets), else the configured defaults (as script arguments).
 local function quota_limits(project, names, defaults)
     local own = redis.call("HMGET", K.quota_limits(project), unpack(names))
-    local class = redis.call("HMGET", K.quota_class_default, unpack(names))
+    local complete = true
+    for i = 1, #names do complete = complete and own[i] ~= false end
+    -- the default class is read only for the limits the project has not set
+    local class = complete and {} or redis.call("HMGET", K.quota_class_default, unpack(names))
     local limits = {}
     for i = 1, #names do limits[i] = tonumber(own[i] or class[i] or defaults[i]) end
     return limits
@@ -122,9 +125,11 @@ local function release_quota(project, holder)
     if not held then return false end
     local cores, ram = string.match(held, "(%d+) (%d+)")
     local used = K.quota_used(project)
-    redis.call("HINCRBY", used, "instances", -1)
-    redis.call("HINCRBY", used, "cores", -tonumber(cores))
-    redis.call("HINCRBY", used, "ram_mb", -tonumber(ram))
+    local u = redis.call("HMGET", used, "instances", "cores", "ram_mb")
+    -- one write for the three counters (a script runs alone: nothing changes them between)
+    redis.call("HSET", used, "instances", tonumber(u[1] or 0) - 1,
+               "cores", tonumber(u[2] or 0) - tonumber(cores),
+               "ram_mb", tonumber(u[3] or 0) - tonumber(ram))
     redis.call("HDEL", held_key, holder)
     return true
 end
@@ -147,9 +152,8 @@ local function reserve_quota(project, holder, cores, ram, defaults)
                                   limit = limit})
         end
     end
-    redis.call("HINCRBY", used_key, "instances", 1)
-    redis.call("HINCRBY", used_key, "cores", cores)
-    redis.call("HINCRBY", used_key, "ram_mb", ram)
+    redis.call("HSET", used_key, "instances", tonumber(used[1] or 0) + 1,
+               "cores", tonumber(used[2] or 0) + cores, "ram_mb", tonumber(used[3] or 0) + ram)
     redis.call("HSET", held_key, holder, cores .. " " .. ram)
     return nil
 end
