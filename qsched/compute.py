@@ -27,7 +27,7 @@ import functools
 import logging
 import secrets
 import uuid as uuidlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from qsched import exception, server_list
@@ -64,7 +64,13 @@ from qsched.quotas import FileLimits, QuotaAPI
 from qsched.reaper import NO_VALID_HOST
 from qsched.resources import check_uuid
 from qsched.scheduling.classes import SchedulingClass
-from qsched.scheduling.records import ServerFields, details, record_for
+from qsched.scheduling.records import (
+    ServerFields,
+    details,
+    metadata_change,
+    record_for,
+    server_change,
+)
 from qsched.server_actions import record_delete
 from qsched.server_groups import ServerGroups
 
@@ -117,8 +123,6 @@ class InstanceInvalidState(exception.Conflict):
 #: what an update may change of a server -> its name in the record's ServerFields
 _UPDATABLE = {"description": "description", "access_ip_v4": "access_ipv4",
               "access_ip_v6": "access_ipv6", "disk_config": "disk_config"}  # fmt: skip
-_UPDATE_RACES = 20  # re-reads when a record changes between the read and the write (each
-# failed try means another writer succeeded: contended metadata writes all land)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -431,30 +435,9 @@ class ComputeAPI:
         instance = self._visible(context, uuid)
         self.policy.authorize(context, servers_policy.UPDATE, _target(instance))
         fields = {_UPDATABLE[k]: v for k, v in changes.items() if k in _UPDATABLE}
-
-        def changed(extra: dict[str, Any]) -> dict[str, Any]:
-            return {**extra, "server": {**(extra.get("server") or {}), **fields}}
-
-        return self._write(instance, changed, changes.get("name"))
-
-    def _write(
-        self,
-        instance: Instance,
-        change: Callable[[dict[str, Any]], dict[str, Any]],
-        name: str | None = None,
-    ) -> Instance:
-        """Write ``change(extra)`` (and ``name``) to a record, compare-and-swap on extra."""
-        for _ in range(_UPDATE_RACES):
-            fields: dict[str, Any] = {"extra": change(dict(instance.extra))}
-            if name is not None:
-                fields["name"] = name
-            try:
-                return self.stores.instances.update(instance.uuid, fields, instance.extra)
-            except exception.InstanceChanged:
-                instance = self.stores.instances.get(instance.uuid)
-                if instance.state == State.DELETED:
-                    raise exception.InstanceNotFound(instance=instance.uuid) from None
-        raise exception.Conflict(reason=f"instance {instance.uuid} kept changing while updated")
+        return self.stores.instances.update(
+            instance.uuid, changes.get("name"), server_change(fields)
+        )
 
     def metadata(
         self, context: RequestContext, uuid: str, key: str | None = None
@@ -495,15 +478,13 @@ class ComputeAPI:
         instance = self._visible(context, uuid)
         self.policy.authorize(context, rule, _target(instance))
         allowed = self.quotas.limit_for(instance.project_id, "metadata_items")
-
-        def change(extra: dict[str, Any]) -> dict[str, Any]:
-            after = dict(items) if replace else {**(extra.get("metadata") or {}), **items}
-            if 0 <= allowed < len(after):
-                raise MetadataLimitExceeded(allowed=allowed)
-            return {**extra, "metadata": after}
-
         _check_metadata_state(instance, "update metadata")
-        return dict(details(self._write(instance, change)).metadata)
+        change = metadata_change(items, replace=replace, limit=allowed)
+        try:
+            updated = self.stores.instances.update(instance.uuid, extra=change)
+        except exception.ItemLimitExceeded:
+            raise MetadataLimitExceeded(allowed=allowed) from None
+        return dict(details(updated).metadata)
 
     def delete_metadata(self, context: RequestContext, uuid: str, key: str) -> None:
         """Remove one metadata item (``server-metadata:delete``).
@@ -516,12 +497,7 @@ class ComputeAPI:
         if key not in details(instance).metadata:
             raise MetadataItemNotFound()
         _check_metadata_state(instance, "delete metadata")
-
-        def change(extra: dict[str, Any]) -> dict[str, Any]:
-            kept = {k: v for k, v in (extra.get("metadata") or {}).items() if k != key}
-            return {**extra, "metadata": kept}
-
-        self._write(instance, change)
+        self.stores.instances.update(instance.uuid, extra=metadata_change(removed=(key,)))
 
     def host_status(self, context: RequestContext, instance: Instance) -> str | None:
         """Nova's ``host_status`` of a server (2.16): UP, DOWN (forced down), MAINTENANCE

@@ -128,12 +128,6 @@ class InstanceNotWaiting(Conflict):
     msg_fmt = "Instance {instance} is not waiting to be placed (state {state}, host {host})."
 
 
-class InstanceChanged(Conflict):
-    """A record changed between the read and the write of an update (read it again)."""
-
-    msg_fmt = "Instance {instance} changed while it was being updated; try again."
-
-
 class InstanceInvalidState(Conflict):
     """A server action the instance's state refuses (Nova's 409 words)."""
 
@@ -213,6 +207,13 @@ class Forbidden(QschedError):
 
 class GroupNotFound(NotFound):
     msg_fmt = "Instance group {group} could not be found."
+
+
+class ItemLimitExceeded(QuotaExceeded):
+    """A change would leave a map of a record (a server's metadata) with more items than
+    the limit the caller gave; the caller words it as its API does."""
+
+    msg_fmt = "Quota exceeded: {name} would hold {items} items, more than {limit}."
 
 
 class ServerGroupLimitExceeded(QuotaExceeded):

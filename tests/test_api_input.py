@@ -19,7 +19,7 @@ from qsched.context import RequestContext
 from qsched.ledger import Stores
 from tests.raw import redis_store
 from tests.test_api import ADMIN, IMAGE, USER, fault, server_body
-from tests.test_compute import make_app
+from tests.test_compute import make_app, place
 
 DEEP = 30_000  # as reported; far past the decoder's recursion limit, under the body limit
 SURROGATES = ["\ud800", "\udfff", "vm\udc00", "\udc00\ud800"]
@@ -414,6 +414,23 @@ class TestKeptFromBefore:
             assert result.json["servers"][0]["metadata"] == {"role": "web\ud800"}
         shown = client.simulate_get(f"/v2.1/servers/{kept.uuid}", headers=USER)
         assert shown.status_code == 200 and shown.text.isascii()
+
+    def test_a_kept_surrogate_stays_through_updates(self, conf, client, stores, bus) -> None:
+        compute = ComputeAPI(
+            stores, bus, SchedulerOptions.from_conf(conf), APIOptions.from_conf(conf)
+        )
+        kept = compute.boot(RequestContext.for_project("alice", "pa"), "vm", "m1.small", IMAGE,
+                            metadata={"role": "web\ud800"})  # fmt: skip
+        place(stores, kept.uuid)
+        path = f"/v2.1/servers/{kept.uuid}"
+        added = client.simulate_post(f"{path}/metadata", json={"metadata": {"b": "2"}},
+                                     headers=USER)  # fmt: skip
+        assert added.status_code == 200 and added.text.isascii(), added.text
+        assert added.json["metadata"] == {"b": "2", "role": "web\ud800"}
+        renamed = client.simulate_put(path, json={"server": {"name": "vm2"}}, headers=USER)
+        assert renamed.status_code == 200, renamed.text
+        shown = client.simulate_get(path, headers=USER).json["server"]
+        assert (shown["name"], shown["metadata"]["role"]) == ("vm2", "web\ud800")
 
     def test_text_outside_ascii_is_escaped(self, client) -> None:
         result = client.simulate_post(

@@ -9,9 +9,10 @@ import pytest
 
 from qsched import exception
 from qsched.ledger import Stores, placement
-from qsched.ledger.base import Instance, Inventory, ProviderSpec, State
-from qsched.ledger.redis import read_many
+from qsched.ledger.base import Instance, Inventory, MapChange, ProviderSpec, State
+from qsched.ledger.redis import canonical_json, read_many
 from qsched.ledger.retry import claim as claim_with_retries
+from tests.raw import redis_store
 
 VCPU, RAM, DISK = "VCPU", "MEMORY_MB", "DISK_GB"
 
@@ -325,6 +326,81 @@ class TestClaim:
         assert stores.ledger.get_provider(rp).usages == {VCPU: 0}
         stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h2", "n2")
         assert stores.instances.get(inst).host == "h2"
+
+
+#: an instance's extra with what a JSON decoder would not give back as it was: empty
+#: lists and maps, a number past 14 digits, a lone surrogate kept from before the API
+#: refused them, escapes, and brackets and quotes inside strings
+EXTRA = {
+    "metadata": {"a": "1", "role": "web\ud800"},
+    "server": {"description": None, "tags": []},
+    "required_traits": [], "member_of_any": [[], ["x"]], "specs": {}, "big": 2**70,
+    "text": 'Z\u00fcrich \U0001f600 a\\b "[]{}" / ,:', "ratio": 0.1, "on": True,
+}  # fmt: skip
+
+
+def make_server(stores: Stores, extra: dict | None = None) -> str:
+    uuid_ = new_uuid()
+    flavor = {"name": "f", "vcpus": 1, "ram_mb": 512}
+    record = Instance(uuid_, "p1", "u1", "vm", flavor, State.BUILD, extra=extra or EXTRA)
+    stores.instances.create(record, deadline=1e12)
+    return uuid_
+
+
+def stored_extra(stores: Stores, uuid_: str) -> str:
+    store = redis_store(stores)
+    return store.client.hget(store.keys.instance(uuid_), "extra").decode()
+
+
+class TestUpdate:
+    def test_only_the_named_items_change_and_the_rest_stays_as_written(self, stores) -> None:
+        server = make_server(stores)
+        before = stores.instances.get(server)
+        changes = {"metadata": MapChange({"b": "2", "role": "db"}, removed=("a", "absent")),
+                   "server": MapChange({"description": "mine"})}  # fmt: skip
+        after = stores.instances.update(server, "renamed", changes)
+        want = {**EXTRA, "metadata": {"b": "2", "role": "db"},
+                "server": {"description": "mine", "tags": []}}  # fmt: skip
+        assert (after.name, after.extra) == ("renamed", want)
+        assert stored_extra(stores, server) == canonical_json(want)
+        assert after.updated_at >= before.updated_at and after.state == State.BUILD
+
+    def test_a_kept_surrogate_survives_a_change_of_its_map(self, stores) -> None:
+        server = make_server(stores)
+        after = stores.instances.update(server, extra={"metadata": MapChange({"b": "2"})})
+        assert after.extra["metadata"] == {"a": "1", "b": "2", "role": "web\ud800"}
+
+    def test_replace_and_a_map_the_record_lacks(self, stores) -> None:
+        server = make_server(stores, {"metadata": None})
+        changes = {"metadata": MapChange({"a": "1"}), "server": MapChange({"x": [1, {}]})}
+        assert stores.instances.update(server, extra=changes).extra == {
+            "metadata": {"a": "1"}, "server": {"x": [1, {}]}
+        }  # fmt: skip
+        emptied = stores.instances.update(server, extra={"metadata": MapChange(replace=True)})
+        assert emptied.extra == {"metadata": {}, "server": {"x": [1, {}]}}
+        assert stores.instances.update(server, name="n").extra == emptied.extra
+
+    def test_a_map_over_its_limit_writes_nothing(self, stores) -> None:
+        server = make_server(stores)
+        before = stores.instances.get(server)
+        over = {"metadata": MapChange({"b": "2", "c": "3"}, removed=("a",), limit=2),
+                "server": MapChange({"description": "mine"})}  # fmt: skip
+        with pytest.raises(exception.ItemLimitExceeded) as refused:
+            stores.instances.update(server, "renamed", over)
+        assert (refused.value.kwargs["items"], refused.value.kwargs["limit"]) == (3, 2)
+        assert stores.instances.get(server) == before
+        within = {"metadata": MapChange({"b": "2"}, removed=("a",), limit=2)}
+        assert len(stores.instances.update(server, extra=within).extra["metadata"]) == 2
+        whole = {"metadata": MapChange({"x": "1"}, replace=True, limit=1)}
+        assert stores.instances.update(server, extra=whole).extra["metadata"] == {"x": "1"}
+
+    def test_deleted_or_unknown_is_not_found(self, stores) -> None:
+        server = make_server(stores)
+        stores.instances.delete(server)
+        for uuid_ in (server, new_uuid()):
+            with pytest.raises(exception.InstanceNotFound):
+                stores.instances.update(uuid_, name="x")
+        assert stores.instances.get(server).name == "vm"
 
 
 class TestMaintenance:

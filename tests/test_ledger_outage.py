@@ -85,7 +85,7 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisInstances.get": lambda s: s.instances.get(U),
     "RedisInstances.newest": lambda s: s.instances.newest(10),
     "RedisInstances.deleted_since": lambda s: s.instances.deleted_since(0.0, "p1"),
-    "RedisInstances.update": lambda s: s.instances.update(U, {"name": "n"}),
+    "RedisInstances.update": lambda s: s.instances.update(U, name="n"),
     "RedisInstances.start_action": lambda s: s.instances.start_action(U, "stop", "r", "u", "p"),
     "RedisInstances.step_action": lambda s: s.instances.step_action(
         U, "h1", TaskState.POWERING_OFF, TaskState.NONE

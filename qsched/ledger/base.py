@@ -29,6 +29,7 @@ from qsched.ledger.records import (
     HostRule,
     Instance,
     Inventory,
+    MapChange,
     Placement,
     Provider,
     ProviderSpec,
@@ -72,6 +73,7 @@ __all__ = [
     "InstanceStore",
     "Inventory",
     "Ledger",
+    "MapChange",
     "Placement",
     "Provider",
     "ProviderSpec",
@@ -459,17 +461,17 @@ class InstanceStore(abc.ABC):
 
     @abc.abstractmethod
     def update(
-        self, uuid: str, fields: Mapping[str, Any], expect_extra: Mapping[str, Any] | None = None
+        self, uuid: str, name: str | None = None, extra: Mapping[str, MapChange] | None = None
     ) -> Instance:
-        """Change a record's ``name`` and/or ``extra`` (the boot details) and its
-        ``updated_at``, in one step; return the record after.
-
-        ``expect_extra``: the ``extra`` the caller read and changed; the write is
-        refused if the record's is another by then.
+        """Change a record's ``name`` (None: kept as it is), maps of its ``extra`` (the
+        boot details; each by its key there, a missing one starting empty) and its
+        ``updated_at``, in one step on the record as it is; return the record after.
+        What no change names stays as it is then: concurrent changes of other items,
+        other maps or the name all land.
 
         :raises InstanceNotFound: no such record, or it is DELETED.
-        :raises InstanceChanged: ``extra`` is not ``expect_extra`` any more.
-        :raises Invalid: a field other than those.
+        :raises ItemLimitExceeded: a map would hold more items than its change's
+            ``limit``; nothing is written.
         """
 
     @abc.abstractmethod

@@ -14,6 +14,7 @@ from qsched.ledger.base import (
     HostRule,
     Instance,
     InstanceStore,
+    MapChange,
     Placement,
     State,
     TaskState,
@@ -164,16 +165,13 @@ class RedisInstances(InstanceStore):
         return [text(u) for u in self.store.client.zrevrangebyscore(key, "+inf", float(since))]
 
     def update(
-        self, uuid: str, fields: Mapping[str, Any], expect_extra: Mapping[str, Any] | None = None
+        self, uuid: str, name: str | None = None, extra: Mapping[str, MapChange] | None = None
     ) -> Instance:
         uuid = check_uuid(uuid, "Instance UUID")
-        args: list[Any] = []
-        for field, value in fields.items():
-            args += [field, canonical_json(dict(value)) if field == "extra" else value]
-        expect = "" if expect_extra is None else canonical_json(dict(expect_extra))
-        self.store.run(
-            "instance_update", self.keys.instance(uuid), uuid, self.store.now(), expect, *args
-        )
+        args: list[Any] = ["" if name is None else "1", name or ""]
+        for key, change in (extra or {}).items():
+            args += _map_args(key, change)
+        self.store.run("instance_update", self.keys.instance(uuid), uuid, self.store.now(), *args)
         return self.get(uuid)
 
     def add_event(
@@ -326,6 +324,17 @@ def _record(instance: Instance) -> dict[str, str]:
     if instance.hosts:
         record["hosts"] = canonical_json(instance.hosts.to_dict())
     return record
+
+
+def _map_args(key: str, change: MapChange) -> list[Any]:
+    """The arguments of ``instance_update`` for one map: keys and values as JSON text,
+    spelled as :func:`_record` spells the record's (canonical JSON)."""
+    items = [canonical_json(part) for item in change.items.items() for part in item]
+    return [
+        canonical_json(key), "1" if change.replace else "", int(change.limit),
+        len(change.items), len(change.removed), *items,
+        *(canonical_json(removed) for removed in change.removed),
+    ]  # fmt: skip
 
 
 def _class_args(scheduling_class: tuple[str, Mapping[str, Any]] | None) -> tuple[str, str]:

@@ -269,6 +269,23 @@ class Instance:
 
 
 @dataclasses.dataclass(frozen=True)
+class MapChange:
+    """A change of one map (a JSON object) in a record, made to the map as the record
+    holds it when the change runs: items it does not name stay as they are then, so
+    concurrent changes of other items all land.
+
+    ``items``: added or changed (values JSON-able); ``removed``: keys taken out (an
+    absent one is no error); ``replace``: the map becomes ``items`` alone; ``limit``:
+    the most items it may hold after (-1: no limit), else nothing is written.
+    """
+
+    items: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    removed: tuple[str, ...] = ()
+    replace: bool = False
+    limit: int = -1
+
+
+@dataclasses.dataclass(frozen=True)
 class AgentInfo:
     """An agent as its last heartbeat left it; ``alive`` until that heartbeat expires or
     an operator forces its service down (Nova's service state "up")."""

@@ -98,10 +98,7 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "instance_exists": exception.InstanceExists,
         "flavor_changed": exception.FlavorChanged,
         "not_waiting": exception.InstanceNotWaiting,
-        "instance_changed": exception.InstanceChanged,
-        "invalid_field": lambda **k: exception.Invalid(
-            reason=f"field {k['field']} is not one a client may change"
-        ),
+        "item_limit": exception.ItemLimitExceeded,
         "tried_host": exception.TriedHost,
         "service_disabled": exception.ServiceDisabled,
         "service_not_found": exception.ComputeHostNotFound,

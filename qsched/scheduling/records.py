@@ -32,7 +32,8 @@ everything else        ``extra``, as :class:`BootDetails` (request_id, global_re
                        description, tags, user data, config drive, networks)
 =====================  ================================================================
 
-Nothing else reads ``Instance.extra`` by key: :func:`details` is the one reader.
+Nothing else reads ``Instance.extra`` by key: :func:`details` is the one reader, and
+:func:`server_change` and :func:`metadata_change` say what an update changes of it.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from typing import Any
 
 from qsched import exception
 from qsched.flavors import Constraints
-from qsched.ledger.base import Instance, State
+from qsched.ledger.base import Instance, MapChange, State
 from qsched.message import BootRequest, constraint_fields, host_rule_fields
 
 
@@ -148,6 +149,30 @@ def details(instance: Instance) -> BootDetails:
     :raises Invalid: the record was not made by :func:`record_for`.
     """
     return BootDetails.from_extra(instance.extra)
+
+
+def server_change(fields: Mapping[str, Any]) -> dict[str, MapChange]:
+    """The change of a record's ``extra`` (see ``InstanceStore.update``) that sets
+    ``fields`` of its :class:`ServerFields`, by their names there.
+
+    :raises Invalid: a name that is no field of ServerFields.
+    """
+    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(ServerFields)})
+    if unknown:
+        raise exception.Invalid(reason=f"{unknown} are no fields of a server")
+    return {"server": MapChange(items=dict(fields))}
+
+
+def metadata_change(
+    items: Mapping[str, str] | None = None,
+    removed: tuple[str, ...] = (),
+    replace: bool = False,
+    limit: int = -1,
+) -> dict[str, MapChange]:
+    """The change of a record's ``extra`` that sets ``items`` of its metadata (``replace``:
+    they become the whole of it) and removes the keys ``removed``; ``limit``: the most
+    items it may hold after (-1: no limit)."""
+    return {"metadata": MapChange(dict(items or {}), removed, replace, limit)}
 
 
 def record_for(

@@ -515,3 +515,66 @@ local function refresh_zones(host, expires, now)
         redis.call("ZREMRANGEBYSCORE", key, "-inf", "(" .. now)
     end
 end
+
+-- JSON text -----------------------------------------------------------------------
+
+-- A script that changes items of a map a record keeps as JSON (an instance's extra)
+-- works on its text, never decodes the record: cjson writes an empty list back as an
+-- object (fakeredis the other way round), rounds numbers to 14 digits, and refuses
+-- the lone UTF-16 surrogates that records made before the API refused them still
+-- hold. Keys and values stay JSON text, spelled as the record's encoder spelled them
+-- (canonical JSON, see qsched/ledger/redis.py), and are compared as text.
+
+-- The index of the last character of the JSON value that starts at raw[i].
+local function json_value_end(raw, i)
+    local c = string.sub(raw, i, i)
+    if c == '"' then
+        local j = i + 1
+        while true do
+            local k = string.find(raw, '["\\]', j)
+            if string.sub(raw, k, k) == '"' then return k end
+            j = k + 2  -- past the escaped character
+        end
+    elseif c == "{" or c == "[" then
+        local depth, j = 0, i
+        while true do
+            local k = string.find(raw, '["{}%[%]]', j)
+            local d = string.sub(raw, k, k)
+            if d == '"' then
+                j = json_value_end(raw, k) + 1
+            else
+                depth = depth + ((d == "{" or d == "[") and 1 or -1)
+                if depth == 0 then return k end
+                j = k + 1
+            end
+        end
+    end
+    return string.find(raw, "[%s,}%]]", i) - 1  -- a number, true, false or null
+end
+
+-- The members of the JSON object raw as {key text = value text}, or nil if raw is
+-- not an object. One pass over the text.
+local function json_members(raw)
+    local i = string.find(raw, "%S")
+    if not i or string.sub(raw, i, i) ~= "{" then return nil end
+    local members = {}
+    i = string.find(raw, "%S", i + 1)
+    while string.sub(raw, i, i) == '"' do
+        local key_end = json_value_end(raw, i)
+        local value = string.find(raw, "%S", string.find(raw, ":", key_end + 1, true) + 1)
+        local value_end = json_value_end(raw, value)
+        members[string.sub(raw, i, key_end)] = string.sub(raw, value, value_end)
+        i = string.find(raw, "%S", value_end + 1)
+        if string.sub(raw, i, i) == "," then i = string.find(raw, "%S", i + 1) end
+    end
+    return members
+end
+
+-- The JSON object of members ({key text = value text}), keys in order.
+local function json_object(members)
+    local keys = {}
+    for key in pairs(members) do keys[#keys + 1] = key end
+    table.sort(keys)
+    for n, key in ipairs(keys) do keys[n] = key .. ":" .. members[key] end
+    return "{" .. table.concat(keys, ",") .. "}", #keys
+end
