@@ -173,8 +173,7 @@ def test_unknown_query_parameters_are_ignored_then_refused_from_2_75(client, pat
     assert (ignored.status_code, ignored.json) == (plain.status_code, plain.json)
     refused = client.simulate_get(path, query_string="zz=1&aa=2", headers=at("2.75", who))
     assert fault(refused, 400, "badRequest") == (
-        "Invalid input for query parameters aa. Additional properties are not allowed "
-        "('aa', 'zz' were unexpected)."
+        "Additional properties are not allowed ('aa', 'zz' were unexpected)"
     )
 
 
@@ -183,8 +182,7 @@ def test_unknown_query_parameters_are_ignored_then_refused_from_2_75(client, pat
 def test_the_operators_views_refuse_unknown_query_parameters(client, path, who, version) -> None:
     result = client.simulate_get(path, query_string="x=1", headers=at(version, who))
     assert fault(result, 400, "badRequest") == (
-        "Invalid input for query parameters x. Additional properties are not allowed "
-        "('x' was unexpected)."
+        "Additional properties are not allowed ('x' was unexpected)"
     )
 
 
@@ -198,6 +196,5 @@ def test_a_server_list_leaves_underscored_parameters_to_the_list(client) -> None
 
 def test_an_unknown_name_with_a_surrogate_is_shown_escaped() -> None:
     assert query.unknown_message(["a\udcff"]) == (
-        "Invalid input for query parameters a\\udcff. Additional properties are not allowed "
-        "('a\\udcff' was unexpected)."
+        "Additional properties are not allowed ('a\\udcff' was unexpected)"
     )

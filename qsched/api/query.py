@@ -35,11 +35,10 @@ def refuse_unknown(req: falcon.Request, allowed: Iterable[str], since: Version =
 
 
 def unknown_message(names: Sequence[str]) -> str:
-    """What the 400 says of ``names`` (sorted): jsonschema's words, as Nova's, after the
-    first name (a surrogate in it shown escaped)."""
-    first = names[0].encode("utf-8", "backslashreplace").decode("utf-8")
+    """What the 400 says of ``names`` (sorted): jsonschema's words, which Nova sends as
+    they are for a parameter its query schema does not name (``repr`` shows a surrogate
+    escaped)."""
     verb = "was" if len(names) == 1 else "were"
     return (
-        f"Invalid input for query parameters {first}. Additional properties are not allowed "
-        f"({', '.join(map(repr, names))} {verb} unexpected)."
+        f"Additional properties are not allowed ({', '.join(map(repr, names))} {verb} unexpected)"
     )
