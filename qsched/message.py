@@ -343,17 +343,14 @@ class BootRequest(_Message):
 
 
 @dataclasses.dataclass(frozen=True)
-class DeleteRequest(_Message):
-    """Delete one instance: published on ``host.<host>`` for the agent that runs it."""
-
-    KIND: ClassVar[str] = "delete"
+class _HostMessage(_Message):
+    """What a message for the agent of one host names: the request, the instance and
+    where it runs; each kind adds its version (and fields) after these."""
 
     request_id: str
     instance_uuid: str
     host: str
     node: str
-    version: str = DELETE_VERSION
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
     FIELDS: ClassVar[tuple[tuple[str, Callable[[Any], Any], bool], ...]] = (
         ("version", _name, True),
@@ -362,6 +359,16 @@ class DeleteRequest(_Message):
         ("host", _name, True),
         ("node", _name, True),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteRequest(_HostMessage):
+    """Delete one instance: published on ``host.<host>`` for the agent that runs it."""
+
+    KIND: ClassVar[str] = "delete"
+
+    version: str = DELETE_VERSION
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
 
 #: the server actions an agent does (:mod:`agents.actions`)
@@ -375,26 +382,18 @@ def _action(value: Any) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class ActionRequest(_Message):
+class ActionRequest(_HostMessage):
     """A server action (stop, start, soft or hard reboot) for the agent of ``host``:
     published on ``host.<host>`` once the ledger holds its task_state."""
 
     KIND: ClassVar[str] = "action"
 
-    request_id: str
-    instance_uuid: str
-    host: str
-    node: str
     action: str  # one of ACTIONS
     version: str = ACTION_VERSION
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
     FIELDS: ClassVar[tuple[tuple[str, Callable[[Any], Any], bool], ...]] = (
-        ("version", _name, True),
-        ("request_id", _name, True),
-        ("instance_uuid", _uuid, True),
-        ("host", _name, True),
-        ("node", _name, True),
+        *_HostMessage.FIELDS,
         ("action", _action, True),
     )
 

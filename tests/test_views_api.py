@@ -148,7 +148,7 @@ def test_pages_from_2_33(client, cloud) -> None:
                                  headers=at("2.33"))  # fmt: skip
     assert fault(result, 400, "badRequest") == "marker [9] not found"
     result = client.simulate_get("/v2.1/os-hypervisors", params={"limit": "2"}, headers=at("2.32"))
-    assert "query parameters limit" in fault(result, 400, "badRequest")
+    assert "('limit' was unexpected)" in fault(result, 400, "badRequest")
 
 
 def test_uuids_and_query_parameters_from_2_53(client, cloud, stores: Stores) -> None:
@@ -179,7 +179,7 @@ def test_uuids_and_query_parameters_from_2_53(client, cloud, stores: Stores) -> 
     assert fault(result, 404, "itemNotFound") == "No hypervisor matching 'zz' could be found."
     result = client.simulate_get("/v2.1/os-hypervisors", headers=at("2.53"),
                                  params={"with_servers": "maybe"})  # fmt: skip
-    assert "query parameters with_servers" in fault(result, 400, "badRequest")
+    assert "query parameters with_servers. Value: maybe" in fault(result, 400, "badRequest")
 
 
 def test_servers_always_listed_when_asked_from_2_75(client, cloud, stores: Stores) -> None:
@@ -219,7 +219,7 @@ def test_show(client, cloud, stores: Stores) -> None:
         assert fault(result, code, name) == message, path
     result = client.simulate_get("/v2.1/os-hypervisors/3", params={"with_servers": "1"},
                                  headers=at("2.52"))  # fmt: skip
-    assert "query parameters with_servers" in fault(result, 400, "badRequest")
+    assert "('with_servers' was unexpected)" in fault(result, 400, "badRequest")
 
 
 def test_search_and_servers_routes_until_2_52(client, cloud) -> None:
@@ -313,7 +313,7 @@ def test_detail_lists_the_hosts_of_available_zones(client, cloud, stores: Stores
     result = client.simulate_get("/v2.1/os-availability-zone/detail", headers=USER)
     assert "os-availability-zone:detail" in fault(result, 403, "forbidden")
     result = client.simulate_get("/v2.1/os-availability-zone", params={"x": "1"}, headers=USER)
-    assert "query parameters x" in fault(result, 400, "badRequest")
+    assert "('x' was unexpected)" in fault(result, 400, "badRequest")
 
 
 def test_a_zone_goes_with_its_hosts_heartbeats(client, stores: Stores) -> None:

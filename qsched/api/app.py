@@ -108,8 +108,9 @@ def create_app(
     api = api or APIOptions.defaults()
     compute = ComputeAPI(stores, bus, scheduler, api, policy, images)
     compute.seed_flavors()
+    routes = _routes(compute, api.public_endpoint, api.max_request_body_bytes)
     middleware: list[Any] = [
-        RequestMiddleware(),
+        RequestMiddleware(collections(template for template, _ in routes)),
         _AUTH_MIDDLEWARE[api.auth_strategy](compute.policy),
     ]
     app = falcon.App(middleware=middleware)
@@ -119,7 +120,8 @@ def create_app(
     app.set_error_serializer(_serialize_error)
     app.add_error_handler(Exception, _unexpected_error)
     app.add_error_handler(tuple(_STATUS), _domain_error)
-    _add_routes(app, compute, api.public_endpoint, api.max_request_body_bytes)
+    for template, resource in routes:
+        app.add_route(template, resource)
     return app
 
 
@@ -129,82 +131,86 @@ _AUTH_MIDDLEWARE: dict[str, Callable[[Policy], Any]] = {
 }
 
 
-def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_body: int) -> None:
+#: a route: its URI template and the resource that answers it
+Route = tuple[str, object]
+
+
+def _routes(compute: ComputeAPI, endpoint: str | None, max_body: int) -> list[Route]:
+    """Every route the application serves: the one table (:func:`collections` reads it too)."""
     args = (compute, endpoint, max_body)
-    app.add_route("/", Versions(endpoint))
-    app.add_route(LEGACY_PREFIX, Versions(endpoint, single=LEGACY))
-    app.add_route(PREFIX, Versions(endpoint, single=CURRENT))
-    app.add_route("/healthcheck", Healthcheck(compute))
-    app.add_route(f"{PREFIX}/servers", server_handlers.Servers(*args))
-    app.add_route(f"{PREFIX}/servers/detail", server_handlers.ServersDetail(*args))
-    app.add_route(f"{PREFIX}/servers/{{server_id}}", server_handlers.Server(*args))
-    app.add_route(f"{PREFIX}/servers/{{server_id}}/metadata", server_handlers.Metadata(*args))
-    app.add_route(
-        f"{PREFIX}/servers/{{server_id}}/metadata/{{key}}", server_handlers.MetadataItem(*args)
-    )
-    app.add_route(f"{PREFIX}/servers/{{server_id}}/action", action_handlers.ServerAction(*args))
-    app.add_route(
-        f"{PREFIX}/servers/{{server_id}}/os-instance-actions",
-        action_handlers.InstanceActions(*args),
-    )
-    app.add_route(
-        f"{PREFIX}/servers/{{server_id}}/os-instance-actions/{{request_id}}",
-        action_handlers.InstanceAction(*args),
-    )
-    app.add_route(f"{PREFIX}/flavors", flavor_handlers.Flavors(*args))
-    app.add_route(f"{PREFIX}/flavors/detail", flavor_handlers.FlavorsDetail(*args))
-    app.add_route(f"{PREFIX}/flavors/{{flavor_id}}", flavor_handlers.FlavorItem(*args))
-    app.add_route(f"{PREFIX}/flavors/{{flavor_id}}/action", flavor_handlers.FlavorAction(*args))
-    app.add_route(
-        f"{PREFIX}/flavors/{{flavor_id}}/os-flavor-access", flavor_handlers.FlavorAccess(*args)
-    )
-    app.add_route(
-        f"{PREFIX}/flavors/{{flavor_id}}/os-extra_specs", flavor_handlers.ExtraSpecs(*args)
-    )
-    app.add_route(
-        f"{PREFIX}/flavors/{{flavor_id}}/os-extra_specs/{{key}}", flavor_handlers.ExtraSpec(*args)
-    )
-    app.add_route(f"{PREFIX}/os-aggregates", aggregate_handlers.Aggregates(*args))
-    app.add_route(
-        f"{PREFIX}/os-aggregates/{{aggregate_id}}", aggregate_handlers.AggregateItem(*args)
-    )
-    app.add_route(
-        f"{PREFIX}/os-aggregates/{{aggregate_id}}/action", aggregate_handlers.AggregateAction(*args)
-    )
-    app.add_route(f"{PREFIX}/os-services", service_handlers.Services(*args))
-    app.add_route(f"{PREFIX}/os-services/{{service_id}}", service_handlers.ServiceItem(*args))
-    app.add_route(f"{PREFIX}/os-server-groups", group_handlers.ServerGroups(*args))
-    app.add_route(f"{PREFIX}/os-server-groups/{{group_id}}", group_handlers.ServerGroup(*args))
-    app.add_route(f"{PREFIX}/limits", quota_handlers.Limits(*args))
+    server, flavor = f"{PREFIX}/servers/{{server_id}}", f"{PREFIX}/flavors/{{flavor_id}}"
+    aggregate = f"{PREFIX}/os-aggregates/{{aggregate_id}}"
     quota_set = f"{PREFIX}/os-quota-sets/{{project_id}}"
-    app.add_route(quota_set, quota_handlers.QuotaSet(*args))
-    app.add_route(f"{quota_set}/detail", quota_handlers.QuotaSetDetail(*args))
-    app.add_route(f"{quota_set}/defaults", quota_handlers.QuotaSetDefaults(*args))
-    app.add_route(
-        f"{PREFIX}/os-quota-class-sets/{{quota_class}}", quota_handlers.QuotaClassSet(*args)
-    )
-    _add_view_routes(app, args)
+    return [
+        ("/", Versions(endpoint)),
+        (LEGACY_PREFIX, Versions(endpoint, single=LEGACY)),
+        (PREFIX, Versions(endpoint, single=CURRENT)),
+        ("/healthcheck", Healthcheck(compute)),
+        (f"{PREFIX}/servers", server_handlers.Servers(*args)),
+        (f"{PREFIX}/servers/detail", server_handlers.ServersDetail(*args)),
+        (server, server_handlers.Server(*args)),
+        (f"{server}/metadata", server_handlers.Metadata(*args)),
+        (f"{server}/metadata/{{key}}", server_handlers.MetadataItem(*args)),
+        (f"{server}/action", action_handlers.ServerAction(*args)),
+        (f"{server}/os-instance-actions", action_handlers.InstanceActions(*args)),
+        (f"{server}/os-instance-actions/{{request_id}}", action_handlers.InstanceAction(*args)),
+        (f"{PREFIX}/flavors", flavor_handlers.Flavors(*args)),
+        (f"{PREFIX}/flavors/detail", flavor_handlers.FlavorsDetail(*args)),
+        (flavor, flavor_handlers.FlavorItem(*args)),
+        (f"{flavor}/action", flavor_handlers.FlavorAction(*args)),
+        (f"{flavor}/os-flavor-access", flavor_handlers.FlavorAccess(*args)),
+        (f"{flavor}/os-extra_specs", flavor_handlers.ExtraSpecs(*args)),
+        (f"{flavor}/os-extra_specs/{{key}}", flavor_handlers.ExtraSpec(*args)),
+        (f"{PREFIX}/os-aggregates", aggregate_handlers.Aggregates(*args)),
+        (aggregate, aggregate_handlers.AggregateItem(*args)),
+        (f"{aggregate}/action", aggregate_handlers.AggregateAction(*args)),
+        (f"{PREFIX}/os-services", service_handlers.Services(*args)),
+        (f"{PREFIX}/os-services/{{service_id}}", service_handlers.ServiceItem(*args)),
+        (f"{PREFIX}/os-server-groups", group_handlers.ServerGroups(*args)),
+        (f"{PREFIX}/os-server-groups/{{group_id}}", group_handlers.ServerGroup(*args)),
+        (f"{PREFIX}/limits", quota_handlers.Limits(*args)),
+        (quota_set, quota_handlers.QuotaSet(*args)),
+        (f"{quota_set}/detail", quota_handlers.QuotaSetDetail(*args)),
+        (f"{quota_set}/defaults", quota_handlers.QuotaSetDefaults(*args)),
+        (f"{PREFIX}/os-quota-class-sets/{{quota_class}}", quota_handlers.QuotaClassSet(*args)),
+        *_view_routes(args),
+    ]
 
 
-def _add_view_routes(app: falcon.App, args: tuple[ComputeAPI, str | None, int]) -> None:
-    """The operators' read-only views: availability zones and hypervisors."""
+def _view_routes(args: tuple[ComputeAPI, str | None, int]) -> list[Route]:
+    """The operators' read-only views (availability zones, hypervisors) and keypairs."""
     zones, hypervisors = f"{PREFIX}/os-availability-zone", f"{PREFIX}/os-hypervisors"
-    app.add_route(zones, zone_handlers.AvailabilityZones(*args))
-    app.add_route(f"{zones}/detail", zone_handlers.AvailabilityZonesDetail(*args))
-    app.add_route(hypervisors, hypervisor_handlers.Hypervisors(*args))
-    app.add_route(f"{hypervisors}/detail", hypervisor_handlers.HypervisorsDetail(*args))
-    app.add_route(f"{hypervisors}/statistics", hypervisor_handlers.HypervisorStatistics(*args))
     item = f"{hypervisors}/{{hypervisor_id}}"  # a pattern in /search and /servers
-    app.add_route(item, hypervisor_handlers.HypervisorItem(*args))
-    app.add_route(f"{item}/search", hypervisor_handlers.HypervisorSearch(*args))
-    app.add_route(f"{item}/servers", hypervisor_handlers.HypervisorServers(*args))
-    app.add_route(f"{item}/uptime", hypervisor_handlers.HypervisorUptime(*args))
-    app.add_route(f"{PREFIX}/os-keypairs", keypair_handlers.Keypairs(*args))
-    app.add_route(f"{PREFIX}/os-keypairs/{{keypair_name}}", keypair_handlers.KeypairItem(*args))
+    return [
+        (zones, zone_handlers.AvailabilityZones(*args)),
+        (f"{zones}/detail", zone_handlers.AvailabilityZonesDetail(*args)),
+        (hypervisors, hypervisor_handlers.Hypervisors(*args)),
+        (f"{hypervisors}/detail", hypervisor_handlers.HypervisorsDetail(*args)),
+        (f"{hypervisors}/statistics", hypervisor_handlers.HypervisorStatistics(*args)),
+        (item, hypervisor_handlers.HypervisorItem(*args)),
+        (f"{item}/search", hypervisor_handlers.HypervisorSearch(*args)),
+        (f"{item}/servers", hypervisor_handlers.HypervisorServers(*args)),
+        (f"{item}/uptime", hypervisor_handlers.HypervisorUptime(*args)),
+        (f"{PREFIX}/os-keypairs", keypair_handlers.Keypairs(*args)),
+        (f"{PREFIX}/os-keypairs/{{keypair_name}}", keypair_handlers.KeypairItem(*args)),
+    ]
+
+
+def collections(templates: Iterable[str]) -> frozenset[str]:
+    """The first path segments of the templates under ``/v2.1`` (``servers``,
+    ``os-keypairs``...): what a project id in a URL may precede, and never replaces."""
+    under = PREFIX + "/"
+    return frozenset(t[len(under) :].split("/", 1)[0] for t in templates if t.startswith(under))
 
 
 class RequestMiddleware:
-    """A request id on every response and log line; API version headers; an access log."""
+    """A request id on every response and log line; API version headers; an access log.
+
+    ``collections``: the first path segments of the v2.1 routes (:func:`collections`).
+    """
+
+    def __init__(self, collections: frozenset[str]) -> None:
+        self.collections = collections
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         rid = f"req-{uuid.uuid4()}"
@@ -212,7 +218,7 @@ class RequestMiddleware:
         req.context.global_request_id = global_request_id(req.get_header("X-OpenStack-Request-ID"))
         req.context.started = time.monotonic()
         req.context.log_token = request_id.set(rid)
-        _route_path(req)
+        _route_path(req, self.collections)
         _check_microversion(req)
 
     def process_resource(
@@ -245,21 +251,14 @@ class RequestMiddleware:
             request_id.reset(token)
 
 
-#: the first path segments of the API's collections (a project id never takes their place)
-COLLECTIONS = frozenset(
-    {"servers", "flavors", "os-aggregates", "os-services", "os-server-groups", "os-keypairs",
-     "limits", "os-quota-sets", "os-quota-class-sets", "os-availability-zone",
-     "os-hypervisors"}
-)  # fmt: skip
-
-
-def _route_path(req: falcon.Request) -> None:
+def _route_path(req: falcon.Request, collections: frozenset[str]) -> None:
     """Serve the legacy ``/v2`` API and URLs with a project id as the v2.1 routes.
 
     ``/v2/...`` is v2.1 at 2.1 with no version headers (Nova's v2.0 compatibility
     API, without its lenient body checks). ``/v2.1/{project_id}/servers`` (the
     catalog form of older deployments; optional since 2.18) is ``/v2.1/servers``,
-    and the project id is checked against the caller's once authenticated.
+    and the project id is checked against the caller's once authenticated;
+    ``collections`` tell a project id (never one of them) from a collection.
     """
     path = req.path
     if path.startswith(LEGACY_PREFIX + "/"):
@@ -267,7 +266,7 @@ def _route_path(req: falcon.Request) -> None:
         req.context.legacy_v2 = True
     if path.startswith(PREFIX + "/"):
         parts = path[len(PREFIX) + 1 :].split("/", 2)
-        if len(parts) > 1 and parts[0] not in COLLECTIONS and parts[1] in COLLECTIONS:
+        if len(parts) > 1 and parts[0] not in collections and parts[1] in collections:
             req.context.url_project_id = parts[0]
             path = f"{PREFIX}/{'/'.join(parts[1:])}"
     req.path = path

@@ -13,8 +13,8 @@ from typing import Any
 
 import falcon
 
-from qsched.api import Handler, context_of, usage_time
-from qsched.api.hypervisors import refuse_unknown
+from qsched.api import Handler, context_of, microversion, usage_time
+from qsched.api.query import refuse_unknown
 from qsched.compute import ComputeAPI
 from qsched.services import ServiceView
 from qsched.zones import Zone, ZoneAPI
@@ -31,7 +31,7 @@ class AvailabilityZones(_Handler):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         zones = self.zones.list(context_of(req))
-        refuse_unknown(req, ())
+        refuse_unknown(req, (), since=microversion.MIN)
         resp.media = {"availabilityZoneInfo": [zone_of(zone) for zone in zones]}
 
 
@@ -40,7 +40,7 @@ class AvailabilityZonesDetail(_Handler):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         zones = self.zones.detail(context_of(req))
-        refuse_unknown(req, ())
+        refuse_unknown(req, (), since=microversion.MIN)
         resp.media = {"availabilityZoneInfo": [zone_of(zone) for zone in zones]}
 
 

@@ -16,6 +16,7 @@ import falcon
 
 from qsched import exception
 from qsched.api import PREFIX, Handler, context_of, links, microversion, read_json, schemas
+from qsched.api.query import refuse_unknown
 from qsched.flavors import SORT_KEYS, UNRECORDED_SORT_KEYS, Flavor, FlavorQuery
 
 _QUERY_KEYS = frozenset(
@@ -196,14 +197,7 @@ def list_query(req: falcon.Request, admin: bool) -> FlavorQuery:
     :raises Invalid: a malformed value, a sort key qsched does not record, or
         (2.75+) a parameter the listing does not know.
     """
-    if microversion.at_least(req, (2, 75)):
-        unknown = sorted(set(req.params) - _QUERY_KEYS)
-        if unknown:
-            raise exception.Invalid(
-                message="Invalid input for query parameters. Additional properties are "
-                f"not allowed ({', '.join(map(repr, unknown))} "
-                f"{'was' if len(unknown) == 1 else 'were'} unexpected)"
-            )
+    refuse_unknown(req, _QUERY_KEYS)
     limit = _param(req, "limit")
     sort_key = _param(req, "sort_key") or "flavorid"
     sort_dir = _param(req, "sort_dir") or "asc"

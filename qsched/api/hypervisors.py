@@ -21,6 +21,7 @@ import falcon
 from qsched import exception
 from qsched.api import PREFIX, Handler, context_of, microversion, schemas
 from qsched.api.microversion import Version
+from qsched.api.query import refuse_unknown
 from qsched.compute import ComputeAPI
 from qsched.hypervisors import (
     HYPERVISOR_TYPE,
@@ -60,7 +61,7 @@ class _Listing(_Handler):
         allowed: tuple[str, ...] = ("limit", "marker") if version >= PAGING else ()
         if version >= UUID_IDS:
             allowed += ("hypervisor_hostname_pattern", "with_servers")
-        refuse_unknown(req, allowed)
+        refuse_unknown(req, allowed, since=microversion.MIN)
         with_servers = query_bool(req, "with_servers")
         pattern = _single(req, "hypervisor_hostname_pattern")
         size = None  # a page's size: links only for a full page
@@ -110,7 +111,8 @@ class HypervisorItem(_Handler):
     def on_get(self, req: falcon.Request, resp: falcon.Response, hypervisor_id: str) -> None:
         version = microversion.current(req)
         self.authorize(req, hypervisors_policy.SHOW)
-        refuse_unknown(req, ("with_servers",) if version >= UUID_IDS else ())
+        allowed = ("with_servers",) if version >= UUID_IDS else ()
+        refuse_unknown(req, allowed, since=microversion.MIN)
         with_servers = query_bool(req, "with_servers")
         view = self.hypervisors.get(reference(hypervisor_id, version), with_servers)
         resp.media = {"hypervisor": view_of(view, version, True, with_servers)}
@@ -124,7 +126,7 @@ class HypervisorUptime(_Handler):
     def on_get(self, req: falcon.Request, resp: falcon.Response, hypervisor_id: str) -> None:
         version = microversion.current(req)
         self.authorize(req, hypervisors_policy.UPTIME)
-        refuse_unknown(req, ())
+        refuse_unknown(req, (), since=microversion.MIN)
         self.hypervisors.get(reference(hypervisor_id, version))
         raise falcon.HTTPNotImplemented(
             description="Virt driver does not implement uptime function."
@@ -151,7 +153,7 @@ class HypervisorStatistics(_Handler):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         self.authorize(req, hypervisors_policy.STATISTICS)
-        refuse_unknown(req, ())
+        refuse_unknown(req, (), since=microversion.MIN)
         resp.media = {"hypervisor_statistics": statistics_of(self.hypervisors.statistics())}
 
 
@@ -167,7 +169,7 @@ class _PatternRoute(_Handler):
         if version >= UUID_IDS:
             raise falcon.HTTPNotFound()  # Nova's 404 for a route a version removed
         self.authorize(req, self.rule)
-        refuse_unknown(req, ())
+        refuse_unknown(req, (), since=microversion.MIN)
         found = self.hypervisors.search(pattern, self.with_servers)
         resp.media = {"hypervisors": [view_of(v, version, False, False) for v in found]}
         if self.with_servers:
@@ -188,16 +190,6 @@ class HypervisorServers(_PatternRoute):
 
 
 # -- query parameters --
-
-
-def refuse_unknown(req: falcon.Request, allowed: tuple[str, ...]) -> None:
-    """:raises Invalid: a query parameter this version does not define."""
-    unknown = sorted(set(req.params) - set(allowed))
-    if unknown:
-        raise exception.Invalid(
-            message=f"Invalid input for query parameters {unknown[0]}. Additional "
-            f"properties are not allowed ({', '.join(map(repr, unknown))} were unexpected)."
-        )
 
 
 def _single(req: falcon.Request, name: str) -> str | None:

@@ -18,7 +18,7 @@ import falcon
 
 from qsched import exception
 from qsched.api import PREFIX, Handler, context_of, microversion, read_json, schemas, usage_time
-from qsched.keypairs import printable
+from qsched.api.query import refuse_unknown
 from qsched.ledger.keypairs import SSH, Keypair
 
 #: the query parameters each call reads, and the microversion each needs
@@ -84,17 +84,12 @@ def _query(req: falcon.Request, known: dict[str, tuple[int, int]]) -> dict[str, 
 
     :raises Invalid: one of a later microversion; from 2.75 any other parameter.
     """
+    refuse_unknown(req, known)
     version = microversion.current(req)
     found: dict[str, str] = {}
     for name in req.params:
         since = known.get(name)
         if since is None:
-            if version >= (2, 75):
-                shown = printable(name)
-                raise exception.Invalid(
-                    message=f"Invalid input for query parameters {shown}. Additional "
-                    f"properties are not allowed ('{shown}' was unexpected)."
-                )
             continue  # Nova ignores other parameters before 2.75
         if version < since:
             raise exception.Invalid(

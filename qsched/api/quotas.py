@@ -19,8 +19,8 @@ from typing import Any
 
 import falcon
 
-from qsched import exception
 from qsched.api import Handler, context_of, microversion, read_json, schemas
+from qsched.api.query import refuse_unknown
 from qsched.quotas import NETWORK, PerUserQuotasUnsupported, QuotaUsage
 
 #: Nova's names in ``limits.absolute`` for each quota (views/limits.py)
@@ -41,7 +41,6 @@ USED = {
     "totalServerGroupsUsed": "server_groups",
 }  # fmt: skip
 FILES = ("injected_files", "injected_file_content_bytes", "injected_file_path_bytes")
-STRICT_QUERY = (2, 75)  # Nova refuses unknown query parameters from here
 
 
 class Limits(Handler):
@@ -52,7 +51,7 @@ class Limits(Handler):
         # reserved: Nova's api-ref documents it (include reserved resources in the
         # totals); nothing is ever reserved here (nor in Nova since Pike), so the totals
         # are the same either way. OSC always sends it.
-        _check_query(req, ("tenant_id", "reserved"))
+        refuse_unknown(req, ("tenant_id", "reserved"))
         quotas = self.compute.quotas.absolute(context_of(req), req.get_param("tenant_id"))
         resp.media = {"limits": {"rate": [], "absolute": absolute_view(quotas, version)}}
 
@@ -61,14 +60,14 @@ class QuotaSet(Handler):
     """``/v2.1/os-quota-sets/{project_id}``: show, update, and delete (back to defaults)."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, project_id: str) -> None:
-        _check_query(req, ("user_id",))
+        refuse_unknown(req, ("user_id",))
         _refuse_user(req)
         limits = self.compute.quotas.show(context_of(req), project_id)
         resp.media = {"quota_set": {"id": project_id, **_shown(limits, req)}}
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, project_id: str) -> None:
         version = microversion.current(req)
-        _check_query(req, ("user_id",))
+        refuse_unknown(req, ("user_id",))
         _refuse_user(req)
         validator = next(v for since, v in schemas.QUOTA_SET_UPDATE if version >= since)
         body = dict(schemas.validate(validator, read_json(req, self.max_body))["quota_set"])
@@ -78,7 +77,7 @@ class QuotaSet(Handler):
         resp.media = {"quota_set": _shown(limits, req)}  # no id, as Nova's
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, project_id: str) -> None:
-        _check_query(req, ("user_id",))
+        refuse_unknown(req, ("user_id",))
         _refuse_user(req)
         self.compute.quotas.revert(context_of(req), project_id)
         resp.status = falcon.HTTP_202  # Nova's, though nothing is left to wait for
@@ -88,7 +87,7 @@ class QuotaSetDetail(Handler):
     """``/v2.1/os-quota-sets/{project_id}/detail``: each quota's limit, in_use, reserved."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, project_id: str) -> None:
-        _check_query(req, ("user_id",))
+        refuse_unknown(req, ("user_id",))
         _refuse_user(req)
         quotas = self.compute.quotas.detail(context_of(req), project_id)
         detail = {name: _usage(q) for name, q in _shown(quotas, req).items()}
@@ -179,21 +178,3 @@ def _refuse_user(req: falcon.Request) -> None:
     """Nova's per-user quotas (``?user_id=``) are not kept here: refused, not ignored."""
     if req.get_param("user_id") is not None:
         raise PerUserQuotasUnsupported()
-
-
-def _check_query(req: falcon.Request, known: Iterable[str]) -> None:
-    """From 2.75, as Nova: a query parameter the route does not read is a 400; before,
-    Nova ignores them, and so does qsched (older clients rely on it).
-
-    :raises Invalid: an unknown parameter at 2.75 or later.
-    """
-    if microversion.current(req) < STRICT_QUERY:
-        return
-    unknown = sorted(set(req.params) - set(known))
-    if unknown:
-        listed = ", ".join(repr(name) for name in unknown)
-        raise exception.Invalid(
-            message=f"Invalid input for query parameters {unknown[0]!r}. Value: "
-            f"{req.params[unknown[0]]!r}. Additional properties are not allowed "
-            f"({listed} {'was' if len(unknown) == 1 else 'were'} unexpected)"
-        )

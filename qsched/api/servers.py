@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 import falcon
 
-from qsched import exception
+from qsched import exception, server_list
 from qsched.api import (
     PREFIX,
     Handler,
@@ -25,6 +25,7 @@ from qsched.api import (
     schemas,
     usage_time,
 )
+from qsched.api.query import refuse_unknown
 from qsched.compute import ComputeAPI
 from qsched.context import RequestContext
 from qsched.host_rules import HostRequest
@@ -65,11 +66,10 @@ class Servers(_Handler):
     """``/v2.1/servers``: list (id, name, links) and boot."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        limit = list_limit(req)
+        params, limit = list_query(req)
         found = self.compute.list(
-            context_of(req), params=list_params(req), version=microversion.current(req),
-            limit=limit,
-        )  # fmt: skip
+            context_of(req), params=params, version=microversion.current(req), limit=limit
+        )
         base = self.base(req)
         resp.media = {"servers": [brief(i, base) for i in found]}
         self.next_link(req, resp, found, limit, "/servers")
@@ -119,11 +119,9 @@ class ServersDetail(_Handler):
     """``/v2.1/servers/detail``: the project's servers in full."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        context, limit = context_of(req), list_limit(req)
+        context, (params, limit) = context_of(req), list_query(req)
         version = microversion.current(req)
-        found = self.compute.list(
-            context, detail=True, params=list_params(req), version=version, limit=limit
-        )
+        found = self.compute.list(context, detail=True, params=params, version=version, limit=limit)
         base, hosts = self.base(req), self.compute.shows_host(context)
         shown = Shown.of(self.compute, context, version, listed=True)
         resp.media = {"servers": [detail(i, context, base, hosts, shown) for i in found]}
@@ -220,6 +218,19 @@ def scheduler_hints(body: dict[str, Any]) -> Hints:
         str(group[0] if isinstance(group, list) else group) if group is not None else None,
         servers["same_host"], servers["different_host"],
     )  # fmt: skip
+
+
+def list_query(req: falcon.Request) -> tuple[dict[str, list[str]], int | None]:
+    """The list's query (:func:`list_params`) and its ``limit`` (:func:`list_limit`).
+
+    :raises Invalid: a ``limit`` that is not a whole number; from 2.75 a parameter
+        the list does not read (one starting with ``_`` goes on to the list, which
+        refuses it or drops it).
+    """
+    limit = list_limit(req)
+    internal = [name for name in req.params if name.startswith("_")]
+    refuse_unknown(req, [*server_list.PARAMETERS, *internal])
+    return list_params(req), limit
 
 
 def list_params(req: falcon.Request) -> dict[str, list[str]]:

@@ -19,6 +19,7 @@ import falcon
 from qsched import exception
 from qsched.api import Handler, context_of, microversion, read_json, schemas, usage_time
 from qsched.api.microversion import Version
+from qsched.api.query import refuse_unknown
 from qsched.compute import ComputeAPI
 from qsched.services import Change, ServiceAPI, ServiceView
 from qsched.zones import aggregate_zones
@@ -43,12 +44,7 @@ class Services(_Handler):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         version = self.version(req)
-        unknown = sorted(set(req.params) - set(_QUERY))
-        if unknown:
-            raise exception.Invalid(
-                message=f"Invalid input for query parameters {unknown[0]}. Additional "
-                f"properties are not allowed ({', '.join(map(repr, unknown))} were unexpected)."
-            )
+        refuse_unknown(req, _QUERY, since=microversion.MIN)
         found = self.services.list(context_of(req), req.get_param("host"), req.get_param("binary"))
         zones = aggregate_zones(self.compute.aggregates.index())
         resp.media = {"services": [detail(v, version, zones.get(v.service.host)) for v in found]}
