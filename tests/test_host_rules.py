@@ -14,7 +14,6 @@ import dataclasses
 import json
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 
@@ -31,16 +30,7 @@ from qsched.scheduling.records import record_for, request_for
 from tests.raw import redis_store
 from tests.test_group_ledger import claim
 from tests.test_ledger_contract import make_provider, new_uuid
-from tests.test_server_groups import (
-    CELLS,
-    OWNER,
-    SMALL,
-    Cell,
-    _urls,
-    close_cell,
-    hosts_of,
-    open_cell,
-)
+from tests.test_server_groups import OWNER, SMALL, Cell, hosts_of, narrow  # noqa: F401
 
 ADMIN = RequestContext.for_project("sg-admin", "sg-project", roles=("admin", "member", "reader"))
 
@@ -148,89 +138,82 @@ def test_the_audit_finds_a_server_its_rule_forbids(stores, hosts) -> None:
 # -- the front door makes it --
 
 
-@pytest.fixture(params=CELLS)
-def cell(request: pytest.FixtureRequest) -> Iterator[Cell]:
-    """3 hosts of 2 VCPUs, with real agents."""
-    transport, ledger = _urls(request)
-    made = open_cell(transport, ledger, 3, vcpus=2)
-    yield made
-    close_cell(made, transport)
-
-
 def boot(cell: Cell, name: str, context: RequestContext = OWNER, **hosts) -> str:
     found = cell.api.boot_many(context, name, SMALL.name, hosts=HostRequest(**hosts))
     return found.instances[0].uuid
 
 
-def test_same_host_lands_with_its_server_and_ends_at_once_when_that_host_is_full(cell) -> None:
-    first = boot(cell, "a")
-    host = cell.settle([first])[first].host
-    second = boot(cell, "b", same_host=(first,))
-    record = cell.settle([second])[second]
+def test_same_host_lands_with_its_server_and_ends_at_once_when_that_host_is_full(
+    narrow: Cell,  # noqa: F811
+) -> None:
+    first = boot(narrow, "a")
+    host = narrow.settle([first])[first].host
+    second = boot(narrow, "b", same_host=(first,))
+    record = narrow.settle([second])[second]
     assert record.host == host and record.hosts == HostRule(only=(host,))
     # sent to that host's own queue: claimed at its first delivery
-    assert [e.event for e in cell.stores.instances.events(second)][:2] == ["accepted", "claimed"]
-    third = boot(cell, "c", same_host=(first, second))  # the host is full (2 VCPUs)
-    ended = cell.settle([third], timeout_s=15)[third]
+    assert [e.event for e in narrow.stores.instances.events(second)][:2] == ["accepted", "claimed"]
+    third = boot(narrow, "c", same_host=(first, second))  # the host is full (2 VCPUs)
+    ended = narrow.settle([third], timeout_s=15)[third]
     assert (ended.state, ended.fault["message"]) == (State.ERROR, NO_VALID_HOST)
     assert ended.fault["details"]["reason"] == "host rule"
-    assert all(e.host in (None, host) for e in cell.stores.instances.events(third))
-    cell.delete_all([first, second, third])
+    assert all(e.host in (None, host) for e in narrow.stores.instances.events(third))
+    narrow.delete_all([first, second, third])
 
 
-def test_same_host_of_servers_on_no_host_ends_at_once(cell) -> None:
+def test_same_host_of_servers_on_no_host_ends_at_once(narrow: Cell) -> None:  # noqa: F811
     other_project = RequestContext.for_project("someone", "elsewhere")
-    cell.stores.quota.set_limits("elsewhere", instances=-1, cores=-1, ram_mb=-1)
-    theirs = boot(cell, "theirs", other_project)
-    cell.settle([theirs])
+    narrow.stores.quota.set_limits("elsewhere", instances=-1, cores=-1, ram_mb=-1)
+    theirs = boot(narrow, "theirs", other_project)
+    narrow.settle([theirs])
     # unknown, and another project's (a member may not learn where it runs)
     for named in ((str(uuid.uuid4()),), (theirs,)):
-        ended = cell.settle([boot(cell, "lost", same_host=named)])
+        ended = narrow.settle([boot(narrow, "lost", same_host=named)])
         (record,) = ended.values()
         assert record.state == State.ERROR
         assert record.fault["details"] == {
             "filter": "host rule", "reason": "no server of same_host is on a host"
         }  # fmt: skip
-    cell.api.delete(other_project, theirs)
+    narrow.api.delete(other_project, theirs)
 
 
-def test_different_host_never_lands_on_its_servers_host(cell) -> None:
+def test_different_host_never_lands_on_its_servers_host(narrow: Cell) -> None:  # noqa: F811
     """Four boots at once fill the other two hosts; a fifth waits for its deadline
     rather than take the room left beside the server it must avoid."""
-    first = boot(cell, "a")
-    host = cell.settle([first])[first].host
-    apart = [boot(cell, f"d{i}", different_host=(first,)) for i in range(4)]
-    records = cell.settle(apart)
+    first = boot(narrow, "a")
+    host = narrow.settle([first])[first].host
+    apart = [boot(narrow, f"d{i}", different_host=(first,)) for i in range(4)]
+    records = narrow.settle(apart)
     assert Counter(r.state for r in records.values()) == {State.ACTIVE: 4}
     assert host not in hosts_of(records) and len(hosts_of(records)) == 2
-    cell.api.scheduler = cell.api.scheduler.replace(build_timeout_s=3)
+    narrow.api.scheduler = narrow.api.scheduler.replace(build_timeout_s=3)
     try:
-        fifth = boot(cell, "d5", different_host=(first,))
+        fifth = boot(narrow, "d5", different_host=(first,))
     finally:
-        cell.api.scheduler = cell.api.scheduler.replace(build_timeout_s=60)
-    ended = cell.settle([fifth], timeout_s=30)[fifth]
+        narrow.api.scheduler = narrow.api.scheduler.replace(build_timeout_s=60)
+    ended = narrow.settle([fifth], timeout_s=30)[fifth]
     assert (ended.state, ended.host) == (State.ERROR, None)
-    events = cell.stores.instances.events(fifth)
+    events = narrow.stores.instances.events(fifth)
     refused = [e for e in events if e.detail.get("kind") == "host_rule"]
     assert refused and {e.host for e in refused} == {host}
-    why = queries.diagnose(cell.stores, fifth, now=0.0, max_attempts=3)
+    why = queries.diagnose(narrow.stores, fifth, now=0.0, max_attempts=3)
     assert "must not share a host with (different_host)" in why.verdict, why.verdict
-    cell.delete_all([first, fifth, *apart])
+    narrow.delete_all([first, fifth, *apart])
 
 
-def test_the_claim_keeps_a_rule_the_request_lost(cell) -> None:
+def test_the_claim_keeps_a_rule_the_request_lost(narrow: Cell) -> None:  # noqa: F811
     """A request published without its rule (an older front door): the claim still
     refuses other hosts, and the agent forwards it to the host of the rule."""
-    first = boot(cell, "a")
-    host = cell.settle([first])[first].host
-    cell.api.bus, real_bus = _Stripping(cell.bus), cell.api.bus
+    first = boot(narrow, "a")
+    host = narrow.settle([first])[first].host
+    narrow.api.bus, real_bus = _Stripping(narrow.bus), narrow.api.bus
     try:
-        second = boot(cell, "b", same_host=(first,))
+        second = boot(narrow, "b", same_host=(first,))
     finally:
-        cell.api.bus = real_bus
-    record = cell.settle([second])[second]
+        narrow.api.bus = real_bus
+    record = narrow.settle([second])[second]
     assert record.state == State.ACTIVE and record.host == host
-    cell.delete_all([first, second])
+    narrow.delete_all([first, second])
 
 
 class _Stripping:
@@ -253,27 +236,27 @@ def _bare(request: BootRequest) -> BootRequest:
     return dataclasses.replace(request, only_hosts=(), never_hosts=(), requested_node=None)
 
 
-def test_an_admin_boots_on_a_host_or_a_node_and_a_full_one_ends_at_once(cell) -> None:
-    target = cell.agents[1].host
-    (node,) = cell.agents[1].index.names()[0]  # the fake driver's one node: <host>-0
-    placed = [boot(cell, "h", ADMIN, host=target), boot(cell, "n", ADMIN, node=node)]
-    records = cell.settle(placed)
+def test_an_admin_boots_on_a_host_or_a_node_and_a_full_one_ends_at_once(narrow: Cell) -> None:  # noqa: F811
+    target = narrow.agents[1].host
+    (node,) = narrow.agents[1].index.names()[0]  # the fake driver's one node: <host>-0
+    placed = [boot(narrow, "h", ADMIN, host=target), boot(narrow, "n", ADMIN, node=node)]
+    records = narrow.settle(placed)
     assert {(r.host, r.node) for r in records.values()} == {(target, node)}
     assert records[placed[1]].hosts == HostRule(only=(target,), node=node)
-    full = boot(cell, "h3", ADMIN, host=target)
-    ended = cell.settle([full], timeout_s=15)[full]
+    full = boot(narrow, "h3", ADMIN, host=target)
+    ended = narrow.settle([full], timeout_s=15)[full]
     assert (ended.state, ended.fault["details"]["reason"]) == (State.ERROR, "host rule")
-    cell.delete_all([*placed, full])
+    narrow.delete_all([*placed, full])
 
 
-def test_a_requested_destination_is_checked_before_anything_is_held(cell) -> None:
+def test_a_requested_destination_is_checked_before_anything_is_held(narrow: Cell) -> None:  # noqa: F811
     with pytest.raises(exception.Forbidden, match="requested_destination"):
-        boot(cell, "x", OWNER, host=cell.agents[0].host)
+        boot(narrow, "x", OWNER, host=narrow.agents[0].host)
     with pytest.raises(RequestedHostNotFound, match="Compute host nowhere could not be found"):
-        boot(cell, "x", ADMIN, host="nowhere")
+        boot(narrow, "x", ADMIN, host="nowhere")
     with pytest.raises(RequestedHostNotFound, match="Compute host nonode could not be found"):
-        boot(cell, "x", ADMIN, node="nonode")
+        boot(narrow, "x", ADMIN, node="nonode")
     too_many = tuple(str(uuid.uuid4()) for _ in range(MAX_NAMED_SERVERS + 1))
     with pytest.raises(exception.Invalid, match="at most 1000 may be named"):
-        boot(cell, "x", different_host=too_many)
-    assert cell.stores.quota.get_usage(OWNER.project_id).instances == 0
+        boot(narrow, "x", different_host=too_many)
+    assert narrow.stores.quota.get_usage(OWNER.project_id).instances == 0
