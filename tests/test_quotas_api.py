@@ -12,7 +12,6 @@ import json
 import threading
 from typing import Any
 
-import falcon.testing
 import pytest
 
 from qsched import exception
@@ -22,8 +21,20 @@ from qsched.ledger.base import QUOTA_LIMITS
 from qsched.policy import Policy
 from qsched.quotas import QuotaAPI
 from tests.samples import samples_dir
-from tests.test_api import ADMIN, OTHER, USER, fault, post_server, server_body
-from tests.test_compute import RecordingBus, make_app
+from tests.test_api import (
+    ADMIN,
+    OTHER,
+    USER,
+    app,
+    at,
+    bus,
+    client,
+    fault,
+    post_server,
+    server_body,
+)
+
+__all__ = ["app", "bus", "client"]  # fixtures, see tests.test_api
 
 READER = {"X-Auth-Token": "carol:pa", "X-Roles": "reader"}
 NETWORK_LIMITS = {"maxTotalFloatingIps", "maxSecurityGroups", "maxSecurityGroupRules",
@@ -50,20 +61,6 @@ DEFAULTS_21 = {
     "metadata_items": 128, "ram": 51200, "security_group_rules": -1, "security_groups": -1,
     "server_groups": 10, "server_group_members": 10,
 }  # fmt: skip
-
-
-def at(version: str, headers: dict[str, str] = USER) -> dict[str, str]:
-    return {**headers, "OpenStack-API-Version": f"compute {version}"}
-
-
-@pytest.fixture
-def bus() -> RecordingBus:
-    return RecordingBus()
-
-
-@pytest.fixture
-def client(conf, stores: Stores, bus: RecordingBus) -> falcon.testing.TestClient:
-    return falcon.testing.TestClient(make_app(conf, stores, bus))
 
 
 def limits(client, headers=USER, query: str | None = None) -> dict[str, Any]:

@@ -350,7 +350,8 @@ def test_action_requests_round_trip_and_refuse_bad_fields() -> None:
 
 @pytest.fixture
 def rbus() -> RecordingBus:
-    """The bus of the HTTP tests: what the API published, read back."""
+    """The bus of the HTTP tests: what the API published, read back. Not tests.test_api's
+    ``bus``: here that name is the conftest's, which the agents of the other tests use."""
     return RecordingBus()
 
 
