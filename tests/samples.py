@@ -7,10 +7,12 @@ missing package is an error, elsewhere the tests that read the samples skip.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -76,29 +78,74 @@ def shape(text: str) -> Any:
     return json.loads(PLACEHOLDER.sub(lambda m: _BARE.get(m.group(1), "0"), quoted))
 
 
-def mismatches(ours: Any, sample: Any, where: str = "") -> list[str]:
-    """Where ``ours`` lacks a key of ``sample`` or holds another JSON type."""
-    if sample is None or (ours is None and where.rsplit(".", 1)[-1] in NULLABLE):
-        return []
-    if isinstance(sample, dict):
+def mismatches(
+    ours: Any,
+    sample: Any,
+    where: str = "",
+    *,
+    exact: bool = False,
+    optional: Collection[str] = (),
+    nullable: Collection[str] = NULLABLE,
+) -> list[str]:
+    """Where ``ours`` lacks a key of ``sample`` or holds another JSON type.
+
+    ``exact``: also where it holds a key the sample lacks, a value of another type than
+    the sample's (an int where the sample has a float), any item of a list (not only
+    the first) unlike the sample's first, or no item where the sample shows some.
+    ``optional``: keys it may leave out; ``nullable``: keys it may leave null. The
+    values of :data:`DATA_MAPS` are never compared.
+    """
+    return _Comparison(exact, frozenset(optional), frozenset(nullable)).of(ours, sample, where)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Comparison:
+    """How :func:`mismatches` compares; ``of`` walks the sample."""
+
+    exact: bool
+    optional: frozenset[str]
+    nullable: frozenset[str]
+
+    def of(self, ours: Any, sample: Any, where: str) -> list[str]:
+        if sample is None or (ours is None and where.rsplit(".", 1)[-1] in self.nullable):
+            return []
+        if isinstance(sample, dict):
+            return self.of_object(ours, sample, where)
+        if isinstance(sample, list):
+            return self.of_list(ours, sample, where)
+        return self.of_value(ours, sample, where)
+
+    def of_object(self, ours: Any, sample: dict[str, Any], where: str) -> list[str]:
         if not isinstance(ours, dict):
             return [f"{where or '.'}: {type(ours).__name__}, not an object"]
         if where.rsplit(".", 1)[-1] in DATA_MAPS:
             return []
         found = []
         for key, value in sample.items():
-            if key not in ours:
+            if key in ours:
+                found.extend(self.of(ours[key], value, f"{where}.{key}"))
+            elif key not in self.optional:
                 found.append(f"{where}.{key}: missing")
-            else:
-                found.extend(mismatches(ours[key], value, f"{where}.{key}"))
+        if self.exact:
+            found.extend(f"{where}.{key}: not in the sample" for key in ours if key not in sample)
         return found
-    if isinstance(sample, list):
+
+    def of_list(self, ours: Any, sample: list[Any], where: str) -> list[str]:
         if not isinstance(ours, list):
             return [f"{where}: {type(ours).__name__}, not a list"]
-        if ours and sample:
-            return mismatches(ours[0], sample[0], f"{where}[0]")
-        return []
-    kinds = {bool: (bool,), int: (int, float), float: (int, float), str: (str,)}[type(sample)]
-    if isinstance(ours, kinds) and (isinstance(ours, bool) == isinstance(sample, bool)):
-        return []
-    return [f"{where}: {ours!r} is not like the sample's {sample!r}"]
+        if not sample:
+            return []
+        if not self.exact:
+            return self.of(ours[0], sample[0], f"{where}[0]") if ours else []
+        if not ours:
+            return [f"{where}: empty, the sample's is not"]
+        return [m for n, item in enumerate(ours) for m in self.of(item, sample[0], f"{where}[{n}]")]
+
+    def of_value(self, ours: Any, sample: Any, where: str) -> list[str]:
+        if self.exact:
+            alike = type(ours) is type(sample)
+        else:
+            kinds = {bool: (bool,), int: (int, float), float: (int, float), str: (str,)}
+            alike = isinstance(ours, kinds[type(sample)])
+            alike = alike and isinstance(ours, bool) == isinstance(sample, bool)
+        return [] if alike else [f"{where}: {ours!r} is not like the sample's {sample!r}"]

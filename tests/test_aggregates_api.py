@@ -5,19 +5,15 @@ from __future__ import annotations
 import json
 import uuid
 
-import falcon.testing
 import pytest
 
 from qsched.ledger import Stores
-from tests.test_compute import RecordingBus, make_app
+from tests.test_api import app, at, bus, client
+
+__all__ = ["app", "bus", "client"]  # fixtures, see tests.test_api
 
 ADMIN = {"X-Auth-Token": "admin"}
 MEMBER = {"X-Auth-Token": "alice:pa"}
-
-
-@pytest.fixture
-def client(conf, stores: Stores) -> falcon.testing.TestClient:
-    return falcon.testing.TestClient(make_app(conf, stores, RecordingBus()))
 
 
 def call(client, method: str, path: str, body=None, headers=ADMIN):
@@ -44,9 +40,8 @@ def test_create_answers_as_novas_sample(client) -> None:
 def test_the_uuid_comes_with_2_41(client) -> None:
     made = create(client)
     assert "uuid" not in call(client, "GET", f"/{made['id']}").json["aggregate"]
-    at = {**ADMIN, "OpenStack-API-Version": "compute 2.41"}
-    shown = call(client, "GET", f"/{made['id']}", headers=at).json["aggregate"]
-    listed = call(client, "GET", "", headers=at).json["aggregates"]
+    shown = call(client, "GET", f"/{made['id']}", headers=at("2.41", ADMIN)).json["aggregate"]
+    listed = call(client, "GET", "", headers=at("2.41", ADMIN)).json["aggregates"]
     assert uuid.UUID(shown["uuid"]) and listed[0]["uuid"] == shown["uuid"]
 
 

@@ -19,7 +19,12 @@ from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, TaskState, Usage
 from tests.raw import redis_store
-from tests.test_compute import RecordingBus, make_app, place
+from tests.test_compute import RecordingBus, bus, make_app, place
+
+#: The fixtures of the API's tests: a module imports all three and names them in its
+#: ``__all__`` (so its tests' arguments do not read as redefining unused imports). ``bus``
+#: is tests.test_compute's RecordingBus, which the tests read back.
+__all__ = ["app", "bus", "client"]
 
 USER = {"X-Auth-Token": "alice:pa"}
 OTHER = {"X-Auth-Token": "bob:pb"}
@@ -28,18 +33,19 @@ IMAGE = "c9a4b3f2-3f4e-4bb5-9a55-0c1e62c1c0de"
 
 
 @pytest.fixture
-def bus() -> RecordingBus:
-    return RecordingBus()
-
-
-@pytest.fixture
 def app(conf, stores: Stores, bus: RecordingBus) -> falcon.App:
+    """The API on ``stores`` and the recording ``bus`` (:func:`make_app`: the test flavors)."""
     return make_app(conf, stores, bus)
 
 
 @pytest.fixture
 def client(app: falcon.App) -> falcon.testing.TestClient:
     return falcon.testing.TestClient(app)
+
+
+def at(version: str, headers: dict[str, str] = USER) -> dict[str, str]:
+    """``headers`` asking for compute microversion ``version``."""
+    return {**headers, "OpenStack-API-Version": f"compute {version}"}
 
 
 def server_body(**fields: Any) -> dict[str, Any]:
@@ -99,9 +105,8 @@ class TestBoot:
         assert stores.quota.get_usage("pa") == Usage(1, 1, 2048)
 
     def test_novaclient_defaults_are_accepted(self, client, bus) -> None:
-        v237 = {**USER, "OpenStack-API-Version": "compute 2.37"}
         result = post_server(
-            client, v237, min_count=1, max_count="1", networks="auto", flavorRef="large-id"
+            client, at("2.37"), min_count=1, max_count="1", networks="auto", flavorRef="large-id"
         )
         assert result.status_code == 202 and bus.boots[0].flavor["name"] == "m1.large"
 

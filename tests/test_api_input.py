@@ -29,6 +29,7 @@ FLAVOR = {"name": "f1", "ram": 512, "vcpus": 1, "disk": 0}
 
 @pytest.fixture
 def app(conf, stores: Stores, bus) -> falcon.App:
+    """Not tests.test_api's: on the conftest's ``memory://`` bus, which encodes a boot."""
     return make_app(conf, stores, bus)
 
 

@@ -701,3 +701,27 @@ def test_the_comparison_catches_a_missing_key_and_a_wrong_type() -> None:
         ".server.progress: '0' is not like the sample's 0"
     ]
     assert mismatches({"server": {**good["server"], "progress": True}}, sample) != []
+
+
+def test_the_exact_comparison_catches_more_and_allows_what_it_is_told() -> None:
+    sample = shape('{"hypervisors": [{"id": "%(int:id)s", "ratio": 1.5, "servers": '
+                   '[{"uuid": "%(uuid)s"}], "metadata": {"k": "v"}}], "count": 0}')  # fmt: skip
+    row = {"id": 1, "ratio": 1.5, "servers": [{"uuid": "u"}], "metadata": {"a": 1}}
+    good = {"hypervisors": [row, {**row, "id": 2}], "count": 3}
+    assert mismatches(good, sample, exact=True) == []
+    odd = {**row, "ratio": 1, "servers": [], "extra": True}
+    assert mismatches({"hypervisors": [row, odd], "count": 3.0}, sample) == []
+    assert mismatches({"hypervisors": [row, odd], "count": 3.0}, sample, exact=True) == [
+        ".hypervisors[1].ratio: 1 is not like the sample's 1.5",
+        ".hypervisors[1].servers: empty, the sample's is not",
+        ".hypervisors[1].extra: not in the sample",
+        ".count: 3.0 is not like the sample's 0",
+    ]
+    bare = {"id": 3, "ratio": 0.5, "servers": None}
+    assert mismatches({"hypervisors": [bare], "count": 0}, sample, exact=True) == [
+        ".hypervisors[0].servers: NoneType, not a list",
+        ".hypervisors[0].metadata: missing",
+    ]
+    allowed = mismatches({"hypervisors": [bare], "count": 0}, sample, exact=True,
+                         optional={"metadata"}, nullable={"servers"})  # fmt: skip
+    assert allowed == []

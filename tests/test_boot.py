@@ -21,7 +21,7 @@ from qsched.ledger import Stores
 from qsched.ledger.base import Inventory, ProviderSpec
 from qsched.scheduling.records import BootDetails, ServerFields, details
 from tests.samples import samples_dir
-from tests.test_api import ADMIN, IMAGE, OTHER, USER, Snapshot, fault
+from tests.test_api import ADMIN, IMAGE, OTHER, USER, Snapshot, at, bus, fault
 from tests.test_compute import RecordingBus, make_app
 from tests.test_keypairs import NOVA_KEY
 
@@ -31,18 +31,13 @@ OSC_BDM = {"uuid": IMAGE, "boot_index": 0, "source_type": "image",
 USER_DATA = base64.b64encode(b"#!/bin/sh\necho hi\n").decode()
 ZONE = "us-west"
 
-
-def at(version: str, headers: dict[str, str] = USER) -> dict[str, str]:
-    return {**headers, "OpenStack-API-Version": f"compute {version}"}
-
-
-@pytest.fixture
-def bus() -> RecordingBus:
-    return RecordingBus()
+__all__ = ["bus"]  # a fixture, see tests.test_api
 
 
 @pytest.fixture
 def client(conf, stores: Stores, bus: RecordingBus) -> falcon.testing.TestClient:
+    """Not tests.test_api's: project pa has no limits and :data:`ZONE`, the samples'
+    availability zone, is known before the API starts."""
     stores.quota.set_limits("pa", instances=-1, cores=-1, ram_mb=-1)
     stores.agents.add_zone(ZONE)
     return falcon.testing.TestClient(make_app(conf, stores, bus))

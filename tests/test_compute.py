@@ -96,6 +96,7 @@ def configure(conf) -> None:
 
 @pytest.fixture
 def bus() -> RecordingBus:
+    """A bus that keeps what is published, for the test to read back."""
     return RecordingBus()
 
 

@@ -12,13 +12,9 @@ import pytest
 from qsched.bus.base import Names
 from qsched.flavors import Flavor, request_groups
 from tests.samples import SAMPLES, mismatches
-from tests.test_api import ADMIN, IMAGE, OTHER, USER, app, bus, client, fault
+from tests.test_api import ADMIN, IMAGE, OTHER, USER, app, at, bus, client, fault
 
-__all__ = ["app", "bus", "client"]
-
-
-def version(v: str, **headers: str) -> dict[str, str]:
-    return {**headers, "OpenStack-API-Version": f"compute {v}"}
+__all__ = ["app", "bus", "client"]  # fixtures, see tests.test_api
 
 
 def create(client, headers=ADMIN, **fields: Any):
@@ -103,9 +99,9 @@ class TestFlavorAccess:
     def test_public_flavor_refused_from_2_7(self, client) -> None:
         body = {"addTenantAccess": {"tenant": "pa"}}
         path = "/v2.1/flavors/m1.small/action"
-        late = client.simulate_post(path, json=body, headers=version("2.7", **ADMIN))
+        late = client.simulate_post(path, json=body, headers=at("2.7", ADMIN))
         assert fault(late, 409, "conflictingRequest") == "Can not add access to a public flavor."
-        early = client.simulate_post(path, json=body, headers=version("2.6", **ADMIN))
+        early = client.simulate_post(path, json=body, headers=at("2.6", ADMIN))
         assert early.status_code == 200, early.text
         assert early.json["flavor_access"] == [{"flavor_id": "m1.small", "tenant_id": "pa"}]
 
@@ -157,11 +153,11 @@ class TestUpdateAndViews:
         body = {"flavor": {"description": "small and cheap"}}
         early = client.simulate_put("/v2.1/flavors/m1.small", json=body, headers=ADMIN)
         fault(early, 404, "itemNotFound")
-        path, headers = "/v2.1/flavors/m1.small", version("2.55", **ADMIN)
+        path, headers = "/v2.1/flavors/m1.small", at("2.55", ADMIN)
         done = client.simulate_put(path, json=body, headers=headers)
         assert done.status_code == 200, done.text
         assert done.json["flavor"]["description"] == "small and cheap"
-        listed = client.simulate_get("/v2.1/flavors", headers=version("2.55", **USER))
+        listed = client.simulate_get("/v2.1/flavors", headers=at("2.55", USER))
         brief = next(f for f in listed.json["flavors"] if f["id"] == "m1.small")
         assert set(brief) == {"id", "name", "links", "description"}
         assert brief["description"] == "small and cheap"
@@ -172,7 +168,7 @@ class TestUpdateAndViews:
         for bad in ({"flavor": {}}, {"flavor": {"description": "x", "name": "y"}}, {"x": 1},
                     {"flavor": {"description": "bell\x07"}}):  # fmt: skip
             fault(client.simulate_put(path, json=bad, headers=headers), 400, "badRequest")
-        member = client.simulate_put(path, json=body, headers=version("2.55", **USER))
+        member = client.simulate_put(path, json=body, headers=at("2.55", USER))
         fault(member, 403, "forbidden")
         missing = client.simulate_put("/v2.1/flavors/nope", json=body, headers=headers)
         fault(missing, 404, "itemNotFound")
@@ -180,36 +176,36 @@ class TestUpdateAndViews:
     def test_create_with_novas_fields(self, client) -> None:
         fields = {"swap": 1024, "OS-FLV-EXT-DATA:ephemeral": 5, "rxtx_factor": 2.5,
                   "description": "with disks"}  # fmt: skip
-        created = create(client, headers=version("2.55", **ADMIN), **fields)
+        created = create(client, headers=at("2.55", ADMIN), **fields)
         assert created.status_code == 200, created.text
         flavor = created.json["flavor"]
         assert flavor["swap"] == 1024 and flavor["OS-FLV-EXT-DATA:ephemeral"] == 5
         assert flavor["rxtx_factor"] == 2.5 and flavor["description"] == "with disks"
         shown = client.simulate_get("/v2.1/flavors/p1", headers=USER).json["flavor"]
         assert shown["swap"] == 1024 and "description" not in shown
-        before = create(client, headers=version("2.54", **ADMIN), description="x", id="p2")
+        before = create(client, headers=at("2.54", ADMIN), description="x", id="p2")
         fault(before, 400, "badRequest")
 
     def test_swap_is_0_from_2_75(self, client) -> None:
         path = "/v2.1/flavors/m1.small"
-        assert client.simulate_get(path, headers=version("2.74", **USER)).json["flavor"][
+        assert client.simulate_get(path, headers=at("2.74", USER)).json["flavor"][
             "swap"
         ] == ""  # fmt: skip
-        assert client.simulate_get(path, headers=version("2.75", **USER)).json["flavor"][
+        assert client.simulate_get(path, headers=at("2.75", USER)).json["flavor"][
             "swap"
         ] == 0  # fmt: skip
 
     def test_extra_specs_in_views_from_2_61(self, client) -> None:
         path = "/v2.1/flavors/g1.gpu"
-        late = client.simulate_get(path, headers=version("2.61", **USER)).json["flavor"]
+        late = client.simulate_get(path, headers=at("2.61", USER)).json["flavor"]
         assert late["extra_specs"] == {
             "resources:CUSTOM_GPU": "1", "trait:CUSTOM_FAST": "required"
         }  # fmt: skip
-        early = client.simulate_get(path, headers=version("2.60", **USER)).json["flavor"]
+        early = client.simulate_get(path, headers=at("2.60", USER)).json["flavor"]
         assert "extra_specs" not in early
-        detail = client.simulate_get("/v2.1/flavors/detail", headers=version("2.61", **USER))
+        detail = client.simulate_get("/v2.1/flavors/detail", headers=at("2.61", USER))
         assert all("extra_specs" in f for f in detail.json["flavors"])
-        brief = client.simulate_get("/v2.1/flavors", headers=version("2.61", **USER))
+        brief = client.simulate_get("/v2.1/flavors", headers=at("2.61", USER))
         assert all("extra_specs" not in f for f in brief.json["flavors"])
 
     def test_nova_names_boot(self, client, bus) -> None:
@@ -319,8 +315,8 @@ class TestListings:
 
     def test_unknown_parameters_from_2_75(self, client) -> None:
         path = "/v2.1/flavors?color=red"
-        assert client.simulate_get(path, headers=version("2.74", **USER)).status_code == 200
-        late = client.simulate_get(path, headers=version("2.75", **USER))
+        assert client.simulate_get(path, headers=at("2.74", USER)).status_code == 200
+        late = client.simulate_get(path, headers=at("2.75", USER))
         assert "'color' was unexpected" in fault(late, 400, "badRequest")
 
 
@@ -347,28 +343,28 @@ def carries(expected: Any, found: Any) -> None:
 
 def headers_at(dirname: str) -> dict[str, str]:
     """The admin at the sample directory's microversion (``v2.55`` or none: 2.1)."""
-    return version(dirname[1:] if dirname else "2.1", **ADMIN)
+    return at(dirname[1:] if dirname else "2.1", ADMIN)
 
 
-@pytest.mark.parametrize("at", ["", "v2.55", "v2.61", "v2.75"])
-def test_flavor_manage_samples(client, at) -> None:
-    where = f"flavor-manage/{at}/" if at else "flavor-manage/"
-    headers = headers_at(at)
+@pytest.mark.parametrize("folder", ["", "v2.55", "v2.61", "v2.75"])
+def test_flavor_manage_samples(client, folder) -> None:
+    where = f"flavor-manage/{folder}/" if folder else "flavor-manage/"
+    headers = headers_at(folder)
     made = client.simulate_post(
         "/v2.1/flavors", json=sample(where + "flavor-create-post-req.json.tpl"), headers=headers
     )
     assert made.status_code == 200, made.text
     carries(sample(where + "flavor-create-post-resp.json.tpl"), made.json)
-    if at:
+    if folder:
         path, body = "/v2.1/flavors/10", sample(where + "flavor-update-req.json.tpl")
         updated = client.simulate_put(path, json=body, headers=headers)
         assert updated.status_code == 200, updated.text
         carries(sample(where + "flavor-update-resp.json.tpl"), updated.json)
 
 
-@pytest.mark.parametrize("at", ["", "v2.55", "v2.61", "v2.75"])
-def test_flavors_samples(client, at) -> None:
-    where, headers = (f"flavors/{at}/" if at else "flavors/"), headers_at(at)
+@pytest.mark.parametrize("folder", ["", "v2.55", "v2.61", "v2.75"])
+def test_flavors_samples(client, folder) -> None:
+    where, headers = (f"flavors/{folder}/" if folder else "flavors/"), headers_at(folder)
     body = {"flavor": {"name": "m1.small.description", "id": "10", "ram": 2048, "vcpus": 1,
                        "disk": 20, "extra_specs": {"hw:cpu_policy": "shared"}}}  # fmt: skip
     assert client.simulate_post("/v2.1/flavors", json=body, headers=ADMIN).status_code == 200
@@ -404,7 +400,7 @@ def test_flavor_access_samples(client) -> None:
     late = client.simulate_post(
         "/v2.1/flavors/11/action",
         json=sample("flavor-access/v2.7/flavor-access-add-tenant-req.json.tpl"),
-        headers=version("2.7", **ADMIN),
+        headers=at("2.7", ADMIN),
     )
     fault(late, 409, "conflictingRequest")
 
@@ -434,7 +430,7 @@ def test_grants_keep_classes_and_specs_drop_them(client, stores) -> None:
     assert "p1" in stores.agents.classes()
     assert action(client, "p1", "addTenantAccess", "pa").status_code == 200
     body = {"flavor": {"description": "d"}}
-    put = client.simulate_put("/v2.1/flavors/p1", json=body, headers=version("2.55", **ADMIN))
+    put = client.simulate_put("/v2.1/flavors/p1", json=body, headers=at("2.55", ADMIN))
     assert put.status_code == 200
     assert "p1" in stores.agents.classes()
     spec = {"hw:cpu_policy": "dedicated"}
@@ -446,10 +442,10 @@ def test_grants_keep_classes_and_specs_drop_them(client, stores) -> None:
 def test_configured_flavors_keep_the_grants_and_description(client, stores) -> None:
     body = {"addTenantAccess": {"tenant": "pa"}}
     path = "/v2.1/flavors/m1.small"
-    granted = client.simulate_post(f"{path}/action", json=body, headers=version("2.6", **ADMIN))
+    granted = client.simulate_post(f"{path}/action", json=body, headers=at("2.6", ADMIN))
     assert granted.status_code == 200
     described = {"flavor": {"description": "d"}}
-    assert client.simulate_put(path, json=described, headers=version("2.55", **ADMIN)).json
+    assert client.simulate_put(path, json=described, headers=at("2.55", ADMIN)).json
     configured = Flavor("m1.small", 1, 2048, 20, "m1.small")  # as [api] flavor has it
     assert stores.flavors.put(configured) is False
     kept = stores.flavors.get("m1.small")

@@ -26,7 +26,9 @@ from qsched.images import (
 from qsched.ledger import Stores
 from qsched.ledger.base import State, Usage
 from tests.helpers import wait_until
-from tests.test_compute import RecordingBus, nothing_held
+from tests.test_compute import RecordingBus, bus, nothing_held
+
+__all__ = ["bus"]  # a fixture: tests.test_compute's RecordingBus
 
 ALICE = RequestContext.for_project("alice", "pa")
 AVX = "HW_CPU_X86_AVX2"
@@ -81,11 +83,6 @@ def compute(stores: Stores, bus: RecordingBus, images: Catalog) -> ComputeAPI:
     api.flavors.create(Flavor("small", 1, 1024, 10))
     stores.quota.set_limits("pa", instances=-1, cores=-1, ram_mb=-1)
     return api
-
-
-@pytest.fixture
-def bus() -> RecordingBus:
-    return RecordingBus()
 
 
 def test_an_image_trait_becomes_a_constraint_of_the_class(compute, stores, bus) -> None:

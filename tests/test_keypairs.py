@@ -23,8 +23,10 @@ from qsched.keypairs import generate_ssh_key, generate_x509_cert, ssh_fingerprin
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.keypairs import Keypair, RedisKeypairs
 from tests.raw import redis_store
-from tests.test_api import ADMIN, OTHER, USER, fault
+from tests.test_api import ADMIN, OTHER, USER, app, bus, client, fault
 from tests.test_compute import RecordingBus, make_app
+
+__all__ = ["app", "bus", "client"]  # fixtures, see tests.test_api
 
 #: Nova's api sample (os-keypairs/keypairs-import-post-req.json) and its fingerprint
 NOVA_KEY = (
@@ -38,11 +40,6 @@ V210 = {"OpenStack-API-Version": "compute 2.10"}
 V235 = {"OpenStack-API-Version": "compute 2.35"}
 V275 = {"OpenStack-API-Version": "compute 2.75"}
 ALICE_ADMIN_PROJECT = {"X-Auth-Token": "alice:pa", "X-Roles": "admin"}
-
-
-@pytest.fixture
-def client(conf, stores: Stores) -> falcon.testing.TestClient:
-    return falcon.testing.TestClient(make_app(conf, stores, RecordingBus()))
 
 
 def create(client, body: dict[str, Any], headers=None, user=USER) -> Any:

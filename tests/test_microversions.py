@@ -10,14 +10,10 @@ import pytest
 
 from qsched.api import app as api_app
 from qsched.api import microversion, query
-from qsched.ledger import Stores
-from tests.test_api import ADMIN, USER, fault
+from tests.test_api import ADMIN, USER, app, bus, client, fault
 from tests.test_compute import RecordingBus, make_app
 
-
-@pytest.fixture
-def client(conf, stores: Stores) -> falcon.testing.TestClient:
-    return falcon.testing.TestClient(make_app(conf, stores, RecordingBus()))
+__all__ = ["app", "bus", "client"]  # fixtures, see tests.test_api
 
 
 def version_of(result) -> str:

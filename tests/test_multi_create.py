@@ -15,16 +15,13 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-import falcon.testing
 import pytest
 
 from qsched.admin import queries
-from qsched.ledger import Stores
 from qsched.ledger.base import State, Usage
 from qsched.reaper import NO_VALID_HOST
 from tests.helpers import wait_until
-from tests.test_api import USER, fault, server_body
-from tests.test_compute import RecordingBus, make_app
+from tests.test_api import USER, app, bus, client, fault, server_body
 from tests.test_server_groups import (  # noqa: F401  (narrow is a fixture)
     OWNER,
     SMALL,
@@ -33,17 +30,9 @@ from tests.test_server_groups import (  # noqa: F401  (narrow is a fixture)
     narrow,
 )
 
+__all__ = ["app", "bus", "client"]  # fixtures, see tests.test_api
+
 # -- the API --
-
-
-@pytest.fixture
-def bus() -> RecordingBus:
-    return RecordingBus()
-
-
-@pytest.fixture
-def client(conf, stores: Stores, bus: RecordingBus) -> falcon.testing.TestClient:
-    return falcon.testing.TestClient(make_app(conf, stores, bus))
 
 
 def post(client, **fields: Any) -> Any:

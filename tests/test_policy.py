@@ -21,8 +21,10 @@ from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.policies import list_rules
 from qsched.policy import Policy
-from tests.test_api import RecordingBus, fault, post_server
+from tests.test_api import RecordingBus, app, bus, client, fault, post_server
 from tests.test_compute import make_app, place
+
+__all__ = ["app", "bus", "client"]  # fixtures, see tests.test_api
 
 MEMBER = {"X-Auth-Token": "alice:pa"}
 READER = {"X-Auth-Token": "rita:pa", "X-Roles": "reader"}
@@ -32,11 +34,6 @@ ADMIN = {"X-Auth-Token": "admin"}
 
 def client_for(conf, stores: Stores, policy: Policy | None = None) -> falcon.testing.TestClient:
     return falcon.testing.TestClient(make_app(conf, stores, RecordingBus(), policy))
-
-
-@pytest.fixture
-def client(conf, stores: Stores) -> falcon.testing.TestClient:
-    return client_for(conf, stores)
 
 
 def refused(result, rule: str) -> None:

@@ -7,7 +7,6 @@ HTTP shapes by microversion go through falcon's TestClient on a recording bus.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import uuid
 from collections import Counter
@@ -33,7 +32,7 @@ from qsched.message import ActionRequest, PoisonMessage, decode
 from qsched.policy import Policy
 from qsched.server_actions import ActionFilter, AgentDown, ServerActions, actions_of
 from tests.helpers import RecordingDelivery, wait_until
-from tests.samples import SAMPLES, needs_samples
+from tests.samples import SAMPLES, mismatches, needs_samples, samples_dir, shape
 from tests.test_agent import make_agent, settled
 from tests.test_api import ADMIN, IMAGE, OTHER, USER, fault
 from tests.test_compute import RecordingBus, make_app, place
@@ -350,7 +349,8 @@ def test_action_requests_round_trip_and_refuse_bad_fields() -> None:
 
 @pytest.fixture
 def rbus() -> RecordingBus:
-    """The bus of the HTTP tests: what the API published, read back."""
+    """The bus of the HTTP tests: what the API published, read back. Not tests.test_api's
+    ``bus``: here that name is the conftest's, which the agents of the other tests use."""
     return RecordingBus()
 
 
@@ -539,24 +539,14 @@ SAMPLE_VERSIONS = [("", "2.1"), ("v2.21", "2.21"), ("v2.51", "2.51"), ("v2.58", 
 
 
 def sample(*parts: str) -> Any:
-    """A sample template as JSON, its placeholders as strings."""
-    assert SAMPLES is not None
-    text = SAMPLES.joinpath(*parts).read_text()
-    return json.loads(re.sub(r"%\([a-z_]+\)s", "x", text))
+    """A sample template as :func:`tests.samples.shape` reads it."""
+    return shape(samples_dir().joinpath(*parts).read_text())
 
 
-def same_shape(ours: Any, theirs: Any, where: str = "") -> None:
-    """Every key of the sample, no other, with the sample's type where it gives one."""
-    if isinstance(theirs, dict):
-        assert isinstance(ours, dict) and set(ours) == set(theirs), (where, ours, theirs)
-        for key, value in theirs.items():
-            same_shape(ours[key], value, f"{where}/{key}")
-    elif isinstance(theirs, list) and theirs:
-        assert isinstance(ours, list) and ours, (where, ours)
-        for item in ours:
-            same_shape(item, theirs[0], where)
-    elif theirs is not None:
-        assert isinstance(ours, type(theirs)), (where, ours, theirs)
+def same_shape(ours: Any, theirs: Any) -> None:
+    """Every key of the sample, no other, each value of the sample's type, every list
+    the sample fills filled and each item like the sample's."""
+    assert mismatches(ours, theirs, exact=True) == []
 
 
 @needs_samples

@@ -14,21 +14,20 @@ import falcon.testing
 import pytest
 
 from qsched.ledger import Stores
-from tests.test_api import ADMIN, OTHER, USER, fault, post_server
+from tests.test_api import ADMIN, OTHER, USER, at, bus, fault, post_server
 from tests.test_compute import RecordingBus, make_app
 
-V264 = {"OpenStack-API-Version": "compute 2.64"}
-V213 = {"OpenStack-API-Version": "compute 2.13"}
+__all__ = ["bus"]  # a fixture, see tests.test_api
+
+V264 = at("2.64")
+V213 = at("2.13")
 READER = {"X-Auth-Token": "carol:pa", "X-Roles": "reader"}
 
 
 @pytest.fixture
-def bus() -> RecordingBus:
-    return RecordingBus()
-
-
-@pytest.fixture
 def client(conf, stores: Stores, bus: RecordingBus) -> falcon.testing.TestClient:
+    """Not tests.test_api's: project pa has no limits, so no boot into a group is refused
+    for its quota."""
     stores.quota.set_limits("pa", instances=-1, cores=-1, ram_mb=-1)
     return falcon.testing.TestClient(make_app(conf, stores, bus))
 
@@ -75,9 +74,9 @@ def test_create_show_list_at_2_64(client) -> None:
     group = result.json["server_group"]
     assert set(group) == {"id", "name", "policy", "rules", "members", "project_id", "user_id"}
     assert (group["policy"], group["rules"]) == ("anti-affinity", {"max_server_per_host": 3})
-    shown = client.simulate_get(f"/v2.1/os-server-groups/{group['id']}", headers={**USER, **V264})
+    shown = client.simulate_get(f"/v2.1/os-server-groups/{group['id']}", headers=V264)
     assert shown.json == {"server_group": group}
-    listed = client.simulate_get("/v2.1/os-server-groups", headers={**USER, **V264})
+    listed = client.simulate_get("/v2.1/os-server-groups", headers=V264)
     assert listed.json == {"server_groups": [group]}
     old = client.simulate_get(f"/v2.1/os-server-groups/{group['id']}", headers=USER)
     assert old.json["server_group"]["policies"] == ["anti-affinity"]  # 2.1 hides the rules
@@ -114,8 +113,7 @@ def test_bad_bodies_are_nova_400s(client, body, headers, where) -> None:
 
 
 def test_soft_policies_from_2_15(client) -> None:
-    result = create(client, {"name": "t", "policies": ["soft-affinity"]},
-                    {"OpenStack-API-Version": "compute 2.15"})  # fmt: skip
+    result = create(client, {"name": "t", "policies": ["soft-affinity"]}, at("2.15"))
     assert result.json["server_group"]["policies"] == ["soft-affinity"]
 
 

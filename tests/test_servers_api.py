@@ -7,26 +7,18 @@ import json
 import threading
 from typing import Any
 
-import falcon.testing
 import pytest
 
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from tests.samples import SAMPLES
-from tests.test_api import ADMIN, OTHER, USER, fault, post_server
-from tests.test_compute import RecordingBus, make_app, place
+from tests.test_api import ADMIN, OTHER, USER, app, at, bus, client, fault, post_server
+from tests.test_compute import place
+
+__all__ = ["app", "bus", "client"]  # fixtures, see tests.test_api
 
 #: Nova's api_samples, as the nova package ships them (templates whose placeholders are
 #: all quoted, so each is JSON); ``make install`` installs it without its dependencies
-
-
-@pytest.fixture
-def client(conf, stores: Stores) -> falcon.testing.TestClient:
-    return falcon.testing.TestClient(make_app(conf, stores, RecordingBus()))
-
-
-def at(version: str, headers: dict[str, str] = USER) -> dict[str, str]:
-    return {**headers, "OpenStack-API-Version": f"compute {version}"}
 
 
 def boot(client, name: str = "vm1", headers: dict[str, str] = USER, **fields: Any) -> str:

@@ -6,21 +6,12 @@ from __future__ import annotations
 import datetime
 import uuid
 
-import falcon.testing
 import pytest
 
 from qsched.ledger import Stores
-from tests.test_api import ADMIN, USER, fault
-from tests.test_compute import RecordingBus, make_app
+from tests.test_api import ADMIN, USER, app, at, bus, client, fault
 
-
-def at(version: str) -> dict[str, str]:
-    return {**ADMIN, "OpenStack-API-Version": f"compute {version}"}
-
-
-@pytest.fixture
-def client(conf, stores: Stores) -> falcon.testing.TestClient:
-    return falcon.testing.TestClient(make_app(conf, stores, RecordingBus()))
+__all__ = ["app", "bus", "client"]  # fixtures, see tests.test_api
 
 
 @pytest.fixture
@@ -33,7 +24,7 @@ def cell(stores: Stores) -> Stores:
 
 
 def listed(client, version: str = "2.1", **query: str) -> list[dict]:
-    result = client.simulate_get("/v2.1/os-services", params=query, headers=at(version))
+    result = client.simulate_get("/v2.1/os-services", params=query, headers=at(version, ADMIN))
     assert result.status_code == 200, result.text
     assert result.headers["OpenStack-API-Version"] == f"compute {version}"
     assert result.headers["X-OpenStack-Nova-API-Version"] == version
@@ -61,17 +52,17 @@ def test_list_at_2_11_and_2_53(client, cell) -> None:
     assert [s["forced_down"] for s in listed(client, "2.11")] == [False, False]
     ids = [s["id"] for s in listed(client, "2.53")]
     assert ids == [cell.agents.service("cn0").id, cell.agents.service("cn1").id]
-    latest = client.simulate_get("/v2.1/os-services", headers=at("latest"))
+    latest = client.simulate_get("/v2.1/os-services", headers=at("latest", ADMIN))
     assert latest.headers["OpenStack-API-Version"] == "compute 2.79"
 
 
 def test_microversions_it_does_not_speak(client, cell) -> None:
-    message = fault(client.simulate_get("/v2.1/os-services", headers=at("2.80")), 406,
+    message = fault(client.simulate_get("/v2.1/os-services", headers=at("2.80", ADMIN)), 406,
                     "notAcceptable")  # fmt: skip
     assert (
         message == "Version 2.80 is not supported by the API. Minimum is 2.1 and maximum is 2.79."
     )
-    bad = client.simulate_get("/v2.1/os-services", headers=at("2.x"))
+    bad = client.simulate_get("/v2.1/os-services", headers=at("2.x", ADMIN))
     assert "is of invalid format" in fault(bad, 400, "badRequest")
     legacy = {**ADMIN, "X-OpenStack-Nova-API-Version": "2.11"}
     assert "forced_down" in client.simulate_get("/v2.1/os-services", headers=legacy).json[
@@ -91,7 +82,7 @@ def test_only_admins(client, cell) -> None:
 
 
 def put(client, action: str, version: str = "2.1", **body):
-    return client.simulate_put(f"/v2.1/os-services/{action}", json=body, headers=at(version))
+    return client.simulate_put(f"/v2.1/os-services/{action}", json=body, headers=at(version, ADMIN))
 
 
 def test_disable_with_a_reason_and_enable_before_2_53(client, cell) -> None:
