@@ -13,7 +13,6 @@ and ``load_app`` is the same as a factory (``gunicorn 'qsched.api.app:load_app()
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import json
 import logging
@@ -44,15 +43,13 @@ from qsched.compute import ComputeAPI, Publisher
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
 from qsched.conf.keystone import auth_token_conf
 from qsched.conf.policy import policy_enforcer
-from qsched.context import global_request_id
+from qsched.context import global_request_id, start_request
 from qsched.images import ImageService, OpaqueImages
 from qsched.ledger import Stores, open_stores
 from qsched.policy import Policy
 
 LOG = logging.getLogger(__name__)
 CONFIG_ENV = "QSCHED_CONFIG"
-
-request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
 # Nova's fault names (nova/api/openstack/wsgi.py habit); anything else is computeFault.
 _FAULT_NAMES = {
@@ -204,14 +201,18 @@ def _add_view_routes(app: falcon.App, args: tuple[ComputeAPI, str | None, int]) 
 
 
 class RequestMiddleware:
-    """A request id on every response and log line; API version headers; an access log."""
+    """A request id on every response and log line; API version headers; an access log.
+
+    The log lines name the request through the thread's current context
+    (:func:`qsched.context.start_request`, then the caller's once authenticated).
+    """
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         rid = f"req-{uuid.uuid4()}"
         req.context.request_id = rid
         req.context.global_request_id = global_request_id(req.get_header("X-OpenStack-Request-ID"))
         req.context.started = time.monotonic()
-        req.context.log_token = request_id.set(rid)
+        start_request(rid, req.context.global_request_id)
         _route_path(req)
         _check_microversion(req)
 
@@ -240,9 +241,6 @@ class RequestMiddleware:
                 '%s "%s %s" status: %s time: %.4f',
                 req.remote_addr, req.method, req.relative_uri, resp.status, elapsed,
             )  # fmt: skip
-        token = getattr(req.context, "log_token", None)
-        if token is not None:
-            request_id.reset(token)
 
 
 #: the first path segments of the API's collections (a project id never takes their place)
@@ -429,26 +427,7 @@ def _unexpected_error(
     nova_fault(resp, 500, f"Unexpected API Error. See the qsched-api log for request {rid}.")
 
 
-# -- logging and loading --
-
-
-def install_request_id_logging(level: int = logging.INFO) -> None:
-    """Give every log record ``request_id`` and log with it (process entry points only)."""
-    previous = logging.getLogRecordFactory()
-    if getattr(previous, "qsched_request_id", False):
-        return
-
-    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = previous(*args, **kwargs)
-        record.request_id = request_id.get()
-        return record
-
-    factory.qsched_request_id = True  # type: ignore[attr-defined]
-    logging.setLogRecordFactory(factory)
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(process)d %(levelname)s %(name)s [%(request_id)s] "
-        "%(message)s",
-    )  # fmt: skip
+# -- loading --
 
 
 def load_app(
@@ -463,8 +442,7 @@ def load_app(
 
     :raises RefusedOptions: options the API refuses to serve with (see :func:`check_bind`).
     """
-    conf = qconf.load(config_files=_config_files(config_files))
-    install_request_id_logging()
+    conf = qconf.load(config_files=_config_files(config_files), service=True)
     app, _bus = serve(conf, open_bus or default_bus, bind)
     return app
 
@@ -509,13 +487,17 @@ def serve(
 ) -> tuple[keystone.WSGIApp, Bus]:
     """What every entry point serves: the application behind its authentication, on
     the configured ledger and bus (returned, for the caller to close), its policy
-    and periodic tasks; ``conf`` is the entry point's parsed configuration.
+    and periodic tasks; ``conf`` is the entry point's parsed configuration, with
+    oslo.log's options (:func:`qsched.conf.load` with ``service=True``).
+
+    The process logs as ``conf`` says from here on (:func:`qsched.conf.setup_logging`).
 
     :raises RefusedOptions: options the API refuses to serve with, before anything
-        is opened (:func:`qsched.api.auth.refuse_bad_options`).
+        is opened or logging is set up (:func:`qsched.api.auth.refuse_bad_options`).
     """
     options = Options.from_conf(conf)
     auth.refuse_bad_options(options.api, bind)
+    qconf.setup_logging(conf)
     stores = open_stores(options.ledger, options.quota)
     bus = open_bus(options.bus)
     policy = Policy(policy_enforcer(conf))
