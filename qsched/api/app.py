@@ -20,14 +20,14 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import falcon
 
 from qsched import conf as qconf
 from qsched import exception, janitor
-from qsched.api import API_VERSION, PREFIX, auth, base_url, keystone, microversion
+from qsched.api import API_VERSION, PREFIX, auth, base_url, health, keystone, microversion
 from qsched.api import aggregates as aggregate_handlers
 from qsched.api import availability_zones as zone_handlers
 from qsched.api import flavors as flavor_handlers
@@ -92,12 +92,15 @@ def create_app(
     scheduler: SchedulerOptions | None = None,
     policy: Policy | None = None,
     images: ImageService | None = None,
+    conf: Any = None,
 ) -> falcon.App:
     """The qsched-api WSGI application; writes the configured flavors to the ledger.
 
     ``api`` and ``scheduler``: the ``[api]`` and ``[scheduler]`` options (None: as
     shipped); ``policy``: the rules (None: Nova's defaults); ``images``: where boots
-    look their image up (None: nowhere, ``imageRef`` is opaque).
+    look their image up (None: nowhere, ``imageRef`` is opaque); ``conf``: the entry
+    point's parsed configuration, for oslo.middleware's healthcheck to read
+    ``[healthcheck]`` (None: as shipped; :mod:`qsched.api.health`).
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: the ledger is unreachable.
@@ -116,6 +119,8 @@ def create_app(
     app.set_error_serializer(_serialize_error)
     app.add_error_handler(Exception, _unexpected_error)
     app.add_error_handler(tuple(_STATUS), _domain_error)
+    healthcheck = health.Healthcheck(compute.check_health, qconf.load() if conf is None else conf)
+    app.add_route("/healthcheck", healthcheck)
     _add_routes(app, compute, api.public_endpoint, api.max_request_body_bytes)
     return app
 
@@ -131,7 +136,6 @@ def _add_routes(app: falcon.App, compute: ComputeAPI, endpoint: str | None, max_
     app.add_route("/", Versions(endpoint))
     app.add_route(LEGACY_PREFIX, Versions(endpoint, single=LEGACY))
     app.add_route(PREFIX, Versions(endpoint, single=CURRENT))
-    app.add_route("/healthcheck", Healthcheck(compute))
     app.add_route(f"{PREFIX}/servers", server_handlers.Servers(*args))
     app.add_route(f"{PREFIX}/servers/detail", server_handlers.ServersDetail(*args))
     app.add_route(f"{PREFIX}/servers/{{server_id}}", server_handlers.Server(*args))
@@ -336,56 +340,6 @@ class Versions:
             resp.media = {"version": self.single.document(base, True)}
 
 
-class Healthcheck:
-    """``/healthcheck``, for load balancers and monitoring: public, so it says what, never where.
-
-    200 ``OK`` when the ledger and the bus answer. Otherwise 503 naming the parts
-    down, with a word each for why (``DOWN: bus (unreachable)``), or, when the
-    client prefers ``application/json``, :func:`health_document`. HEAD answers
-    with the same status and no body. What each check costs and sees:
-    :meth:`qsched.compute.ComputeAPI.check_health`.
-    """
-
-    def __init__(self, compute: ComputeAPI) -> None:
-        self.compute = compute
-
-    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        health = self.compute.check_health()
-        resp.status = falcon.HTTP_503 if any(health.values()) else falcon.HTTP_200
-        resp.cache_control = ["no-store"]
-        if req.client_prefers(_HEALTH_MEDIA) == falcon.MEDIA_JSON:
-            resp.content_type = falcon.MEDIA_JSON
-            resp.text = json.dumps(health_document(health))
-        else:
-            resp.content_type = falcon.MEDIA_TEXT
-            resp.text = health_text(health)
-
-    on_head = on_get
-
-
-_HEALTH_MEDIA = ("text/plain", falcon.MEDIA_JSON)
-
-
-def health_text(health: Mapping[str, str | None]) -> str:
-    """``OK``, or ``DOWN: ledger (timed out), bus (unreachable)``: the parts down and why."""
-    down = [f"{part} ({why})" for part, why in health.items() if why]
-    return f"DOWN: {', '.join(down)}" if down else "OK"
-
-
-def health_document(health: Mapping[str, str | None]) -> dict[str, Any]:
-    """The JSON answer: the verdict, then each part with its own and why it is down::
-
-    {"status": "DOWN", "reasons": ["bus: unreachable"],
-     "parts": {"ledger": {"status": "UP"}, "bus": {"status": "DOWN", "reason": "unreachable"}}}
-    """
-    parts = {
-        part: {"status": "DOWN", "reason": why} if why else {"status": "UP"}
-        for part, why in health.items()
-    }
-    reasons = [f"{part}: {why}" for part, why in health.items() if why]
-    return {"status": "DOWN" if reasons else "OK", "reasons": reasons, "parts": parts}
-
-
 # -- errors --
 
 
@@ -502,7 +456,7 @@ def serve(
     bus = open_bus(options.bus)
     policy = Policy(policy_enforcer(conf))
     images = image_service(options.api, conf)
-    app = create_app(stores, bus, options.api, options.scheduler, policy, images)
+    app = create_app(stores, bus, options.api, options.scheduler, policy, images, conf)
     janitor.start_periodic_tasks(options.scheduler, stores, bus)
     return authenticated(app, options.api, conf), bus
 
