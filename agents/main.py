@@ -77,7 +77,7 @@ def wait_for_stop_signal() -> int:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @config_file_option
-@click.option("--debug", is_flag=True, help="Log at DEBUG level.")
+@click.option("--debug", is_flag=True, help="Log at DEBUG level ([DEFAULT] debug = true).")
 def main(config_files: tuple[str, ...], debug: bool) -> None:
     """Run a qsched compute agent.
 
@@ -90,12 +90,15 @@ def main(config_files: tuple[str, ...], debug: bool) -> None:
     SIGTERM or SIGINT stops it cleanly: it takes no new request, lets spawns in
     flight finish (up to [agent] shutdown_timeout_s) and gives every request it
     has not finished back to the broker unacked.
+
+    It logs through oslo.log, as its [DEFAULT] options say (log_file,
+    use_journal, use_json, default_log_levels...); stdout without log_file.
     """
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
-    options = qconf.load_options(config_files=config_files)
+    conf = qconf.load(config_files=config_files, service=True)
+    if debug:
+        conf.set_override("debug", True)
+    qconf.setup_logging(conf)
+    options = qconf.Options.from_conf(conf)
     try:
         agent = build_agent(options)
         agent.start()

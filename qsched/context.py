@@ -6,6 +6,11 @@ id a caller sent (``X-OpenStack-Request-ID``). Policy checks read it through
 ``to_policy_values()``. keystonemiddleware's ``auth_token`` puts the validated
 token's identity in the WSGI environment and :meth:`RequestContext.from_environ`
 reads it; noauth2 (:mod:`qsched.api.auth`) builds one from its test token.
+
+A context made for a request is this thread's current one in oslo.context's
+store, where oslo.log's formatter finds it: every log line written while the
+request is served names its ids, user and project. :func:`start_request` names
+the request there before anyone is authenticated.
 """
 
 from __future__ import annotations
@@ -73,6 +78,18 @@ class RequestContext(context.RequestContext):
             **kwargs,
         )  # fmt: skip
         return context
+
+
+def start_request(request_id: str, global_request_id: str | None) -> None:
+    """Make ``request_id`` (and the caller's global id) this thread's current context.
+
+    Until the caller's :class:`RequestContext` replaces it, once authenticated, log
+    lines of the request name its ids alone (a public path, a refused token). It
+    stays the thread's current context until the thread's next request.
+    """
+    context.RequestContext(
+        request_id=request_id, global_request_id=global_request_id, overwrite=False
+    ).update_store()
 
 
 # oslo.middleware's request_id habit: a global request id is only ever req-<uuid>.

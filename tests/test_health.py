@@ -1,4 +1,5 @@
-"""``/healthcheck``: which part is down (ledger, bus) and why in a word, never where.
+"""``/healthcheck``: which part is down (ledger, bus) and why in a word, never where;
+oslo.middleware's options and backends (disable by file, the detailed view).
 
 The pure parts (the publish history, the probe cache, the failure words) need no
 server. The endpoint runs on every transport: ``memory://`` always, RabbitMQ and
@@ -22,18 +23,22 @@ import pytest
 import redis
 from amqp import exceptions as amqp_exceptions
 
+from qsched import conf as qconf
 from qsched.api import app as api_app
+from qsched.api import health as api_health
 from qsched.bus import base, health
 from qsched.bus.kombu import KombuBus, KombuOptions
 from qsched.bus.kombu_wire import CONNECT, DECLARE, PUBLISH, failure_category
 from qsched.chaos.servers import ChaosError, RedisServer
-from qsched.conf import LedgerOptions
+from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.stack.cleanup import forget_bus
+from qsched.stack.config import ini_text
 from tests.cloud import transport_url
 from tests.conftest import require_server
 from tests.raw import redis_store
-from tests.test_compute import make_app
+from tests.test_compute import configure
+from tests.test_logging import qsched_api
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -202,8 +207,8 @@ def test_failure_category(step: str, exc: Exception, category: str) -> None:
     ],
 )  # fmt: skip
 def test_health_text_and_document(health_: dict[str, Any], text: str, status: str) -> None:
-    assert api_app.health_text(health_) == text
-    document = api_app.health_document(health_)
+    assert api_health.health_text(health_) == text
+    document = api_health.health_document([api_health.PartsResult(health_)])
     assert document["status"] == status
     assert len(document["reasons"]) == sum(1 for why in health_.values() if why)
     for part, why in health_.items():
@@ -251,7 +256,10 @@ class Api:
             LedgerOptions.from_conf(conf), url=f"fakeredis://health-{uuid.uuid4().hex}"
         )
         self.bus = KombuBus(url, prefix=f"qhealth-{uuid.uuid4().hex[:10]}", options=QUICK)
-        self.client = falcon.testing.TestClient(make_app(conf, self.stores, self.bus))
+        configure(conf)  # the flavors of tests.test_compute; [healthcheck] as conf says
+        app = api_app.create_app(self.stores, self.bus, APIOptions.from_conf(conf),
+                                 SchedulerOptions.from_conf(conf), conf=conf)  # fmt: skip
+        self.client = falcon.testing.TestClient(app)
 
     def health(self, headers: dict[str, str] | None = None) -> falcon.testing.Result:
         return self.client.simulate_get("/healthcheck", headers=headers)
@@ -408,3 +416,77 @@ def test_publishes_failing_while_the_probe_succeeds_on_rabbitmq(conf) -> None:
         api.expect(200, "OK")
     finally:
         api.close()
+
+
+# -- oslo.middleware's options and backends ----------------------------------------------------
+
+
+def healthcheck_conf(tmp_path: Path, **healthcheck: Any):
+    """A configuration whose ``[healthcheck]`` section is ``healthcheck``, read from a file."""
+    path = tmp_path / "qsched.conf"
+    path.write_text(ini_text({"healthcheck": healthcheck}))
+    return qconf.load(config_files=[str(path)])
+
+
+def test_touching_the_file_drains_the_node(tmp_path: Path) -> None:
+    """oslo.middleware's disable_by_file: 503 while the file exists, whatever else is
+    up; the API itself goes on serving (the load balancer is the one told)."""
+    drain = tmp_path / "healthcheck_disable"
+    conf = healthcheck_conf(tmp_path, backends="disable_by_file", disable_by_file_path=drain)
+    api = Api(conf, "memory://")
+    assert api.expect(200, "OK\nOK")["reasons"] == []
+    drain.touch()
+    document = api.expect(503, "OK\nDISABLED BY FILE")
+    assert document == {
+        "status": "DOWN",
+        "reasons": ["DISABLED BY FILE"],
+        "parts": {"ledger": {"status": "UP"}, "bus": {"status": "UP"}},
+    }
+    assert api.boot() == 202
+    api.ledger_down()
+    document = api.expect(503, "DOWN: ledger (unreachable)\nDISABLED BY FILE")
+    assert document["reasons"] == ["ledger: unreachable", "DISABLED BY FILE"]
+    drain.unlink()
+    api.expect(503, "DOWN: ledger (unreachable)\nOK")
+    api.close()
+
+
+def test_the_detailed_view_names_each_part(tmp_path: Path) -> None:
+    """``[healthcheck] detailed = true``: oslo.middleware's detailed document, where
+    qsched's backend gives each part; still nothing of where they are."""
+    api = Api(healthcheck_conf(tmp_path, detailed="true"), "memory://")
+    api.ledger_down()
+    document = api.expect(503, "DOWN: ledger (unreachable)")
+    assert document["detailed"] is True
+    assert document["reasons"] == [
+        {"reason": "DOWN: ledger (unreachable)", "details": "ledger: unreachable; bus: up",
+         "class": "PartsResult"}
+    ]  # fmt: skip
+    assert "secret" not in json.dumps(document["reasons"])
+    page = api.health({"Accept": "text/html"})
+    assert page.status_code == 503 and page.headers["content-type"].startswith("text/html")
+    assert "ledger: unreachable; bus: up" in page.text
+    api.close()
+
+
+def test_a_caller_outside_the_allowed_source_ranges_finds_nothing(tmp_path: Path) -> None:
+    api = Api(healthcheck_conf(tmp_path, allowed_source_ranges="10.0.0.0/8"), "memory://")
+    outside = api.client.simulate_get("/healthcheck", remote_addr="192.0.2.7")
+    assert outside.status_code == 404
+    assert outside.json == {
+        "itemNotFound": {"code": 404, "message": "The resource could not be found."}
+    }
+    inside = api.client.simulate_get("/healthcheck", remote_addr="10.1.2.3")
+    assert (inside.status_code, inside.text) == (200, "OK")
+    api.close()
+
+
+@pytest.mark.slow
+def test_qsched_api_reads_the_healthcheck_section_of_its_config(tmp_path: Path) -> None:
+    drain = tmp_path / "healthcheck_disable"
+    healthcheck = {"backends": "disable_by_file", "disable_by_file_path": str(drain)}
+    with qsched_api(tmp_path, healthcheck=healthcheck) as api:
+        assert api.call("GET", "/healthcheck")[0::2] == (200, b"OK\nOK")
+        drain.touch()
+        assert api.call("GET", "/healthcheck")[0::2] == (503, b"OK\nDISABLED BY FILE")
+        assert api.call("HEAD", "/healthcheck")[0] == 503

@@ -19,6 +19,7 @@ import falcon
 import pytest
 from keystoneauth1 import session as ks_session
 from keystoneauth1 import token_endpoint
+from oslo_context import context as oslo_context
 
 from qsched import conf as qconf
 from qsched.api import app as api_app
@@ -37,15 +38,18 @@ COMPUTE = {"service_type": "compute", "interface": "public"}
 
 
 class Seen:
-    """A falcon middleware keeping the context of each authenticated request."""
+    """A falcon middleware keeping the context of each authenticated request, and the
+    thread's current one then (oslo.context's, which oslo.log's lines name)."""
 
     def __init__(self) -> None:
         self.contexts: list[RequestContext] = []
+        self.current: list[Any] = []
 
     def process_resource(self, req: falcon.Request, resp: Any, resource: Any, params: Any) -> None:
         context = getattr(req.context, "compute", None)
         if context is not None:
             self.contexts.append(context)
+            self.current.append(oslo_context.get_current())
 
 
 class KeystoneAPI:
@@ -156,6 +160,7 @@ def test_the_context_is_the_tokens_with_the_global_request_id(keystone_api) -> N
     assert context.user_domain_id == "default" and context.project_domain_id == "default"
     assert context.global_request_id == global_id
     assert context.request_id == answer.headers["x-openstack-request-id"] != global_id
+    assert keystone_api.seen.current[-1] is context
 
 
 def test_a_global_request_id_not_of_the_req_uuid_form_is_dropped(keystone_api) -> None:

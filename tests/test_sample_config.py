@@ -9,6 +9,7 @@ from pathlib import Path
 from keystoneauth1 import loading as ks_loading
 from keystonemiddleware.auth_token import _opts as auth_token_opts
 from oslo_config import generator
+from oslo_middleware import opts as middleware_opts
 from oslo_policy import generator as policy_generator
 
 from qsched import conf as qconf
@@ -44,7 +45,9 @@ def test_the_shipped_deployment_config_sets_only_options_that_exist() -> None:
     """deploy/qsched.conf: every option it sets is known (oslo.config would ignore a
     misspelt one), and the API would serve it: keystone, Glance, a bus it speaks."""
     path = ROOT / "deploy/qsched.conf"
-    conf = qconf.load(config_files=[str(path)])
+    conf = qconf.load(config_files=[str(path)], service=True)
+    for group, opts in middleware_opts.list_opts_healthcheck():
+        conf.register_opts(opts, group=group)
     conf.register_opts(auth_token_opts.list_opts()[0][1], group="keystone_authtoken")
     conf.register_opts(ks_loading.get_auth_common_conf_options(), group="keystone_authtoken")
     conf.register_opts(

@@ -26,8 +26,9 @@ from qsched.ledger import Stores, open_stores
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# overwrite=False: made at import, it is no thread's current context (what logs name)
 ADMIN_CONTEXT = RequestContext.for_project(
-    "admin", "admin", (ADMIN, MEMBER, READER), "req-qsched-admin"
+    "admin", "admin", (ADMIN, MEMBER, READER), "req-qsched-admin", overwrite=False
 )
 
 CONFIG_HELP = (

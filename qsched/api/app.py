@@ -13,7 +13,6 @@ and ``load_app`` is the same as a factory (``gunicorn 'qsched.api.app:load_app()
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import json
 import logging
@@ -21,14 +20,14 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import falcon
 
 from qsched import conf as qconf
 from qsched import exception, janitor
-from qsched.api import API_VERSION, PREFIX, auth, base_url, keystone, microversion
+from qsched.api import API_VERSION, PREFIX, auth, base_url, health, keystone, microversion
 from qsched.api import aggregates as aggregate_handlers
 from qsched.api import availability_zones as zone_handlers
 from qsched.api import flavors as flavor_handlers
@@ -44,15 +43,13 @@ from qsched.compute import ComputeAPI, Publisher
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
 from qsched.conf.keystone import auth_token_conf
 from qsched.conf.policy import policy_enforcer
-from qsched.context import global_request_id
+from qsched.context import global_request_id, start_request
 from qsched.images import ImageService, OpaqueImages
 from qsched.ledger import Stores, open_stores
 from qsched.policy import Policy
 
 LOG = logging.getLogger(__name__)
 CONFIG_ENV = "QSCHED_CONFIG"
-
-request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
 # Nova's fault names (nova/api/openstack/wsgi.py habit); anything else is computeFault.
 _FAULT_NAMES = {
@@ -95,12 +92,15 @@ def create_app(
     scheduler: SchedulerOptions | None = None,
     policy: Policy | None = None,
     images: ImageService | None = None,
+    conf: Any = None,
 ) -> falcon.App:
     """The qsched-api WSGI application; writes the configured flavors to the ledger.
 
     ``api`` and ``scheduler``: the ``[api]`` and ``[scheduler]`` options (None: as
     shipped); ``policy``: the rules (None: Nova's defaults); ``images``: where boots
-    look their image up (None: nowhere, ``imageRef`` is opaque).
+    look their image up (None: nowhere, ``imageRef`` is opaque); ``conf``: the entry
+    point's parsed configuration, for oslo.middleware's healthcheck to read
+    ``[healthcheck]`` (None: as shipped; :mod:`qsched.api.health`).
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: the ledger is unreachable.
@@ -120,6 +120,8 @@ def create_app(
     app.set_error_serializer(_serialize_error)
     app.add_error_handler(Exception, _unexpected_error)
     app.add_error_handler(tuple(_STATUS), _domain_error)
+    healthcheck = health.Healthcheck(compute.check_health, qconf.load() if conf is None else conf)
+    app.add_route("/healthcheck", healthcheck)
     for template, resource in routes:
         app.add_route(template, resource)
     return app
@@ -145,7 +147,6 @@ def _routes(compute: ComputeAPI, endpoint: str | None, max_body: int) -> list[Ro
         ("/", Versions(endpoint)),
         (LEGACY_PREFIX, Versions(endpoint, single=LEGACY)),
         (PREFIX, Versions(endpoint, single=CURRENT)),
-        ("/healthcheck", Healthcheck(compute)),
         (f"{PREFIX}/servers", server_handlers.Servers(*args)),
         (f"{PREFIX}/servers/detail", server_handlers.ServersDetail(*args)),
         (server, server_handlers.Server(*args)),
@@ -207,6 +208,8 @@ class RequestMiddleware:
     """A request id on every response and log line; API version headers; an access log.
 
     ``collections``: the first path segments of the v2.1 routes (:func:`collections`).
+    The log lines name the request through the thread's current context
+    (:func:`qsched.context.start_request`, then the caller's once authenticated).
     """
 
     def __init__(self, collections: frozenset[str]) -> None:
@@ -217,7 +220,7 @@ class RequestMiddleware:
         req.context.request_id = rid
         req.context.global_request_id = global_request_id(req.get_header("X-OpenStack-Request-ID"))
         req.context.started = time.monotonic()
-        req.context.log_token = request_id.set(rid)
+        start_request(rid, req.context.global_request_id)
         _route_path(req, self.collections)
         _check_microversion(req)
 
@@ -246,9 +249,6 @@ class RequestMiddleware:
                 '%s "%s %s" status: %s time: %.4f',
                 req.remote_addr, req.method, req.relative_uri, resp.status, elapsed,
             )  # fmt: skip
-        token = getattr(req.context, "log_token", None)
-        if token is not None:
-            request_id.reset(token)
 
 
 def _route_path(req: falcon.Request, collections: frozenset[str]) -> None:
@@ -337,56 +337,6 @@ class Versions:
             resp.media = {"version": self.single.document(base, True)}
 
 
-class Healthcheck:
-    """``/healthcheck``, for load balancers and monitoring: public, so it says what, never where.
-
-    200 ``OK`` when the ledger and the bus answer. Otherwise 503 naming the parts
-    down, with a word each for why (``DOWN: bus (unreachable)``), or, when the
-    client prefers ``application/json``, :func:`health_document`. HEAD answers
-    with the same status and no body. What each check costs and sees:
-    :meth:`qsched.compute.ComputeAPI.check_health`.
-    """
-
-    def __init__(self, compute: ComputeAPI) -> None:
-        self.compute = compute
-
-    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        health = self.compute.check_health()
-        resp.status = falcon.HTTP_503 if any(health.values()) else falcon.HTTP_200
-        resp.cache_control = ["no-store"]
-        if req.client_prefers(_HEALTH_MEDIA) == falcon.MEDIA_JSON:
-            resp.content_type = falcon.MEDIA_JSON
-            resp.text = json.dumps(health_document(health))
-        else:
-            resp.content_type = falcon.MEDIA_TEXT
-            resp.text = health_text(health)
-
-    on_head = on_get
-
-
-_HEALTH_MEDIA = ("text/plain", falcon.MEDIA_JSON)
-
-
-def health_text(health: Mapping[str, str | None]) -> str:
-    """``OK``, or ``DOWN: ledger (timed out), bus (unreachable)``: the parts down and why."""
-    down = [f"{part} ({why})" for part, why in health.items() if why]
-    return f"DOWN: {', '.join(down)}" if down else "OK"
-
-
-def health_document(health: Mapping[str, str | None]) -> dict[str, Any]:
-    """The JSON answer: the verdict, then each part with its own and why it is down::
-
-    {"status": "DOWN", "reasons": ["bus: unreachable"],
-     "parts": {"ledger": {"status": "UP"}, "bus": {"status": "DOWN", "reason": "unreachable"}}}
-    """
-    parts = {
-        part: {"status": "DOWN", "reason": why} if why else {"status": "UP"}
-        for part, why in health.items()
-    }
-    reasons = [f"{part}: {why}" for part, why in health.items() if why]
-    return {"status": "DOWN" if reasons else "OK", "reasons": reasons, "parts": parts}
-
-
 # -- errors --
 
 
@@ -428,26 +378,7 @@ def _unexpected_error(
     nova_fault(resp, 500, f"Unexpected API Error. See the qsched-api log for request {rid}.")
 
 
-# -- logging and loading --
-
-
-def install_request_id_logging(level: int = logging.INFO) -> None:
-    """Give every log record ``request_id`` and log with it (process entry points only)."""
-    previous = logging.getLogRecordFactory()
-    if getattr(previous, "qsched_request_id", False):
-        return
-
-    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = previous(*args, **kwargs)
-        record.request_id = request_id.get()
-        return record
-
-    factory.qsched_request_id = True  # type: ignore[attr-defined]
-    logging.setLogRecordFactory(factory)
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(process)d %(levelname)s %(name)s [%(request_id)s] "
-        "%(message)s",
-    )  # fmt: skip
+# -- loading --
 
 
 def load_app(
@@ -462,8 +393,7 @@ def load_app(
 
     :raises RefusedOptions: options the API refuses to serve with (see :func:`check_bind`).
     """
-    conf = qconf.load(config_files=_config_files(config_files))
-    install_request_id_logging()
+    conf = qconf.load(config_files=_config_files(config_files), service=True)
     app, _bus = serve(conf, open_bus or default_bus, bind)
     return app
 
@@ -508,18 +438,22 @@ def serve(
 ) -> tuple[keystone.WSGIApp, Bus]:
     """What every entry point serves: the application behind its authentication, on
     the configured ledger and bus (returned, for the caller to close), its policy
-    and periodic tasks; ``conf`` is the entry point's parsed configuration.
+    and periodic tasks; ``conf`` is the entry point's parsed configuration, with
+    oslo.log's options (:func:`qsched.conf.load` with ``service=True``).
+
+    The process logs as ``conf`` says from here on (:func:`qsched.conf.setup_logging`).
 
     :raises RefusedOptions: options the API refuses to serve with, before anything
-        is opened (:func:`qsched.api.auth.refuse_bad_options`).
+        is opened or logging is set up (:func:`qsched.api.auth.refuse_bad_options`).
     """
     options = Options.from_conf(conf)
     auth.refuse_bad_options(options.api, bind)
+    qconf.setup_logging(conf)
     stores = open_stores(options.ledger, options.quota)
     bus = open_bus(options.bus)
     policy = Policy(policy_enforcer(conf))
     images = image_service(options.api, conf)
-    app = create_app(stores, bus, options.api, options.scheduler, policy, images)
+    app = create_app(stores, bus, options.api, options.scheduler, policy, images, conf)
     janitor.start_periodic_tasks(options.scheduler, stores, bus)
     return authenticated(app, options.api, conf), bus
 

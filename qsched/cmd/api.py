@@ -5,6 +5,8 @@
 the embedded default and a laptop. In production run the same application under
 gunicorn (``QSCHED_CONFIG=... gunicorn qsched.api.app:wsgi_app``), several workers
 behind a load balancer. SIGTERM or SIGINT stops it after the requests in flight.
+It logs through oslo.log (:mod:`qsched.conf.log`): ``--debug`` or ``[DEFAULT]
+debug = true`` logs at DEBUG, each request's line from the WSGI server too.
 """
 
 from __future__ import annotations
@@ -53,13 +55,12 @@ def make_server(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    conf = qconf.load(sys.argv[1:] if argv is None else argv)
+    """``qsched-api [--config-file FILE]... [--debug] [oslo.log's other options]``."""
+    conf = qconf.load(sys.argv[1:] if argv is None else argv, service=True)
     options = qconf.Options.from_conf(conf)
-    api_app.install_request_id_logging()
     try:
         application, bus = api_app.serve(conf, api_app.default_bus, [options.api.host])
-    except auth.RefusedOptions as exc:
-        LOG.error("%s", exc)
+    except auth.RefusedOptions as exc:  # refused before logging is set up: said on stderr
         print(f"qsched-api: {exc}", file=sys.stderr)
         return 2
     server = make_server(application, options.api.host, options.api.port)

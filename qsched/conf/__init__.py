@@ -6,7 +6,8 @@ Each section module holds its oslo.config options and a frozen
 ``qsched-agent``, the embedded stack, ``qsched-admin``) parses one
 ``cfg.ConfigOpts`` with :func:`load`, builds :class:`Options` from it and hands
 each service the sections it needs. Nothing below an entry point holds a
-``ConfigOpts``; nothing here keeps a global.
+``ConfigOpts``; nothing here keeps a global. A service's entry point also sets
+its logging up from the same ``ConfigOpts`` (:mod:`qsched.conf.log`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from qsched.conf.agent import AgentOptions
 from qsched.conf.api import APIOptions
 from qsched.conf.bus import BusOptions
 from qsched.conf.ledger import LedgerOptions
+from qsched.conf.log import register_log_opts, setup_logging
 from qsched.conf.opts import list_opts
 from qsched.conf.quota import QuotaOptions
 from qsched.conf.scheduler import SchedulerOptions
@@ -37,6 +39,7 @@ __all__ = [
     "load",
     "load_options",
     "register_opts",
+    "setup_logging",
 ]
 
 
@@ -75,10 +78,18 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
         conf.register_opts(opts, group=group)
 
 
-def load(args: Sequence[str] = (), config_files: Sequence[str] = ()) -> cfg.ConfigOpts:
-    """Return a new ConfigOpts with qsched's options, parsed from ``args`` and files."""
+def load(
+    args: Sequence[str] = (), config_files: Sequence[str] = (), service: bool = False
+) -> cfg.ConfigOpts:
+    """Return a new ConfigOpts with qsched's options, parsed from ``args`` and files.
+
+    ``service``: the entry point of a long-running service, which takes oslo.log's
+    options too (``--debug``, ``[DEFAULT] log_file``, ...) for :func:`setup_logging`.
+    """
     conf = cfg.ConfigOpts()
     register_opts(conf)
+    if service:
+        register_log_opts(conf)
     conf(list(args), project="qsched", default_config_files=list(config_files))
     return conf
 
