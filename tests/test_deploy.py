@@ -1,4 +1,5 @@
-"""The shipped deploy files work: the systemd units start what they name.
+"""The shipped deploy files work: the systemd units start what they name, and the
+broker policy script gives every queue its one policy.
 
 The units are read as systemd would run them, with ``/etc/qsched/<file>`` taken from
 ``deploy/<file>`` (the file a deployment starts from) or an empty file of the test's.
@@ -7,7 +8,10 @@ The units are read as systemd would run them, with ``/etc/qsched/<file>`` taken 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 import types
@@ -17,18 +21,27 @@ from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from gunicorn import util as gunicorn_util
 from gunicorn.app.wsgiapp import WSGIApplication
 
+from qsched import conf as qconf
 from qsched.api import app as api_app
+from qsched.bus import base as bus_base
+from qsched.bus.kombu import KombuBus
+from qsched.flavors import Constraints, Flavor
+from qsched.scheduling.classes import class_name
 from qsched.stack.config import ini_text
+from tests.cloud import AMQP_URL, require_rabbitmq
+from tests.conftest import require_server
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 API_UNIT = DEPLOY / "systemd/qsched-api.service"
 AGENT_UNIT = DEPLOY / "systemd/qsched-agent@.service"
+POLICIES = DEPLOY / "rabbitmq-policies.sh"
 #: Where the units expect the virtual environment qsched is installed in (its bin/).
 UNIT_BINDIR = Path("/opt/qsched/bin")
 ETC = "/etc/qsched/"
@@ -166,3 +179,109 @@ def test_the_agent_unit_runs_the_installed_agent_with_options_it_has(tmp_path: P
     assert done.returncode == 0, done.stderr
     options = {a for a in args if a.startswith("-")}
     assert options and all(option in done.stdout for option in options)
+
+
+# -- the broker policies --
+
+
+def rabbitmqctl(*args: str) -> str:
+    done = subprocess.run(["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"rabbitmqctl {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def listed(*args: str) -> list[dict[str, Any]]:
+    """A ``rabbitmqctl list_*`` command's rows (``--formatter json``)."""
+    return list(json.loads(rabbitmqctl(*args, "--formatter", "json") or "[]"))
+
+
+@pytest.fixture
+def vhost() -> Iterator[str]:
+    """A throwaway vhost of the local RabbitMQ that the test user may use, deleted after."""
+    require_rabbitmq()
+    if shutil.which("rabbitmqctl") is None:
+        require_server("rabbitmqctl", "PATH", FileNotFoundError("rabbitmqctl"), "install it")
+    name = f"qsched-deploy-{uuid.uuid4().hex[:10]}"
+    rabbitmqctl("add_vhost", name)
+    try:
+        user = urlsplit(AMQP_URL).username or "guest"
+        rabbitmqctl("set_permissions", "-p", name, user, ".*", ".*", ".*")
+        yield name
+    finally:
+        rabbitmqctl("delete_vhost", name)
+
+
+#: The kinds of boot queue qsched declares: a scheduling class of each (qsched.bus.base).
+CLASSES = {
+    "flavor class": "m1.small",
+    "flavor class of a name no queue may hold": Flavor("m1 small+ é", 1, 512).class_key,
+    "class with constraints": class_name(
+        "m1.small", Constraints(required_traits=frozenset({"HW_CPU_X86_AVX2"}))
+    ),
+}
+HOST = "compute-001.example.com"
+
+
+def queue_names(names: bus_base.Names) -> dict[str, str]:
+    """Every kind of queue qsched declares, and a name of that kind."""
+    boot = {kind: names.boot_queue(c) for kind, c in CLASSES.items()}
+    return {**boot, "host": names.host_queue(HOST), "dead letters": names.dead_queue}
+
+
+def declare(url: str, prefix: str) -> None:
+    """Declare the queues of :func:`queue_names` as qsched does (the dead letters too)."""
+    bus = KombuBus(url, prefix)
+    try:
+        entities = [bus.wire.boot_entity(c) for c in CLASSES.values()]
+        with bus.wire.channel() as channel:
+            for entity in [*entities, bus.wire.host_entity(HOST)]:
+                bus.wire.declare(channel, entity)
+    finally:
+        bus.close()
+
+
+@pytest.mark.real
+@pytest.mark.timeout(240)
+def test_the_policy_script_gives_every_queue_one_policy_with_its_dead_letters(
+    vhost: str,
+) -> None:
+    env = {**os.environ, "VHOST": "/not-this-one", "RABBITMQCTL": "rabbitmqctl -q"}
+    done = subprocess.run(
+        ["sh", str(POLICIES), "-p", vhost], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    policies = listed("list_policies", "-p", vhost)
+    for policy in policies:
+        assert policy["apply-to"] == "queues"
+        if isinstance(policy["definition"], str):  # 3.x gives the JSON text
+            policy["definition"] = json.loads(policy["definition"])
+
+    bus = qconf.load_options().bus
+    names = bus_base.Names(bus.prefix)
+    dead_letters = {
+        "dead-letter-exchange": names.dead_exchange,
+        "dead-letter-routing-key": bus_base.DEAD_ROUTING_KEY,
+    }
+    expected: dict[str, str] = {}
+    for kind, queue in queue_names(names).items():
+        matching = [p for p in policies if re.search(p["pattern"], queue)]
+        if kind == "dead letters":  # a dead-letter exchange there would loop
+            assert matching == [], f"{queue}: {matching}"
+            expected[queue] = ""
+            continue
+        assert len(matching) == 1, f"{kind} {queue}: {[p['name'] for p in matching]}"
+        (policy,) = matching
+        definition = policy["definition"]
+        assert dead_letters.items() <= definition.items(), f"{kind}: {definition}"
+        if kind != "host":
+            assert definition["delivery-limit"] == bus.delivery_limit
+            assert definition["dead-letter-strategy"] == "at-least-once"
+            assert definition["overflow"] == "reject-publish"
+        assert ("expires" in definition) == (kind == "class with constraints")
+        expected[queue] = policy["name"]
+
+    # The broker's own word: the queues qsched declares carry the policy named above.
+    url = urlunsplit(urlsplit(AMQP_URL)._replace(path=f"/{vhost}"))
+    declare(url, names.prefix)
+    applied = {q["name"]: q["policy"] for q in listed("list_queues", "-p", vhost, "name", "policy")}
+    assert applied == expected
