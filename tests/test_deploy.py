@@ -1,5 +1,5 @@
-"""The shipped deploy files work: the systemd units start what they name, and the
-broker policy script gives every queue its one policy.
+"""The shipped deploy files work: the systemd units start what they name, the broker
+policy script gives every queue its one policy, and the sdist carries them.
 
 The units are read as systemd would run them, with ``/etc/qsched/<file>`` taken from
 ``deploy/<file>`` (the file a deployment starts from) or an empty file of the test's.
@@ -14,6 +14,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import types
 import uuid
 import wsgiref.util
@@ -285,3 +286,31 @@ def test_the_policy_script_gives_every_queue_one_policy_with_its_dead_letters(
     declare(url, names.prefix)
     applied = {q["name"]: q["policy"] for q in listed("list_queues", "-p", vhost, "name", "policy")}
     assert applied == expected
+
+
+# -- packaging --
+
+
+def test_the_sdist_carries_the_licence_deploy_and_docs(tmp_path: Path) -> None:
+    """Built by setuptools' own backend (what ``python -m build --sdist`` calls), from a
+    copy of the tree, so the checkout's egg-info is left alone."""
+    tree = tmp_path / "tree"
+    skip = shutil.ignore_patterns(".*", "*.egg-info", "__pycache__", "build", "dist", "tests")
+    shutil.copytree(ROOT, tree, ignore=skip)
+    build = "from setuptools import build_meta; print(build_meta.build_sdist('../dist'))"
+    done = subprocess.run(
+        [sys.executable, "-c", build], cwd=tree, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    (sdist,) = (tmp_path / "dist").glob("qsched-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        members = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    shipped = {
+        str(path.relative_to(ROOT))
+        for folder in ("deploy", "docs")
+        for path in (ROOT / folder).rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    assert {"LICENSE", "README.rst", "qsched/ledger/lua/lib.lua"} <= members
+    assert shipped and shipped <= members, sorted(shipped - members)
+    assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]
