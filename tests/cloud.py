@@ -16,10 +16,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 
 from qsched.ledger.base import State
+from qsched.net import free_port
 from qsched.stack import CellConfig, GunicornConfig, Options, ProcessStack, merged, new_prefix
 from tests.conftest import REDIS_URL, real_redis, require_server
 from tests.helpers import wait_until
@@ -46,11 +48,21 @@ def require_rabbitmq() -> None:
         require_server("RabbitMQ", AMQP_URL, exc, "start it with: rabbitmq-server -detached")
 
 
+def rabbit_failover_url(amqp_url: str = AMQP_URL) -> str:
+    """oslo.messaging's ``rabbit://`` listing two hosts: a closed port first, then ``amqp_url``."""
+    parts = urlsplit(amqp_url)
+    user = f"{parts.username}:{parts.password}@"
+    vhost = quote(unquote(parts.path[1:]) or "/", safe="")
+    down, up = f"{parts.hostname}:{free_port()}", f"{parts.hostname}:{parts.port or 5672}"
+    return f"rabbit://{user}{down},{user}{up}/{vhost}"
+
+
 def transport_url(server: str) -> str:
-    """The bus URL for a fixture's ``rabbitmq`` or ``redis`` param, once the server answers."""
-    if server == "rabbitmq":
+    """The bus URL for a fixture's ``rabbitmq``, ``rabbit-failover`` (:func:`rabbit_failover_url`)
+    or ``redis`` param, once the server answers."""
+    if server in ("rabbitmq", "rabbit-failover"):
         require_rabbitmq()
-        return AMQP_URL
+        return AMQP_URL if server == "rabbitmq" else rabbit_failover_url()
     real_redis(BUS_REDIS_URL)
     return BUS_REDIS_URL
 

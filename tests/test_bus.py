@@ -32,6 +32,7 @@ from qsched.bus.kombu_wire import KombuWire
 from qsched.conf import BusOptions
 from qsched.flavors import Flavor
 from qsched.message import BootRequest, DeleteRequest, PoisonMessage, decode
+from tests.cloud import rabbit_failover_url
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -73,10 +74,15 @@ def reachable(url: str) -> None:
     params=[
         pytest.param("memory://", id="memory"),
         pytest.param(AMQP_URL, id="amqp", marks=pytest.mark.real),
+        pytest.param("rabbit-failover", id="rabbit-failover", marks=pytest.mark.real),
         pytest.param(BUS_REDIS_URL, id="redis", marks=pytest.mark.real),
     ]
 )
 def url(request: pytest.FixtureRequest) -> str:
+    """Every transport; ``rabbit-failover``: RabbitMQ through a URL whose first host is down."""
+    if request.param == "rabbit-failover":
+        reachable(AMQP_URL)
+        return rabbit_failover_url()
     if not request.param.startswith("memory"):
         reachable(request.param)
     return str(request.param)
@@ -286,7 +292,7 @@ def test_open_bus_from_options() -> None:
     assert bus.names.prefix == "qconf"
     assert bus.wire.options == KombuOptions()
     with pytest.raises(exception.Invalid, match="not supported"):
-        open_bus(options.replace(transport_url="rabbit://guest@host//"))
+        open_bus(options.replace(transport_url="sqs://key:secret@"))
 
 
 # -- the contract, on every transport --

@@ -12,6 +12,9 @@ import kombu
 import pytest
 
 from qsched import exception
+from qsched.bus import open_bus
+from qsched.bus.kombu_wire import KombuOptions, KombuWire
+from qsched.conf import BusOptions
 from qsched.conf.transport import (
     HONOURED,
     REFUSED,
@@ -143,6 +146,7 @@ def test_safe_url_masks_every_password_and_keeps_the_syntax() -> None:
     url = "rabbit://u:s3cret@h1,v:s3cret%40@h2:5673/nova?heartbeat_rate=4"
     safe = parse_transport_url(url).safe_url
     assert safe == "rabbit://u:**@h1:5672,v:**@h2:5673/nova"
+    assert KombuWire(url).safe_url == safe
 
 
 @pytest.mark.parametrize(
@@ -174,6 +178,15 @@ def test_ssl_and_its_files_as_oslo_messaging_builds_them() -> None:
     assert parse_transport_url("rabbit://h/?ssl=true&ssl_cert_file=/c").ssl == {"certfile": "/c"}
 
 
+def test_the_wire_hands_kombu_a_fresh_ssl_copy_and_the_login_method() -> None:
+    wire = KombuWire("rabbit://u:p@h/?ssl=true&ssl_ca_file=/ca&rabbit_login_method=PLAIN")
+    first, second = (wire._connection(url, 0) for url in wire._urls * 2)
+    assert first.ssl == wire.transport.ssl and first.ssl is not second.ssl
+    assert first.login_method == "PLAIN"
+    plain = KombuWire("amqp://u:p@h:5672//")._connection("amqp://u:p@h:5672//", 0)
+    assert (plain.ssl, plain.login_method) == (False, None)  # a kombu URL: as before
+
+
 def test_failover_strategy_login_and_heartbeats() -> None:
     parsed = parse_transport_url(
         "rabbit://h/?kombu_failover_strategy=shuffle&rabbit_login_method=EXTERNAL"
@@ -185,6 +198,14 @@ def test_failover_strategy_login_and_heartbeats() -> None:
     plain = parse_transport_url("rabbit://h/")
     assert (plain.failover_strategy, plain.login_method) == ("round-robin", None)
     assert (plain.heartbeat_s, plain.heartbeat_rate) == (None, 2)
+
+
+def test_the_url_s_heartbeat_wins_over_the_bus_options() -> None:
+    options = KombuOptions(heartbeat_s=30)
+    assert KombuWire("rabbit://h/?heartbeat_timeout_threshold=0", options=options).options == (
+        KombuOptions(heartbeat_s=0)
+    )
+    assert KombuWire("rabbit://h/", options=options).options == options
 
 
 @pytest.mark.parametrize(
@@ -217,3 +238,13 @@ def test_no_option_of_the_rabbit_driver_is_ignored() -> None:
     for name in sorted(set(opts) - set(HONOURED)):
         with pytest.raises(exception.Invalid, match=f"'{name}': qsched cannot honour it"):
             parse_transport_url(f"rabbit://h/?{name}=1")
+
+
+def test_open_bus_takes_a_rabbit_url() -> None:
+    url = "rabbit://guest:guest@127.0.0.1:1,guest:guest@127.0.0.1:2/"
+    bus = open_bus(BusOptions.defaults().replace(transport_url=url, prefix="qconf"))
+    assert (
+        bus.wire.amqp and bus.wire.safe_url == "rabbit://guest:**@127.0.0.1:1,guest:**@127.0.0.1:2/"
+    )
+    assert bus.wire._urls == ["amqp://guest:guest@127.0.0.1:1/", "amqp://guest:guest@127.0.0.1:2/"]
+    bus.close()

@@ -32,13 +32,31 @@ Features
   A consumer that dies without closing gives its messages back only after it.
 * Prefetch 1 per consumer connection. Counts: ready messages only.
 
+``rabbit://`` (RabbitMQ in oslo.messaging's syntax, several hosts)
+
+* Parsed by oslo.messaging (:mod:`qsched.conf.transport`): one ``amqp://`` URL
+  per host, and the query options of its rabbit driver that mean something here
+  (``ssl``, ``kombu_failover_strategy``, heartbeats...); the others are refused.
+* Every connection (a publisher's, a consumer's, the probe's) tries each host
+  once, starting from the one the last connection reached, then the others in
+  the order listed (``round-robin``) or at random (``shuffle``). A host that
+  fails is logged; a publish fails only when no host answers. oslo.messaging
+  also starts a connection at a random host under ``round-robin``; here the
+  first host listed is the one preferred.
+* Everything else as ``amqp://``.
+
 Connection String
 =================
 .. code-block::
 
     memory://
     amqp://USER:PASSWORD@HOST[:5672]/[VHOST]
+    amqp://USER:PASSWORD@HOST1:5672//;amqp://USER:PASSWORD@HOST2:5672//
+    rabbit://USER:PASSWORD@HOST1[:5672][,USER:PASSWORD@HOST2[:5672]...]/[VHOST][?OPTIONS]
     redis://[:PASSWORD@]HOST[:6379]/[DB]
+
+A ``;`` list of kombu URLs fails over as ``rabbit://`` does; so does oslo's
+``amqp://`` listing several hosts with commas (parsed as ``rabbit://``).
 
 Options are in :class:`KombuOptions` (the ``[bus]`` tunables, see :meth:`KombuBus.from_options`).
 
@@ -75,14 +93,14 @@ __all__ = ["SCHEMES", "KombuBus", "KombuOptions"]
 
 
 class KombuBus(base.Bus):
-    """The bus on one kombu transport URL. Thread-safe.
+    """The bus on one transport URL, kombu's or oslo.messaging's ``rabbit://``. Thread-safe.
 
     Only the :class:`~qsched.bus.base.Bus` contract is public, and ``wire``: the
     :class:`~qsched.bus.kombu_wire.KombuWire` it publishes through and hands to
     its consumers, for tools that must send what qsched never would (chaos runs,
     tests).
 
-    :raises Invalid: a URL scheme not in :data:`SCHEMES`, or a bad prefix.
+    :raises Invalid: as :class:`~qsched.bus.kombu_wire.KombuWire`.
     """
 
     def __init__(

@@ -254,7 +254,7 @@ class KombuConsumer(base.Consumer):
             self._run_commands()
             with contextlib.suppress(TimeoutError):  # nothing came: a chance to run commands
                 connection.drain_events(timeout=self.wire.options.poll_interval_s)
-            connection.heartbeat_check()
+            connection.heartbeat_check(rate=self.wire.transport.heartbeat_rate)
         self._run_commands()  # settles already asked for are finished work: do them
 
     def _subscribe_class(self, name: str) -> None:

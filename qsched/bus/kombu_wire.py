@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import random
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -26,11 +27,12 @@ from amqp import exceptions as amqp_exceptions
 
 from qsched import exception
 from qsched.bus import base
+from qsched.conf.transport import SHUFFLE, Transport, parse_transport_url
 
 LOG = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/x-msgpack"
-SCHEMES = frozenset({"memory", "amqp", "pyamqp", "redis", "rediss"})
+SCHEMES = frozenset({"memory", "amqp", "pyamqp", "redis", "rediss", "rabbit"})
 PROBE_KEY = "health"  # the probe's routing key: no queue binds it (boot.*, host.* do)
 # The steps of a publish, which say what a failure means (see failure_category).
 CONNECT, DECLARE, PUBLISH = "connect", "declare", "publish"
@@ -111,15 +113,19 @@ class _Publisher:
 
 
 class KombuWire:
-    """Connections, entities and confirmed publishes on one kombu transport URL.
+    """Connections, entities and confirmed publishes on one transport URL.
 
-    ``names`` and ``options`` are what it was built with; ``driver`` is kombu's
-    (``amqp``, ``redis`` or ``memory``), ``amqp`` whether it is RabbitMQ;
-    ``safe_url`` the URL with its password masked. ``errors`` are what the
-    transport raises when the broker fails (``channel_errors`` those of one
-    channel only).
+    The URL is kombu's, or oslo.messaging's ``rabbit://`` naming several hosts
+    (:mod:`qsched.conf.transport`, whose :class:`~qsched.conf.transport.Transport`
+    is ``transport``): a connection fails over across the hosts (:meth:`connect`).
+    ``names`` and ``options`` are what it was built with (``heartbeat_s`` the
+    URL's if it sets one); ``driver`` is kombu's (``amqp``, ``redis`` or
+    ``memory``), ``amqp`` whether it is RabbitMQ; ``safe_url`` the URL with its
+    passwords masked. ``errors`` are what the transport raises when the broker
+    fails (``channel_errors`` those of one channel only).
 
-    :raises Invalid: a URL scheme not in :data:`SCHEMES`, or a bad prefix.
+    :raises Invalid: a URL scheme not in :data:`SCHEMES`, a URL oslo.messaging
+        cannot parse or whose options cannot be honoured, or a bad prefix.
     """
 
     def __init__(
@@ -129,14 +135,21 @@ class KombuWire:
         options: KombuOptions | None = None,
     ) -> None:
         self.names = base.Names(prefix)
-        self.options = options or KombuOptions()
-        self._url = _check_scheme(url)
-        probe = kombu.Connection(url)
+        self.transport: Transport = parse_transport_url(_check_scheme(url))
+        self.options = _with_heartbeat(options or KombuOptions(), self.transport)
+        self._urls = [_check_scheme(part) for part in self.transport.urls]
+        probes = [kombu.Connection(part) for part in self._urls]
+        probe = probes[0]
         self.driver: str = probe.transport.driver_type
-        self.safe_url: str = probe.as_uri()
+        if any(each.transport.driver_type != self.driver for each in probes):
+            raise exception.Invalid(reason="the hosts of a bus URL must share one transport")
+        self._safe_hosts = [each.as_uri() for each in probes]
+        self.safe_url: str = self.transport.safe_url or ";".join(self._safe_hosts)
         self.amqp = self.driver == "amqp"
         if self.driver == "memory" and not probe.hostname:
-            self._url = "memory://localhost/"  # same broker state; kombu warns without a host
+            self._urls = ["memory://localhost/"]  # same broker state; kombu warns without a host
+        # The host the last connection reached, where the next one starts.
+        self._reached = random.randrange(len(self._urls)) if self._shuffled else 0
         self.channel_errors: tuple[type[BaseException], ...] = tuple(probe.channel_errors)
         self.errors: tuple[type[BaseException], ...] = (
             *probe.connection_errors,
@@ -157,22 +170,23 @@ class KombuWire:
     # -- connections --
 
     def connect(self, heartbeat_s: int = 0) -> kombu.Connection:
-        """A new connection, connected now (fails at once, no retries); the caller releases it.
+        """A new connection, connected now; the caller releases it.
 
-        :raises: one of :attr:`errors`.
+        Each host of the URL is tried once, without a pause, until one answers:
+        first the one the last connection reached, then the others, in the order
+        listed (``kombu_failover_strategy=round-robin``, the default) or at
+        random (``shuffle``). One host: it fails at once, no retries.
+
+        :raises: one of :attr:`errors`, the last host's.
         """
-        connection = kombu.Connection(
-            self._url,
-            connect_timeout=self.options.connect_timeout_s,
-            heartbeat=heartbeat_s,
-            transport_options=self._transport_options(),
-        )
-        try:
-            connection.ensure_connection(max_retries=0)
-        except BaseException:
-            connection.release()
-            raise
-        return connection
+        *others, last = self._failover_order()
+        for index in others:
+            try:
+                return self._connect_to(index, heartbeat_s)
+            except self.errors as exc:
+                LOG.warning("bus: %s is unreachable (%s); trying the next host",
+                            self._safe_hosts[index], base.describe(exc))  # fmt: skip
+        return self._connect_to(last, heartbeat_s)
 
     @contextlib.contextmanager
     def channel(self) -> Iterator[Any]:
@@ -198,6 +212,48 @@ class KombuWire:
             self._closed, idle, self._idle = True, self._idle, []
         for publisher in idle:
             publisher.close()
+
+    @property
+    def _shuffled(self) -> bool:
+        return self.transport.failover_strategy == SHUFFLE
+
+    def _failover_order(self) -> list[int]:
+        """The hosts to try, by index: the last one reached, then the others."""
+        start, count = self._reached, len(self._urls)  # read once: other threads move it
+        others = [(start + step) % count for step in range(1, count)]
+        if self._shuffled:
+            random.shuffle(others)
+        return [start, *others]
+
+    def _connect_to(self, index: int, heartbeat_s: int) -> kombu.Connection:
+        """A connection to host ``index``, connected now, or released.
+
+        :raises: as :meth:`connect`.
+        """
+        connection = self._connection(self._urls[index], heartbeat_s)
+        try:
+            connection.ensure_connection(max_retries=0)
+        except BaseException:
+            connection.release()
+            raise
+        self._reached = index
+        return connection
+
+    def _connection(self, url: str, heartbeat_s: int) -> kombu.Connection:
+        """A kombu connection to one host, not connected yet."""
+        extra: dict[str, Any] = {}
+        if self.transport.ssl is not None:  # a copy: kombu writes the host connected to in it
+            ssl = self.transport.ssl
+            extra["ssl"] = dict(ssl) if isinstance(ssl, Mapping) else ssl
+        if self.transport.login_method is not None:
+            extra["login_method"] = self.transport.login_method
+        return kombu.Connection(
+            url,
+            connect_timeout=self.options.connect_timeout_s,
+            heartbeat=heartbeat_s,
+            transport_options=self._transport_options(),
+            **extra,
+        )
 
     def _transport_options(self) -> dict[str, Any]:
         options = self.options
@@ -444,6 +500,13 @@ class KombuWire:
         for each in [publisher, *idle]:
             if each is not None:
                 each.close()
+
+
+def _with_heartbeat(options: KombuOptions, transport: Transport) -> KombuOptions:
+    """``options`` with the URL's heartbeat, if it sets one (as oslo.messaging's query does)."""
+    if transport.heartbeat_s is None:
+        return options
+    return dataclasses.replace(options, heartbeat_s=transport.heartbeat_s)
 
 
 def _check_scheme(url: str) -> str:
