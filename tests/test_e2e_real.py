@@ -53,6 +53,26 @@ def test_boots_reach_active(cloud: Cloud) -> None:
     assert audit(cloud.stores).ok
 
 
+def test_boots_through_a_rabbit_transport_url_whose_first_host_is_down(tmp_path) -> None:
+    """oslo.messaging's ``rabbit://``, two hosts listed, the first one down: the API's
+    workers and both agents fail over to the second, and every boot goes ACTIVE."""
+    with running_cloud(tmp_path, "rabbit-failover") as failover:
+        assert failover.transport_url.startswith("rabbit://") and "," in failover.transport_url
+        token = project(failover)
+        uuids = []
+        for _ in range(CAPACITY):
+            status, body = failover.boot(token=token)
+            assert status == 202, body
+            uuids.append(body["server"]["id"])
+        failover.settle(uuids)
+        assert {failover.state(u) for u in uuids} == {State.ACTIVE}, failover.tail_logs()
+        logs = {path.stem: path.read_text() for path in failover.logs.glob("*.log")}
+        assert sorted(logs) == ["agent0", "agent1", "api"]
+        down = failover.transport_url.split(",")[0].rsplit(":", 1)[1]
+        for name, text in logs.items():
+            assert f":{down}// is unreachable" in text, f"{name} did not fail over"
+
+
 def test_a_flavor_no_host_fits_ends_in_no_valid_host(cloud: Cloud) -> None:
     token = project(cloud, cores=-1)
     status, body = cloud.boot("huge", token=token)
