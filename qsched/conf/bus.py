@@ -15,7 +15,13 @@ default_opts = [
         default="memory://",
         secret=True,
         help="Bus URL. memory:// is the in-process embedded default; amqp://user:pass@host:5672// "
-        "is RabbitMQ (the production path); redis://host:6379/0 uses kombu's Redis transport.",
+        "is RabbitMQ (the production path); redis://host:6379/0 uses kombu's Redis transport. "
+        "oslo.messaging's syntax names a RabbitMQ cluster: "
+        "rabbit://user:pass@host1:5672,user:pass@host2:5672/vhost?ssl=true, parsed by "
+        "oslo.messaging; connections fail over across the hosts listed. Query options are "
+        "those of oslo.messaging's rabbit driver: ssl, ssl_ca_file, ssl_cert_file, "
+        "ssl_key_file, kombu_failover_strategy, rabbit_login_method, "
+        "heartbeat_timeout_threshold and heartbeat_rate are honoured, any other is refused.",
     ),
 ]
 
@@ -30,8 +36,8 @@ bus_opts = [
         "connect_timeout_s",
         default=5.0,
         min=0.1,
-        help="Broker connect timeout; a publish fails (the API answers 503) after about "
-        "twice this.",
+        help="Broker connect timeout, per host of transport_url; when no host answers, a "
+        "publish fails (the API answers 503) after about twice this times the hosts listed.",
     ),
     cfg.FloatOpt(
         "confirm_timeout_s",
