@@ -216,9 +216,9 @@ class ComputeAPI:
     ) -> None:
         self.stores = stores
         self.metrics = metrics or NoMetrics()
+        self.bus: Publisher = self.metrics.counted(bus)  # its failed publishes counted
         self.policy = policy or Policy()
         self.images = images or OpaqueImages()
-        self.bus = bus
         self.flavors = stores.flavors
         self.scheduler = scheduler or SchedulerOptions.defaults()
         self.api = api or APIOptions.defaults()

@@ -177,7 +177,7 @@ class APIMetrics:
     def outbox_published(self, count: int) -> None:
         self._outbox.inc(count)
 
-    def counted(self, bus: Any) -> Any:
+    def counted(self, bus: Publisher) -> Publisher:
         """``bus`` with its failed publishes counted (:class:`CountedPublisher`)."""
         return CountedPublisher(bus, self)
 
@@ -222,14 +222,16 @@ class NoMetrics(APIMetrics):
     def outbox_published(self, count: int) -> None:
         pass
 
-    def counted(self, bus: Any) -> Any:
+    def counted(self, bus: Publisher) -> Publisher:
         return bus
 
     def exposition(self) -> bytes:
         return b""
 
 
-class _Publisher(Protocol):
+class Publisher(Protocol):
+    """What :class:`CountedPublisher` counts of a bus (:class:`qsched.compute.Publisher`)."""
+
     def publish_boot(self, msg: Any) -> None: ...
 
     def publish_delete(self, host: str, msg: Any) -> None: ...
@@ -247,7 +249,7 @@ class CountedPublisher:
     Everything else is the bus's own: each publish raises what it raised.
     """
 
-    def __init__(self, bus: _Publisher, metrics: APIMetrics) -> None:
+    def __init__(self, bus: Publisher, metrics: APIMetrics) -> None:
         self.bus = bus
         self.metrics = metrics
 

@@ -112,7 +112,7 @@ def create_app(
     """
     api = api or APIOptions.defaults()
     metrics = metrics or api_metrics(api)
-    compute = ComputeAPI(stores, metrics.counted(bus), scheduler, api, policy, images, metrics)
+    compute = ComputeAPI(stores, bus, scheduler, api, policy, images, metrics)
     compute.seed_flavors()
     routes = _routes(compute, api.public_endpoint, api.max_request_body_bytes)
     routes += metrics_edge.routes(metrics)
