@@ -29,6 +29,7 @@ from qsched.bus.kombu import KombuBus
 from qsched.cmd.api import make_server
 from qsched.compute import ComputeAPI, FlavorRefNotFound
 from qsched.conf import AgentOptions, APIOptions, LedgerOptions, SchedulerOptions
+from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import State
@@ -55,8 +56,11 @@ def scrape(url: str) -> tuple[Samples, list[Any]]:
     """GET ``url`` without a token: every sample by (name, labels), and the families."""
     with urllib.request.urlopen(url, timeout=10) as answer:
         assert answer.status == 200
-        text = answer.read().decode()
-    families = list(text_string_to_metric_families(text))
+        return parse(answer.read())
+
+
+def parse(text: bytes) -> tuple[Samples, list[Any]]:
+    families = list(text_string_to_metric_families(text.decode()))
     found = {(s.name, frozenset(s.labels.items())): s.value for f in families for s in f.samples}
     return found, families
 
@@ -256,11 +260,7 @@ def test_the_reaper_and_the_janitor_count_what_they_did() -> None:
         for task in tasks:
             task.stop()
         bus.close()
-    samples = {
-        (s.name, frozenset(s.labels.items())): s.value
-        for f in text_string_to_metric_families(metrics.exposition().decode())
-        for s in f.samples
-    }
+    samples, _families = parse(metrics.exposition())
     assert value(samples, "qsched_no_valid_host_total", reason="deadline") == 1
     assert value(samples, "qsched_janitor_requeued_total") == 0
 
@@ -286,11 +286,7 @@ def test_gunicorn_workers_are_summed_in_one_scrape(tmp_path: Path) -> None:
         f"sys.stdout.write(APIMetrics({str(tmp_path)!r}).exposition().decode())"  # fmt: skip
     done = subprocess.run([sys.executable, "-c", scrape_code], env=env, check=True,
                           timeout=60, capture_output=True, text=True)  # fmt: skip
-    samples = {
-        (s.name, frozenset(s.labels.items())): s.value
-        for f in text_string_to_metric_families(done.stdout)
-        for s in f.samples
-    }
+    samples, _families = parse(done.stdout.encode())
     assert value(samples, "qsched_api_boots_accepted_total") == 7
     post = {"route": "/v2.1/servers", "method": "POST"}
     assert value(samples, "qsched_api_requests_total", **post, status="202") == 7
@@ -328,3 +324,27 @@ def test_gunicorn_and_agent_processes_scraped_after_a_burst(tmp_path: Path) -> N
 
 
 PLACEMENTS = "qsched_agent_placements_total"
+
+
+class RefusingBus(KombuBus):
+    """A broker that confirms nothing."""
+
+    def publish_boot(self, message: BootRequest) -> None:
+        raise BusUnavailable("memory://", "no confirm", "publishes failing")
+
+
+def test_a_publish_the_broker_did_not_confirm_is_counted_with_the_refusal() -> None:
+    stores = open_stores(LedgerOptions.defaults(), url=f"fakeredis://m-{uuid.uuid4().hex}")
+    bus = RefusingBus("memory://", prefix=f"m{uuid.uuid4().hex[:10]}")
+    stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
+    metrics = APIMetrics()
+    compute = ComputeAPI(stores, bus, metrics=metrics)
+    compute.flavors.create(Flavor("small", 1, 512, 0))
+    context = RequestContext(user_id="u1", project_id="p1", roles=["member", "reader"])
+    with pytest.raises(BusUnavailable):
+        compute.boot(context, "vm", "small")
+    bus.close()
+    samples, _families = parse(metrics.exposition())
+    assert value(samples, "qsched_api_publish_failures_total", kind="boot") == 1
+    assert value(samples, "qsched_api_boots_refused_total", reason="bus_unavailable") == 1
+    assert value(samples, "qsched_api_boots_accepted_total") == 0
