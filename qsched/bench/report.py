@@ -34,6 +34,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target of issue 6 with what this run measured; ``met`` None if not measured."""
     found: list[dict[str, Any]] = []
     scale = results.get("scale") or []
+    with_metrics = [entry for entry in scale if entry.get("metrics", True)]
+    scale = with_metrics or scale  # judged as deployed; --metrics both adds runs without
     if scale:
         found += _flat_targets(scale) + _p99_targets(scale) + [_registration_target(scale)]
     amqp = (results.get("saturation") or {}).get("rabbitmq")
@@ -194,6 +196,7 @@ def path_label(entry: dict[str, Any], path: str) -> str:
 #: The parts whose CPU metrics may change: the API workers, the agents, the bench
 #: process (everything, when embedded), the whole machine.
 METRICS_PARTS = ("api", "agents", "generator", "busy")
+MIN_PART_MS = 0.1  # a part that did (next to) nothing: no percentage to give
 
 
 def metrics_cost(scale: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -208,7 +211,7 @@ def metrics_cost(scale: list[dict[str, Any]]) -> list[dict[str, Any]]:
             off, on = (
                 both[m]["paths"][path].get("cpu_ms_per_placement", {}) for m in (False, True)
             )
-            for part in (p for p in METRICS_PARTS if off.get(p) and p in on):
+            for part in (p for p in METRICS_PARTS if off.get(p, 0) >= MIN_PART_MS and p in on):
                 change = round(100 * (on[part] - off[part]) / off[part], 1)
                 rows.append({"hosts": hosts, "path": path, "part": part, "off_ms": off[part],
                              "on_ms": on[part], "change_pct": change})  # fmt: skip
@@ -249,9 +252,11 @@ def burst_table(scale: list[dict[str, Any]]) -> list[str]:
     for entry in scale:
         b = entry.get("burst")
         if b:
+            off = "" if entry.get("metrics", True) else "no metrics"
+            note = ", ".join(n for n in (_note(b), off) if n)
             rows.append((entry["hosts"], b["requests"], b["refused"], b["sent_per_s"],
                          b["capacity_per_s"], _ms(b["submit_to_claimed_ms"]), _other(b),
-                         _note(b)))  # fmt: skip
+                         note))  # fmt: skip
     header = ("hosts", "boots", "refused", "sent/s", "placed/s with backlog",
               "to claimed ms p50/p95/p99", "other CPU", "note")  # fmt: skip
     return simple_table(header, rows) if rows else []
@@ -279,7 +284,7 @@ def cost_rows(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         for path in ("http", "library"):
             rows.append((f"N={entry['hosts']:,} {path_label(entry, path)}", entry["paths"][path]))
         if entry.get("burst"):
-            rows.append((f"N={entry['hosts']:,} burst", entry["burst"]))
+            rows.append((f"N={entry['hosts']:,} {path_label(entry, 'burst')}", entry["burst"]))
     for name, entry in (results.get("saturation") or {}).items():
         for step in entry["steps"]:
             rows.append((f"{name} {step['offered_per_s']:g}/s", step))
