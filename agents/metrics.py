@@ -2,40 +2,18 @@
 
 Each agent has a registry of its own (several agents may share a process, as in the
 embedded stack), served at ``/metrics`` by prometheus_client's small HTTP server in a
-thread of the agent. Most counts are the agent's :attr:`~agents.service.ComputeAgent.
-counters`, kept anyway for its heartbeat and read only at scrape time, so a placement
-costs nothing more for them; the two histograms cost one observation each per claim.
+thread of the agent. ``docs/metrics.rst`` lists them. Where they come from:
 
-=======================================  =========  ================  =======================
-name                                     type       labels            what
-=======================================  =========  ================  =======================
-qsched_agent_placements_total            counter                      claims held (placements)
-qsched_agent_refusals_total              counter    reason            requests refused: no
-                                                                      node here fits (reason:
-                                                                      a RefusalKind, ``service``
-                                                                      or ``none``)
-qsched_agent_handbacks_total             counter                      requests handed back to
-                                                                      an alternate
-qsched_agent_claim_conflicts_total       counter                      generation conflicts a
-                                                                      claim met, re-read and
-                                                                      retried
-qsched_agent_claim_retries_total         counter                      claims the ledger refused
-                                                                      (node fuller than this
-                                                                      agent saw), picked again
-qsched_agent_spawn_failures_total        counter                      spawns that failed (the
-                                                                      claim given back)
-qsched_agent_active_total                counter                      instances spawned ACTIVE
-qsched_no_valid_host_total               counter    reason            instances this agent
-                                                                      ended NoValidHost
-qsched_agent_claim_duration_seconds      histogram                    one claim: lock, ledger
-                                                                      script, retries
-qsched_agent_published_to_claimed_       histogram                    from the request's last
-seconds                                                               publish to its claim
-qsched_agent_resource_capacity           gauge      resource_class    over this agent's nodes
-qsched_agent_resource_free               gauge      resource_class    capacity less usage
-qsched_agent_consuming_class             gauge      scheduling_class  1 per class consumed now
-qsched_agent_builds                      gauge                        spawns in flight
-=======================================  =========  ================  =======================
+* placements, hand-backs, claim conflicts, spawn failures, instances ACTIVE: the
+  agent's own counters (kept anyway for its heartbeat), read at scrape time, so a
+  placement costs nothing more for them (:data:`COUNTERS`);
+* refusals and NoValidHost ends by reason, claim retries: counted here by the steps
+  (:meth:`AgentMetrics.refused`, :meth:`~AgentMetrics.no_valid_host`,
+  :meth:`~AgentMetrics.retried`);
+* the claim and publish-to-claimed histograms: one observation each per claim,
+  taken only when metrics are on (:meth:`AgentMetrics.claimed`);
+* capacity, free capacity, the classes consumed, the builds in flight: read from
+  the index, the consumer and the builds at scrape time.
 
 Labels are bounded: refusal and NoValidHost reasons are fixed sets, resource classes
 are those of the nodes, and scheduling classes are the deployment's flavors times the

@@ -4,35 +4,23 @@ Every name follows Prometheus's conventions (``qsched_<part>_<what>``, ``_total`
 counters, ``_seconds`` on durations); ``docs/metrics.rst`` lists them with the agents'
 (:mod:`agents.metrics`) and sample alerts. In this process:
 
-====================================  =========  ===================  ==========================
-name                                  type       labels               counted by
-====================================  =========  ===================  ==========================
-qsched_api_requests_total             counter    route, method,       every response
-                                                 status               (:mod:`qsched.api.metrics`)
-qsched_api_request_duration_seconds   histogram  route, method        every response
-qsched_api_boots_accepted_total       counter                         servers a create accepted
-                                                                      (202; each of a multi-create)
-qsched_api_boots_refused_total        counter    reason               creates refused (4xx, 503)
-qsched_api_publish_failures_total     counter    kind                 publishes the broker did
-                                                                      not confirm (boot, delete,
-                                                                      action; the client got 503)
-qsched_no_valid_host_total            counter    reason               instances ended NoValidHost
-                                                                      here: ``deadline`` (the
-                                                                      reaper), ``filter`` (a boot
-                                                                      no host could take)
-qsched_janitor_requeued_total         counter                         claims of dead agents
-                                                                      released and published again
-qsched_janitor_requeue_failures_total counter                         of those, publishes that
-                                                                      failed (left to the deadline)
-qsched_outbox_published_total         counter                         requests stranded in the
-                                                                      outbox, published again
-====================================  =========  ===================  ==========================
+* ``qsched_api_requests_total`` and ``qsched_api_request_duration_seconds``: every
+  response, by route template, method (and status), in :mod:`qsched.api.metrics`;
+* ``qsched_api_boots_accepted_total`` and ``qsched_api_boots_refused_total`` (by
+  reason): every create, by :class:`qsched.compute.ComputeAPI`;
+* ``qsched_api_publish_failures_total`` (by kind): publishes the broker did not
+  confirm, by the front door's bus (:class:`CountedPublisher`);
+* ``qsched_no_valid_host_total`` (by reason): ``deadline`` for the reaper's ends,
+  ``filter`` for a boot no host could take (the agents count theirs under the same
+  name); ``qsched_janitor_requeued_total``, ``qsched_janitor_requeue_failures_total``
+  and ``qsched_outbox_published_total``: the housekeeping runs
+  (:func:`qsched.janitor.start_periodic_tasks`).
 
 Label values come from fixed sets, so the number of series stays bounded whatever the
 traffic: ``route`` is the route's URI template (``/v2.1/servers/{server_id}``, or
-``unmatched``), never the path; ``method`` one of HTTP's (else ``other``); ``reason`` one
-of :data:`BOOT_REFUSALS` or :data:`NO_VALID_HOST_REASONS`. No instance, project or host
-name is ever a label here.
+``unmatched``), never the path; ``method`` one of HTTP's (else ``other``); ``reason``
+one of the words of :func:`refusal_reason` or :data:`NO_VALID_HOST_REASONS`. No
+instance, project or host name is ever a label here.
 
 Under gunicorn every worker counts in its own files of ``PROMETHEUS_MULTIPROC_DIR``
 (``deploy/gunicorn.conf.py`` sets it before any worker starts), and a scrape of
