@@ -47,7 +47,6 @@ from qsched import exception
 from qsched.bus.base import Delivery, Names
 from qsched.ledger.records import AFFINITY, HostRule
 from qsched.message import BootRequest
-from qsched.reaper import fail_no_valid_host
 from qsched.scheduling.fit import Refusal, RefusalKind
 
 LOG = logging.getLogger(__name__)
@@ -96,6 +95,7 @@ class GroupStep:
         by_host_rule = isinstance(refusal, exception.HostRuleRefused)
         parts.counters["host_rule_refused" if by_host_rule else "group_refused"] += 1
         kind = RefusalKind.HOST_RULE if by_host_rule else RefusalKind.SERVER_GROUP
+        parts.metrics.refused(kind.value)
         holder, soft = refusal.kwargs.get("holder"), bool(refusal.kwargs.get("soft"))
         refusals = int(refusal.kwargs.get("refusals") or 0)
         if not soft and refusals % GROUP_TRIES == 0:
@@ -130,6 +130,7 @@ class GroupStep:
             return False
         parts, host = self.parts, self.parts.host
         what = str(why) if why is not None else "no node of this agent fits the request"
+        parts.metrics.refused(why.kind.value if why else "none")  # as a class queue's refusal
         rule = msg.host_rule()
         if rule is not None and rule.only:
             self._next_host(msg, delivery, rule, what)
@@ -141,7 +142,7 @@ class GroupStep:
         ):
             self._refused(msg, f"affinity group {msg.group} is on {host}, which has no room: "
                           f"{what}")  # fmt: skip
-            fail_no_valid_host(parts.stores, msg.instance_uuid, "affinity")
+            parts.no_valid_host(msg.instance_uuid, "affinity")
             delivery.ack()
             return True
         self._refused(msg, f"sent to {host}, which has no room: {what}")
@@ -165,7 +166,7 @@ class GroupStep:
                 delivery.ack()
                 return
             after = following
-        fail_no_valid_host(parts.stores, msg.instance_uuid, "host rule")
+        parts.no_valid_host(msg.instance_uuid, "host rule")
         delivery.ack()
 
     def _refused(

@@ -38,6 +38,7 @@ import dataclasses
 import enum
 import functools
 import logging
+import time
 from typing import Any
 
 from agents.nodes import Pick
@@ -47,7 +48,6 @@ from qsched.bus.base import Delivery
 from qsched.ledger import retry
 from qsched.ledger.base import ClaimGuard, State
 from qsched.message import BootRequest
-from qsched.reaper import fail_no_valid_host
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.fit import Refusal
 
@@ -123,7 +123,7 @@ class Placer:
             # that spawn has given up, we or another agent must take it.
             return Admission.LATER if self.still_waiting(msg) else Admission.DROP
         if msg.expired():
-            fail_no_valid_host(self.parts.stores, msg.instance_uuid, "deadline")
+            self.parts.no_valid_host(msg.instance_uuid, "deadline")
             return Admission.ENDED
         if not self.knows_class(msg.scheduling_class):
             return Admission.UNKNOWN_CLASS
@@ -184,6 +184,7 @@ class Placer:
                 # agent kept changing a provider it shares (max_conflict_retries used
                 # up, a contended shared provider): read it again, never dead-letter it
                 self._note_conflict(msg, pick, exc)
+                self.parts.metrics.retried()
                 self.parts.reconciler.refresh_nodes([pick.node])
                 self._refresh_sharing(pick)
                 continue
@@ -239,6 +240,7 @@ class Placer:
         :raises ServiceDisabled: this host's service is disabled or forced down.
         """
         parts = self.parts
+        began = time.perf_counter()
         try:
             with parts.index.writing(pick.node):
                 result = retry.claim(
@@ -256,6 +258,7 @@ class Placer:
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
             return False
         parts.counters["claimed"] += 1
+        parts.metrics.claimed(msg, time.perf_counter() - began)
         return True
 
     def _guard(self, msg: BootRequest, pick: Pick) -> ClaimGuard | None:
@@ -292,6 +295,7 @@ class Placer:
         parts = self.parts
         reason = str(why) if why is not None else "no node of this agent fits the request"
         parts.counters["refused"] += 1
+        parts.metrics.refused(why.kind.value if why else "none")
         parts.stores.instances.add_event(
             msg.instance_uuid, "refused", host=parts.host, node=why.node if why else None,
             reason=reason, kind=why.kind.value if why else "none", nodes=len(parts.index),
@@ -308,6 +312,7 @@ class Placer:
         """
         parts = self.parts
         parts.counters["refused"] += 1
+        parts.metrics.refused("service")
         parts.gate.enable(False)
         parts.stores.instances.add_event(
             msg.instance_uuid, "refused", host=parts.host, reason=why.why, kind="service",

@@ -51,6 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from agents.actions import STUCK_ACTION_S, ActionStep
 from agents.consuming import ClassGate
 from agents.groups import GroupStep
+from agents.metrics import AgentMetrics
 from agents.nodes import NodeIndex, Pick
 from agents.permit import POLL_S, Permit
 from agents.placing import Admission, Alternates, Closed, HandBack, Placer, UnknownClass
@@ -102,6 +103,10 @@ class ComputeAgent:
         self._register_task: Periodic | None = None
         self._stopped = threading.Event()
         self.counters: Counter[str] = Counter()
+        self.metrics = AgentMetrics(
+            self.counters, self.index.totals, self._consumed, self.builds.__len__,
+            enabled=bool(options.metrics_port),
+        )  # fmt: skip
         self._backoff = Backoff(options.ledger_retry_max_s)
         self.reconciler = Reconciler(
             stores, bus, driver, self.host, self.index, self.builds.__contains__,
@@ -111,7 +116,7 @@ class ComputeAgent:
         )  # fmt: skip
         parts = AgentParts(
             self.host, stores, bus, driver, self.index, self.builds, self.reconciler,
-            self.counters, self._stopped, options.ledger_retry_max_s, self.gate,
+            self.counters, self._stopped, options.ledger_retry_max_s, self.gate, self.metrics,
         )  # fmt: skip
         alternates = Alternates(options.max_handbacks, options.handback_pause_s)
         self.placer = Placer(parts, claim_retries, alternates)
@@ -130,7 +135,12 @@ class ComputeAgent:
     # -- life cycle ---------------------------------------------------------------------
 
     def start(self, ready_timeout_s: float = 30.0) -> None:
-        """Register the nodes and their zone, learn the classes, consume and heartbeat."""
+        """Register the nodes and their zone, learn the classes, consume and heartbeat.
+
+        :raises MetricsUnavailable: ``[agent] metrics_port`` is taken; nothing is done.
+        """
+        if self.opts.metrics_port:  # first: a port taken stops the agent before it holds work
+            self.metrics.serve(self.opts.metrics_host, self.opts.metrics_port)
         views = register_nodes(
             self.stores.ledger, self.driver.nodes(), self.opts.availability_zone,
             self.opts.aggregates, host=self.opts.host,
@@ -171,7 +181,7 @@ class ComputeAgent:
             ("permit", POLL_S, self.permit.check),  # multi-creates waiting for their claims
         ]  # fmt: skip
         if self.opts.reap_interval_s:
-            tasks.append(("reaper", self.opts.reap_interval_s, lambda: reap_expired(self.stores)))
+            tasks.append(("reaper", self.opts.reap_interval_s, self._reap))
         for name, interval_s, fn in tasks:
             self._start_task(Periodic(f"{name}-{self.host}", interval_s, fn))
         # Agents started together must not all reconcile at once: the first pass falls
@@ -185,6 +195,14 @@ class ComputeAgent:
             f"reconcile-{self.host}", interval_s, self.reconcile_pass,
             first_after_s=random.uniform(0.5, 1.0) * interval_s,
         ))  # fmt: skip
+
+    def _reap(self) -> None:
+        self.metrics.no_valid_host("deadline", reap_expired(self.stores))
+
+    def _consumed(self) -> frozenset[str]:
+        """The classes the consumer takes now (none before it starts)."""
+        consumer = self.consumer
+        return consumer.classes if consumer is not None else frozenset()
 
     def _start_task(self, task: Periodic) -> Periodic:
         task.start()
@@ -211,6 +229,7 @@ class ComputeAgent:
             time.sleep(0.05)
         for task in self._periodic:
             task.stop()
+        self.metrics.stop()
         if self.builds:
             LOG.warning("agent %s: %d builds unfinished at exit; the janitor requeues them",
                         self.host, len(self.builds))  # fmt: skip

@@ -22,7 +22,6 @@ from agents.steps import AgentParts, Build
 from agents.virt.base import SpawnFailed
 from qsched import exception
 from qsched.ledger.base import State
-from qsched.reaper import fail_no_valid_host
 
 LOG = logging.getLogger(__name__)
 
@@ -84,7 +83,7 @@ class Spawner:
         if inst.state != State.BUILD:
             return  # it was being deleted: the ledger ended it
         if inst.attempts >= msg.max_attempts:
-            fail_no_valid_host(parts.stores, uuid, "max_attempts")
+            parts.no_valid_host(uuid, "max_attempts")
             return
         try:
             parts.persist(msg, lambda: parts.bus.publish_boot(msg.next_attempt(parts.host)))

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from agents.consuming import ClassGate
+from agents.metrics import AgentMetrics
 from agents.nodes import NodeIndex, Pick
 from agents.reconcile import Reconciler
 from agents.virt.base import VirtDriver
@@ -23,6 +24,7 @@ from qsched import exception
 from qsched.bus.base import Bus
 from qsched.ledger import Stores
 from qsched.message import BootRequest
+from qsched.reaper import fail_no_valid_host
 
 T = TypeVar("T")
 
@@ -84,6 +86,15 @@ class AgentParts:
     stopped: threading.Event
     retry_max_s: float  # [agent] ledger_retry_max_s
     gate: ClassGate  # the classes the consumer takes (a hand-back pauses one)
+    metrics: AgentMetrics
+
+    def no_valid_host(self, uuid: str, reason: str) -> bool:
+        """End a waiting instance in ERROR NoValidHost for ``reason``, counted; False if it
+        was not waiting any more (:func:`qsched.reaper.fail_no_valid_host`)."""
+        ended = fail_no_valid_host(self.stores, uuid, reason)
+        if ended:
+            self.metrics.no_valid_host(reason.replace(" ", "_"))
+        return ended
 
     def persist(self, msg: BootRequest, write: Callable[[], T]) -> T:
         """Run ``write``, retrying while the ledger or bus is down, up to the deadline.

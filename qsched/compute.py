@@ -27,8 +27,8 @@ import functools
 import logging
 import secrets
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, Protocol
 
 from qsched import exception, server_list
 from qsched.aggregate_api import AggregateAPI, Route
@@ -55,6 +55,7 @@ from qsched.ledger import Stores
 from qsched.ledger.backend import LedgerUnavailable
 from qsched.ledger.base import HostRule, Instance, ServerGroup, State
 from qsched.message import ActionRequest, BootRequest, DeleteRequest
+from qsched.metrics import APIMetrics, NoMetrics
 from qsched.outbox import Abandoner, Confirmations
 from qsched.policies import flavors as flavors_policy
 from qsched.policies import server_metadata as metadata_policy
@@ -172,13 +173,35 @@ class Publisher(Protocol):
     def check_health(self) -> None: ...
 
 
+P = ParamSpec("P")
+
+
+def _counted(
+    boot_many: Callable[Concatenate[ComputeAPI, P], Reservation],
+) -> Callable[Concatenate[ComputeAPI, P], Reservation]:
+    """Count the servers a create accepted, or why it was refused (:mod:`qsched.metrics`)."""
+
+    @functools.wraps(boot_many)
+    def counted(self: ComputeAPI, *args: P.args, **kwargs: P.kwargs) -> Reservation:
+        try:
+            found = boot_many(self, *args, **kwargs)
+        except Exception as exc:
+            self.metrics.boot_refused(exc)
+            raise
+        self.metrics.boots_accepted(len(found.instances))
+        return found
+
+    return counted
+
+
 class ComputeAPI:
     """Servers and flavors for one cell: its stores and bus, and the options it uses.
 
     ``scheduler``: deadlines and attempts of boot requests; ``api``: list limits
     and the configured flavors; ``policy``: who may do what (None: Nova's
     defaults, :mod:`qsched.policies`); ``images``: where images are looked up
-    (None: nowhere, ``imageRef`` is opaque).
+    (None: nowhere, ``imageRef`` is opaque); ``metrics``: where boots are counted
+    (None: nowhere).
     """
 
     def __init__(
@@ -189,11 +212,13 @@ class ComputeAPI:
         api: APIOptions | None = None,
         policy: Policy | None = None,
         images: ImageService | None = None,
+        metrics: APIMetrics | None = None,
     ) -> None:
         self.stores = stores
+        self.metrics = metrics or NoMetrics()
+        self.bus: Publisher = self.metrics.counted(bus)  # its failed publishes counted
         self.policy = policy or Policy()
         self.images = images or OpaqueImages()
-        self.bus = bus
         self.flavors = stores.flavors
         self.scheduler = scheduler or SchedulerOptions.defaults()
         self.api = api or APIOptions.defaults()
@@ -233,6 +258,7 @@ class ComputeAPI:
                                metadata, group)  # fmt: skip
         return found.instances[0]
 
+    @_counted
     def boot_many(
         self,
         context: RequestContext,
@@ -324,6 +350,7 @@ class ComputeAPI:
         if fault is not None:
             for instance, _request in made:
                 self.stores.instances.set_error(instance.uuid, *fault)
+            self.metrics.no_valid_host("filter", len(made))
             return Reservation(asked.reservation_id, [instance for instance, _ in made])
         for instance, request in made:
             try:

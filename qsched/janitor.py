@@ -25,6 +25,7 @@ from qsched.bus.base import Bus
 from qsched.conf import SchedulerOptions
 from qsched.ledger import Stores
 from qsched.ledger.base import State
+from qsched.metrics import APIMetrics, NoMetrics
 from qsched.outbox import RETRY_MAX_S, publish_stranded
 from qsched.reaper import Periodic, reap_expired
 from qsched.scheduling.records import request_for
@@ -183,23 +184,36 @@ class OutboxPass:
         return []
 
 
-def start_periodic_tasks(options: SchedulerOptions, stores: Stores, bus: Bus) -> list[Periodic]:
-    """The API service's housekeeping: the deadline reaper, this janitor, the outbox."""
+def start_periodic_tasks(
+    options: SchedulerOptions, stores: Stores, bus: Bus, metrics: APIMetrics | None = None
+) -> list[Periodic]:
+    """The API service's housekeeping: the deadline reaper, this janitor, the outbox;
+    ``metrics`` count what each run did (None: nowhere)."""
+    counts = metrics or NoMetrics()
     tasks = []
     if options.reap_interval_s:
-        tasks.append(Periodic("reaper", options.reap_interval_s,
-                              lambda: reap_expired(stores)))  # fmt: skip
+
+        def reaper() -> None:
+            counts.no_valid_host("deadline", reap_expired(stores))
+
+        tasks.append(Periodic("reaper", options.reap_interval_s, reaper))
     if options.janitor_interval_s:
         suspects: dict[str, float] = {}
         grace_s = options.janitor_grace_s
 
         def janitor() -> JanitorReport:
-            return run(stores, bus, grace_s=grace_s, suspects=suspects)
+            report = run(stores, bus, grace_s=grace_s, suspects=suspects)
+            counts.janitor_ran(len(report.requeued), len(report.failed))
+            return report
 
         tasks.append(Periodic("janitor", options.janitor_interval_s, janitor))
     if options.outbox_interval_s:
         outbox = OutboxPass(stores, bus, options.outbox_grace_s, OUTBOX_SETTLE_S)
-        tasks.append(Periodic("outbox", options.outbox_interval_s, outbox))
+
+        def outbox_pass() -> None:
+            counts.outbox_published(len(outbox()))
+
+        tasks.append(Periodic("outbox", options.outbox_interval_s, outbox_pass))
     for task in tasks:
         task.start()
     return tasks

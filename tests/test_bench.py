@@ -90,6 +90,25 @@ def test_targets_are_judged_only_where_measured() -> None:
     assert all(row["met"] is None for row in quick)
 
 
+def test_the_cost_of_metrics_compares_each_part_of_one_n_off_and_on() -> None:
+    def entry(metrics: bool, api_ms: float) -> dict[str, Any]:
+        cost = {"api": api_ms, "agents": 2.0, "busy": 6.0}
+        return {
+            "hosts": 100,
+            "metrics": metrics,
+            "paths": {path: {"cpu_ms_per_placement": cost} for path in ("http", "library")},
+        }
+
+    rows = report.metrics_cost([entry(True, 4.4), entry(False, 4.0), {**entry(True, 1.0),
+                                                                      "hosts": 9}])  # fmt: skip
+    api = [r for r in rows if r["part"] == "api"]
+    assert [(r["hosts"], r["path"], r["off_ms"], r["on_ms"], r["change_pct"]) for r in api] == [
+        (100, "http", 4.0, 4.4, 10.0), (100, "library", 4.0, 4.4, 10.0)
+    ]  # fmt: skip
+    assert {r["part"] for r in rows} == {"api", "agents", "busy"}  # N=9 ran one way only
+    assert "+10.0" in "\n".join(report.metrics_cost_table(rows))
+
+
 def _check_run(result: Any, path: Path, scenarios: tuple[str, ...]) -> dict[str, Any]:
     assert result.exit_code == 0, result.output
     found: dict[str, Any] = json.loads(path.read_text())

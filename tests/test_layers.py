@@ -25,7 +25,7 @@ FLOORS: list[tuple[str, ...]] = [
     # the ledger's interfaces and values, which everything above may name
     ("qsched.flavors", "qsched.ledger.base", "qsched.ledger.records", "qsched.ledger.keys",
      "qsched.ledger.backend", "qsched.ledger.inspection", "qsched.policy", "qsched.images",
-     "qsched.aggregates"),
+     "qsched.aggregates", "qsched.metrics"),
     ("qsched.scheduling", "qsched.message"),  # the contract between front door and agents
     ("qsched.ledger", "qsched.bus", "qsched.glance"),  # the backends
     ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "qsched.aggregate_api",

@@ -33,6 +33,7 @@ from qsched.api import availability_zones as zone_handlers
 from qsched.api import flavors as flavor_handlers
 from qsched.api import hypervisors as hypervisor_handlers
 from qsched.api import keypairs as keypair_handlers
+from qsched.api import metrics as metrics_edge
 from qsched.api import quotas as quota_handlers
 from qsched.api import server_actions as action_handlers
 from qsched.api import server_groups as group_handlers
@@ -46,6 +47,7 @@ from qsched.conf.policy import policy_enforcer
 from qsched.context import global_request_id, start_request
 from qsched.images import ImageService, OpaqueImages
 from qsched.ledger import Stores, open_stores
+from qsched.metrics import MULTIPROC_ENV, APIMetrics, NoMetrics
 from qsched.policy import Policy
 
 LOG = logging.getLogger(__name__)
@@ -93,6 +95,7 @@ def create_app(
     policy: Policy | None = None,
     images: ImageService | None = None,
     conf: Any = None,
+    metrics: APIMetrics | None = None,
 ) -> falcon.App:
     """The qsched-api WSGI application; writes the configured flavors to the ledger.
 
@@ -100,16 +103,21 @@ def create_app(
     shipped); ``policy``: the rules (None: Nova's defaults); ``images``: where boots
     look their image up (None: nowhere, ``imageRef`` is opaque); ``conf``: the entry
     point's parsed configuration, for oslo.middleware's healthcheck to read
-    ``[healthcheck]`` (None: as shipped; :mod:`qsched.api.health`).
+    ``[healthcheck]`` (None: as shipped; :mod:`qsched.api.health`); ``metrics``: what
+    it counts and serves on ``/metrics`` (None: new ones, or none if ``[api] metrics``
+    is off).
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: the ledger is unreachable.
     """
     api = api or APIOptions.defaults()
-    compute = ComputeAPI(stores, bus, scheduler, api, policy, images)
+    metrics = metrics or api_metrics(api)
+    compute = ComputeAPI(stores, bus, scheduler, api, policy, images, metrics)
     compute.seed_flavors()
     routes = _routes(compute, api.public_endpoint, api.max_request_body_bytes)
+    routes += metrics_edge.routes(metrics)
     middleware: list[Any] = [
+        *metrics_edge.middleware(metrics),
         RequestMiddleware(collections(template for template, _ in routes)),
         _AUTH_MIDDLEWARE[api.auth_strategy](compute.policy),
     ]
@@ -453,9 +461,18 @@ def serve(
     bus = open_bus(options.bus)
     policy = Policy(policy_enforcer(conf))
     images = image_service(options.api, conf)
-    app = create_app(stores, bus, options.api, options.scheduler, policy, images, conf)
-    janitor.start_periodic_tasks(options.scheduler, stores, bus)
+    metrics = api_metrics(options.api, os.environ.get(MULTIPROC_ENV))
+    app = create_app(
+        stores, bus, options.api, options.scheduler, policy, images, conf=conf, metrics=metrics
+    )
+    janitor.start_periodic_tasks(options.scheduler, stores, bus, metrics)
     return authenticated(app, options.api, conf), bus
+
+
+def api_metrics(api: APIOptions, multiprocess_dir: str | None = None) -> APIMetrics:
+    """The metrics ``[api] metrics`` asks for; ``multiprocess_dir``: gunicorn's workers'
+    (``$PROMETHEUS_MULTIPROC_DIR``), None in one process."""
+    return APIMetrics(multiprocess_dir) if api.metrics else NoMetrics()
 
 
 def image_service(api: APIOptions, conf: Any) -> ImageService:

@@ -4,8 +4,9 @@
 member and reader); ``X-Auth-Token: <user>:<project>`` is that user acting in
 that project as a member (roles member and reader; ``X-Roles: reader`` makes it
 a reader only). A token without ':' is a user whose project has the same name.
-Anything else, or no token, is 401. Version documents and the health check need
-no token. Whether the caller is an admin is the policy's ``context_is_admin``.
+Anything else, or no token, is 401. Version documents, the health check and the
+metrics need no token. Whether the caller is an admin is the policy's
+``context_is_admin``.
 
 Since anyone can write any token, :func:`refuse_public_noauth2` keeps an API with
 noauth2 from starting on an address other machines reach, unless told loudly.
@@ -24,7 +25,7 @@ from qsched.context import ADMIN, MEMBER, READER, RequestContext
 from qsched.policy import Policy
 
 ADMIN_TOKEN = "admin"
-PUBLIC_PATHS = frozenset({"/", "/v2", "/v2.1", "/healthcheck"})
+PUBLIC_PATHS = frozenset({"/", "/v2", "/v2.1", "/healthcheck", "/metrics"})
 
 
 def is_public(path: str) -> bool:

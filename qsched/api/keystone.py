@@ -5,8 +5,8 @@ With ``[api] auth_strategy = keystone`` the entry point
 ``[keystone_authtoken]`` section, in front of the falcon application, in
 ``delay_auth_decision`` mode so that the refusal is qsched's own: Nova's 401
 fault, with the ``WWW-Authenticate`` header ``auth_token`` adds to it.
-:class:`PublicPaths` routes the version documents and the health check around
-``auth_token``, as Nova's paste ``urlmap`` does.
+:class:`PublicPaths` routes the version documents, the health check and the
+metrics around ``auth_token``, as Nova's paste ``urlmap`` does.
 
 :class:`KeystoneMiddleware` builds the :class:`~qsched.context.RequestContext`
 from what ``auth_token`` put in the WSGI environment (user, project, roles,

@@ -160,6 +160,15 @@ def pick_backends(
     help="Redis for kombu's Redis transport (saturation); only this run's keys are deleted.",
 )
 @click.option(
+    "--metrics",
+    type=click.Choice(["on", "off", "both"]),
+    default="on",
+    show_default=True,
+    help="Prometheus metrics in the clouds ([api] metrics; each agent process serves "
+    "its own). both: the scale sweep runs each N with them off, then on, and reports "
+    "their cost per placement; the other scenarios run with them on.",
+)
+@click.option(
     "--embedded",
     is_flag=True,
     help="Use the embedded default (fakeredis, memory://, one process) even if servers answer.",
@@ -215,6 +224,7 @@ def main(
     amqp_url: str,
     bus_redis_url: str,
     buses: tuple[str, ...],
+    metrics: str,
     embedded: bool,
     output: Path,
     plot_path: Path | None,
@@ -278,6 +288,7 @@ def main(
         samples=samples,
         profile_dir=profile_dir,
         burst_s=settings_values["burst_s"] if burst is None else burst,
+        metrics={"on": (True,), "off": (False,), "both": (False, True)}[metrics],
     )
     command = shlex.join(["qsched-bench", *sys.argv[1:]])
     results: dict[str, Any] = {
@@ -308,6 +319,7 @@ def main(
         results["failures"].append(f"unexpected {type(exc).__name__}: {exc}\n"
                                    + traceback.format_exc())  # fmt: skip
         clock.say(f"FAILED (unexpected): {type(exc).__name__}: {exc}")
+    results["metrics_cost"] = report.metrics_cost(results.get("scale") or [])
     results["targets"] = report.targets(results)
     results["elapsed_s"] = round(time.monotonic() - clock.began, 1)
     results["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -34,6 +34,7 @@ class EmbeddedCloud(Cloud):
             heartbeat_interval_s=("agent", spec.heartbeat_interval_s),
             class_poll_interval_s=("agent", spec.class_poll_interval_s),
             flavor_extra_spec=("api", [line for f in spec.flavors for line in f.spec_lines]),
+            metrics=("api", spec.metrics),  # the agents' own need ports: not in this process
             **{name: ("scheduler", value) for name, value in spec.scheduler},
         )
         node = FakeNodeSpec(

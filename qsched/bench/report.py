@@ -34,6 +34,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target of issue 6 with what this run measured; ``met`` None if not measured."""
     found: list[dict[str, Any]] = []
     scale = results.get("scale") or []
+    with_metrics = [entry for entry in scale if entry.get("metrics", True)]
+    scale = with_metrics or scale  # judged as deployed; --metrics both adds runs without
     if scale:
         found += _flat_targets(scale) + _p99_targets(scale) + [_registration_target(scale)]
     amqp = (results.get("saturation") or {}).get("rabbitmq")
@@ -174,7 +176,7 @@ def scale_table(scale: list[dict[str, Any]]) -> list[str]:
         reg, rss = entry["registration"], entry.get("peak_rss", {})
         for path in ("http", "library"):
             s = entry["paths"][path]
-            rows.append((entry["hosts"], path, _ms(s["submit_to_claimed_ms"]),
+            rows.append((entry["hosts"], path_label(entry, path), _ms(s["submit_to_claimed_ms"]),
                          _ms(s["submit_to_active_ms"]), _ms(s["api_call_ms"]),
                          s["placements_per_s"], s["refused"], reg["seconds"], reg["hosts_per_s"],
                          _mb(rss.get("max_kb")), reconcile_cell(entry), _other(s),
@@ -184,6 +186,42 @@ def scale_table(scale: list[dict[str, Any]]) -> list[str]:
               "agent RSS MB", "reconcile s start / ms per pass", "other CPU",
               "note")  # fmt: skip
     return simple_table(header, rows)
+
+
+def path_label(entry: dict[str, Any], path: str) -> str:
+    """A path of the scale sweep, and whether metrics were off for it."""
+    return path if entry.get("metrics", True) else f"{path}, no metrics"
+
+
+#: The parts whose CPU metrics may change: the API workers, the agents, the bench
+#: process (everything, when embedded), the whole machine.
+METRICS_PARTS = ("api", "agents", "generator", "busy")
+MIN_PART_MS = 0.1  # a part that did (next to) nothing: no percentage to give
+
+
+def metrics_cost(scale: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per N and path measured with metrics off and on: each part's CPU ms per placement
+    both ways and the change in percent."""
+    by_hosts: dict[int, dict[bool, dict[str, Any]]] = {}
+    for entry in scale:
+        by_hosts.setdefault(entry["hosts"], {})[entry.get("metrics", True)] = entry
+    rows = []
+    for hosts, both in by_hosts.items():
+        for path in ("http", "library") if len(both) == 2 else ():
+            off, on = (
+                both[m]["paths"][path].get("cpu_ms_per_placement", {}) for m in (False, True)
+            )
+            for part in (p for p in METRICS_PARTS if off.get(p, 0) >= MIN_PART_MS and p in on):
+                change = round(100 * (on[part] - off[part]) / off[part], 1)
+                rows.append({"hosts": hosts, "path": path, "part": part, "off_ms": off[part],
+                             "on_ms": on[part], "change_pct": change})  # fmt: skip
+    return rows
+
+
+def metrics_cost_table(rows: list[dict[str, Any]]) -> list[str]:
+    body = [(r["hosts"], r["path"], r["part"], _cost_cell(r["off_ms"]), _cost_cell(r["on_ms"]),
+             f"{r['change_pct']:+.1f}") for r in rows]  # fmt: skip
+    return simple_table(("hosts", "path", "part", "off ms", "on ms", "change %"), body)
 
 
 def rules_table(rules: list[dict[str, Any]]) -> list[str]:
@@ -214,9 +252,11 @@ def burst_table(scale: list[dict[str, Any]]) -> list[str]:
     for entry in scale:
         b = entry.get("burst")
         if b:
+            off = "" if entry.get("metrics", True) else "no metrics"
+            note = ", ".join(n for n in (_note(b), off) if n)
             rows.append((entry["hosts"], b["requests"], b["refused"], b["sent_per_s"],
                          b["capacity_per_s"], _ms(b["submit_to_claimed_ms"]), _other(b),
-                         _note(b)))  # fmt: skip
+                         note))  # fmt: skip
     header = ("hosts", "boots", "refused", "sent/s", "placed/s with backlog",
               "to claimed ms p50/p95/p99", "other CPU", "note")  # fmt: skip
     return simple_table(header, rows) if rows else []
@@ -242,9 +282,9 @@ def cost_rows(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     rows = []
     for entry in results.get("scale") or []:
         for path in ("http", "library"):
-            rows.append((f"N={entry['hosts']:,} {path}", entry["paths"][path]))
+            rows.append((f"N={entry['hosts']:,} {path_label(entry, path)}", entry["paths"][path]))
         if entry.get("burst"):
-            rows.append((f"N={entry['hosts']:,} burst", entry["burst"]))
+            rows.append((f"N={entry['hosts']:,} {path_label(entry, 'burst')}", entry["burst"]))
     for name, entry in (results.get("saturation") or {}).items():
         for step in entry["steps"]:
             rows.append((f"{name} {step['offered_per_s']:g}/s", step))
@@ -347,6 +387,9 @@ def render(results: dict[str, Any]) -> str:
     costs = cost_rows(results)
     if costs:
         parts += ["CPU ms per placement", "", *cost_table(costs), ""]
+    if results.get("metrics_cost"):
+        parts += ["Cost of the metrics (CPU ms per placement, scale sweep off and on)", "",
+                  *metrics_cost_table(results["metrics_cost"]), ""]  # fmt: skip
     label, commands = redis_sample(results)
     if commands:
         parts += [f"Redis commands per placement ({label}; server-wide INFO commandstats; "

@@ -68,6 +68,9 @@ class Settings:
     burst_s: float = 0.0  # scale sweep: seconds of burst per N (0: none)
     burst_rate_per_s: float = 1000.0
     fill_timeout_s: float = 5.0
+    #: Prometheus metrics on or off; the scale sweep runs each N once per value (both:
+    #: their cost per placement), the other scenarios with the last one
+    metrics: tuple[bool, ...] = (True,)
 
     @property
     def transport_url(self) -> str:
@@ -90,6 +93,7 @@ class Runner:
 
     def spec(self, hosts: int, flavors: tuple[BenchFlavor, ...], **extra: Any) -> CloudSpec:
         extra.setdefault("transport_url", self.settings.transport_url)
+        extra.setdefault("metrics", self.settings.metrics[-1])
         return CloudSpec(
             hosts, self.settings.agents, flavors, ledger_url=self.settings.ledger_url, **extra
         )
@@ -138,16 +142,18 @@ def run_scale(runner: Runner) -> list[dict[str, Any]]:
     """Per N: registration, latency through HTTP and the library call, agent peak RSS."""
     results = []
     for hosts in runner.settings.sizes:
-        runner.say(f"[scale] N = {hosts:,} hosts")
-        results.append(scale_one(runner, hosts))
+        for metrics in runner.settings.metrics:
+            runner.say(f"[scale] N = {hosts:,} hosts, metrics {'on' if metrics else 'off'}")
+            results.append(scale_one(runner, hosts, metrics))
     return results
 
 
-def scale_one(runner: Runner, hosts: int) -> dict[str, Any]:
+def scale_one(runner: Runner, hosts: int, metrics: bool = True) -> dict[str, Any]:
     settings = runner.settings
     count = max(1, int(settings.rate_per_s * settings.duration_s))
-    entry: dict[str, Any] = {"hosts": hosts}
-    with runner.cloud(runner.spec(hosts, (SCALE_FLAVOR,), http=True), entry) as cloud:
+    entry: dict[str, Any] = {"hosts": hosts, "metrics": metrics}
+    spec = runner.spec(hosts, (SCALE_FLAVOR,), http=True, metrics=metrics)
+    with runner.cloud(spec, entry) as cloud:
         entry["registration"] = cloud.registration
         cloud.prime_classes([SCALE_FLAVOR.name])
         paths = {}

@@ -28,6 +28,8 @@ from qsched.bus.kombu import KombuBus
 from qsched.compute import ComputeAPI
 from qsched.conf import Options as ServiceOptions
 from qsched.ledger import Stores, open_stores
+from qsched.metrics import APIMetrics
+from qsched.net import free_port
 from qsched.scheduling.classes import SchedulingClass
 from qsched.stack import (
     LOOPBACK,
@@ -65,6 +67,9 @@ class CloudSpec:
     node_providers: tuple[str, ...] = ()
     #: more ``[scheduler]`` options (the request filters of the rules scenario)
     scheduler: tuple[tuple[str, Any], ...] = ()
+    #: Prometheus metrics: the API's (in gunicorn's multiprocess mode) and, on processes,
+    #: each agent's on a port of its own (docs/metrics.rst)
+    metrics: bool = True
 
     def slots(self, flavor: BenchFlavor) -> int:
         """How many instances of ``flavor`` the whole cloud holds."""
@@ -86,7 +91,7 @@ class CloudSpec:
                       "server_group_members": -1},
             "scheduler": {"build_timeout_s": self.build_timeout_s,
                           "reap_interval_s": self.reap_interval_s, **dict(self.scheduler)},
-            "api": {"flavor": [f.config_line for f in self.flavors],
+            "api": {"flavor": [f.config_line for f in self.flavors], "metrics": self.metrics,
                     "flavor_extra_spec": [line for f in self.flavors for line in f.spec_lines]},
             "agent": {"node_vcpus": self.node_vcpus, "node_ram_mb": self.node_ram_mb,
                       "node_disk_gb": self.node_disk_gb, "spawn_delay_s": 0,
@@ -174,7 +179,10 @@ class Cloud:
         self.options = options
         self.stores = stores or open_stores(options.ledger, options.quota)
         self.bus = KombuBus.from_options(options.bus)
-        self.compute = ComputeAPI(self.stores, self.bus, options.scheduler, options.api)
+        metrics = APIMetrics() if options.api.metrics else None  # the library path's
+        self.compute = ComputeAPI(
+            self.stores, self.bus, options.scheduler, options.api, metrics=metrics
+        )
         self.compute.seed_flavors()
 
 
@@ -191,6 +199,8 @@ class ProcessCloud(Cloud):
         config = CellConfig(
             spec.transport_url, spec.ledger_url, prefix, cell=prefix, options=spec.options()
         )
+        metrics_dir = workdir / prefix / "metrics"
+        metrics_dir.mkdir()
         api = GunicornConfig(
             spec.api_workers,
             spec.api_threads,
@@ -198,6 +208,7 @@ class ProcessCloud(Cloud):
             graceful_timeout_s=10,
             keepalive_s=5,
             load_at_start=True,
+            env=(("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir)),) if spec.metrics else (),
         )
         agent = [sys.executable, "-m", "qsched.bench.agent"]  # its start timed
         self.stack = ProcessStack(
@@ -210,7 +221,9 @@ class ProcessCloud(Cloud):
         spawned_at = time.time()
         for i, count in enumerate(self.spec.node_counts()):
             args = ["--report", str(self._report(i)), "--go", str(self.stack.dir / "go")]
-            self.stack.start_agent(i, {"node_count": count}, args)
+            metrics = {"metrics_host": LOOPBACK, "metrics_port": free_port()}
+            self.stack.start_agent(i, {"node_count": count, **(metrics if self.spec.metrics
+                                                                 else {})}, args)  # fmt: skip
         if self.spec.http:
             self.stack.start_api()
             self.api_url = f"http://{LOOPBACK}:{self.stack.port}"

@@ -180,6 +180,20 @@ agent_opts = [
         help="While the ledger is unreachable the agent stops taking requests and retries "
         "with a backoff up to this many seconds; what it holds goes back to the broker.",
     ),
+    cfg.HostAddressOpt(
+        "metrics_host",
+        default="0.0.0.0",
+        help="Address the agent serves its Prometheus metrics on (see metrics_port).",
+    ),
+    cfg.PortOpt(
+        "metrics_port",
+        default=0,
+        help="Port the agent serves its Prometheus metrics on, at /metrics, without a "
+        "token: placements, refusals by reason, claim conflicts, spawn failures, "
+        "latencies, free capacity and the classes consumed (docs/metrics.rst). Each agent "
+        "of a machine needs its own. 0: no metrics, and the per-placement timings are not "
+        "taken.",
+    ),
     cfg.FloatOpt(
         "shutdown_timeout_s",
         default=30.0,
@@ -221,4 +235,6 @@ class AgentOptions(Section):
     reconcile_batch: int
     running_deleted_instance_action: str
     ledger_retry_max_s: float
+    metrics_host: str
+    metrics_port: int
     shutdown_timeout_s: float

@@ -67,6 +67,14 @@ api_opts = [
         "believes whatever a caller writes in X-Auth-Token: with this set, ANYONE WHO CAN "
         "REACH THE PORT IS ADMIN OF THE CLOUD. Without it such an API refuses to start.",
     ),
+    cfg.BoolOpt(
+        "metrics",
+        default=True,
+        help="Count requests, boots and the housekeeping tasks in Prometheus metrics and "
+        "serve them on /metrics, like /healthcheck without a token (docs/metrics.rst). "
+        "Under gunicorn set PROMETHEUS_MULTIPROC_DIR (deploy/gunicorn.conf.py does) so "
+        "that a scrape sums every worker. Off: no /metrics and nothing counted.",
+    ),
     cfg.IntOpt(
         "max_request_body_bytes",
         default=64 * 1024,
@@ -118,6 +126,7 @@ class APIOptions(Section):
     auth_strategy: str
     image_service: str
     allow_noauth2_on_public_address: bool
+    metrics: bool
     max_request_body_bytes: int
     max_limit: int
     enable_instance_password: bool

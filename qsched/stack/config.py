@@ -89,6 +89,7 @@ class GunicornConfig:
     keepalive_s: int | None = None
     load_at_start: bool = False
     base: Path | None = None
+    env: tuple[tuple[str, str], ...] = ()  # gunicorn's raw_env: set in the master
 
     def text(self, bind: str) -> str:
         settings = {
@@ -99,6 +100,7 @@ class GunicornConfig:
             "timeout": self.timeout_s,
             "graceful_timeout": self.graceful_timeout_s,
             "keepalive": self.keepalive_s,
+            "raw_env": [f"{name}={value}" for name, value in self.env] or None,
         }
         lines = ["# gunicorn settings of one qsched stack, written by qsched.stack."]
         if self.base is not None:
