@@ -115,6 +115,9 @@ FIELD_VALUES = {
     "global_request_id": "req-6f9619ff-8b86-d011-b42d-00c04fc964ff",
     "group": "0b0e8a5c-2f38-4d1e-9c35-6f1b0f4f1d2c",
     "group_policy": "soft-anti-affinity",
+    "only_hosts": ("cn1", "cn2"),
+    "never_hosts": ("cn9",),
+    "requested_node": "cn1-0",
 }
 
 
