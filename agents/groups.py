@@ -141,7 +141,7 @@ class GroupStep:
         ):
             self._refused(msg, f"affinity group {msg.group} is on {host}, which has no room: "
                           f"{what}")  # fmt: skip
-            fail_no_valid_host(parts.stores, msg.instance_uuid, "affinity")
+            fail_no_valid_host(parts.stores, msg.instance_uuid, "affinity", parts.notifier)
             delivery.ack()
             return True
         self._refused(msg, f"sent to {host}, which has no room: {what}")
@@ -165,7 +165,7 @@ class GroupStep:
                 delivery.ack()
                 return
             after = following
-        fail_no_valid_host(parts.stores, msg.instance_uuid, "host rule")
+        fail_no_valid_host(parts.stores, msg.instance_uuid, "host rule", parts.notifier)
         delivery.ack()
 
     def _refused(

@@ -47,6 +47,7 @@ from qsched.bus.base import Delivery
 from qsched.ledger import retry
 from qsched.ledger.base import ClaimGuard, State
 from qsched.message import BootRequest
+from qsched.notifications import payloads
 from qsched.reaper import fail_no_valid_host
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.fit import Refusal
@@ -123,7 +124,9 @@ class Placer:
             # that spawn has given up, we or another agent must take it.
             return Admission.LATER if self.still_waiting(msg) else Admission.DROP
         if msg.expired():
-            fail_no_valid_host(self.parts.stores, msg.instance_uuid, "deadline")
+            fail_no_valid_host(
+                self.parts.stores, msg.instance_uuid, "deadline", self.parts.notifier
+            )
             return Admission.ENDED
         if not self.knows_class(msg.scheduling_class):
             return Admission.UNKNOWN_CLASS
@@ -256,7 +259,21 @@ class Placer:
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
             return False
         parts.counters["claimed"] += 1
+        if not result.already and parts.notifier.enabled:
+            self._notify_claimed(msg, pick)
         return True
+
+    def _notify_claimed(self, msg: BootRequest, pick: Pick) -> None:
+        """``scheduler.claim`` (qsched's decision) then ``instance.create.start``: built
+        from the request, no ledger read. A redelivery's claim (``already``) sends none."""
+        parts = self.parts
+        context = payloads.context(msg)
+        claimed = payloads.claim(msg, parts.host, pick.node, pick.allocations)
+        parts.notifier.notify("scheduler.claim", claimed, context=context)
+        started = payloads.create_from_request(
+            msg, parts.host, pick.node, "building", "spawning", "pending"
+        )
+        parts.notifier.notify("instance.create.start", started, context=context)
 
     def _guard(self, msg: BootRequest, pick: Pick) -> ClaimGuard | None:
         """The request's aggregate rules, for the claim to check on the node's root, and

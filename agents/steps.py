@@ -23,6 +23,7 @@ from qsched import exception
 from qsched.bus.base import Bus
 from qsched.ledger import Stores
 from qsched.message import BootRequest
+from qsched.notifications import NULL, Notifier
 
 T = TypeVar("T")
 
@@ -84,6 +85,7 @@ class AgentParts:
     stopped: threading.Event
     retry_max_s: float  # [agent] ledger_retry_max_s
     gate: ClassGate  # the classes the consumer takes (a hand-back pauses one)
+    notifier: Notifier = NULL  # versioned notifications (docs/notifications.rst)
 
     def persist(self, msg: BootRequest, write: Callable[[], T]) -> T:
         """Run ``write``, retrying while the ledger or bus is down, up to the deadline.

@@ -25,6 +25,7 @@ from qsched.bus.base import Bus
 from qsched.conf import SchedulerOptions
 from qsched.ledger import Stores
 from qsched.ledger.base import State
+from qsched.notifications import NULL, Notifier
 from qsched.outbox import RETRY_MAX_S, publish_stranded
 from qsched.reaper import Periodic, reap_expired
 from qsched.scheduling.records import request_for
@@ -183,12 +184,15 @@ class OutboxPass:
         return []
 
 
-def start_periodic_tasks(options: SchedulerOptions, stores: Stores, bus: Bus) -> list[Periodic]:
-    """The API service's housekeeping: the deadline reaper, this janitor, the outbox."""
+def start_periodic_tasks(
+    options: SchedulerOptions, stores: Stores, bus: Bus, notifier: Notifier = NULL
+) -> list[Periodic]:
+    """The API service's housekeeping: the deadline reaper (which tells ``notifier``
+    of what it ends), this janitor, the outbox."""
     tasks = []
     if options.reap_interval_s:
         tasks.append(Periodic("reaper", options.reap_interval_s,
-                              lambda: reap_expired(stores)))  # fmt: skip
+                              lambda: reap_expired(stores, notifier=notifier)))  # fmt: skip
     if options.janitor_interval_s:
         suspects: dict[str, float] = {}
         grace_s = options.janitor_grace_s

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
@@ -46,10 +47,13 @@ from qsched.conf.policy import policy_enforcer
 from qsched.context import global_request_id, start_request
 from qsched.images import ImageService, OpaqueImages
 from qsched.ledger import Stores, open_stores
+from qsched.notifications import open_notifier
 from qsched.policy import Policy
 
 LOG = logging.getLogger(__name__)
 CONFIG_ENV = "QSCHED_CONFIG"
+#: Who sends the API service's notifications (its reaper's), as ``nova-api`` is Nova's.
+PUBLISHER = "qsched-api"
 
 # Nova's fault names (nova/api/openstack/wsgi.py habit); anything else is computeFault.
 _FAULT_NAMES = {
@@ -454,7 +458,8 @@ def serve(
     policy = Policy(policy_enforcer(conf))
     images = image_service(options.api, conf)
     app = create_app(stores, bus, options.api, options.scheduler, policy, images, conf)
-    janitor.start_periodic_tasks(options.scheduler, stores, bus)
+    notifier = open_notifier(options.notifications, f"{PUBLISHER}:{socket.gethostname()}")
+    janitor.start_periodic_tasks(options.scheduler, stores, bus, notifier)
     return authenticated(app, options.api, conf), bus
 
 
