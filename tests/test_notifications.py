@@ -133,7 +133,7 @@ def test_noop_driver_and_unversioned_format_send_nothing() -> None:
 
 def open_stack(notifier: Notifier) -> Stack:
     conf = embedded_options(
-        build_timeout_s=("scheduler", 3),
+        build_timeout_s=("scheduler", 6),  # the boot no host fits ends then
         class_poll_interval_s=("agent", 0.05),
         heartbeat_interval_s=("agent", 0.2),
     )
@@ -161,12 +161,13 @@ def run_flow(stack: Stack, events: Callable[[], list[tuple[str, str, dict]]]) ->
     deleted = {State.DELETED}
     assert wait_until(lambda: {stack.stores.instances.get(u).state for u in servers} == deleted, 10)
     wanted = {*servers, too_big}
+    assert wait_until(lambda: stack.stores.instances.get(too_big).state == State.ERROR, 15)
     assert wait_until(lambda: len([e for e in events() if about(e) in wanted]) >= 16, 15), events()
-    assert wait_until(lambda: stack.stores.instances.get(too_big).state == State.ERROR, 10)
     time.sleep(QUIET_S)  # for a second copy that must not come
     sent = [e for e in events() if about(e) in wanted]
+    told = [(about(e), e[1]) for e in sent]
     for u in servers:
-        assert [t for _, t, p in sent if about((_, t, p)) == u] == LIFE
+        assert [t for who, t in told if who == u] == LIFE, told
     errors = [(priority, p) for priority, t, p in sent if t == "instance.create.error"]
     assert len(errors) == 1 and about(("", "", errors[0][1])) == too_big
     priority, error = errors[0]
@@ -284,3 +285,28 @@ def test_a_real_listener_receives_each_event_once(listener: tuple[Endpoint, str]
         stack.stop()
         notifier.close()
     assert endpoint.publishers == {"qsched-agent:test"}
+
+
+def test_a_claim_found_in_the_ledger_already_sends_nothing_again() -> None:
+    """The agent restarted between its claim and the ack (its build forgotten): the
+    redelivery's claim finds itself in the ledger (``already``) and sends nothing."""
+    recorder = RecordingNotifier()
+    conf = embedded_options(class_poll_interval_s=("agent", 0.05))
+    stack = start_stack(conf, hosts=1, agents=1, node_spec=SPEC, spawn_delay_s=0.5,
+                        notifier=recorder)  # fmt: skip
+    try:
+        stack.stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
+        agent, claimed = stack.agents[0], []
+        before_claim(agent, claimed.append)
+        server = stack.compute_api().boot(USER, "vm", "m1.tiny").uuid
+        assert wait_until(lambda: server in agent.builds, 10)
+        agent.builds.pop(server)  # as a restarted agent knows nothing of it
+        delivery = RecordingDelivery()
+        agent.on_message(claimed[0].encode(), delivery)
+        assert delivery.settled == [("ack", None)]
+        assert wait_until(lambda: stack.stores.instances.get(server).state == State.ACTIVE, 10)
+        time.sleep(QUIET_S + 0.5)  # both spawns settle
+        told = [t for _, t, p in recorder.sent if about(("", t, p)) == server]
+        assert told == LIFE[:3]
+    finally:
+        stack.stop()
