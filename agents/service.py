@@ -465,10 +465,7 @@ class ComputeAgent:
                 ended = self.stores.instances.delete(uuid)
         self.counters["deleted"] += 1
         if before is not None and ended is not None:
-            now = payloads.timestamp(time.time())
-            self.notifier.notify("instance.delete.end", payloads.action_from_record(
-                ended, terminated_at=now, deleted_at=now, power_state="nostate",
-            ))  # fmt: skip
+            self.notifier.notify("instance.delete.end", payloads.deleted(ended))
 
     def _deleting(self, uuid: str) -> Instance | None:
         """With notifications on: read the record and send ``instance.delete.start``,

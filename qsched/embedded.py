@@ -57,6 +57,7 @@ class Stack:
     agents: list[ComputeAgent]
     reaper: Periodic
     thread: threading.Thread
+    notifier: Notifier = NULL
 
     @property
     def url(self) -> str:
@@ -68,7 +69,10 @@ class Stack:
 
     def compute_api(self) -> ComputeAPI:
         """Another front door on this stack's ledger and bus."""
-        return ComputeAPI(self.stores, self.bus, self.options.scheduler, self.options.api)
+        return ComputeAPI(
+            self.stores, self.bus, self.options.scheduler, self.options.api,
+            notifier=self.notifier,
+        )  # fmt: skip
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -93,7 +97,7 @@ def start_stack(
     their notifications (and the reaper's) sent to ``notifier``."""
     stores = open_stores(options.ledger, options.quota)
     bus = KombuBus.from_options(options.bus)
-    app = api_app.create_app(stores, bus, options.api, options.scheduler)
+    app = api_app.create_app(stores, bus, options.api, options.scheduler, notifier=notifier)
     server = make_server(app, "127.0.0.1", port)
     thread = threading.Thread(target=server.serve_forever, name="qsched-api", daemon=True)
     thread.start()
@@ -112,7 +116,7 @@ def start_stack(
         running.append(agent)
     reaper = Periodic("reaper", 1.0, lambda: reap_expired(stores, notifier=notifier))
     reaper.start()
-    return Stack(options, stores, bus, server, running, reaper, thread)
+    return Stack(options, stores, bus, server, running, reaper, thread, notifier)
 
 
 class SharedState:

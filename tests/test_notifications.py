@@ -26,6 +26,7 @@ from qsched.conf import NotificationOptions
 from qsched.conf import notifications as notification_conf
 from qsched.context import RequestContext
 from qsched.embedded import Stack, embedded_options, start_stack
+from qsched.exception import InstanceNotFound
 from qsched.flavors import Flavor
 from qsched.ledger.base import State
 from qsched.message import BootRequest
@@ -177,6 +178,15 @@ def run_flow(stack: Stack, events: Callable[[], list[tuple[str, str, dict]]]) ->
     assert error["nova_object.data"]["state"] == "error"
     for _, event_type, payload in sent:
         check_payload(event_type, payload)
+    api.delete(USER, too_big)  # ended here, by the API: it tells the delete itself
+    with pytest.raises(InstanceNotFound):
+        api.delete(USER, too_big)  # gone: nothing more is told
+    ended = ["instance.create.error", "instance.delete.start", "instance.delete.end"]
+    assert wait_until(
+        lambda: [t for _, t, p in events() if about(("", t, p)) == too_big] == ended, 10
+    )
+    time.sleep(QUIET_S)
+    assert [t for _, t, p in events() if about(("", t, p)) == too_big] == ended
 
 
 def about(event: tuple[str, str, dict]) -> str:

@@ -47,7 +47,7 @@ from qsched.conf.policy import policy_enforcer
 from qsched.context import global_request_id, start_request
 from qsched.images import ImageService, OpaqueImages
 from qsched.ledger import Stores, open_stores
-from qsched.notifications import open_notifier
+from qsched.notifications import NULL, Notifier, open_notifier
 from qsched.policy import Policy
 
 LOG = logging.getLogger(__name__)
@@ -97,6 +97,7 @@ def create_app(
     policy: Policy | None = None,
     images: ImageService | None = None,
     conf: Any = None,
+    notifier: Notifier = NULL,
 ) -> falcon.App:
     """The qsched-api WSGI application; writes the configured flavors to the ledger.
 
@@ -104,13 +105,14 @@ def create_app(
     shipped); ``policy``: the rules (None: Nova's defaults); ``images``: where boots
     look their image up (None: nowhere, ``imageRef`` is opaque); ``conf``: the entry
     point's parsed configuration, for oslo.middleware's healthcheck to read
-    ``[healthcheck]`` (None: as shipped; :mod:`qsched.api.health`).
+    ``[healthcheck]`` (None: as shipped; :mod:`qsched.api.health`); ``notifier``: where
+    the deletes ended here are told (docs/notifications.rst; by default nowhere).
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: the ledger is unreachable.
     """
     api = api or APIOptions.defaults()
-    compute = ComputeAPI(stores, bus, scheduler, api, policy, images)
+    compute = ComputeAPI(stores, bus, scheduler, api, policy, images, notifier)
     compute.seed_flavors()
     routes = _routes(compute, api.public_endpoint, api.max_request_body_bytes)
     middleware: list[Any] = [
@@ -457,8 +459,8 @@ def serve(
     bus = open_bus(options.bus)
     policy = Policy(policy_enforcer(conf))
     images = image_service(options.api, conf)
-    app = create_app(stores, bus, options.api, options.scheduler, policy, images, conf)
     notifier = open_notifier(options.notifications, f"{PUBLISHER}:{socket.gethostname()}")
+    app = create_app(stores, bus, options.api, options.scheduler, policy, images, conf, notifier)
     janitor.start_periodic_tasks(options.scheduler, stores, bus, notifier)
     return authenticated(app, options.api, conf), bus
 

@@ -145,6 +145,12 @@ def action_from_record(inst: Instance, **known: Any) -> dict:
     return envelope("InstanceActionPayload", ACTION_VERSION, _record_data(inst, **known))
 
 
+def deleted(inst: Instance) -> dict:
+    """``InstanceActionPayload`` 1.9 of a record just ended DELETED (``.delete.end``)."""
+    now = timestamp(time.time())
+    return action_from_record(inst, terminated_at=now, deleted_at=now, power_state="nostate")
+
+
 def claim(msg: BootRequest, host: str, node: str, allocations: Mapping[str, Any]) -> dict:
     """qsched's ``ClaimPayload`` 1.0: where a boot request was placed, and with what."""
     return envelope("ClaimPayload", CLAIM_VERSION, {
