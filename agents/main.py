@@ -16,6 +16,10 @@ from qsched import conf as qconf
 from qsched import exception
 from qsched.bus import open_bus
 from qsched.ledger import open_stores
+from qsched.notifications import open_notifier
+
+#: Who sends an agent's notifications, as ``nova-compute`` names Nova's compute service.
+PUBLISHER = "qsched-agent"
 
 LOG = logging.getLogger("qsched.agent")
 
@@ -45,9 +49,11 @@ def build_agent(options: qconf.Options) -> ComputeAgent:
         state_path=opts.fake_state_path or None,
     )
     stores = open_stores(options.ledger, options.quota)
+    notifier = open_notifier(options.notifications, f"{PUBLISHER}:{opts.host}")
     return ComputeAgent(
-        opts, stores, open_bus(options.bus), driver, options.ledger.max_conflict_retries
-    )
+        opts, stores, open_bus(options.bus), driver, options.ledger.max_conflict_retries,
+        notifier,
+    )  # fmt: skip
 
 
 #: ``--config-file``, repeatable: the INI files of an agent process

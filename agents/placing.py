@@ -48,6 +48,7 @@ from qsched.bus.base import Delivery
 from qsched.ledger import retry
 from qsched.ledger.base import ClaimGuard, State
 from qsched.message import BootRequest
+from qsched.notifications import payloads
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.fit import Refusal
 
@@ -259,7 +260,21 @@ class Placer:
             return False
         parts.counters["claimed"] += 1
         parts.metrics.claimed(msg, time.perf_counter() - began)
+        if not result.already and parts.notifier.enabled:
+            self._notify_claimed(msg, pick)
         return True
+
+    def _notify_claimed(self, msg: BootRequest, pick: Pick) -> None:
+        """``scheduler.claim`` (qsched's decision) then ``instance.create.start``: built
+        from the request, no ledger read. A redelivery's claim (``already``) sends none."""
+        parts = self.parts
+        context = payloads.context(msg)
+        claimed = payloads.claim(msg, parts.host, pick.node, pick.allocations)
+        parts.notifier.notify("scheduler.claim", claimed, context=context)
+        started = payloads.create_from_request(
+            msg, parts.host, pick.node, "building", "spawning", "pending"
+        )
+        parts.notifier.notify("instance.create.start", started, context=context)
 
     def _guard(self, msg: BootRequest, pick: Pick) -> ClaimGuard | None:
         """The request's aggregate rules, for the claim to check on the node's root, and

@@ -64,7 +64,8 @@ from qsched import exception, message
 from qsched.bus.base import Bus, Consumer, Delivery
 from qsched.conf import AgentOptions
 from qsched.ledger import Stores, retry
-from qsched.ledger.base import Service
+from qsched.ledger.base import Instance, Service, State
+from qsched.notifications import NULL, Notifier, payloads
 from qsched.reaper import Periodic, reap_expired
 
 LOG = logging.getLogger(__name__)
@@ -77,7 +78,8 @@ class ComputeAgent:
     """One compute service: its ``[agent]`` options, the ledger, the bus and a virt driver.
 
     ``claim_retries``: re-reads after generation conflicts before a claim gives up
-    (``[ledger] max_conflict_retries``).
+    (``[ledger] max_conflict_retries``); ``notifier``: where its versioned notifications
+    go (docs/notifications.rst; by default nowhere).
     """
 
     def __init__(
@@ -87,12 +89,14 @@ class ComputeAgent:
         bus: Bus,
         driver: VirtDriver,
         claim_retries: int = retry.DEFAULT_RETRIES,
+        notifier: Notifier = NULL,
     ) -> None:
         self.opts = options
         self.host: str = options.host
         self.stores = stores
         self.bus = bus
         self.driver = driver
+        self.notifier = notifier
         self.gate = ClassGate()  # the classes to consume: fittable, not paused
         self.index = NodeIndex(policy=options.placement_policy, on_change=self._on_change)
         self.consumer: Consumer | None = None
@@ -117,6 +121,7 @@ class ComputeAgent:
         parts = AgentParts(
             self.host, stores, bus, driver, self.index, self.builds, self.reconciler,
             self.counters, self._stopped, options.ledger_retry_max_s, self.gate, self.metrics,
+            notifier,
         )  # fmt: skip
         alternates = Alternates(options.max_handbacks, options.handback_pause_s)
         self.placer = Placer(parts, claim_retries, alternates)
@@ -197,7 +202,7 @@ class ComputeAgent:
         ))  # fmt: skip
 
     def _reap(self) -> None:
-        self.metrics.no_valid_host("deadline", reap_expired(self.stores))
+        self.metrics.no_valid_host("deadline", reap_expired(self.stores, notifier=self.notifier))
 
     def _consumed(self) -> frozenset[str]:
         """The classes the consumer takes now (none before it starts)."""
@@ -459,18 +464,37 @@ class ComputeAgent:
 
     def _destroy(self, uuid: str, node: str) -> None:
         """Destroy an instance of this host, then release its claim and quota."""
+        before = self._deleting(uuid)
+        ended: Instance | None = None
         if node in self.index:
             self.driver.destroy(uuid, node)
             with self.index.writing(node):
                 allocations = self.stores.ledger.get_allocations(uuid).allocations
                 with contextlib.suppress(exception.InstanceNotFound):
-                    self.stores.instances.delete(uuid)
+                    ended = self.stores.instances.delete(uuid)
                 if allocations:
                     self.index.release(node, allocations)
         else:
             with contextlib.suppress(exception.InstanceNotFound):
-                self.stores.instances.delete(uuid)
+                ended = self.stores.instances.delete(uuid)
         self.counters["deleted"] += 1
+        if before is not None and ended is not None:
+            self.notifier.notify("instance.delete.end", payloads.deleted(ended))
+
+    def _deleting(self, uuid: str) -> Instance | None:
+        """With notifications on: read the record and send ``instance.delete.start``,
+        unless it is DELETED already (a delete request delivered again); the record
+        read, or None. With them off: nothing read, None."""
+        if not self.notifier.enabled:
+            return None
+        try:
+            inst = self.stores.instances.get(uuid)
+        except exception.InstanceNotFound:
+            return None
+        if inst.state == State.DELETED:
+            return None
+        self.notifier.notify("instance.delete.start", payloads.action_from_record(inst))
+        return inst
 
     def finish_deletes(self, marked_before: float | None = None) -> int:
         """Finish deletes of this host's instances marked before ``marked_before``.

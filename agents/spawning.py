@@ -17,11 +17,14 @@ an outage (:meth:`~agents.steps.AgentParts.persist`) instead of giving up.
 from __future__ import annotations
 
 import logging
+import time
 
 from agents.steps import AgentParts, Build
 from agents.virt.base import SpawnFailed
 from qsched import exception
-from qsched.ledger.base import State
+from qsched.ledger.base import Instance, State
+from qsched.notifications import payloads
+from qsched.notifications.base import ERROR
 
 LOG = logging.getLogger(__name__)
 
@@ -53,8 +56,12 @@ class Spawner:
         parts, msg, node = self.parts, build.request, build.pick.node
         uuid = msg.instance_uuid
         try:
-            parts.persist(msg, lambda: parts.stores.instances.set_active(uuid, parts.host, node))
+            went = parts.persist(
+                msg, lambda: parts.stores.instances.set_active(uuid, parts.host, node)
+            )
             parts.counters["active"] += 1
+            if went:
+                self._notify_active(build)
             LOG.info("[%s global %s] instance %s ACTIVE on %s", msg.request_id,
                      msg.global_request_id or "-", uuid, node)  # fmt: skip
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
@@ -80,6 +87,7 @@ class Spawner:
             self.forget(uuid)  # its claim was released under it: read the node again
             parts.reconciler.refresh_nodes([node])
             return
+        self._notify_failed(build, inst, reason)
         if inst.state != State.BUILD:
             return  # it was being deleted: the ledger ended it
         if inst.attempts >= msg.max_attempts:
@@ -91,6 +99,27 @@ class Spawner:
         except exception.BackendUnavailable:
             LOG.error("agent %s: could not reschedule %s; the janitor publishes it from the "
                       "outbox", parts.host, uuid)  # fmt: skip
+
+    def _notify_active(self, build: Build) -> None:
+        """``instance.create.end``, from the request: no ledger read."""
+        notifier = self.parts.notifier
+        if notifier.enabled:
+            msg = build.request
+            payload = payloads.create_from_request(
+                msg, self.parts.host, build.pick.node, "active", None, "running", time.time()
+            )
+            notifier.notify("instance.create.end", payload, context=payloads.context(msg))
+
+    def _notify_failed(self, build: Build, inst: Instance, reason: str) -> None:
+        """``instance.create.error`` of a failed spawn, as Nova's compute sends before a
+        reschedule: the fault is the spawn's, the record the one the requeue returned."""
+        notifier = self.parts.notifier
+        if notifier.enabled:
+            fault = payloads.fault(reason, "RescheduledException", __name__, "spawn")
+            payload = payloads.create_from_record(inst, fault)
+            payload["nova_object.data"].update(host=self.parts.host, node=build.pick.node)
+            notifier.notify("instance.create.error", payload, ERROR,
+                            payloads.context(build.request))  # fmt: skip
 
     def forget(self, uuid: str, release: bool = False) -> None:
         """End a build; ``release``: the agent released its claim, free it here too."""

@@ -24,6 +24,7 @@ from qsched import exception
 from qsched.bus.base import Bus
 from qsched.ledger import Stores
 from qsched.message import BootRequest
+from qsched.notifications import NULL, Notifier
 from qsched.reaper import fail_no_valid_host
 
 T = TypeVar("T")
@@ -87,11 +88,12 @@ class AgentParts:
     retry_max_s: float  # [agent] ledger_retry_max_s
     gate: ClassGate  # the classes the consumer takes (a hand-back pauses one)
     metrics: AgentMetrics
+    notifier: Notifier = NULL  # versioned notifications (docs/notifications.rst)
 
     def no_valid_host(self, uuid: str, reason: str) -> bool:
-        """End a waiting instance in ERROR NoValidHost for ``reason``, counted; False if it
-        was not waiting any more (:func:`qsched.reaper.fail_no_valid_host`)."""
-        ended = fail_no_valid_host(self.stores, uuid, reason)
+        """End a waiting instance in ERROR NoValidHost for ``reason``, counted and told;
+        False if it was not waiting any more (:func:`qsched.reaper.fail_no_valid_host`)."""
+        ended = fail_no_valid_host(self.stores, uuid, reason, self.notifier)
         if ended:
             self.metrics.no_valid_host(reason.replace(" ", "_"))
         return ended

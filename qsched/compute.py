@@ -56,6 +56,7 @@ from qsched.ledger.backend import LedgerUnavailable
 from qsched.ledger.base import HostRule, Instance, ServerGroup, State
 from qsched.message import ActionRequest, BootRequest, DeleteRequest
 from qsched.metrics import APIMetrics, NoMetrics
+from qsched.notifications import NULL, Notifier, payloads
 from qsched.outbox import Abandoner, Confirmations
 from qsched.policies import flavors as flavors_policy
 from qsched.policies import server_metadata as metadata_policy
@@ -213,10 +214,12 @@ class ComputeAPI:
         policy: Policy | None = None,
         images: ImageService | None = None,
         metrics: APIMetrics | None = None,
+        notifier: Notifier = NULL,
     ) -> None:
         self.stores = stores
         self.metrics = metrics or NoMetrics()
         self.bus: Publisher = self.metrics.counted(bus)  # its failed publishes counted
+        self.notifier = notifier  # tells the deletes ended here (docs/notifications.rst)
         self.policy = policy or Policy()
         self.images = images or OpaqueImages()
         self.flavors = stores.flavors
@@ -700,9 +703,13 @@ class ComputeAPI:
         for _ in range(_DELETE_RACES):
             host = instance.host
             if host is None or instance.state not in (State.BUILD, State.ACTIVE):
-                return self.stores.instances.delete(instance.uuid)
+                return self._end_here(
+                    instance, functools.partial(self.stores.instances.delete, instance.uuid)
+                )
             if not self.stores.agents.alive(host):
-                return self._release_locally(instance, host)
+                return self._end_here(
+                    instance, functools.partial(self._release_locally, instance, host)
+                )
             try:
                 instance = self.stores.instances.mark_deleting(instance.uuid)
             except exception.InstanceNotWaiting:
@@ -718,6 +725,17 @@ class ComputeAPI:
         raise exception.Conflict(
             reason=f"instance {instance.uuid} kept changing while being deleted"
         )
+
+    def _end_here(self, instance: Instance, delete: Callable[[], Instance]) -> Instance:
+        """Delete a record here with ``delete``, sending ``instance.delete.start`` and
+        ``.end`` around it unless it was DELETED already."""
+        tell = self.notifier.enabled and instance.state != State.DELETED
+        if tell:
+            self.notifier.notify("instance.delete.start", payloads.action_from_record(instance))
+        ended = delete()
+        if tell:
+            self.notifier.notify("instance.delete.end", payloads.deleted(ended))
+        return ended
 
     def abandon(self, uuid: str, reason: str) -> None:
         """Make sure a boot whose client was told it failed never runs.

@@ -21,6 +21,7 @@ from qsched.cmd.api import ThreadingWSGIServer, make_server
 from qsched.compute import ComputeAPI
 from qsched.conf import Options
 from qsched.ledger import Stores, embedded, open_stores
+from qsched.notifications import NULL, Notifier
 from qsched.reaper import Periodic, reap_expired
 
 DEMO_FLAVORS = (
@@ -56,6 +57,7 @@ class Stack:
     agents: list[ComputeAgent]
     reaper: Periodic
     thread: threading.Thread
+    notifier: Notifier = NULL
 
     @property
     def url(self) -> str:
@@ -67,7 +69,10 @@ class Stack:
 
     def compute_api(self) -> ComputeAPI:
         """Another front door on this stack's ledger and bus."""
-        return ComputeAPI(self.stores, self.bus, self.options.scheduler, self.options.api)
+        return ComputeAPI(
+            self.stores, self.bus, self.options.scheduler, self.options.api,
+            notifier=self.notifier,
+        )  # fmt: skip
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -86,11 +91,13 @@ def start_stack(
     port: int = 0,
     spawn_delay_s: float = 0.0,
     failure_rate: float = 0.0,
+    notifier: Notifier = NULL,
 ) -> Stack:
-    """Start the API on 127.0.0.1:``port`` and ``agents`` agents sharing ``hosts`` nodes."""
+    """Start the API on 127.0.0.1:``port`` and ``agents`` agents sharing ``hosts`` nodes,
+    their notifications (and the reaper's) sent to ``notifier``."""
     stores = open_stores(options.ledger, options.quota)
     bus = KombuBus.from_options(options.bus)
-    app = api_app.create_app(stores, bus, options.api, options.scheduler)
+    app = api_app.create_app(stores, bus, options.api, options.scheduler, notifier=notifier)
     server = make_server(app, "127.0.0.1", port)
     thread = threading.Thread(target=server.serve_forever, name="qsched-api", daemon=True)
     thread.start()
@@ -103,13 +110,13 @@ def start_stack(
         )  # fmt: skip
         agent = ComputeAgent(
             agent_options.replace(host=f"cn{i}"), stores, bus, driver,
-            options.ledger.max_conflict_retries,
+            options.ledger.max_conflict_retries, notifier,
         )  # fmt: skip
         agent.start()
         running.append(agent)
-    reaper = Periodic("reaper", 1.0, lambda: reap_expired(stores))
+    reaper = Periodic("reaper", 1.0, lambda: reap_expired(stores, notifier=notifier))
     reaper.start()
-    return Stack(options, stores, bus, server, running, reaper, thread)
+    return Stack(options, stores, bus, server, running, reaper, thread, notifier)
 
 
 class SharedState:

@@ -26,6 +26,7 @@ from qsched.conf import SchedulerOptions
 from qsched.ledger import Stores
 from qsched.ledger.base import State
 from qsched.metrics import APIMetrics, NoMetrics
+from qsched.notifications import NULL, Notifier
 from qsched.outbox import RETRY_MAX_S, publish_stranded
 from qsched.reaper import Periodic, reap_expired
 from qsched.scheduling.records import request_for
@@ -185,16 +186,21 @@ class OutboxPass:
 
 
 def start_periodic_tasks(
-    options: SchedulerOptions, stores: Stores, bus: Bus, metrics: APIMetrics | None = None
+    options: SchedulerOptions,
+    stores: Stores,
+    bus: Bus,
+    metrics: APIMetrics | None = None,
+    notifier: Notifier = NULL,
 ) -> list[Periodic]:
-    """The API service's housekeeping: the deadline reaper, this janitor, the outbox;
-    ``metrics`` count what each run did (None: nowhere)."""
+    """The API service's housekeeping: the deadline reaper (which tells ``notifier`` of
+    what it ends), this janitor, the outbox; ``metrics`` count what each run did (None:
+    nowhere)."""
     counts = metrics or NoMetrics()
     tasks = []
     if options.reap_interval_s:
 
         def reaper() -> None:
-            counts.no_valid_host("deadline", reap_expired(stores))
+            counts.no_valid_host("deadline", reap_expired(stores, notifier=notifier))
 
         tasks.append(Periodic("reaper", options.reap_interval_s, reaper))
     if options.janitor_interval_s:

@@ -19,6 +19,8 @@ from typing import Any
 from qsched import exception
 from qsched.ledger import Stores
 from qsched.ledger.base import Event
+from qsched.notifications import NULL, Notifier, payloads
+from qsched.notifications.base import ERROR
 
 LOG = logging.getLogger(__name__)
 
@@ -33,19 +35,30 @@ def refusal_summary(events: list[Event]) -> dict[str, Any]:
     return {"refused_by": refusals, "failed_on": failures, "events": dict(counts)}
 
 
-def fail_no_valid_host(stores: Stores, uuid: str, reason: str) -> bool:
-    """End a waiting instance in ERROR NoValidHost; False if it was not waiting any more."""
+def fail_no_valid_host(stores: Stores, uuid: str, reason: str, notifier: Notifier = NULL) -> bool:
+    """End a waiting instance in ERROR NoValidHost; False if it was not waiting any more.
+
+    Only the caller that ended it sends ``instance.create.error`` with the fault (one
+    more read of the record, on this path only).
+    """
     details = {"reason": reason, **refusal_summary(stores.instances.events(uuid))}
-    return stores.instances.set_error(uuid, NO_VALID_HOST, details)
+    ended = stores.instances.set_error(uuid, NO_VALID_HOST, details)
+    if ended and notifier.enabled:
+        inst = stores.instances.get(uuid)
+        payload = payloads.create_from_record(inst, payloads.fault(NO_VALID_HOST))
+        notifier.notify("instance.create.error", payload, ERROR)
+    return ended
 
 
-def reap_expired(stores: Stores, now: float | None = None, batch: int = 500) -> int:
+def reap_expired(
+    stores: Stores, now: float | None = None, batch: int = 500, notifier: Notifier = NULL
+) -> int:
     """End up to ``batch`` waiting instances whose deadline has passed; return how many."""
     now = time.time() if now is None else now
     ended = 0
     for uuid in stores.instances.expired(now, batch):
         try:
-            done = fail_no_valid_host(stores, uuid, "deadline")
+            done = fail_no_valid_host(stores, uuid, "deadline", notifier)
         except exception.InstanceNotFound:
             stores.instances.forget_deadline(uuid)
             continue

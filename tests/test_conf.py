@@ -12,13 +12,17 @@ from qsched.conf import (
     APIOptions,
     BusOptions,
     LedgerOptions,
+    NotificationOptions,
     QuotaOptions,
     SchedulerOptions,
     glance,
 )
 from qsched.conf.base import Section
 
-SECTIONS = [AgentOptions, APIOptions, BusOptions, LedgerOptions, QuotaOptions, SchedulerOptions]
+SECTIONS = [
+    AgentOptions, APIOptions, BusOptions, LedgerOptions, NotificationOptions, QuotaOptions,
+    SchedulerOptions,
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("section", SECTIONS, ids=lambda s: s.__name__)

@@ -27,7 +27,7 @@ FLOORS: list[tuple[str, ...]] = [
      "qsched.ledger.backend", "qsched.ledger.inspection", "qsched.policy", "qsched.images",
      "qsched.aggregates", "qsched.metrics"),
     ("qsched.scheduling", "qsched.message"),  # the contract between front door and agents
-    ("qsched.ledger", "qsched.bus", "qsched.glance"),  # the backends
+    ("qsched.ledger", "qsched.bus", "qsched.glance", "qsched.notifications"),  # the backends
     ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "qsched.aggregate_api",
      "qsched.services", "qsched.server_groups", "qsched.quotas", "qsched.hypervisors",
      "qsched.zones", "qsched.keypairs", "qsched.server_list", "qsched.server_actions",

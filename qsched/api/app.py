@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
@@ -48,10 +49,13 @@ from qsched.context import global_request_id, start_request
 from qsched.images import ImageService, OpaqueImages
 from qsched.ledger import Stores, open_stores
 from qsched.metrics import MULTIPROC_ENV, APIMetrics, NoMetrics
+from qsched.notifications import NULL, Notifier, open_notifier
 from qsched.policy import Policy
 
 LOG = logging.getLogger(__name__)
 CONFIG_ENV = "QSCHED_CONFIG"
+#: Who sends the API service's notifications (its reaper's), as ``nova-api`` is Nova's.
+PUBLISHER = "qsched-api"
 
 # Nova's fault names (nova/api/openstack/wsgi.py habit); anything else is computeFault.
 _FAULT_NAMES = {
@@ -96,6 +100,7 @@ def create_app(
     images: ImageService | None = None,
     conf: Any = None,
     metrics: APIMetrics | None = None,
+    notifier: Notifier = NULL,
 ) -> falcon.App:
     """The qsched-api WSGI application; writes the configured flavors to the ledger.
 
@@ -105,14 +110,15 @@ def create_app(
     point's parsed configuration, for oslo.middleware's healthcheck to read
     ``[healthcheck]`` (None: as shipped; :mod:`qsched.api.health`); ``metrics``: what
     it counts and serves on ``/metrics`` (None: new ones, or none if ``[api] metrics``
-    is off).
+    is off); ``notifier``: where the deletes ended here are told
+    (docs/notifications.rst; by default nowhere).
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: the ledger is unreachable.
     """
     api = api or APIOptions.defaults()
     metrics = metrics or api_metrics(api)
-    compute = ComputeAPI(stores, bus, scheduler, api, policy, images, metrics)
+    compute = ComputeAPI(stores, bus, scheduler, api, policy, images, metrics, notifier)
     compute.seed_flavors()
     routes = _routes(compute, api.public_endpoint, api.max_request_body_bytes)
     routes += metrics_edge.routes(metrics)
@@ -462,10 +468,12 @@ def serve(
     policy = Policy(policy_enforcer(conf))
     images = image_service(options.api, conf)
     metrics = api_metrics(options.api, os.environ.get(MULTIPROC_ENV))
+    notifier = open_notifier(options.notifications, f"{PUBLISHER}:{socket.gethostname()}")
     app = create_app(
-        stores, bus, options.api, options.scheduler, policy, images, conf=conf, metrics=metrics
-    )
-    janitor.start_periodic_tasks(options.scheduler, stores, bus, metrics)
+        stores, bus, options.api, options.scheduler, policy, images, conf=conf,
+        metrics=metrics, notifier=notifier,
+    )  # fmt: skip
+    janitor.start_periodic_tasks(options.scheduler, stores, bus, metrics, notifier)
     return authenticated(app, options.api, conf), bus
 
 

@@ -23,6 +23,7 @@ from qsched.conf.api import APIOptions
 from qsched.conf.bus import BusOptions
 from qsched.conf.ledger import LedgerOptions
 from qsched.conf.log import register_log_opts, setup_logging
+from qsched.conf.notifications import NotificationOptions
 from qsched.conf.opts import list_opts
 from qsched.conf.quota import QuotaOptions
 from qsched.conf.scheduler import SchedulerOptions
@@ -32,6 +33,7 @@ __all__ = [
     "AgentOptions",
     "BusOptions",
     "LedgerOptions",
+    "NotificationOptions",
     "Options",
     "QuotaOptions",
     "SchedulerOptions",
@@ -53,6 +55,7 @@ class Options:
     bus: BusOptions
     ledger: LedgerOptions
     quota: QuotaOptions
+    notifications: NotificationOptions
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Self:
@@ -64,6 +67,7 @@ class Options:
             bus=BusOptions.from_conf(conf),
             ledger=LedgerOptions.from_conf(conf),
             quota=QuotaOptions.from_conf(conf),
+            notifications=NotificationOptions.from_conf(conf),
         )
 
     @classmethod

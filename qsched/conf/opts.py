@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from qsched.conf import agent, api, bus, glance, ledger, quota, scheduler
+from qsched.conf import agent, api, bus, glance, ledger, notifications, quota, scheduler
 
 
 def list_opts() -> list[tuple[str | None, list[Any]]]:
     """The options by section, in the order the sample config shows them."""
     return [
-        (None, bus.default_opts),
+        (None, [*bus.default_opts, *notifications.exchange_opts]),
         ("api", api.api_opts),
         ("scheduler", scheduler.scheduler_opts),
         ("agent", agent.agent_opts),
@@ -18,4 +18,6 @@ def list_opts() -> list[tuple[str | None, list[Any]]]:
         ("ledger", ledger.ledger_opts),
         ("quota", quota.quota_opts),
         (glance.GROUP, glance.glance_opts()),
+        (notifications.GROUP, notifications.notifications_opts),
+        (notifications.OSLO_GROUP, notifications.oslo_notifications_opts),
     ]

@@ -485,8 +485,9 @@ class InstanceStore(abc.ABC):
         """The history, oldest first."""
 
     @abc.abstractmethod
-    def set_active(self, uuid: str, host: str, node: str) -> None:
-        """Mark a claimed instance ACTIVE; it leaves the deadline index.
+    def set_active(self, uuid: str, host: str, node: str) -> bool:
+        """Mark a claimed instance ACTIVE; it leaves the deadline index. True if it went
+        ACTIVE now, False if it was ACTIVE on ``host``/``node`` already (a retry).
 
         :raises InstanceNotWaiting: not claimed by ``host``/``node`` any more
             (deleted meanwhile, for instance).

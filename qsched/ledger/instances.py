@@ -197,8 +197,8 @@ class RedisInstances(InstanceStore):
         raw = self.store.client.lrange(self.keys.instance_events(uuid), 0, -1)
         return [_event(json.loads(item)) for item in raw]
 
-    def set_active(self, uuid: str, host: str, node: str) -> None:
-        self._run("instance_active", uuid, host, node)
+    def set_active(self, uuid: str, host: str, node: str) -> bool:
+        return not self._run("instance_active", uuid, host, node).get("already")
 
     def requeue(
         self, uuid: str, host: str | None, reason: str, claimed_only: bool = False
