@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
 from types import FrameType
+
+# An agent serves its own registry from its own process: gunicorn's multiprocess mode
+# for the API's workers (PROMETHEUS_MULTIPROC_DIR, read when prometheus_client is first
+# imported) must not reach it through an inherited environment.
+os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
 
 import click
 

@@ -142,7 +142,10 @@ def test_the_api_unit_loads_in_gunicorn_and_answers(
     monkeypatch.setattr(sys, "path", list(sys.path))  # gunicorn adds its chdir
     server = WSGIApplication("%(prog)s [OPTIONS] [APP_MODULE]", prog="gunicorn")
     assert server.cfg.post_worker_init.__code__.co_filename == str(DEPLOY / "gunicorn.conf.py")
-    # The hooks as the master and a worker call them, on a loopback bind (noauth2 here).
+    # The hooks as the master and a worker call them, on a loopback bind (noauth2 here);
+    # the metrics directory is this test's, so the hook's choice does not outlive it.
+    (tmp_path / "metrics").mkdir()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "metrics"))
     loopback = types.SimpleNamespace(cfg=types.SimpleNamespace(bind=["127.0.0.1:8774"]))
     server.cfg.on_starting(loopback)
     application = server.load()  # gunicorn.util.import_app(the unit's app spec)
