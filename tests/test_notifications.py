@@ -251,19 +251,21 @@ class Endpoint:
 
 @pytest.fixture
 def listener() -> Iterator[tuple[Endpoint, str]]:
-    """A real oslo.messaging notification listener on ``versioned_notifications`` on an
-    exchange and queue of its own; both deleted after."""
+    """A real oslo.messaging notification listener on an exchange and a topic of its own
+    (``versioned_notifications`` is the notifier's default: a shared broker would keep
+    its queues); the exchange and every queue deleted after."""
     require_rabbitmq()
     import kombu
     import oslo_messaging
     from oslo_config import cfg
 
     exchange = f"qsched-test-{uuid.uuid4().hex[:8]}"
+    topic = f"{exchange}-versioned"
     conf = cfg.ConfigOpts()
     conf([], project="qsched-test", default_config_files=[])
     transport = oslo_messaging.get_notification_transport(conf, url=RABBIT_URL)
     endpoint = Endpoint()
-    target = oslo_messaging.Target(topic="versioned_notifications", exchange=exchange)
+    target = oslo_messaging.Target(topic=topic, exchange=exchange)
     server = oslo_messaging.get_notification_listener(
         transport, [target], [endpoint], executor="threading", pool=exchange
     )
@@ -276,7 +278,8 @@ def listener() -> Iterator[tuple[Endpoint, str]]:
         transport.cleanup()
         with kombu.Connection(AMQP_URL) as connection:
             channel = connection.channel()
-            channel.queue_delete(exchange)
+            for queue in (exchange, f"{topic}.info", f"{topic}.error"):
+                channel.queue_delete(queue)  # the notifier declares <topic>.<priority>
             channel.exchange_delete(exchange)
 
 
@@ -284,7 +287,10 @@ def listener() -> Iterator[tuple[Endpoint, str]]:
 def test_a_real_listener_receives_each_event_once(listener: tuple[Endpoint, str]) -> None:
     endpoint, exchange = listener
     options = NotificationOptions.defaults().replace(
-        driver=("messagingv2",), transport_url=RABBIT_URL, control_exchange=exchange
+        driver=("messagingv2",),
+        transport_url=RABBIT_URL,
+        control_exchange=exchange,
+        versioned_notifications_topics=(f"{exchange}-versioned",),
     )
     notifier = open_notifier(options, "qsched-agent:test")
     assert notifier.enabled
