@@ -119,5 +119,6 @@ def main(config_files: tuple[str, ...], debug: bool) -> None:
     signum = wait_for_stop_signal()
     LOG.info("agent %s: signal %d, stopping", agent.host, signum)
     agent.stop()
+    agent.notifier.close()  # sends what is still queued
     LOG.info("agent %s: stopped (%s)", agent.host, dict(agent.counters))
     sys.exit(0)

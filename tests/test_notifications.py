@@ -326,3 +326,68 @@ def test_a_claim_found_in_the_ledger_already_sends_nothing_again() -> None:
         assert told == LIFE[:3]
     finally:
         stack.stop()
+
+
+# -- sending off the caller's thread ------------------------------------------------------
+
+
+class SlowOsloNotifier:
+    """Stands in for an ``oslo_messaging.Notifier`` (its ``info``/``error`` and
+    ``transport.cleanup``) whose sends wait until ``release`` is set, as oslo.messaging's
+    do with ``retry = -1`` while the notification bus is down."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.sending = threading.Event()  # set once a send has begun
+        self.sent: list[tuple[str, str]] = []
+        self.cleaned = False
+        self.transport = self
+
+    def _send(self, priority: str, event_type: str) -> None:
+        self.sending.set()
+        self.release.wait(30)
+        self.sent.append((priority, event_type))
+
+    def info(self, ctxt: dict, event_type: str, payload: dict) -> None:
+        self._send("INFO", event_type)
+
+    def error(self, ctxt: dict, event_type: str, payload: dict) -> None:
+        self._send("ERROR", event_type)
+
+    def cleanup(self) -> None:
+        self.cleaned = True
+
+
+def test_a_send_that_waits_for_the_bus_never_holds_the_caller() -> None:
+    from qsched.notifications.oslo import OsloNotifier
+
+    slow = SlowOsloNotifier()
+    notifier = OsloNotifier([slow], max_pending=3)
+    started = time.monotonic()
+    notifier.notify("e0", {})
+    assert slow.sending.wait(5)  # in the sender's hands, waiting for the bus
+    for i in range(1, 10):
+        notifier.notify(f"e{i}", {}, priority="ERROR" if i == 1 else "INFO")
+    assert time.monotonic() - started < 0.5  # nothing waited on the bus
+    assert notifier.dropped == 6  # three queued behind e0, the rest dropped and counted
+    assert not notifier.flush(0.1)
+    slow.release.set()
+    assert notifier.flush(5)
+    assert slow.sent == [("INFO", "e0"), ("ERROR", "e1"), ("INFO", "e2"), ("INFO", "e3")]
+    notifier.close()
+    assert slow.cleaned
+
+
+def test_close_sends_what_is_queued_first() -> None:
+    from qsched.notifications.oslo import OsloNotifier
+
+    slow = SlowOsloNotifier()
+    slow.release.set()
+    notifier = OsloNotifier([slow])
+    for i in range(50):
+        notifier.notify(f"e{i}", {})
+    notifier.close()
+    notifier.close()  # idempotent
+    assert [t for _, t in slow.sent] == [f"e{i}" for i in range(50)] and slow.cleaned
+    notifier.notify("late", {})  # after close: logged, not sent, never raises
+    assert len(slow.sent) == 50
