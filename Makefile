@@ -17,8 +17,15 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install --quiet --no-deps 'nova>=30.0'
 	touch $(STAMP)
 
+# Test files run on $(TEST_WORKERS) pytest-xdist workers, each file whole on one worker
+# (its module fixtures start once); those marked serial (they restart the shared
+# RabbitMQ) run after, alone. Exit status 5 is "nothing selected": PYTEST_ARGS may
+# name files with no serial test.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS)
+	$(BIN)/pytest -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 lint: $(STAMP)
 	$(BIN)/ruff check qsched agents tests

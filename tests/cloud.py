@@ -23,11 +23,10 @@ import pytest
 from qsched.ledger.base import State
 from qsched.net import free_port
 from qsched.stack import CellConfig, GunicornConfig, Options, ProcessStack, merged, new_prefix
-from tests.conftest import REDIS_URL, real_redis, require_server
+from tests.conftest import BUS_REDIS_URL, REDIS_URL, real_redis, require_server
 from tests.helpers import wait_until
 
 AMQP_URL = os.environ.get("QSCHED_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
-BUS_REDIS_URL = os.environ.get("QSCHED_TEST_BUS_REDIS_URL", "redis://127.0.0.1:6379/6")
 IMAGE = "6b9f3c1e-58f4-4f0e-9d4b-0c7f3a1d2e55"
 BUILD_TIMEOUT_S = 4
 DEPLOY_GUNICORN = Path(__file__).resolve().parent.parent / "deploy" / "gunicorn.conf.py"

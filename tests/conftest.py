@@ -24,7 +24,18 @@ from qsched.net import LOOPBACK, free_port
 from qsched.stack.glance import GlanceFailed, GlanceServer
 from qsched.stack.keystone import KeystoneFailed, KeystoneServer, User
 
-REDIS_URL = os.environ.get("QSCHED_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+#: The shared Redis databases of one test process: the ledger's, and kombu's Redis
+#: transport's (tests/cloud.py, tests/test_bus.py). Tests flush them, so each
+#: pytest-xdist worker (``make test`` runs two) gets its own; the environment still wins.
+WORKER_DATABASES = {"gw0": (9, 6), "gw1": (15, 14), "gw2": (13, 12)}
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+if _WORKER not in WORKER_DATABASES:
+    raise RuntimeError(f"pytest-xdist worker {_WORKER}: the shared Redis has databases for "
+                       f"{len(WORKER_DATABASES)} workers only; run with -n {len(WORKER_DATABASES)} "
+                       "or fewer")  # fmt: skip
+_LEDGER_DB, _BUS_DB = WORKER_DATABASES[_WORKER]
+REDIS_URL = os.environ.get("QSCHED_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{_LEDGER_DB}")
+BUS_REDIS_URL = os.environ.get("QSCHED_TEST_BUS_REDIS_URL", f"redis://127.0.0.1:6379/{_BUS_DB}")
 IN_CI = os.environ.get("CI") == "true"
 
 

@@ -33,11 +33,11 @@ from qsched.conf import BusOptions
 from qsched.flavors import Flavor
 from qsched.message import BootRequest, DeleteRequest, PoisonMessage, decode
 from tests.cloud import rabbit_failover_url
+from tests.conftest import BUS_REDIS_URL
 
 pytestmark = pytest.mark.timeout(30)
 
 AMQP_URL = os.environ.get("QSCHED_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
-BUS_REDIS_URL = os.environ.get("QSCHED_TEST_BUS_REDIS_URL", "redis://127.0.0.1:6379/5")
 IN_CI = os.environ.get("CI") == "true"
 HOW_TO_START = {
     "amqp": ("RabbitMQ", "start it with: rabbitmq-server (or docker run -p 5672:5672 rabbitmq:3)"),

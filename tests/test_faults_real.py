@@ -34,7 +34,7 @@ from tests.cloud import AMQP_URL, BUS_REDIS_URL, Cloud, require_rabbitmq
 from tests.conftest import IN_CI, real_redis
 from tests.helpers import before_claim, wait_until
 
-pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(240)]
 
 FAST_FAILOVER = {
     "scheduler": {"janitor_interval_s": 0.5, "reap_interval_s": 0.5},
