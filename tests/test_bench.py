@@ -90,23 +90,41 @@ def test_targets_are_judged_only_where_measured() -> None:
     assert all(row["met"] is None for row in quick)
 
 
-def test_the_cost_of_metrics_compares_each_part_of_one_n_off_and_on() -> None:
-    def entry(metrics: bool, api_ms: float) -> dict[str, Any]:
-        cost = {"api": api_ms, "agents": 2.0, "busy": 6.0}
+def test_the_cost_of_metrics_and_notifications_compares_runs_apart_in_one_feature() -> None:
+    def entry(metrics: bool, api_ms: float, notifications: bool = False) -> dict[str, Any]:
+        cost = {"api": api_ms, "agents": 2.0 + notifications, "busy": 6.0}
         return {
             "hosts": 100,
             "metrics": metrics,
+            "notifications": notifications,
             "paths": {path: {"cpu_ms_per_placement": cost} for path in ("http", "library")},
         }
 
-    rows = report.metrics_cost([entry(True, 4.4), entry(False, 4.0), {**entry(True, 1.0),
-                                                                      "hosts": 9}])  # fmt: skip
-    api = [r for r in rows if r["part"] == "api"]
-    assert [(r["hosts"], r["path"], r["off_ms"], r["on_ms"], r["change_pct"]) for r in api] == [
-        (100, "http", 4.0, 4.4, 10.0), (100, "library", 4.0, 4.4, 10.0)
-    ]  # fmt: skip
-    assert {r["part"] for r in rows} == {"api", "agents", "busy"}  # N=9 ran one way only
-    assert "+10.0" in "\n".join(report.metrics_cost_table(rows))
+    scale = [entry(True, 4.4), entry(False, 4.0), entry(True, 4.4, notifications=True),
+             {**entry(True, 1.0), "hosts": 9}]  # fmt: skip
+    rows = report.plumbing_cost(scale)
+    seen = {(r["feature"], r["hosts"], r["path"], r["part"]): (r["off_ms"], r["on_ms"],
+            r["change_pct"]) for r in rows}  # fmt: skip
+    assert seen[("metrics", 100, "http", "api")] == (4.0, 4.4, 10.0)
+    assert seen[("metrics", 100, "library", "api")] == (4.0, 4.4, 10.0)
+    assert seen[("notifications", 100, "http", "agents")] == (2.0, 3.0, 50.0)
+    assert seen[("notifications", 100, "library", "api")] == (4.4, 4.4, 0.0)
+    assert {r["hosts"] for r in rows} == {100}  # N=9 ran one way only
+    table = "\n".join(report.plumbing_cost_table(rows))
+    assert "+10.0" in table and "+50.0" in table and "notifications" in table
+
+
+def test_the_sweep_runs_each_feature_with_and_without_the_other_at_its_last() -> None:
+    from qsched.bench.scenarios import sweep_variants as variants
+    from qsched.bench.stack import notification_url
+
+    assert variants((False, True), (False, True)) == [(False, False), (True, False), (True, True)]
+    assert variants((True,), (False,)) == [(True, False)]
+    assert variants((True,), (False, True)) == [(True, False), (True, True)]
+    assert notification_url("amqp://guest:guest@127.0.0.1:5672//") == (
+        "rabbit://guest:guest@127.0.0.1:5672/"
+    )
+    assert notification_url("amqp://u:p@h:5672/v1") == "rabbit://u:p@h:5672/v1"
 
 
 def _check_run(result: Any, path: Path, scenarios: tuple[str, ...]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import click
 from qsched.bench import machine, report
 from qsched.bench.measure import BenchFailure
 from qsched.bench.scenarios import SCENARIOS, Runner, Settings
+from qsched.bench.stack import notification_url
 from qsched.ledger import server
 from qsched.stack import StackFailed
 
@@ -113,6 +114,9 @@ def pick_backends(
     return False, transports, facts
 
 
+ON_OFF = {"on": (True,), "off": (False,), "both": (False, True)}
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option(
     "--quick", is_flag=True, help="The everyday run: N up to 10,000, short load (<2 min)."
@@ -167,6 +171,16 @@ def pick_backends(
     help="Prometheus metrics in the clouds ([api] metrics; each agent process serves "
     "its own). both: the scale sweep runs each N with them off, then on, and reports "
     "their cost per placement; the other scenarios run with them on.",
+)
+@click.option(
+    "--notifications",
+    type=click.Choice(["on", "off", "both"]),
+    default="off",
+    show_default=True,
+    help="Versioned notifications from the clouds' agents and API, through oslo.messaging "
+    "to the RabbitMQ of --amqp-url, on a topic of each cloud's own (deleted after). both: "
+    "the scale sweep runs each N once more with them on (metrics as the last of "
+    "--metrics) and reports their cost per placement. Needs RabbitMQ.",
 )
 @click.option(
     "--embedded",
@@ -225,6 +239,7 @@ def main(
     bus_redis_url: str,
     buses: tuple[str, ...],
     metrics: str,
+    notifications: str,
     embedded: bool,
     output: Path,
     plot_path: Path | None,
@@ -271,6 +286,11 @@ def main(
     embedded, transports, backends = pick_backends(
         embedded, ledger_url, amqp_url, bus_redis_url, buses, clock.say
     )
+    if notifications != "off" and "rabbitmq" not in transports:
+        raise click.UsageError(
+            f"--notifications {notifications} needs RabbitMQ at --amqp-url, and this run has "
+            "none (embedded, or --bus without rabbitmq): start RabbitMQ or drop the option"
+        )
     settings = Settings(
         sizes=_numbers(sizes, int) or settings_values["sizes"],
         agents=agents,
@@ -288,7 +308,9 @@ def main(
         samples=samples,
         profile_dir=profile_dir,
         burst_s=settings_values["burst_s"] if burst is None else burst,
-        metrics={"on": (True,), "off": (False,), "both": (False, True)}[metrics],
+        metrics=ON_OFF[metrics],
+        notifications=ON_OFF[notifications],
+        notification_url=notification_url(amqp_url) if notifications != "off" else None,
     )
     command = shlex.join(["qsched-bench", *sys.argv[1:]])
     results: dict[str, Any] = {
@@ -319,7 +341,7 @@ def main(
         results["failures"].append(f"unexpected {type(exc).__name__}: {exc}\n"
                                    + traceback.format_exc())  # fmt: skip
         clock.say(f"FAILED (unexpected): {type(exc).__name__}: {exc}")
-    results["metrics_cost"] = report.metrics_cost(results.get("scale") or [])
+    results["plumbing_cost"] = report.plumbing_cost(results.get("scale") or [])
     results["targets"] = report.targets(results)
     results["elapsed_s"] = round(time.monotonic() - clock.began, 1)
     results["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -22,6 +22,8 @@ class EmbeddedCloud(Cloud):
     mode = "embedded"
 
     def __init__(self, spec: CloudSpec) -> None:
+        if spec.notification_url is not None:
+            raise ValueError("an embedded cloud sends no notifications: they need RabbitMQ")
         self.spec = spec
         options = embedded_options(
             flavor=("api", [f.config_line for f in spec.flavors]),

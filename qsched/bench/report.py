@@ -34,8 +34,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target of issue 6 with what this run measured; ``met`` None if not measured."""
     found: list[dict[str, Any]] = []
     scale = results.get("scale") or []
-    with_metrics = [entry for entry in scale if entry.get("metrics", True)]
-    scale = with_metrics or scale  # judged as deployed; --metrics both adds runs without
+    deployed = [e for e in scale if e.get("metrics", True) and not e.get("notifications")]
+    scale = deployed or scale  # judged at the defaults; --metrics/--notifications both add runs
     if scale:
         found += _flat_targets(scale) + _p99_targets(scale) + [_registration_target(scale)]
     amqp = (results.get("saturation") or {}).get("rabbitmq")
@@ -189,39 +189,51 @@ def scale_table(scale: list[dict[str, Any]]) -> list[str]:
 
 
 def path_label(entry: dict[str, Any], path: str) -> str:
-    """A path of the scale sweep, and whether metrics were off for it."""
-    return path if entry.get("metrics", True) else f"{path}, no metrics"
+    """A path of the scale sweep, and what of metrics and notifications was not at its
+    default for it."""
+    return ", ".join((path, *variant_notes(entry)))
 
 
-#: The parts whose CPU metrics may change: the API workers, the agents, the bench
-#: process (everything, when embedded), the whole machine.
+def variant_notes(entry: dict[str, Any]) -> list[str]:
+    notes = [] if entry.get("metrics", True) else ["no metrics"]
+    return notes + (["notifications"] if entry.get("notifications") else [])
+
+
+#: The parts whose CPU metrics and notifications may change: the API workers, the
+#: agents, the bench process (everything, when embedded), the whole machine.
 METRICS_PARTS = ("api", "agents", "generator", "busy")
 MIN_PART_MS = 0.1  # a part that did (next to) nothing: no percentage to give
+FEATURES = ("metrics", "notifications")
+_FEATURE_DEFAULTS = {"metrics": True, "notifications": False}
 
 
-def metrics_cost(scale: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per N and path measured with metrics off and on: each part's CPU ms per placement
-    both ways and the change in percent."""
-    by_hosts: dict[int, dict[bool, dict[str, Any]]] = {}
-    for entry in scale:
-        by_hosts.setdefault(entry["hosts"], {})[entry.get("metrics", True)] = entry
+def plumbing_cost(scale: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per N, path and feature (metrics, notifications) measured without and with it, all
+    else equal: each part's CPU ms per placement both ways and the change in percent."""
     rows = []
-    for hosts, both in by_hosts.items():
-        for path in ("http", "library") if len(both) == 2 else ():
-            off, on = (
-                both[m]["paths"][path].get("cpu_ms_per_placement", {}) for m in (False, True)
-            )
-            for part in (p for p in METRICS_PARTS if off.get(p, 0) >= MIN_PART_MS and p in on):
-                change = round(100 * (on[part] - off[part]) / off[part], 1)
-                rows.append({"hosts": hosts, "path": path, "part": part, "off_ms": off[part],
-                             "on_ms": on[part], "change_pct": change})  # fmt: skip
+    for feature in FEATURES:
+        others = [f for f in FEATURES if f != feature]
+        pairs: dict[tuple[Any, ...], dict[bool, dict[str, Any]]] = {}
+        for entry in scale:
+            key = (entry["hosts"], *(entry.get(f, _FEATURE_DEFAULTS[f]) for f in others))
+            pairs.setdefault(key, {})[entry.get(feature, _FEATURE_DEFAULTS[feature])] = entry
+        for key, both in pairs.items():
+            for path in ("http", "library") if len(both) == 2 else ():
+                off, on = (
+                    both[m]["paths"][path].get("cpu_ms_per_placement", {}) for m in (False, True)
+                )
+                for part in (p for p in METRICS_PARTS if off.get(p, 0) >= MIN_PART_MS and p in on):
+                    change = round(100 * (on[part] - off[part]) / off[part], 1)
+                    rows.append({"feature": feature, "hosts": key[0], "path": path, "part": part,
+                                 "off_ms": off[part], "on_ms": on[part],
+                                 "change_pct": change})  # fmt: skip
     return rows
 
 
-def metrics_cost_table(rows: list[dict[str, Any]]) -> list[str]:
-    body = [(r["hosts"], r["path"], r["part"], _cost_cell(r["off_ms"]), _cost_cell(r["on_ms"]),
-             f"{r['change_pct']:+.1f}") for r in rows]  # fmt: skip
-    return simple_table(("hosts", "path", "part", "off ms", "on ms", "change %"), body)
+def plumbing_cost_table(rows: list[dict[str, Any]]) -> list[str]:
+    body = [(r["feature"], r["hosts"], r["path"], r["part"], _cost_cell(r["off_ms"]),
+             _cost_cell(r["on_ms"]), f"{r['change_pct']:+.1f}") for r in rows]  # fmt: skip
+    return simple_table(("feature", "hosts", "path", "part", "off ms", "on ms", "change %"), body)
 
 
 def rules_table(rules: list[dict[str, Any]]) -> list[str]:
@@ -252,8 +264,7 @@ def burst_table(scale: list[dict[str, Any]]) -> list[str]:
     for entry in scale:
         b = entry.get("burst")
         if b:
-            off = "" if entry.get("metrics", True) else "no metrics"
-            note = ", ".join(n for n in (_note(b), off) if n)
+            note = ", ".join(n for n in (_note(b), *variant_notes(entry)) if n)
             rows.append((entry["hosts"], b["requests"], b["refused"], b["sent_per_s"],
                          b["capacity_per_s"], _ms(b["submit_to_claimed_ms"]), _other(b),
                          note))  # fmt: skip
@@ -387,9 +398,10 @@ def render(results: dict[str, Any]) -> str:
     costs = cost_rows(results)
     if costs:
         parts += ["CPU ms per placement", "", *cost_table(costs), ""]
-    if results.get("metrics_cost"):
-        parts += ["Cost of the metrics (CPU ms per placement, scale sweep off and on)", "",
-                  *metrics_cost_table(results["metrics_cost"]), ""]  # fmt: skip
+    if results.get("plumbing_cost"):
+        parts += ["Cost of metrics and notifications (CPU ms per placement, scale sweep "
+                  "without and with each)", "", *plumbing_cost_table(results["plumbing_cost"]),
+                  ""]  # fmt: skip
     label, commands = redis_sample(results)
     if commands:
         parts += [f"Redis commands per placement ({label}; server-wide INFO commandstats; "

@@ -71,10 +71,26 @@ class Settings:
     #: Prometheus metrics on or off; the scale sweep runs each N once per value (both:
     #: their cost per placement), the other scenarios with the last one
     metrics: tuple[bool, ...] = (True,)
+    #: versioned notifications on or off, likewise: the sweep adds a run of each N with
+    #: them on (and metrics as last) when both; they go to this RabbitMQ (rabbit://)
+    notifications: tuple[bool, ...] = (False,)
+    notification_url: str | None = None
 
     @property
     def transport_url(self) -> str:
         return next(iter(self.transports.values()))
+
+    def variants(self) -> list[tuple[bool, bool]]:
+        return sweep_variants(self.metrics, self.notifications)
+
+
+def sweep_variants(
+    metrics: tuple[bool, ...], notifications: tuple[bool, ...]
+) -> list[tuple[bool, bool]]:
+    """(metrics, notifications) of the sweep's runs per N, each next to the one before
+    it but for one feature: their costs are the differences."""
+    found = [(m, notifications[0]) for m in metrics]
+    return found + [(metrics[-1], n) for n in notifications[1:]]
 
 
 class Runner:
@@ -94,6 +110,8 @@ class Runner:
     def spec(self, hosts: int, flavors: tuple[BenchFlavor, ...], **extra: Any) -> CloudSpec:
         extra.setdefault("transport_url", self.settings.transport_url)
         extra.setdefault("metrics", self.settings.metrics[-1])
+        if extra.pop("notifications", self.settings.notifications[-1]):
+            extra["notification_url"] = self.settings.notification_url
         return CloudSpec(
             hosts, self.settings.agents, flavors, ledger_url=self.settings.ledger_url, **extra
         )
@@ -142,17 +160,21 @@ def run_scale(runner: Runner) -> list[dict[str, Any]]:
     """Per N: registration, latency through HTTP and the library call, agent peak RSS."""
     results = []
     for hosts in runner.settings.sizes:
-        for metrics in runner.settings.metrics:
-            runner.say(f"[scale] N = {hosts:,} hosts, metrics {'on' if metrics else 'off'}")
-            results.append(scale_one(runner, hosts, metrics))
+        for metrics, notifications in runner.settings.variants():
+            runner.say(f"[scale] N = {hosts:,} hosts, metrics {'on' if metrics else 'off'}, "
+                       f"notifications {'on' if notifications else 'off'}")  # fmt: skip
+            results.append(scale_one(runner, hosts, metrics, notifications))
     return results
 
 
-def scale_one(runner: Runner, hosts: int, metrics: bool = True) -> dict[str, Any]:
+def scale_one(
+    runner: Runner, hosts: int, metrics: bool = True, notifications: bool = False
+) -> dict[str, Any]:
     settings = runner.settings
     count = max(1, int(settings.rate_per_s * settings.duration_s))
-    entry: dict[str, Any] = {"hosts": hosts, "metrics": metrics}
-    spec = runner.spec(hosts, (SCALE_FLAVOR,), http=True, metrics=metrics)
+    entry: dict[str, Any] = {"hosts": hosts, "metrics": metrics, "notifications": notifications}
+    spec = runner.spec(hosts, (SCALE_FLAVOR,), http=True, metrics=metrics,
+                       notifications=notifications)  # fmt: skip
     with runner.cloud(spec, entry) as cloud:
         entry["registration"] = cloud.registration
         cloud.prime_classes([SCALE_FLAVOR.name])

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from qsched.bench.packing import BenchFlavor
 from qsched.bench.timing import peak_rss_kb
@@ -38,8 +38,10 @@ from qsched.stack import (
     Options,
     ProcessStack,
     StackFailed,
+    merged,
     new_prefix,
 )
+from qsched.stack.cleanup import forget_amqp
 from qsched.stack.processes import children
 
 
@@ -70,6 +72,10 @@ class CloudSpec:
     #: Prometheus metrics: the API's (in gunicorn's multiprocess mode) and, on processes,
     #: each agent's on a port of its own (docs/metrics.rst)
     metrics: bool = True
+    #: versioned notifications (docs/notifications.rst) sent through oslo.messaging to
+    #: this RabbitMQ (``rabbit://...``), on a topic and an exchange of the cloud's own;
+    #: None: off, as by default
+    notification_url: str | None = None
 
     def slots(self, flavor: BenchFlavor) -> int:
         """How many instances of ``flavor`` the whole cloud holds."""
@@ -196,9 +202,12 @@ class ProcessCloud(Cloud):
         self.say = say
         prefix = new_prefix("bench")
         (workdir / prefix).mkdir(parents=True)
-        config = CellConfig(
-            spec.transport_url, spec.ledger_url, prefix, cell=prefix, options=spec.options()
-        )
+        self.notifications = NotificationQueues(prefix) if spec.notification_url else None
+        options = spec.options()
+        if self.notifications is not None and spec.notification_url is not None:
+            options = merged(options, self.notifications.options(spec.notification_url))
+        config = CellConfig(spec.transport_url, spec.ledger_url, prefix, cell=prefix,
+                            options=options)  # fmt: skip
         metrics_dir = workdir / prefix / "metrics"
         metrics_dir.mkdir()
         api = GunicornConfig(
@@ -290,8 +299,19 @@ class ProcessCloud(Cloud):
         if hasattr(self, "bus"):
             self.bus.close()
         self._forget()
+        if self.notifications is not None:
+            self._forget_notifications(self.notifications)
         self.stack.close()
         return reports
+
+    def _forget_notifications(self, queues: NotificationQueues) -> None:
+        try:
+            failed = forget_amqp(self.spec.transport_url, queues.queues(), [queues.exchange])
+        except Exception as exc:  # cleanup must not hide the run's own outcome
+            failed = [f"{type(exc).__name__}: {exc}"]
+        if failed:
+            self.say(f"  WARNING: could not remove the notification queues of "
+                     f"{self.stack.prefix}: {'; '.join(failed)}")  # fmt: skip
 
     def _forget(self) -> None:
         """Remove this cloud's queues and keys; a broker that is down is retried a little."""
@@ -307,6 +327,41 @@ class ProcessCloud(Cloud):
                          f"{self.stack.prefix}: {'; '.join(failed)}")  # fmt: skip
             else:
                 time.sleep(2)
+
+
+@dataclasses.dataclass(frozen=True)
+class NotificationQueues:
+    """Where a bench cloud's notifications go: a topic and an exchange named after the
+    cloud (a shared broker keeps ``versioned_notifications``), deleted with it."""
+
+    prefix: str
+
+    @property
+    def exchange(self) -> str:
+        return f"{self.prefix}-notifications"  # not the bus's: a topic exchange
+
+    @property
+    def topic(self) -> str:
+        return f"{self.prefix}-versioned"
+
+    def queues(self) -> list[str]:
+        """The queues oslo.messaging's notifier declares: ``<topic>.<priority>``."""
+        return [f"{self.topic}.info", f"{self.topic}.error"]
+
+    def options(self, url: str) -> Options:
+        return {
+            "DEFAULT": {"control_exchange": self.exchange},
+            "notifications": {"versioned_notifications_topics": [self.topic]},
+            "oslo_messaging_notifications": {"driver": ["messagingv2"], "transport_url": url},
+        }
+
+
+def notification_url(amqp_url: str) -> str:
+    """kombu's ``amqp://u:p@h:5672//`` in oslo.messaging's words, ``rabbit://u:p@h:5672/``
+    (its ``amqp://`` is another driver, AMQP 1.0)."""
+    parts = urlsplit(amqp_url)
+    vhost = parts.path[1:]
+    return f"rabbit://{parts.netloc}/{'' if vhost == '/' else quote(vhost, safe='')}"
 
 
 def registration_summary(

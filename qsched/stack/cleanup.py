@@ -35,7 +35,22 @@ def forget_bus(transport_url: str, prefix: str, classes: list[str], hosts: list[
 def _delete_amqp(wire: KombuWire, classes: list[str], hosts: list[str]) -> list[str]:
     names = wire.names
     queues = [names.dead_queue, *map(names.boot_queue, classes), *map(names.host_queue, hosts)]
-    exchanges = [names.exchange, names.dead_exchange]
+    return _delete_names(wire, queues, [names.exchange, names.dead_exchange])
+
+
+def forget_amqp(amqp_url: str, queues: list[str], exchanges: list[str]) -> list[str]:
+    """Delete these RabbitMQ queues, then exchanges (those a stack's other clients
+    declared: its notifications). :returns: what RabbitMQ refused, one line each."""
+    from qsched.bus.kombu_wire import KombuWire
+
+    wire = KombuWire(amqp_url)
+    try:
+        return _delete_names(wire, queues, exchanges)
+    finally:
+        wire.close()
+
+
+def _delete_names(wire: KombuWire, queues: list[str], exchanges: list[str]) -> list[str]:
     doomed = [*(("queue", q) for q in queues), *(("exchange", e) for e in exchanges)]
     failed = []
     connection = wire.connect()
