@@ -304,10 +304,11 @@ class OsloConsumer(base.Consumer):
             if key in self._listeners or self._stop.is_set():
                 return
         server = oslo_messaging.get_notification_listener(
-            self.wire.transports[route.kind], [self.wire.target(route)],
+            self.wire.transport(route.kind), [self.wire.target(route)],
             [_Endpoint(self, route)], executor="threading", allow_requeue=True,
         )  # fmt: skip
         server.start(override_pool_size=1)  # prefetch 1: one delivery in hand per queue
+        _take_redeliveries(server)
         with self._lock:
             self._listeners[key] = server
 
@@ -327,6 +328,38 @@ class OsloConsumer(base.Consumer):
             if future.set_running_or_notify_cancel():
                 reason = "the consumer stopped"
                 future.set_exception(base.BusUnavailable(self.wire.safe_url, reason))
+
+
+class _Forgetful:
+    """A message id cache that remembers nothing (see :func:`_take_redeliveries`)."""
+
+    UNIQUE_ID = "_unique_id"  # what oslo.messaging's amqp driver adds to every message
+
+    def check_duplicate_message(self, message_data: dict[str, Any]) -> Any:
+        return message_data.pop(self.UNIQUE_ID, None)
+
+    def add(self, msg_id: Any) -> None:
+        pass
+
+
+def _take_redeliveries(server: Any) -> None:
+    """Make a started listener take every redelivery.
+
+    oslo.messaging's amqp listener skips a message whose id it acknowledged lately,
+    and neither acknowledges nor requeues it. An ack lost with its connection (a
+    broker restart right after a claim) then leaves the redelivery unacked on the
+    new connection for good, and with prefetch 1 this listener's queue stalls. A
+    claim is idempotent per instance, so the agent takes the redelivery and drops
+    it (it finds the build in flight or done): the cache is replaced by one that
+    remembers nothing. It is a private attribute of oslo.messaging's listener, so
+    its absence is an error here, not a silent stall later.
+
+    :raises RuntimeError: the listener has no ``msg_id_cache`` (oslo.messaging changed).
+    """
+    listener: Any = getattr(getattr(server, "listener", None), "_poll_style_listener", None)
+    if not hasattr(listener, "msg_id_cache"):
+        raise RuntimeError("oslo.messaging's listener has no msg_id_cache any more")
+    listener.msg_id_cache = _Forgetful()
 
 
 def _reject(delivery: OsloDelivery, reason: str) -> None:

@@ -25,6 +25,7 @@ import base64
 import binascii
 import dataclasses
 import datetime
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -140,11 +141,17 @@ class OsloWire:
         self.options = self.kombu.options
         self.names = OsloNames(prefix)
         self.safe_url = self.kombu.safe_url
-        self.transports = {
-            "boot": self._transport(quorum=True),
-            "host": self._transport(quorum=False),
-        }
+        self._lock = threading.Lock()
+        self._transports: dict[str, Any] = {}
         self._dead_declared = False
+
+    def transport(self, kind: str) -> Any:
+        """The notification transport of ``boot`` or ``host`` queues, made on first use
+        (again after :meth:`close`)."""
+        with self._lock:
+            if kind not in self._transports:
+                self._transports[kind] = self._transport(quorum=kind == "boot")
+            return self._transports[kind]
 
     def _transport(self, quorum: bool) -> Any:
         options = self.options
@@ -195,7 +202,7 @@ class OsloWire:
         target = oslo_messaging.Target(exchange=self.names.exchange,
                                        topic=f"{route.topic}.{PRIORITY}")  # fmt: skip
         message = envelope(body, EVENT_TYPES[route.kind])
-        transport = self.transports[route.kind]
+        transport = self.transport(route.kind)
         self.declare_dead_letters()
         try:
             transport._send_notification(target, {}, message, ENVELOPE_VERSION, retry=1)
@@ -229,7 +236,10 @@ class OsloWire:
         self.kombu.publish(self.kombu.dead_entity(), body, headers=headers)
 
     def close(self) -> None:
-        """Close the publishing connections of both transports and the kombu wire."""
-        for transport in self.transports.values():
+        """Close the publishing connections of both transports and the kombu wire; a
+        later publish makes new ones. Listeners have connections of their own."""
+        with self._lock:
+            transports, self._transports = list(self._transports.values()), {}
+        for transport in transports:
             transport.cleanup()
         self.kombu.close()
