@@ -49,7 +49,7 @@ bench-ledger: $(STAMP)
 	$(BIN)/qsched-ledger-bench $(BENCH_ARGS)
 
 chaos: $(STAMP)
-	$(BIN)/qsched-chaos --transport both --duration-s 240 $(CHAOS_ARGS)
+	$(BIN)/qsched-chaos --transport all --duration-s 240 $(CHAOS_ARGS)
 
 sample-config: $(STAMP)
 	$(BIN)/oslo-config-generator --config-file deploy/qsched-config-generator.conf

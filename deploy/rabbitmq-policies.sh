@@ -17,6 +17,11 @@
 # both set a key, the queue argument wins, except that the lower delivery limit and
 # the policy's overflow apply: a policy can lower the delivery limit, not raise it.
 #
+# Under [bus] driver = oslo.messaging the queues are PREFIX.boot.<class>.info and
+# PREFIX.host.<host>.info, which the same patterns match, and these policies are
+# required: oslo.messaging declares a delivery limit without a dead-letter exchange,
+# and RabbitMQ drops a message over the limit (docs/pipeline.rst).
+#
 # RabbitMQ applies one policy to a queue, the highest priority one whose pattern
 # matches, so the patterns below never overlap and each policy carries everything
 # its queues need. The dead-letter queue (PREFIX.dead) has no policy: a dead-letter

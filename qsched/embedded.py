@@ -15,11 +15,13 @@ from typing import Any
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import conf as qconf
+from qsched import exception
 from qsched.api import app as api_app
 from qsched.bus.kombu import KombuBus
 from qsched.cmd.api import ThreadingWSGIServer, make_server
 from qsched.compute import ComputeAPI
 from qsched.conf import Options
+from qsched.conf.bus import KOMBU
 from qsched.ledger import Stores, embedded, open_stores
 from qsched.notifications import NULL, Notifier
 from qsched.reaper import Periodic, reap_expired
@@ -95,6 +97,8 @@ def start_stack(
 ) -> Stack:
     """Start the API on 127.0.0.1:``port`` and ``agents`` agents sharing ``hosts`` nodes,
     their notifications (and the reaper's) sent to ``notifier``."""
+    if options.bus.driver != KOMBU:  # its callers reach into the memory bus's wire
+        raise exception.Invalid(reason="the embedded stack runs on [bus] driver kombu only")
     stores = open_stores(options.ledger, options.quota)
     bus = KombuBus.from_options(options.bus)
     app = api_app.create_app(stores, bus, options.api, options.scheduler, notifier=notifier)

@@ -309,3 +309,30 @@ def test_a_short_run_injects_every_fault_and_checks(tmp_path: Path) -> None:
     assert report["quiescence"]["reached"]
     assert "lost" in table(report)
     assert report["ok"], {k: v for k, v in report["invariants"].items() if not v["ok"]}
+
+
+@pytest.mark.real
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_short_oslo_run_injects_every_fault_and_checks(tmp_path: Path) -> None:
+    """The oslo.messaging bus on a RabbitMQ node of the run's own (its broker restart
+    touches no shared node), every fault once, the same checks as the other buses."""
+    for command in ("redis-server", "rabbitmq-server"):
+        if shutil.which(command) is None:
+            require_server(command, "PATH", FileNotFoundError(command),
+                           f"install it with: apt-get install {command}")  # fmt: skip
+    spec = StackSpec(agents=3, nodes_per_agent=2, node_vcpus=4, node_ram_mb=8192,
+                     spawn_delay_s=0.3, build_timeout_s=16, shutdown_timeout_s=5,
+                     heartbeat_ttl_s=1, reconcile_interval_s=1, ledger_timeout_s=1)  # fmt: skip
+    counts = {kind: 1 for kind in KINDS}
+    settings = RunSettings("oslo", duration_s=30, rate=3, lifetime_s=3, outage_s=1.5,
+                           stall_s=2, fault_counts=counts, spec=spec,
+                           progress_every_s=60)  # fmt: skip
+    report = ChaosRun(settings, tmp_path, lambda line: None).execute()
+    events = report["faults"]["events"]
+    assert [e.get("error") for e in events] == [None] * len(KINDS), events
+    assert report["faults"]["by_kind"] == counts
+    assert report["requests"]["accepted"] > 10
+    assert report["quiescence"]["reached"]
+    assert report["cleanup"]["broker_start_s"] < 60
+    assert report["ok"], {k: v for k, v in report["invariants"].items() if not v["ok"]}

@@ -1,8 +1,9 @@
 """The message bus: boot requests per scheduling class, deletes per host, dead letters.
 
 :mod:`qsched.bus.base` holds the contract; :mod:`qsched.bus.kombu` implements it on
-kombu's memory, RabbitMQ and Redis transports. :func:`open_bus` picks one from the
-configuration.
+kombu's memory, RabbitMQ and Redis transports, :mod:`qsched.bus.oslo` on
+oslo.messaging's notification layer (RabbitMQ). :func:`open_bus` picks one from the
+configuration (``[bus] driver``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from qsched.bus.base import (
     QueueStats,
 )
 from qsched.conf import BusOptions
+from qsched.conf.bus import KOMBU, OSLO_MESSAGING
 
 __all__ = [
     "Bus",
@@ -36,13 +38,23 @@ __all__ = [
 
 
 def open_bus(options: BusOptions) -> Bus:
-    """The bus for ``transport_url`` and the ``[bus]`` options.
+    """The bus for ``transport_url`` and the ``[bus]`` options (``driver`` picks the library).
 
-    :raises Invalid: a URL scheme no bus here speaks.
+    :raises Invalid: a URL scheme the driver does not speak.
     """
-    from qsched.bus import kombu  # the only family so far
-
     scheme = options.transport_url.partition("://")[0].lower()
+    if options.driver == OSLO_MESSAGING:
+        from qsched.bus import oslo  # imports oslo.messaging: only when asked for
+
+        if scheme not in oslo.SCHEMES:
+            raise exception.Invalid(
+                reason=f"[bus] driver {OSLO_MESSAGING} runs on RabbitMQ only, not on "
+                f"{scheme}://: set transport_url to rabbit://USER:PASS@HOST:5672/, or "
+                f"[bus] driver to {KOMBU} for {scheme}://"
+            )
+        return oslo.OsloBus.from_options(options)
+    from qsched.bus import kombu
+
     if scheme in kombu.SCHEMES:
         return kombu.KombuBus.from_options(options)
     raise exception.Invalid(

@@ -109,10 +109,20 @@ class KombuBus(base.Bus):
         prefix: str = base.DEFAULT_PREFIX,
         options: KombuOptions | None = None,
     ) -> None:
-        self.wire = KombuWire(url, prefix, options)
-        self.names = self.wire.names
+        self._attach(KombuWire(url, prefix, options))
+
+    @classmethod
+    def on_wire(cls, wire: KombuWire) -> KombuBus:
+        """A bus on a wire of someone else's (the oslo.messaging bus's AMQP side)."""
+        bus = cls.__new__(cls)
+        bus._attach(wire)
+        return bus
+
+    def _attach(self, wire: KombuWire) -> None:
+        self.wire = wire
+        self.names = wire.names
         self._history = health.PublishHistory()
-        self._probe_cache = health.ProbeCache(self.wire.probe)
+        self._probe_cache = health.ProbeCache(wire.probe)
 
     @classmethod
     def from_options(cls, options: BusOptions) -> KombuBus:

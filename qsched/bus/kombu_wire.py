@@ -121,7 +121,9 @@ class KombuWire:
     ``names`` and ``options`` are what it was built with (``heartbeat_s`` the
     URL's if it sets one); ``driver`` is kombu's (``amqp``, ``redis`` or
     ``memory``), ``amqp`` whether it is RabbitMQ; ``safe_url`` the URL with its
-    passwords masked. ``errors`` are what the transport raises when the broker
+    passwords masked. ``exchange_type`` is the type of the ``<prefix>`` exchange
+    (``topic`` under the oslo.messaging bus, which shares this wire). ``errors`` are
+    what the transport raises when the broker
     fails (``channel_errors`` those of one channel only).
 
     :raises Invalid: a URL scheme not in :data:`SCHEMES`, a URL oslo.messaging
@@ -133,8 +135,10 @@ class KombuWire:
         url: str = "memory://",
         prefix: str = base.DEFAULT_PREFIX,
         options: KombuOptions | None = None,
+        exchange_type: str = "direct",
     ) -> None:
         self.names = base.Names(prefix)
+        self.exchange_type = exchange_type
         self.transport: Transport = parse_transport_url(_check_scheme(url))
         self.options = _with_heartbeat(options or KombuOptions(), self.transport)
         self._urls = [_check_scheme(part) for part in self.transport.urls]
@@ -333,7 +337,7 @@ class KombuWire:
         )
 
     def _amqp_queue(self, name: str, key: str, args: Mapping[str, Any]) -> kombu.Queue:
-        exchange = kombu.Exchange(self.names.exchange, "direct", durable=True)
+        exchange = kombu.Exchange(self.names.exchange, self.exchange_type, durable=True)
         return kombu.Queue(name, exchange, key, durable=True, queue_arguments=dict(args))
 
     def _dead_letter_args(self) -> dict[str, Any]:
@@ -452,7 +456,7 @@ class KombuWire:
             if not self.amqp:
                 channel.queue_declare(queue=self.names.dead_queue)
                 return
-            exchange = kombu.Exchange(self.names.exchange, "direct", durable=True)
+            exchange = kombu.Exchange(self.names.exchange, self.exchange_type, durable=True)
             exchange.declare(channel=channel)
             step = PUBLISH
             timeout_s = self.options.confirm_timeout_s

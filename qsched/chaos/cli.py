@@ -22,6 +22,9 @@ def _echo_err(line: str) -> None:
     click.echo(line, err=True)
 
 
+#: the transports of --transport both and all, in order
+TRANSPORTS = {"both": ["amqp", "redis"], "all": ["amqp", "redis", "oslo"]}
+
 #: the option giving how many faults of each kind
 COUNT_OPTIONS = {
     "agent_kill": "kills",
@@ -47,10 +50,12 @@ def _counts(o: dict[str, Any]) -> dict[str, int]:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--transport",
-    type=click.Choice(["amqp", "redis", "both"]),
-    default="both",
+    type=click.Choice(["amqp", "redis", "oslo", "both", "all"]),
+    default="all",
     show_default=True,
-    help="Bus to test: RabbitMQ, kombu's Redis transport, or both one after the other.",
+    help="Bus to test: the kombu bus on RabbitMQ (amqp) or on Redis (redis), the "
+    "oslo.messaging bus on a RabbitMQ node of the run's own (oslo); both: amqp then "
+    "redis; all: amqp, redis, then oslo.",
 )
 @click.option(
     "--duration-s",
@@ -274,7 +279,9 @@ def main(**options: Any) -> None:
     fake nodes (their VMs kept in a file, as a hypervisor outlives its agent),
     the ledger on a redis-server of the run's own (AOF, fsync as --durability
     asks), the bus on RabbitMQ (amqp) or on a second redis-server of the run's
-    own (redis), finite quotas. Boots and deletes go through HTTP on 127.0.0.1
+    own (redis), or the oslo.messaging bus on a RabbitMQ node of the run's own with
+    deploy/rabbitmq-policies.sh applied (oslo), finite quotas. Boots and deletes go
+    through HTTP on 127.0.0.1
     while agents are killed (SIGKILL, then restarted), stopped (SIGTERM, then
     restarted) and frozen past their heartbeat TTL (SIGSTOP, SIGCONT), API
     workers are killed with boots in flight, poison messages are published, the
@@ -289,7 +296,7 @@ def main(**options: Any) -> None:
     Progress goes to stderr; the table (or --json) to stdout. Exit status: 0 if
     every invariant held, 1 if one broke, 2 if the harness could not run.
     """
-    transports = ["amqp", "redis"] if options["transport"] == "both" else [options["transport"]]
+    transports = TRANSPORTS.get(options["transport"], [options["transport"]])
     workdir = options["workdir"] or Path(tempfile.mkdtemp(prefix="qsched-chaos-"))
     reports = []
     try:

@@ -17,6 +17,7 @@ import kombu
 import msgpack
 
 from qsched.bus.kombu_wire import KombuWire
+from qsched.bus.oslo_wire import OsloWire, envelope
 from qsched.chaos.stack import FLAVORS, Stack
 from qsched.flavors import Flavor
 from qsched.message import MAX_MESSAGE_BYTES, BootRequest
@@ -43,9 +44,13 @@ BODIES: dict[str, Callable[[str], bytes]] = {
 def inject_poison(stack: Stack, rng: random.Random) -> list[dict[str, Any]]:
     """Publish every poison body to a boot queue agents consume and some to a host queue.
 
-    A text body (kombu hands it over as ``str``) goes as well. Returns what was
-    sent: kind, queue and token (None for the empty body).
+    A text body (kombu hands it over as ``str``) goes as well; on the oslo.messaging
+    bus, where every message is an oslo.messaging notification, a notification whose
+    payload is not qsched's instead. Returns what was sent: kind, queue and token
+    (None for the empty body).
     """
+    if stack.bus_driver == "oslo.messaging":
+        return _inject_oslo(stack, rng)
     wire = KombuWire(stack.transport_url, prefix=stack.prefix)
     sent: list[dict[str, Any]] = []
     try:
@@ -77,3 +82,25 @@ def _publish_text(wire: KombuWire, entity: kombu.Queue, text: str) -> None:
 
 def _note(kind: str, entity: kombu.Queue, token: str | None) -> dict[str, Any]:
     return {"kind": kind, "queue": str(entity.name), "token": token}
+
+
+def _inject_oslo(stack: Stack, rng: random.Random) -> list[dict[str, Any]]:
+    """:func:`inject_poison` through oslo.messaging's wire: the bodies in qsched's envelope."""
+    wire = OsloWire(stack.transport_url, prefix=stack.prefix)
+    sent: list[dict[str, Any]] = []
+    try:
+        boot = wire.boot_route(FLAVORS[0][0])
+        host = wire.host_route(rng.choice(stack.hosts))
+        for route, kinds in ((boot, list(BODIES)), (host, ["empty", "garbage"])):
+            for kind in kinds:
+                token = f"poison-{uuid.uuid4()}"
+                wire.publish(route, BODIES[kind](token))
+                sent.append({"kind": kind, "queue": route.queue,
+                             "token": None if kind == "empty" else token})  # fmt: skip
+        token = f"poison-{uuid.uuid4()}"
+        foreign = {**envelope(b"", "qsched.boot"), "payload": {"not qsched": token}}
+        wire.publish_notification(boot, foreign)
+        sent.append({"kind": "foreign payload", "queue": boot.queue, "token": token})
+    finally:
+        wire.close()
+    return sent

@@ -1,8 +1,13 @@
 """One chaos run on one transport: servers, stack, load with faults, settle, check.
 
+Transports: ``amqp`` (the kombu bus on the machine's RabbitMQ), ``redis`` (the
+kombu bus on a ``redis-server`` of the run's own) and ``oslo`` (the oslo.messaging
+bus, :mod:`qsched.bus.oslo`, on a RabbitMQ node of the run's own with the
+deployment's policies applied, so its broker restart never touches a shared node).
+
 :class:`ChaosRun` owns everything it starts and stops it in ``finally``: the
-stack's processes, its own Redis servers, the run's queues on RabbitMQ. A
-RabbitMQ restart in progress always ends with ``start_app``.
+stack's processes, its own Redis servers and RabbitMQ node, the run's queues on
+the shared RabbitMQ. A RabbitMQ restart in progress always ends with ``start_app``.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from agents.virt.fake import read_state
+from qsched.bus.base import Bus
 from qsched.bus.kombu import KombuBus
+from qsched.bus.oslo import OsloBus
 from qsched.chaos import checks, report
 from qsched.chaos.faults import Fault, FaultInjector, FaultSettings, default_counts, make_plan
 from qsched.chaos.load import Call, LoadGenerator, token
-from qsched.chaos.servers import RabbitMQ, RedisServer, wait_for
+from qsched.chaos.servers import RabbitMQ, RabbitNode, RedisServer, wait_for
 from qsched.chaos.stack import FLAVORS, Stack, StackSpec
 
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
@@ -33,7 +40,7 @@ Echo = Callable[[str], None]
 
 @dataclasses.dataclass
 class RunSettings:
-    transport: str  # "amqp" or "redis"
+    transport: str  # "amqp", "redis" or "oslo"
     duration_s: float = 240.0
     seed: int = 1
     rate: float = 4.0
@@ -81,6 +88,7 @@ class ChaosRun:
         self.ledger: RedisServer | None = None
         self.bus_server: RedisServer | None = None
         self.rabbit: RabbitMQ | None = None
+        self.rabbit_node: RabbitNode | None = None
         self.stack: Stack | None = None
         self.load: LoadGenerator | None = None
         self.injector: FaultInjector | None = None
@@ -117,13 +125,21 @@ class ChaosRun:
             self.bus_server = RedisServer(self.dir, "bus-redis")
             self.bus_server.start()
             transport_url = self.bus_server.url
+        elif s.transport == "oslo":
+            self.rabbit_node = RabbitNode(self.dir)
+            started_s = self.rabbit_node.start()
+            self.echo(f"[oslo] RabbitMQ node {self.rabbit_node.node} up in {started_s:.1f} s")
+            transport_url = self.rabbit_node.url
         else:
             self.rabbit = RabbitMQ(s.amqp_url)
             self.rabbit.check()
             if s.counts().get("broker_restart"):
                 self.rabbit.check_restartable()
             transport_url = s.amqp_url
-        self.stack = Stack(s.spec, self.dir, transport_url, self.ledger.url)
+        driver = "oslo.messaging" if s.transport == "oslo" else "kombu"
+        self.stack = Stack(s.spec, self.dir, transport_url, self.ledger.url, bus_driver=driver)
+        if self.rabbit_node is not None:  # before any queue exists: its dead-letter exchange
+            self.rabbit_node.apply_policies(self.stack.prefix, s.spec.delivery_limit)
         self.echo(
             f"[{s.transport}] starting the API and {s.spec.agents} agents "
             f"(bus prefix {self.stack.prefix}, logs in {self.stack.logs})"
@@ -145,7 +161,7 @@ class ChaosRun:
             seed=s.seed,
         )
         self.t0 = time.time()
-        broker = self.rabbit if s.transport == "amqp" else self.bus_server
+        broker = {"amqp": self.rabbit, "oslo": self.rabbit_node}.get(s.transport, self.bus_server)
         self.injector = FaultInjector(
             stack,
             self.faults,
@@ -341,7 +357,11 @@ class ChaosRun:
     def _dead_letters(self, records: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
         """Take the run's dead letters: each poison once, no valid request among them."""
         stack = self._stack()
-        bus = KombuBus(stack.transport_url, prefix=stack.prefix)
+        bus: Bus = (
+            OsloBus(stack.transport_url, prefix=stack.prefix)
+            if self.settings.transport == "oslo"
+            else KombuBus(stack.transport_url, prefix=stack.prefix)
+        )
         try:
             letters = bus.take_dead_letters(limit=100_000)
         finally:
@@ -484,9 +504,11 @@ class ChaosRun:
             except Exception as exc:
                 info["bus_cleanup_failed"] = [f"{type(exc).__name__}: {exc}"]
             self.stack.close()
-        for server in (self.bus_server, self.ledger):
+        for server in (self.bus_server, self.ledger, self.rabbit_node):
             if server is not None:
                 server.stop()
+        if self.rabbit_node is not None:
+            info["broker_start_s"] = self.rabbit_node.started_s
         return info
 
     def _stack(self) -> Stack:

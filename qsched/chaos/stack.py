@@ -40,6 +40,7 @@ class StackSpec:
     quota_cores: int = 20
     reconcile_interval_s: float = 2.0
     ledger_timeout_s: float = 3.0  # a stall longer than this makes the API answer 503
+    delivery_limit: int = 20  # [bus] delivery_limit, and the oslo run's policies
     extra_config: tuple[Path, ...] = ()
 
     @property
@@ -50,7 +51,7 @@ class StackSpec:
         """The qsched options of the run: short timeouts so that faults resolve quickly."""
         return {
             "bus": {"connect_timeout_s": 2, "confirm_timeout_s": 5, "heartbeat_s": 10,
-                    "reconnect_max_delay_s": 2},
+                    "reconnect_max_delay_s": 2, "delivery_limit": self.delivery_limit},
             "ledger": {"cpu_allocation_ratio": 1.0, "ram_allocation_ratio": 1.0,
                        "durability": self.durability, "timeout_s": self.ledger_timeout_s},
             "quota": {"instances": self.quota_instances, "cores": self.quota_cores,
@@ -72,12 +73,22 @@ class StackSpec:
 class Stack(ProcessStack):
     """The processes of one run, its config, and the harness's own view of its ledger."""
 
-    def __init__(self, spec: StackSpec, directory: Path, transport_url: str, ledger_url: str):
-        config = CellConfig(transport_url, ledger_url, new_prefix("chaos"), options=spec.options())
+    def __init__(
+        self,
+        spec: StackSpec,
+        directory: Path,
+        transport_url: str,
+        ledger_url: str,
+        bus_driver: str = "kombu",
+    ):
+        options = {**spec.options()}
+        options["bus"] = {**options["bus"], "driver": bus_driver}  # [bus] driver
+        config = CellConfig(transport_url, ledger_url, new_prefix("chaos"), options=options)
         api = GunicornConfig(spec.api_workers, threads=8, timeout_s=60, graceful_timeout_s=10)
         super().__init__(directory, config, api, spec.extra_config, logs=directory / "logs",
                          stop_timeout_s=spec.shutdown_timeout_s + 10)  # fmt: skip
         self.spec = spec
+        self.bus_driver = bus_driver
         self.hosts = [self.host(i) for i in range(spec.agents)]
 
     def start(self, timeout_s: float = 60.0) -> None:

@@ -25,7 +25,33 @@ default_opts = [
     ),
 ]
 
+KOMBU, OSLO_MESSAGING = "kombu", "oslo.messaging"
+
 bus_opts = [
+    cfg.StrOpt(
+        "driver",
+        default=KOMBU,
+        choices=[
+            (
+                KOMBU,
+                "kombu's transports: memory://, amqp:// and rabbit:// (RabbitMQ), "
+                "redis://; quorum boot queues with a dead-letter exchange of their own",
+            ),
+            (
+                OSLO_MESSAGING,
+                "oslo.messaging's notification layer on its rabbit driver, for "
+                "deployments that run everything through oslo.messaging; needs a rabbit:// "
+                "or amqp:// transport_url, and the broker policies of "
+                "deploy/rabbitmq-policies.sh (see docs/pipeline.rst)",
+            ),
+        ],
+        help="The library that carries the bus. With oslo.messaging, boot requests go on "
+        "the topic <prefix>.boot.<class> (queue <prefix>.boot.<class>.info), deletes and "
+        "server actions on <prefix>.host.<host> (queue <prefix>.host.<host>.info); agents "
+        "consume with oslo.messaging's notification listener, which acknowledges a "
+        "request only after the agent has placed or requeued it. Dead letters, queue "
+        "counts and the health probe still speak AMQP to the same broker.",
+    ),
     cfg.StrOpt(
         "prefix",
         default="qsched",
@@ -97,6 +123,7 @@ class BusOptions(Section):
     GROUPS = ((None, default_opts), ("bus", bus_opts))
 
     transport_url: str
+    driver: str
     prefix: str
     connect_timeout_s: float
     confirm_timeout_s: float

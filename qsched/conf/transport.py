@@ -221,3 +221,50 @@ def _quote(text: str) -> str:
 
 def _refused(name: str, reason: str) -> exception.Invalid:
     return exception.Invalid(reason=f"transport_url option {name!r}: {reason}")
+
+
+def oslo_rabbit_url(url: str) -> str:
+    """``url`` as oslo.messaging's rabbit driver takes it: ``rabbit://`` as given, and a
+    kombu ``amqp://`` URL (or a ``;`` list of them) rewritten as one ``rabbit://`` URL
+    listing its hosts (oslo.messaging has no ``amqp`` driver any more).
+
+    :raises Invalid: not a RabbitMQ URL, a kombu URL with a query (kombu's options,
+        which oslo.messaging would not read), hosts on different vhosts, or as
+        :func:`parse_transport_url`.
+    """
+    scheme = url.partition("://")[0].lower()
+    if scheme not in ("rabbit", "amqp", "pyamqp"):
+        reason = f"the oslo.messaging bus needs a rabbit:// or amqp:// URL, not {scheme}://"
+        raise exception.Invalid(reason=reason)
+    parsed = parse_transport_url(url)
+    if scheme == "rabbit":
+        return url
+    if "?" in url:
+        raise exception.Invalid(reason="transport_url: write options as rabbit://...?OPTION=")
+    netlocs, vhosts = [], set()
+    for part in parsed.urls:
+        split = urllib.parse.urlsplit(part)
+        netlocs.append(split.netloc)
+        vhosts.add(split.path[1:])
+    if len(vhosts) > 1:
+        raise exception.Invalid(reason="transport_url: every host must name the same vhost")
+    return f"rabbit://{','.join(netlocs)}/{vhosts.pop()}"
+
+
+def oslo_notification_transport(url: str, rabbit: Mapping[str, Any]) -> Any:
+    """oslo.messaging's notification transport on ``url`` (``rabbit://``), its rabbit
+    driver's options set to ``rabbit`` on a private ``ConfigOpts`` (imports oslo.messaging).
+
+    :raises Invalid: an option of ``rabbit`` oslo.messaging does not know.
+    """
+    import oslo_messaging
+
+    known = rabbit_opts()
+    private = cfg.ConfigOpts()
+    private.register_opts(list(known.values()), group=RABBIT_GROUP)
+    private([], project="qsched", default_config_files=[])
+    for name, value in rabbit.items():
+        if name not in known:
+            raise _refused(name, "it is not an option of oslo.messaging's rabbit driver")
+        private.set_override(name, value, group=RABBIT_GROUP)
+    return oslo_messaging.get_notification_transport(private, url=url)
