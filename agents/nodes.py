@@ -339,13 +339,17 @@ class NodeIndex:
         with self._lock:
             if not self._sharing.load(providers):
                 return _NO_CHANGES
-            changes = _Changes(self._on_change)
-            for nid, view in enumerate(self._views):
-                if view is not None:
-                    for entry in self._classes.values():
-                        key = self._key(view, entry.request, fitted_before=False)
-                        self._move(entry, nid, key, changes)
-            return changes.result()
+            return self._reindex_all()
+
+    def _reindex_all(self) -> ClassChanges:
+        """Every node and class again: O(N x K x fit), after the sharing providers changed."""
+        changes = _Changes(self._on_change)
+        for nid, view in enumerate(self._views):
+            if view is not None:
+                for entry in self._classes.values():
+                    key = self._key(view, entry.request, fitted_before=False)
+                    self._move(entry, nid, key, changes)
+        return changes.result()
 
     def sharing(self) -> tuple[ProviderView, ...]:
         """The views of the sharing providers, by name."""
@@ -357,6 +361,33 @@ class NodeIndex:
         what a claim passes, so that it conflicts when they are stale."""
         with self._lock:
             return self._sharing.generations(allocations)
+
+    def generations(self, node: str, allocations: Mapping[str, object]) -> dict[str, int]:
+        """The generations the index holds of every provider ``allocations`` names: the
+        node's own (root, children) and the sharing providers'. What a claim passes, so
+        that it conflicts on any view another writer made stale, as Placement checks
+        every provider an allocation writes. O(providers of the node's tree).
+
+        :raises NotFound: an unknown node.
+        """
+        with self._lock:
+            found = self._sharing.generations(allocations)
+            for provider in self._view(self._id(node)).providers:
+                if provider.uuid in allocations and provider.generation is not None:
+                    found[provider.uuid] = provider.generation
+            return found
+
+    def reread(self, node: str, provider: Provider) -> ClassChanges:
+        """Take ``provider``, re-read after a claim on ``node`` met a generation conflict
+        on it, as the index's view: one of the node's providers (as :meth:`refresh`) or
+        a sharing provider (O(1), or as :meth:`set_sharing` if its shape changed).
+
+        :raises NotFound: an unknown node. :raises ProviderNotFound: neither.
+        """
+        with self._lock:
+            if provider.uuid in self._sharing:
+                return self._reindex_all() if self._sharing.replace(provider) else _NO_CHANGES
+            return self.refresh(node, [ProviderView.from_provider(provider)])
 
     def root_aggregates(self) -> frozenset[str]:
         """The aggregates of every node's root: where sharing providers may be. O(them)."""

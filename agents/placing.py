@@ -247,8 +247,9 @@ class Placer:
                 result = retry.claim(
                     parts.stores.ledger, msg.instance_uuid, pick.allocations, parts.host,
                     pick.node, max_retries=self.claim_retries,
-                    provider_generations=parts.index.shared_generations(pick.allocations),
+                    provider_generations=parts.index.generations(pick.node, pick.allocations),
                     on_conflict=functools.partial(self._note_conflict, msg, pick),
+                    on_reread=functools.partial(parts.index.reread, pick.node),
                     guard=self._guard(msg, pick),
                     max_handbacks=self.alternates.max_handbacks,
                 )  # fmt: skip

@@ -278,11 +278,17 @@ class Reconciler:
             providers = [ProviderView.from_provider(fresh[p.uuid]) for p in view.providers
                          if p.uuid in fresh]  # fmt: skip
             current = {p.uuid: p for p in view.providers}
-            if all(same_usage(current[p.uuid], p) for p in providers):
+            if all(_same(current[p.uuid], p) for p in providers):
                 continue
             if self.index.refresh_if(name, providers, tokens.get(name)) is not None:
                 fixed.append(name)
         return fixed
+
+
+def _same(view: ProviderView, fresh: ProviderView) -> bool:
+    """Whether the agent's view agrees with the ledger's, its generation included: a
+    view at an older generation would make the node's next claim conflict."""
+    return same_usage(view, fresh) and view.generation == fresh.generation
 
 
 def _explained(inst: Placement | None, host: str) -> bool:

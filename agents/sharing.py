@@ -8,11 +8,12 @@ uses it under its lock; the fit takes the views as they are (docs/shared-provide
 
 Generations: a claim passes the generation of every sharing provider it allocates on,
 so a claim made on a stale view conflicts (``ProviderGenerationConflict``) and is
-re-read and retried while it still fits. The agent's own claims and releases move a
-view's generation by exactly one, as the ledger does for a consumer that did not hold
-the provider before (or leaves it). A view read from the ledger replaces the pool's
-only when its generation is not older, so a read taken before one of the agent's own
-writes cannot undo it.
+re-read and retried while it still fits; the re-read replaces the pool's view
+(:meth:`SharingPool.replace`), so the next claim starts from it. The agent's own
+claims and releases move a view's generation by exactly one, as the ledger does for a
+consumer that did not hold the provider before (or leaves it). A view read from the
+ledger replaces the pool's only when its generation is not older, so a read taken
+before one of the agent's own writes cannot undo it.
 
 Cost: every operation is O(sharing providers the agent reaches), a handful, whatever
 the number of nodes or hosts.
@@ -59,6 +60,16 @@ class SharingPool:
         self._views, self._generations = views, generations
         self.views = tuple(sorted(views.values(), key=lambda v: (v.name, v.uuid)))
         return before != {uuid: _shape(view) for uuid, view in views.items()}
+
+    def replace(self, provider: Provider) -> bool:
+        """Take ``provider``, re-read after a claim met a generation conflict on it, as
+        the pool's view, whatever generation the pool held (the ledger just said it is
+        stale). True if what decides whether a node can use it changed."""
+        old = self._views.get(provider.uuid)
+        view = ProviderView.from_provider(provider)
+        self._views[provider.uuid], self._generations[provider.uuid] = view, provider.generation
+        self.views = tuple(sorted(self._views.values(), key=lambda v: (v.name, v.uuid)))
+        return old is None or _shape(old) != _shape(view)
 
     def adjust(self, uuid: str, amounts: Mapping[str, int], sign: int) -> None:
         """Add (sign 1) or remove (-1) the agent's own allocation; the ledger bumped the

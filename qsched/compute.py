@@ -38,6 +38,7 @@ from qsched.conf import APIOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.exception import FlavorNotFound
 from qsched.flavors import (
+    GROUP_POLICY_WARNING,
     Constraints,
     Flavor,
     FlavorQuery,
@@ -45,6 +46,7 @@ from qsched.flavors import (
     check_flavor,
     check_flavor_id,
     grant,
+    missing_group_policy,
     revoke,
     select,
 )
@@ -337,7 +339,7 @@ class ComputeAPI:
                        placed_by.rule)  # fmt: skip
         uuids = [str(uuidlib.uuid4()) for _ in range(max_count)]
         try:
-            made, route = self._create(context, uuids, asked)
+            made, route, flavor = self._create(context, uuids, asked)
         except exception.BackendUnavailable as exc:
             # The create may have run, or may still run once the ledger answers: the
             # client is told 503, so make sure none of them ever boots.
@@ -350,6 +352,10 @@ class ComputeAPI:
             fault = route.unplaceable, {"filter": "aggregates"}
         elif placed_by.unplaceable:
             fault = NO_VALID_HOST, {"filter": "host rule", "reason": placed_by.unplaceable}
+        elif (refused := missing_group_policy(flavor)) is not None:
+            # Nova sends such a flavor's query anyway and Placement answers 400
+            LOG.warning(GROUP_POLICY_WARNING)
+            fault = NO_VALID_HOST, {"filter": "group_policy", "reason": refused}
         if fault is not None:
             for instance, _request in made:
                 self.stores.instances.set_error(instance.uuid, *fault)
@@ -380,9 +386,9 @@ class ComputeAPI:
 
     def _create(
         self, context: RequestContext, uuids: Sequence[str], asked: _Asked
-    ) -> tuple[list[tuple[Instance, BootRequest]], Route]:
+    ) -> tuple[list[tuple[Instance, BootRequest]], Route, Flavor]:
         """Reserve quota and record the instances; their boot requests, not published yet,
-        and where the aggregates route them."""
+        where the aggregates route them, and the flavor they were made with."""
         for fresh in (False, True):
             flavor, stored = self._boot_flavor(context, asked.flavor_id, fresh)
             asked.image.check_fits(flavor)
@@ -416,7 +422,7 @@ class ComputeAPI:
                 if fresh:
                     raise
                 continue
-            return list(zip(made, requests, strict=False)), route
+            return list(zip(made, requests, strict=False)), route, flavor
         raise AssertionError("unreachable: the second try raises or returns")
 
     def _request(

@@ -7,7 +7,8 @@ Pure functions, no I/O. Extra specs follow Nova's syntax::
     resources1:VGPU=1           granular group 1: all of it from one provider
     trait:HW_CPU_X86_AVX2=required
     trait1:CUSTOM_FAST=forbidden
-    group_policy=isolate|none
+    group_policy=isolate|none   required with two or more granular groups: without it
+                                a boot ends NoValidHost, as Placement refuses the query
     same_subtree=1,2            the providers of groups 1 and 2 sit under one of them
                                 (Placement's same_subtree: a GPU on the NUMA node)
 
@@ -235,6 +236,36 @@ def request_groups(flavor: Flavor) -> tuple[RequestGroup, ...]:
                 f"(its granular groups: {', '.join(sorted(granular)) or 'none'})"
             )
     return result
+
+
+#: Placement's 400 for a query with two or more granular groups and no group_policy.
+GROUP_POLICY_REQUIRED = (
+    'The "group_policy" parameter is required when specifying more than one '
+    '"resources{N}" parameter.'
+)
+#: What Nova's scheduler logs before sending such a query (nova/scheduler/utils.py).
+GROUP_POLICY_WARNING = (
+    "There is more than one numbered request group in the allocation candidate query but "
+    "the flavor did not specify any group policy. This query would fail in placement due "
+    "to the missing group policy. If you specified more than one numbered request group "
+    "in the flavor extra_spec then you need to specify the group policy in the flavor "
+    "extra_spec. If it is OK to let these groups be satisfied by overlapping resource "
+    "providers then use 'group_policy': 'none'. If you want each group to be satisfied "
+    "from a separate resource provider then use 'group_policy': 'isolate'."
+)
+
+
+def missing_group_policy(flavor: Flavor) -> str | None:
+    """Placement's refusal if the flavor has two or more granular groups and no
+    ``group_policy``, else None. Nova accepts such a flavor and its boots, and the
+    boots end NoValidHost when Placement answers 400: so does qsched.
+
+    :raises Invalid: as :func:`request_groups`.
+    """
+    if "group_policy" in flavor.extra_specs:
+        return None
+    granular = [group for group in request_groups(flavor) if group.suffix]
+    return GROUP_POLICY_REQUIRED if len(granular) >= 2 else None
 
 
 def same_subtree(flavor: Flavor) -> frozenset[str]:

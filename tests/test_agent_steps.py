@@ -8,11 +8,12 @@ import uuid as uuidlib
 
 import pytest
 
+from agents.nodes import Pick
 from agents.placing import Admission
 from agents.registration import register_nodes
 from agents.service import ComputeAgent
 from agents.steps import Build
-from agents.virt.fake import FakeDriver, FakeNodeSpec
+from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec
 from qsched.conf import AgentOptions
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
@@ -98,3 +99,65 @@ def test_settle_and_give_back(agent: ComputeAgent, stores: Stores, bus) -> None:
     )  # fmt: skip
     assert len(agent.builds) == 0 and agent.index.totals()["VCPU"][0] == 1
     assert time.time() < failed.deadline
+
+
+def _conflicts(stores: Stores, request: BootRequest) -> list[str]:
+    """The generation conflicts a request's claims met, from its history."""
+    events = stores.instances.events(request.instance_uuid)
+    return [str(e.detail["reason"]) for e in events if e.event == "conflict"]
+
+
+def test_a_claim_checks_the_nodes_generation_and_rereads_a_stale_one(
+    agent: ComputeAgent, stores: Stores
+) -> None:
+    """Another process's release (the API's local delete, the reaper: both end the
+    instance in the ledger) moves the node's generation behind the agent's back. The
+    agent's next claim there conflicts once, re-reads the node, is retried and counted,
+    and the re-read view carries the claims after it without a conflict."""
+    first = waiting(stores, SMALL)
+    agent.placer.admit(first)
+    assert isinstance(agent.placer.place(first), Pick)
+    assert agent.counters["conflicts"] == 0  # the agent's own claim moved its view too
+    stores.instances.delete(first.instance_uuid)  # not through this agent
+    second = waiting(stores, SMALL)
+    agent.placer.admit(second)
+    pick = agent.placer.place(second)
+    assert isinstance(pick, Pick)
+    assert agent.counters["conflicts"] == 1
+    assert [r for r in _conflicts(stores, second) if "generation conflict" in r] != []
+    root = stores.ledger.get_provider(agent.index.node(pick.node).root.uuid)
+    assert agent.index.node(pick.node).root.generation == root.generation
+    assert agent.index.totals()["VCPU"][0] == 1  # the re-read saw the release
+    for _ in range(3):
+        more = waiting(stores, SMALL)
+        agent.placer.admit(more)
+        assert isinstance(agent.placer.place(more), Pick)
+    assert agent.counters["conflicts"] == 1
+
+
+def test_a_nested_claim_passes_the_generation_of_every_provider_it_takes_from(
+    stores: Stores, bus
+) -> None:
+    """A granular group on a child: the claim passes the root's and the child's
+    generations, and a child moved by another writer conflicts and is re-read."""
+    gpu = FakeChild("gpu0", {"VGPU": 4}, frozenset({"CUSTOM_GPU_A"}))
+    spec = FakeNodeSpec(vcpus=4, ram_mb=4096, disk_gb=0, children=(gpu,))
+    driver = FakeDriver(1, spec, host="cn1")
+    agent = ComputeAgent(AgentOptions.defaults().replace(host="cn1"), stores, bus, driver)
+    for view in register_nodes(stores.ledger, driver.nodes(), "nova", ()):
+        agent.index.add_node(view)
+    flavor = Flavor("vgpu", 1, 512, extra_specs={"resources1:VGPU": "1"})
+    request = waiting(stores, flavor)
+    agent.placer.admit(request)
+    node = driver.nodes()[0].name
+    root, child = agent.index.node(node).providers
+    other = str(uuidlib.uuid4())  # another writer comes onto the child and leaves it
+    generation = stores.ledger.put_allocations(other, {child.uuid: {"VGPU": 1}}, None, "p9", "u9")
+    stores.ledger.put_allocations(other, {}, generation, "p9", "u9")
+    pick = agent.placer.place(request)
+    assert isinstance(pick, Pick) and set(pick.allocations) == {root.uuid, child.uuid}
+    assert agent.counters["conflicts"] == 1
+    assert [r for r in _conflicts(stores, request) if child.uuid in r] != []
+    generations = agent.index.generations(node, pick.allocations)
+    held = stores.ledger.get_providers([root.uuid, child.uuid])
+    assert generations == {u: p.generation for u, p in held.items()}

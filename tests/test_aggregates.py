@@ -126,6 +126,39 @@ def test_a_tenant_is_kept_to_its_aggregates(cell: Cell) -> None:
     assert cell.hosts_of(others) - {"cn-gold"} >= {"cn-b"}  # not confined to cn-a
 
 
+def test_with_tenant_isolation_off_a_named_tenant_is_not_confined(cell: Cell) -> None:
+    """``[scheduler] limit_tenants_to_placement_aggregate = False``: the request filter
+    does nothing, as Nova's, so pa goes beyond its aggregate's host. Twelve boots of 1
+    VCPU cannot all fit cn-a's 8: with the filter on, four would end NoValidHost."""
+    cell.compute.aggregates.filters = dataclasses.replace(
+        cell.compute.aggregates.filters, limit_tenants_to_placement_aggregate=False
+    )
+    cell.aggregate("pa-only", ["cn-a"], filter_tenant_id="pa")
+    mine = [cell.boot("pa") for _ in range(12)]
+    assert cell.hosts_of(mine) - {"cn-a"}
+
+
+def test_a_zone_and_a_tenant_aggregate_together_take_only_a_host_in_both(cell: Cell) -> None:
+    """Two any-of groups (``member_of=in:`` twice): the zone's aggregate (cn-a, cn-b)
+    and pa's (cn-b, cn-gold). Only cn-b is in both: of ten boots of 1 VCPU, its 8
+    VCPUs take eight and the other two end NoValidHost; without either group they
+    would all have found room."""
+    cell.aggregate("west", ["cn-a", "cn-b"], zone="az-west")
+    cell.aggregate("pa-only", ["cn-b", "cn-gold"], filter_tenant_id="pa")
+    booted = [cell.boot("pa", zone="az-west") for _ in range(10)]
+
+    def settled() -> bool:
+        states = [cell.stores.instances.get(u).state for u in booted]
+        return all(s in (State.ACTIVE, State.ERROR) for s in states)
+
+    assert wait_until(settled, 20)
+    records = [cell.stores.instances.get(u) for u in booted]
+    active = [r for r in records if r.state == State.ACTIVE]
+    assert {r.host for r in active} == {"cn-b"} and len(active) == 8
+    failed = [r for r in records if r.state == State.ERROR]
+    assert all(r.fault and r.fault["message"].startswith("No valid host") for r in failed)
+
+
 def test_an_agent_sees_its_host_join_an_aggregate_within_a_heartbeat(cell: Cell) -> None:
     """No reconcile is forced: the agent notices the move at its next heartbeat (0.2 s
     here) and reads its nodes again, well before the boot's 3 s deadline; its next

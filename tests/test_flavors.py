@@ -6,7 +6,13 @@ import pytest
 
 from qsched import exception
 from qsched.bus.base import check_class
-from qsched.flavors import Flavor, check_flavor, request_groups
+from qsched.flavors import (
+    GROUP_POLICY_REQUIRED,
+    Flavor,
+    check_flavor,
+    missing_group_policy,
+    request_groups,
+)
 from qsched.resources import check_resource_class, check_trait, check_uuid
 
 
@@ -118,3 +124,16 @@ def test_names() -> None:
     for bad in ("", "CUSTOM_", "custom_x", None, 5):
         with pytest.raises(exception.InvalidResourceClass):
             check_resource_class(bad)
+
+
+@pytest.mark.parametrize(
+    ("specs", "refused"),
+    [({"resources1:VGPU": "1", "resources2:VGPU": "1"}, True),
+     ({"resources1:VGPU": "1", "resources2:VGPU": "1", "group_policy": "none"}, False),
+     ({"resources1:VGPU": "1", "resources2:VGPU": "1", "group_policy": "isolate"}, False),
+     ({"resources1:VGPU": "1"}, False),
+     ({}, False)],
+)  # fmt: skip
+def test_two_granular_groups_need_a_group_policy(specs: dict, refused: bool) -> None:
+    found = missing_group_policy(Flavor("f", 1, 512, 0, extra_specs=specs))
+    assert found == (GROUP_POLICY_REQUIRED if refused else None)

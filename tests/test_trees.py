@@ -4,7 +4,10 @@ API landing on the right children, and ``qsched-admin providers`` showing the tr
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import falcon.testing
 import pytest
@@ -17,7 +20,7 @@ from qsched.admin import queries
 from qsched.api import app as api_app
 from qsched.bus.kombu import KombuBus
 from qsched.conf import APIOptions, SchedulerOptions
-from qsched.flavors import Flavor, request_groups
+from qsched.flavors import GROUP_POLICY_REQUIRED, Flavor, request_groups
 from qsched.ledger import Stores
 from qsched.ledger.base import State
 from qsched.scheduling.fit import Refusal, RefusalKind, Request, fit_request
@@ -38,7 +41,7 @@ NUMA_GPU = Flavor(
     extra_specs={"resources:VCPU": "0", "resources:MEMORY_MB": "0",
                  "resources1:VCPU": "2", "resources1:MEMORY_MB": "1024",
                  "resources2:VGPU": "1", "trait2:CUSTOM_A100": "required",
-                 "same_subtree": "1,2"},
+                 "same_subtree": "1,2", "group_policy": "none"},
 )  # fmt: skip
 
 
@@ -121,41 +124,66 @@ def test_same_subtree_names_real_groups(specs: dict, words: str) -> None:
         request_groups(Flavor("f", 1, 512, 0, extra_specs=specs))
 
 
-@pytest.mark.parametrize("broker", ["memory", pytest.param("rabbitmq", marks=pytest.mark.real)])
-def test_the_shipped_agent_registers_the_tree_and_a_boot_lands_on_its_children(
-    tmp_path, stores: Stores, ledger_url: str, broker: str
-) -> None:
-    """qsched-agent's build path (agents.main.build_agent) from an [agent] section with
-    node_provider lines; the boot goes through the HTTP API; admin shows the tree. On
-    each ledger, on memory:// and on a real RabbitMQ."""
+BROKERS = ["memory", pytest.param("rabbitmq", marks=pytest.mark.real)]
+
+
+@contextlib.contextmanager
+def shipped_agent(ledger_url: str, broker: str, tree: Sequence[str], **agent: Any) -> Iterator[
+    falcon.testing.TestClient
+]:  # fmt: skip
+    """qsched-agent's build path (agents.main.build_agent) for host cn1 from an [agent]
+    section with ``tree`` as its node_provider lines, started; the HTTP API in front of
+    the same ledger and bus, as a test client."""
     prefix = f"tree{uuid.uuid4().hex[:8]}"
     url = "memory://" if broker == "memory" else transport_url("rabbitmq")
     conf = qconf.load()
-    for name, value in {"host": "cn1", "node_vcpus": 0, "node_ram_mb": 0, "node_disk_gb": 0,
-                        "node_provider": TREE, "class_poll_interval_s": 0.05}.items():  # fmt: skip
+    settings = {"host": "cn1", "node_provider": list(tree), "class_poll_interval_s": 0.05}
+    for name, value in {**settings, **agent}.items():
         conf.set_override(name, value, group="agent")
     conf.set_override("url", ledger_url, group="ledger")
     conf.set_override("transport_url", url)
     conf.set_override("prefix", prefix, group="bus")
-    options = qconf.Options.from_conf(conf)
-    agent = build_agent(options)
+    built = build_agent(qconf.Options.from_conf(conf))
     bus = KombuBus(url, prefix=prefix)
-    agent.start(ready_timeout_s=5)
+    built.start(ready_timeout_s=5)
     try:
-        stores.flavors.create(NUMA_GPU)
-        stores.quota.set_limits("pa", instances=-1, cores=-1, ram_mb=-1)
-        app = api_app.create_app(stores, bus, APIOptions.defaults(), SchedulerOptions.defaults())
-        body = {"server": {"name": "vm", "flavorRef": "numa.gpu",
-                           "imageRef": str(uuid.uuid4())}}  # fmt: skip
-        answer = falcon.testing.TestClient(app).simulate_post(
-            "/v2.1/servers", json=body, headers={"X-Auth-Token": "u:pa"}
+        app = api_app.create_app(
+            built.stores, bus, APIOptions.defaults(), SchedulerOptions.defaults()
         )
-        assert answer.status_code == 202, answer.text
-        server = answer.json["server"]["id"]
+        yield falcon.testing.TestClient(app)
+    finally:
+        built.stop(timeout_s=5)
+        bus.close()
+        if broker == "rabbitmq":
+            forget_bus(url, prefix, list(built.stores.agents.classes()), ["cn1"])
+
+
+def boot(client: falcon.testing.TestClient, flavor: str) -> str:
+    """POST /v2.1/servers as project pa; the new server's id."""
+    body = {"server": {"name": "vm", "flavorRef": flavor, "imageRef": str(uuid.uuid4())}}
+    answer = client.simulate_post("/v2.1/servers", json=body, headers={"X-Auth-Token": "u:pa"})
+    assert answer.status_code == 202, answer.text
+    return str(answer.json["server"]["id"])
+
+
+def held_by_name(stores: Stores, server: str) -> dict[str, dict[str, int]]:
+    names = {p.uuid: p.name for p in stores.ledger.list_providers()}
+    return {names[u]: a for u, a in stores.ledger.get_allocations(server).allocations.items()}
+
+
+@pytest.mark.parametrize("broker", BROKERS)
+def test_the_shipped_agent_registers_the_tree_and_a_boot_lands_on_its_children(
+    stores: Stores, ledger_url: str, broker: str
+) -> None:
+    """The boot goes through the HTTP API; admin shows the tree. On each ledger, on
+    memory:// and on a real RabbitMQ."""
+    stores.flavors.create(NUMA_GPU)
+    stores.quota.set_limits("pa", instances=-1, cores=-1, ram_mb=-1)
+    zero = {"node_vcpus": 0, "node_ram_mb": 0, "node_disk_gb": 0}
+    with shipped_agent(ledger_url, broker, TREE, **zero) as client:
+        server = boot(client, "numa.gpu")
         assert wait_until(lambda: stores.instances.get(server).state == State.ACTIVE, 15)
-        held = stores.ledger.get_allocations(server).allocations
-        names = {p.uuid: p.name for p in stores.ledger.list_providers()}
-        assert {names[u]: a for u, a in held.items()} == {
+        assert held_by_name(stores, server) == {
             "cn1-0_numa1": {"VCPU": 2, "MEMORY_MB": 1024}, "cn1-0_gpu1": {"VGPU": 1},
         }  # fmt: skip
         rows = queries.provider_rows(stores, host="cn1")
@@ -163,11 +191,45 @@ def test_the_shipped_agent_registers_the_tree_and_a_boot_lands_on_its_children(
             ("cn1-0", 0), ("cn1-0_numa0", 1), ("cn1-0_gpu0", 2), ("cn1-0_numa1", 1),
             ("cn1-0_gpu1", 2),
         ]  # fmt: skip
-    finally:
-        agent.stop(timeout_s=5)
-        bus.close()
-        if broker == "rabbitmq":
-            forget_bus(url, prefix, list(stores.agents.classes()), ["cn1"])
+
+
+#: two GPUs of four VGPUs each under the root, which holds the node's CPUs and memory
+TWO_GPUS = ["gpu0:VGPU=4;CUSTOM_T4", "gpu1:VGPU=4;CUSTOM_T4"]
+TWO_GROUPS = {"resources1:VGPU": "1", "trait1:CUSTOM_T4": "required", "resources2:VGPU": "1"}
+
+
+@pytest.mark.parametrize("broker", BROKERS)
+def test_group_policy_through_the_api_and_the_shipped_agent(
+    stores: Stores, ledger_url: str, broker: str
+) -> None:
+    """Two VGPU groups: ``isolate`` lands them on two different GPUs, ``none`` lets them
+    share one (the fit takes the first that has room for both). Without a group_policy
+    the boot is accepted and ends NoValidHost, as Nova's does when Placement refuses
+    the query (400 with the message kept in the fault's details), nothing claimed."""
+    for name, policy in (("gpu.isolate", "isolate"), ("gpu.none", "none"), ("gpu.bare", None)):
+        specs = dict(TWO_GROUPS, **({"group_policy": policy} if policy else {}))
+        stores.flavors.create(Flavor(name, 1, 512, 0, extra_specs=specs))
+    stores.quota.set_limits("pa", instances=-1, cores=-1, ram_mb=-1)
+    with shipped_agent(ledger_url, broker, TWO_GPUS) as client:
+        isolated = boot(client, "gpu.isolate")
+        assert wait_until(lambda: stores.instances.get(isolated).state == State.ACTIVE, 15)
+        held = held_by_name(stores, isolated)
+        assert {k: v for k, v in held.items() if k != "cn1-0"} == {
+            "cn1-0_gpu0": {"VGPU": 1}, "cn1-0_gpu1": {"VGPU": 1},
+        }  # fmt: skip
+        shared = boot(client, "gpu.none")
+        assert wait_until(lambda: stores.instances.get(shared).state == State.ACTIVE, 15)
+        held = held_by_name(stores, shared)
+        assert {k: v for k, v in held.items() if k != "cn1-0"} == {"cn1-0_gpu0": {"VGPU": 2}}
+        bare = boot(client, "gpu.bare")
+        record = stores.instances.get(bare)
+        assert record.state == State.ERROR and record.host is None
+        assert record.fault is not None and record.fault["message"].startswith("No valid host")
+        assert record.fault["details"] == {"filter": "group_policy",
+                                           "reason": GROUP_POLICY_REQUIRED}  # fmt: skip
+        assert stores.ledger.get_allocations(bare).allocations == {}
+        shown = client.simulate_get(f"/v2.1/servers/{bare}", headers={"X-Auth-Token": "u:pa"})
+        assert shown.json["server"]["status"] == "ERROR"
 
 
 def test_admin_providers_draws_the_tree() -> None:

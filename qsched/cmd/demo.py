@@ -16,8 +16,9 @@ from urllib.parse import urlsplit
 
 import click
 
-from agents.virt.fake import FakeNodeSpec
+from agents.virt.fake import FakeChild, FakeNodeSpec
 from qsched.embedded import SharedState, Stack, embedded_options, start_stack
+from qsched.flavors import Flavor
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, Provider, State
 
@@ -25,7 +26,18 @@ PROJECT, USER = "demo", "demo"
 STATE_PORT = 8775  # --serve: the embedded ledger and bus, for qsched-admin
 ADMIN_CONFIG = "qsched-demo.conf"
 IMAGE = "6b9f3c1e-58f4-4f0e-9d4b-0c7f3a1d2e55"  # any image UUID: the fake driver boots none
-FLAVOR_MIX = (("m1.tiny", 4), ("m1.small", 3), ("m1.medium", 2), ("m1.large", 1))
+#: Every node's GPU, a child provider of its root (as the bench's nodes have).
+GPU_TRAIT = "CUSTOM_DEMO_GPU"
+GPU_CHILD = FakeChild.parse(f"gpu0:VGPU=8;{GPU_TRAIT}")
+#: A nested flavor: its VGPU comes from the GPU child (a granular group), the rest
+#: from the root.
+GPU_FLAVOR = Flavor(
+    "g1.vgpu", 2, 4096, 20,
+    extra_specs={"resources1:VGPU": "1", f"trait1:{GPU_TRAIT}": "required"},
+)  # fmt: skip
+FLAVOR_MIX = (
+    ("m1.tiny", 4), ("m1.small", 3), ("m1.medium", 2), ("m1.large", 1), (GPU_FLAVOR.name, 1),
+)  # fmt: skip
 #: The paced phase: well below what one process places, so nothing queues.
 PACED_BOOTS, PACED_RATE_PER_S = 200, 50.0
 
@@ -144,12 +156,32 @@ def summarize(stack: Stack, phases: dict[str, tuple[Sent, float | None]], elapse
         "phases": {
             name: latencies(stack, sent, by_uuid, rate) for name, (sent, rate) in phases.items()
         },
+        "nested": nested(stack, by_uuid, providers),
         "hosts": stack.providers,
-        "hosts_used": sum(1 for p in providers if any(p.usages.values())),
+        "hosts_used": sum(1 for p in providers if p.parent_uuid is None and any(p.usages.values())),
         "fill": _fill(providers),
         "elapsed_s": round(elapsed_s, 2),
         "placements_per_s": _pace(by_uuid, phases["burst"][0], elapsed_s),
     }
+
+
+def nested(
+    stack: Stack, records: Mapping[str, Instance], providers: Sequence[Provider]
+) -> dict[str, int]:
+    """The nested flavor's ACTIVE boots, and how many of them hold their VGPU on a GPU
+    child of their own node's root with the trait (one allocations read per boot)."""
+    by_uuid = {p.uuid: p for p in providers}
+    mine = [u for u, r in records.items()
+            if r.state == State.ACTIVE and r.flavor.get("name") == GPU_FLAVOR.name]  # fmt: skip
+    placed = 0
+    for uuid in mine:
+        held = stack.stores.ledger.get_allocations(uuid).allocations
+        gpus = [by_uuid[rp] for rp, amounts in held.items() if "VGPU" in amounts]
+        roots = {by_uuid[rp].root_uuid for rp in held}
+        if (len(gpus) == 1 and gpus[0].parent_uuid is not None and GPU_TRAIT in gpus[0].traits
+                and held[gpus[0].uuid] == {"VGPU": 1} and len(roots) == 1):  # fmt: skip
+            placed += 1
+    return {"active": len(mine), "on_gpu_child": placed}
 
 
 def _pace(records: Mapping[str, Instance], burst_sent: Sent, elapsed_s: float) -> float:
@@ -184,6 +216,8 @@ def print_table(summary: dict) -> None:
         ("lost", summary["lost"]),
         ("over-committed providers", summary["overcommitted_providers"]),
         *_phase_rows(summary["phases"]),
+        ("nested (g1.vgpu) on a GPU child",
+         f"{summary['nested']['on_gpu_child']} of {summary['nested']['active']} ACTIVE"),
         ("hosts used", f"{summary['hosts_used']} of {summary['hosts']}"),
         ("fill", ", ".join(f"{rc} {v:.0%}" for rc, v in summary["fill"].items())),
         ("placements per second", f"{summary['placements_per_s']} (the burst's pace)"),
@@ -340,7 +374,8 @@ def main(
     Everything runs in this process with no server to install: the API on a
     local port (Nova's /v2.1 shapes), agents driving simulated hosts, the
     kombu memory:// bus and an in-process fakeredis ledger. Boots mix m1.tiny,
-    m1.small, m1.medium and m1.large 4:3:2:1 and go through HTTP like any
+    m1.small, m1.medium, m1.large and the nested g1.vgpu (a VGPU from the node's
+    GPU child provider) 4:3:2:1:1 and go through HTTP like any
     client: first 200 paced at 50 a second, well below what one process
     places, so their submit-to-claimed time is what scheduling one request
     costs; then the rest at once, which measures throughput, and whose
@@ -348,7 +383,9 @@ def main(
     come from the instance records; over-committed providers are computed from
     the ledger's own allocations.
 
-    Hosts have 32 VCPUs (allocation ratio 4.0), 128 GiB of RAM and 2 TB of disk.
+    Hosts have 32 VCPUs (allocation ratio 4.0), 128 GiB of RAM and 2 TB of disk,
+    and a GPU child provider with 8 VGPUs and the trait CUSTOM_DEMO_GPU. The end
+    checks that every ACTIVE g1.vgpu holds its VGPU on its node's GPU child.
     """  # fmt: skip
     boots = (0 if serve else 2000) if boots is None else boots
     overrides: dict[str, tuple[str | None, object]] = {"build_timeout_s": ("scheduler", timeout_s)}
@@ -359,16 +396,20 @@ def main(
     options = embedded_options(**overrides)
     if shared is not None:
         shared.write_config(options, ADMIN_CONFIG)
-    spec = FakeNodeSpec(vcpus=32, ram_mb=131072, disk_gb=2000, cpu_allocation_ratio=4.0)
+    spec = FakeNodeSpec(vcpus=32, ram_mb=131072, disk_gb=2000, cpu_allocation_ratio=4.0,
+                        children=(GPU_CHILD,))  # fmt: skip
     stack = start_stack(options, hosts, agents, spec, port=8774 if serve else 0,
                         spawn_delay_s=spawn_delay_s, failure_rate=failure_rate)  # fmt: skip
     stack.stores.quota.set_limits(PROJECT, instances=-1, cores=-1, ram_mb=-1)
+    stack.stores.flavors.create(GPU_FLAVOR)
     try:
         if boots:
             phases = run_phases(stack, boots, clients, seed, timeout_s + 5)
             summary = summarize(stack, *phases)
             click.echo(json.dumps(summary, indent=2)) if as_json else print_table(summary)
-            if summary["lost"] or summary["overcommitted_providers"] or not summary["audit_ok"]:
+            misplaced = summary["nested"]["active"] - summary["nested"]["on_gpu_child"]
+            if (summary["lost"] or summary["overcommitted_providers"] or misplaced
+                    or not summary["audit_ok"]):  # fmt: skip
                 raise click.ClickException("an invariant broke: see the summary above")
         if serve:
             serve_until_interrupted(stack, lambda s: click.echo(s, err=True))

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 
 from qsched import exception
-from qsched.ledger.base import DEFAULT_MAX_HANDBACKS, Allocations, ClaimGuard, Ledger
+from qsched.ledger.base import DEFAULT_MAX_HANDBACKS, Allocations, ClaimGuard, Ledger, Provider
 
 #: Re-reads after conflicts before a claim gives up (``[ledger] max_conflict_retries``).
 DEFAULT_RETRIES = 10
@@ -37,12 +37,15 @@ def claim(
     on_conflict: Callable[[exception.Conflict], None] | None = None,
     max_handbacks: int = DEFAULT_MAX_HANDBACKS,
     guard: ClaimGuard | None = None,
+    on_reread: Callable[[Provider], object] | None = None,
 ) -> ClaimResult:
     """Claim ``allocations`` for an instance, resolving generation conflicts.
 
     :param provider_generations: generations the caller's view was built on; a
         stale one is re-read and the claim retried only if it still fits.
     :param on_conflict: called with each conflict resolved (to record it).
+    :param on_reread: called with each provider re-read after a conflict on it, before
+        the check that the claim still fits (to bring the caller's view up to date).
     :param max_handbacks: see :meth:`~qsched.ledger.base.Ledger.claim`.
     :param guard: aggregate rules the claim checks on the node's root.
     :raises CapacityExceeded: the re-read shows the claim no longer fits.
@@ -73,17 +76,19 @@ def claim(
             # over with the generation just read; the claim marks the instance this time.
             consumer_generation, last = ledger.get_allocations(instance_uuid).generation, exc
         except exception.ProviderGenerationConflict as exc:
-            _check_still_fits(ledger, exc.kwargs["provider"], allocations)
-            gens[exc.kwargs["provider"]] = ledger.get_provider(exc.kwargs["provider"]).generation
-            last = exc
+            provider = ledger.get_provider(exc.kwargs["provider"])
+            if on_reread is not None:
+                on_reread(provider)
+            _check_still_fits(provider, allocations)
+            gens[provider.uuid], last = provider.generation, exc
         if on_conflict is not None:
             on_conflict(last)
     assert last is not None
     raise last
 
 
-def _check_still_fits(ledger: Ledger, provider_uuid: str, allocations: Allocations) -> None:
-    provider = ledger.get_provider(provider_uuid)
+def _check_still_fits(provider: Provider, allocations: Allocations) -> None:
+    provider_uuid = provider.uuid
     for rc, amount in allocations[provider_uuid].items():
         free = provider.free(rc)
         if amount > free:

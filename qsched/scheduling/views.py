@@ -16,7 +16,12 @@ from qsched.ledger.base import Inventory, Provider
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ProviderView:
-    """One provider as the agent sees it. Treat the mappings as read-only."""
+    """One provider as the agent sees it. Treat the mappings as read-only.
+
+    ``generation``: the provider's generation this view stands for (None: never read
+    from the ledger); a claim passes it, so that a view made stale by another writer
+    conflicts (docs/pipeline.rst, "Generations").
+    """
 
     uuid: str
     name: str
@@ -25,6 +30,7 @@ class ProviderView:
     traits: frozenset[str] = frozenset()
     aggregates: frozenset[str] = frozenset()
     parent_uuid: str | None = None
+    generation: int | None = dataclasses.field(default=None, compare=False)
     free_by_rc: Mapping[str, int] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -37,7 +43,9 @@ class ProviderView:
         return self.free_by_rc.get(resource_class, 0)
 
     def adjusted(self, amounts: Mapping[str, int], sign: int) -> ProviderView:
-        """A copy with ``sign * amounts`` added to usages, never below zero."""
+        """A copy with ``sign * amounts`` added to usages, never below zero, and the
+        generation one higher: the ledger bumps a provider's generation once when a
+        consumer comes onto it or leaves it (``allocate.lua``, ``drop_allocations``)."""
         usages = dict(self.usages)
         for rc, amount in amounts.items():
             usages[rc] = max(0, usages.get(rc, 0) + sign * amount)
@@ -49,6 +57,7 @@ class ProviderView:
             self.traits,
             self.aggregates,
             self.parent_uuid,
+            None if self.generation is None else self.generation + 1,
         )
 
     @classmethod
@@ -62,6 +71,7 @@ class ProviderView:
             provider.traits,
             provider.aggregates,
             provider.parent_uuid,
+            provider.generation,
         )
 
 
