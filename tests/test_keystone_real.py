@@ -29,10 +29,12 @@ from qsched.context import RequestContext
 from qsched.ledger import open_stores
 from qsched.stack.config import ini_text
 from qsched.stack.keystone import KeystoneServer
-from tests.conftest import KeystoneCloud
+from qsched.stack.memcached import MemcachedFailed, MemcachedServer
+from tests.conftest import KeystoneCloud, require_server
 
 pytestmark = pytest.mark.real
 
+DEPLOY_CONF = Path(__file__).resolve().parent.parent / "deploy/qsched.conf"
 IMAGE = "155d900f-4e14-4e4c-a73d-069cbf4541e6"
 COMPUTE = {"service_type": "compute", "interface": "public"}
 
@@ -281,3 +283,66 @@ def test_only_admin_sets_extra_specs_and_lists_other_projects(keystone_api) -> N
     assert refused.status_code == 403, refused.text
     done = keystone_api.call(admin, "POST", "/flavors/small/os-extra_specs", json=specs)
     assert done.status_code == 200, done.text
+
+
+# -- the shipped deploy/qsched.conf --
+
+
+@pytest.fixture
+def memcached() -> Iterator[MemcachedServer]:
+    """A real memcached of the test's own, stopped after it."""
+    server = MemcachedServer()
+    try:
+        server.start()
+    except (MemcachedFailed, OSError) as exc:
+        require_server("memcached", server.address, exc, "install it: apt-get install memcached")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_shipped_deploy_config_serves_tokens_cached_in_memcached(
+    keystone: KeystoneCloud, memcached: MemcachedServer, tmp_path: Path
+) -> None:
+    """deploy/qsched.conf as shipped, with a second file naming this machine's servers
+    (as an operator's CHANGE_ME edits would): auth_token validates a real token, keeps it
+    in memcached, and finds it there for the next request."""
+    service = keystone.users["service"]
+    local = tmp_path / "local.conf"
+    local.write_text(
+        ini_text(
+            {
+                "DEFAULT": {"transport_url": "memory://"},
+                "ledger": {"url": f"fakeredis://deploy-{uuid.uuid4().hex}"},
+                "scheduler": {"reap_interval_s": 0, "janitor_interval_s": 0,
+                              "outbox_interval_s": 0},
+                "keystone_authtoken": {
+                    "www_authenticate_uri": keystone.server.url,
+                    "auth_url": keystone.server.url,
+                    "username": service.name,
+                    "password": service.password,
+                    "project_name": service.project,
+                    "memcached_servers": memcached.address,
+                },
+            }
+        )
+    )  # fmt: skip
+    app = api_app.load_app([str(DEPLOY_CONF), str(local)], bind=["127.0.0.1:0"])
+    server = make_server(app, port=0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/v2.1/servers"
+        member = keystone.server.session(keystone.users["member_a"])
+        first = member.get(url, raise_exc=False)
+        assert first.status_code == 200, first.text
+        assert first.json() == {"servers": []}
+        stored = memcached.stats()
+        assert stored["cmd_set"] >= 1 and stored["curr_items"] >= 1, stored
+        assert member.get(url, raise_exc=False).status_code == 200
+        assert memcached.stats()["get_hits"] > stored["get_hits"]
+        assert_unauthorized(ks_session.Session().get(url, raise_exc=False))
+    finally:
+        server.shutdown()
+        server.server_close()
