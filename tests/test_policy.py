@@ -1,7 +1,8 @@
 """Authorisation through oslo.policy: Nova's personas by default, a policy.yaml overrides.
 
-noauth2 callers here (``X-Roles`` picks a persona); tests/test_keystone*.py do the
-same with real Keystone tokens.
+noauth2 callers here (``X-Roles`` picks a persona). tests/test_keystone_real.py
+checks the personas, the all_tenants refusal and a policy.yaml override with real
+Keystone tokens.
 """
 
 from __future__ import annotations
