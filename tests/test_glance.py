@@ -76,6 +76,53 @@ def test_glance_without_keystone_is_refused_before_anything_opens() -> None:
     auth.refuse_bad_options(options.replace(auth_strategy="keystone"), ["0.0.0.0"])
 
 
+def conf_file(tmp_path: Path, **sections: dict[str, object]) -> str:
+    path = tmp_path / "qsched.conf"
+    path.write_text(ini_text(sections))
+    return str(path)
+
+
+def test_a_configured_glance_section_turns_lookups_on(tmp_path: Path) -> None:
+    """[api] image_service unset: a [glance] with any option set means Glance, as the
+    issue has it; without one the ids stay opaque."""
+    configured = conf_file(
+        tmp_path, api={"auth_strategy": "keystone"}, glance={"region_name": "r2"}
+    )
+    conf = qconf.load(config_files=[configured])
+    assert APIOptions.from_conf(conf).image_service == "glance"
+    images = api_app.image_service(APIOptions.from_conf(conf), conf)
+    assert isinstance(images, GlanceImages) and images.adapter.region_name == "r2"
+    api_app.check_bind(["0.0.0.0:8774"], [configured])
+    bare = qconf.load(config_files=[conf_file(tmp_path, api={"auth_strategy": "keystone"})])
+    assert APIOptions.from_conf(bare).image_service == "opaque"
+
+
+def test_a_configured_glance_section_under_noauth2_is_refused(tmp_path: Path) -> None:
+    configured = conf_file(tmp_path, glance={"endpoint_override": "http://glance:9292"})
+    with pytest.raises(auth.GlanceNeedsKeystone, match="Set auth_strategy = keystone"):
+        api_app.check_bind(["127.0.0.1:8774"], [configured])
+
+
+def test_glance_options_that_image_service_opaque_would_ignore_are_refused(
+    tmp_path: Path,
+) -> None:
+    """Explicitly opaque with [glance] set: qsched-api and gunicorn's master refuse to
+    start, naming the options and the fix, before anything is opened."""
+    configured = conf_file(
+        tmp_path, api={"auth_strategy": "keystone", "image_service": "opaque"},
+        glance={"region_name": "r2", "timeout": 5},
+    )  # fmt: skip
+    expected = (
+        r"refusing \[api\] image_service = opaque with \[glance\] region_name, timeout set: "
+        r"no image would be looked up in Glance\. Remove image_service = opaque"
+    )
+    with pytest.raises(auth.GlanceUnused, match=expected):
+        api_app.check_bind(["127.0.0.1:8774"], [configured])
+    conf = qconf.load(config_files=[configured], service=True)
+    with pytest.raises(auth.GlanceUnused):
+        api_app.serve(conf, lambda bus: pytest.fail("a bus was opened"), ["127.0.0.1"])
+
+
 @pytest.fixture
 def compute_on(stores: Stores):
     def make(images: GlanceImages) -> tuple[ComputeAPI, RecordingBus]:

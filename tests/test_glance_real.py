@@ -13,18 +13,21 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from qsched import conf as qconf
-from qsched.admin import queries
+from qsched.admin.cli import cli
 from qsched.api import app as api_app
 from qsched.bus.kombu import KombuBus
 from qsched.cmd.api import make_server
 from qsched.glance import GlanceImages
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import State, Usage
+from qsched.stack.config import ini_text
 from tests.conftest import GlanceCloud, KeystoneCloud
 from tests.helpers import wait_until
 from tests.test_images import AVX, _agent
@@ -32,15 +35,20 @@ from tests.test_keystone_real import COMPUTE, keystone_conf
 
 pytestmark = pytest.mark.real
 
+BUILD_TIMEOUT_S = 3
+
 
 class GlanceAPI:
     """The API under test, its ledger and bus, and the clouds it lives in."""
 
-    def __init__(self, keystone: KeystoneCloud, glance: GlanceCloud, stores: Stores, bus) -> None:
+    def __init__(
+        self, keystone: KeystoneCloud, glance: GlanceCloud, stores: Stores, bus, admin_conf: Path
+    ) -> None:
         self.keystone = keystone
         self.glance = glance
         self.stores = stores
         self.bus = bus
+        self.admin_conf = admin_conf  # qsched-admin's view of the same ledger and bus
 
     def boot(self, user: str, image: str, flavor: str = "small", **headers: str) -> Any:
         """POST /servers as ``user`` with the fixture's image named ``image``; the answer."""
@@ -70,10 +78,22 @@ def glance_api(
         flavor=["small:1:512:10"],
     )  # fmt: skip
     conf = qconf.load(config_files=[str(path)])
-    conf.set_override("build_timeout_s", 3, group="scheduler")
+    conf.set_override("build_timeout_s", BUILD_TIMEOUT_S, group="scheduler")
     options = qconf.Options.from_conf(conf)
-    stores = open_stores(options.ledger, options.quota, url=f"fakeredis://gl-{uuid.uuid4().hex}")
-    bus = KombuBus("memory://", prefix=f"gl{uuid.uuid4().hex[:8]}")
+    ledger_url, prefix = f"fakeredis://gl-{uuid.uuid4().hex}", f"gl{uuid.uuid4().hex[:8]}"
+    stores = open_stores(options.ledger, options.quota, url=ledger_url)
+    bus = KombuBus("memory://", prefix=prefix)
+    admin_conf = path.parent / "admin.conf"
+    admin_conf.write_text(
+        ini_text(
+            {
+                "DEFAULT": {"transport_url": "memory://"},
+                "bus": {"prefix": prefix},
+                "ledger": {"url": ledger_url},
+                "scheduler": {"build_timeout_s": BUILD_TIMEOUT_S},
+            }
+        )
+    )
     images = api_app.image_service(options.api, conf)
     assert isinstance(images, GlanceImages)
     app = api_app.create_app(stores, bus, options.api, options.scheduler, images=images)
@@ -84,7 +104,7 @@ def glance_api(
         project = keystone.users[user].project_id
         stores.quota.set_limits(project, instances=-1, cores=-1, ram_mb=-1)
     try:
-        yield GlanceAPI(keystone, glance, stores, bus)
+        yield GlanceAPI(keystone, glance, stores, bus, admin_conf)
     finally:
         server.shutdown()
         server.server_close()
@@ -100,8 +120,19 @@ def test_an_image_trait_lands_only_on_a_host_with_the_trait(glance_api, agents) 
     orphan = glance_api.booted("member_a", "avx")
     assert wait_until(lambda: stores.instances.get(plain).state == State.ACTIVE, 15)
     assert wait_until(lambda: stores.instances.get(orphan).state == State.ERROR, 15)
-    why = queries.diagnose(stores, orphan, now=0.0, max_attempts=3)
-    assert f"missing required trait {AVX}" in why.verdict, why.verdict
+    ended = stores.instances.get(orphan)
+    assert ended.fault is not None  # Nova's NoValidHost, with the reason Nova's scheduler gives
+    assert ended.fault["message"] == (
+        "No valid host was found. There are not enough hosts available."
+    )
+    assert ended.fault["details"]["reason"] == "deadline"
+    assert ended.deadline is not None
+    assert ended.deadline - ended.created_at == pytest.approx(BUILD_TIMEOUT_S, abs=0.5)
+    assert ended.updated_at >= ended.deadline  # its deadline ended it, not a refusal
+    why = CliRunner().invoke(cli, ["--config-file", str(glance_api.admin_conf), "server",
+                                   "why", orphan])  # fmt: skip
+    assert why.exit_code == 0, (why.output, why.exception)
+    assert f"missing required trait {AVX}" in why.output, why.output
     agents.append(_agent(stores, bus, "cn-avx", frozenset({AVX})))
     placed = [glance_api.booted("member_a", "avx") for _ in range(3)]
     for uuid_ in placed:

@@ -8,6 +8,7 @@ goes through a keystoneauth session that found the endpoint in the catalog.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -24,15 +25,19 @@ from oslo_context import context as oslo_context
 from qsched import conf as qconf
 from qsched.api import app as api_app
 from qsched.bus.kombu import KombuBus
-from qsched.cmd.api import make_server
+from qsched.cmd.api import ThreadingWSGIServer, make_server
+from qsched.conf.policy import policy_enforcer
 from qsched.context import RequestContext
 from qsched.ledger import open_stores
+from qsched.policy import Policy
 from qsched.stack.config import ini_text
 from qsched.stack.keystone import KeystoneServer
-from tests.conftest import KeystoneCloud
+from qsched.stack.memcached import MemcachedFailed, MemcachedServer
+from tests.conftest import KeystoneCloud, require_server
 
 pytestmark = pytest.mark.real
 
+DEPLOY_CONF = Path(__file__).resolve().parent.parent / "deploy/qsched.conf"
 IMAGE = "155d900f-4e14-4e4c-a73d-069cbf4541e6"
 COMPUTE = {"service_type": "compute", "interface": "public"}
 
@@ -95,26 +100,36 @@ def keystone_conf(cloud: KeystoneCloud, directory: Path, **api: Any) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def served(conf: Any, port: int, seen: Seen | None = None) -> Iterator[ThreadingWSGIServer]:
+    """The API of ``conf`` behind auth_token on ``port`` (0: any), on an in-process ledger
+    and bus, with ``conf``'s policy; ``seen``: a middleware to add."""
+    options = qconf.Options.from_conf(conf)
+    stores = open_stores(options.ledger, options.quota, url=f"fakeredis://ks-{uuid.uuid4().hex}")
+    bus = KombuBus("memory://", prefix=f"ks{uuid.uuid4().hex[:8]}")
+    policy = Policy(policy_enforcer(conf))
+    app = api_app.create_app(stores, bus, options.api, options.scheduler, policy)
+    if seen is not None:
+        app.add_middleware(seen)
+    server = make_server(api_app.authenticated(app, options.api, conf), port=port)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        bus.close()
+
+
 @pytest.fixture(scope="module")
 def keystone_api(
     keystone: KeystoneCloud, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[KeystoneAPI]:
     conf = qconf.load(config_files=[str(keystone_conf(keystone, tmp_path_factory.mktemp("api")))])
-    options = qconf.Options.from_conf(conf)
-    stores = open_stores(options.ledger, options.quota, url=f"fakeredis://ks-{uuid.uuid4().hex}")
-    bus = KombuBus("memory://", prefix=f"ks{uuid.uuid4().hex[:8]}")
-    app = api_app.create_app(stores, bus, options.api, options.scheduler)
     seen = Seen()
-    app.add_middleware(seen)
-    server = make_server(api_app.authenticated(app, options.api, conf), port=keystone.api_port)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(conf, keystone.api_port, seen):
         yield KeystoneAPI(keystone, seen)
-    finally:
-        server.shutdown()
-        server.server_close()
-        bus.close()
 
 
 def test_a_member_boots_lists_shows_and_deletes_in_their_project(keystone_api) -> None:
@@ -251,9 +266,63 @@ def test_a_reader_cannot_boot(keystone_api) -> None:
 def test_a_reader_lists_and_shows_but_cannot_delete(keystone_api) -> None:
     server = keystone_api.boot("member_a", "shared")
     reader = keystone_api.session("reader_a")
+    for path in ("/servers", "/servers/detail"):
+        listed = keystone_api.call(reader, "GET", path)
+        assert listed.status_code == 200, listed.text
+        assert server["id"] in [s["id"] for s in listed.json()["servers"]]
     assert keystone_api.call(reader, "GET", f"/servers/{server['id']}").status_code == 200
     answer = keystone_api.call(reader, "DELETE", f"/servers/{server['id']}")
     assert answer.status_code == 403, answer.text
+
+
+@pytest.mark.parametrize("path", ["/servers", "/servers/detail"])
+def test_a_member_asking_for_all_tenants_is_refused_as_by_nova(keystone_api, path: str) -> None:
+    """Nova asks ``...:get_all_tenants`` when all_tenants is given, and refuses with 403."""
+    member = keystone_api.session("member_a")
+    answer = keystone_api.call(member, "GET", f"{path}?all_tenants=1")
+    assert answer.status_code == 403, answer.text
+    rule = "index" if path == "/servers" else "detail"
+    assert answer.json()["forbidden"]["message"] == (
+        f"Policy doesn't allow os_compute_api:servers:{rule}:get_all_tenants to be performed."
+    )
+
+
+def test_an_admins_all_tenants_list_sees_both_projects(keystone_api) -> None:
+    mine, theirs = keystone_api.boot("member_a", "in-pa"), keystone_api.boot("member_b", "in-pb")
+    admin = keystone_api.session("admin")
+    answer = keystone_api.call(admin, "GET", "/servers/detail?all_tenants=1")
+    assert answer.status_code == 200, answer.text
+    projects = {s["id"]: s["tenant_id"] for s in answer.json()["servers"]}
+    users = keystone_api.cloud.users
+    assert projects[mine["id"]] == users["member_a"].project_id
+    assert projects[theirs["id"]] == users["member_b"].project_id
+    own = keystone_api.call(admin, "GET", "/servers").json()["servers"]
+    assert not {mine["id"], theirs["id"]} & {s["id"] for s in own}  # without it: admin's own
+
+
+def test_a_policy_file_overrides_the_defaults_for_real_tokens(
+    keystone: KeystoneCloud, tmp_path: Path
+) -> None:
+    """[oslo_policy] policy_file in qsched.conf: readers may boot, only admins list."""
+    rules = tmp_path / "policy.yaml"
+    rules.write_text('"os_compute_api:servers:create": "role:reader"\n'
+                     '"os_compute_api:servers:index": "role:admin"\n')  # fmt: skip
+    path = keystone_conf(keystone, tmp_path)
+    path.write_text(path.read_text() + f"\n[oslo_policy]\npolicy_file = {rules}\n")
+    with served(qconf.load(config_files=[str(path)]), 0) as server:
+        url = f"http://127.0.0.1:{server.server_port}/v2.1/servers"
+        reader = keystone.server.session(keystone.users["reader_a"])
+        body = {"server": {"name": "ro", "flavorRef": "small", "imageRef": IMAGE}}
+        booted = reader.post(url, json=body, raise_exc=False)
+        assert booted.status_code == 202, booted.text
+        member = keystone.server.session(keystone.users["member_a"])
+        refused = member.get(url, raise_exc=False)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["forbidden"]["message"] == (
+            "Policy doesn't allow os_compute_api:servers:index to be performed."
+        )
+        admin = keystone.server.session(keystone.users["admin"])
+        assert admin.get(url, raise_exc=False).status_code == 200
 
 
 def test_only_admin_creates_flavors(keystone_api) -> None:
@@ -272,8 +341,10 @@ def test_only_admin_sets_extra_specs_and_lists_other_projects(keystone_api) -> N
         keystone_api.session("member_a"), "GET", f"/servers/{server['id']}"
     )
     project = project_a.json()["server"]["tenant_id"]
-    theirs = keystone_api.call(member_b, "GET", f"/servers?project_id={project}")
-    assert theirs.json()["servers"] == []  # a filter member_b may not use is ignored
+    theirs = keystone_api.call(member_b, "GET", f"/servers/detail?project_id={project}")
+    own = keystone_api.cloud.users["member_b"].project_id
+    # a filter member_b may not use is ignored: its own project's servers only
+    assert {s["tenant_id"] for s in theirs.json()["servers"]} <= {own}
     everyone = keystone_api.call(admin, "GET", f"/servers?all_tenants=1&project_id={project}")
     assert server["id"] in [s["id"] for s in everyone.json()["servers"]]
     specs = {"extra_specs": {"hw:cpu_policy": "dedicated"}}
@@ -281,3 +352,66 @@ def test_only_admin_sets_extra_specs_and_lists_other_projects(keystone_api) -> N
     assert refused.status_code == 403, refused.text
     done = keystone_api.call(admin, "POST", "/flavors/small/os-extra_specs", json=specs)
     assert done.status_code == 200, done.text
+
+
+# -- the shipped deploy/qsched.conf --
+
+
+@pytest.fixture
+def memcached() -> Iterator[MemcachedServer]:
+    """A real memcached of the test's own, stopped after it."""
+    server = MemcachedServer()
+    try:
+        server.start()
+    except (MemcachedFailed, OSError) as exc:
+        require_server("memcached", server.address, exc, "install it: apt-get install memcached")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_shipped_deploy_config_serves_tokens_cached_in_memcached(
+    keystone: KeystoneCloud, memcached: MemcachedServer, tmp_path: Path
+) -> None:
+    """deploy/qsched.conf as shipped, with a second file naming this machine's servers
+    (as an operator's CHANGE_ME edits would): auth_token validates a real token, keeps it
+    in memcached, and finds it there for the next request."""
+    service = keystone.users["service"]
+    local = tmp_path / "local.conf"
+    local.write_text(
+        ini_text(
+            {
+                "DEFAULT": {"transport_url": "memory://"},
+                "ledger": {"url": f"fakeredis://deploy-{uuid.uuid4().hex}"},
+                "scheduler": {"reap_interval_s": 0, "janitor_interval_s": 0,
+                              "outbox_interval_s": 0},
+                "keystone_authtoken": {
+                    "www_authenticate_uri": keystone.server.url,
+                    "auth_url": keystone.server.url,
+                    "username": service.name,
+                    "password": service.password,
+                    "project_name": service.project,
+                    "memcached_servers": memcached.address,
+                },
+            }
+        )
+    )  # fmt: skip
+    app = api_app.load_app([str(DEPLOY_CONF), str(local)], bind=["127.0.0.1:0"])
+    server = make_server(app, port=0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/v2.1/servers"
+        member = keystone.server.session(keystone.users["member_a"])
+        first = member.get(url, raise_exc=False)
+        assert first.status_code == 200, first.text
+        assert first.json() == {"servers": []}
+        stored = memcached.stats()
+        assert stored["cmd_set"] >= 1 and stored["curr_items"] >= 1, stored
+        assert member.get(url, raise_exc=False).status_code == 200
+        assert memcached.stats()["get_hits"] > stored["get_hits"]
+        assert_unauthorized(ks_session.Session().get(url, raise_exc=False))
+    finally:
+        server.shutdown()
+        server.server_close()

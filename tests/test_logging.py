@@ -27,9 +27,13 @@ from oslo_log import formatters
 
 from qsched import conf as qconf
 from qsched.ledger import Stores
+from qsched.ledger.base import State
 from qsched.net import LOOPBACK, free_port
 from qsched.stack.config import ini_text
+from tests.helpers import wait_until
+from tests.test_api import post_server
 from tests.test_compute import RecordingBus, make_app
+from tests.test_images import _agent
 
 BINDIR = Path(sys.executable).parent
 USER = {"X-Auth-Token": "alice:pa"}
@@ -91,6 +95,33 @@ def test_a_request_before_or_without_authentication_is_named_alone(
     health = api.simulate_get("/healthcheck")
     request_id = health.headers["x-openstack-request-id"]
     assert f"[None {request_id} - - " in lines.of('"GET /healthcheck"')
+
+
+def test_the_agent_that_places_a_boot_logs_the_callers_global_request_id(
+    conf, stores: Stores, bus, agents: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """X-OpenStack-Request-ID sent to the API travels in the boot message to the agent,
+    whose "ACTIVE" line names it beside the API's own request id."""
+    caplog.set_level(logging.INFO, logger="agents.spawning")
+    agents.append(_agent(stores, bus, "cn-log", frozenset()))
+    stores.quota.set_limits("pa", instances=-1, cores=-1, ram_mb=-1)
+    api = falcon.testing.TestClient(make_app(conf, stores, bus))
+    global_id = f"req-{uuid.uuid4()}"
+    booted = post_server(api, {**USER, "X-OpenStack-Request-ID": global_id})
+    assert booted.status_code == 202, booted.text
+    server, request_id = booted.json["server"]["id"], booted.headers["x-openstack-request-id"]
+    assert wait_until(lambda: stores.instances.get(server).state == State.ACTIVE, 10)
+
+    def placed() -> list[logging.LogRecord]:
+        return [r for r in caplog.records
+                if r.name == "agents.spawning" and server in r.getMessage()]  # fmt: skip
+
+    assert wait_until(lambda: bool(placed()), 5)
+    (record,) = placed()
+    assert record.getMessage() == (
+        f"[{request_id} global {global_id}] instance {server} ACTIVE on {record.args[-1]}"
+    )
+    assert str(record.args[-1]).startswith("cn-log")
 
 
 # -- the entry points, as processes ----------------------------------------------------------

@@ -1,12 +1,15 @@
 """Authorisation through oslo.policy: Nova's personas by default, a policy.yaml overrides.
 
-noauth2 callers here (``X-Roles`` picks a persona); tests/test_keystone*.py do the
-same with real Keystone tokens.
+noauth2 callers here (``X-Roles`` picks a persona). tests/test_keystone_real.py
+checks the personas, the all_tenants refusal and a policy.yaml override with real
+Keystone tokens.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import pytest
 
 from qsched import conf as qconf
 from qsched import policy as policy_module
-from qsched.cmd.policy import get_enforcer
+from qsched.cmd.policy import config_args, get_enforcer
 from qsched.conf.policy import policy_enforcer
 from qsched.context import RequestContext
 from qsched.ledger import Stores
@@ -122,6 +125,43 @@ def test_the_enforcer_entry_point_knows_every_rule() -> None:
     member = RequestContext.for_project("u", "p")
     assert enforcer.authorize("os_compute_api:servers:create", {"project_id": "p"}, member)
     assert not enforcer.authorize("os_compute_api:servers:create", {"project_id": "q"}, member)
+
+
+def an_operators_config(directory: Path) -> Path:
+    """A qsched.conf whose [oslo_policy] policy_file, beside it, lets only admins boot."""
+    (directory / "operator.yaml").write_text('"os_compute_api:servers:create": "role:admin"\n')
+    config = directory / "qsched.conf"
+    config.write_text("[oslo_policy]\npolicy_file = operator.yaml\n")
+    return config
+
+
+def test_oslo_policys_generator_shows_the_override_the_config_file_names(tmp_path: Path) -> None:
+    """``oslopolicy-policy-generator --config-file``: the effective rules, the file's first."""
+    config = an_operators_config(tmp_path)
+    tool = Path(sys.executable).parent / "oslopolicy-policy-generator"
+    done = subprocess.run(
+        [str(tool), "--namespace", "qsched", "--config-file", str(config)],
+        cwd=tmp_path.parent, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert '"os_compute_api:servers:create": "role:admin"' in lines
+    assert '"os_compute_api:servers:delete": "rule:project_member_or_admin"' in lines
+
+
+def test_the_enforcer_entry_point_reads_the_config_files_of_its_command_line(
+    tmp_path: Path,
+) -> None:
+    config = an_operators_config(tmp_path)
+    argv = ["--namespace", "qsched", f"--config-file={config}", "--output-file", "x"]
+    assert config_args(argv) == ["--config-file", str(config)]
+    assert config_args(["--config-dir", "/d", "--config-file", "f"]) == [
+        "--config-dir", "/d", "--config-file", "f",
+    ]  # fmt: skip
+    enforcer = get_enforcer(argv)
+    member = RequestContext.for_project("u", "p")
+    assert not enforcer.authorize("os_compute_api:servers:create", {"project_id": "p"}, member)
+    assert enforcer.authorize("os_compute_api:servers:delete", {"project_id": "p"}, member)
 
 
 def test_decisions_are_remembered_until_the_rules_are_looked_at_again(

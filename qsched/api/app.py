@@ -43,6 +43,7 @@ from qsched.api import services as service_handlers
 from qsched.bus.base import Bus
 from qsched.compute import ComputeAPI, Publisher
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
+from qsched.conf.glance import set_options as glance_set_options
 from qsched.conf.keystone import auth_token_conf
 from qsched.conf.policy import policy_enforcer
 from qsched.context import global_request_id, start_request
@@ -417,10 +418,11 @@ def check_bind(bind: Sequence[str], config_files: Sequence[str] | None = None) -
 
     :raises RefusedOptions: options the API refuses to serve with
         (:func:`qsched.api.auth.refuse_bad_options`): noauth2 on a bind that is not
-        loopback without ``[api] allow_noauth2_on_public_address``, Glance without Keystone.
+        loopback without ``[api] allow_noauth2_on_public_address``, Glance without Keystone,
+        ``image_service = opaque`` with ``[glance]`` options set.
     """
-    options = qconf.load_options(config_files=_config_files(config_files))
-    auth.refuse_bad_options(options.api, bind)
+    conf = qconf.load(config_files=_config_files(config_files))
+    auth.refuse_bad_options(APIOptions.from_conf(conf), bind, glance_set_options(conf))
 
 
 def _config_files(config_files: Sequence[str] | None) -> Sequence[str]:
@@ -461,7 +463,7 @@ def serve(
         is opened or logging is set up (:func:`qsched.api.auth.refuse_bad_options`).
     """
     options = Options.from_conf(conf)
-    auth.refuse_bad_options(options.api, bind)
+    auth.refuse_bad_options(options.api, bind, glance_set_options(conf))
     qconf.setup_logging(conf)
     stores = open_stores(options.ledger, options.quota)
     bus = open_bus(options.bus)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import falcon
 
@@ -97,19 +97,38 @@ class GlanceNeedsKeystone(RefusedOptions):
     """Glance lookups carry the caller's Keystone token; noauth2 has none."""
 
 
-def refuse_bad_options(api: APIOptions, binds: Iterable[str]) -> None:
+class GlanceUnused(RefusedOptions):
+    """``[glance]`` is configured but ``[api] image_service = opaque`` would ignore it."""
+
+
+def refuse_bad_options(
+    api: APIOptions, binds: Iterable[str], glance_options: Sequence[str] = ()
+) -> None:
     """Everything an API refuses to start with, before it opens anything.
 
+    ``glance_options``: the ``[glance]`` options the configuration sets
+    (:func:`qsched.conf.glance.set_options`).
+
     :raises PublicNoAuth2: see :func:`refuse_public_noauth2`.
-    :raises GlanceNeedsKeystone: ``[api] image_service = glance`` without
-        ``auth_strategy = keystone``.
+    :raises GlanceNeedsKeystone: ``[api] image_service = glance`` (or a configured
+        ``[glance]``) without ``auth_strategy = keystone``.
+    :raises GlanceUnused: ``[api] image_service = opaque`` with ``[glance]`` options
+        set, which it would ignore.
     """
     refuse_public_noauth2(api, binds)
     if api.image_service == "glance" and api.auth_strategy != "keystone":
         raise GlanceNeedsKeystone(
             "refusing [api] image_service = glance with auth_strategy = "
             f"{api.auth_strategy}: each image lookup carries the caller's Keystone token. "
-            "Set auth_strategy = keystone, or image_service = opaque."
+            "Set auth_strategy = keystone, or image_service = opaque (and no [glance] "
+            "options)."
+        )
+    if api.image_service == "opaque" and glance_options:
+        raise GlanceUnused(
+            f"refusing [api] image_service = opaque with [glance] {', '.join(glance_options)} "
+            "set: no image would be looked up in Glance. Remove image_service = opaque (a "
+            "configured [glance] turns lookups on) or set it to glance, or remove the "
+            "[glance] options."
         )
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Self
 
 from oslo_config import cfg
 
+from qsched.conf import glance
 from qsched.conf.base import Section
 
 _KEYSTONE = (
@@ -41,12 +43,11 @@ api_opts = [
     ),
     cfg.StrOpt(
         "image_service",
-        default="opaque",
         choices=[
             (
                 "opaque",
                 "no image service: imageRef is an opaque image id, checked for its "
-                "form only (the embedded default)",
+                "form only (the embedded default); refused with any [glance] option set",
             ),
             (
                 "glance",
@@ -54,7 +55,8 @@ api_opts = [
                 "says, with the caller's token; needs auth_strategy = keystone",
             ),
         ],
-        help="Where a boot's imageRef is looked up. With glance, the image must exist, be "
+        help="Where a boot's imageRef is looked up. Unset: glance when the [glance] "
+        "section sets any option, else opaque. With glance, the image must exist, be "
         "visible to the caller's project and active; its min_ram and min_disk must fit the "
         "flavor; and each trait:<NAME>=required property becomes a required trait of the "
         "request, so only hosts with the trait see it.",
@@ -132,3 +134,12 @@ class APIOptions(Section):
     enable_instance_password: bool
     flavor: tuple[str, ...]
     flavor_extra_spec: tuple[str, ...]
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Self:
+        """The ``[api]`` options, ``image_service`` decided when unset (see its help)."""
+        options = super().from_conf(conf)
+        if options.image_service is not None:
+            return options
+        chosen = "glance" if glance.set_options(conf) else "opaque"
+        return options.replace(image_service=chosen)

@@ -11,6 +11,9 @@ decides what the caller may see.
 
 Glance's v2 API is the only one qsched speaks, so keystoneauth's version
 options are not offered.
+
+Configuring the section is what turns image lookups on when ``[api]
+image_service`` is left unset (:func:`set_options` names what the operator set).
 """
 
 from __future__ import annotations
@@ -48,6 +51,19 @@ def glance_opts() -> list[cfg.Opt]:
                 "image endpoint of the service catalog that comes with each caller's token."
             )
     return opts
+
+
+def set_options(conf: cfg.ConfigOpts) -> tuple[str, ...]:
+    """The ``[glance]`` options the operator set (in a config file, on the command line
+    or in the environment), by name; () when ``conf`` has no such section."""
+    if GROUP not in conf:
+        return ()
+    found = []
+    for opt in glance_opts():
+        where = conf.get_location(opt.dest, GROUP)
+        if where is not None and where.location.is_user_controlled:
+            found.append(opt.dest)
+    return tuple(sorted(found))
 
 
 def image_adapter(conf: cfg.ConfigOpts) -> adapter.Adapter:
