@@ -54,6 +54,7 @@ from qsched.bus.base import Bus
 from qsched.janitor import requeue_orphan
 from qsched.ledger import Stores
 from qsched.ledger.base import Placement, State
+from qsched.notifications import NULL, Notifier, payloads
 from qsched.scheduling.views import NodeView, ProviderView, same_usage
 
 LOG = logging.getLogger(__name__)
@@ -137,6 +138,7 @@ class Reconciler:
         batch: int = 1000,
         release_leaked: bool = True,
         action: str = "reap",
+        notifier: Notifier = NULL,
     ) -> None:
         if action not in ACTIONS:
             raise exception.Invalid(reason=f"action {action!r}: use one of {', '.join(ACTIONS)}")
@@ -149,8 +151,16 @@ class Reconciler:
         self.batch = batch
         self.release_leaked = release_leaked
         self.action = action
+        self.notifier = notifier
         self.pause: Callable[[float], None] = time.sleep
         self._cursor = 0
+
+    def _activate(self, uuid: str, node: str) -> None:
+        """Record ACTIVE a spawn the driver runs and the ledger had not heard of; if this
+        call made it so, tell ``instance.create.end`` (its spawn's own was never sent)."""
+        if self.stores.instances.set_active(uuid, self.host, node) and self.notifier.enabled:
+            inst = self.stores.instances.get(uuid)  # rare: a read to tell it whole
+            self.notifier.notify("instance.create.end", payloads.create_from_record(inst))
 
     def run_pass(self) -> ReconcileReport:
         """Reconcile the next slice of nodes, and the builds of this host."""
@@ -192,7 +202,7 @@ class Reconciler:
             if self.building(uuid):
                 continue
             if inst.state == State.BUILD and node and uuid in _running(self.driver, node):
-                self.stores.instances.set_active(uuid, self.host, node)
+                self._activate(uuid, node)
                 report.activated.append(uuid)
                 continue
             # the node is read again before the request goes out, so no claim races it
@@ -253,7 +263,7 @@ class Reconciler:
                 if self.building(uuid) or _runs_here(inst, self.host, name):
                     continue
                 if _built_here(inst, self.host, name):  # a spawn that finished, unrecorded
-                    self.stores.instances.set_active(uuid, self.host, name)
+                    self._activate(uuid, name)
                     report.activated.append(uuid)
                     continue
                 report.running_deleted.append(uuid)

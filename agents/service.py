@@ -116,7 +116,7 @@ class ComputeAgent:
             stores, bus, driver, self.host, self.index, self.builds.__contains__,
             batch=options.reconcile_batch,
             release_leaked=options.release_leaked_allocations,
-            action=options.running_deleted_instance_action,
+            action=options.running_deleted_instance_action, notifier=notifier,
         )  # fmt: skip
         parts = AgentParts(
             self.host, stores, bus, driver, self.index, self.builds, self.reconciler,

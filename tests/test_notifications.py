@@ -328,6 +328,34 @@ def test_a_claim_found_in_the_ledger_already_sends_nothing_again() -> None:
         stack.stop()
 
 
+def test_a_spawn_the_reconcile_finds_running_tells_its_create_end_once() -> None:
+    """The spawn finished but its agent never recorded it (it died in between): the
+    reconcile that finds the VM running and records it ACTIVE sends ``create.end``."""
+    recorder = RecordingNotifier()
+    conf = embedded_options(class_poll_interval_s=("agent", 0.05))
+    stack = start_stack(conf, hosts=1, agents=1, node_spec=SPEC, notifier=recorder)
+    try:
+        stack.stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
+        agent = stack.agents[0]
+        settled: list[str] = []
+        agent.spawner.settle = lambda build: settled.append(  # type: ignore[method-assign]
+            build.request.instance_uuid)  # fmt: skip
+        server = stack.compute_api().boot(USER, "vm", "m1.tiny").uuid
+        assert wait_until(lambda: settled == [server], 10)
+        agent.builds.pop(server)  # as an agent restarted after the spawn
+        assert stack.stores.instances.get(server).state == State.BUILD
+        assert agent.reconciler.run_all().activated == [server]
+        assert agent.reconciler.run_all().activated == []  # ACTIVE now: nothing more
+        assert stack.stores.instances.get(server).state == State.ACTIVE
+        told = [(t, p) for _, t, p in recorder.sent if about(("", t, p)) == server]
+        assert [t for t, _ in told] == LIFE[:3]
+        end = told[2][1]
+        check_payload("instance.create.end", end)
+        assert end["nova_object.data"]["host"] == agent.host
+    finally:
+        stack.stop()
+
+
 # -- sending off the caller's thread ------------------------------------------------------
 
 
