@@ -329,6 +329,7 @@ def main(
         for name in scenarios or tuple(SCENARIOS):
             results[name] = SCENARIOS[name](runner)
     except (BenchFailure, StackFailed) as exc:
+        results.update({k: v for k, v in runner.partial.items() if v and k not in results})
         results["failures"].append(f"{type(exc).__name__}: {exc}")
         clock.say(f"FAILED: {exc}")
     except Exception as exc:  # keep what was measured; the traceback goes in the report

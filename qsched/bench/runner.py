@@ -65,6 +65,8 @@ class Runner:
         self.settings = settings
         self.say = say
         self.profiler: Profiler | None = None
+        #: results a scenario has so far, by scenario name (kept when it fails)
+        self.partial: dict[str, Any] = {}
         if settings.profile_dir is not None:
             py_spy = find_py_spy()
             if py_spy is None:
