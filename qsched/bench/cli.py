@@ -329,13 +329,14 @@ def main(
         for name in scenarios or tuple(SCENARIOS):
             results[name] = SCENARIOS[name](runner)
     except (BenchFailure, StackFailed) as exc:
-        results.update({k: v for k, v in runner.partial.items() if v and k not in results})
         results["failures"].append(f"{type(exc).__name__}: {exc}")
         clock.say(f"FAILED: {exc}")
     except Exception as exc:  # keep what was measured; the traceback goes in the report
         results["failures"].append(f"unexpected {type(exc).__name__}: {exc}\n"
                                    + traceback.format_exc())  # fmt: skip
         clock.say(f"FAILED (unexpected): {type(exc).__name__}: {exc}")
+    finally:  # the sizes a failed scenario finished
+        results.update({k: v for k, v in runner.partial.items() if v and k not in results})
     results["metrics_cost"] = report.metrics_cost(results.get("scale") or [])
     results["targets"] = report.targets(results)
     results["elapsed_s"] = round(time.monotonic() - clock.began, 1)
