@@ -21,7 +21,8 @@ from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec, check_children
 from qsched import conf as qconf
 from qsched import exception
 from qsched.bus import open_bus
-from qsched.ledger import open_stores
+from qsched.bus.base import Bus
+from qsched.ledger import Stores, open_stores
 from qsched.notifications import open_notifier
 
 #: Who sends an agent's notifications, as ``nova-compute`` names Nova's compute service.
@@ -30,8 +31,13 @@ PUBLISHER = "qsched-agent"
 LOG = logging.getLogger("qsched.agent")
 
 
-def build_agent(options: qconf.Options) -> ComputeAgent:
+def build_agent(
+    options: qconf.Options, stores: Stores | None = None, bus: Bus | None = None
+) -> ComputeAgent:
     """An agent with the fake driver as the [agent] section describes it.
+
+    ``stores`` and ``bus``: the ledger and bus clients to use (several agents of one
+    benchmark process share theirs); by default it opens its own.
 
     :raises Invalid: a malformed ``[agent] node_provider`` line.
     """
@@ -54,10 +60,10 @@ def build_agent(options: qconf.Options) -> ComputeAgent:
         seed=opts.seed,
         state_path=opts.fake_state_path or None,
     )
-    stores = open_stores(options.ledger, options.quota)
+    stores = stores or open_stores(options.ledger, options.quota)
     notifier = open_notifier(options.notifications, f"{PUBLISHER}:{opts.host}")
     return ComputeAgent(
-        opts, stores, open_bus(options.bus), driver, options.ledger.max_conflict_retries,
+        opts, stores, bus or open_bus(options.bus), driver, options.ledger.max_conflict_retries,
         notifier,
     )  # fmt: skip
 

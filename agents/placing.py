@@ -50,7 +50,7 @@ from qsched.ledger.base import ClaimGuard, State
 from qsched.message import BootRequest
 from qsched.notifications import payloads
 from qsched.scheduling.classes import SchedulingClass
-from qsched.scheduling.fit import Refusal
+from qsched.scheduling.fit import Refusal, RefusalKind
 
 LOG = logging.getLogger(__name__)
 
@@ -167,8 +167,12 @@ class Placer:
         the request back or takes no new boots, or None if nothing is to place.
 
         A node the ledger finds fuller than the index thought is read again and the
-        next pick tried, up to :data:`MAX_PICKS`.
+        next pick tried, up to :data:`MAX_PICKS`. When every pick failed in the ledger
+        while the index says the request fits (a shared provider many agents claim on),
+        the refusal says so (``conflict``, transient): the request is requeued, never
+        dropped.
         """
+        failed: Exception | None = None
         for _ in range(MAX_PICKS):
             pick = self.pick(msg)
             if pick is None:
@@ -188,13 +192,14 @@ class Placer:
                 self.parts.metrics.retried()
                 self.parts.reconciler.refresh_nodes([pick.node])
                 self._refresh_sharing(pick)
+                failed = exc
                 continue
             except exception.TriedHost as exc:
                 return HandBack(str(exc.kwargs["alternate"]), int(exc.kwargs["handbacks"]))
             except exception.ServiceDisabled as exc:
                 return Closed(str(exc))
             return pick
-        return self.why_not(msg)
+        return self.why_not(msg) or _contended(pick, failed)
 
     def pick(self, msg: BootRequest) -> Pick | None:
         """The node the index chooses for the request's class (O(1)), or None.
@@ -351,3 +356,13 @@ class Placer:
                  self.alternates.max_handbacks)  # fmt: skip
         parts.gate.pause(msg.scheduling_class, self.alternates.pause_s)
         delivery.requeue(msg.requeued().encode())
+
+
+def _contended(pick: Pick | None, failed: Exception | None) -> Refusal | None:
+    """The refusal of a request whose :data:`MAX_PICKS` claims all failed in the ledger
+    although the index says it fits here (None if none failed)."""
+    if pick is None or failed is None:
+        return None
+    provider = failed.kwargs.get("provider") if isinstance(failed, exception.QschedError) else None
+    reason = f"{MAX_PICKS} claims here failed in the ledger, the last: {failed}"
+    return Refusal(RefusalKind.CONFLICT, reason, pick.node, provider=provider)

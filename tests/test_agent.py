@@ -6,6 +6,7 @@ import pytest
 
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
+from qsched import exception
 from qsched.compute import FlavorRefNotFound
 from qsched.conf import AgentOptions
 from qsched.context import RequestContext
@@ -147,6 +148,33 @@ def test_deleted_before_placement_is_dropped(conf, stores, bus, api, agents) -> 
     assert stores.instances.get(doomed).state == State.DELETED
     assert stores.quota.get_usage("p1") == Usage(0, 0, 0)
     assert audit(stores).ok
+
+
+def test_claims_that_keep_conflicting_requeue_the_request(
+    conf, stores, bus, api, agents, monkeypatch
+) -> None:
+    """Every pick of the first delivery meets a provider another agent keeps changing
+    (retries used up): the request is refused and requeued, not dropped, and placed
+    once the provider is quiet."""
+    from agents import placing
+
+    real, calls = placing.retry.claim, []
+
+    def contended(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= placing.MAX_PICKS:
+            raise exception.ProviderGenerationConflict(provider="p-shared", expected=1,
+                                                       current=2)  # fmt: skip
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(placing.retry, "claim", contended)
+    agents.append(make_agent(conf, stores, bus, "cn0"))
+    inst = api.boot(USER, "contended", "small").uuid
+    assert wait_until(lambda: settled(stores, [inst]), timeout_s=10)
+    assert stores.instances.get(inst).state == State.ACTIVE
+    assert agents[0].counters["dropped"] == 0 and agents[0].counters["refused"] == 1
+    refused = [e for e in stores.instances.events(inst) if e.event == "refused"]
+    assert [e.detail["kind"] for e in refused] == ["conflict"]
 
 
 def test_redelivery_does_not_place_twice(conf, stores, bus, api, agents) -> None:

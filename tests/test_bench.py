@@ -115,7 +115,7 @@ def test_the_cost_of_metrics_and_notifications_compares_runs_apart_in_one_featur
 
 
 def test_the_sweep_runs_each_feature_with_and_without_the_other_at_its_last() -> None:
-    from qsched.bench.scenarios import sweep_variants as variants
+    from qsched.bench.runner import sweep_variants as variants
     from qsched.bench.stack import notification_url
 
     assert variants((False, True), (False, True)) == [(False, False), (True, False), (True, True)]
@@ -145,7 +145,7 @@ def test_smoke_run_on_the_embedded_default(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     args = ["--embedded", "--sizes", "8", "--agents", "2", "--rate", "40", "--duration-s",
             "0.5", "--burst-s", "0.1", "--saturation-hosts", "8", "--saturation-rates", "40",
-            "--step-s", "0.5",
+            "--step-s", "0.5", "--group-members", "8",
             "--fill-hosts", "2", "-o", str(out)]  # fmt: skip
     result = CliRunner().invoke(cli.main, args)
     found = _check_run(result, out, ("scale", "saturation", "fill", "rules"))
@@ -167,26 +167,38 @@ def test_smoke_run_on_real_servers(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     args = ["--scenario", "scale", "--scenario", "rules", "--sizes", "8", "--agents", "2",
             "--rate", "40", "--duration-s", "0.5", "--burst-s", "0", "--bus", "rabbitmq",
-            "--amqp-url", AMQP_URL, "-o", str(out)]  # fmt: skip
+            "--group-members", "8", "--amqp-url", AMQP_URL, "-o", str(out)]  # fmt: skip
     found = _check_run(CliRunner().invoke(cli.main, args), out, ("scale", "rules"))
     assert found["backends"]["embedded"] is False
     _check_rules(found)
     registration = found["scale"][0]["registration"]
     assert registration["hosts"] == 8 and registration["per_agent"][0]["nodes"] == 4
+    # the rules cloud: 2 agent processes of 4 compute hosts, each with one node
+    rules = found["rules"][0]["registration"]["per_agent"]
+    assert [(r["nodes"], r["hosts"]) for r in rules] == [(4, 4), (4, 4)]
 
 
 def _check_rules(found: dict) -> None:
     """Every class of the rules scenario placed all its boots; the isolated ones on the
-    isolated host only (the scenario fails otherwise); the ledger audited clean."""
+    isolated hosts only, the group's members each on a host of its own, the shared
+    provider within its capacity (the scenario fails otherwise); the ledger audited
+    clean."""
     (entry,) = found["rules"]
     assert set(entry["classes"]) == {
         "plain", "tenant-isolated aggregate", "nested GPU (resources1:VGPU=1)",
         "shared storage (sharing provider)", "different_host (host rule)",
+        "anti-affinity group",
     }  # fmt: skip
     for stats in entry["classes"].values():
         assert stats["active"] == stats["accepted"] > 0
         assert stats["conflicts_per_claim"] >= 0
-    assert entry["audit"]["ok"] and len(entry["isolated_hosts"]) == 1
+    assert entry["audit"]["ok"] and entry["agent_hosts"] == 8 and entry["isolated_hosts"] == 4
+    assert entry["group"]["members"] == entry["group"]["hosts"] == 8
+    assert entry["classes"]["anti-affinity group"]["accepted"] == 8
+    shared = entry["classes"]["shared storage (sharing provider)"]["contention"]
+    assert shared["claims"] == entry["classes"]["shared storage (sharing provider)"]["active"]
+    assert shared["claiming_hosts"] >= 2 and entry["shared_provider"]["hosts"] == 8
+    assert shared["provider"]["used_gb"] <= shared["provider"]["capacity_gb"]
     # the scenario fails if one landed beside the server they keep away from
     assert entry["host_rule"]["boots"] >= entry["classes"]["different_host (host rule)"]["accepted"]
 

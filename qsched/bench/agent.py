@@ -7,22 +7,41 @@ registration and reconcile phases (:class:`~qsched.bench.timing.PhaseTimer`),
 writes them as JSON to PATH once the agent consumes, and then runs until
 SIGTERM like ``qsched-agent``; at exit it writes the report again with the
 agent's counters.
+
+``--hosts K`` runs K agents in the process instead, as K ``qsched-agent``
+processes would run: each its own compute host (``<[agent] host>-<j>``) with
+``[agent] node_count`` split between them, its own bus consumer (an AMQP
+connection, its host queue), heartbeat and periodic tasks. They share the
+process's ledger connection pool and publisher pool. That gives a benchmark
+cloud enough compute hosts for server groups, whose policies are per host.
+Only the first serves metrics (``[agent] metrics_port``); counters are summed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 
 from agents.main import build_agent, config_file_option, wait_for_stop_signal
+from agents.service import ComputeAgent
 from qsched import conf as qconf
 from qsched.bench.timing import RECONCILE, REGISTRATION, PhaseTimer, peak_rss_kb
+from qsched.bus import open_bus
+from qsched.ledger import open_stores
+
+#: Agents of one process started (and stopped) at once: registration and the bus
+#: connect overlap, as separate processes' would.
+START_THREADS = 8
 
 LOG = logging.getLogger("qsched.bench.agent")
 
@@ -50,22 +69,33 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Where to write the start timings (JSON).",
 )
-def main(config_files: tuple[str, ...], go_path: Path | None, report_path: Path) -> None:
-    """Run a qsched compute agent and report how long its start took."""
+@click.option(
+    "--hosts",
+    "host_count",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Compute hosts (agents) this process runs, each with its own consumer.",
+)
+def main(
+    config_files: tuple[str, ...], go_path: Path | None, report_path: Path, host_count: int
+) -> None:
+    """Run qsched compute agents and report how long their start took."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     timer = PhaseTimer()
     wrapped = timer.wrap("registration", REGISTRATION) + timer.wrap("reconcile", RECONCILE)
-    agent = build_agent(qconf.load_options(config_files=config_files))
+    agents = build_agents(qconf.load_options(config_files=config_files), host_count)
     if go_path is not None:
         report_path.with_suffix(".loaded").touch()
         while not go_path.exists():
             time.sleep(0.01)
     began_at, began = time.time(), time.perf_counter()
-    agent.start()
+    _each(agents, ComputeAgent.start)
     report: dict[str, Any] = {
-        "host": agent.host,
+        "host": agents[0].host,
+        "hosts": [a.host for a in agents],
         "pid": os.getpid(),
-        "nodes": len(agent.index),
+        "nodes": sum(len(a.index) for a in agents),
         "began_at": began_at,
         "ready_at": time.time(),
         "start_s": time.perf_counter() - began,
@@ -73,12 +103,49 @@ def main(config_files: tuple[str, ...], go_path: Path | None, report_path: Path)
         "timed": wrapped,
     }
     write_report(report_path, report)
-    LOG.info("bench agent %s: started in %.2fs", agent.host, report["start_s"])
+    LOG.info("bench agents %s: %d started in %.2fs", agents[0].host, len(agents),
+             report["start_s"])  # fmt: skip
     wait_for_stop_signal()
     report["peak_rss_kb"] = peak_rss_kb()
-    agent.stop()
-    report["counters"] = dict(agent.counters)
+    _each(agents, ComputeAgent.stop)
+    report["counters"] = dict(sum((Counter(a.counters) for a in agents), Counter()))
     write_report(report_path, report)
+
+
+def build_agents(options: qconf.Options, count: int) -> list[ComputeAgent]:
+    """``count`` agents splitting ``[agent] node_count``: the process's own host when
+    there is one, else ``<host>-0`` ... ``<host>-<count - 1>``, on shared clients."""
+    if count == 1:
+        return [build_agent(options)]
+    opts = options.agent
+    if opts.node_count < count:
+        raise click.BadParameter(f"{count} hosts for {opts.node_count} nodes", param_hint="--hosts")
+    # one pool for every agent of the process: redis-py's default cap of 100 connections
+    # is below what a few hundred agents' threads hold at once
+    url = add_query(options.ledger.url, max_connections=100 + 4 * count)
+    stores, bus = open_stores(options.ledger, options.quota, url), open_bus(options.bus)
+    total = opts.node_count
+    agents = []
+    for j in range(count):
+        nodes = total // count + (1 if j < total % count else 0)
+        own = dataclasses.replace(opts, host=f"{opts.host}-{j}", node_count=nodes,
+                                  metrics_port=opts.metrics_port if j == 0 else 0)  # fmt: skip
+        agents.append(build_agent(dataclasses.replace(options, agent=own), stores, bus))
+    return agents
+
+
+def add_query(url: str, **params: object) -> str:
+    """``url`` with more query parameters (kept when it has some)."""
+    parts = urlsplit(url)
+    query = "&".join([*filter(None, [parts.query]), *(f"{k}={v}" for k, v in params.items())])
+    return urlunsplit(parts._replace(query=query))
+
+
+def _each(agents: list[ComputeAgent], step: Any) -> None:
+    """``step(agent)`` for every agent, a few at once; the first error is raised."""
+    with ThreadPoolExecutor(min(START_THREADS, len(agents))) as pool:
+        for done in [pool.submit(step, agent) for agent in agents]:
+            done.result()
 
 
 if __name__ == "__main__":

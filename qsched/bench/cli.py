@@ -19,7 +19,8 @@ import click
 
 from qsched.bench import machine, report
 from qsched.bench.measure import BenchFailure
-from qsched.bench.scenarios import SCENARIOS, Runner, Settings
+from qsched.bench.runner import Runner, Settings
+from qsched.bench.scenarios import SCENARIOS
 from qsched.bench.stack import notification_url
 from qsched.ledger import server
 from qsched.stack import StackFailed
@@ -150,6 +151,16 @@ ON_OFF = {"on": (True,), "off": (False,), "both": (False, True)}
 )
 @click.option("--fill-hosts", type=click.IntRange(1), help="Hosts of the fill cloud.")
 @click.option(
+    "--group-members",
+    type=click.IntRange(1),
+    default=250,
+    show_default=True,
+    help="Rules: members of the anti-affinity group, and compute hosts of the rules cloud "
+    "(each agent process runs its share of them; at most one per node). Each host is an "
+    "agent with its own AMQP connection: 1,000 need a broker allowed more file "
+    "descriptors than RabbitMQ's default 1,024 (docs/benchmarks.rst).",
+)
+@click.option(
     "--ledger-url",
     default=DEFAULT_LEDGER,
     show_default=True,
@@ -234,6 +245,7 @@ def main(
     step_s: float | None,
     burst: float | None,
     fill_hosts: int | None,
+    group_members: int,
     ledger_url: str,
     amqp_url: str,
     bus_redis_url: str,
@@ -247,7 +259,7 @@ def main(
     profile_dir: Path | None,
     keep_logs: Path | None,
 ) -> None:
-    """Measure qsched against issue 6: scale sweep, saturation, fill.
+    """Measure qsched against issue 6: scale sweep, saturation, fill; placement rules.
 
     Starts real clouds (qsched-api under gunicorn, agent processes driving
     simulated hosts, RabbitMQ and a Redis ledger when they answer, otherwise the
@@ -264,6 +276,9 @@ def main(
                   highest rate still sustained
       fill        mixed flavors into a finite cloud until the first NoValidHost, next
                   to an offline best-fit packing of the same stream
+      rules       classes with placement rules next to a plain one, per N: a host
+                  rule, a tenant-isolated aggregate, a nested GPU flavor, a provider
+                  shared by every host (its conflicts), an anti-affinity group
 
     \b
     Examples:
@@ -301,6 +316,7 @@ def main(
         saturation_step_s=step_s or settings_values["step_s"],
         fill_hosts=fill_hosts or settings_values["fill_hosts"],
         fill_rate_per_s=settings_values["fill_rate"],
+        group_members=group_members,
         ledger_url=ledger_url,
         transports=transports,
         embedded=embedded,
@@ -341,6 +357,8 @@ def main(
         results["failures"].append(f"unexpected {type(exc).__name__}: {exc}\n"
                                    + traceback.format_exc())  # fmt: skip
         clock.say(f"FAILED (unexpected): {type(exc).__name__}: {exc}")
+    finally:  # the sizes a failed scenario finished
+        results.update({k: v for k, v in runner.partial.items() if v and k not in results})
     results["plumbing_cost"] = report.plumbing_cost(results.get("scale") or [])
     results["targets"] = report.targets(results)
     results["elapsed_s"] = round(time.monotonic() - clock.began, 1)

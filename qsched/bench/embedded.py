@@ -35,6 +35,8 @@ class EmbeddedCloud(Cloud):
             build_timeout_s=("scheduler", spec.build_timeout_s),
             heartbeat_interval_s=("agent", spec.heartbeat_interval_s),
             class_poll_interval_s=("agent", spec.class_poll_interval_s),
+            reconcile_interval_s=("agent", spec.reconcile_interval_s),
+            reconcile_batch=("agent", spec.reconcile_batch),
             flavor_extra_spec=("api", [line for f in spec.flavors for line in f.spec_lines]),
             metrics=("api", spec.metrics),  # the agents' own need ports: not in this process
             **{name: ("scheduler", value) for name, value in spec.scheduler},
@@ -50,7 +52,7 @@ class EmbeddedCloud(Cloud):
         timer.wrap("registration", REGISTRATION)
         began_at = time.time()
         try:
-            self.stack = start_stack(options, spec.hosts, len(spec.node_counts()), node)
+            self.stack = start_stack(options, spec.hosts, sum(spec.agent_hosts()), node)
         finally:
             timer.restore()
         phase = timer.phases["registration"]
@@ -61,7 +63,7 @@ class EmbeddedCloud(Cloud):
             "phases": timer.to_dict(),
         }
         self.registration = registration_summary(spec.hosts, [report], began_at)
-        self.registration["agents"] = len(spec.node_counts())
+        self.registration["agents"] = sum(spec.agent_hosts())
         self.registration["note"] = "agents registered one after another in one process"
         assert phase.calls
         self._open(options, self.stack.stores)

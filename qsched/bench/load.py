@@ -88,16 +88,22 @@ class LibrarySubmitter:
     """:meth:`ComputeAPI.boot` in this process: the front door without HTTP."""
 
     def __init__(
-        self, compute: ComputeAPI, project: str = PROJECT, hosts: HostRequest | None = None
+        self,
+        compute: ComputeAPI,
+        project: str = PROJECT,
+        hosts: HostRequest | None = None,
+        group: str | None = None,
     ) -> None:
         self.compute = compute
         self.context = RequestContext.for_project(USER, project)
         self.hosts = hosts  # a host rule every boot asks for (same_host, different_host)
+        self.group = group  # the server group every boot joins (the group hint)
 
     def __call__(self, name: str, flavor: str) -> str:
         if self.hosts is None:
-            return self.compute.boot(self.context, name, flavor, IMAGE).uuid
-        made = self.compute.boot_many(self.context, name, flavor, IMAGE, hosts=self.hosts)
+            return self.compute.boot(self.context, name, flavor, IMAGE, group=self.group).uuid
+        made = self.compute.boot_many(self.context, name, flavor, IMAGE, group=self.group,
+                                      hosts=self.hosts)  # fmt: skip
         return made.instances[0].uuid
 
 

@@ -248,6 +248,22 @@ def rules_table(rules: list[dict[str, Any]]) -> list[str]:
     return simple_table(header, rows)
 
 
+def contention_table(rules: list[dict[str, Any]]) -> list[str]:
+    """The shared provider's contention per N: every host in its aggregate."""
+    rows = []
+    for entry in rules:
+        found = entry["classes"].get("shared storage (sharing provider)", {}).get("contention")
+        if found:
+            provider = found["provider"]
+            rows.append((entry["hosts"], entry["shared_provider"]["hosts"],
+                         found["claiming_hosts"], found["claims"], found["conflicts_per_claim"],
+                         found["max_conflicts"], found["generation_conflicts"],
+                         f"{provider['used_gb']:,} / {provider['capacity_gb']:,}"))  # fmt: skip
+    header = ("hosts", "hosts sharing", "hosts claimed", "claims", "conflicts/claim",
+              "max", "generation conflicts", "GB used / capacity")  # fmt: skip
+    return simple_table(header, rows) if rows else []
+
+
 def reconcile_cell(entry: dict[str, Any]) -> str:
     """The agents' reconcile: the longest at start (every node), and the mean periodic
     pass (a slice of ``[agent] reconcile_batch`` nodes), from their own counters."""
@@ -393,8 +409,14 @@ def render(results: dict[str, Any]) -> str:
         parts += [title, "", *fill_table(fill), ""]
     if results.get("rules"):
         bus = results["rules"][0].get("bus", "?")
-        parts += [f"Placement rules (library path, {bus} bus)", "", *rules_table(results["rules"]),
-                  ""]  # fmt: skip
+        first = results["rules"][0]
+        parts += [f"Placement rules (library path, {bus} bus, "
+                  f"{first.get('agent_hosts', '?')} compute hosts)", "",
+                  *rules_table(results["rules"]), ""]  # fmt: skip
+        contention = contention_table(results["rules"])
+        if contention:
+            parts += ["Shared provider contention (conflicts from the instances' histories, "
+                      "each retried)", "", *contention, ""]  # fmt: skip
     costs = cost_rows(results)
     if costs:
         parts += ["CPU ms per placement", "", *cost_table(costs), ""]

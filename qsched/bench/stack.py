@@ -50,7 +50,7 @@ class CloudSpec:
     """What to start. Node sizes are per simulated host."""
 
     hosts: int
-    agents: int
+    agents: int  # processes
     flavors: tuple[BenchFlavor, ...]
     transport_url: str
     ledger_url: str
@@ -76,6 +76,12 @@ class CloudSpec:
     #: this RabbitMQ (``rabbit://...``), on a topic and an exchange of the cloud's own;
     #: None: off, as by default
     notification_url: str | None = None
+    #: compute hosts (agents, each with its own consumer) per agent process
+    #: (:mod:`qsched.bench.agent` ``--hosts``); the process's nodes are split between them
+    hosts_per_agent: int = 1
+    reconcile_interval_s: float = 10.0  # [agent] defaults
+    reconcile_batch: int = 1000
+    bus_poll_interval_s: float = 0.1  # [bus] poll_interval_s
 
     def slots(self, flavor: BenchFlavor) -> int:
         """How many instances of ``flavor`` the whole cloud holds."""
@@ -88,6 +94,11 @@ class CloudSpec:
         """Hosts per agent, as even as can be, none empty."""
         parts = max(1, min(self.agents, self.hosts))
         return [self.hosts // parts + (1 if i < self.hosts % parts else 0) for i in range(parts)]
+
+    def agent_hosts(self) -> list[int]:
+        """Compute hosts of each agent process (:attr:`hosts_per_agent`, fewer when a
+        process has fewer nodes)."""
+        return [min(self.hosts_per_agent, nodes) for nodes in self.node_counts()]
 
     def options(self) -> Options:
         """The qsched options every process reads: no quota, no spawn delay."""
@@ -105,7 +116,10 @@ class CloudSpec:
                       "heartbeat_interval_s": self.heartbeat_interval_s,
                       "heartbeat_ttl_s": max(10.0, 5 * self.heartbeat_interval_s),
                       "class_poll_interval_s": self.class_poll_interval_s,
-                      "reap_interval_s": self.reap_interval_s},
+                      "reap_interval_s": self.reap_interval_s,
+                      "reconcile_interval_s": self.reconcile_interval_s,
+                      "reconcile_batch": self.reconcile_batch},
+            "bus": {"poll_interval_s": self.bus_poll_interval_s},
         }  # fmt: skip
 
 
@@ -127,7 +141,7 @@ class Cloud:
         return self.bus.wire.driver
 
     def hosts_of_agents(self) -> list[str]:
-        """The host name of each agent, in order."""
+        """The host name of each agent (compute host), in order."""
         raise NotImplementedError
 
     def agent_classes(self) -> dict[str, frozenset[str]]:
@@ -146,7 +160,7 @@ class Cloud:
         for name in names:
             definition = SchedulingClass(self.compute.get_flavor(name)).definition()
             self.stores.agents.add_class(name, definition)
-        agents, wanted = len(hosts or self.spec.node_counts()), frozenset(names)
+        agents, wanted = len(hosts or self.hosts_of_agents()), frozenset(names)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             seen = {h: c for h, c in self.agent_classes().items() if not hosts or h in hosts}
@@ -228,11 +242,14 @@ class ProcessCloud(Cloud):
     def start(self) -> Cloud:
         """Start everything, wait until agents consume and the API answers."""
         spawned_at = time.time()
+        per_process = self.spec.agent_hosts()
         for i, count in enumerate(self.spec.node_counts()):
-            args = ["--report", str(self._report(i)), "--go", str(self.stack.dir / "go")]
+            args = ["--report", str(self._report(i)), "--go", str(self.stack.dir / "go"),
+                    "--hosts", str(per_process[i])]  # fmt: skip
             metrics = {"metrics_host": LOOPBACK, "metrics_port": free_port()}
             self.stack.start_agent(i, {"node_count": count, **(metrics if self.spec.metrics
                                                                  else {})}, args)  # fmt: skip
+            self.stack.note_hosts(self._hosts(i, per_process[i]))
         if self.spec.http:
             self.stack.start_api()
             self.api_url = f"http://{LOOPBACK}:{self.stack.port}"
@@ -250,7 +267,14 @@ class ProcessCloud(Cloud):
         return self.stack.dir / f"agent{i}.json"
 
     def hosts_of_agents(self) -> list[str]:
-        return [self.stack.host(i) for i in self.stack.agents]
+        per_process = self.spec.agent_hosts()
+        return [h for i in self.stack.agents for h in self._hosts(i, per_process[i])]
+
+    def _hosts(self, i: int, count: int) -> list[str]:
+        """The compute hosts of agent process ``i`` (as :mod:`qsched.bench.agent` names
+        them)."""
+        host = self.stack.host(i)
+        return [host] if count == 1 else [f"{host}-{j}" for j in range(count)]
 
     def _wait_agents(self) -> list[dict[str, Any]]:
         paths = [self._report(i) for i in self.stack.agents]
@@ -382,6 +406,7 @@ def registration_summary(
         "per_agent": [
             {
                 "host": r["host"],
+                "hosts": len(r.get("hosts") or [r["host"]]),  # compute hosts of the process
                 "nodes": r["nodes"],
                 "registration_s": round(r["phases"]["registration"]["seconds"], 3),
                 "reconcile_s": round(r["phases"].get("reconcile", {}).get("seconds", 0.0), 3),

@@ -43,6 +43,7 @@ class PhaseTimer:
     def __init__(self) -> None:
         self.phases: dict[str, Phase] = {}
         self._local = threading.local()
+        self._lock = threading.Lock()  # agents of one process start in several threads
         self._undo: list[tuple[ModuleType, str, Any]] = []
 
     def wrap(self, phase: str, targets: Iterable[tuple[str, Iterable[str]]]) -> list[str]:
@@ -84,11 +85,12 @@ class PhaseTimer:
         return timed
 
     def _record(self, phase: str, seconds: float, began_at: float) -> None:
-        entry = self.phases[phase]
-        entry.seconds += seconds
-        entry.calls += 1
-        entry.began_at = began_at if entry.began_at is None else min(entry.began_at, began_at)
-        entry.ended_at = time.time()
+        with self._lock:
+            entry = self.phases[phase]
+            entry.seconds += seconds
+            entry.calls += 1
+            entry.began_at = began_at if entry.began_at is None else min(entry.began_at, began_at)
+            entry.ended_at = time.time()
 
     def to_dict(self) -> dict[str, Any]:
         return {name: phase.to_dict() for name, phase in self.phases.items()}

@@ -71,9 +71,11 @@ class RefusalKind(enum.StrEnum):
     COMBINATION = "combination"
     SERVER_GROUP = "server_group"  # a host the claim refused for the group's policy
     HOST_RULE = "host_rule"  # a host the claim refused for the request's host rule
+    CONFLICT = "conflict"  # the node fits, but its claims kept failing in the ledger
 
 
-_TRANSIENT = frozenset({RefusalKind.CAPACITY, RefusalKind.COMBINATION, RefusalKind.SERVER_GROUP})
+_TRANSIENT = frozenset({RefusalKind.CAPACITY, RefusalKind.COMBINATION, RefusalKind.SERVER_GROUP,
+                        RefusalKind.CONFLICT})  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

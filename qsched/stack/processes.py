@@ -144,6 +144,12 @@ class ProcessStack:
         self.agents[index] = self._spawn(f"agent{index}", [*self.agent_command, *files, *args])
         self._hosts.add(self.host(index))
 
+    def note_hosts(self, hosts: Sequence[str]) -> None:
+        """Compute hosts run by the stack's agent processes under other names than theirs
+        (a benchmark process running several agents): :meth:`forget` removes their
+        queues too."""
+        self._hosts.update(hosts)
+
     def signal_agent(self, index: int, sig: int) -> None:
         proc = self.agents[index]
         if proc.poll() is None:
