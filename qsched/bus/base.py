@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
@@ -280,6 +282,67 @@ class Consumer(abc.ABC):
     @abc.abstractmethod
     def host(self) -> str:
         """The host whose queue it always consumes."""
+
+
+class ThreadedConsumer(Consumer):
+    """What both buses' consumers share: the host and classes wanted, and one thread
+    of their own that subscribes and unsubscribes (:meth:`_later`)."""
+
+    def __init__(self, host: str, on_message: OnMessage, classes: Iterable[str]) -> None:
+        self._host = check_host(host)
+        self._on_message = on_message
+        self._wanted = {check_class(name) for name in classes}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def classes(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._wanted)
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        name = f"qsched-bus-{self._host}"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        return self._ready.wait(timeout_s)
+
+    def add_class(self, scheduling_class: str) -> Future[None]:
+        name = check_class(scheduling_class)
+        with self._lock:
+            self._wanted.add(name)
+        return self._later(functools.partial(self._subscribe, name))
+
+    def remove_class(self, scheduling_class: str) -> Future[None]:
+        name = check_class(scheduling_class)
+        with self._lock:
+            self._wanted.discard(name)
+        return self._later(functools.partial(self._unsubscribe, name))
+
+    @abc.abstractmethod
+    def _run(self) -> None:
+        """The consumer thread."""
+
+    @abc.abstractmethod
+    def _later(self, change: Callable[[], None]) -> Future[None]:
+        """Have the consumer thread run ``change``; the future is done once it has."""
+
+    @abc.abstractmethod
+    def _subscribe(self, name: str) -> None:
+        """In the consumer thread: start consuming class ``name``."""
+
+    @abc.abstractmethod
+    def _unsubscribe(self, name: str) -> None:
+        """In the consumer thread: stop consuming class ``name``."""
 
 
 class Bus(abc.ABC):

@@ -117,7 +117,7 @@ class _Command:
     epoch: int | None = None
 
 
-class KombuConsumer(base.Consumer):
+class KombuConsumer(base.ThreadedConsumer):
     """A reconnecting consumer loop in its own thread (kombu ConsumerMixin style).
 
     All channel work happens in that thread: settles from other threads and
@@ -130,15 +130,9 @@ class KombuConsumer(base.Consumer):
     def __init__(
         self, wire: KombuWire, host: str, on_message: base.OnMessage, classes: Iterable[str]
     ) -> None:
+        super().__init__(host, on_message, classes)
         self.wire = wire
-        self._host = base.check_host(host)
-        self._on_message = on_message
-        self._wanted = {base.check_class(name) for name in classes}
-        self._lock = threading.Lock()
         self._commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
         self._epoch = 0  # bumped on every disconnect: older deliveries cannot be settled
         self._connection: kombu.Connection | None = None
         self._channel: Any = None
@@ -146,22 +140,6 @@ class KombuConsumer(base.Consumer):
         self._unsettled: dict[int, KombuDelivery] = {}
 
     # -- the Consumer interface --
-
-    @property
-    def host(self) -> str:
-        return self._host
-
-    @property
-    def classes(self) -> frozenset[str]:
-        with self._lock:
-            return frozenset(self._wanted)
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        name = f"qsched-bus-{self._host}"
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
@@ -173,21 +151,6 @@ class KombuConsumer(base.Consumer):
             LOG.warning(
                 "bus consumer %s: a callback still runs after %.1f s", self._host, timeout_s
             )
-
-    def wait_ready(self, timeout_s: float) -> bool:
-        return self._ready.wait(timeout_s)
-
-    def add_class(self, scheduling_class: str) -> Future[None]:
-        name = base.check_class(scheduling_class)
-        with self._lock:
-            self._wanted.add(name)
-        return self._queue_change(functools.partial(self._subscribe_class, name))
-
-    def remove_class(self, scheduling_class: str) -> Future[None]:
-        name = base.check_class(scheduling_class)
-        with self._lock:
-            self._wanted.discard(name)
-        return self._queue_change(functools.partial(self._unsubscribe, name))
 
     # -- for deliveries --
 
@@ -245,9 +208,9 @@ class KombuConsumer(base.Consumer):
         self._connection = connection = self.wire.connect(self.wire.options.heartbeat_s)
         self._channel = connection.channel()
         self._channel.basic_qos(0, 1, False)  # per consumer: quorum queues refuse global
-        self._subscribe(self.wire.host_entity(self._host))
+        self._consume_queue(self.wire.host_entity(self._host))
         for name in sorted(self.classes):
-            self._subscribe_class(name)
+            self._subscribe(name)
         self._ready.set()
         LOG.info("bus consumer %s: consuming %s", self._host, sorted(self._subscriptions))
         while not self._stop.is_set():
@@ -257,11 +220,11 @@ class KombuConsumer(base.Consumer):
             connection.heartbeat_check(rate=self.wire.transport.heartbeat_rate)
         self._run_commands()  # settles already asked for are finished work: do them
 
-    def _subscribe_class(self, name: str) -> None:
+    def _subscribe(self, name: str) -> None:
         if name in self._subscriptions or name not in self.classes:
             return
         try:
-            self._subscribe(self.wire.boot_entity(name), key=name)
+            self._consume_queue(self.wire.boot_entity(name), key=name)
         except self.wire.channel_errors:
             with self._lock:  # e.g. declared elsewhere with other arguments: do not loop on it
                 self._wanted.discard(name)
@@ -269,7 +232,7 @@ class KombuConsumer(base.Consumer):
             raise
         self.wire.note_class(name)
 
-    def _subscribe(self, entity: kombu.Queue, key: str = "") -> None:
+    def _consume_queue(self, entity: kombu.Queue, key: str = "") -> None:
         self.wire.redeclare(self._channel, entity)
         subscription = kombu.Consumer(
             self._channel,
@@ -326,7 +289,7 @@ class KombuConsumer(base.Consumer):
 
     # -- commands and shutdown --
 
-    def _queue_change(self, change: Callable[[], None]) -> Future[None]:
+    def _later(self, change: Callable[[], None]) -> Future[None]:
         command = _Command(change, Future())
         self._commands.put(command)
         return command.future

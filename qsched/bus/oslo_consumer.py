@@ -139,7 +139,7 @@ class _Endpoint:
         return self._consumer.deliver(self._route, payload)
 
 
-class OsloConsumer(base.Consumer):
+class OsloConsumer(base.ThreadedConsumer):
     """An agent's listeners (its host queue, one per boot class) and the thread that
     starts and stops them.
 
@@ -151,39 +151,17 @@ class OsloConsumer(base.Consumer):
     def __init__(
         self, wire: OsloWire, host: str, on_message: base.OnMessage, classes: Iterable[str]
     ) -> None:
+        super().__init__(host, on_message, classes)
         self.wire = wire
-        self._host = base.check_host(host)
-        self._on_message = on_message
-        self._wanted = {base.check_class(name) for name in classes}
-        self._lock = threading.Lock()
         self._callback_lock = threading.Lock()  # one callback at a time
         self._in_callback = threading.local()
         self._changes: queue.SimpleQueue[tuple[Callable[[], None], Future[None]]] = (
             queue.SimpleQueue()
         )
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
         self._listeners: dict[str, Any] = {}  # class (HOST_KEY: the host) -> oslo server
         self._unsettled: dict[int, OsloDelivery] = {}
 
     # -- the Consumer interface --
-
-    @property
-    def host(self) -> str:
-        return self._host
-
-    @property
-    def classes(self) -> frozenset[str]:
-        with self._lock:
-            return frozenset(self._wanted)
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        name = f"qsched-bus-{self._host}"
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
@@ -203,21 +181,6 @@ class OsloConsumer(base.Consumer):
             delivery.give_back()
         for server in listeners:
             _wait_in_background(server)
-
-    def wait_ready(self, timeout_s: float) -> bool:
-        return self._ready.wait(timeout_s)
-
-    def add_class(self, scheduling_class: str) -> Future[None]:
-        name = base.check_class(scheduling_class)
-        with self._lock:
-            self._wanted.add(name)
-        return self._change(lambda: self._listen_class(name))
-
-    def remove_class(self, scheduling_class: str) -> Future[None]:
-        name = base.check_class(scheduling_class)
-        with self._lock:
-            self._wanted.discard(name)
-        return self._change(lambda: self._unlisten(name))
 
     # -- for deliveries --
 
@@ -265,7 +228,7 @@ class OsloConsumer(base.Consumer):
         try:
             self._listen(HOST_KEY, self.wire.host_route(self._host))
             for name in sorted(self.classes):
-                self._listen_class(name)
+                self._subscribe(name)
         except Exception:
             LOG.exception("bus consumer %s: cannot start listening", self._host)
             return
@@ -290,12 +253,12 @@ class OsloConsumer(base.Consumer):
         else:
             future.set_result(None)
 
-    def _change(self, change: Callable[[], None]) -> Future[None]:
+    def _later(self, change: Callable[[], None]) -> Future[None]:
         future: Future[None] = Future()
         self._changes.put((change, future))
         return future
 
-    def _listen_class(self, name: str) -> None:
+    def _subscribe(self, name: str) -> None:
         if name in self.classes:
             self._listen(name, self.wire.boot_route(name))
 
@@ -312,7 +275,7 @@ class OsloConsumer(base.Consumer):
         with self._lock:
             self._listeners[key] = server
 
-    def _unlisten(self, name: str) -> None:
+    def _unsubscribe(self, name: str) -> None:
         with self._lock:
             server = self._listeners.pop(name, None)
         if server is not None:
