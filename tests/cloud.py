@@ -56,12 +56,17 @@ def rabbit_failover_url(amqp_url: str = AMQP_URL) -> str:
     return f"rabbit://{user}{down},{user}{up}/{vhost}"
 
 
+#: The ``[bus]`` options of a fixture param other than the kombu bus's defaults.
+BUS_OPTIONS: dict[str, Options] = {"oslo": {"bus": {"driver": "oslo.messaging"}}}
+
+
 def transport_url(server: str) -> str:
-    """The bus URL for a fixture's ``rabbitmq``, ``rabbit-failover`` (:func:`rabbit_failover_url`)
-    or ``redis`` param, once the server answers."""
-    if server in ("rabbitmq", "rabbit-failover"):
+    """The bus URL for a fixture's ``rabbitmq``, ``rabbit-failover`` (:func:`rabbit_failover_url`),
+    ``oslo`` (RabbitMQ, through the oslo.messaging bus: :data:`BUS_OPTIONS`) or ``redis``
+    param, once the server answers."""
+    if server in ("rabbitmq", "rabbit-failover", "oslo"):
         require_rabbitmq()
-        return AMQP_URL if server == "rabbitmq" else rabbit_failover_url()
+        return rabbit_failover_url() if server == "rabbit-failover" else AMQP_URL
     real_redis(BUS_REDIS_URL)
     return BUS_REDIS_URL
 
@@ -109,14 +114,14 @@ class Cloud(ProcessStack):
 
 @contextlib.contextmanager
 def running_cloud(directory: Path, server: str) -> Iterator[Cloud]:
-    """A started :class:`Cloud` on the ``rabbitmq`` or ``redis`` bus, its ledger's
+    """A started :class:`Cloud` on the bus a param of :func:`transport_url` names, its ledger's
     database flushed before and after."""
     if shutil.which("gunicorn", path=str(Path(sys.executable).parent)) is None:
         pytest.fail("gunicorn is missing from the virtual environment: run make install")
     ledger = real_redis()
     transport = transport_url(server)
     ledger.flushdb()
-    cloud = Cloud(directory, transport)
+    cloud = Cloud(directory, transport, options=BUS_OPTIONS.get(server))
     cloud.start()
     try:
         yield cloud

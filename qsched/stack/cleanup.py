@@ -10,11 +10,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from qsched.bus.base import Names
     from qsched.bus.kombu_wire import KombuWire
 
 
-def forget_bus(transport_url: str, prefix: str, classes: list[str], hosts: list[str]) -> list[str]:
+def forget_bus(
+    transport_url: str, prefix: str, classes: list[str], hosts: list[str],
+    names: Names | None = None,
+) -> list[str]:  # fmt: skip
     """Remove a stack's queues and exchanges (RabbitMQ) or keys (kombu's Redis transport).
+
+    ``names``: the bus's, when its queues are not the kombu bus's (the oslo.messaging
+    bus's :class:`~qsched.bus.oslo_wire.OsloNames`).
 
     :returns: what RabbitMQ refused to delete, one line each.
     :raises: one of the wire's errors when the broker cannot be reached at all.
@@ -24,7 +31,7 @@ def forget_bus(transport_url: str, prefix: str, classes: list[str], hosts: list[
     wire = KombuWire(transport_url, prefix=prefix)
     try:
         if wire.amqp:
-            return _delete_amqp(wire, classes, hosts)
+            return _delete_amqp(wire, classes, hosts, names or wire.names)
         if wire.driver == "redis":
             _delete_redis_keys(wire, prefix)
         return []
@@ -32,8 +39,7 @@ def forget_bus(transport_url: str, prefix: str, classes: list[str], hosts: list[
         wire.close()
 
 
-def _delete_amqp(wire: KombuWire, classes: list[str], hosts: list[str]) -> list[str]:
-    names = wire.names
+def _delete_amqp(wire: KombuWire, classes: list[str], hosts: list[str], names: Names) -> list[str]:
     queues = [names.dead_queue, *map(names.boot_queue, classes), *map(names.host_queue, hosts)]
     return _delete_names(wire, queues, [names.exchange, names.dead_exchange])
 

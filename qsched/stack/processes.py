@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from qsched import conf as qconf
+from qsched.conf.bus import OSLO_MESSAGING
 from qsched.ledger import Stores, open_stores
 from qsched.net import LOOPBACK, free_port
 from qsched.stack.cleanup import forget_bus
@@ -288,7 +289,12 @@ class ProcessStack:
             :meth:`~qsched.ledger.backend.Backend.forget_cell` raise.
         """
         hosts = sorted(self._hosts)
-        failed = forget_bus(self.transport_url, self.prefix, self.classes(), hosts)
+        names = None
+        if self.options.bus.driver == OSLO_MESSAGING:
+            from qsched.bus.oslo_wire import OsloNames  # oslo.messaging only for that bus
+
+            names = OsloNames(self.prefix)
+        failed = forget_bus(self.transport_url, self.prefix, self.classes(), hosts, names)
         if self.own_cell:
             self.stores.backend.forget_cell()
         return failed
