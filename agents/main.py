@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 # An agent serves its own registry from its own process: gunicorn's multiprocess mode
@@ -78,8 +79,10 @@ config_file_option = click.option(
 )
 
 
-def wait_for_stop_signal() -> int:
-    """Block until SIGTERM or SIGINT, the ways an agent process is told to stop; return it."""
+def catch_stop_signals() -> Callable[[], int]:
+    """Catch SIGTERM and SIGINT, the ways an agent process is told to stop, from now on;
+    return what blocks until one came, and returns it. Call it before the agent starts:
+    a signal that came while it started is then kept, not the end of the process."""
     received: list[int] = []
     stop = threading.Event()
 
@@ -89,8 +92,12 @@ def wait_for_stop_signal() -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    stop.wait()
-    return received[0]
+
+    def wait() -> int:
+        stop.wait()
+        return received[0]
+
+    return wait
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -117,6 +124,7 @@ def main(config_files: tuple[str, ...], debug: bool) -> None:
         conf.set_override("debug", True)
     qconf.setup_logging(conf)
     options = qconf.Options.from_conf(conf)
+    wait_for_stop_signal = catch_stop_signals()
     try:
         agent = build_agent(options)
         agent.start()

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from agents.main import build_agent, config_file_option, wait_for_stop_signal
+from agents.main import build_agent, catch_stop_signals, config_file_option
 from agents.service import ComputeAgent
 from qsched import conf as qconf
 from qsched.bench.timing import RECONCILE, REGISTRATION, PhaseTimer, peak_rss_kb
@@ -82,6 +82,7 @@ def main(
 ) -> None:
     """Run qsched compute agents and report how long their start took."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    wait_for_stop_signal = catch_stop_signals()
     timer = PhaseTimer()
     wrapped = timer.wrap("registration", REGISTRATION) + timer.wrap("reconcile", RECONCILE)
     agents = build_agents(qconf.load_options(config_files=config_files), host_count)
