@@ -9,6 +9,7 @@ qsched.ledger.base, .backend and .inspection.
 from __future__ import annotations
 
 import ast
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,3 +75,15 @@ def test_the_walk_catches_each_kind(source: str) -> None:
 def test_the_walk_lets_the_interfaces_through() -> None:
     source = "from qsched.ledger import Stores\nstores.backend.ping()\nstores.inspector.keys()"
     assert list(violations(ast.parse(source))) == []
+
+
+def test_a_ledger_client_is_not_held_to_redis_pys_hundred_connections() -> None:
+    """redis-py 8 caps a pool at 100 connections and then raises: an embedded stack of
+    50 agents, or an API with many threads, would fail on a busy moment."""
+    from qsched.ledger import redis as ledger_redis
+
+    for url in ("redis://127.0.0.1:6379/1", f"fakeredis://pool-{uuid.uuid4().hex}"):
+        pool = ledger_redis.connect(url).connection_pool
+        assert pool.max_connections == ledger_redis.MAX_CONNECTIONS > 1000, url
+    asked = ledger_redis.connect("redis://127.0.0.1:6379/1?max_connections=7")
+    assert asked.connection_pool.max_connections == 7  # the URL's own bound wins

@@ -57,9 +57,10 @@ def is_embedded_url(url: str) -> bool:
     return url.startswith(SCHEME)
 
 
-def connect(url: str) -> Any:
+def connect(url: str, max_connections: int | None = None) -> Any:
     """A client of the process's server named in ``url`` (made on first use): a
-    ``fakeredis.FakeRedis``, which is a ``redis.Redis``.
+    ``fakeredis.FakeRedis``, which is a ``redis.Redis``, its pool bounded at
+    ``max_connections`` (None: redis-py's default).
 
     :raises EmbeddedNotInstalled: fakeredis or lupa is missing.
     """
@@ -70,7 +71,7 @@ def connect(url: str) -> Any:
         if server is None:
             server = _servers[name] = fakeredis.FakeServer()
             compile_scripts_once(fakeredis.FakeRedis(server=server))
-    return fakeredis.FakeRedis(server=server)
+    return fakeredis.FakeRedis(server=server, max_connections=max_connections)
 
 
 class CompiledScripts:

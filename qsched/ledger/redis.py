@@ -55,6 +55,14 @@ DURABILITY_MODES = ("async", "replica", "disk")
 T = TypeVar("T")
 
 
+#: Connections one client's pool may open. redis-py 8 caps a pool at 100 by default and
+#: then raises instead of waiting; a process's concurrent ledger calls are bounded by
+#: its threads (gunicorn's, an agent's consumer, spawn workers and periodic tasks, the
+#: agents of an embedded stack), so the bound is set far above them, as redis-py's
+#: earlier releases had none. A URL's ``?max_connections=`` still wins.
+MAX_CONNECTIONS = 10_000
+
+
 def connect(url: str, connect_timeout_s: float = 2.0, timeout_s: float = 10.0) -> redis.Redis:
     """Return a client for ``url`` (see the module docstring).
 
@@ -64,13 +72,14 @@ def connect(url: str, connect_timeout_s: float = 2.0, timeout_s: float = 10.0) -
     :raises EmbeddedNotInstalled: a ``fakeredis://`` URL without the embedded extra.
     """
     if embedded.is_embedded_url(url):
-        client: redis.Redis = embedded.connect(url)
+        client: redis.Redis = embedded.connect(url, MAX_CONNECTIONS)
         return client
     return redis.Redis.from_url(
         url,
         socket_connect_timeout=connect_timeout_s,
         socket_timeout=timeout_s,
         health_check_interval=30,
+        max_connections=MAX_CONNECTIONS,
     )
 
 
