@@ -281,6 +281,19 @@ def test_the_fault_plan_is_seeded_and_inside_the_window() -> None:
     assert WINDOW[0] * 100 <= times[0] and times[-1] <= WINDOW[1] * 100
 
 
+def short_run(transport: str, duration_s: float, tmp_path: Path) -> tuple[dict, dict]:
+    """A chaos run on ``transport`` with every fault once, on a small stack; its report
+    and the fault counts asked for."""
+    spec = StackSpec(agents=3, nodes_per_agent=2, node_vcpus=4, node_ram_mb=8192,
+                     spawn_delay_s=0.3, build_timeout_s=16, shutdown_timeout_s=5,
+                     heartbeat_ttl_s=1, reconcile_interval_s=1, ledger_timeout_s=1)  # fmt: skip
+    counts = {kind: 1 for kind in KINDS}
+    settings = RunSettings(transport, duration_s=duration_s, rate=3, lifetime_s=3,
+                           outage_s=1.5, stall_s=2, fault_counts=counts, spec=spec,
+                           progress_every_s=60)  # fmt: skip
+    return ChaosRun(settings, tmp_path, lambda line: None).execute(), counts
+
+
 @pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.timeout(150)
@@ -291,14 +304,7 @@ def test_a_short_run_injects_every_fault_and_checks(tmp_path: Path) -> None:
                        "install it with: apt-get install redis-server")  # fmt: skip
     if shutil.which("gunicorn", path=str(Path(sys.executable).parent)) is None:
         pytest.fail("gunicorn is missing from the virtual environment: run make install")
-    spec = StackSpec(agents=3, nodes_per_agent=2, node_vcpus=4, node_ram_mb=8192,
-                     spawn_delay_s=0.3, build_timeout_s=16, shutdown_timeout_s=5,
-                     heartbeat_ttl_s=1, reconcile_interval_s=1, ledger_timeout_s=1)  # fmt: skip
-    counts = {kind: 1 for kind in KINDS}
-    settings = RunSettings("redis", duration_s=40, rate=3, lifetime_s=3, outage_s=1.5,
-                           stall_s=2, fault_counts=counts, spec=spec,
-                           progress_every_s=60)  # fmt: skip
-    report = ChaosRun(settings, tmp_path, lambda line: None).execute()
+    report, counts = short_run("redis", 40, tmp_path)
     events = report["faults"]["events"]
     assert [e.get("error") for e in events] == [None] * len(KINDS), events
     assert report["faults"]["by_kind"] == counts
@@ -326,14 +332,7 @@ def test_a_short_oslo_run_injects_every_fault_and_checks(tmp_path: Path) -> None
         if shutil.which(command) is None:
             require_server(command, "PATH", FileNotFoundError(command),
                            f"install it with: apt-get install {command}")  # fmt: skip
-    spec = StackSpec(agents=3, nodes_per_agent=2, node_vcpus=4, node_ram_mb=8192,
-                     spawn_delay_s=0.3, build_timeout_s=16, shutdown_timeout_s=5,
-                     heartbeat_ttl_s=1, reconcile_interval_s=1, ledger_timeout_s=1)  # fmt: skip
-    counts = {kind: 1 for kind in KINDS}
-    settings = RunSettings("oslo", duration_s=30, rate=3, lifetime_s=3, outage_s=1.5,
-                           stall_s=2, fault_counts=counts, spec=spec,
-                           progress_every_s=60)  # fmt: skip
-    report = ChaosRun(settings, tmp_path, lambda line: None).execute()
+    report, counts = short_run("oslo", 30, tmp_path)
     events = report["faults"]["events"]
     assert [e.get("error") for e in events] == [None] * len(KINDS), events
     assert report["faults"]["by_kind"] == counts
