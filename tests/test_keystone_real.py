@@ -9,6 +9,7 @@ goes through a keystoneauth session that found the endpoint in the catalog.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 import uuid
@@ -31,7 +32,7 @@ from qsched.context import RequestContext
 from qsched.ledger import open_stores
 from qsched.policy import Policy
 from qsched.stack.config import ini_text
-from qsched.stack.keystone import KeystoneServer
+from qsched.stack.keystone import KeystoneFailed, KeystoneServer
 from qsched.stack.memcached import MemcachedFailed, MemcachedServer
 from tests.conftest import KeystoneCloud, require_server
 
@@ -415,3 +416,24 @@ def test_the_shipped_deploy_config_serves_tokens_cached_in_memcached(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_failed_manage_step_says_what_keystone_said(tmp_path: Path) -> None:
+    """A ``keystone-manage`` step that fails raises KeystoneFailed with its words."""
+    server = KeystoneServer(tmp_path)
+    server.config.write_text("[database]\nconnection = sqlite:///" + str(tmp_path / "k.db") + "\n")
+    said = r"(?s)keystone-manage no_such_step exited 2: .*invalid choice"
+    with pytest.raises(KeystoneFailed, match=said):
+        server._manage("no_such_step")
+
+
+def test_an_admin_password_beginning_with_a_dash_bootstraps(tmp_path: Path) -> None:
+    """``token_urlsafe`` draws a leading "-" once in 64; keystone-manage must not take it
+    for an option."""
+    server = KeystoneServer(tmp_path)
+    server.admin = dataclasses.replace(server.admin, password="-" + server.admin.password)
+    server.start()
+    try:
+        assert server.session().get_token()
+    finally:
+        server.stop()

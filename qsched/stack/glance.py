@@ -96,6 +96,7 @@ class GlanceServer(WSGIService):
     """
 
     NAME, MANAGE, LOGS = "Glance", "glance-manage", ("glance-api.log",)
+    FAILED = GlanceFailed
     WSGI_APP = "glance.wsgi.api:application"
 
     def __init__(self, directory: Path, keystone_url: str, service_user: User) -> None:

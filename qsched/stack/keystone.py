@@ -87,6 +87,7 @@ class KeystoneServer(WSGIService):
     """
 
     NAME, MANAGE, LOGS = "Keystone", "keystone-manage", ("keystone.log",)
+    FAILED = KeystoneFailed
     WSGI_APP = "keystone.server.wsgi:initialize_public_application()"
 
     def __init__(
@@ -124,7 +125,8 @@ class KeystoneServer(WSGIService):
         self._manage(
             "bootstrap",
             "--bootstrap-username", self.admin.name,
-            "--bootstrap-password", self.admin.password,
+            # One word: a password may begin with "-", and would be read as an option.
+            f"--bootstrap-password={self.admin.password}",
             "--bootstrap-project-name", self.admin.project,
             "--bootstrap-role-name", "admin",
             "--bootstrap-region-id", REGION,
