@@ -56,10 +56,6 @@ class AggregateHostNotFound(exception.NotFound):
     msg_fmt = "Aggregate {aggregate_id} has no host {host}."
 
 
-class ComputeHostNotFound(exception.NotFound):
-    msg_fmt = "Compute host {host} could not be found."
-
-
 class InvalidAggregateAction(exception.Invalid):
     """Nova's ``InvalidAggregateAction*``: ``action`` is its verb phrase."""
 

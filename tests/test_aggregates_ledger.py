@@ -9,12 +9,12 @@ import uuid as uuidlib
 
 import pytest
 
+from qsched import exception
 from qsched.aggregates import (
     AggregateHostExists,
     AggregateHostNotFound,
     AggregateNameExists,
     AggregateNotFound,
-    ComputeHostNotFound,
     InvalidAggregateAction,
 )
 from qsched.ledger import Stores
@@ -94,7 +94,7 @@ def test_metadata_set_and_removed_in_one_step(stores: Stores) -> None:
 def test_a_host_joins_and_its_root_providers_follow(stores: Stores) -> None:
     store = stores.aggregates
     made = store.create("gpu-rack")
-    with pytest.raises(ComputeHostNotFound, match="Compute host cn1 could not be found"):
+    with pytest.raises(exception.ComputeHostNotFound, match="Compute host cn1 could not be found"):
         store.add_host(made.id, "cn1")
     root, child = register(stores, "cn1")
     joined = store.add_host(made.id, "cn1")

@@ -17,7 +17,6 @@ from qsched import exception
 from qsched.aggregates import (
     Aggregate,
     AggregateHostNotFound,
-    ComputeHostNotFound,
     InvalidAggregateAction,
 )
 from qsched.api import Handler, context_of, microversion, read_json, schemas, usage_time
@@ -101,7 +100,7 @@ class AggregateAction(Handler):
                 raise falcon.HTTPConflict(description=str(exc)) from None  # Nova's 409
         try:
             return aggregates.remove_host(context, aggregate_id, host)
-        except (AggregateHostNotFound, ComputeHostNotFound):
+        except (AggregateHostNotFound, exception.ComputeHostNotFound):
             raise falcon.HTTPNotFound(
                 description=f"Cannot remove host {host} in aggregate {aggregate_id}"
             ) from None

@@ -117,7 +117,7 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "aggregate_name_exists": aggregates.AggregateNameExists,
         "aggregate_host_exists": aggregates.AggregateHostExists,
         "aggregate_host_not_found": aggregates.AggregateHostNotFound,
-        "compute_host_not_found": aggregates.ComputeHostNotFound,
+        "compute_host_not_found": exception.ComputeHostNotFound,
         "invalid_aggregate_action": aggregates.InvalidAggregateAction,
         "group_not_found": exception.GroupNotFound,
         "group_exists": lambda **k: exception.Conflict(reason=f"server group {k['group']} exists"),
