@@ -12,6 +12,7 @@ replica`` every claim the ledger acknowledged must still be on the new master.
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import threading
 import time
@@ -20,8 +21,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from qsched import exception
+from qsched.admin.cli import cli
 from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
@@ -242,3 +245,18 @@ def test_no_acknowledged_claim_is_lost_when_the_master_is_killed(
     sentinel_set.rejoin(killed[0])  # the old master comes back as a replica, with the writes
     assert redis_store(stores).client.ping()
     stores.backend.close()
+
+
+def test_the_admin_cli_and_its_janitor_read_the_ledger_through_the_sentinels(
+    conf, sentinel_set: SentinelSet, tmp_path: Path
+) -> None:
+    providers = _cloud(_stores(conf, sentinel_set.url(), "replica", 2))  # on both replicas
+    sentinel_set.kill_master()  # what they read is on the promoted replica
+    config = tmp_path / "qsched.conf"
+    config.write_text(f"[ledger]\nurl = {sentinel_set.url()}\n")
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["--config-file", str(config), "providers", "-f", "json"])
+    assert listed.exit_code == 0, listed.output
+    assert {p["uuid"] for p in json.loads(listed.output)} == set(providers)
+    janitor = runner.invoke(cli, ["--config-file", str(config), "janitor", "run", "--dry-run"])
+    assert janitor.exit_code == 0, janitor.output
