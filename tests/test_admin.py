@@ -387,6 +387,23 @@ def test_unreachable_redis_is_one_line(write_config) -> None:
     _one_line_error(admin("server", "why", str(uuid.uuid4()), code=1))
 
 
+def test_unreachable_sentinels_are_one_line_without_a_password(write_config) -> None:
+    url = "redis+sentinel://:secret@127.0.0.1:1,127.0.0.1:2/qsched/0?sentinel_password=hush"
+    admin = write_config(f"[ledger]\nurl = {url}\nconnect_timeout_s = 0.2\n")
+    line = _one_line_error(admin("agents", code=1))
+    shown = "redis+sentinel://:***@127.0.0.1:1,127.0.0.1:2/qsched/0?sentinel_password=***"
+    assert f"the ledger (Redis at {shown}) is unreachable" in line
+    assert "No master found for 'qsched'" in line
+    assert "secret" not in line and "hush" not in line
+
+
+def test_a_malformed_sentinel_url_is_a_usage_error(write_config) -> None:
+    admin = write_config("[ledger]\nurl = redis+sentinel://:secret@127.0.0.1:1\n")
+    line = _one_line_error(admin("agents", code=2))
+    assert "must name the master's service" in line and "/service_name/db" in line
+    assert "secret" not in line
+
+
 def test_unreachable_broker_is_one_line(write_config) -> None:
     admin = write_config(
         "[DEFAULT]\ntransport_url = amqp://guest:guest@127.0.0.1:1//\n"

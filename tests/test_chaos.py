@@ -16,9 +16,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from qsched.chaos import checks
-from qsched.chaos.faults import KINDS, WINDOW, make_plan
+from qsched.chaos.cli import main as chaos_main
+from qsched.chaos.faults import KINDS, SERVER_KINDS, WINDOW, default_counts, make_plan
 from qsched.chaos.load import Call
 from qsched.chaos.report import table
 from qsched.chaos.runner import ChaosRun, RunSettings
@@ -340,3 +342,26 @@ def test_a_short_oslo_run_injects_every_fault_and_checks(tmp_path: Path) -> None
     assert report["quiescence"]["reached"]
     assert report["cleanup"]["broker_start_s"] < 60
     assert report["ok"], {k: v for k, v in report["invariants"].items() if not v["ok"]}
+
+
+def test_a_sentinel_ledger_kills_its_master_instead_of_the_one_server_faults() -> None:
+    counts = default_counts(240, "sentinel")
+    assert counts["master_kill"] == 1
+    assert [counts[kind] for kind in SERVER_KINDS] == [0] * len(SERVER_KINDS)
+    assert default_counts(240)["machine_crash"] == 1 and "master_kill" not in default_counts(240)
+    plan = make_plan(100, counts, random.Random(3))
+    assert "master_kill" in [f.kind for f in plan]
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["--ledger", "sentinel", "--crashes", "1"], "--crashes: those faults hit a one-server"),
+        (["--ledger", "sentinel", "--stalls", "2"], "with --ledger sentinel use --master-kills"),
+        (["--durability", "replica"], "--durability replica needs replicas"),
+        (["--master-kills", "1"], "--master-kills needs --ledger sentinel"),
+    ],
+)
+def test_chaos_refuses_faults_the_ledger_cannot_take(args: list[str], why: str) -> None:
+    result = CliRunner().invoke(chaos_main, ["--transport", "redis", *args])
+    assert result.exit_code == 2 and why in result.output, result.output

@@ -8,6 +8,7 @@ conflict), 2 a usage error (bad option, unreadable config file, invalid value).
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -50,12 +51,14 @@ class AdminUsageError(AdminError):
 
 
 def safe_url(url: str) -> str:
-    """``url`` with its password masked."""
+    """``url`` with its passwords masked: the user's, and a query's ``*password=``
+    (a ``redis+sentinel://`` URL's ``sentinel_password``)."""
     parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
+    query = re.sub(r"(^|&)([^=&]*password=)[^&]*", r"\1\2***", parts.query)
+    netloc = parts.netloc
+    if parts.password:
+        netloc = netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def load_options(config_files: tuple[str, ...]) -> qconf.Options:

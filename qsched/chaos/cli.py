@@ -36,13 +36,17 @@ COUNT_OPTIONS = {
     "machine_crash": "crashes",
     "ledger_stall": "stalls",
     "poison": "poisons",
+    "master_kill": "master_kills",
 }
+#: the faults that hit the one ledger server: none of them on a Sentinel set
+SERVER_OPTIONS = {"ledger_restarts": "--ledger-restarts", "crashes": "--crashes",
+                  "stalls": "--stalls"}  # fmt: skip
 
 
 def _counts(o: dict[str, Any]) -> dict[str, int]:
     from qsched.chaos.faults import default_counts
 
-    counts = default_counts(o["duration_s"])
+    counts = default_counts(o["duration_s"], o["ledger"])
     given = {kind: o[option] for kind, option in COUNT_OPTIONS.items()}
     return {k: (v if v is not None else counts[k]) for k, v in given.items()}
 
@@ -56,6 +60,17 @@ def _counts(o: dict[str, Any]) -> dict[str, int]:
     help="Bus to test: the kombu bus on RabbitMQ (amqp) or on Redis (redis), the "
     "oslo.messaging bus on a RabbitMQ node of the run's own (oslo); both: amqp then "
     "redis; all: amqp, redis, then oslo.",
+)
+@click.option(
+    "--ledger",
+    type=click.Choice(["redis", "sentinel"]),
+    default="redis",
+    show_default=True,
+    help="Where the ledger lives: redis, one redis-server of the run's own (its faults: "
+    "--ledger-restarts, --crashes, --stalls); sentinel, a Redis Sentinel set of the run's "
+    "own (a master, two replicas, three sentinels, down-after 1 s) reached through a "
+    "redis+sentinel:// URL, whose fault is --master-kills. With sentinel, --durability "
+    "replica is the one that promises no acknowledged loss in a failover.",
 )
 @click.option(
     "--duration-s",
@@ -192,14 +207,23 @@ def _counts(o: dict[str, Any]) -> dict[str, int]:
     help="Rounds of poison messages on the boot and host queues [default: one per 120 s].",
 )
 @click.option(
+    "--master-kills",
+    type=click.IntRange(0),
+    default=None,
+    help="--ledger sentinel: SIGKILLs of the ledger's master under load; the killed "
+    "server comes back as a replica --outage-s after the promotion [default: 1 with "
+    "--ledger sentinel, else 0].",
+)
+@click.option(
     "--durability",
-    type=click.Choice(["disk", "async"]),
-    default="disk",
-    show_default=True,
-    help="[ledger] durability of the run, its ledger server set to match: disk "
-    "(appendfsync always; a machine crash must lose nothing) or async (appendfsync "
-    "everysec; a machine crash may lose --crash-loss-s of acknowledged writes, and the "
-    "run reports those losses without failing on them).",
+    type=click.Choice(["disk", "async", "replica"]),
+    default=None,
+    help="[ledger] durability of the run, its ledger servers set to match: disk "
+    "(appendfsync always; a machine crash must lose nothing), async (appendfsync "
+    "everysec; a machine crash or a killed master may lose acknowledged writes, and the "
+    "run reports those losses without failing on them) or replica (--ledger sentinel "
+    "only: WAIT for one replica; a killed master must lose nothing) [default: disk, "
+    "replica with --ledger sentinel].",
 )
 @click.option(
     "--crash-loss-s",
@@ -278,7 +302,8 @@ def main(**options: Any) -> None:
     Per transport: the API under gunicorn, --agents qsched-agent processes with
     fake nodes (their VMs kept in a file, as a hypervisor outlives its agent),
     the ledger on a redis-server of the run's own (AOF, fsync as --durability
-    asks), the bus on RabbitMQ (amqp) or on a second redis-server of the run's
+    asks) or on a Sentinel set of the run's own (--ledger sentinel), the bus
+    on RabbitMQ (amqp) or on a second redis-server of the run's
     own (redis), or the oslo.messaging bus on a RabbitMQ node of the run's own with
     deploy/rabbitmq-policies.sh applied (oslo), finite quotas. Boots and deletes go
     through HTTP on 127.0.0.1
@@ -286,7 +311,8 @@ def main(**options: Any) -> None:
     restarted) and frozen past their heartbeat TTL (SIGSTOP, SIGCONT), API
     workers are killed with boots in flight, poison messages are published, the
     broker and the ledger are restarted, the ledger stalls and its machine
-    crashes. Then it waits for quiescence and checks, from the ledger's own keys,
+    crashes (or, on a Sentinel set, its master is killed and a replica
+    promoted). Then it waits for quiescence and checks, from the ledger's own keys,
     what the agents report and what their drivers run: nothing lost, nothing
     placed twice, no over-commit, quota never exceeded, no leaked allocation or
     quota, nothing left behind a 503, no boot held unpublished, every agent's
@@ -296,6 +322,7 @@ def main(**options: Any) -> None:
     Progress goes to stderr; the table (or --json) to stdout. Exit status: 0 if
     every invariant held, 1 if one broke, 2 if the harness could not run.
     """
+    _check_ledger(options)
     transports = TRANSPORTS.get(options["transport"], [options["transport"]])
     workdir = options["workdir"] or Path(tempfile.mkdtemp(prefix="qsched-chaos-"))
     reports = []
@@ -320,6 +347,21 @@ def main(**options: Any) -> None:
     else:
         _echo_err(f"qsched-chaos: logs and data kept in {workdir}")
     sys.exit(0 if ok else 1)
+
+
+def _check_ledger(o: dict[str, Any]) -> None:
+    """Fill in --durability; refuse what the ledger chosen cannot take."""
+    sentinel = o["ledger"] == "sentinel"
+    if o["durability"] is None:
+        o["durability"] = "replica" if sentinel else "disk"
+    if o["durability"] == "replica" and not sentinel:
+        raise click.UsageError("--durability replica needs replicas: add --ledger sentinel")
+    given = [flag for option, flag in SERVER_OPTIONS.items() if o[option]]
+    if sentinel and given:
+        raise click.UsageError(f"{', '.join(given)}: those faults hit a one-server ledger; "
+                               "with --ledger sentinel use --master-kills")  # fmt: skip
+    if not sentinel and o["master_kills"]:
+        raise click.UsageError("--master-kills needs --ledger sentinel")
 
 
 def _settings(transport: str, o: dict[str, Any]) -> RunSettings:
@@ -354,6 +396,7 @@ def _settings(transport: str, o: dict[str, Any]) -> RunSettings:
         spec=spec,
         drain=o["drain"],
         ledger_signal=signal.SIGKILL if o["ledger_signal"] == "kill" else signal.SIGTERM,
+        ledger=o["ledger"],
     )
 
 

@@ -30,6 +30,11 @@ Kinds:
 ``ledger_stall``
     SIGSTOP the ledger's ``redis-server`` for longer than the services'
     ledger timeout, then SIGCONT: the commands that waited run late.
+``master_kill``
+    With the ledger on a Sentinel set (``--ledger sentinel``): SIGKILL its
+    master under load, wait until the sentinels promote a replica, then start
+    the killed server again ``--outage-s`` later as a replica of the new master (an
+    operator bringing the machine back). ``restored`` is the promotion.
 ``poison``
     Malformed messages published straight to a boot queue and a host queue
     (an empty body, a text body, garbage, a wrong shape, an unknown class, an
@@ -54,6 +59,7 @@ from qsched.chaos.checks import claimed_by
 from qsched.chaos.poison import inject_poison
 from qsched.chaos.stack import Stack
 from qsched.ledger.server import AofSampler, RedisServer
+from qsched.stack.sentinel import SentinelSet
 
 KINDS = (
     "agent_kill",
@@ -66,6 +72,11 @@ KINDS = (
     "ledger_stall",
     "poison",
 )
+#: the faults of a ledger on a Sentinel set (``--ledger sentinel``), which the one-server
+#: ledger faults above do not apply to
+SENTINEL_KINDS = ("master_kill",)
+#: the faults that hit the one ledger server, refused on a Sentinel set
+SERVER_KINDS = ("ledger_restart", "machine_crash", "ledger_stall")
 WINDOW = (0.1, 0.75)  # faults start within this share of the run, to leave time to settle
 GAP_S = 4.0  # between one fault's end and the next one's start, while there is time
 GAP_SHARE = 0.025  # and at most this share of the run (short runs have no time to spare)
@@ -94,7 +105,7 @@ class Fault:
 
 def make_plan(duration_s: float, counts: dict[str, int], rng: random.Random) -> list[Fault]:
     """Spread the faults over the run, one per slot, kinds in a seeded random order."""
-    kinds = [kind for kind in KINDS for _ in range(counts.get(kind, 0))]
+    kinds = [kind for kind in KINDS + SENTINEL_KINDS for _ in range(counts.get(kind, 0))]
     rng.shuffle(kinds)
     if not kinds:
         return []
@@ -106,8 +117,13 @@ def make_plan(duration_s: float, counts: dict[str, int], rng: random.Random) -> 
     ]
 
 
-def default_counts(duration_s: float) -> dict[str, int]:
-    """Agent kills and freezes, worker kills, poison, one of each server fault."""
+def default_counts(duration_s: float, ledger: str = "redis") -> dict[str, int]:
+    """Agent kills and freezes, worker kills, poison, one of each server fault; on a
+    Sentinel set (``ledger`` ``sentinel``) one master kill instead of the ledger
+    server's faults."""
+    if ledger == "sentinel":
+        kinds = {kind: 0 for kind in SERVER_KINDS} | {"master_kill": 1}
+        return default_counts(duration_s) | kinds
     return {
         "agent_kill": max(1, int(duration_s // 45)),
         "agent_term": max(1, int(duration_s // 120)),
@@ -146,12 +162,14 @@ class FaultInjector(threading.Thread):
         t0: float,
         duration_s: float,
         load: Any = None,
+        sentinels: SentinelSet | None = None,
     ) -> None:
         super().__init__(name="chaos-faults")  # not a daemon: a restart must finish
         self.stack = stack
         self.faults = faults
         self.broker = broker
-        self.ledger = ledger
+        self.ledger = ledger  # on a Sentinel set, its first master
+        self.sentinels = sentinels
         self.settings = settings
         self.outage_s = settings.outage_s
         self.load = load  # the LoadGenerator, for the bursts of api_worker_kill
@@ -212,6 +230,8 @@ class FaultInjector(threading.Thread):
             self._stall(fault)
         elif fault.kind == "poison":
             self._poison(fault)
+        elif fault.kind == "master_kill":
+            self._kill_master(fault)
         else:
             raise ValueError(f"unknown fault kind {fault.kind!r}")
 
@@ -316,6 +336,19 @@ class FaultInjector(threading.Thread):
             proc.send_signal(signal.SIGCONT)
         fault.detail["stalled_s"] = round(time.time() - fault.started, 2)
         fault.restored = time.time()
+
+    def _kill_master(self, fault: Fault) -> None:
+        if self.sentinels is None:
+            fault.error = "no Sentinel set: run with --ledger sentinel"
+            return
+        fault.target = f"ledger master {self.sentinels.master().name}"
+        fault.started = time.time()
+        killed, promoted = self.sentinels.kill_master()
+        fault.restored = time.time()  # the ledger has a master again
+        fault.detail["promoted"] = promoted.name
+        self.abort.wait(self.outage_s)
+        self.sentinels.rejoin(killed)
+        fault.detail["rejoined_after_s"] = round(time.time() - fault.started, 2)
 
     def _poison(self, fault: Fault) -> None:
         fault.target = "boot and host queues"

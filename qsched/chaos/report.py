@@ -44,13 +44,16 @@ INVARIANTS = {
     "dead_letters": "poison not dead-lettered once, valid dead letters",
     "faults": "faults that failed or were not injected",
 }
-OUTAGES = ("broker_restart", "ledger_restart", "machine_crash", "ledger_stall")
+OUTAGES = ("broker_restart", "ledger_restart", "machine_crash", "ledger_stall", "master_kill")
 
 #: What a crash of the ledger's machine may break under each ``[ledger] durability``:
 #: ``async`` acknowledges writes the disk does not have yet, so boots answered 202 can
 #: vanish (lost), deletes answered 204 come back (lost deletes), and a VM its agent
 #: destroyed can be ACTIVE again in the rolled-back ledger until the drain deletes it.
 #: Everything else must hold: recovery converges whatever the setting.
+#: A master killed on a Sentinel set (``master_kill``) counts as such a crash: under
+#: ``async`` the promoted replica may lack what the master had acknowledged.
+LOSSY = ("machine_crash", "master_kill")
 MAY_LOSE: dict[str, frozenset[str]] = {
     "async": frozenset({"lost", "lost_deletes", "driver_before_drain"}),
     "replica": frozenset(),

@@ -31,6 +31,7 @@ from qsched.chaos.faults import Fault, FaultInjector, FaultSettings, default_cou
 from qsched.chaos.load import Call, LoadGenerator, token
 from qsched.chaos.servers import RabbitMQ, RabbitNode, RedisServer, wait_for
 from qsched.chaos.stack import FLAVORS, Stack, StackSpec
+from qsched.stack.sentinel import SentinelSet
 
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
 EVIDENCE_ITEMS = 10  # findings per invariant shown with their history
@@ -57,11 +58,12 @@ class RunSettings:
     drain: bool = True
     ledger_signal: int = signal.SIGTERM  # how the ledger restart stops Redis
     progress_every_s: float = 5.0
+    ledger: str = "redis"  # "redis": one server; "sentinel": a master, 2 replicas, 3 sentinels
 
     def counts(self) -> dict[str, int]:
-        return (
-            self.fault_counts if self.fault_counts is not None else default_counts(self.duration_s)
-        )
+        if self.fault_counts is not None:
+            return self.fault_counts
+        return default_counts(self.duration_s, self.ledger)
 
     def fault_settings(self) -> FaultSettings:
         return FaultSettings(self.outage_s, self.freeze_s, self.stall_s, self.crash_loss_s)
@@ -85,7 +87,8 @@ class ChaosRun:
         self.settings = settings
         self.dir = directory
         self.echo = echo
-        self.ledger: RedisServer | None = None
+        self.ledger: RedisServer | None = None  # on a Sentinel set, its first master
+        self.sentinels: SentinelSet | None = None
         self.bus_server: RedisServer | None = None
         self.rabbit: RabbitMQ | None = None
         self.rabbit_node: RabbitNode | None = None
@@ -118,9 +121,7 @@ class ChaosRun:
 
     def _start(self) -> None:
         s = self.settings
-        fsync = "always" if s.spec.durability == "disk" else "everysec"
-        self.ledger = RedisServer(self.dir, "ledger-redis", s.ledger_signal, fsync=fsync)
-        self.ledger.start()
+        ledger_url = self._start_ledger()
         if s.transport == "redis":
             self.bus_server = RedisServer(self.dir, "bus-redis")
             self.bus_server.start()
@@ -137,7 +138,7 @@ class ChaosRun:
                 self.rabbit.check_restartable()
             transport_url = s.amqp_url
         driver = "oslo.messaging" if s.transport == "oslo" else "kombu"
-        self.stack = Stack(s.spec, self.dir, transport_url, self.ledger.url, bus_driver=driver)
+        self.stack = Stack(s.spec, self.dir, transport_url, ledger_url, bus_driver=driver)
         if self.rabbit_node is not None:  # before any queue exists: its dead-letter exchange
             self.rabbit_node.apply_policies(self.stack.prefix, s.spec.delivery_limit)
         self.echo(
@@ -145,6 +146,20 @@ class ChaosRun:
             f"(bus prefix {self.stack.prefix}, logs in {self.stack.logs})"
         )
         self.stack.start()
+
+    def _start_ledger(self) -> str:
+        """The run's ledger servers, started: one redis-server, or a Sentinel set; its URL."""
+        s = self.settings
+        fsync = "always" if s.spec.durability == "disk" else "everysec"
+        if s.ledger == "sentinel":
+            self.sentinels = SentinelSet(self.dir / "ledger", fsync=fsync)
+            self.sentinels.start()
+            self.ledger = self.sentinels.master()
+            self.echo(f"[{s.transport}] ledger on a Sentinel set: {self.sentinels.url()}")
+            return self.sentinels.url()
+        self.ledger = RedisServer(self.dir, "ledger-redis", s.ledger_signal, fsync=fsync)
+        self.ledger.start()
+        return self.ledger.url
 
     def _load_with_faults(self) -> None:
         s, stack = self.settings, self._stack()
@@ -172,6 +187,7 @@ class ChaosRun:
             self.t0,
             s.duration_s,
             load=self.load,
+            sentinels=self.sentinels,
         )
         self.echo(
             f"[{s.transport}] load {s.rate}/s for {s.duration_s:.0f} s; faults planned: "
@@ -425,13 +441,15 @@ class ChaosRun:
             for e in events
             if e.get("error")
         ]
-        crashed = any(f.kind == "machine_crash" and f.started for f in self.faults)
+        # a master killed under async replication may take acknowledged writes with it
+        crashed = any(f.kind in report.LOSSY and f.started for f in self.faults)
         allowed = report.MAY_LOSE[self.settings.spec.durability] if crashed else frozenset()
         failed = [name for name, items in found.items() if items and name not in allowed]
         no_answer = [c.name for c in calls if c.kind == "boot" and c.status is None]
         names = snap.by_name()
         return {
             "transport": self.settings.transport,
+            "ledger": self.settings.ledger,
             "ok": not failed,
             "failed": failed,
             "settings": self.settings.to_dict(),
@@ -504,7 +522,7 @@ class ChaosRun:
             except Exception as exc:
                 info["bus_cleanup_failed"] = [f"{type(exc).__name__}: {exc}"]
             self.stack.close()
-        for server in (self.bus_server, self.ledger, self.rabbit_node):
+        for server in (self.bus_server, self.sentinels, self.ledger, self.rabbit_node):
             if server is not None:
                 server.stop()
         if self.rabbit_node is not None:

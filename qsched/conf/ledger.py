@@ -14,9 +14,18 @@ ledger_opts = [
         default="fakeredis://",
         secret=True,
         help="Where the ledger, quota and instance records live. redis://host:6379/0 (or "
-        "rediss://, unix://) for a real Redis; fakeredis:// keeps everything in this process, "
-        "for the embedded default and tests only (it needs the embedded extra: pip install "
-        "'qsched[embedded]').",
+        "rediss://, unix://) for one real Redis; "
+        "redis+sentinel://[[user]:password@]host:port[,host:port...]/service_name/db for the "
+        "master a Redis Sentinel set names, followed across failovers: the sentinels (port "
+        "26379 if none), the name they monitor the master under, the database; the password "
+        "(percent-encoded) is the master's. Its options, any other refused: "
+        "sentinel_password and sentinel_username (the sentinels' own credentials), "
+        "sentinel_timeout_s (one question to a sentinel; default connect_timeout_s), "
+        "min_other_sentinels (believe a sentinel only if it sees that many others; default "
+        "0). Example: redis+sentinel://:secret@10.0.0.1:26379,10.0.0.2:26379,"
+        "10.0.0.3:26379/qsched/0?sentinel_password=other. fakeredis:// keeps everything in "
+        "this process, for the embedded default and tests only (it needs the embedded extra: "
+        "pip install 'qsched[embedded]').",
     ),
     cfg.StrOpt(
         "cell",
@@ -78,8 +87,10 @@ ledger_opts = [
             (
                 "replica",
                 "acknowledged once durability_replicas replicas hold it (WAIT after "
-                "every state change, in the same round trip); a failover to such a replica "
-                "loses nothing acknowledged",
+                "every state change, in the same round trip). When the master dies, Sentinel "
+                "promotes the replica that holds the most, so nothing acknowledged is lost; a "
+                "failover while the old master still runs (SENTINEL FAILOVER, a network cut) "
+                "loses nothing acknowledged only if durability_replicas counts every replica",
             ),
             (
                 "disk",
@@ -95,7 +106,9 @@ ledger_opts = [
         "durability_replicas",
         default=1,
         min=1,
-        help="durability = replica: how many replicas must hold a write.",
+        help="durability = replica: how many replicas must hold a write. With every "
+        "replica counted, no failover loses an acknowledged write, but writes fail (the API "
+        "answers 503) while any replica is down; with fewer, see durability = replica.",
     ),
     cfg.IntOpt(
         "durability_timeout_ms",

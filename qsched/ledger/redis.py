@@ -6,8 +6,11 @@ Features
 
 Connection string
     ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...``,
-    ``unix:///path/to/socket?db=0``: one real Redis (no Sentinel or Cluster
-    client yet: a proxy in front of them is seen as one server).
+    ``unix:///path/to/socket?db=0``: one real Redis.
+    ``redis+sentinel://[:password@]host:port[,host:port...]/service_name/db``:
+    the master a Redis Sentinel set names, followed across its failovers
+    (:mod:`qsched.ledger.sentinel`). No Cluster client yet: a proxy in front
+    of a Cluster is seen as one server.
     ``fakeredis://[name]``: the embedded ledger of :mod:`qsched.ledger.embedded`
     (the ``embedded`` extra); demo and tests only, nothing survives the process.
 
@@ -47,7 +50,7 @@ from typing import Any, TypeVar
 import redis
 
 from qsched import aggregates, exception
-from qsched.ledger import embedded
+from qsched.ledger import embedded, sentinel
 from qsched.ledger.backend import ERROR, TIMED_OUT, UNREACHABLE, Backend, LedgerUnavailable
 from qsched.ledger.keys import Keyspace, lua_prelude
 
@@ -70,10 +73,15 @@ def connect(url: str, connect_timeout_s: float = 2.0, timeout_s: float = 10.0) -
     BackendUnavailable after it (and the API answer 503) rather than hang.
 
     :raises EmbeddedNotInstalled: a ``fakeredis://`` URL without the embedded extra.
+    :raises Invalid: a malformed ``redis+sentinel://`` URL.
+    :raises ValueError: another URL redis-py cannot read.
     """
     if embedded.is_embedded_url(url):
         client: redis.Redis = embedded.connect(url, MAX_CONNECTIONS)
         return client
+    if sentinel.is_sentinel_url(url):
+        return sentinel.connect(url, connect_timeout_s, timeout_s, health_check_interval=30,
+                                max_connections=MAX_CONNECTIONS)  # fmt: skip
     return redis.Redis.from_url(
         url,
         socket_connect_timeout=connect_timeout_s,
@@ -357,7 +365,7 @@ class RedisBackend(Backend):
             ) from exc
 
     def close(self) -> None:
-        self.store.client.close()
+        sentinel.close(self.store.client)
 
     @mapped
     def is_empty(self) -> bool:
