@@ -14,7 +14,9 @@ ledger_opts = [
         default="fakeredis://",
         secret=True,
         help="Where the ledger, quota and instance records live. redis://host:6379/0 (or "
-        "rediss://, unix://) for a real Redis; fakeredis:// keeps everything in this process, "
+        "rediss://, unix://) for a real Redis; redis+cluster://host:port[,host:port...] (or "
+        "rediss+cluster://) for a Redis Cluster, where a cell is one hash slot and "
+        "durability must stay async; fakeredis:// keeps everything in this process, "
         "for the embedded default and tests only (it needs the embedded extra: pip install "
         "'qsched[embedded]').",
     ),
@@ -22,7 +24,9 @@ ledger_opts = [
         "cell",
         default="cell1",
         help="Cell name. Every key of a cell carries the hash tag {<cell>}, so that a Redis "
-        "Cluster would keep a whole cell in one slot (the ledger has no Cluster client yet).",
+        "Cluster keeps a whole cell in one slot, on one master: a claim never spans shards. "
+        "Several cells may share one Redis or one cluster; give each its own [bus] prefix, "
+        "so that its agents consume only its boots.",
     ),
     cfg.FloatOpt(
         "cpu_allocation_ratio",

@@ -6,8 +6,9 @@ Features
 
 Connection string
     ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...``,
-    ``unix:///path/to/socket?db=0``: one real Redis (no Sentinel or Cluster
-    client yet: a proxy in front of them is seen as one server).
+    ``unix:///path/to/socket?db=0``: one real Redis.
+    ``redis+cluster://host:port[,host:port...]``: a Redis Cluster, through
+    redis-py's cluster client (:mod:`qsched.ledger.cluster`).
     ``fakeredis://[name]``: the embedded ledger of :mod:`qsched.ledger.embedded`
     (the ``embedded`` extra); demo and tests only, nothing survives the process.
 
@@ -47,7 +48,7 @@ from typing import Any, TypeVar
 import redis
 
 from qsched import aggregates, exception
-from qsched.ledger import embedded
+from qsched.ledger import cluster, embedded
 from qsched.ledger.backend import ERROR, TIMED_OUT, UNREACHABLE, Backend, LedgerUnavailable
 from qsched.ledger.keys import Keyspace, lua_prelude
 
@@ -70,10 +71,17 @@ def connect(url: str, connect_timeout_s: float = 2.0, timeout_s: float = 10.0) -
     BackendUnavailable after it (and the API answer 503) rather than hang.
 
     :raises EmbeddedNotInstalled: a ``fakeredis://`` URL without the embedded extra.
+    :raises Invalid: a malformed ``redis+cluster://`` URL.
+    :raises BackendUnavailable: no node of a cluster answered.
     """
     if embedded.is_embedded_url(url):
         client: redis.Redis = embedded.connect(url, MAX_CONNECTIONS)
         return client
+    if cluster.is_cluster_url(url):
+        # RedisCluster answers every command the stores send (one slot's keys, scripts
+        # called with a key of it, pipelines), though it is no subclass of Redis
+        nodes: Any = cluster.connect(url, connect_timeout_s, timeout_s, MAX_CONNECTIONS)
+        return nodes
     return redis.Redis.from_url(
         url,
         socket_connect_timeout=connect_timeout_s,
@@ -222,6 +230,7 @@ class RedisStore:
         self.max_events = max_events
         self.durability = durability or Durability()
         self._scripts: dict[str, Any] = {}
+        self._loaded: set[str] = set()  # scripts loaded on every master of a cluster
         self._wait = self.durability.mode == "replica"
 
     def script(self, name: str) -> Any:
@@ -231,6 +240,39 @@ class RedisStore:
         if found is None:
             found = self._scripts[name] = self.client.register_script(_source(name))
         return found
+
+    def queue_script(self, pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
+        """Queue script ``name`` on ``pipe``, to run when :meth:`execute` sends it.
+
+        redis-py's cluster pipeline refuses its Script objects, so there ``EVALSHA`` is
+        queued as a plain command, the script first loaded on every master.
+        """
+        script = self.script(name)
+        if not cluster.is_cluster(self.client):
+            script(keys=keys, args=args, client=pipe)
+            return
+        if name not in self._loaded:
+            self.client.script_load(script.script)  # redis-py sends it to every master
+            self._loaded.add(name)
+        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def execute(self, build: Callable[[Any], None]) -> list[Any]:
+        """A pipeline (no transaction) filled by ``build``, sent; its replies.
+
+        On a cluster a master that lacks a script (one that took over, or restarted)
+        answers NOSCRIPT: the scripts are loaded again and the pipeline is built and
+        sent once more, so ``build`` must queue only commands that may run twice.
+        """
+        for _attempt in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            build(pipe)
+            try:
+                return list(pipe.execute())
+            except redis.exceptions.NoScriptError:
+                if not cluster.is_cluster(self.client):
+                    raise
+                self._loaded.clear()
+        raise redis.exceptions.NoScriptError("the scripts could not be loaded on the cluster")
 
     @mapped
     def run(self, name: str, key: str, *args: Any) -> dict[str, Any]:
@@ -303,6 +345,8 @@ class RedisStore:
             says what to change.
         """
         mode = self.durability.mode
+        if cluster.is_cluster(self.client):
+            cluster.refuse_durability(mode)
         if mode == "async":
             return
         if embedded.is_embedded(self.client):
@@ -357,11 +401,11 @@ class RedisBackend(Backend):
             ) from exc
 
     def close(self) -> None:
-        self.store.client.close()
+        cluster.close(self.store.client)
 
     @mapped
     def is_empty(self) -> bool:
-        return not self.store.client.dbsize()
+        return not cluster.key_count(self.store.client)
 
     def command_stats(self) -> dict[str, tuple[int, int]]:
         try:
@@ -376,9 +420,9 @@ class RedisBackend(Backend):
 
     @mapped
     def forget_cell(self) -> int:
-        client = self.store.client
+        client, prefix = self.store.client, self.store.keys.prefix
         deleted, batch = 0, []
-        for key in client.scan_iter(match=glob_escape(self.store.keys.prefix) + "*", count=5000):
+        for key in cluster.scan_cell(client, prefix, glob_escape(prefix) + "*", 5000):
             batch.append(key)
             if len(batch) >= _UNLINK_BATCH:
                 deleted += client.unlink(*batch)
