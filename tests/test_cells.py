@@ -23,6 +23,7 @@ from qsched.flavors import Flavor
 from qsched.ledger import Stores, cluster, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State
+from qsched.stack import CellConfig, ProcessStack
 from qsched.stack.redis_cluster import RedisClusterServers
 from tests.helpers import wait_until
 from tests.raw import redis_store
@@ -118,3 +119,19 @@ def test_a_cells_boot_waits_for_that_cells_agents(conf, cells) -> None:
     assert wait_until(lambda: settled(second.stores, [waiting]), timeout_s=10)
     assert second.stores.instances.get(waiting).host == "cell2-cn0"
     assert audit(first.stores).ok and audit(second.stores).ok
+
+
+def test_an_agent_process_runs_on_a_cluster_url(tmp_path, cluster_url: str) -> None:
+    """qsched-agent as a process reading ``[ledger] url = redis+cluster://...`` and
+    ``[ledger] cell``: its nodes and heartbeats reach the cell's master. (Its bus is
+    in-process here; the tests above carry boots.)"""
+    stack = ProcessStack(tmp_path, CellConfig("memory://", cluster_url, "rcproc", cell="cell3"))
+    try:
+        stack.start_agent(0)
+        stack.wait_ready(60)
+        assert stack.stores.agents.alive(stack.host(0))
+        assert stack.stores.inspector.provider_count() > 0
+    finally:
+        assert stack.stop() == {"agent0": 0}
+        stack.forget()
+        stack.close()

@@ -134,3 +134,13 @@ def test_durability_other_than_async_is_refused_on_a_cluster(conf, cluster_url, 
     conf.set_override("durability", mode, group="ledger")
     with pytest.raises(exception.Invalid, match=f"durability = {mode} is not built for a Redis"):
         cluster_stores(conf, cluster_url)
+
+
+@pytest.mark.real
+def test_command_figures_come_from_the_cells_master(conf, cluster_url) -> None:
+    stores = cluster_stores(conf, cluster_url, "cell3")
+    before = stores.backend.command_stats().get("evalsha", (0, 0))[0]
+    for _ in range(3):
+        stores.ledger.create_provider(str(uuid.uuid4()), f"cn-{uuid.uuid4().hex[:6]}")
+    assert stores.backend.command_stats()["evalsha"][0] >= before + 3
+    stores.backend.close()

@@ -136,6 +136,16 @@ def scan_cell(client: Any, prefix: str, pattern: str, count: int) -> Iterator[An
     return iter(client.scan_iter(pattern, count=count))
 
 
+def cell_info(client: Any, prefix: str, section: str) -> dict[str, Any]:
+    """``INFO section`` of the server that holds the cell of ``prefix``: on a cluster,
+    the master that owns its slot (not whichever node the client would pick)."""
+    if is_cluster(client):
+        found: dict[str, Any] = client.info(section, target_nodes=cell_node(client, prefix))
+        return found
+    plain: dict[str, Any] = client.info(section)
+    return plain
+
+
 def key_count(client: Any) -> int:
     """Keys of the whole server: on a cluster, summed over every master."""
     if is_cluster(client):

@@ -409,7 +409,7 @@ class RedisBackend(Backend):
 
     def command_stats(self) -> dict[str, tuple[int, int]]:
         try:
-            raw = self.store.client.info("commandstats")
+            raw = cluster.cell_info(self.store.client, self.store.keys.prefix, "commandstats")
         except Exception:  # fakeredis or a Redis that refuses INFO: no figures, no failure
             return {}
         return {
