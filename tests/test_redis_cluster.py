@@ -11,6 +11,7 @@ import redis
 from qsched import exception
 from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, cluster, open_stores
+from qsched.ledger.backend import LedgerUnavailable
 from qsched.ledger.keys import Keyspace
 from qsched.stack.redis_cluster import SLOTS, RedisClusterServers, slot_ranges
 from tests.raw import redis_store
@@ -73,21 +74,6 @@ def test_the_launcher_forms_a_cluster_of_three_masters(redis_cluster: RedisClust
     assert owners == set(redis_cluster.ports), "cell1..3 are on the three masters"
 
 
-@pytest.mark.real
-def test_start_and_stop_a_cluster_of_its_own(tmp_path) -> None:
-    servers = RedisClusterServers(tmp_path, masters=2)
-    took_s = servers.start()
-    try:
-        assert took_s < 10
-        with servers.client(servers.ports[1]) as client:
-            assert b"cluster_state:ok" in client.execute_command("CLUSTER", "INFO")
-    finally:
-        servers.stop()
-    for port in servers.ports:
-        with servers.client(port) as client, pytest.raises(redis.ConnectionError):
-            client.ping()
-
-
 def cluster_stores(conf, url: str, cell: str = "cell1") -> Stores:
     conf.set_override("cell", cell, group="ledger")
     return open_stores(LedgerOptions.from_conf(conf), url=url)
@@ -144,3 +130,31 @@ def test_command_figures_come_from_the_cells_master(conf, cluster_url) -> None:
         stores.ledger.create_provider(str(uuid.uuid4()), f"cn-{uuid.uuid4().hex[:6]}")
     assert stores.backend.command_stats()["evalsha"][0] >= before + 3
     stores.backend.close()
+
+
+@pytest.mark.real
+def test_a_lost_master_fails_its_cells_calls_only(conf, tmp_path) -> None:
+    """A cluster of its own (two masters), one master killed: the calls and the health
+    ping of its cell fail as an outage, the other cell's go on."""
+    servers = RedisClusterServers(tmp_path, masters=2)
+    servers.start()
+    try:
+        lost, kept = (
+            cluster_stores(conf, servers.url, "cell1"),
+            cluster_stores(conf, servers.url, "cell2"),
+        )
+        owners = [cluster.cell_node(redis_store(s).client, redis_store(s).keys.prefix).port
+                  for s in (lost, kept)]  # fmt: skip
+        assert owners == servers.ports  # slots 5286 and 9413: one master each
+        servers.kill(owners[0])
+        with pytest.raises(exception.BackendUnavailable):
+            lost.ledger.create_provider(str(uuid.uuid4()), "cn1")
+        with pytest.raises(LedgerUnavailable, match="unreachable"):
+            lost.backend.ping()
+        kept.backend.ping()
+        assert kept.ledger.create_provider(str(uuid.uuid4()), "cn1").generation == 0
+    finally:
+        servers.stop()
+    for port in servers.ports:  # stop ended every master
+        with servers.client(port) as client, pytest.raises(redis.ConnectionError):
+            client.ping()

@@ -23,6 +23,14 @@ Connection string
     only; a URL naming another, or giving query options, is refused rather
     than half obeyed.
 
+Outages
+    The client reads the slot map when the stores open: a process started while
+    no startup node answers fails then with BackendUnavailable (a single Redis
+    is connected at the first call instead). Later, a master that does not
+    answer makes the calls of its cells fail with BackendUnavailable, and the
+    health ping of a cell asks that master, while the cells of the other
+    masters go on.
+
 Durability
     ``[ledger] durability = async`` only: ``replica`` sends ``WAIT`` on the
     connection of each write, and ``disk`` checks one server's settings, and
@@ -39,6 +47,7 @@ from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
 
 from qsched import exception
 
@@ -57,7 +66,7 @@ class ClusterURL:
     nodes: tuple[tuple[str, int], ...]
     tls: bool = False
     username: str | None = None
-    password: str | None = None
+    password: str | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def parse(cls, url: str) -> ClusterURL:
@@ -113,7 +122,7 @@ def connect(
             health_check_interval=30,
             max_connections=max_connections,
         )
-    except redis.RedisError as exc:
+    except (redis.RedisError, RedisClusterException) as exc:
         raise exception.BackendUnavailable(
             backend="Redis Cluster", url="ledger", reason=exc
         ) from exc
@@ -134,6 +143,24 @@ def scan_cell(client: Any, prefix: str, pattern: str, count: int) -> Iterator[An
     if is_cluster(client):
         return iter(client.scan_iter(pattern, count=count, target_nodes=cell_node(client, prefix)))
     return iter(client.scan_iter(pattern, count=count))
+
+
+def load_script(client: Any, prefix: str, source: str) -> None:
+    """SCRIPT LOAD ``source`` on the master of the cell of ``prefix`` only: loading it
+    on every master, as redis-py does, would fail while any one of them is down."""
+    client.execute_command("SCRIPT LOAD", source, target_nodes=cell_node(client, prefix))
+
+
+def ping_cell(client: Any, prefix: str) -> None:
+    """PING the server that holds the cell of ``prefix`` (on a cluster, the master that
+    owns its slot: another master's answer says nothing of the cell).
+
+    :raises redis.RedisError: it did not answer.
+    """
+    if is_cluster(client):
+        client.ping(target_nodes=cell_node(client, prefix))
+    else:
+        client.ping()
 
 
 def cell_info(client: Any, prefix: str, section: str) -> dict[str, Any]:

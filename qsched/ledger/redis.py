@@ -230,7 +230,7 @@ class RedisStore:
         self.max_events = max_events
         self.durability = durability or Durability()
         self._scripts: dict[str, Any] = {}
-        self._loaded: set[str] = set()  # scripts loaded on every master of a cluster
+        self._loaded: set[str] = set()  # scripts loaded on the cell's master of a cluster
         self._wait = self.durability.mode == "replica"
 
     def script(self, name: str) -> Any:
@@ -245,16 +245,27 @@ class RedisStore:
         """Queue script ``name`` on ``pipe``, to run when :meth:`execute` sends it.
 
         redis-py's cluster pipeline refuses its Script objects, so there ``EVALSHA`` is
-        queued as a plain command, the script first loaded on every master.
+        queued as a plain command, the script first loaded on the cell's master.
         """
         script = self.script(name)
         if not cluster.is_cluster(self.client):
             script(keys=keys, args=args, client=pipe)
             return
         if name not in self._loaded:
-            self.client.script_load(script.script)  # redis-py sends it to every master
+            cluster.load_script(self.client, self.keys.prefix, script.script)
             self._loaded.add(name)
         pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """Run ``script``; on a cluster a NOSCRIPT loads it on the cell's master only
+        (redis-py's Script would load it on every master, failing while one is down)."""
+        if not cluster.is_cluster(self.client):
+            return script(keys=keys, args=args)
+        try:
+            return self.client.evalsha(script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            cluster.load_script(self.client, self.keys.prefix, script.script)
+            return self.client.evalsha(script.sha, len(keys), *keys, *args)
 
     def execute(self, build: Callable[[Any], None]) -> list[Any]:
         """A pipeline (no transaction) filled by ``build``, sent; its replies.
@@ -286,7 +297,7 @@ class RedisStore:
         if self._wait:
             raw = self._run_and_wait(self.script(name), key, argv)
         else:
-            raw = self.script(name)(keys=[key], args=argv)
+            raw = self._call(self.script(name), [key], argv)
         result: dict[str, Any] = json.loads(raw)
         code = result.pop("error", None)
         if code is not None:
@@ -393,7 +404,7 @@ class RedisBackend(Backend):
 
     def ping(self) -> None:
         try:
-            self.store.client.ping()
+            cluster.ping_cell(self.store.client, self.store.keys.prefix)
         except redis.RedisError as exc:
             category = next(word for kind, word in _PING_FAILURES if isinstance(exc, kind))
             raise LedgerUnavailable(

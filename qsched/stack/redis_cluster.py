@@ -145,6 +145,12 @@ class RedisClusterServers:
         """A plain client of the master on ``port`` (no cluster redirections followed)."""
         return redis.Redis(host=LOOPBACK, port=port, socket_connect_timeout=1, socket_timeout=5)
 
+    def kill(self, port: int) -> None:
+        """SIGKILL the master on ``port`` (an outage of its shard); the others keep running."""
+        proc = self.procs[self.ports.index(port)]
+        proc.kill()
+        proc.wait()
+
     def flush(self) -> None:
         """Empty every master (FLUSHALL on each: the cluster is this run's own)."""
         for port in self.ports:
