@@ -135,7 +135,7 @@ def test_command_figures_come_from_the_cells_master(conf, cluster_url) -> None:
 @pytest.mark.real
 def test_a_lost_master_fails_its_cells_calls_only(conf, tmp_path) -> None:
     """A cluster of its own (two masters), one master killed: the calls and the health
-    ping of its cell fail as an outage, the other cell's go on."""
+    ping of its cell fail as an outage, the other cell's go on; then both killed."""
     servers = RedisClusterServers(tmp_path, masters=2)
     servers.start()
     try:
@@ -153,6 +153,11 @@ def test_a_lost_master_fails_its_cells_calls_only(conf, tmp_path) -> None:
             lost.backend.ping()
         kept.backend.ping()
         assert kept.ledger.create_provider(str(uuid.uuid4()), "cn1").generation == 0
+        servers.kill(owners[1])  # no node answers: the client's own error, mapped too
+        with pytest.raises(exception.BackendUnavailable, match="cannot be connected"):
+            kept.agents.heartbeat("cn1", 30)
+        with pytest.raises(LedgerUnavailable, match="unreachable"):
+            kept.backend.ping()
     finally:
         servers.stop()
     for port in servers.ports:  # stop ended every master

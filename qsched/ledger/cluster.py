@@ -128,6 +128,13 @@ def connect(
         ) from exc
 
 
+def is_outage(exc: BaseException) -> bool:
+    """True for the cluster client's error when no node of the cluster answers (it is a
+    RedisClusterException, no RedisError; others of that class are mistakes of the
+    caller, such as keys of several slots in one command)."""
+    return isinstance(exc, RedisClusterException) and "cannot be connected" in str(exc)
+
+
 def is_cluster(client: Any) -> bool:
     return isinstance(client, RedisCluster)
 

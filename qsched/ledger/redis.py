@@ -158,12 +158,19 @@ _UNAVAILABLE_ERRORS = (
 )
 
 
+#: what a client may raise: redis-py's cluster client raises RedisClusterException,
+#: no RedisError, when no node of the cluster answers
+CLIENT_ERRORS = (redis.RedisError, cluster.RedisClusterException)
+
+
 def unavailable(exc: BaseException) -> exception.BackendUnavailable | None:
     """The BackendUnavailable a Redis error means, or None if it is not an outage."""
     if isinstance(exc, exception.BackendUnavailable):
         return exc
-    outage = isinstance(exc, _UNAVAILABLE_ERRORS) or (
-        isinstance(exc, redis.ResponseError) and str(exc).startswith(_UNAVAILABLE_REPLIES)
+    outage = (
+        isinstance(exc, _UNAVAILABLE_ERRORS)
+        or (isinstance(exc, redis.ResponseError) and str(exc).startswith(_UNAVAILABLE_REPLIES))
+        or cluster.is_outage(exc)
     )
     if not outage:
         return None
@@ -177,7 +184,7 @@ def mapped(method: Callable[..., T]) -> Callable[..., T]:
     def call(*args: Any, **kwargs: Any) -> T:
         try:
             return method(*args, **kwargs)
-        except redis.RedisError as exc:
+        except CLIENT_ERRORS as exc:
             down = unavailable(exc)
             if down is None:
                 raise
@@ -392,6 +399,7 @@ _PING_FAILURES = (
     (redis.TimeoutError, TIMED_OUT),
     (redis.ConnectionError, UNREACHABLE),
     (redis.RedisError, ERROR),
+    (cluster.RedisClusterException, UNREACHABLE),  # no node of the cluster answers
 )
 _UNLINK_BATCH = 1000  # keys per UNLINK when a cell is forgotten
 
@@ -405,7 +413,7 @@ class RedisBackend(Backend):
     def ping(self) -> None:
         try:
             cluster.ping_cell(self.store.client, self.store.keys.prefix)
-        except redis.RedisError as exc:
+        except CLIENT_ERRORS as exc:
             category = next(word for kind, word in _PING_FAILURES if isinstance(exc, kind))
             raise LedgerUnavailable(
                 backend="Redis", url="ledger", category=category, reason=exc
