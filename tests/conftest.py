@@ -23,6 +23,7 @@ from qsched.ledger import Stores, open_stores
 from qsched.net import LOOPBACK, free_port
 from qsched.stack.glance import GlanceFailed, GlanceServer
 from qsched.stack.keystone import KeystoneFailed, KeystoneServer, User
+from qsched.stack.redis_cluster import RedisClusterFailed, RedisClusterServers
 
 #: The shared Redis databases of one test process: the ledger's, and kombu's Redis
 #: transport's (tests/cloud.py, tests/test_bus.py). Tests flush them, so each
@@ -66,12 +67,49 @@ def real_redis_url() -> Iterator[str]:
 
 
 @pytest.fixture(params=["fakeredis", pytest.param("redis", marks=pytest.mark.real)])
-def ledger_url(request: pytest.FixtureRequest) -> Iterator[str]:
+def ledger_url(request: pytest.FixtureRequest) -> str:
     """Every ledger backend: an in-process fakeredis, then a real Redis."""
+    return backend_url(request)
+
+
+#: ``ledger_url``'s backends and a Redis Cluster, for the suites that run on all three
+#: (a module's own ``ledger_url`` fixture with these params and :func:`backend_url`)
+WITH_CLUSTER = ["fakeredis", pytest.param("redis", marks=pytest.mark.real),
+                pytest.param("cluster", marks=pytest.mark.real)]  # fmt: skip
+
+
+def backend_url(request: pytest.FixtureRequest) -> str:
+    """The ledger URL of the backend ``request.param`` names (its server flushed before
+    and after the test by the fixture it comes from)."""
     if request.param == "fakeredis":
-        yield f"fakeredis://test-{uuid.uuid4().hex}"
-    else:
-        yield request.getfixturevalue("real_redis_url")
+        return f"fakeredis://test-{uuid.uuid4().hex}"
+    fixture = {"redis": "real_redis_url", "cluster": "cluster_url"}[request.param]
+    url: str = request.getfixturevalue(fixture)
+    return url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterServers]:
+    """A real Redis Cluster of three masters on loopback for the session (about 2 s:
+    Redis holds a new master's state at fail for two seconds before it turns ok).
+
+    Skipped with the reason where redis-server is missing; a failure under CI=true.
+    """
+    servers = RedisClusterServers(Path(tmp_path_factory.mktemp("redis-cluster")))
+    try:
+        servers.start()
+    except (RedisClusterFailed, OSError) as exc:
+        require_server("Redis Cluster", servers.url, exc, "apt-get install redis-server")
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: RedisClusterServers) -> Iterator[str]:
+    """The session's Redis Cluster, every master flushed before and after the test."""
+    redis_cluster.flush()
+    yield redis_cluster.url
+    redis_cluster.flush()
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The audit is the oracle of the other tests: each break of the ledger must show in it.
 
-Each case corrupts one record behind the scripts' back, on fakeredis and a real Redis,
-and checks that exactly the matching finding appears.
+Each case corrupts one record behind the scripts' back, on fakeredis, a real Redis and a
+real Redis Cluster, and checks that exactly the matching finding appears.
 """
 
 from __future__ import annotations
@@ -14,7 +14,14 @@ import pytest
 from qsched.ledger import Stores
 from qsched.ledger.audit import AuditReport, audit
 from qsched.ledger.base import Instance, Inventory, State
+from tests.conftest import WITH_CLUSTER, backend_url
 from tests.raw import redis_store
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def ledger_url(request: pytest.FixtureRequest) -> str:
+    """fakeredis, a real Redis, and a real three-master Redis Cluster."""
+    return backend_url(request)
 
 
 class Cell:

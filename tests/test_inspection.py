@@ -9,7 +9,14 @@ import pytest
 from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Consumer, Usage
+from tests.conftest import WITH_CLUSTER, backend_url
 from tests.test_ledger_contract import make_instance, make_provider
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def ledger_url(request: pytest.FixtureRequest) -> str:
+    """fakeredis, a real Redis, and a real three-master Redis Cluster."""
+    return backend_url(request)
 
 
 class Cell:

@@ -1,4 +1,4 @@
-"""The ledger contract, run against fakeredis and a real Redis (see ``stores``)."""
+"""The ledger contract, run against fakeredis, a real Redis and a real Redis Cluster."""
 
 from __future__ import annotations
 
@@ -12,9 +12,16 @@ from qsched.ledger import Stores, placement
 from qsched.ledger.base import Instance, Inventory, MapChange, ProviderSpec, State
 from qsched.ledger.redis import canonical_json, read_many
 from qsched.ledger.retry import claim as claim_with_retries
+from tests.conftest import WITH_CLUSTER, backend_url
 from tests.raw import redis_store
 
 VCPU, RAM, DISK = "VCPU", "MEMORY_MB", "DISK_GB"
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def ledger_url(request: pytest.FixtureRequest) -> str:
+    """fakeredis, a real Redis, and a real three-master Redis Cluster."""
+    return backend_url(request)
 
 
 def new_uuid() -> str:

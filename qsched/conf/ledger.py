@@ -15,6 +15,8 @@ ledger_opts = [
         secret=True,
         help="Where the ledger, quota and instance records live. redis://host:6379/0 (or "
         "rediss://, unix://) for one real Redis; "
+        "redis+cluster://host:port[,host:port...] (or rediss+cluster://) for a Redis Cluster, "
+        "where a cell is one hash slot and durability must stay async; "
         "redis+sentinel://[[user]:password@]host:port[,host:port...]/service_name/db for the "
         "master a Redis Sentinel set names, followed across failovers: the sentinels (port "
         "26379 if none), the name they monitor the master under, the database; the password "
@@ -31,7 +33,9 @@ ledger_opts = [
         "cell",
         default="cell1",
         help="Cell name. Every key of a cell carries the hash tag {<cell>}, so that a Redis "
-        "Cluster would keep a whole cell in one slot (the ledger has no Cluster client yet).",
+        "Cluster keeps a whole cell in one slot, on one master: a claim never spans shards. "
+        "Several cells may share one Redis or one cluster; give each its own [bus] prefix, "
+        "so that its agents consume only its boots.",
     ),
     cfg.FloatOpt(
         "cpu_allocation_ratio",

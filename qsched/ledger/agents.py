@@ -31,17 +31,20 @@ class RedisAgents(AgentRegistry):
         record, in the same round trip."""
         now = self.store.now()
         key = self.keys.agent(host)
-        pipe = self.store.client.pipeline(transaction=False)
-        pipe.hset(key, mapping={"time": now, "detail": json.dumps(detail, sort_keys=True)})
-        pipe.pexpire(key, int(ttl_s * 1000))
-        pipe.zadd(self.keys.agents, {host: now})
-        self.store.script("zone_beat")(
-            keys=[self.keys.service(host)],
-            args=[self.keys.prefix, host, repr(now + ttl_s), repr(now)],
-            client=pipe,
-        )
-        pipe.hmget(self.keys.service(host), *_SERVICE_FIELDS)
-        return _service(host, pipe.execute()[-1])
+
+        def build(pipe: Any) -> None:  # every command may run twice (RedisStore.execute)
+            pipe.hset(key, mapping={"time": now, "detail": json.dumps(detail, sort_keys=True)})
+            pipe.pexpire(key, int(ttl_s * 1000))
+            pipe.zadd(self.keys.agents, {host: now})
+            self.store.queue_script(
+                pipe,
+                "zone_beat",
+                keys=[self.keys.service(host)],
+                args=[self.keys.prefix, host, repr(now + ttl_s), repr(now)],
+            )
+            pipe.hmget(self.keys.service(host), *_SERVICE_FIELDS)
+
+        return _service(host, self.store.execute(build)[-1])
 
     def alive(self, host: str) -> bool:
         """True while the host's last heartbeat has not expired and its service is not

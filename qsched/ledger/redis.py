@@ -9,8 +9,9 @@ Connection string
     ``unix:///path/to/socket?db=0``: one real Redis.
     ``redis+sentinel://[:password@]host:port[,host:port...]/service_name/db``:
     the master a Redis Sentinel set names, followed across its failovers
-    (:mod:`qsched.ledger.sentinel`). No Cluster client yet: a proxy in front
-    of a Cluster is seen as one server.
+    (:mod:`qsched.ledger.sentinel`).
+    ``redis+cluster://host:port[,host:port...]``: a Redis Cluster, through
+    redis-py's cluster client (:mod:`qsched.ledger.cluster`).
     ``fakeredis://[name]``: the embedded ledger of :mod:`qsched.ledger.embedded`
     (the ``embedded`` extra); demo and tests only, nothing survives the process.
 
@@ -50,7 +51,7 @@ from typing import Any, TypeVar
 import redis
 
 from qsched import aggregates, exception
-from qsched.ledger import embedded, sentinel
+from qsched.ledger import cluster, embedded, sentinel
 from qsched.ledger.backend import ERROR, TIMED_OUT, UNREACHABLE, Backend, LedgerUnavailable
 from qsched.ledger.keys import Keyspace, lua_prelude
 
@@ -73,7 +74,8 @@ def connect(url: str, connect_timeout_s: float = 2.0, timeout_s: float = 10.0) -
     BackendUnavailable after it (and the API answer 503) rather than hang.
 
     :raises EmbeddedNotInstalled: a ``fakeredis://`` URL without the embedded extra.
-    :raises Invalid: a malformed ``redis+sentinel://`` URL.
+    :raises Invalid: a malformed ``redis+sentinel://`` or ``redis+cluster://`` URL.
+    :raises BackendUnavailable: no node of a cluster answered.
     :raises ValueError: another URL redis-py cannot read.
     """
     if embedded.is_embedded_url(url):
@@ -82,6 +84,11 @@ def connect(url: str, connect_timeout_s: float = 2.0, timeout_s: float = 10.0) -
     if sentinel.is_sentinel_url(url):
         return sentinel.connect(url, connect_timeout_s, timeout_s, health_check_interval=30,
                                 max_connections=MAX_CONNECTIONS)  # fmt: skip
+    if cluster.is_cluster_url(url):
+        # RedisCluster answers every command the stores send (one slot's keys, scripts
+        # called with a key of it, pipelines), though it is no subclass of Redis
+        nodes: Any = cluster.connect(url, connect_timeout_s, timeout_s, MAX_CONNECTIONS)
+        return nodes
     return redis.Redis.from_url(
         url,
         socket_connect_timeout=connect_timeout_s,
@@ -158,12 +165,19 @@ _UNAVAILABLE_ERRORS = (
 )
 
 
+#: what a client may raise: redis-py's cluster client raises RedisClusterException,
+#: no RedisError, when no node of the cluster answers
+CLIENT_ERRORS = (redis.RedisError, cluster.RedisClusterException)
+
+
 def unavailable(exc: BaseException) -> exception.BackendUnavailable | None:
     """The BackendUnavailable a Redis error means, or None if it is not an outage."""
     if isinstance(exc, exception.BackendUnavailable):
         return exc
-    outage = isinstance(exc, _UNAVAILABLE_ERRORS) or (
-        isinstance(exc, redis.ResponseError) and str(exc).startswith(_UNAVAILABLE_REPLIES)
+    outage = (
+        isinstance(exc, _UNAVAILABLE_ERRORS)
+        or (isinstance(exc, redis.ResponseError) and str(exc).startswith(_UNAVAILABLE_REPLIES))
+        or cluster.is_outage(exc)
     )
     if not outage:
         return None
@@ -177,7 +191,7 @@ def mapped(method: Callable[..., T]) -> Callable[..., T]:
     def call(*args: Any, **kwargs: Any) -> T:
         try:
             return method(*args, **kwargs)
-        except redis.RedisError as exc:
+        except CLIENT_ERRORS as exc:
             down = unavailable(exc)
             if down is None:
                 raise
@@ -230,6 +244,7 @@ class RedisStore:
         self.max_events = max_events
         self.durability = durability or Durability()
         self._scripts: dict[str, Any] = {}
+        self._loaded: set[str] = set()  # scripts loaded on the cell's master of a cluster
         self._wait = self.durability.mode == "replica"
 
     def script(self, name: str) -> Any:
@@ -239,6 +254,50 @@ class RedisStore:
         if found is None:
             found = self._scripts[name] = self.client.register_script(_source(name))
         return found
+
+    def queue_script(self, pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
+        """Queue script ``name`` on ``pipe``, to run when :meth:`execute` sends it.
+
+        redis-py's cluster pipeline refuses its Script objects, so there ``EVALSHA`` is
+        queued as a plain command, the script first loaded on the cell's master.
+        """
+        script = self.script(name)
+        if not cluster.is_cluster(self.client):
+            script(keys=keys, args=args, client=pipe)
+            return
+        if name not in self._loaded:
+            cluster.load_script(self.client, self.keys.prefix, script.script)
+            self._loaded.add(name)
+        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """Run ``script``; on a cluster a NOSCRIPT loads it on the cell's master only
+        (redis-py's Script would load it on every master, failing while one is down)."""
+        if not cluster.is_cluster(self.client):
+            return script(keys=keys, args=args)
+        try:
+            return self.client.evalsha(script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            cluster.load_script(self.client, self.keys.prefix, script.script)
+            return self.client.evalsha(script.sha, len(keys), *keys, *args)
+
+    def execute(self, build: Callable[[Any], None]) -> list[Any]:
+        """A pipeline (no transaction) filled by ``build``, sent; its replies.
+
+        On a cluster a master that lacks a script (one that took over, or restarted)
+        answers NOSCRIPT: the scripts are loaded again and the pipeline is built and
+        sent once more, so ``build`` must queue only commands that may run twice.
+        """
+        for _attempt in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            build(pipe)
+            try:
+                return list(pipe.execute())
+            except redis.exceptions.NoScriptError:
+                if not cluster.is_cluster(self.client):
+                    raise
+                self._loaded.clear()
+        raise redis.exceptions.NoScriptError("the scripts could not be loaded on the cluster")
 
     @mapped
     def run(self, name: str, key: str, *args: Any) -> dict[str, Any]:
@@ -252,7 +311,7 @@ class RedisStore:
         if self._wait:
             raw = self._run_and_wait(self.script(name), key, argv)
         else:
-            raw = self.script(name)(keys=[key], args=argv)
+            raw = self._call(self.script(name), [key], argv)
         result: dict[str, Any] = json.loads(raw)
         code = result.pop("error", None)
         if code is not None:
@@ -311,6 +370,8 @@ class RedisStore:
             says what to change.
         """
         mode = self.durability.mode
+        if cluster.is_cluster(self.client):
+            cluster.refuse_durability(mode)
         if mode == "async":
             return
         if embedded.is_embedded(self.client):
@@ -345,6 +406,7 @@ _PING_FAILURES = (
     (redis.TimeoutError, TIMED_OUT),
     (redis.ConnectionError, UNREACHABLE),
     (redis.RedisError, ERROR),
+    (cluster.RedisClusterException, UNREACHABLE),  # no node of the cluster answers
 )
 _UNLINK_BATCH = 1000  # keys per UNLINK when a cell is forgotten
 
@@ -357,23 +419,26 @@ class RedisBackend(Backend):
 
     def ping(self) -> None:
         try:
-            self.store.client.ping()
-        except redis.RedisError as exc:
+            cluster.ping_cell(self.store.client, self.store.keys.prefix)
+        except CLIENT_ERRORS as exc:
             category = next(word for kind, word in _PING_FAILURES if isinstance(exc, kind))
             raise LedgerUnavailable(
                 backend="Redis", url="ledger", category=category, reason=exc
             ) from exc
 
     def close(self) -> None:
-        sentinel.close(self.store.client)
+        if cluster.is_cluster(self.store.client):
+            cluster.close(self.store.client)
+        else:
+            sentinel.close(self.store.client)
 
     @mapped
     def is_empty(self) -> bool:
-        return not self.store.client.dbsize()
+        return not cluster.key_count(self.store.client)
 
     def command_stats(self) -> dict[str, tuple[int, int]]:
         try:
-            raw = self.store.client.info("commandstats")
+            raw = cluster.cell_info(self.store.client, self.store.keys.prefix, "commandstats")
         except Exception:  # fakeredis or a Redis that refuses INFO: no figures, no failure
             return {}
         return {
@@ -384,9 +449,9 @@ class RedisBackend(Backend):
 
     @mapped
     def forget_cell(self) -> int:
-        client = self.store.client
+        client, prefix = self.store.client, self.store.keys.prefix
         deleted, batch = 0, []
-        for key in client.scan_iter(match=glob_escape(self.store.keys.prefix) + "*", count=5000):
+        for key in cluster.scan_cell(client, prefix, glob_escape(prefix) + "*", 5000):
             batch.append(key)
             if len(batch) >= _UNLINK_BATCH:
                 deleted += client.unlink(*batch)

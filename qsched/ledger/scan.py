@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from qsched.ledger import cluster
 from qsched.ledger.inspection import Inspector
 from qsched.ledger.records import Consumer, Usage
 from qsched.ledger.redis import RedisStore, glob_escape, maps_errors, read_many, text, text_map
@@ -86,7 +87,7 @@ class RedisInspector(Inspector):
         head, tail = build(_PART).split(_PART)
         pattern = f"{glob_escape(head)}*{glob_escape(tail)}"
         found = set()
-        for key in self.store.client.scan_iter(pattern, count=1000):
+        for key in cluster.scan_cell(self.store.client, self.keys.prefix, pattern, 1000):
             part = text(key)[len(head) : len(text(key)) - len(tail)]
             if part and ":" not in part:
                 found.add(part)
