@@ -243,8 +243,8 @@ def wait_for(condition: Callable[[], bool]) -> None:
 def drop_connections(harness: Harness, consumer: Any) -> None:
     """Cut the consumer's connection under it, as a broker restart would."""
     if harness.oslo:  # every listener's: oslo.messaging's connection, kombu's, py-amqp's
-        for server in consumer._listeners.values():
-            rabbit = server.listener._poll_style_listener.conn
+        for listener in consumer._listeners.values():
+            rabbit = listener._hooks.listener.conn
             rabbit.channel.connection.sock.shutdown(socket.SHUT_RDWR)
         return
     if harness.wire.amqp:

@@ -248,8 +248,11 @@ class Consumer(abc.ABC):
 
         A callback already running finishes first (if called from another
         thread, for up to ``timeout_s``). Deliveries not settled by then are
-        given back to the broker, never acked; settling them later raises
-        :class:`BusUnavailable`.
+        given back to the broker, never taken as settled; settling them later
+        raises :class:`BusUnavailable`. (The kombu bus rejects them with requeue;
+        the oslo.messaging bus publishes a confirmed copy at the tail and acks
+        the old one, so that a quorum queue counts no delivery:
+        :mod:`qsched.bus.oslo_listener`.)
         """
 
     @abc.abstractmethod
