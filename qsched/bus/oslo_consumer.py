@@ -52,13 +52,13 @@ from qsched.bus.oslo_wire import OsloWire, Route, Undecodable, body_of
 
 LOG = logging.getLogger(__name__)
 
-GIVEN_BACK = "given back"
+GIVEN_BACK = base.GIVEN_BACK
 HANDLED = oslo_messaging.NotificationResult.HANDLED
 REQUEUE = oslo_messaging.NotificationResult.REQUEUE
 HOST_KEY = ""  # the host queue's listener, among the classes' (keyed by class)
 
 
-class OsloDelivery(base.Delivery):
+class OsloDelivery(base.SettledOnce, base.Delivery):
     """A notification in the hands of a consumer callback (or of a thread it passed it to).
 
     ``redelivered`` is always False and ``headers`` empty: oslo.messaging's endpoint
@@ -69,8 +69,7 @@ class OsloDelivery(base.Delivery):
         self._consumer = consumer
         self._route = route
         self.body = body
-        self._lock = threading.Lock()
-        self.state: str | None = None  # "acked", "requeued", "rejected", GIVEN_BACK
+        super().__init__()
         self._outcome: Any = None
         self._done = threading.Event()
 
@@ -138,13 +137,8 @@ class OsloDelivery(base.Delivery):
         return self._outcome
 
     def _settle(self, state: str, publish: Callable[[], None] | None) -> None:
-        with self._lock:  # claim it: whatever follows fails or not, it is settled once
-            if self.state == GIVEN_BACK:
-                reason = "it was given back to the broker when its consumer stopped"
-                raise base.BusUnavailable(self._consumer.wire.safe_url, reason)
-            if self.state is not None:
-                raise base.MessageSettled(delivery=id(self), queue=self.queue, state=self.state)
-            self.state = state
+        reason = "it was given back to the broker when its consumer stopped"
+        self._claim(state, self._consumer.wire.safe_url, reason, id(self), self.queue)
         if publish is not None:
             try:
                 publish()  # confirmed before the ack: never zero copies
