@@ -18,6 +18,7 @@ import socket
 import subprocess
 import threading
 import time
+import types
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -243,8 +244,8 @@ def wait_for(condition: Callable[[], bool]) -> None:
 def drop_connections(harness: Harness, consumer: Any) -> None:
     """Cut the consumer's connection under it, as a broker restart would."""
     if harness.oslo:  # every listener's: oslo.messaging's connection, kombu's, py-amqp's
-        for server in consumer._listeners.values():
-            rabbit = server.listener._poll_style_listener.conn
+        for listener in consumer._listeners.values():
+            rabbit = listener._hooks.listener.conn
             rabbit.channel.connection.sock.shutdown(socket.SHUT_RDWR)
         return
     if harness.wire.amqp:
@@ -774,6 +775,21 @@ def test_open_bus_builds_the_oslo_bus_for_its_driver() -> None:
     for url in ("memory://", "redis://127.0.0.1:6379/0"):
         with pytest.raises(exception.Invalid, match=r"RabbitMQ only.*rabbit://"):
             open_bus(options.replace(transport_url=url))
+
+
+def test_the_oslo_bus_refuses_an_oslo_messaging_without_what_it_relies_on() -> None:
+    """It uses private parts of oslo.messaging; without them it fails at once, saying
+    which, rather than publishing into a void or stopping listeners that give back."""
+    from qsched.bus import oslo_listener
+    from qsched.bus.oslo_wire import OsloWire
+
+    wire = OsloWire(AMQP_URL)
+    wire._transport = lambda quorum: types.SimpleNamespace(cleanup=lambda: None)  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="_send_notification"):
+        wire.transport("boot")
+    server = types.SimpleNamespace(listener=types.SimpleNamespace(cleanup=lambda: None))
+    with pytest.raises(RuntimeError, match="_poll_style_listener"):
+        oslo_listener._Hooks(server, threading.Event())
 
 
 @pytest.mark.real

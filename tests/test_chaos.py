@@ -319,11 +319,6 @@ def test_a_short_run_injects_every_fault_and_checks(tmp_path: Path) -> None:
     assert report["ok"], {k: v for k, v in report["invariants"].items() if not v["ok"]}
 
 
-@pytest.mark.skip(
-    reason="known defect (docs/pipeline.rst, the oslo.messaging bus): a "
-    "listener stopped with a request in hand adds to its delivery count, and a "
-    "valid request can reach the delivery limit; make chaos still runs it"
-)
 @pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.timeout(180)

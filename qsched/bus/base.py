@@ -222,6 +222,34 @@ class Delivery(abc.ABC):
         """
 
 
+GIVEN_BACK = "given back"  # a delivery's state once returned to the broker unsettled
+
+
+class SettledOnce:
+    """A delivery's state, claimed once from any thread: what both buses' deliveries share.
+
+    ``state`` is None until claimed, then "acked", "requeued", "rejected" or
+    :data:`GIVEN_BACK`.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.state: str | None = None
+
+    def _claim(self, state: str, url: str, given_back: str, tag: object, queue: str) -> None:
+        """Claim the delivery for ``state``: whatever follows fails or not, it is settled once.
+
+        :raises BusUnavailable: it was given back (``given_back`` says when).
+        :raises MessageSettled: it was settled before.
+        """
+        with self._lock:
+            if self.state == GIVEN_BACK:
+                raise BusUnavailable(url, given_back)
+            if self.state is not None:
+                raise MessageSettled(delivery=tag, queue=queue, state=self.state)
+            self.state = state
+
+
 #: A consumer callback: the raw body (bytes, whatever type the transport handed
 #: over) and its delivery. It runs in the consumer's thread. If it raises without
 #: settling, the message is dead-lettered with the exception as the reason --
@@ -248,8 +276,11 @@ class Consumer(abc.ABC):
 
         A callback already running finishes first (if called from another
         thread, for up to ``timeout_s``). Deliveries not settled by then are
-        given back to the broker, never acked; settling them later raises
-        :class:`BusUnavailable`.
+        given back to the broker, never taken as settled; settling them later
+        raises :class:`BusUnavailable`. (The kombu bus rejects them with requeue;
+        the oslo.messaging bus publishes a confirmed copy at the tail and acks
+        the old one, so that a quorum queue counts no delivery:
+        :mod:`qsched.bus.oslo_listener`.)
         """
 
     @abc.abstractmethod

@@ -28,10 +28,10 @@ from qsched.bus.kombu_wire import KombuWire
 
 LOG = logging.getLogger(__name__)
 
-GIVEN_BACK = "given back"
+GIVEN_BACK = base.GIVEN_BACK
 
 
-class KombuDelivery(base.Delivery):
+class KombuDelivery(base.SettledOnce, base.Delivery):
     """A message in the hands of a consumer callback (or of a thread it passed it to)."""
 
     def __init__(
@@ -41,8 +41,7 @@ class KombuDelivery(base.Delivery):
         self._message = message
         self._entity = entity
         self._epoch = epoch
-        self._lock = threading.Lock()
-        self.state: str | None = None  # "acked", "requeued", "rejected"
+        super().__init__()
         self.body = kombu_message.body_bytes(message)  # bytes, whatever kombu handed over
 
     @property
@@ -81,15 +80,9 @@ class KombuDelivery(base.Delivery):
         self._consumer.settled(self)
 
     def _settle(self, state: str, publish: Callable[[], None] | None) -> None:
-        with self._lock:  # claim it: whatever follows fails or not, it is settled once
-            if self.state == GIVEN_BACK:
-                reason = "it was given back to the broker when its consumer disconnected"
-                raise base.BusUnavailable(self._consumer.wire.safe_url, reason)
-            if self.state is not None:
-                raise base.MessageSettled(
-                    delivery=self._message.delivery_tag, queue=self.queue, state=self.state
-                )
-            self.state = state
+        reason = "it was given back to the broker when its consumer disconnected"
+        tag = self._message.delivery_tag
+        self._claim(state, self._consumer.wire.safe_url, reason, tag, self.queue)
         if publish is not None:
             self._publish_or_give_back(publish)  # confirmed before the ack: never zero copies
         self._consumer.call_in_loop(self._epoch, self._ack)

@@ -7,28 +7,38 @@ thread, ``allow_requeue`` set and no pool, so the agents of a class compete on o
 queue. oslo.messaging reconnects them on its own.
 
 Why one listener per class rather than one listener on every class: a listener's
-targets are fixed when it starts, so a change would mean stopping it, which gives
-back whatever it holds and drops its consumers on every queue, then connecting and
-declaring them all again. One listener per class touches only that class: adding it
-costs one connection and a declare (a few milliseconds on a local broker), removing
-it a ``stop()``; its ``wait()`` runs in a thread of its own, since it lasts as long
-as a delivery of that class is still in hand, which can still be settled: the
-listener acknowledges it from a background thread after it stopped.
+targets are fixed when it starts, so a change would mean stopping it, which drops its
+consumers on every queue, then connecting and declaring them all again. One listener
+per class touches only that class: adding it costs one connection and a declare (a few
+milliseconds on a local broker), removing it a cancel and a stop
+(:meth:`~qsched.bus.oslo_listener.OsloListener.leave`), in a thread of its own, since
+its close waits as long as a delivery of that class is still in hand, which can still
+be settled.
 
-A listener calls :meth:`_Endpoint.info` in its worker thread. The callback runs
+A listener calls :meth:`OsloConsumer.deliver` in its worker thread. The callback runs
 under one lock per consumer (one placement at a time per agent, as the kombu
 consumer's single thread does); the endpoint then waits until the delivery is
 settled (from the callback or any other thread) or given back, and returns
 ``HANDLED`` (oslo.messaging acknowledges it) or ``REQUEUE`` (it gives it back to
 the broker as it came, at the head of its queue).
+
+What a consumer did not process is passed on, never returned: a delivery that comes
+while its listener leaves or its consumer stops, or that is still unsettled when the
+consumer stops, is published again as a fresh copy at the tail of its queue,
+confirmed, and then acknowledged (:meth:`OsloDelivery.give_back_copy`), as the kombu
+bus requeues. A return to the broker counts as a delivery on a quorum queue, and
+``[bus] delivery_limit`` of them dead-letter the message; only an outage (a ledger or
+bus error in the callback, a copy that cannot be published) or a crash returns one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
@@ -37,17 +47,18 @@ import oslo_messaging
 
 from qsched import exception
 from qsched.bus import base
+from qsched.bus.oslo_listener import OsloListener
 from qsched.bus.oslo_wire import OsloWire, Route, Undecodable, body_of
 
 LOG = logging.getLogger(__name__)
 
-GIVEN_BACK = "given back"
+GIVEN_BACK = base.GIVEN_BACK
 HANDLED = oslo_messaging.NotificationResult.HANDLED
 REQUEUE = oslo_messaging.NotificationResult.REQUEUE
 HOST_KEY = ""  # the host queue's listener, among the classes' (keyed by class)
 
 
-class OsloDelivery(base.Delivery):
+class OsloDelivery(base.SettledOnce, base.Delivery):
     """A notification in the hands of a consumer callback (or of a thread it passed it to).
 
     ``redelivered`` is always False and ``headers`` empty: oslo.messaging's endpoint
@@ -58,8 +69,7 @@ class OsloDelivery(base.Delivery):
         self._consumer = consumer
         self._route = route
         self.body = body
-        self._lock = threading.Lock()
-        self.state: str | None = None  # "acked", "requeued", "rejected", GIVEN_BACK
+        super().__init__()
         self._outcome: Any = None
         self._done = threading.Event()
 
@@ -92,12 +102,34 @@ class OsloDelivery(base.Delivery):
         self._settle("rejected", lambda: wire.publish_dead(self.body, why, self._route))
 
     def give_back(self) -> None:
-        """Return it to the broker as it came, unless settled already."""
+        """Return it to the broker as it came (at the head of its queue), unless settled
+        already. The broker counts it as a delivery: for outages only."""
+        if self._take(GIVEN_BACK):
+            self._finish(REQUEUE)
+
+    def give_back_copy(self) -> None:
+        """Pass it on unprocessed, unless settled already: a fresh copy (confirmed) at the
+        tail of its queue, then the ack, so that the broker counts no delivery. Given
+        back as it came if the copy is not confirmed. Settling it later raises
+        :class:`~qsched.bus.base.BusUnavailable`."""
+        if not self._take(GIVEN_BACK):
+            return
+        try:
+            self._consumer.wire.publish(self._route, self.body)
+        except base.BusUnavailable as exc:
+            LOG.warning("bus consumer %s: %s; message given back as it came",
+                        self._consumer.host, base.describe(exc))  # fmt: skip
+            self._finish(REQUEUE)
+            return
+        self._finish(HANDLED)
+
+    def _take(self, state: str) -> bool:
+        """Mark it ``state`` unless settled or given back already."""
         with self._lock:
             if self.state is not None:
-                return
-            self.state = GIVEN_BACK
-        self._finish(REQUEUE)
+                return False
+            self.state = state
+            return True
 
     def outcome(self) -> Any:
         """Wait until settled or given back; what the endpoint returns to oslo.messaging."""
@@ -105,13 +137,8 @@ class OsloDelivery(base.Delivery):
         return self._outcome
 
     def _settle(self, state: str, publish: Callable[[], None] | None) -> None:
-        with self._lock:  # claim it: whatever follows fails or not, it is settled once
-            if self.state == GIVEN_BACK:
-                reason = "it was given back to the broker when its consumer stopped"
-                raise base.BusUnavailable(self._consumer.wire.safe_url, reason)
-            if self.state is not None:
-                raise base.MessageSettled(delivery=id(self), queue=self.queue, state=self.state)
-            self.state = state
+        reason = "it was given back to the broker when its consumer stopped"
+        self._claim(state, self._consumer.wire.safe_url, reason, id(self), self.queue)
         if publish is not None:
             try:
                 publish()  # confirmed before the ack: never zero copies
@@ -126,26 +153,14 @@ class OsloDelivery(base.Delivery):
         self._consumer.settled(self)
 
 
-class _Endpoint:
-    """What a listener dispatches to: its ``info`` method, one per queue."""
-
-    def __init__(self, consumer: OsloConsumer, route: Route) -> None:
-        self._consumer = consumer
-        self._route = route
-
-    def info(
-        self, ctxt: Any, publisher_id: Any, event_type: Any, payload: Any, metadata: Any
-    ) -> Any:
-        return self._consumer.deliver(self._route, payload)
-
-
 class OsloConsumer(base.ThreadedConsumer):
     """An agent's listeners (its host queue, one per boot class) and the thread that
     starts and stops them.
 
     Listeners start in that thread: oslo.messaging connects in ``start()`` and keeps
     trying while the broker is down, so :meth:`wait_ready` is False until every
-    listener wanted has started.
+    listener wanted has started. A listener removed leaves and closes in a thread of
+    its own; :meth:`stop` waits for those too, so that a process may end right after.
     """
 
     def __init__(
@@ -158,29 +173,49 @@ class OsloConsumer(base.ThreadedConsumer):
         self._changes: queue.SimpleQueue[tuple[Callable[[], None], Future[None]]] = (
             queue.SimpleQueue()
         )
-        self._listeners: dict[str, Any] = {}  # class (HOST_KEY: the host) -> oslo server
+        self._listeners: dict[str, OsloListener] = {}  # class (HOST_KEY: the host)
         self._unsettled: dict[int, OsloDelivery] = {}
+        self._leaving: set[threading.Thread] = set()  # listeners leaving, closing
 
     # -- the Consumer interface --
 
+    def remove_class(self, scheduling_class: str) -> Future[None]:
+        future = super().remove_class(scheduling_class)
+        with self._lock:  # the cancel now, before the caller settles what it holds
+            listener = self._listeners.get(scheduling_class)
+        if listener is not None:
+            listener.begin_leaving()
+        return future
+
     def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            self._stop.set()
+            started = list(self._listeners.values())
+        for listener in started:  # the cancels first: a callback may settle meanwhile
+            listener.begin_leaving()
         in_callback = getattr(self._in_callback, "active", False)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
         with self._lock:
             listeners, self._listeners = list(self._listeners.values()), {}
-        for server in listeners:
-            _quietly(server.stop)
+        leaving = [self._leave(listener, close=False) for listener in listeners]
         if not in_callback and self._callback_lock.acquire(timeout=timeout_s):
             self._callback_lock.release()  # a callback running has finished
         elif not in_callback:
             LOG.warning("bus consumer %s: a callback still runs after %.1f s",
                         self._host, timeout_s)  # fmt: skip
-        for delivery in list(self._unsettled.values()):
-            delivery.give_back()
-        for server in listeners:
-            _wait_in_background(server)
+        _join(leaving, deadline)  # every listener stopped: nothing more comes
+        with self._lock:
+            unsettled = list(self._unsettled.values())
+        for delivery in unsettled:
+            delivery.give_back_copy()
+        for listener in listeners:
+            self._close_later(listener)
+        if not in_callback:  # its own listener's close waits for the callback to return
+            with self._lock:
+                closing = list(self._leaving)
+            _join(closing, deadline)
 
     # -- for deliveries --
 
@@ -188,8 +223,9 @@ class OsloConsumer(base.ThreadedConsumer):
         with self._lock:
             self._unsettled.pop(id(delivery), None)
 
-    def deliver(self, route: Route, payload: Any) -> Any:
-        """Hand a notification to the callback; what the endpoint returns."""
+    def deliver(self, route: Route, payload: Any, leaving: bool = False) -> Any:
+        """Hand a notification to the callback, or pass it on when its listener
+        leaves or the consumer stops; what the endpoint returns."""
         problem: str | None = None
         try:
             body = body_of(payload)
@@ -199,11 +235,12 @@ class OsloConsumer(base.ThreadedConsumer):
             body, problem = repr(payload).encode("utf-8", "replace"), str(exc)
         delivery = OsloDelivery(self, route, body)
         with self._lock:
-            if self._stop.is_set():
-                return REQUEUE
+            leaving = leaving or self._stop.is_set()
             self._unsettled[id(delivery)] = delivery
         if problem is not None:
             _reject(delivery, problem)
+        elif leaving:
+            delivery.give_back_copy()
         else:
             with self._callback_lock:
                 self._call(delivery)
@@ -266,21 +303,43 @@ class OsloConsumer(base.ThreadedConsumer):
         with self._lock:
             if key in self._listeners or self._stop.is_set():
                 return
-        server = oslo_messaging.get_notification_listener(
-            self.wire.transport(route.kind), [self.wire.target(route)],
-            [_Endpoint(self, route)], executor="threading", allow_requeue=True,
-        )  # fmt: skip
-        server.start(override_pool_size=1)  # prefetch 1: one delivery in hand per queue
-        _take_redeliveries(server)
+        listener = OsloListener(self.wire, route, self.deliver, self._stop.is_set)
+        listener.start()
         with self._lock:
-            self._listeners[key] = server
+            self._listeners[key] = listener
 
     def _unsubscribe(self, name: str) -> None:
         with self._lock:
-            server = self._listeners.pop(name, None)
-        if server is not None:
-            server.stop()  # nothing new comes; a delivery in hand can still be settled
-            _wait_in_background(server)
+            listener = self._listeners.pop(name, None)
+        if listener is not None:
+            self._leave(listener, close=True)  # a delivery in hand can still be settled
+
+    def _leave(self, listener: OsloListener, close: bool) -> threading.Thread:
+        """Have ``listener`` leave (and close, if ``close``) in a thread of its own."""
+
+        def leave() -> None:
+            _quietly(listener.leave)
+            if close:
+                _quietly(listener.close)
+
+        return self._in_thread(leave, f"leave {listener.route.queue}")
+
+    def _close_later(self, listener: OsloListener) -> None:
+        self._in_thread(functools.partial(_quietly, listener.close), "close")
+
+    def _in_thread(self, work: Callable[[], None], what: str) -> threading.Thread:
+        def run() -> None:
+            try:
+                work()
+            finally:
+                with self._lock:
+                    self._leaving.discard(thread)
+
+        thread = threading.Thread(target=run, name=f"qsched-bus-{self._host}-{what}", daemon=True)
+        with self._lock:
+            self._leaving.add(thread)
+        thread.start()
+        return thread
 
     def _fail_changes(self) -> None:
         while True:
@@ -293,38 +352,6 @@ class OsloConsumer(base.ThreadedConsumer):
                 future.set_exception(base.BusUnavailable(self.wire.safe_url, reason))
 
 
-class _Forgetful:
-    """A message id cache that remembers nothing (see :func:`_take_redeliveries`)."""
-
-    UNIQUE_ID = "_unique_id"  # what oslo.messaging's amqp driver adds to every message
-
-    def check_duplicate_message(self, message_data: dict[str, Any]) -> Any:
-        return message_data.pop(self.UNIQUE_ID, None)
-
-    def add(self, msg_id: Any) -> None:
-        pass
-
-
-def _take_redeliveries(server: Any) -> None:
-    """Make a started listener take every redelivery.
-
-    oslo.messaging's amqp listener skips a message whose id it acknowledged lately,
-    and neither acknowledges nor requeues it. An ack lost with its connection (a
-    broker restart right after a claim) then leaves the redelivery unacked on the
-    new connection for good, and with prefetch 1 this listener's queue stalls. A
-    claim is idempotent per instance, so the agent takes the redelivery and drops
-    it (it finds the build in flight or done): the cache is replaced by one that
-    remembers nothing. It is a private attribute of oslo.messaging's listener, so
-    its absence is an error here, not a silent stall later.
-
-    :raises RuntimeError: the listener has no ``msg_id_cache`` (oslo.messaging changed).
-    """
-    listener: Any = getattr(getattr(server, "listener", None), "_poll_style_listener", None)
-    if not hasattr(listener, "msg_id_cache"):
-        raise RuntimeError("oslo.messaging's listener has no msg_id_cache any more")
-    listener.msg_id_cache = _Forgetful()
-
-
 def _reject(delivery: OsloDelivery, reason: str) -> None:
     """Dead-letter it unless settled already; a failed publish gave it back."""
     if delivery.state is None:
@@ -332,10 +359,9 @@ def _reject(delivery: OsloDelivery, reason: str) -> None:
             delivery.reject(reason)
 
 
-def _wait_in_background(server: Any) -> None:
-    """``wait()`` for a stopped listener (it lasts while a delivery is in hand), then
-    its connection closes."""
-    threading.Thread(target=_quietly, args=(server.wait,), daemon=True).start()
+def _join(threads: Iterable[threading.Thread], deadline: float) -> None:
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _quietly(work: Callable[[], None]) -> None:

@@ -147,10 +147,19 @@ class OsloWire:
 
     def transport(self, kind: str) -> Any:
         """The notification transport of ``boot`` or ``host`` queues, made on first use
-        (again after :meth:`close`)."""
+        (again after :meth:`close`).
+
+        :raises RuntimeError: it has no ``_send_notification`` (oslo.messaging changed):
+            :meth:`publish` needs it, and a publish failing for that would look like a
+            broker outage.
+        """
         with self._lock:
             if kind not in self._transports:
-                self._transports[kind] = self._transport(quorum=kind == "boot")
+                transport = self._transport(quorum=kind == "boot")
+                if not callable(getattr(transport, "_send_notification", None)):
+                    transport.cleanup()
+                    raise RuntimeError("oslo.messaging's transport has no _send_notification")
+                self._transports[kind] = transport
             return self._transports[kind]
 
     def _transport(self, quorum: bool) -> Any:
@@ -193,9 +202,10 @@ class OsloWire:
 
         oslo.messaging's ``Notifier`` logs a failed send and returns as if it had
         worked; the bus must know, so it calls what the Notifier's driver calls, the
-        transport's ``_send_notification``, with one retry on a fresh connection. The
-        rabbit driver declares the queue first (once per connection) and publishes
-        with publisher confirms, so a publish that returns is in a durable queue.
+        transport's ``_send_notification`` (private, checked by :meth:`transport`),
+        with one retry on a fresh connection. The rabbit driver declares the queue
+        first (once per connection) and publishes with publisher confirms, so a
+        publish that returns is in a durable queue.
 
         :raises BusUnavailable: not confirmed.
         """
