@@ -244,7 +244,9 @@ class RedisStore:
         if self._wait:
             raw = self._run_and_wait(self.script(name), key, argv)
         else:
-            raw = self.script(name)(keys=[key], args=argv)
+            # on this store's client as it is now: a script first loaded while a test or
+            # a failover had swapped the client must not stay bound to the old one
+            raw = self.script(name)(keys=[key], args=argv, client=self.client)
         result: dict[str, Any] = json.loads(raw)
         code = result.pop("error", None)
         if code is not None:
