@@ -417,6 +417,11 @@ def render(results: dict[str, Any]) -> str:
         if contention:
             parts += ["Shared provider contention (conflicts from the instances' histories, "
                       "each retried)", "", *contention, ""]  # fmt: skip
+    if results.get("instances"):
+        from qsched.bench.instances import instances_table  # it imports this module
+
+        parts += ["Instances (library path; memory: INFO used_memory)", "",
+                  *instances_table(results["instances"]), ""]  # fmt: skip
     costs = cost_rows(results)
     if costs:
         parts += ["CPU ms per placement", "", *cost_table(costs), ""]
