@@ -163,8 +163,9 @@ DEFAULT_SCENARIOS = tuple(name for name in SCENARIOS if name != "instances")
     "--preload",
     type=click.IntRange(0),
     help="Instances: current and past instances written into the second cloud before it "
-    "is measured, half ACTIVE, half DELETED [default: 1,000,000; --quick 100,000]. It "
-    "takes about 2 KB of the ledger's Redis memory each.",
+    "is measured, half ACTIVE, half DELETED [default: 1,000,000; --quick 100,000]. Each "
+    "takes 3-4 KB of the ledger's Redis memory, and about 1 ms to write on 2 cores "
+    "(docs/scale.rst).",
 )
 @click.option(
     "--group-members",

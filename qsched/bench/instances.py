@@ -248,7 +248,7 @@ def instances_table(entries: list[dict[str, Any]]) -> list[str]:
     """One row per cloud of the scenario."""
     from qsched.bench.report import simple_table  # the report imports this module
 
-    header = ["preloaded", "used_memory MB", "B/host", "B/live", "B/past", "agents restart s",
+    header = ["preloaded", "used_memory MiB", "B/host", "B/live", "B/past", "agents restart s",
               "claimed p50/p99 ms", "ACTIVE p50/p99 ms", "delete p50/p99 ms",
               "archived/s"]  # fmt: skip
     rows = []
