@@ -18,6 +18,7 @@ from qsched.admin import schemas
 from qsched.admin.cli import cli
 from qsched.archive import archive_deleted, parse_before
 from qsched.ledger import Stores
+from qsched.ledger import instances as instances_module
 from qsched.ledger.base import Instance, Inventory, State
 from tests.raw import redis_store
 from tests.test_api import ADMIN, USER, app, at, bus, client, fault, post_server
@@ -103,6 +104,18 @@ def test_an_instance_still_referred_to_is_held_and_does_not_stop_the_others(
     assert report.left == 1 and report.complete
     assert stores.instances.get(second).state == State.DELETED
     assert stores.instances.deleted_since(0) == [second]
+
+
+def test_the_index_keeps_every_deletion_while_lists_read_the_newest(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(instances_module, "DELETED_LISTED", 2)
+    deleted = make_deleted(stores, 3)
+    assert stores.instances.deleted_since(0) == deleted[:0:-1]  # the newest two
+    assert stores.archive.deleted_count() == 3
+    out = io.StringIO()
+    assert archive_deleted(stores.archive, out, FUTURE).archived == 3
+    assert [w["uuid"] for w in lines(out)] == deleted
 
 
 def test_a_dry_run_counts_and_changes_nothing(stores: Stores) -> None:

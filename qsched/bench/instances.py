@@ -242,33 +242,3 @@ def _brief(entry: dict[str, Any]) -> str:
         f" ms; agents restarted in {restart.get('ready_s')} s; per item "
         f"{entry['per_item_bytes']}"
     )
-
-
-def instances_table(entries: list[dict[str, Any]]) -> list[str]:
-    """One row per cloud of the scenario."""
-    from qsched.bench.report import simple_table  # the report imports this module
-
-    header = ["preloaded", "used_memory MiB", "B/host", "B/live", "B/past", "agents restart s",
-              "claimed p50/p99 ms", "ACTIVE p50/p99 ms", "delete p50/p99 ms",
-              "archived/s"]  # fmt: skip
-    rows = []
-    for e in entries:
-        boots, deletes = e["boots"], e["deletes"]["delete_to_deleted_ms"]
-        mem, per = e.get("memory", {}), e.get("per_item_bytes", {})
-        last = next((mem[k] for k in ("past", "live", "hosts") if mem.get(k) is not None), None)
-        restart = e.get("agent_restart") or {}
-        rows.append([
-            f"{e['preloaded']:,}", _mb(last), per.get("host"), per.get("live_instance"),
-            per.get("past_instance"), restart.get("ready_s", "n/a"),
-            _pair(boots["submit_to_claimed_ms"]), _pair(boots["submit_to_active_ms"]),
-            _pair(deletes), (e.get("archive") or {}).get("per_s", "-"),
-        ])  # fmt: skip
-    return simple_table(header, rows)
-
-
-def _pair(stats: dict[str, Any]) -> str:
-    return f"{stats.get('p50')} / {stats.get('p99')}"
-
-
-def _mb(value: int | None) -> str:
-    return "n/a" if value is None else f"{value / 2**20:,.1f}"
