@@ -63,11 +63,9 @@ class _Queued(RedisStore):
     def __init__(self, store: RedisStore) -> None:
         super().__init__(store.client.pipeline(transaction=False), store.keys.cell,
                          store.max_events)  # fmt: skip
-        self.queued = 0
 
     def run(self, name: str, key: str, *args: Any) -> dict[str, Any]:
         self.script(name)(keys=[key], args=[self.keys.prefix, *args], client=self.client)
-        self.queued += 1
         return _Any()
 
     def execute(self) -> None:
