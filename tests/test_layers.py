@@ -24,14 +24,14 @@ FLOORS: list[tuple[str, ...]] = [
      "qsched.context", "qsched.policies"),
     # the ledger's interfaces and values, which everything above may name
     ("qsched.flavors", "qsched.ledger.base", "qsched.ledger.records", "qsched.ledger.keys",
-     "qsched.ledger.backend", "qsched.ledger.inspection", "qsched.policy", "qsched.images",
-     "qsched.aggregates", "qsched.metrics"),
+     "qsched.ledger.backend", "qsched.ledger.inspection", "qsched.ledger.archive",
+     "qsched.policy", "qsched.images", "qsched.aggregates", "qsched.metrics"),
     ("qsched.scheduling", "qsched.message"),  # the contract between front door and agents
     ("qsched.ledger", "qsched.bus", "qsched.glance", "qsched.notifications"),  # the backends
     ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "qsched.aggregate_api",
      "qsched.services", "qsched.server_groups", "qsched.quotas", "qsched.hypervisors",
      "qsched.zones", "qsched.keypairs", "qsched.server_list", "qsched.server_actions",
-     "qsched.host_rules",
+     "qsched.host_rules", "qsched.archive",
      "agents"),
     ("qsched.api", "qsched.admin"),  # the edges
     # entry points and harnesses: they read the configuration and build the rest

@@ -17,7 +17,17 @@ from typing import Any
 import click
 
 from qsched import janitor as qjanitor
-from qsched.admin import cli_bus, cli_flavors, cli_ledger, cli_services, queries, top, views, why
+from qsched.admin import (
+    cli_archive,
+    cli_bus,
+    cli_flavors,
+    cli_ledger,
+    cli_services,
+    queries,
+    top,
+    views,
+    why,
+)
 from qsched.admin.cli_ledger import PLACEMENT_CLASSES
 from qsched.admin.context import Admin, admin_command, config_option, output_option
 from qsched.admin.views import SHOWS, echo
@@ -44,6 +54,7 @@ for _command in (
     *cli_bus.COMMANDS,
     *cli_flavors.COMMANDS,
     *cli_services.COMMANDS,
+    *cli_archive.COMMANDS,
 ):
     cli.add_command(_command)
 

@@ -285,3 +285,28 @@ JANITOR = {
     },
     "required": ["dead_agents", "requeued", "dry_run"],
 }
+
+ARCHIVE = obj(
+    before=NUMBER,
+    dry_run=BOOL,
+    batch=INT,
+    max_rows=maybe(INT),
+    archived=INT,
+    recovered=INT,
+    held=INT,
+    held_named=map_of(STRING),
+    stale=INT,
+    steps=INT,
+    left=INT,
+    complete=BOOL,
+    seconds=NUMBER,
+)
+#: one line of archive-deleted's history (qsched.archive.history_line)
+HISTORY_LINE = obj(
+    uuid=STRING,
+    project_id=STRING,
+    deleted_at=NUMBER,
+    archived_at=NUMBER,
+    record={**ANY_OBJECT, "required": ["uuid", "state", "flavor", "created_at"]},
+    events=array({**ANY_OBJECT, "required": ["t", "event"]}),
+)

@@ -43,6 +43,8 @@ PRESETS: dict[str, tuple[Any, Any]] = {
     "fill_hosts": (100, 40),
     "fill_rate": (100.0, 100.0),
     "burst_s": (4.0, 1.5),
+    "instances_hosts": (100_000, 10_000),
+    "preload": (1_000_000, 100_000),
 }
 
 
@@ -116,6 +118,8 @@ def pick_backends(
 
 
 ON_OFF = {"on": (True,), "off": (False,), "both": (False, True)}
+#: what a run without --scenario measures: instances (minutes of preloading) only when named
+DEFAULT_SCENARIOS = tuple(name for name in SCENARIOS if name != "instances")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -127,7 +131,7 @@ ON_OFF = {"on": (True,), "off": (False,), "both": (False, True)}
     "scenarios",
     multiple=True,
     type=click.Choice(list(SCENARIOS)),
-    help="Run only these scenarios (repeatable) [default: all of them].",
+    help="Run only these scenarios (repeatable) [default: all but instances].",
 )
 @click.option("--sizes", metavar="N,N,...", help="Scale sweep host counts.")
 @click.option(
@@ -150,6 +154,19 @@ ON_OFF = {"on": (True,), "off": (False,), "both": (False, True)}
     "backlog (0: none).",
 )
 @click.option("--fill-hosts", type=click.IntRange(1), help="Hosts of the fill cloud.")
+@click.option(
+    "--instances-hosts",
+    type=click.IntRange(1),
+    help="Instances: hosts of its two clouds [default: 100,000; --quick 10,000].",
+)
+@click.option(
+    "--preload",
+    type=click.IntRange(0),
+    help="Instances: current and past instances written into the second cloud before it "
+    "is measured, half ACTIVE, half DELETED [default: 1,000,000; --quick 100,000]. Each "
+    "takes 3-4 KB of the ledger's Redis memory, and about 1 ms to write on 2 cores "
+    "(docs/scale.rst).",
+)
 @click.option(
     "--group-members",
     type=click.IntRange(1),
@@ -245,6 +262,8 @@ def main(
     step_s: float | None,
     burst: float | None,
     fill_hosts: int | None,
+    instances_hosts: int | None,
+    preload: int | None,
     group_members: int,
     ledger_url: str,
     amqp_url: str,
@@ -279,6 +298,9 @@ def main(
       rules       classes with placement rules next to a plain one, per N: a host
                   rule, a tenant-isolated aggregate, a nested GPU flavor, a provider
                   shared by every host (its conflicts), an anti-affinity group
+      instances   the same cloud with no instance and with --preload current and past
+                  instances: Redis memory per host and instance, agent restart,
+                  submit to claimed, delete to DELETED, archive-deleted of the past ones
 
     \b
     Examples:
@@ -317,6 +339,8 @@ def main(
         fill_hosts=fill_hosts or settings_values["fill_hosts"],
         fill_rate_per_s=settings_values["fill_rate"],
         group_members=group_members,
+        instances_hosts=instances_hosts or settings_values["instances_hosts"],
+        preload_instances=settings_values["preload"] if preload is None else preload,
         ledger_url=ledger_url,
         transports=transports,
         embedded=embedded,
@@ -348,7 +372,7 @@ def main(
                   "other work on this machine will show in the figures")  # fmt: skip
     runner = Runner(settings, clock.say)
     try:
-        for name in scenarios or tuple(SCENARIOS):
+        for name in scenarios or DEFAULT_SCENARIOS:
             results[name] = SCENARIOS[name](runner)
     except (BenchFailure, StackFailed) as exc:
         results["failures"].append(f"{type(exc).__name__}: {exc}")

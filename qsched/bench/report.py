@@ -417,6 +417,9 @@ def render(results: dict[str, Any]) -> str:
         if contention:
             parts += ["Shared provider contention (conflicts from the instances' histories, "
                       "each retried)", "", *contention, ""]  # fmt: skip
+    if results.get("instances"):
+        parts += ["Instances (library path; memory: INFO used_memory)", "",
+                  *instances_table(results["instances"]), ""]  # fmt: skip
     costs = cost_rows(results)
     if costs:
         parts += ["CPU ms per placement", "", *cost_table(costs), ""]
@@ -519,3 +522,31 @@ def _registration_panel(ax: Any, scale: list[dict[str, Any]]) -> None:
     ax.set_title("registration (all agents together)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=6, loc="lower right")
+
+
+def instances_table(entries: list[dict[str, Any]]) -> list[str]:
+    """One row per cloud of the scenario."""
+    header = ["preloaded", "used_memory MiB", "B/host", "B/live", "B/past", "agents restart s",
+              "claimed p50/p99 ms", "ACTIVE p50/p99 ms", "delete p50/p99 ms",
+              "archived/s"]  # fmt: skip
+    rows = []
+    for e in entries:
+        boots, deletes = e["boots"], e["deletes"]["delete_to_deleted_ms"]
+        mem, per = e.get("memory", {}), e.get("per_item_bytes", {})
+        last = next((mem[k] for k in ("past", "live", "hosts") if mem.get(k) is not None), None)
+        restart = e.get("agent_restart") or {}
+        rows.append([
+            f"{e['preloaded']:,}", _mib(last), per.get("host"), per.get("live_instance"),
+            per.get("past_instance"), restart.get("ready_s", "n/a"),
+            _p50_p99(boots["submit_to_claimed_ms"]), _p50_p99(boots["submit_to_active_ms"]),
+            _p50_p99(deletes), (e.get("archive") or {}).get("per_s", "-"),
+        ])  # fmt: skip
+    return simple_table(header, rows)
+
+
+def _p50_p99(stats: dict[str, Any]) -> str:
+    return f"{stats.get('p50')} / {stats.get('p99')}"
+
+
+def _mib(value: int | None) -> str:
+    return "n/a" if value is None else f"{value / 2**20:,.1f}"

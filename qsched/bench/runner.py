@@ -56,6 +56,11 @@ class Settings:
     #: them on (and metrics as last) when both; they go to this RabbitMQ (rabbit://)
     notifications: tuple[bool, ...] = (False,)
     notification_url: str | None = None
+    #: instances: the hosts of its clouds, the instances preloaded into the second one,
+    #: and the share of them live (ACTIVE; the others past: DELETED)
+    instances_hosts: int = 100_000
+    preload_instances: int = 1_000_000
+    preload_live_share: float = 0.5
 
     @property
     def transport_url(self) -> str:

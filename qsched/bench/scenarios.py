@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from qsched.bench import measure
+from qsched.bench.instances import run_instances
 from qsched.bench.load import HttpSubmitter, LibrarySubmitter, Submit
 from qsched.bench.packing import BenchFlavor, best_fit, flavor_stream, fractions
 from qsched.bench.phase import PhaseResult, run_phase, samples, summarize
@@ -337,4 +338,5 @@ SCENARIOS: dict[str, Scenario] = {
     "saturation": run_saturation,
     "fill": run_fill,
     "rules": run_rules,
+    "instances": run_instances,
 }

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -192,6 +193,11 @@ class Cloud:
     def peak_rss(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def restart_agents(self) -> dict[str, Any] | None:
+        """Stop the agents and start them again on their nodes; the new start's summary
+        (as :attr:`registration`), or None where a cloud cannot (the embedded one)."""
+        return None
+
     def stop(self) -> list[dict[str, Any]]:
         raise NotImplementedError
 
@@ -242,6 +248,18 @@ class ProcessCloud(Cloud):
     def start(self) -> Cloud:
         """Start everything, wait until agents consume and the API answers."""
         spawned_at = time.time()
+        self._start_agents()
+        if self.spec.http:
+            self.stack.start_api()
+            self.api_url = f"http://{LOOPBACK}:{self.stack.port}"
+        self._open(self.stack.options, self.stack.stores)
+        reports = self._go()
+        self.registration = registration_summary(self.spec.hosts, reports, spawned_at)
+        if self.spec.http:
+            self.stack.wait(self.stack.healthy, 60, "the API did not answer", 0.1)
+        return self
+
+    def _start_agents(self) -> None:
         per_process = self.spec.agent_hosts()
         for i, count in enumerate(self.spec.node_counts()):
             args = ["--report", str(self._report(i)), "--go", str(self.stack.dir / "go"),
@@ -250,18 +268,25 @@ class ProcessCloud(Cloud):
             self.stack.start_agent(i, {"node_count": count, **(metrics if self.spec.metrics
                                                                  else {})}, args)  # fmt: skip
             self.stack.note_hosts(self._hosts(i, per_process[i]))
-        if self.spec.http:
-            self.stack.start_api()
-            self.api_url = f"http://{LOOPBACK}:{self.stack.port}"
-        self._open(self.stack.options, self.stack.stores)
+
+    def _go(self) -> list[dict[str, Any]]:
+        """Once every agent loaded, let them start together; their start reports."""
         loaded = [self._report(i).with_suffix(".loaded") for i in self.stack.agents]
         self.stack.wait(lambda: all(p.exists() for p in loaded), 60, "agents did not load", 0.02)
         (self.stack.dir / "go").touch()  # every agent loaded: they register together
-        reports = self._wait_agents()
-        self.registration = registration_summary(self.spec.hosts, reports, spawned_at)
-        if self.spec.http:
-            self.stack.wait(self.stack.healthy, 60, "the API did not answer", 0.1)
-        return self
+        return self._wait_agents()
+
+    def restart_agents(self) -> dict[str, Any]:
+        """Stop every agent process (SIGTERM) and start them again on the same hosts and
+        nodes, as an upgrade does; the new start's summary, as :attr:`registration`."""
+        for i in list(self.stack.agents):
+            self.stack.kill_agent(i, signal.SIGTERM, self.stack.stop_timeout_s)
+            for path in (self._report(i), self._report(i).with_suffix(".loaded")):
+                path.unlink(missing_ok=True)
+        (self.stack.dir / "go").unlink(missing_ok=True)
+        spawned_at = time.time()
+        self._start_agents()
+        return registration_summary(self.spec.hosts, self._go(), spawned_at)
 
     def _report(self, i: int) -> Path:
         return self.stack.dir / f"agent{i}.json"

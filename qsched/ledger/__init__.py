@@ -15,6 +15,8 @@ import dataclasses
 from qsched.conf import LedgerOptions, QuotaOptions
 from qsched.ledger.agents import RedisAgents
 from qsched.ledger.aggregates import RedisAggregates
+from qsched.ledger.archive import ArchiveStore
+from qsched.ledger.archiver import RedisArchive
 from qsched.ledger.backend import Backend
 from qsched.ledger.base import (
     QUOTA_LIMITS,
@@ -53,6 +55,7 @@ class Stores:
     aggregates: AggregateStore
     groups: GroupStore
     keypairs: KeypairStore
+    archive: ArchiveStore
 
 
 def open_stores(
@@ -101,4 +104,5 @@ def _redis_stores(
         RedisAggregates(store),
         RedisGroups(store, groups),
         RedisKeypairs(store, key_pairs),
+        RedisArchive(store),
     )

@@ -456,8 +456,9 @@ class InstanceStore(abc.ABC):
 
     @abc.abstractmethod
     def deleted_since(self, since: float, project_id: str | None = None) -> list[str]:
-        """Instances DELETED at ``since`` or later, newest first: a project's (its
-        last 1000 deletions are kept) or the cell's (the last 100,000)."""
+        """Instances DELETED at ``since`` or later and not archived, newest first: a
+        project's (its last 1000 deletions are kept) or the cell's (its newest 100,000
+        read)."""
 
     @abc.abstractmethod
     def update(
@@ -478,7 +479,8 @@ class InstanceStore(abc.ABC):
     def add_event(
         self, uuid: str, event: str, host: str | None = None, node: str | None = None, **detail: Any
     ) -> None:
-        """Append one event to the instance's history (trimmed to the newest N)."""
+        """Append one event to the instance's history (trimmed to the newest N); nothing
+        when the instance has no record (archived: no history outlives its record)."""
 
     @abc.abstractmethod
     def events(self, uuid: str) -> list[Event]:

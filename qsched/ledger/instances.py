@@ -36,6 +36,9 @@ from qsched.resources import check_uuid
 ABANDON_MARK_S = 86400
 _OUTBOX_BATCH = 1000  # outbox entries cleared per script
 BATCH_KEPT_S = 86400  # a batch's record outlives its deadline by this much
+#: Deleted servers a changes-since list of the whole cell reads, newest first: the cell's
+#: index holds every DELETED instance not archived yet (archive-deleted empties it).
+DELETED_LISTED = 100_000
 
 
 @maps_errors
@@ -162,7 +165,10 @@ class RedisInstances(InstanceStore):
     def deleted_since(self, since: float, project_id: str | None = None) -> list[str]:
         key = self.keys.deleted_instances if project_id is None else self.keys.project_deleted(
             project_id)  # fmt: skip
-        return [text(u) for u in self.store.client.zrevrangebyscore(key, "+inf", float(since))]
+        found = self.store.client.zrevrangebyscore(
+            key, "+inf", float(since), start=0, num=DELETED_LISTED
+        )
+        return [text(u) for u in found]
 
     def update(
         self, uuid: str, name: str | None = None, extra: Mapping[str, MapChange] | None = None
@@ -187,11 +193,8 @@ class RedisInstances(InstanceStore):
             entry["host"] = host
         if node:
             entry["node"] = node
-        key = self.keys.instance_events(uuid)
-        pipe = self.store.client.pipeline(transaction=False)
-        pipe.rpush(key, json.dumps(entry))
-        pipe.ltrim(key, -self.store.max_events, -1)
-        pipe.execute()
+        self.store.run("instance_event", self.keys.instance(uuid), uuid, json.dumps(entry),
+                       self.store.max_events)  # fmt: skip
 
     def events(self, uuid: str) -> list[Event]:
         raw = self.store.client.lrange(self.keys.instance_events(uuid), 0, -1)

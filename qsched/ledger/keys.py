@@ -111,6 +111,10 @@ class Keyspace:
         return f"{self.prefix}deleted-instances"
 
     @property
+    def archive_staged(self) -> str:
+        return f"{self.prefix}archive-staged"
+
+    @property
     def deadlines(self) -> str:
         return f"{self.prefix}deadlines"
 

@@ -274,7 +274,9 @@ class RedisStore:
         """Run ``script``; on a cluster a NOSCRIPT loads it on the cell's master only
         (redis-py's Script would load it on every master, failing while one is down)."""
         if not cluster.is_cluster(self.client):
-            return script(keys=keys, args=args)
+            # on this store's client as it is now: a script first loaded while a test or
+            # a failover had swapped the client must not stay bound to the old one
+            return script(keys=keys, args=args, client=self.client)
         try:
             return self.client.evalsha(script.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:

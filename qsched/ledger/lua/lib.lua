@@ -309,14 +309,17 @@ local function batch_fault(fault, now, batch, member)
     return cjson.encode(t)
 end
 
--- How many DELETED instances the indexes of recent deletions keep (changes-since lists),
--- per project and for the cell; the oldest leave first.
-local DELETED_KEPT_PROJECT, DELETED_KEPT = 1000, 100000
+-- How many DELETED instances a project's index of recent deletions keeps (its
+-- changes-since list); the oldest leave first. The cell's index keeps every DELETED
+-- instance until archive-deleted takes it out (instance_archive.lua): it is what the
+-- archive reads, oldest first; a changes-since list reads its newest only.
+local DELETED_KEPT_PROJECT = 1000
 
--- Add a DELETED instance to an index of deletions by time, keeping the newest ``keep``.
+-- Add a DELETED instance to an index of deletions by time, keeping the newest ``keep``
+-- (nil: all).
 local function deleted_index(key, uuid, now, keep)
     redis.call("ZADD", key, now, uuid)
-    redis.call("ZREMRANGEBYRANK", key, 0, -(keep + 1))
+    if keep then redis.call("ZREMRANGEBYRANK", key, 0, -(keep + 1)) end
 end
 
 -- End an instance in ERROR or DELETED: its allocations and quota are released and it
@@ -338,7 +341,7 @@ local function end_instance(uuid, inst, state, fault, now, max_events, detail)
         redis.call("SREM", K.project_instances(inst.project), uuid)
         redis.call("ZREM", K.live_instances, uuid)
         deleted_index(K.project_deleted(inst.project), uuid, now, DELETED_KEPT_PROJECT)
-        deleted_index(K.deleted_instances, uuid, now, DELETED_KEPT)
+        deleted_index(K.deleted_instances, uuid, now, nil)
         local group = redis.call("HGET", ikey, "group")
         if group then redis.call("SREM", K.group_members(group), uuid) end
     end

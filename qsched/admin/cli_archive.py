@@ -1,0 +1,156 @@
+"""``qsched-admin archive-deleted``: ended servers out of the ledger, their history kept.
+
+The command parses and renders; :func:`qsched.archive.archive_deleted` does the work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+import click
+
+from qsched import archive
+from qsched.admin import views
+from qsched.admin.context import Admin, AdminUsageError, admin_command, output_option
+from qsched.admin.views import SHOWS
+
+
+@contextlib.contextmanager
+def _history(output: str | None) -> Iterator[TextIO | None]:
+    """Where the history goes: appended to a file (never truncated), stdout for ``-``."""
+    if output is None:
+        yield None
+    elif output == "-":
+        yield sys.stdout
+    else:
+        try:
+            with Path(output).open("a", encoding="utf-8") as stream:
+                yield stream
+        except OSError as exc:
+            raise AdminUsageError(
+                f"--output {output}: {exc.strerror}; give a writable file"
+            ) from None
+
+
+def _progress(report: archive.ArchiveReport) -> None:
+    verb = "would archive" if report.dry_run else "archived"
+    click.echo(
+        f"step {report.steps}: {verb} {report.archived:,} so far, {report.held:,} held, "
+        f"{report.left:,} deleted before the cut-off left",
+        err=True,
+    )
+
+
+def _summary(report: archive.ArchiveReport) -> str:
+    verb = "would archive" if report.dry_run else "archived"
+    pairs = [
+        ("before", views.when(report.before)),
+        (verb, report.archived),
+        ("of them left staged by an earlier run", report.recovered),
+        ("held (still referred to, kept)", report.held),
+        ("index entries without a record, dropped", report.stale),
+        ("deleted before the cut-off, still kept", report.left),
+        ("complete", "yes" if report.complete else "no: --max-rows reached"),
+        ("steps", report.steps),
+        ("seconds", report.seconds),
+    ]
+    lines = [views.key_values(pairs)]
+    if report.held_named:
+        lines.append("held:")
+        lines += [f"  {uuid}  {why}" for uuid, why in sorted(report.held_named.items())]
+    return "\n".join(lines)
+
+
+@click.command("archive-deleted")
+@click.option(
+    "--before",
+    required=True,
+    metavar="TIME|AGE",
+    help="Archive servers deleted before this: an ISO 8601 time (2024-05-01, "
+    "2024-05-01T12:00:00Z; UTC without a zone) or an age (90d, 12h, 30m, 45s, 2w).",
+)
+@click.option(
+    "--output",
+    "-o",
+    metavar="FILE|-",
+    help="Append the history of every archived server to FILE as JSON lines ('-': "
+    "stdout). Required unless --dry-run: what is archived is kept nowhere else.",
+)
+@click.option(
+    "--max-rows",
+    type=click.IntRange(1),
+    help="Archive at most this many servers in this run [default: every one deleted "
+    "before the cut-off].",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 10_000),
+    default=1000,
+    show_default=True,
+    help="Servers per atomic step (the ledger runs nothing else during a step).",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would be archived; change nothing.")
+@output_option(*SHOWS)
+@admin_command()
+def archive_deleted(
+    admin: Admin,
+    before: str,
+    output: str | None,
+    max_rows: int | None,
+    batch: int,
+    dry_run: bool,
+    fmt: str,
+) -> None:
+    """Take DELETED servers out of the ledger, as nova-manage db archive_deleted_rows
+    does, so that the ledger's memory follows the live servers.
+
+    Each server deleted before --before, oldest first, leaves the cell in an atomic
+    step of --batch servers, and its record and history (the instance actions among
+    it) are appended to --output as one JSON line:
+
+    \b
+      {"uuid": ..., "project_id": ..., "deleted_at": ..., "archived_at": ...,
+       "record": {the instance record}, "events": [its history, oldest first]}
+
+    Afterwards the API answers 404 for the server, as Nova does for a purged one,
+    and changes-since lists no longer show it.
+
+    Safe while the cloud runs: a server that something still refers to (allocations,
+    quota, its host still deleting it or acting on it, the outbox) is held, counted
+    and kept. A run that stops anywhere loses nothing: a step moves what it takes
+    into a staging area of the ledger, which is cleared only once the lines are
+    written and synced to disk, and the next run first writes what a stopped one
+    left there. Run it again to go on; a run resumes where the last
+    one ended, since archived servers have left the index it reads.
+
+    Progress goes to stderr after every step, the summary to stdout (to stderr when
+    --output is '-').
+
+    \b
+    Examples:
+      qsched-admin archive-deleted --before 90d --dry-run
+      qsched-admin archive-deleted --before 90d -o /var/lib/qsched/archive.jsonl
+      qsched-admin archive-deleted --before 2024-05-01 --max-rows 100000 -o - | gzip >> a.gz
+    """
+    if output is None and not dry_run:
+        raise AdminUsageError(
+            "archive-deleted needs --output FILE (or - for stdout) to keep the history of "
+            "what it archives; or --dry-run to only count"
+        )
+    try:
+        cut = archive.parse_before(before, admin.now())
+    except ValueError as exc:
+        raise AdminUsageError(f"--before {exc}") from None
+    with _history(None if dry_run else output) as out:
+        report = archive.archive_deleted(
+            admin.stores.archive, out, cut, batch, max_rows, dry_run, _progress
+        )
+    text = views.to_json(report.to_dict()) if fmt == "json" else _summary(report)
+    click.echo(text, err=output == "-" and not dry_run)
+
+
+COMMANDS = (archive_deleted,)
