@@ -19,6 +19,7 @@ import collections
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +32,11 @@ from qsched.bench.runner import SCALE_FLAVOR
 from qsched.bench.stack import CloudSpec, ProcessCloud
 
 CLOCK_TICKS = 100  # USER_HZ on Linux
+
+
+def py_spy() -> str | None:
+    """py-spy on the PATH, or beside this Python (a virtualenv's bin)."""
+    return shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
 
 
 def cpu_s(pid: int) -> float:
@@ -49,7 +55,7 @@ def connections(pid: int) -> dict[str, int]:
 
 def threads_by_name(pid: int) -> dict[str, int]:
     """Python threads by name, less the host part (``heartbeat-<host>`` -> ``heartbeat``)."""
-    spy = shutil.which("py-spy")
+    spy = py_spy()
     if spy is None:
         return {}
     dump = subprocess.run([spy, "dump", "--nonblocking", "-p", str(pid)],
@@ -94,7 +100,7 @@ def main(nodes: int, hosts: int, seconds: float, settle_s: float, transport_url:
 
 def _measure(pid: int, seconds: float, profile_path: Path | None) -> dict[str, Any]:
     began_cpu, began = cpu_s(pid), time.monotonic()
-    spy = shutil.which("py-spy")
+    spy = py_spy()
     if profile_path is not None and spy is not None:
         subprocess.run([spy, "record", "--nonblocking", "-r", "4", "-f", "raw", "-p", str(pid),
                         "-d", str(round(seconds)), "-o", str(profile_path)],
