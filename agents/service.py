@@ -179,7 +179,9 @@ class ComputeAgent:
         tasks: list[tuple[str, float, Callable[[], object]]] = [
             ("heartbeat", self.opts.heartbeat_interval_s, self.heartbeat),
             ("classes", self.opts.class_poll_interval_s, self.sync_classes),
-            ("deletes", STUCK_DELETE_S / 2,
+            # no more often than it heartbeats: a host told to be quiet (hundreds in one
+            # process) sweeps its deletes as rarely, a lost one done within two intervals
+            ("deletes", max(STUCK_DELETE_S / 2, self.opts.heartbeat_interval_s),
              lambda: self.finish_deletes(time.time() - STUCK_DELETE_S)),
             ("actions", STUCK_ACTION_S / 2,
              lambda: self.actions.finish_stuck(time.time() - STUCK_ACTION_S)),

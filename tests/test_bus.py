@@ -55,6 +55,7 @@ FAST = KombuOptions(
     settle_timeout_s=5.0,
     reconnect_max_delay_s=0.5,
 )
+SHARED = "shared+"  # a harness URL whose consumers share one connection
 WAIT_S = 10.0  # for what must come
 QUIET_S = 0.7  # for what must not
 
@@ -82,11 +83,19 @@ def reachable(url: str) -> None:
         pytest.param("rabbit-failover", id="rabbit-failover", marks=pytest.mark.real),
         pytest.param(BUS_REDIS_URL, id="redis", marks=pytest.mark.real),
         pytest.param("oslo", id="oslo", marks=pytest.mark.real),
+        pytest.param(f"{SHARED}memory://", id="memory-shared"),
+        pytest.param(f"{SHARED}{AMQP_URL}", id="amqp-shared", marks=pytest.mark.real),
+        pytest.param(f"{SHARED}{BUS_REDIS_URL}", id="redis-shared", marks=pytest.mark.real),
     ]
 )
 def url(request: pytest.FixtureRequest) -> str:
     """Every transport; ``rabbit-failover``: RabbitMQ through a URL whose first host is down;
-    ``oslo``: the oslo.messaging bus on RabbitMQ (``oslo+`` and its URL)."""
+    ``oslo``: the oslo.messaging bus on RabbitMQ (``oslo+`` and its URL); ``*-shared``: the
+    consumers of the test share one connection (``shared+`` and the URL)."""
+    if request.param.startswith(SHARED):
+        if not request.param.startswith(f"{SHARED}memory"):
+            reachable(request.param.removeprefix(SHARED))
+        return str(request.param)
     if request.param == "rabbit-failover":
         reachable(AMQP_URL)
         return rabbit_failover_url()
@@ -104,11 +113,14 @@ class Harness:
     def __init__(self, url: str, options: KombuOptions = FAST) -> None:
         self.prefix = f"qtest-{uuid.uuid4().hex[:12]}"
         self.oslo = url.startswith("oslo+")
+        self.shared = url.startswith(SHARED)
         self.bus: Any = (
             OsloBus(url.removeprefix("oslo+"), prefix=self.prefix, options=options)
             if self.oslo
-            else KombuBus(url, prefix=self.prefix, options=options)
+            else KombuBus(url.removeprefix(SHARED), prefix=self.prefix, options=options)
         )
+        if self.shared:
+            self.bus = self.bus.sharing_consumers()
         #: the kombu wire: the bus's own, or the oslo bus's AMQP side
         self.wire: KombuWire = self.bus.wire.kombu if self.oslo else self.bus.wire
         self.hosts: set[str] = set()

@@ -10,11 +10,15 @@ agent's counters.
 
 ``--hosts K`` runs K agents in the process instead, as K ``qsched-agent``
 processes would run: each its own compute host (``<[agent] host>-<j>``) with
-``[agent] node_count`` split between them, its own bus consumer (an AMQP
-connection, its host queue), heartbeat and periodic tasks. They share the
-process's ledger connection pool and publisher pool. That gives a benchmark
-cloud enough compute hosts for server groups, whose policies are per host.
-Only the first serves metrics (``[agent] metrics_port``); counters are summed.
+``[agent] node_count`` split between them, its own bus consumer (its channel,
+host queue, prefetch and acks), heartbeat and periodic tasks. They share the
+process's ledger connection pool and publisher pool, and on the kombu bus one
+consumer connection and the one thread that drains it
+(:meth:`~qsched.bus.kombu.KombuBus.sharing_consumers`): a thousand hosts in four
+processes hold four AMQP consumer connections, not a thousand. Their callbacks
+take turns in that thread. That gives a benchmark cloud enough compute hosts for
+server groups, whose policies are per host. Only the first serves metrics
+(``[agent] metrics_port``); counters are summed.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from agents.service import ComputeAgent
 from qsched import conf as qconf
 from qsched.bench.timing import RECONCILE, REGISTRATION, PhaseTimer, peak_rss_kb
 from qsched.bus import open_bus
+from qsched.bus.kombu import KombuBus
 from qsched.ledger import open_stores
 
 #: Agents of one process started (and stopped) at once: registration and the bus
@@ -125,6 +130,8 @@ def build_agents(options: qconf.Options, count: int) -> list[ComputeAgent]:
     # is below what a few hundred agents' threads hold at once
     url = add_query(options.ledger.url, max_connections=100 + 4 * count)
     stores, bus = open_stores(options.ledger, options.quota, url), open_bus(options.bus)
+    if isinstance(bus, KombuBus):  # the oslo.messaging bus keeps a connection per host
+        bus = bus.sharing_consumers()
     total = opts.node_count
     agents = []
     for j in range(count):

@@ -315,9 +315,10 @@ class Consumer(abc.ABC):
         """The host whose queue it always consumes."""
 
 
-class ThreadedConsumer(Consumer):
-    """What both buses' consumers share: the host and classes wanted, and one thread
-    of their own that subscribes and unsubscribes (:meth:`_later`)."""
+class WantingConsumer(Consumer):
+    """What every consumer here shares: the host and the classes wanted, changed by a
+    thread that subscribes and unsubscribes (:meth:`_later`), its own or one it shares
+    with the consumers of other hosts (:mod:`qsched.bus.kombu_consumer`)."""
 
     def __init__(self, host: str, on_message: OnMessage, classes: Iterable[str]) -> None:
         self._host = check_host(host)
@@ -326,7 +327,6 @@ class ThreadedConsumer(Consumer):
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
 
     @property
     def host(self) -> str:
@@ -336,13 +336,6 @@ class ThreadedConsumer(Consumer):
     def classes(self) -> frozenset[str]:
         with self._lock:
             return frozenset(self._wanted)
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        name = f"qsched-bus-{self._host}"
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
 
     def wait_ready(self, timeout_s: float) -> bool:
         return self._ready.wait(timeout_s)
@@ -360,10 +353,6 @@ class ThreadedConsumer(Consumer):
         return self._later(functools.partial(self._unsubscribe, name))
 
     @abc.abstractmethod
-    def _run(self) -> None:
-        """The consumer thread."""
-
-    @abc.abstractmethod
     def _later(self, change: Callable[[], None]) -> Future[None]:
         """Have the consumer thread run ``change``; the future is done once it has."""
 
@@ -374,6 +363,25 @@ class ThreadedConsumer(Consumer):
     @abc.abstractmethod
     def _unsubscribe(self, name: str) -> None:
         """In the consumer thread: stop consuming class ``name``."""
+
+
+class ThreadedConsumer(WantingConsumer):
+    """A consumer with one thread of its own (:meth:`_run`)."""
+
+    def __init__(self, host: str, on_message: OnMessage, classes: Iterable[str]) -> None:
+        super().__init__(host, on_message, classes)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        name = f"qsched-bus-{self._host}"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    @abc.abstractmethod
+    def _run(self) -> None:
+        """The consumer thread."""
 
 
 class Bus(abc.ABC):

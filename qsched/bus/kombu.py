@@ -63,11 +63,14 @@ Options are in :class:`KombuOptions` (the ``[bus]`` tunables, see :meth:`KombuBu
 Modules
 =======
 * this one: :class:`KombuBus`, the :class:`~qsched.bus.base.Bus` contract and nothing
-  more; it publishes, and builds consumers;
+  more; it publishes, and builds consumers (each on a connection of its own, or all on
+  one, :meth:`KombuBus.sharing_consumers`);
 * :mod:`qsched.bus.kombu_wire`: connections, queues and exchanges, declares and
   confirmed publishes (dead letters too), which both halves stand on;
-* :mod:`qsched.bus.kombu_consumer`: the reconnecting consumer and its deliveries;
-  it knows the wire it is handed, not this module;
+* :mod:`qsched.bus.kombu_consumer`: a host's consumer and its deliveries; it knows
+  the wire it is handed, not this module;
+* :mod:`qsched.bus.kombu_loop`: the reconnecting connection and thread under one
+  consumer, or under the consumers of several hosts;
 * :mod:`qsched.bus.kombu_message`: what a kombu message holds, read without trusting it;
 * :mod:`qsched.bus.health`: the publish history and probe cache behind ``check_health``.
 """
@@ -85,6 +88,7 @@ from amqp import exceptions as amqp_exceptions
 from qsched import exception
 from qsched.bus import base, health, kombu_message
 from qsched.bus.kombu_consumer import KombuConsumer
+from qsched.bus.kombu_loop import ConsumerLoop
 from qsched.bus.kombu_wire import SCHEMES, KombuOptions, KombuWire
 from qsched.conf import BusOptions
 from qsched.message import ActionRequest, BootRequest, DeleteRequest
@@ -123,6 +127,21 @@ class KombuBus(base.Bus):
         self.names = wire.names
         self._history = health.PublishHistory()
         self._probe_cache = health.ProbeCache(wire.probe)
+        self._loop: ConsumerLoop | None = None  # the consumers' shared one, if they share
+
+    def sharing_consumers(self) -> KombuBus:
+        """A bus on the same wire whose consumers share one connection and one thread.
+
+        For a process that consumes for several hosts (a benchmark's agents, a
+        compute service per hypervisor node in one process): each host keeps its
+        own channel, prefetch, queues and acks, and so every promise of
+        :class:`~qsched.bus.base.Consumer`, but they hold one broker connection
+        instead of one each, and their callbacks take turns in one thread
+        (:mod:`qsched.bus.kombu_loop`). :meth:`close` closes that connection.
+        """
+        bus = KombuBus.on_wire(self.wire)
+        bus._loop = ConsumerLoop(self.wire, f"{self.names.prefix}-shared", shared=True)
+        return bus
 
     @classmethod
     def from_options(cls, options: BusOptions) -> KombuBus:
@@ -157,7 +176,7 @@ class KombuBus(base.Bus):
     def consumer(
         self, host: str, on_message: base.OnMessage, classes: Iterable[str] = ()
     ) -> KombuConsumer:
-        return KombuConsumer(self.wire, host, on_message, classes)
+        return KombuConsumer(self.wire, host, on_message, classes, self._loop)
 
     def boot_classes(self) -> frozenset[str]:
         return self.wire.classes
@@ -208,6 +227,8 @@ class KombuBus(base.Bus):
         self._probe_cache.check()
 
     def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
         self.wire.close()
 
     # -- admin --

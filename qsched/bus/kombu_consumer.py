@@ -1,29 +1,29 @@
-"""The consuming half of the kombu bus: a reconnecting consumer thread and its deliveries.
+"""The consuming half of the kombu bus: a host's consumer on its channel, and its deliveries.
 
 :class:`KombuConsumer` is what :meth:`qsched.bus.kombu.KombuBus.consumer` returns.
 It stands on the :class:`~qsched.bus.kombu_wire.KombuWire` it is handed: it
-connects, declares its queues and publishes its requeues and dead letters
-through it, and knows nothing of the producing half. The transports' features
-(prefetch, redelivery, dead letters) are described in :mod:`qsched.bus.kombu`.
+declares its queues and publishes its requeues and dead letters through it, and
+knows nothing of the producing half. Its channel lives on the connection of a
+:class:`~qsched.bus.kombu_loop.ConsumerLoop`, its own or one it shares with the
+consumers of other hosts. The transports' features (prefetch, redelivery, dead
+letters) are described in :mod:`qsched.bus.kombu`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import logging
-import queue
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import kombu
 
 from qsched import exception
 from qsched.bus import base, kombu_message
+from qsched.bus.kombu_loop import ConsumerLoop
 from qsched.bus.kombu_wire import KombuWire
 
 LOG = logging.getLogger(__name__)
@@ -101,72 +101,61 @@ class KombuDelivery(base.SettledOnce, base.Delivery):
         self._consumer.settled(self)
 
 
-@dataclasses.dataclass
-class _Command:
-    """Work for the consumer thread: a settle (``epoch`` set) or a class change."""
+class KombuConsumer(base.WantingConsumer):
+    """One host's consumer: its channel, its host queue and classes, its deliveries.
 
-    run: Callable[[], None]
-    future: Future[None]
-    epoch: int | None = None
-
-
-class KombuConsumer(base.ThreadedConsumer):
-    """A reconnecting consumer loop in its own thread (kombu ConsumerMixin style).
-
-    All channel work happens in that thread: settles from other threads and
-    class changes are queued to it and applied between ``drain_events`` calls.
+    It consumes on the connection of ``loop`` (a :class:`ConsumerLoop` shared
+    with other hosts), or of a loop of its own when none is given. All channel
+    work happens in the loop's thread: settles from other threads and class
+    changes are queued to it and applied between ``drain_events`` calls.
     Callbacks should be short (decode, claim, settle) and hand long work such as
-    a spawn to another thread: while a callback runs, no heartbeat goes out, and
-    RabbitMQ drops a connection silent for about two heartbeats.
+    a spawn to another thread: while a callback runs, no heartbeat goes out (and
+    on a shared loop, no other host gets a message), and RabbitMQ drops a
+    connection silent for about two heartbeats.
     """
 
     def __init__(
-        self, wire: KombuWire, host: str, on_message: base.OnMessage, classes: Iterable[str]
+        self,
+        wire: KombuWire,
+        host: str,
+        on_message: base.OnMessage,
+        classes: Iterable[str],
+        loop: ConsumerLoop | None = None,
     ) -> None:
         super().__init__(host, on_message, classes)
         self.wire = wire
-        self._commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
-        self._epoch = 0  # bumped on every disconnect: older deliveries cannot be settled
-        self._connection: kombu.Connection | None = None
+        self._loop = loop or ConsumerLoop(wire, self._host)
+        self._epoch = 0  # bumped whenever its channel goes: older deliveries cannot be settled
         self._channel: Any = None
         self._subscriptions: dict[str, kombu.Consumer] = {}
         self._unsettled: dict[int, KombuDelivery] = {}
+        self._attached = False
+
+    @property
+    def _connection(self) -> kombu.Connection | None:
+        """The connection its channel is on, for tests that cut it."""
+        return self._loop.connection_of(self._host)
 
     # -- the Consumer interface --
 
+    def start(self) -> None:
+        if self._stop.is_set() or self._attached:
+            return
+        self._attached = True
+        self._loop.attach(self)
+
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
-        thread = self._thread
-        if thread is None or thread is threading.current_thread():
-            return
-        thread.join(timeout_s)
-        if thread.is_alive():
-            LOG.warning(
-                "bus consumer %s: a callback still runs after %.1f s", self._host, timeout_s
-            )
+        self._loop.detach(self, timeout_s)
 
     # -- for deliveries --
 
     def call_in_loop(self, epoch: int, work: Callable[[], None]) -> None:
-        """Run ``work`` in the consumer thread if the connection ``epoch`` still lives.
+        """Run ``work`` in the loop's thread if the channel of ``epoch`` still lives.
 
-        :raises BusUnavailable: that connection is gone, or the thread is stuck.
+        :raises BusUnavailable: that channel is gone, or the thread is stuck.
         """
-        if threading.current_thread() is self._thread:
-            self._check_epoch(epoch)
-            return work()
-        command = _Command(work, Future(), epoch)
-        with self._lock:
-            self._check_epoch(epoch)
-            self._commands.put(command)
-        try:
-            return command.future.result(self.wire.options.settle_timeout_s)
-        except FutureTimeout:
-            if command.future.cancel():
-                raise base.BusUnavailable(
-                    self.wire.safe_url, "the consumer thread is busy"
-                ) from None
-            return command.future.result()
+        self._loop.call(functools.partial(self._check_epoch, epoch), work, self._lock)
 
     def settled(self, delivery: KombuDelivery) -> None:
         self._unsettled.pop(id(delivery), None)
@@ -176,29 +165,11 @@ class KombuConsumer(base.ThreadedConsumer):
             reason = "the connection that delivered it is gone; the broker delivers it again"
             raise base.BusUnavailable(self.wire.safe_url, reason)
 
-    # -- the loop --
+    # -- its channel, in the loop's thread --
 
-    def _run(self) -> None:
-        delay_s = 0.0
-        while not self._stop.is_set():
-            try:
-                self._consume()
-                delay_s = 0.0
-            except Exception as exc:  # whatever broke, the answer is: reconnect
-                delay_s = min(max(2 * delay_s, 0.1), self.wire.options.reconnect_max_delay_s)
-                LOG.warning(
-                    "bus consumer %s: %s; reconnecting in %.1f s",
-                    self._host,
-                    base.describe(exc),
-                    delay_s,
-                )
-            finally:
-                self._disconnect()
-            self._stop.wait(delay_s)
-        self._fail_commands(keep_changes=False)
-
-    def _consume(self) -> None:
-        self._connection = connection = self.wire.connect(self.wire.options.heartbeat_s)
+    def opened(self, connection: kombu.Connection) -> None:
+        if self._channel is not None or self._stop.is_set():
+            return
         self._channel = connection.channel()
         self._channel.basic_qos(0, 1, False)  # per consumer: quorum queues refuse global
         self._consume_queue(self.wire.host_entity(self._host))
@@ -206,16 +177,29 @@ class KombuConsumer(base.ThreadedConsumer):
             self._subscribe(name)
         self._ready.set()
         LOG.info("bus consumer %s: consuming %s", self._host, sorted(self._subscriptions))
-        while not self._stop.is_set():
-            self._run_commands()
-            with contextlib.suppress(TimeoutError):  # nothing came: a chance to run commands
-                connection.drain_events(timeout=self.wire.options.poll_interval_s)
-            connection.heartbeat_check(rate=self.wire.transport.heartbeat_rate)
-        self._run_commands()  # settles already asked for are finished work: do them
+
+    def lost(self) -> None:
+        self._ready.clear()
+        for delivery in list(self._unsettled.values()):
+            try:
+                delivery.give_back()
+            except Exception:  # the connection is gone: the broker takes it back itself
+                LOG.debug("bus consumer %s: give back failed", self._host, exc_info=True)
+        self._unsettled.clear()
+        self._subscriptions.clear()
+        self._channel = None
+        with self._lock:
+            self._epoch += 1
+
+    def closed(self) -> None:
+        channel = self._channel
+        self.lost()  # gives back what is unsettled on the channel, still open
+        if channel is not None:
+            channel.close()
 
     def _subscribe(self, name: str) -> None:
-        if name in self._subscriptions or name not in self.classes:
-            return
+        if self._channel is None or name in self._subscriptions or name not in self.classes:
+            return  # not open yet: opening subscribes to every class wanted then
         try:
             self._consume_queue(self.wire.boot_entity(name), key=name)
         except self.wire.channel_errors:
@@ -280,67 +264,5 @@ class KombuConsumer(base.ThreadedConsumer):
             with contextlib.suppress(base.BusUnavailable):
                 delivery.reject(reason)
 
-    # -- commands and shutdown --
-
     def _later(self, change: Callable[[], None]) -> Future[None]:
-        command = _Command(change, Future())
-        self._commands.put(command)
-        return command.future
-
-    def _run_commands(self) -> None:
-        while True:
-            try:
-                command = self._commands.get_nowait()
-            except queue.Empty:
-                return
-            if not command.future.set_running_or_notify_cancel():
-                continue
-            try:
-                if command.epoch is not None:
-                    self._check_epoch(command.epoch)
-                command.run()
-            except Exception as exc:
-                command.future.set_exception(exc)
-                if isinstance(exc, self.wire.errors):
-                    raise
-            else:
-                command.future.set_result(None)
-
-    def _disconnect(self) -> None:
-        self._ready.clear()
-        for delivery in list(self._unsettled.values()):
-            try:
-                delivery.give_back()
-            except Exception:  # the connection is gone: the broker takes it back itself
-                LOG.debug("bus consumer %s: give back failed", self._host, exc_info=True)
-        self._unsettled.clear()
-        self._subscriptions.clear()
-        connection, self._connection, self._channel = self._connection, None, None
-        with self._lock:
-            self._epoch += 1
-        if connection is not None:
-            _close_quietly(connection)
-        self._fail_commands(keep_changes=True)
-
-    def _fail_commands(self, keep_changes: bool) -> None:
-        kept = []
-        with self._lock:
-            while True:
-                try:
-                    command = self._commands.get_nowait()
-                except queue.Empty:
-                    break
-                if keep_changes and command.epoch is None:
-                    kept.append(command)
-                elif command.future.set_running_or_notify_cancel():
-                    reason = "the consumer disconnected or stopped"
-                    command.future.set_exception(base.BusUnavailable(self.wire.safe_url, reason))
-            for command in kept:
-                self._commands.put(command)
-
-
-def _close_quietly(connection: kombu.Connection) -> None:
-    try:
-        connection.release()
-    except Exception:
-        LOG.debug("closing a consumer connection failed", exc_info=True)
+        return self._loop.later(change)

@@ -9,6 +9,11 @@
 --          Then the guard JSON {root, all: [], any: [[]], none: []} ("" = none):
 --          aggregate rules the root provider must satisfy, checked with everything else;
 --          its "sharing" lists the sharing providers the claim takes from.
+--          For those (a claim only, each checked to serve the root's tree), a generation
+--          read since the provider's inventory last changed is not a conflict: only its
+--          usage can have moved since, and the capacity check below reads that here, in
+--          the same atomic step (docs/shared-providers.rst). Every other provider, and
+--          a view of a sharing one older than its inventory, conflicts on any change.
 local consumer, expected, project, user = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local allocs_json, gens_json, claim = ARGV[6], ARGV[7], ARGV[8] == "1"
 local host, node, now, max_events = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
@@ -151,6 +156,7 @@ elseif cur_gen ~= tonumber(expected) then
                                       current = cur_gen or cjson.null})
 end
 
+local shared = {}  -- the sharing providers the guard checked: usage-only staleness is fine
 if ARGV[14] and ARGV[14] ~= "" then
     local guard = cjson.decode(ARGV[14])
     local akey = K.provider_aggregates(guard.root)
@@ -177,6 +183,7 @@ if ARGV[14] and ARGV[14] ~= "" then
     for _, rp in ipairs(guard.sharing or {}) do
         local broken = sharing_broken(rp, guard.root, guard)
         if broken then return fail("rule_broken", {provider = rp, reason = broken}) end
+        if claim then shared[rp] = true end
     end
 end
 
@@ -187,9 +194,12 @@ local gens = gens_json ~= "" and cjson.decode(gens_json) or {}
 -- Check everything before writing anything: all of it happens or none.
 for rp, amounts in pairs(new) do
     local rkey = K.provider(rp)
-    local gen = redis.call("HGET", rkey, "generation")
+    local state = redis.call("HMGET", rkey, "generation", "inventory_generation")
+    local gen = state[1]
     if not gen then return fail("provider_not_found", {provider = rp}) end
-    if gens[rp] and tonumber(gens[rp]) ~= tonumber(gen) then
+    local seen = gens[rp] and tonumber(gens[rp])
+    if seen and seen ~= tonumber(gen)
+            and not (shared[rp] and seen >= (tonumber(state[2]) or 0)) then
         return fail("provider_conflict", {provider = rp, expected = gens[rp],
                                           current = tonumber(gen)})
     end

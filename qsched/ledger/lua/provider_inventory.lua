@@ -26,4 +26,7 @@ for i = 1, #fields, 2 do
 end
 for _, field in ipairs(stale) do redis.call("HDEL", rkey, field) end
 for rc, spec in pairs(wanted) do redis.call("HSET", rkey, "i:" .. rc, spec) end
-return reply({generation = redis.call("HINCRBY", rkey, "generation", 1)})
+gen = redis.call("HINCRBY", rkey, "generation", 1)
+-- what a claim on a sharing provider compares its view with (allocate.lua)
+redis.call("HSET", rkey, "inventory_generation", gen)
+return reply({generation = gen})

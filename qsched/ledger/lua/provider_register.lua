@@ -62,11 +62,12 @@ for i, p in ipairs(batch) do
     end
     local fields = redis.call("HGETALL", rkey)
     local usages = {}
+    local inventory_changed = false
     for j = 1, #fields, 2 do
         local rc = string.match(fields[j], "^i:(.+)$")
         if rc and not p.inv[rc] then
             redis.call("HDEL", rkey, fields[j])
-            changed = true
+            changed, inventory_changed = true, true
         end
         local urc = string.match(fields[j], "^u:(.+)$")
         if urc then usages[urc] = tonumber(fields[j + 1]) end
@@ -74,7 +75,7 @@ for i, p in ipairs(batch) do
     for rc, spec in pairs(p.inv) do
         if redis.call("HGET", rkey, "i:" .. rc) ~= spec then
             redis.call("HSET", rkey, "i:" .. rc, spec)
-            changed = true
+            changed, inventory_changed = true, true
         end
     end
     if not same_members(K.provider_traits(p.uuid), p.traits) then
@@ -111,6 +112,9 @@ for i, p in ipairs(batch) do
     local gen
     if changed then
         gen = redis.call("HINCRBY", rkey, "generation", 1)
+        if inventory_changed then  -- what a claim on a sharing one compares (allocate.lua)
+            redis.call("HSET", rkey, "inventory_generation", gen)
+        end
     else
         gen = tonumber(redis.call("HGET", rkey, "generation"))
     end
