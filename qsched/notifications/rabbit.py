@@ -35,6 +35,7 @@ reconnects without end, N at most N times for a batch, then its messages are los
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import socket
 import time
@@ -45,7 +46,6 @@ from typing import Any
 
 import kombu
 import kombu.exceptions
-from kombu.utils import json as kombu_json
 from oslo_serialization import jsonutils
 from oslo_utils import timeutils
 
@@ -61,9 +61,10 @@ DEFAULT_URL = "rabbit://"
 #: The query options of ``transport_url`` this sender honours.
 OPTIONS = frozenset({"ssl", "ssl_ca_file", "ssl_cert_file", "ssl_key_file",
                      "kombu_failover_strategy", "rabbit_login_method"})  # fmt: skip
-#: The sender's pause after a batch: a busy agent sends some 100 events per batch
-#: (a write and a confirm), an idle one each within this.
-GATHER_S = 0.05
+#: The sender's pause after a batch, in which the next one gathers: an agent placing
+#: 25 instances a second sends some 15 messages a batch. Longer pauses save less
+#: (docs/notifications.rst, "Cost").
+GATHER_S = 0.2
 #: How long a batch waits for its confirms before the connection is given up.
 CONFIRM_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
@@ -71,6 +72,7 @@ CONNECT_TIMEOUT_S = 5.0
 #: ``rabbit_interval_max``), at its defaults.
 RETRY_START_S, RETRY_STEP_S, RETRY_MAX_S = 1.0, 2.0, 30.0
 ENVELOPE_VERSION = "2.0"
+_ENVELOPE_HEAD = f'{{"oslo.version": "{ENVELOPE_VERSION}", "oslo.message": '
 PROPERTIES = {"delivery_mode": 2}  # kombu's default, persistent, as oslo.messaging sends
 
 
@@ -111,8 +113,9 @@ def encode(publisher_id: str, event: Event, message_id: str) -> str:
         "_unique_id": uuid.uuid4().hex,
     }
     message.update((f"_context_{key}", value) for key, value in event.context.items())
-    envelope = {"oslo.version": ENVELOPE_VERSION, "oslo.message": jsonutils.dumps(message)}
-    return kombu_json.dumps(envelope)  # kombu's json serializer, as kombu's producer
+    # kombu's producer would write {"oslo.version": ..., "oslo.message": ...} with its
+    # json serializer: the same text, but a third of this function's CPU
+    return _ENVELOPE_HEAD + json.dumps(jsonutils.dumps(message)) + "}"
 
 
 class RabbitNotifier(QueuedNotifier):
