@@ -157,23 +157,27 @@ class RabbitNotifier(QueuedNotifier):
 
     def send(self, batch: list[Event]) -> None:
         todo = [message for event in batch for message in self._messages(event)]
-        attempts = 0
+        failures = 0
         while todo:
             try:
                 channel = self._open()
-                todo = todo[self._publish(channel, todo) :]
             except _Closed:
                 self._lose(len(todo), "the notifier was closed while the bus was away")
                 return
+            except self._errors as exc:  # ``retry`` is spent
+                self._reset()
+                self._lose(len(todo), f"{exc!r}, and retry = {self.retry} is spent")
+                return
+            try:
+                todo = todo[self._publish(channel, todo) :]
             except self._connection.channel_errors as exc:  # the broker refused: no retry
                 unwritten = len(todo) - self._reset()
                 self._lose(unwritten, f"the broker refused a declaration or a publish: {exc}")
                 return
             except self._errors as exc:
-                written = self._reset()
-                todo = todo[written:]
-                attempts += 1
-                if 0 <= self.retry < attempts:
+                todo = todo[self._reset() :]
+                failures += 1
+                if 0 <= self.retry < failures:
                     self._lose(len(todo), f"{exc!r}, and retry = {self.retry} is spent")
                     return
                 LOG.warning("notification bus %s: %r; reconnecting", self._where, exc)
