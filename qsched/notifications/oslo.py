@@ -2,8 +2,8 @@
 
 Features: any of oslo.messaging's notification drivers, with oslo.messaging's own
 code; ``messagingv2`` alone on a ``rabbit://`` bus is sent by
-:mod:`qsched.notifications.rabbit` instead, on the same wire at a third of the
-CPU (docs/notifications.rst). ``publisher_id`` is ``qsched-agent:HOST``, as
+:mod:`qsched.notifications.rabbit` instead, on the same wire, a batch at a time
+(docs/notifications.rst). ``publisher_id`` is ``qsched-agent:HOST``, as
 Nova's ``nova-compute:HOST``.
 
 Connection String: ``[oslo_messaging_notifications] transport_url``, in
