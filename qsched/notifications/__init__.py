@@ -2,7 +2,9 @@
 
 :mod:`qsched.notifications.base` is the interface (:class:`Notifier`, and
 :class:`NullNotifier`, the default, which sends nothing and costs nothing);
-:mod:`qsched.notifications.oslo` sends through oslo.messaging's Notifier;
+:mod:`qsched.notifications.rabbit` writes oslo.messaging's ``messagingv2``
+messages on RabbitMQ itself; :mod:`qsched.notifications.oslo` sends through
+oslo.messaging's Notifier (any other driver or URL);
 :mod:`qsched.notifications.payloads` builds Nova's payloads, pure. What is sent,
 and when, is in docs/notifications.rst.
 """
@@ -14,15 +16,20 @@ __all__ = ["NULL", "Notifier", "NullNotifier", "open_notifier"]
 
 
 def open_notifier(options: NotificationOptions, publisher_id: str) -> Notifier:
-    """The notifier ``options`` describe: :data:`NULL` when they are off (the default,
-    oslo.messaging not even imported), else oslo.messaging's, as ``publisher_id``
-    (``qsched-agent:HOST``).
+    """The notifier ``options`` describe, as ``publisher_id`` (``qsched-agent:HOST``):
+    :data:`NULL` when they are off (the default, oslo.messaging not even imported);
+    qsched's own sender for ``messagingv2`` alone on ``rabbit://``
+    (:func:`qsched.notifications.rabbit.serves`); else oslo.messaging's Notifier.
 
-    :raises InvalidTransportURL: from oslo.messaging, a malformed ``transport_url``.
+    :raises InvalidTransportURL: from oslo.messaging, a malformed ``transport_url``
+        (``Invalid`` for one qsched's sender reads).
     """
-    found = build_oslo_notifiers(options, publisher_id)
-    if not found:
+    if not options.enabled:
         return NULL
+    from qsched.notifications import rabbit
+
+    if rabbit.serves(options):
+        return rabbit.open_rabbit_notifier(options, publisher_id)
     from qsched.notifications.oslo import OsloNotifier
 
-    return OsloNotifier(found)
+    return OsloNotifier(build_oslo_notifiers(options, publisher_id))

@@ -1,0 +1,264 @@
+"""qsched's ``messagingv2`` sender: oslo.messaging's message, in batches, counted when lost.
+
+The flow through a real oslo.messaging listener is in tests/test_notifications.py
+(``messagingv2`` on ``rabbit://`` is this sender); here its message is compared
+with the one oslo.messaging's own Notifier writes, on a real RabbitMQ, and its
+batching, reconnect and losses are checked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from qsched.conf import NotificationOptions
+from qsched.conf.notifications import build_oslo_notifiers
+from qsched.conf.transport import parse_transport_url
+from qsched.notifications import open_notifier, payloads, rabbit
+from qsched.notifications.oslo import OsloNotifier, RequestContext
+from qsched.notifications.queued import Event, QueuedNotifier
+from tests.cloud import AMQP_URL, free_port, rabbit_failover_url, require_rabbitmq
+from tests.test_notifications import request
+
+pytestmark = pytest.mark.timeout(60)
+
+RABBIT_URL = "rabbit://guest:guest@127.0.0.1:5672/"
+ON = NotificationOptions.defaults().replace(driver=("messagingv2",), transport_url=RABBIT_URL)
+#: The fields oslo.messaging draws anew for each message.
+DRAWN = {"message_id", "_unique_id", "timestamp"}
+
+
+# -- which sender, for which options ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("driver", "url", "ours"),
+    [
+        (("messagingv2",), RABBIT_URL, True),
+        (("messagingv2",), None, True),  # oslo.messaging's default: rabbit:// on localhost
+        (("messagingv2",), RABBIT_URL + "?kombu_failover_strategy=shuffle", True),
+        (("messagingv2",), RABBIT_URL + "?heartbeat_timeout_threshold=10", False),
+        (("messagingv2",), RABBIT_URL + "?amqp_durable_queues=true", False),
+        (("messagingv2", "log"), RABBIT_URL, False),
+        (("messagingv2", "noop"), RABBIT_URL, True),
+        (("messaging",), RABBIT_URL, False),
+        (("log",), RABBIT_URL, False),
+    ],
+)
+def test_messagingv2_alone_on_rabbit_is_qsched_s_sender(
+    driver: tuple[str, ...], url: str | None, ours: bool
+) -> None:
+    options = ON.replace(driver=driver, transport_url=url)
+    assert rabbit.serves(options) is ours
+    notifier = open_notifier(options, "qsched-agent:test")
+    try:
+        assert isinstance(notifier, rabbit.RabbitNotifier if ours else OsloNotifier)
+    finally:
+        notifier.close()
+
+
+# -- the same message as oslo.messaging's --------------------------------------------------
+
+
+@pytest.fixture
+def exchange() -> Iterator[str]:
+    """An exchange of its own, with its queues, deleted after."""
+    require_rabbitmq()
+    import kombu
+
+    name = f"qsched-test-{uuid.uuid4().hex[:8]}"
+    yield name
+    with kombu.Connection(AMQP_URL) as connection:
+        channel = connection.channel()
+        for queue in (f"{name}-a.info", f"{name}-a.error", f"{name}-b.info"):
+            channel.queue_delete(queue)
+        channel.exchange_delete(name)
+
+
+def take(queue: str, count: int) -> list[Any]:
+    """``count`` messages from ``queue`` (acknowledged), in order."""
+    import kombu
+
+    found: list[Any] = []
+    with kombu.Connection(AMQP_URL) as connection:
+        channel = connection.default_channel
+        deadline = time.monotonic() + 10
+        while len(found) < count and time.monotonic() < deadline:
+            message = channel.basic_get(queue, no_ack=True)
+            if message is None:
+                time.sleep(0.05)
+            else:
+                found.append(message)
+        assert channel.basic_get(queue, no_ack=True) is None, "more than sent"
+    assert len(found) == count
+    return found
+
+
+def decoded(message: Any) -> tuple[list[str], dict[str, Any]]:
+    outer = json.loads(message.body)
+    assert list(outer) == ["oslo.version", "oslo.message"] and outer["oslo.version"] == "2.0"
+    inner = json.loads(outer["oslo.message"])
+    return list(inner), {k: v for k, v in inner.items() if k not in DRAWN}
+
+
+@pytest.mark.real
+def test_the_message_is_oslo_messaging_s_own(exchange: str) -> None:
+    """One event sent by oslo.messaging's Notifier and by qsched's sender, on two topics,
+    INFO and ERROR: same exchange, routing keys, properties, fields in the same order,
+    same values but those drawn anew (ids, time); the context as ``_context_*``."""
+    topics = (f"{exchange}-a", f"{exchange}-b")
+    options = ON.replace(control_exchange=exchange, versioned_notifications_topics=topics)
+    msg = request()
+    payload = payloads.create_from_request(msg, "cn1", "cn1", "building", "spawning", "pending")
+    payload["nova_object.data"]["display_name"] = "vm-é"  # not ASCII: escaped alike
+    context = payloads.context(msg)
+    oslo_notifier = build_oslo_notifiers(options, "qsched-agent:cn1")[0]
+    ours = rabbit.open_rabbit_notifier(options, "qsched-agent:cn1")
+    try:
+        oslo_notifier.info(RequestContext(context), "instance.create.start", payload)
+        ours.notify("instance.create.start", payload, context=context)
+        assert ours.flush(10)
+        oslo_notifier.error(RequestContext(context), "instance.create.error", payload)
+        ours.notify("instance.create.error", payload, "ERROR", context)
+        assert ours.flush(10)
+    finally:
+        ours.close()
+        oslo_notifier.transport.cleanup()
+    assert ours.lost == 0
+    for queue, count in ((f"{exchange}-a.info", 2), (f"{exchange}-b.info", 2),
+                         (f"{exchange}-a.error", 2)):  # fmt: skip
+        theirs, mine = take(queue, count)
+        assert mine.delivery_info["exchange"] == theirs.delivery_info["exchange"] == exchange
+        assert mine.delivery_info["routing_key"] == theirs.delivery_info["routing_key"] == queue
+        assert mine.properties == theirs.properties
+        assert decoded(mine) == decoded(theirs)
+        fields = decoded(mine)[1]
+        assert fields["payload"] == payload and fields["_context_request_id"] == msg.request_id
+        inner = json.loads(json.loads(mine.body)["oslo.message"])
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{6})?", inner["timestamp"])
+        assert uuid.UUID(inner["message_id"]) and len(inner["_unique_id"]) == 32
+        assert text(mine) == same_draws(text(theirs), inner)  # byte for byte
+        assert "\\\\u00e9" in text(mine) and text(mine).isascii()
+
+
+def text(message: Any) -> str:
+    body = message.body
+    return body if isinstance(body, str) else body.decode("utf-8")
+
+
+def same_draws(body: str, like: dict[str, Any]) -> str:
+    """``body`` with its drawn fields (ids, time) set to those of ``like``."""
+    inner = json.loads(json.loads(body)["oslo.message"])
+    for key in DRAWN:
+        body = body.replace(inner[key], like[key])
+    return body
+
+
+# -- batches, reconnects, losses ---------------------------------------------------------
+
+
+class Batches(QueuedNotifier):
+    """Keeps the batches the sender hands it."""
+
+    def __init__(self, gather_s: float) -> None:
+        super().__init__(gather_s=gather_s)
+        self.batches: list[list[str]] = []
+        self.start()
+
+    def send(self, batch: list[Event]) -> None:
+        self.batches.append([event.event_type for event in batch])
+        time.sleep(0.01)  # a send takes a while: events queue behind it
+
+    def release(self) -> None:
+        pass
+
+
+def test_events_queued_during_a_send_go_in_one_batch_in_order() -> None:
+    notifier = Batches(gather_s=0.05)
+    try:
+        for i in range(300):
+            notifier.notify(f"e{i}", {})
+        assert notifier.flush(5)
+    finally:
+        notifier.close()
+    assert [t for batch in notifier.batches for t in batch] == [f"e{i}" for i in range(300)]
+    assert len(notifier.batches) <= 3, [len(b) for b in notifier.batches]
+
+
+@pytest.mark.real
+def test_a_lost_connection_is_replaced_and_nothing_is_sent_twice(exchange: str) -> None:
+    options = ON.replace(control_exchange=exchange,
+                         versioned_notifications_topics=(f"{exchange}-a",))  # fmt: skip
+    notifier = rabbit.open_rabbit_notifier(options, "qsched-agent:test")
+    try:
+        for i in range(5):
+            notifier.notify(f"first{i}", {})
+        assert notifier.flush(10)
+        notifier._connection.connection.sock.close()  # the broker went, between batches
+        for i in range(5):
+            notifier.notify(f"second{i}", {})
+        assert notifier.flush(10)
+    finally:
+        notifier.close()
+    got = [json.loads(json.loads(m.body)["oslo.message"]) for m in take(f"{exchange}-a.info", 10)]
+    assert [m["event_type"] for m in got] == [f"first{i}" for i in range(5)] + [
+        f"second{i}" for i in range(5)
+    ]
+    assert notifier.lost == 0
+
+
+@pytest.mark.real
+def test_failover_to_the_next_host_of_the_url(exchange: str) -> None:
+    url = rabbit_failover_url()  # a closed port first, then the broker
+    options = ON.replace(transport_url=url, control_exchange=exchange,
+                         versioned_notifications_topics=(f"{exchange}-a",))  # fmt: skip
+    assert rabbit.serves(options) and len(parse_transport_url(url).urls) == 2
+    notifier = rabbit.open_rabbit_notifier(options, "qsched-agent:test")
+    try:
+        notifier.notify("e", {})
+        assert notifier.flush(20)
+    finally:
+        notifier.close()
+    assert len(take(f"{exchange}-a.info", 1)) == 1 and notifier.lost == 0
+
+
+def test_with_retry_0_a_bus_that_is_away_loses_them_counted_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = f"rabbit://guest:guest@127.0.0.1:{free_port()}/"
+    notifier = rabbit.open_rabbit_notifier(ON.replace(transport_url=url, retry=0), "x")
+    caplog.set_level(logging.ERROR)
+    try:
+        for i in range(5):
+            notifier.notify(f"e{i}", {})
+        assert notifier.flush(10)
+    finally:
+        notifier.close()
+    assert notifier.lost == 5
+    assert "not sent to rabbit://guest:**@127.0.0.1" in caplog.text and "retry = 0" in caplog.text
+
+
+def test_a_bus_away_for_good_fills_the_queue_then_drops_and_close_gives_up() -> None:
+    url = f"rabbit://guest:guest@127.0.0.1:{free_port()}/"
+    transport = parse_transport_url(url)
+    notifier = rabbit.RabbitNotifier(transport, "nova", ["versioned_notifications"], "x",
+                                     retry=-1, max_pending=3)  # fmt: skip
+    notifier.notify("e0", {})
+    time.sleep(0.3)  # the sender has it, and retries without end
+    for i in range(1, 10):
+        notifier.notify(f"e{i}", {})
+    assert notifier.dropped == 6
+    closing = threading.Thread(target=notifier.close)
+    started = time.monotonic()
+    closing.start()
+    closing.join(20)
+    assert not closing.is_alive() and time.monotonic() - started < 15
+    assert notifier.lost >= 1  # e0's batch, given up at close
