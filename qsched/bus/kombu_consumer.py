@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
