@@ -27,6 +27,7 @@ from amqp import exceptions as amqp_exceptions
 
 from qsched import exception
 from qsched.bus import base
+from qsched.conf.bus import BusOptions
 from qsched.conf.transport import SHUFFLE, Transport, parse_transport_url
 
 LOG = logging.getLogger(__name__)
@@ -46,11 +47,18 @@ class KombuOptions:
     confirm_timeout_s: float = 5.0  # also the socket timeout of Redis commands
     heartbeat_s: int = 30  # consumers only; 0 turns AMQP heartbeats off
     delivery_limit: int = 20  # RabbitMQ boot queues: deliveries without an ack
+    host_queue_type: str = "classic"  # RabbitMQ host queues: "classic" or "quorum"
     visibility_timeout_s: float = 3600.0  # Redis: unacked past this is delivered again
     poll_interval_s: float = 0.1  # how often a consumer applies requests between events
     settle_timeout_s: float = 30.0  # how long a settle from another thread waits
     reconnect_max_delay_s: float = 5.0
     publisher_pool_size: int = 32  # idle publishing connections kept
+
+
+def kombu_options(options: BusOptions) -> KombuOptions:
+    """The tunables of the ``[bus]`` options."""
+    names = (field.name for field in dataclasses.fields(KombuOptions))
+    return KombuOptions(**{name: getattr(options, name) for name in names})
 
 
 class _Unroutable(Exception):
@@ -296,7 +304,10 @@ class KombuWire:
         name = self.names.host_queue(host)
         if not self.amqp:
             return _by_name(name)
-        return self._amqp_queue(name, self.names.host_routing_key(host), self._dead_letter_args())
+        args = self._dead_letter_args()
+        if self.options.host_queue_type == "quorum":  # replicated: it outlives a node's loss
+            args["x-queue-type"] = "quorum"
+        return self._amqp_queue(name, self.names.host_routing_key(host), args)
 
     def dead_entity(self) -> kombu.Queue:
         """The dead-letter queue."""
