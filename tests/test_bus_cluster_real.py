@@ -106,10 +106,10 @@ def test_boots_are_placed_while_a_node_is_down_and_nothing_is_lost(
     for loss in losses:  # the others served while it was down, not once it was back
         assert loss["placed_while_down"] > 0, loss
         assert loss["failover_s"] < OUTAGE_S, loss
-    queues = report["cluster"]["queues"]
-    boot_queues = [name for name in queues if ".boot." in name]
-    assert boot_queues and all(queues[q] == {"type": "quorum", "replicas": NODES}
-                               for q in boot_queues), queues  # fmt: skip
+    queues = report["cluster"]["queues"]  # boot and host queues: replicated on every node
+    boot, host = [[q for q in queues if f".{kind}." in q] for kind in ("boot", "host")]
+    assert boot and len(host) == 3, queues
+    assert all(queues[q] == {"type": "quorum", "replicas": NODES} for q in boot + host), queues
     assert report["requests"]["accepted"] > 50
     assert report["quiescence"]["reached"]
     assert report["ok"], {k: v for k, v in report["invariants"].items() if not v["ok"]}

@@ -16,9 +16,9 @@ queues declared while every node runs have a replica on each node (RabbitMQ's
 default initial group size, 3, covers a three-node cluster); :meth:`RabbitCluster.members`
 reads where a queue's replicas are.
 
-Figures on the 2-core machine of docs/scale.rst ("RabbitMQ cluster"): one node
-starts in about 5 s, three form a cluster in about 15 s; each node's Erlang VM
-holds about 110 MB resident.
+Figures (docs/reliability.rst, "RabbitMQ cluster"; two cores): three nodes form a
+cluster in 18-20 s on a quiet machine, 25-40 s on a busy one; a node started again
+takes 6-12 s; each node's Erlang VM holds about 135 MB resident.
 """
 
 from __future__ import annotations
