@@ -10,7 +10,7 @@ one ``HOME``, hence one cookie, which is generated once and never the user's.
 :class:`RabbitNode` is one node: start, stop (``rabbitmqctl stop``, or SIGKILL of
 the Erlang VM as a crash), ``stop_app``/``start_app`` restarts, and
 ``deploy/rabbitmq-policies.sh`` applied to it. :class:`RabbitCluster` starts
-``size`` such nodes, joins the others to the first (``rabbitmqctl join_cluster``),
+``size`` such nodes, the others joining the first (classic peer discovery),
 stops one node and starts it again, and waits until every node runs again. Quorum
 queues declared while every node runs have a replica on each node (RabbitMQ's
 default initial group size, 3, covers a three-node cluster); :meth:`RabbitCluster.members`
@@ -50,8 +50,8 @@ STOP, KILL = "stop", "kill"
 #: Erlang VM flags of every node: no busy waiting of idle schedulers (RabbitMQ's advice
 #: for hosts that run other work), which several nodes on two cores need.
 ERL_ARGS = "+sbwt none +sbwtdcpu none +sbwtdio none"
-#: How long a node joining a cluster on its first start keeps looking for its peers:
-#: they start at the same time, and the first one takes several seconds.
+#: How long a node joining a cluster on its first start keeps looking for its peers
+#: (a loaded machine slows every start).
 DISCOVERY_RETRIES, DISCOVERY_INTERVAL_MS = 120, 500
 
 
@@ -235,9 +235,9 @@ class RabbitNode:
 class RabbitCluster:
     """``size`` :class:`RabbitNode` s under ``directory``, clustered, sharing one cookie.
 
-    :meth:`start` starts every node at once, the others joining the first on their
-    first start (RabbitMQ's classic peer discovery, :func:`config_text`: no
-    ``stop_app``, ``join_cluster``, ``start_app`` round on each); :meth:`stop_node` and
+    :meth:`start` starts the first node, then every other at once, each joining the
+    first on its first start (RabbitMQ's classic peer discovery, :func:`config_text`:
+    no ``stop_app``, ``join_cluster``, ``start_app`` round on each); :meth:`stop_node` and
     :meth:`start_node` take one node away and bring it back (its data kept: it
     rejoins); :meth:`wait_whole` waits until every node runs in the cluster again.
     ``started_s``: how long :meth:`start` took.
@@ -273,8 +273,11 @@ class RabbitCluster:
         began = time.monotonic()
         self._write_cookie()
         try:
-            with ThreadPoolExecutor(len(self.nodes)) as pool:
-                list(pool.map(lambda n: n.start(timeout_s), self.nodes))
+            # The first node boots alone: a node joining one still booting can break its
+            # boot (seen: "incompatible_feature_flags ... replicas ... not active yet").
+            self.nodes[0].start(timeout_s)
+            with ThreadPoolExecutor(max(1, len(self.nodes) - 1)) as pool:
+                list(pool.map(lambda n: n.start(timeout_s), self.nodes[1:]))
             self.wait_whole(timeout_s)
         except BaseException:
             self.stop()
