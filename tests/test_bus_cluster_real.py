@@ -11,34 +11,48 @@ run's checks (:mod:`qsched.chaos.checks`, the ledger audit among them) must all
 hold: no accepted request lost or placed twice, no over-commit, no leak, quota
 never exceeded, every quorum queue still replicated on the three nodes; and boots
 sent after each stop must have been placed while the node was down, the time that
-took being printed.
+took being printed. Last, the first node hangs (SIGSTOP) under a kombu publish,
+which must end within its timeouts.
 
 Needs ``rabbitmq-server`` and ``redis-server`` installed: skipped without them,
-a failure under CI=true. About 40 s to start the cluster on two cores, then
-about 60 s per driver.
+a failure under CI=true. About 20 s to start the cluster on two quiet cores
+(40 s on a busy machine), then about 60 s per driver and 20 s for the hang.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from qsched.bus.kombu import KombuBus
+from qsched.bus.base import BusUnavailable
+from qsched.bus.kombu import KombuBus, KombuOptions
 from qsched.chaos.report import table
 from qsched.chaos.runner import ChaosRun, RunSettings
 from qsched.chaos.stack import StackSpec
-from qsched.stack.rabbitmq import RabbitCluster, RabbitFailed
+from qsched.stack.rabbitmq import RabbitCluster, RabbitFailed, RabbitNode
 from tests.conftest import require_server
+from tests.test_bus import request
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 NODES = 3
 OUTAGE_S = 6.0
+HANG_S = 15.0  # how long the hung node stays stopped at most
+
+
+def beam_pid(node: RabbitNode) -> int:
+    """The process of a node's Erlang VM (its pid file)."""
+    return int((node.dir / "rabbit.pid").read_text().strip())
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +128,47 @@ def test_boots_are_placed_while_a_node_is_down_and_nothing_is_lost(
     assert report["quiescence"]["reached"]
     assert report["ok"], {k: v for k, v in report["invariants"].items() if not v["ok"]}
     assert cluster.whole()
+
+
+@pytest.mark.timeout(90)
+def test_a_publish_on_a_node_that_hangs_fails_in_bounded_time(cluster: RabbitCluster) -> None:
+    """The first node's Erlang VM stopped (SIGSTOP): its sockets stay open, nothing
+    answers. A publish whose confirm times out drops its connection without AMQP's
+    close handshake, which would wait for the hung node (it did, for the whole hang),
+    and tries the next node; the boot queue's leader is on the hung node, so it may
+    still fail, but within its timeouts, not when the node wakes."""
+    options = KombuOptions(connect_timeout_s=1.0, confirm_timeout_s=2.0)
+    bus = KombuBus(cluster.kombu_url, prefix=f"qh{id(cluster):x}", options=options)
+    outcome: list[str] = []
+
+    def publish() -> None:
+        try:
+            bus.publish_boot(request())
+            outcome.append("confirmed")
+        except BusUnavailable as exc:
+            outcome.append(f"refused: {exc}")
+
+    node = cluster.nodes[0]  # every connection starts there
+    pid = beam_pid(node)
+    try:
+        publish()  # the pooled connection and the queue, on the first node
+        assert outcome == ["confirmed"]
+        os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        try:
+            worker = threading.Thread(target=publish, daemon=True)
+            worker.start()
+            worker.join(HANG_S)
+            took_s = time.monotonic() - started
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        worker.join(30)
+        print(f"\na publish with the first node hung: {outcome[1:]} after {took_s:.1f} s")
+        assert len(outcome) == 2 and took_s < 2 * 2.0 + 1.0 + 3.0, (outcome, took_s)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(BusUnavailable), bus.wire.channel() as channel:
+            channel.queue_delete(bus.names.boot_queue("m1.small"))
+            channel.queue_delete(bus.names.dead_queue)
+        bus.close()
+    assert cluster.wait_whole(60) >= 0

@@ -24,7 +24,7 @@ import kombu
 
 from qsched import exception
 from qsched.bus import base, kombu_message
-from qsched.bus.kombu_wire import KombuWire
+from qsched.bus.kombu_wire import KombuWire, drop, release
 
 LOG = logging.getLogger(__name__)
 
@@ -188,10 +188,12 @@ class KombuConsumer(base.ThreadedConsumer):
     def _run(self) -> None:
         delay_s = 0.0
         while not self._stop.is_set():
+            broken = False
             try:
                 self._consume()
                 delay_s = 0.0
             except Exception as exc:  # whatever broke, the answer is: reconnect
+                broken = True
                 delay_s = min(max(2 * delay_s, 0.1), self.wire.options.reconnect_max_delay_s)
                 LOG.warning(
                     "bus consumer %s: %s; reconnecting in %.1f s",
@@ -200,7 +202,7 @@ class KombuConsumer(base.ThreadedConsumer):
                     delay_s,
                 )
             finally:
-                self._disconnect()
+                self._disconnect(broken)
             self._stop.wait(delay_s)
         self._fail_commands(keep_changes=False)
 
@@ -313,7 +315,8 @@ class KombuConsumer(base.ThreadedConsumer):
             else:
                 command.future.set_result(None)
 
-    def _disconnect(self) -> None:
+    def _disconnect(self, broken: bool = False) -> None:
+        """Give back what is unsettled and close the connection (``broken``: drop it)."""
         self._ready.clear()
         for delivery in list(self._unsettled.values()):
             try:
@@ -326,7 +329,7 @@ class KombuConsumer(base.ThreadedConsumer):
         with self._lock:
             self._epoch += 1
         if connection is not None:
-            _close_quietly(connection)
+            (drop if broken else release)(connection)
         self._fail_commands(keep_changes=True)
 
     def _fail_commands(self, keep_changes: bool) -> None:
@@ -344,10 +347,3 @@ class KombuConsumer(base.ThreadedConsumer):
                     command.future.set_exception(base.BusUnavailable(self.wire.safe_url, reason))
             for command in kept:
                 self._commands.put(command)
-
-
-def _close_quietly(connection: kombu.Connection) -> None:
-    try:
-        connection.release()
-    except Exception:
-        LOG.debug("closing a consumer connection failed", exc_info=True)
