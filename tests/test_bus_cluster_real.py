@@ -76,7 +76,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitCluster]
         started.stop()
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(200)  # the first test of the module waits for the cluster to start
 def test_a_quorum_queue_has_a_replica_on_every_node(cluster: RabbitCluster) -> None:
     assert cluster.whole()
     bus = KombuBus(cluster.kombu_url, prefix=f"qc{id(cluster):x}")
@@ -130,7 +130,7 @@ def test_boots_are_placed_while_a_node_is_down_and_nothing_is_lost(
     assert cluster.whole()
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(200)  # run alone (-k), it waits for the cluster to start too
 def test_a_publish_on_a_node_that_hangs_fails_in_bounded_time(cluster: RabbitCluster) -> None:
     """The first node's Erlang VM stopped (SIGSTOP): its sockets stay open, nothing
     answers. A publish whose confirm times out drops its connection without AMQP's
