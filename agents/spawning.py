@@ -91,6 +91,9 @@ class Spawner:
         if inst.state != State.BUILD:
             return  # it was being deleted: the ledger ended it
         if inst.attempts >= msg.max_attempts:
+            # The requeue put it in the outbox, but it goes out no more: out of the outbox
+            # first, or its end would read as a request never published.
+            parts.persist(msg, lambda: parts.stores.instances.outbox_done([(uuid, inst.outbox)]))
             parts.no_valid_host(uuid, "max_attempts")
             return
         try:

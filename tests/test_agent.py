@@ -122,6 +122,9 @@ def test_spawn_failures_reschedule_then_end_in_error(conf, stores, bus, api, age
     record = stores.instances.get(doomed)
     assert record.state == State.ERROR and record.attempts == 3
     assert record.fault["details"]["reason"] == "max_attempts"
+    (ended,) = [e for e in stores.instances.events(doomed) if e.event == "error"]
+    assert "unpublished" not in ended.detail, "its request went out: three agents' tries"
+    assert stores.instances.unpublished() == []
     assert stores.quota.get_usage("p1") == Usage(0, 0, 0)
     assert audit(stores).ok
 

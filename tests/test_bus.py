@@ -773,6 +773,20 @@ def test_rabbitmq_boot_queues_are_quorum_with_a_dead_letter_exchange() -> None:
         harness.cleanup()
 
 
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
+def test_host_queues_are_of_the_type_bus_options_ask_for(queue_type: str) -> None:
+    options = BusOptions.defaults().replace(
+        transport_url="amqp://guest:guest@127.0.0.1:5672//", host_queue_type=queue_type
+    )
+    bus = open_bus(options)  # connects to nothing yet
+    assert isinstance(bus, KombuBus)
+    arguments = bus.wire.host_entity("cn-1").queue_arguments
+    assert arguments.get("x-queue-type", "classic") == queue_type
+    assert arguments["x-dead-letter-exchange"] == bus.names.dead_exchange
+    assert "x-delivery-limit" not in arguments
+    bus.close()  # the oslo.messaging bus's: tests/test_bus_cluster_real.py lists them
+
+
 def test_open_bus_builds_the_oslo_bus_for_its_driver() -> None:
     options = BusOptions.defaults().replace(
         driver="oslo.messaging", transport_url="amqp://guest:guest@127.0.0.1:5672//"
@@ -796,7 +810,7 @@ def test_the_oslo_bus_refuses_an_oslo_messaging_without_what_it_relies_on() -> N
     from qsched.bus.oslo_wire import OsloWire
 
     wire = OsloWire(AMQP_URL)
-    wire._transport = lambda quorum: types.SimpleNamespace(cleanup=lambda: None)  # type: ignore[method-assign]
+    wire._transport = lambda quorum, limit: types.SimpleNamespace(cleanup=lambda: None)  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="_send_notification"):
         wire.transport("boot")
     server = types.SimpleNamespace(listener=types.SimpleNamespace(cleanup=lambda: None))

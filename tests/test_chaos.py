@@ -19,8 +19,10 @@ import pytest
 from click.testing import CliRunner
 
 from qsched.chaos import checks
+from qsched.chaos import cli as chaos_cli
+from qsched.chaos import report as report_module
 from qsched.chaos.cli import main as chaos_main
-from qsched.chaos.faults import KINDS, SERVER_KINDS, WINDOW, default_counts, make_plan
+from qsched.chaos.faults import KINDS, SERVER_KINDS, WINDOW, Fault, default_counts, make_plan
 from qsched.chaos.load import Call
 from qsched.chaos.report import table
 from qsched.chaos.runner import ChaosRun, RunSettings
@@ -28,6 +30,7 @@ from qsched.chaos.stack import StackSpec
 from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, Inventory, State
+from qsched.stack.rabbitmq import config_text
 from tests.conftest import require_server
 from tests.raw import redis_store
 
@@ -281,6 +284,52 @@ def test_the_fault_plan_is_seeded_and_inside_the_window() -> None:
     times = [f.at_s for f in plan]
     assert times == sorted(times)
     assert WINDOW[0] * 100 <= times[0] and times[-1] <= WINDOW[1] * 100
+
+
+def test_a_cluster_run_loses_nodes_instead_of_restarting_the_broker() -> None:
+    assert default_counts(240)["rabbit_node_loss"] == 0
+    counts = default_counts(240, cluster=True)
+    assert (counts["rabbit_node_loss"], counts["broker_restart"]) == (2, 0)
+    plan = make_plan(100, counts, random.Random(3))
+    assert sum(f.kind == "rabbit_node_loss" for f in plan) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "refusal"),
+    [
+        (["--rabbit-cluster", "2", "--transport", "oslo"], "give 3 or more"),
+        (["--rabbit-cluster", "3"], "use --transport amqp, oslo or rabbit"),
+        (["--node-losses", "1", "--transport", "oslo"], "add --rabbit-cluster 3"),
+        (["--rabbit-cluster", "3", "--transport", "rabbit", "--broker-restarts", "1"],
+         "use --node-losses"),
+    ],
+)  # fmt: skip
+def test_cluster_options_it_cannot_honour_are_refused(args: list[str], refusal: str) -> None:
+    result = CliRunner().invoke(chaos_cli.main, args)
+    assert result.exit_code == 2, result.output
+    assert refusal in result.output
+
+
+def test_a_node_loss_counts_the_boots_sent_after_it_and_placed_while_it_lasted() -> None:
+    fault = Fault("rabbit_node_loss", 5.0, "qs-0", started=100.0, restored=120.0,
+                  detail={"outage_s": 6.0})  # fmt: skip
+    calls = [Call("boot", "a", "p1", 99.0, 99.1, 202, "a"),  # sent before: a spawn under way
+             Call("boot", "b", "p1", 101.0, 101.2, 202, "b"),
+             Call("boot", "c", "p1", 102.0, 102.1, 202, "c"),
+             Call("boot", "d", "p1", 103.0, 103.1, 503, None)]  # fmt: skip
+    history = {u: [{"event": "active", "t": t}] for u, t in (("a", 100.5), ("b", 101.8),
+                                                             ("c", 107.0))}  # fmt: skip
+    figures = report_module.fault_figures(fault, calls, [100.5, 101.8, 107.0], history, 90.0)
+    assert figures["placement_s"] == 0.5  # a's spawn: no sign of the bus
+    assert figures["failover_s"] == 1.8
+    assert figures["placed_while_down"] == 1  # c went ACTIVE after the node was started
+
+
+def test_a_joining_node_finds_the_first_by_classic_peer_discovery() -> None:
+    assert config_text("127.0.0.1:5999", []) == "listeners.tcp.1 = 127.0.0.1:5999\n"
+    text = config_text("127.0.0.1:5999", ["qs-0@localhost"])
+    assert "cluster_formation.peer_discovery_backend = classic_config\n" in text
+    assert "cluster_formation.classic_config.nodes.1 = qs-0@localhost\n" in text
 
 
 def short_run(transport: str, duration_s: float, tmp_path: Path) -> tuple[dict, dict]:

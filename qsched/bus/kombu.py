@@ -14,7 +14,9 @@ Features
   exchange (at-least-once dead lettering), so a message that keeps coming back
   unacked (say, it crashes every agent that takes it) ends in ``<prefix>.dead``
   instead of looping forever. Host queues are durable classic queues with the same
-  dead-letter exchange (thousands of hosts: one Raft group each would cost too much).
+  dead-letter exchange (thousands of hosts: one Raft group each would cost too much),
+  or quorum queues under ``[bus] host_queue_type = quorum``, which a RabbitMQ cluster
+  needs: a classic queue is gone while the one node holding it is.
 * Publisher confirms, and ``mandatory``: a message no queue took comes back, the
   queue is declared again and the message published once more.
 * Prefetch 1 per queue consumed: quorum queues refuse a channel-wide prefetch, so
@@ -78,7 +80,6 @@ Modules
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -89,7 +90,7 @@ from qsched import exception
 from qsched.bus import base, health, kombu_message
 from qsched.bus.kombu_consumer import KombuConsumer
 from qsched.bus.kombu_loop import ConsumerLoop
-from qsched.bus.kombu_wire import SCHEMES, KombuOptions, KombuWire
+from qsched.bus.kombu_wire import SCHEMES, KombuOptions, KombuWire, kombu_options
 from qsched.conf import BusOptions
 from qsched.message import ActionRequest, BootRequest, DeleteRequest
 
@@ -146,8 +147,7 @@ class KombuBus(base.Bus):
     @classmethod
     def from_options(cls, options: BusOptions) -> KombuBus:
         """Build from ``transport_url`` and the ``[bus]`` options."""
-        tunables = {f.name: getattr(options, f.name) for f in dataclasses.fields(KombuOptions)}
-        return cls(options.transport_url, options.prefix, KombuOptions(**tunables))
+        return cls(options.transport_url, options.prefix, kombu_options(options))
 
     # -- the Bus interface --
 

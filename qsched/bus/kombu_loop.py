@@ -39,13 +39,13 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Protocol
+from typing import Protocol
 
 import kombu
 
 from qsched import exception
 from qsched.bus import base
-from qsched.bus.kombu_wire import KombuWire
+from qsched.bus.kombu_wire import KombuWire, drop, release
 
 LOG = logging.getLogger(__name__)
 
@@ -202,15 +202,17 @@ class ConsumerLoop:
     def _run(self) -> None:
         delay_s = 0.0
         while not self._closing.is_set():
+            broken = False
             try:
                 self._consume()
                 delay_s = 0.0
             except Exception as exc:  # whatever broke, the answer is: reconnect
+                broken = True
                 delay_s = min(max(2 * delay_s, 0.1), self.wire.options.reconnect_max_delay_s)
                 LOG.warning("bus consumer %s: %s; reconnecting in %.1f s", self.name,
                             base.describe(exc), delay_s)  # fmt: skip
             finally:
-                self._disconnect()
+                self._disconnect(broken)
             self._closing.wait(delay_s)
         with self._lock:
             self._members.clear()
@@ -268,7 +270,7 @@ class ConsumerLoop:
         member.closed()
         connection = self._connections.pop(member.host, None)
         if connection is not None:
-            _close_quietly(connection)
+            release(connection)
 
     def _snapshot(self) -> list[Member]:
         with self._lock:
@@ -293,7 +295,9 @@ class ConsumerLoop:
             else:
                 command.future.set_result(None)
 
-    def _disconnect(self) -> None:
+    def _disconnect(self, broken: bool = False) -> None:
+        """Give back what is unsettled and close the connections (``broken``: drop them,
+        as a close handshake with a hung node would wait without a timeout)."""
         self._up = False
         for member in self._snapshot():
             member.lost()
@@ -302,7 +306,7 @@ class ConsumerLoop:
         self._connections.clear()
         for connection in connections:
             if connection is not None:
-                _close_quietly(connection)
+                (drop if broken else release)(connection)
         with self._lock:
             self._fail_commands(keep_changes=True)
 
@@ -321,10 +325,3 @@ class ConsumerLoop:
                 command.future.set_exception(base.BusUnavailable(self.wire.safe_url, reason))
         for command in kept:
             self._commands.put(command)
-
-
-def _close_quietly(connection: Any) -> None:
-    try:
-        connection.release()
-    except Exception:
-        LOG.debug("closing a consumer connection failed", exc_info=True)

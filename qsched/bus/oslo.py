@@ -17,7 +17,8 @@ Features
   ``<prefix>.boot.<class>.info`` and ``<prefix>.host.<host>.info``
   (:class:`~qsched.bus.oslo_wire.OsloNames`, which admin views use too). Boot
   queues are durable quorum queues with ``x-delivery-limit`` ``[bus]
-  delivery_limit``; host queues durable classic queues.
+  delivery_limit``; host queues durable classic queues, or quorum queues without a
+  delivery limit under ``[bus] host_queue_type = quorum`` (for a RabbitMQ cluster).
 * No pool: the agents of a class compete on its one queue; prefetch 1 per queue.
 * Publishes are confirmed (the rabbit driver publishes with confirms, after
   declaring the queue), and a failure raises :class:`~qsched.bus.base.BusUnavailable`
@@ -70,7 +71,7 @@ from amqp import exceptions as amqp_exceptions
 from qsched import exception
 from qsched.bus import base, health
 from qsched.bus.kombu import KombuBus
-from qsched.bus.kombu_wire import KombuOptions
+from qsched.bus.kombu_wire import KombuOptions, kombu_options
 from qsched.bus.oslo_consumer import OsloConsumer
 from qsched.bus.oslo_wire import OsloNames, OsloWire, Undecodable, body_of
 from qsched.conf import BusOptions
@@ -103,8 +104,7 @@ class OsloBus(base.Bus):
     @classmethod
     def from_options(cls, options: BusOptions) -> OsloBus:
         """Build from ``transport_url`` and the ``[bus]`` options."""
-        tunables = {f.name: getattr(options, f.name) for f in dataclasses.fields(KombuOptions)}
-        return cls(options.transport_url, options.prefix, KombuOptions(**tunables))
+        return cls(options.transport_url, options.prefix, kombu_options(options))
 
     # -- publishing --
 

@@ -7,7 +7,8 @@ its transports and publish their requeues and dead letters through it.
 Two oslo.messaging notification transports on one broker, because the rabbit
 driver's queue options hold for every queue a transport declares: one for boot
 requests (quorum queues with ``x-delivery-limit``), one for host queues (durable
-classic queues: thousands of hosts, one Raft group each would cost too much). Both
+classic queues: thousands of hosts, one Raft group each would cost too much; quorum
+queues without a delivery limit under ``[bus] host_queue_type = quorum``). Both
 set ``rabbit_qos_prefetch_count`` 1 and durable queues. The dead letters, queue
 counts, purges and the health probe need what oslo.messaging does not have; they
 go through a :class:`~qsched.bus.kombu_wire.KombuWire` on the same broker, and the
@@ -155,14 +156,16 @@ class OsloWire:
         """
         with self._lock:
             if kind not in self._transports:
-                transport = self._transport(quorum=kind == "boot")
+                quorum = kind == "boot" or self.options.host_queue_type == "quorum"
+                transport = self._transport(quorum, limit=kind == "boot")
                 if not callable(getattr(transport, "_send_notification", None)):
                     transport.cleanup()
                     raise RuntimeError("oslo.messaging's transport has no _send_notification")
                 self._transports[kind] = transport
             return self._transports[kind]
 
-    def _transport(self, quorum: bool) -> Any:
+    def _transport(self, quorum: bool, limit: bool) -> Any:
+        """A transport declaring quorum or classic queues, with the delivery limit or none."""
         options = self.options
         rabbit: dict[str, Any] = {
             "amqp_durable_queues": True,
@@ -173,7 +176,7 @@ class OsloWire:
             "rabbit_interval_max": max(1, round(options.reconnect_max_delay_s)),
             "rpc_conn_pool_size": max(1, options.publisher_pool_size),
         }
-        if quorum:
+        if limit:
             rabbit["rabbit_quorum_delivery_limit"] = options.delivery_limit
         return oslo_notification_transport(self.rabbit_url, rabbit)
 

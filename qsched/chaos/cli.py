@@ -13,7 +13,7 @@ import click
 
 from qsched.chaos.report import table, to_json
 from qsched.chaos.runner import AMQP_URL, ChaosRun, RunSettings
-from qsched.chaos.servers import ChaosError, RedisServerError
+from qsched.chaos.servers import ChaosError, RabbitFailed, RedisServerError
 from qsched.chaos.stack import StackSpec
 from qsched.stack import StackFailed
 
@@ -22,8 +22,9 @@ def _echo_err(line: str) -> None:
     click.echo(line, err=True)
 
 
-#: the transports of --transport both and all, in order
-TRANSPORTS = {"both": ["amqp", "redis"], "all": ["amqp", "redis", "oslo"]}
+#: the transports of --transport both, all and rabbit, in order
+TRANSPORTS = {"both": ["amqp", "redis"], "all": ["amqp", "redis", "oslo"],
+              "rabbit": ["amqp", "oslo"]}  # fmt: skip
 
 #: the option giving how many faults of each kind
 COUNT_OPTIONS = {
@@ -37,6 +38,7 @@ COUNT_OPTIONS = {
     "ledger_stall": "stalls",
     "poison": "poisons",
     "master_kill": "master_kills",
+    "rabbit_node_loss": "node_losses",
 }
 #: the faults that hit the one ledger server: none of them on a Sentinel set
 SERVER_OPTIONS = {"ledger_restarts": "--ledger-restarts", "crashes": "--crashes",
@@ -46,7 +48,7 @@ SERVER_OPTIONS = {"ledger_restarts": "--ledger-restarts", "crashes": "--crashes"
 def _counts(o: dict[str, Any]) -> dict[str, int]:
     from qsched.chaos.faults import default_counts
 
-    counts = default_counts(o["duration_s"], o["ledger"])
+    counts = default_counts(o["duration_s"], o["ledger"], cluster=bool(o["rabbit_cluster"]))
     given = {kind: o[option] for kind, option in COUNT_OPTIONS.items()}
     return {k: (v if v is not None else counts[k]) for k, v in given.items()}
 
@@ -54,12 +56,49 @@ def _counts(o: dict[str, Any]) -> dict[str, int]:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--transport",
-    type=click.Choice(["amqp", "redis", "oslo", "both", "all"]),
+    type=click.Choice(["amqp", "redis", "oslo", "both", "all", "rabbit"]),
     default="all",
     show_default=True,
     help="Bus to test: the kombu bus on RabbitMQ (amqp) or on Redis (redis), the "
     "oslo.messaging bus on a RabbitMQ node of the run's own (oslo); both: amqp then "
-    "redis; all: amqp, redis, then oslo.",
+    "redis; all: amqp, redis, then oslo; rabbit: amqp then oslo (the transports that "
+    "--rabbit-cluster serves).",
+)
+@click.option(
+    "--rabbit-cluster",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Run amqp and oslo on a RabbitMQ cluster of this many nodes of the run's own "
+    "(at least 3, so that quorum queues keep a majority through a node loss; about 40 s "
+    "to start three on two cores) instead of the machine's RabbitMQ or a single node: "
+    "kombu's failover list (amqp) or oslo.messaging's multi-host rabbit:// URL (oslo) "
+    "names every node, and --node-losses replace the broker restart. 0: no cluster.",
+)
+@click.option(
+    "--host-queues",
+    type=click.Choice(["classic", "quorum"]),
+    default=None,
+    help="[bus] host_queue_type of the run [default: quorum with --rabbit-cluster, "
+    "classic otherwise]. classic on a cluster shows what it costs: an agent whose host "
+    "queue was on the lost node consumes nothing until the node is back.",
+)
+@click.option(
+    "--node-losses",
+    type=click.IntRange(0),
+    default=None,
+    help="With --rabbit-cluster: RabbitMQ nodes stopped for --outage-s under load and "
+    "started again, the next node each time, the one listed first to begin with, "
+    "after the cluster is whole again [default: 2].",
+)
+@click.option(
+    "--node-loss",
+    "node_loss",
+    type=click.Choice(["kill", "stop"]),
+    default="kill",
+    show_default=True,
+    help="How a node loss stops a node: kill (SIGKILL of its Erlang VM, a crash) or "
+    "stop (rabbitmqctl stop, a clean shutdown).",
 )
 @click.option(
     "--ledger",
@@ -305,25 +344,28 @@ def main(**options: Any) -> None:
     asks) or on a Sentinel set of the run's own (--ledger sentinel), the bus
     on RabbitMQ (amqp) or on a second redis-server of the run's
     own (redis), or the oslo.messaging bus on a RabbitMQ node of the run's own with
-    deploy/rabbitmq-policies.sh applied (oslo), finite quotas. Boots and deletes go
-    through HTTP on 127.0.0.1
-    while agents are killed (SIGKILL, then restarted), stopped (SIGTERM, then
-    restarted) and frozen past their heartbeat TTL (SIGSTOP, SIGCONT), API
-    workers are killed with boots in flight, poison messages are published, the
-    broker and the ledger are restarted, the ledger stalls and its machine
-    crashes (or, on a Sentinel set, its master is killed and a replica
-    promoted). Then it waits for quiescence and checks, from the ledger's own keys,
+    deploy/rabbitmq-policies.sh applied (oslo), finite quotas; with --rabbit-cluster,
+    amqp and oslo on a RabbitMQ cluster of the run's own, every node in the bus URL.
+    Boots and deletes go through HTTP on 127.0.0.1 while agents are killed (SIGKILL,
+    then restarted), stopped (SIGTERM, then restarted) and frozen past their heartbeat
+    TTL (SIGSTOP, SIGCONT), API workers are killed with boots in flight, poison
+    messages are published, the broker and the ledger are restarted (on a cluster:
+    one node lost, then another once the cluster is whole again), the ledger stalls
+    and its machine crashes (or, on a Sentinel set, its master is killed and a
+    replica promoted). Then it waits for quiescence and checks, from the ledger's own keys,
     what the agents report and what their drivers run: nothing lost, nothing
     placed twice, no over-commit, quota never exceeded, no leaked allocation or
     quota, nothing left behind a 503, no boot held unpublished, every agent's
     index and driver back in line with the ledger, every poison message
-    dead-lettered once and no valid request among the dead letters.
+    dead-lettered once and no valid request among the dead letters; on a cluster,
+    every quorum queue of the run still replicated on every node.
 
     Progress goes to stderr; the table (or --json) to stdout. Exit status: 0 if
     every invariant held, 1 if one broke, 2 if the harness could not run.
     """
     _check_ledger(options)
     transports = TRANSPORTS.get(options["transport"], [options["transport"]])
+    _check_cluster_options(options, transports)
     workdir = options["workdir"] or Path(tempfile.mkdtemp(prefix="qsched-chaos-"))
     reports = []
     try:
@@ -335,7 +377,7 @@ def main(**options: Any) -> None:
             if not options["as_json"]:
                 click.echo(table(reports[-1]))
                 click.echo("")
-    except (ChaosError, RedisServerError, StackFailed) as exc:
+    except (ChaosError, RabbitFailed, RedisServerError, StackFailed) as exc:
         _echo_err(f"qsched-chaos: {exc}")
         _echo_err(f"qsched-chaos: files kept in {workdir}")
         sys.exit(2)
@@ -362,6 +404,22 @@ def _check_ledger(o: dict[str, Any]) -> None:
                                "with --ledger sentinel use --master-kills")  # fmt: skip
     if not sentinel and o["master_kills"]:
         raise click.UsageError("--master-kills needs --ledger sentinel")
+
+
+def _check_cluster_options(o: dict[str, Any], transports: list[str]) -> None:
+    """:raises click.UsageError: cluster options that the run could not honour."""
+    nodes = o["rabbit_cluster"]
+    if nodes and nodes < 3:
+        raise click.UsageError(f"--rabbit-cluster {nodes}: a quorum queue keeps a majority "
+                               "through a node loss from three nodes; give 3 or more")  # fmt: skip
+    if nodes and "redis" in transports:
+        raise click.UsageError("--rabbit-cluster serves the amqp and oslo transports: "
+                               "use --transport amqp, oslo or rabbit")  # fmt: skip
+    if not nodes and o["node_losses"]:
+        raise click.UsageError("--node-losses needs a RabbitMQ cluster: add --rabbit-cluster 3")
+    if nodes and o["broker_restarts"]:
+        raise click.UsageError("--broker-restarts restarts a single broker; on a cluster "
+                               "use --node-losses")  # fmt: skip
 
 
 def _settings(transport: str, o: dict[str, Any]) -> RunSettings:
@@ -397,6 +455,9 @@ def _settings(transport: str, o: dict[str, Any]) -> RunSettings:
         drain=o["drain"],
         ledger_signal=signal.SIGKILL if o["ledger_signal"] == "kill" else signal.SIGTERM,
         ledger=o["ledger"],
+        rabbit_cluster=o["rabbit_cluster"],
+        node_loss=o["node_loss"],
+        host_queues=o["host_queues"] or "",
     )
 
 

@@ -39,6 +39,12 @@ Kinds:
     Malformed messages published straight to a boot queue and a host queue
     (an empty body, a text body, garbage, a wrong shape, an unknown class, an
     oversized one), each marked so the checks can find its dead letter.
+``rabbit_node_loss`` (runs on a RabbitMQ cluster of their own only)
+    One node of the cluster stopped (SIGKILL of its Erlang VM, a crash, or
+    ``rabbitmqctl stop``) for the outage, then started again; the fault ends once
+    the cluster is whole again. Each loss takes the next node in the order the bus
+    URL lists them, starting with the first, which every client prefers: the
+    clients on it must fail over while the other nodes keep its quorum queues.
 
 For agent faults the injector records which instances the agent left claimed
 and not ACTIVE (read from the ledger after the process is gone), and
@@ -59,6 +65,7 @@ from qsched.chaos.checks import claimed_by
 from qsched.chaos.poison import inject_poison
 from qsched.chaos.stack import Stack
 from qsched.ledger.server import AofSampler, RedisServer
+from qsched.stack.rabbitmq import KILL, RabbitCluster
 from qsched.stack.sentinel import SentinelSet
 
 KINDS = (
@@ -77,6 +84,8 @@ KINDS = (
 SENTINEL_KINDS = ("master_kill",)
 #: the faults that hit the one ledger server, refused on a Sentinel set
 SERVER_KINDS = ("ledger_restart", "machine_crash", "ledger_stall")
+#: The faults of a run given a RabbitMQ cluster (:class:`~qsched.stack.rabbitmq.RabbitCluster`).
+CLUSTER_KINDS = ("rabbit_node_loss",)
 WINDOW = (0.1, 0.75)  # faults start within this share of the run, to leave time to settle
 GAP_S = 4.0  # between one fault's end and the next one's start, while there is time
 GAP_SHARE = 0.025  # and at most this share of the run (short runs have no time to spare)
@@ -105,7 +114,8 @@ class Fault:
 
 def make_plan(duration_s: float, counts: dict[str, int], rng: random.Random) -> list[Fault]:
     """Spread the faults over the run, one per slot, kinds in a seeded random order."""
-    kinds = [kind for kind in KINDS + SENTINEL_KINDS for _ in range(counts.get(kind, 0))]
+    kinds = [kind for kind in KINDS + SENTINEL_KINDS + CLUSTER_KINDS
+             for _ in range(counts.get(kind, 0))]  # fmt: skip
     rng.shuffle(kinds)
     if not kinds:
         return []
@@ -117,17 +127,21 @@ def make_plan(duration_s: float, counts: dict[str, int], rng: random.Random) -> 
     ]
 
 
-def default_counts(duration_s: float, ledger: str = "redis") -> dict[str, int]:
+def default_counts(
+    duration_s: float, ledger: str = "redis", cluster: bool = False
+) -> dict[str, int]:
     """Agent kills and freezes, worker kills, poison, one of each server fault; on a
     Sentinel set (``ledger`` ``sentinel``) one master kill instead of the ledger
-    server's faults."""
+    server's faults; on a RabbitMQ ``cluster``, two node losses (one node, then
+    another) instead of a broker restart."""
     if ledger == "sentinel":
         kinds = {kind: 0 for kind in SERVER_KINDS} | {"master_kill": 1}
-        return default_counts(duration_s) | kinds
+        return default_counts(duration_s, cluster=cluster) | kinds
     return {
         "agent_kill": max(1, int(duration_s // 45)),
         "agent_term": max(1, int(duration_s // 120)),
-        "broker_restart": 1,
+        "broker_restart": 0 if cluster else 1,
+        "rabbit_node_loss": 2 if cluster else 0,
         "ledger_restart": 1,
         "agent_freeze": max(1, int(duration_s // 120)),
         "api_worker_kill": max(1, int(duration_s // 120)),
@@ -146,6 +160,7 @@ class FaultSettings:
     stall_s: float = 8.0  # above the services' [ledger] timeout_s
     crash_loss_s: float = 1.0  # what a crash loses under appendfsync everysec
     burst: int = 8  # boots in flight when an API worker is killed
+    node_loss: str = KILL  # how a RabbitMQ node is stopped: KILL or STOP
 
 
 class FaultInjector(threading.Thread):
@@ -163,6 +178,7 @@ class FaultInjector(threading.Thread):
         duration_s: float,
         load: Any = None,
         sentinels: SentinelSet | None = None,
+        cluster: RabbitCluster | None = None,
     ) -> None:
         super().__init__(name="chaos-faults")  # not a daemon: a restart must finish
         self.stack = stack
@@ -170,6 +186,8 @@ class FaultInjector(threading.Thread):
         self.broker = broker
         self.ledger = ledger  # on a Sentinel set, its first master
         self.sentinels = sentinels
+        self.cluster = cluster
+        self.node_losses = 0  # so far: the next loss takes the next node
         self.settings = settings
         self.outage_s = settings.outage_s
         self.load = load  # the LoadGenerator, for the bursts of api_worker_kill
@@ -232,6 +250,8 @@ class FaultInjector(threading.Thread):
             self._poison(fault)
         elif fault.kind == "master_kill":
             self._kill_master(fault)
+        elif fault.kind == "rabbit_node_loss":
+            self._node_loss(fault)
         else:
             raise ValueError(f"unknown fault kind {fault.kind!r}")
 
@@ -356,6 +376,24 @@ class FaultInjector(threading.Thread):
         sent = inject_poison(self.stack, self.rng)
         self.poison += sent
         fault.detail["messages"] = len(sent)
+        fault.restored = time.time()
+
+    def _node_loss(self, fault: Fault) -> None:
+        cluster = self.cluster
+        if cluster is None:
+            fault.error = "no RabbitMQ cluster (run with --rabbit-cluster 3)"
+            return
+        index = self.node_losses % len(cluster.nodes)
+        self.node_losses += 1
+        fault.target = cluster.nodes[index].node.partition("@")[0]
+        fault.detail.update(outage_s=self.outage_s, how=self.settings.node_loss)
+        fault.started = time.time()
+        try:
+            cluster.stop_node(index, self.settings.node_loss)
+            self.abort.wait(self.outage_s)
+        finally:  # the node always comes back, whatever happens meanwhile
+            fault.detail["node_start_s"] = cluster.start_node(index)
+        fault.detail["whole_after_s"] = cluster.wait_whole()
         fault.restored = time.time()
 
     def _beat_since(self, host: str, since: float) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 import kombu
 import msgpack
 
-from qsched.bus.kombu_wire import KombuWire
+from qsched.bus.kombu_wire import KombuWire, kombu_options
 from qsched.bus.oslo_wire import OsloWire, envelope
 from qsched.chaos.stack import FLAVORS, Stack
 from qsched.flavors import Flavor
@@ -51,7 +51,7 @@ def inject_poison(stack: Stack, rng: random.Random) -> list[dict[str, Any]]:
     """
     if stack.bus_driver == "oslo.messaging":
         return _inject_oslo(stack, rng)
-    wire = KombuWire(stack.transport_url, prefix=stack.prefix)
+    wire = KombuWire(stack.transport_url, stack.prefix, kombu_options(stack.options.bus))
     sent: list[dict[str, Any]] = []
     try:
         boot = wire.boot_entity(FLAVORS[0][0])
@@ -86,7 +86,7 @@ def _note(kind: str, entity: kombu.Queue, token: str | None) -> dict[str, Any]:
 
 def _inject_oslo(stack: Stack, rng: random.Random) -> list[dict[str, Any]]:
     """:func:`inject_poison` through oslo.messaging's wire: the bodies in qsched's envelope."""
-    wire = OsloWire(stack.transport_url, prefix=stack.prefix)
+    wire = OsloWire(stack.transport_url, stack.prefix, kombu_options(stack.options.bus))
     sent: list[dict[str, Any]] = []
     try:
         boot = wire.boot_route(FLAVORS[0][0])

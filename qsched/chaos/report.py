@@ -8,7 +8,12 @@ faults from the signal, since the rest of the stack keeps serving:
 * ``api_s``: until the API answered a boot with 202 again;
 * ``placement_s``: until an instance went ACTIVE again;
 * ``held_resolved_s`` (agent faults): from the signal until none of the
-  instances the agent had claimed and not finished was still waiting on it.
+  instances the agent had claimed and not finished was still waiting on it;
+* ``failover_s`` (RabbitMQ node losses): from the stop until the first instance
+  whose boot was sent after it went ACTIVE, so its request went through the
+  cluster without the lost node (``placement_s`` may count a spawn under way), and
+  ``placed_while_down``: how many such instances went ACTIVE before the node was
+  started again.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ INVARIANTS = {
     "driver_after_drain": "driver mismatches, VMs left (after the drain)",
     "dead_letters": "poison not dead-lettered once, valid dead letters",
     "faults": "faults that failed or were not injected",
+    "replication": "quorum queues missing a replica (RabbitMQ cluster)",
 }
 OUTAGES = ("broker_restart", "ledger_restart", "machine_crash", "ledger_stall", "master_kill")
 
@@ -139,7 +145,23 @@ def fault_figures(
         out.update(_recovery(fault.started, base, calls, launched))
     if fault.kind.startswith("agent"):
         out.update(_held(fault, history))
+    if fault.kind == "rabbit_node_loss":
+        out.update(_failover(fault.started, fault.detail.get("outage_s", 0.0), calls, history))
     return out
+
+
+def _failover(
+    started: float, outage_s: float, calls: list[Call], history: dict[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """When boots sent after a node's stop went ACTIVE: the first, and how many while it
+    was down."""
+    after = [c.uuid for c in calls if c.kind == "boot" and c.status == 202 and c.sent >= started]
+    active = [float(e.get("t", 0)) for u in after if u for e in history.get(u, [])
+              if e.get("event") == "active"]  # fmt: skip
+    return {
+        "failover_s": _first_after(started, active),
+        "placed_while_down": sum(1 for t in active if t < started + outage_s),
+    }
 
 
 def _recovery(
@@ -248,6 +270,10 @@ def _fault_line(f: dict[str, Any]) -> str:
         ("back_after_s", "back", str),
         ("api_s", "api", str),
         ("placement_s", "placed", str),
+        ("failover_s", "failover", str),
+        ("placed_while_down", "placed while down", str),
+        ("node_start_s", "node start", str),
+        ("whole_after_s", "whole", str),
         ("boots_5xx", "5xx", str),
         ("frozen_s", "frozen", str),
         ("stalled_s", "stalled", str),

@@ -4,6 +4,11 @@ Transports: ``amqp`` (the kombu bus on the machine's RabbitMQ), ``redis`` (the
 kombu bus on a ``redis-server`` of the run's own) and ``oslo`` (the oslo.messaging
 bus, :mod:`qsched.bus.oslo`, on a RabbitMQ node of the run's own with the
 deployment's policies applied, so its broker restart never touches a shared node).
+Given ``rabbit_cluster`` nodes, ``amqp`` and ``oslo`` run on a RabbitMQ cluster of
+the run's own instead (:class:`~qsched.stack.rabbitmq.RabbitCluster`), every node
+named in the bus URL (kombu's ``;`` failover list for ``amqp``, oslo.messaging's
+``rabbit://`` multi-host URL for ``oslo``), and its nodes are lost in turn
+(``rabbit_node_loss``) instead of a broker restart.
 
 :class:`ChaosRun` owns everything it starts and stops it in ``finally``: the
 stack's processes, its own Redis servers and RabbitMQ node, the run's queues on
@@ -29,7 +34,7 @@ from qsched.bus.oslo import OsloBus
 from qsched.chaos import checks, report
 from qsched.chaos.faults import Fault, FaultInjector, FaultSettings, default_counts, make_plan
 from qsched.chaos.load import Call, LoadGenerator, token
-from qsched.chaos.servers import RabbitMQ, RabbitNode, RedisServer, wait_for
+from qsched.chaos.servers import RabbitCluster, RabbitMQ, RabbitNode, RedisServer, wait_for
 from qsched.chaos.stack import FLAVORS, Stack, StackSpec
 from qsched.stack.sentinel import SentinelSet
 
@@ -59,14 +64,18 @@ class RunSettings:
     ledger_signal: int = signal.SIGTERM  # how the ledger restart stops Redis
     progress_every_s: float = 5.0
     ledger: str = "redis"  # "redis": one server; "sentinel": a master, 2 replicas, 3 sentinels
+    rabbit_cluster: int = 0  # nodes of a RabbitMQ cluster of the run's own; 0: none
+    node_loss: str = "kill"  # how rabbit_node_loss stops a node: "kill" or "stop"
+    host_queues: str = ""  # [bus] host_queue_type; "": quorum on a cluster, else the spec's
 
     def counts(self) -> dict[str, int]:
         if self.fault_counts is not None:
             return self.fault_counts
-        return default_counts(self.duration_s, self.ledger)
+        return default_counts(self.duration_s, self.ledger, cluster=bool(self.rabbit_cluster))
 
     def fault_settings(self) -> FaultSettings:
-        return FaultSettings(self.outage_s, self.freeze_s, self.stall_s, self.crash_loss_s)
+        return FaultSettings(self.outage_s, self.freeze_s, self.stall_s, self.crash_loss_s,
+                             node_loss=self.node_loss)  # fmt: skip
 
     def quota_limits(self) -> dict[str, int]:
         spec = self.spec
@@ -83,7 +92,32 @@ class RunSettings:
 
 
 class ChaosRun:
-    def __init__(self, settings: RunSettings, directory: Path, echo: Echo) -> None:
+    """One run. ``cluster``: a RabbitMQ cluster already started, of ``rabbit_cluster``
+    nodes, for a caller that runs several (a test module); the run stops its nodes in
+    turn and starts them again, but leaves the cluster running. Without one, a run
+    given ``rabbit_cluster`` starts and stops its own.
+
+    :raises ValueError: ``rabbit_cluster`` with the ``redis`` transport, or a cluster
+        of another size than ``rabbit_cluster``.
+    """
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        directory: Path,
+        echo: Echo,
+        cluster: RabbitCluster | None = None,
+    ) -> None:
+        if settings.rabbit_cluster and settings.transport not in ("amqp", "oslo"):
+            raise ValueError(f"a RabbitMQ cluster serves the amqp and oslo transports, "
+                             f"not {settings.transport}")  # fmt: skip
+        host_queues = settings.host_queues or ("quorum" if settings.rabbit_cluster else "")
+        if host_queues:  # the spec says what the stack's processes read
+            spec = dataclasses.replace(settings.spec, host_queue_type=host_queues)
+            settings = dataclasses.replace(settings, host_queues=host_queues, spec=spec)
+        if cluster is not None and len(cluster.nodes) != settings.rabbit_cluster:
+            raise ValueError(f"the cluster given has {len(cluster.nodes)} nodes, the "
+                             f"settings ask for {settings.rabbit_cluster}")  # fmt: skip
         self.settings = settings
         self.dir = directory
         self.echo = echo
@@ -92,6 +126,9 @@ class ChaosRun:
         self.bus_server: RedisServer | None = None
         self.rabbit: RabbitMQ | None = None
         self.rabbit_node: RabbitNode | None = None
+        self.cluster = cluster
+        self.own_cluster = cluster is None
+        self.cluster_info: dict[str, Any] = {}
         self.stack: Stack | None = None
         self.load: LoadGenerator | None = None
         self.injector: FaultInjector | None = None
@@ -126,6 +163,8 @@ class ChaosRun:
             self.bus_server = RedisServer(self.dir, "bus-redis")
             self.bus_server.start()
             transport_url = self.bus_server.url
+        elif s.rabbit_cluster:
+            transport_url = self._start_cluster()
         elif s.transport == "oslo":
             self.rabbit_node = RabbitNode(self.dir)
             started_s = self.rabbit_node.start()
@@ -141,6 +180,8 @@ class ChaosRun:
         self.stack = Stack(s.spec, self.dir, transport_url, ledger_url, bus_driver=driver)
         if self.rabbit_node is not None:  # before any queue exists: its dead-letter exchange
             self.rabbit_node.apply_policies(self.stack.prefix, s.spec.delivery_limit)
+        if self.cluster is not None and s.transport == "oslo":
+            self.cluster.apply_policies(self.stack.prefix, s.spec.delivery_limit)
         self.echo(
             f"[{s.transport}] starting the API and {s.spec.agents} agents "
             f"(bus prefix {self.stack.prefix}, logs in {self.stack.logs})"
@@ -160,6 +201,23 @@ class ChaosRun:
         self.ledger = RedisServer(self.dir, "ledger-redis", s.ledger_signal, fsync=fsync)
         self.ledger.start()
         return self.ledger.url
+
+    def _start_cluster(self) -> str:
+        """The run's RabbitMQ cluster, started unless given; the bus URL naming every node."""
+        s = self.settings
+        if self.cluster is None:
+            self.cluster = RabbitCluster(self.dir, s.rabbit_cluster)
+            self.echo(f"[{s.transport}] starting a RabbitMQ cluster of {s.rabbit_cluster} nodes")
+            self.cluster.start()
+        cluster = self.cluster
+        self.cluster_info = {
+            "nodes": [n.node for n in cluster.nodes],
+            "started_s": cluster.started_s,
+            "rss_mb_start": cluster.rss_mb(),
+        }
+        self.echo(f"[{s.transport}] RabbitMQ cluster {', '.join(cluster.hosts())} up "
+                  f"(started in {cluster.started_s} s)")  # fmt: skip
+        return cluster.kombu_url if s.transport == "amqp" else cluster.url
 
     def _load_with_faults(self) -> None:
         s, stack = self.settings, self._stack()
@@ -188,6 +246,7 @@ class ChaosRun:
             s.duration_s,
             load=self.load,
             sentinels=self.sentinels,
+            cluster=self.cluster,
         )
         self.echo(
             f"[{s.transport}] load {s.rate}/s for {s.duration_s:.0f} s; faults planned: "
@@ -345,6 +404,8 @@ class ChaosRun:
             found["drain"] = self._drain(snap)
             found.update(self._converged("after_drain"))
         found["dead_letters"] = self._dead_letters(snap.records)
+        if self.cluster is not None:
+            found["replication"] = self._replication()
         return self._report(calls, snap, history, found, audit_report, accepted)
 
     def _converged(self, when: str) -> dict[str, list[dict[str, Any]]]:
@@ -369,6 +430,26 @@ class ChaosRun:
             index, driver = findings()
         self.convergence[when] = {"waited_s": round(time.time() - started, 1), "bound_s": bound_s}
         return {f"index_{when}": index, f"driver_{when}": driver}
+
+    def _replication(self) -> list[dict[str, Any]]:
+        """The run's quorum queues with a replica missing on some node of the cluster.
+
+        Boot queues are declared while every node runs, so each has a replica on each
+        node (RabbitMQ's default initial group size); a lost node that came back must
+        still hold its replicas.
+        """
+        cluster, prefix = self._cluster(), self._stack().prefix
+        nodes = sorted(node.node for node in cluster.nodes)
+        queues = {name: kind for name, kind in cluster.queues().items()
+                  if name.startswith(f"{prefix}.")}  # fmt: skip
+        members = {name: cluster.members(name) for name, kind in queues.items() if kind == "quorum"}
+        self.cluster_info.update(
+            queues={name: {"type": kind, "replicas": len(members.get(name, []))}
+                    for name, kind in sorted(queues.items())},
+            rss_mb_end=cluster.rss_mb(),
+        )  # fmt: skip
+        return [{"queue": name, "problem": "a node holds no replica", "members": held}
+                for name, held in sorted(members.items()) if held != nodes]  # fmt: skip
 
     def _dead_letters(self, records: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
         """Take the run's dead letters: each poison once, no valid request among them."""
@@ -485,6 +566,7 @@ class ChaosRun:
                 if k in ("providers", "consumers", "instances", "ok")
             },
             "logs": str(self._stack().logs),
+            **({"cluster": self.cluster_info} if self.cluster_info else {}),
         }
 
     def _evidence(
@@ -516,9 +598,8 @@ class ChaosRun:
             self.load.stop()
         if self.stack is not None:
             info["exit_codes"] = self.stack.stop()
-            try:  # the Redis transport's server belongs to the run: nothing to remove there
-                amqp = self.settings.transport == "amqp"
-                info["bus_cleanup_failed"] = self.stack.forget() if amqp else []
+            try:  # a broker of the run's own goes with it: nothing to remove there
+                info["bus_cleanup_failed"] = self.stack.forget() if self._shared_broker() else []
             except Exception as exc:
                 info["bus_cleanup_failed"] = [f"{type(exc).__name__}: {exc}"]
             self.stack.close()
@@ -527,7 +608,19 @@ class ChaosRun:
                 server.stop()
         if self.rabbit_node is not None:
             info["broker_start_s"] = self.rabbit_node.started_s
+        if self.cluster is not None and self.own_cluster:
+            self.cluster.stop()
         return info
+
+    def _shared_broker(self) -> bool:
+        """The bus outlives the run: the machine's RabbitMQ, or a cluster of the caller's."""
+        if self.cluster is not None:
+            return not self.own_cluster
+        return self.settings.transport == "amqp"
+
+    def _cluster(self) -> RabbitCluster:
+        assert self.cluster is not None
+        return self.cluster
 
     def _stack(self) -> Stack:
         assert self.stack is not None

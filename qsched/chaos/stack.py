@@ -41,6 +41,7 @@ class StackSpec:
     reconcile_interval_s: float = 2.0
     ledger_timeout_s: float = 3.0  # a stall longer than this makes the API answer 503
     delivery_limit: int = 20  # [bus] delivery_limit, and the oslo run's policies
+    host_queue_type: str = "classic"  # [bus] host_queue_type: "quorum" on a RabbitMQ cluster
     extra_config: tuple[Path, ...] = ()
 
     @property
@@ -51,7 +52,8 @@ class StackSpec:
         """The qsched options of the run: short timeouts so that faults resolve quickly."""
         return {
             "bus": {"connect_timeout_s": 2, "confirm_timeout_s": 5, "heartbeat_s": 10,
-                    "reconnect_max_delay_s": 2, "delivery_limit": self.delivery_limit},
+                    "reconnect_max_delay_s": 2, "delivery_limit": self.delivery_limit,
+                    "host_queue_type": self.host_queue_type},
             "ledger": {"cpu_allocation_ratio": 1.0, "ram_allocation_ratio": 1.0,
                        "durability": self.durability, "timeout_s": self.ledger_timeout_s},
             "quota": {"instances": self.quota_instances, "cores": self.quota_cores,

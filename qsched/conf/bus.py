@@ -26,6 +26,7 @@ default_opts = [
 ]
 
 KOMBU, OSLO_MESSAGING = "kombu", "oslo.messaging"
+CLASSIC, QUORUM = "classic", "quorum"
 
 bus_opts = [
     cfg.StrOpt(
@@ -79,6 +80,21 @@ bus_opts = [
         help="RabbitMQ boot queues: deliveries without an ack before a message is "
         "dead-lettered. Fixed when a queue is created; change it later with a policy.",
     ),
+    cfg.StrOpt(
+        "host_queue_type",
+        default=CLASSIC,
+        choices=[
+            (CLASSIC, "durable classic queues: cheap, but each lives on one RabbitMQ node"),
+            (QUORUM, "quorum queues, replicated like the boot queues: one Raft group per host"),
+        ],
+        help="RabbitMQ host queues (<prefix>.host.<host>: deletes and server actions). On "
+        "a cluster, a classic queue lives on the node that declared it: while that node is "
+        "down its agent cannot consume at all (the consumer declares its host queue "
+        'first and RabbitMQ refuses it with 404 "home node is down"), and deletes to it '
+        "fail. Set quorum on a RabbitMQ cluster. Fixed when a queue is created: a queue "
+        "declared with the other type is refused (PRECONDITION_FAILED) until it is "
+        "deleted; delete the host queues of stopped agents when changing it.",
+    ),
     cfg.FloatOpt(
         "visibility_timeout_s",
         default=3600.0,
@@ -129,6 +145,7 @@ class BusOptions(Section):
     confirm_timeout_s: float
     heartbeat_s: int
     delivery_limit: int
+    host_queue_type: str
     visibility_timeout_s: float
     poll_interval_s: float
     settle_timeout_s: float
