@@ -19,6 +19,12 @@ ROOT = Path(__file__).resolve().parent.parent
 LEDGER = ROOT / "qsched" / "ledger"
 FORBIDDEN_IMPORTS = {"redis", "fakeredis", "lupa"}
 FORBIDDEN_REACH = {"client", "keys"}  # as in stores.store.client, self.store.keys
+#: test launchers that set up Redis servers of their own (CLUSTER and SENTINEL
+#: commands to the servers they start), never a ledger's records: redis-py allowed
+LAUNCHERS = {
+    ROOT / "qsched" / "stack" / "redis_cluster.py",
+    ROOT / "qsched" / "stack" / "sentinel.py",
+}
 
 
 def outside_modules() -> list[Path]:
@@ -26,7 +32,7 @@ def outside_modules() -> list[Path]:
     return sorted(p for p in found if LEDGER not in p.parents)
 
 
-def violations(tree: ast.AST) -> Iterator[str]:
+def violations(tree: ast.AST, may_import: bool = False) -> Iterator[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -35,7 +41,7 @@ def violations(tree: ast.AST) -> Iterator[str]:
         else:
             names = []
         for name in names:
-            if name.split(".")[0] in FORBIDDEN_IMPORTS:
+            if name.split(".")[0] in FORBIDDEN_IMPORTS and not may_import:
                 yield f"line {node.lineno}: imports {name}"
         if (
             isinstance(node, ast.Attribute)
@@ -54,7 +60,7 @@ def test_the_walk_sees_the_packages() -> None:
 
 @pytest.mark.parametrize("path", outside_modules(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_redis_outside_the_ledger(path: Path) -> None:
-    found = list(violations(ast.parse(path.read_text(), str(path))))
+    found = list(violations(ast.parse(path.read_text(), str(path)), path in LAUNCHERS))
     assert found == [], f"{path.relative_to(ROOT)}: {found}"
 
 

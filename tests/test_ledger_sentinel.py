@@ -84,4 +84,4 @@ def test_a_plain_redis_url_is_still_read_by_redis_py() -> None:
     client = ledger_redis.connect("redis://127.0.0.1:1/2")
     assert not isinstance(client.connection_pool, SentinelConnectionPool)
     with pytest.raises(ValueError):
-        ledger_redis.connect("redis+cluster://h1/0")
+        ledger_redis.connect("redis+proxy://h1/0")
