@@ -141,22 +141,37 @@ def _check_run(result: Any, path: Path, scenarios: tuple[str, ...]) -> dict[str,
     return found
 
 
+#: The smoke runs' small cloud: 8 hosts on 2 agent processes, 0.5 s phases at 40/s.
+SMOKE = ["--sizes", "8", "--agents", "2", "--rate", "40", "--duration-s", "0.5",
+         "--group-members", "8"]  # fmt: skip
+
+
 def test_smoke_run_on_the_embedded_default(tmp_path: Path) -> None:
+    """Scale, saturation and fill (the rules scenario is the next test: each of the two
+    takes about 20 s alone, several times that on a loaded machine)."""
     out = tmp_path / "bench.json"
-    args = ["--embedded", "--sizes", "8", "--agents", "2", "--rate", "40", "--duration-s",
-            "0.5", "--burst-s", "0.1", "--saturation-hosts", "8", "--saturation-rates", "40",
-            "--step-s", "0.5", "--group-members", "8",
-            "--fill-hosts", "2", "-o", str(out)]  # fmt: skip
+    args = ["--embedded", *SMOKE, "--scenario", "scale", "--scenario", "saturation",
+            "--scenario", "fill", "--burst-s", "0.1", "--saturation-hosts", "8",
+            "--saturation-rates", "40", "--step-s", "0.5", "--fill-hosts", "2",
+            "-o", str(out)]  # fmt: skip
     result = CliRunner().invoke(cli.main, args)
-    found = _check_run(result, out, ("scale", "saturation", "fill", "rules"))
+    found = _check_run(result, out, ("scale", "saturation", "fill"))
     assert found["backends"]["embedded"] is True
-    _check_rules(found)
-    assert "Placement rules (library path" in result.output
     assert found["scale"][0]["burst"]["capacity_per_s"] > 0
     fill = found["fill"]
     assert fill["no_valid_host"] >= 1 and fill["first_nvh_index"] is not None
     assert fill["audit"]["ok"]
     assert out.with_suffix(".png").exists() or not _has_matplotlib()
+
+
+def test_smoke_rules_run_on_the_embedded_default(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    args = ["--embedded", *SMOKE, "--scenario", "rules", "-o", str(out)]
+    result = CliRunner().invoke(cli.main, args)
+    found = _check_run(result, out, ("rules",))
+    assert found["backends"]["embedded"] is True
+    _check_rules(found)
+    assert "Placement rules (library path" in result.output
 
 
 @pytest.mark.real
@@ -165,9 +180,8 @@ def test_smoke_run_on_real_servers(tmp_path: Path) -> None:
     real_redis()
     require_rabbitmq()
     out = tmp_path / "bench.json"
-    args = ["--scenario", "scale", "--scenario", "rules", "--sizes", "8", "--agents", "2",
-            "--rate", "40", "--duration-s", "0.5", "--burst-s", "0", "--bus", "rabbitmq",
-            "--group-members", "8", "--amqp-url", AMQP_URL, "-o", str(out)]  # fmt: skip
+    args = ["--scenario", "scale", "--scenario", "rules", *SMOKE, "--burst-s", "0",
+            "--bus", "rabbitmq", "--amqp-url", AMQP_URL, "-o", str(out)]  # fmt: skip
     found = _check_run(CliRunner().invoke(cli.main, args), out, ("scale", "rules"))
     assert found["backends"]["embedded"] is False
     _check_rules(found)

@@ -91,7 +91,9 @@ def _qsched_body(raw: bytes) -> Any:
 
 def gone(harness: Harness, holder: dict[str, Any], waiting: int) -> None:
     """Wait until the class the callback removed is consumed no more and its queue
-    holds ``waiting`` messages ready: none is still held by the listener that left."""
+    holds ``waiting`` messages ready: none is still held by the listener that left.
+    The inbox records a delivery before its callback runs: wait for the callback too."""
+    wait_for(lambda: "removed" in holder)
     holder.pop("removed").result(WAIT_S)
     wait_for(lambda: harness.bus.queue_stats(CLASS).ready == waiting)
 
@@ -146,19 +148,22 @@ def test_class_churn_never_takes_a_valid_request_to_the_limit(harness: Harness) 
     claimed: list[Any] = []
 
     def claim_or_refuse(body: bytes, delivery: Delivery) -> None:
-        if len(claimed) % 2:
-            holder["removed"] = holder["consumer"].remove_class(CLASS)
+        refused = len(claimed) % 2
+        claimed.append(decode(body))  # before "removed": gone() waits for that one
+        if refused:
+            removed = holder["consumer"].remove_class(CLASS)
             delivery.requeue(body)
         else:
             delivery.ack()
-            holder["removed"] = holder["consumer"].remove_class(CLASS)
-        claimed.append(decode(body))
+            removed = holder["consumer"].remove_class(CLASS)
+        holder["removed"] = removed
 
     inbox = Inbox(claim_or_refuse)
     holder["consumer"] = consumer = harness.consumer(inbox, ())
     for _ in range(5):
         consumer.add_class(CLASS).result(WAIT_S)
         inbox.get()
+        wait_for(lambda: "removed" in holder)
         gone(harness, holder, len(sent) - len(claimed[0::2]))
     acked = claimed[0::2]
     left = delivery_counts(harness)

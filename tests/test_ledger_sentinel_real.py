@@ -140,6 +140,8 @@ class ClaimLoad:
             except exception.BackendUnavailable:
                 self.tally.down += 1
                 self.stop.wait(0.05)
+            except exception.InstanceNotFound as exc:  # its acknowledged creation is gone
+                self.tally.vanished.append(str(exc))  # (a finding unless replication is async)
             except Exception as exc:  # anything else is a finding
                 self.tally.other.append(f"{type(exc).__name__}: {exc}")
             self.stop.wait(PACE_S)
