@@ -66,7 +66,8 @@ from qsched.conf import AgentOptions
 from qsched.ledger import Stores, retry
 from qsched.ledger.base import Instance, Service, State
 from qsched.notifications import NULL, Notifier, payloads
-from qsched.reaper import Periodic, reap_expired
+from qsched.periodic import Periodic
+from qsched.reaper import reap_expired
 
 LOG = logging.getLogger(__name__)
 

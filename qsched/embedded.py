@@ -24,7 +24,8 @@ from qsched.conf import Options
 from qsched.conf.bus import KOMBU
 from qsched.ledger import Stores, embedded, open_stores
 from qsched.notifications import NULL, Notifier
-from qsched.reaper import Periodic, reap_expired
+from qsched.periodic import Periodic
+from qsched.reaper import reap_expired
 
 DEMO_FLAVORS = (
     "m1.tiny:1:512:1",

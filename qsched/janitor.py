@@ -28,7 +28,8 @@ from qsched.ledger.base import State
 from qsched.metrics import APIMetrics, NoMetrics
 from qsched.notifications import NULL, Notifier
 from qsched.outbox import RETRY_MAX_S, publish_stranded
-from qsched.reaper import Periodic, reap_expired
+from qsched.periodic import Periodic
+from qsched.reaper import reap_expired
 from qsched.scheduling.records import request_for
 
 LOG = logging.getLogger(__name__)

@@ -10,10 +10,8 @@ expired, never every instance.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from qsched import exception
@@ -66,51 +64,3 @@ def reap_expired(
             LOG.info("instance %s: no host took it before its deadline", uuid)
             ended += 1
     return ended
-
-
-class Periodic(threading.Thread):
-    """Call ``fn`` every ``interval_s`` seconds until stopped; log and go on on errors.
-
-    ``first_after_s`` delays the first call differently: processes started together
-    then spread a heavy task over the interval instead of all running it at once.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        interval_s: float,
-        fn: Callable[[], object],
-        first_after_s: float | None = None,
-    ) -> None:
-        super().__init__(name=name, daemon=True)
-        self.interval_s = interval_s
-        self.fn = fn
-        self.first_after_s = interval_s if first_after_s is None else first_after_s
-        self._stop_event = threading.Event()
-        self._wake = threading.Event()
-
-    def run(self) -> None:
-        wait_s = self.first_after_s
-        while True:
-            self._wake.wait(wait_s)
-            wait_s = self.interval_s
-            self._wake.clear()
-            if self._stop_event.is_set():
-                return
-            try:
-                self.fn()
-            except exception.BackendUnavailable as exc:  # an outage: no traceback to read
-                LOG.warning("periodic task %s: %s; next try in %.1fs", self.name, exc,
-                            self.interval_s)  # fmt: skip
-            except Exception:
-                LOG.exception(
-                    "periodic task %s failed; next try in %.1fs", self.name, self.interval_s
-                )
-
-    def wake(self) -> None:
-        """Run ``fn`` now rather than at the end of the interval."""
-        self._wake.set()
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self._wake.set()

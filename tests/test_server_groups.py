@@ -35,7 +35,8 @@ from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import ServerGroup, State
 from qsched.outbox import publish_stranded
-from qsched.reaper import NO_VALID_HOST, Periodic, reap_expired
+from qsched.periodic import Periodic
+from qsched.reaper import NO_VALID_HOST, reap_expired
 from qsched.scheduling.classes import SchedulingClass
 from qsched.stack.cleanup import forget_bus
 from tests.cloud import transport_url
