@@ -6,7 +6,7 @@ touched) starts once for the module. On it, a short chaos run per bus driver:
 the API under gunicorn and three agents, every process given every node (kombu's
 ``;`` failover list for the kombu bus, oslo.messaging's multi-host ``rabbit://`` URL
 for the oslo.messaging bus), boots and deletes as a steady load, while one node is
-killed and started again, then another once the cluster is whole. Afterwards the
+killed and started again, then (kombu) another once the cluster is whole. Afterwards the
 run's checks (:mod:`qsched.chaos.checks`, the ledger audit among them) must all
 hold: no accepted request lost or placed twice, no over-commit, no leak, quota
 never exceeded, every quorum queue still replicated on the three nodes; and boots
@@ -16,7 +16,8 @@ which must end within its timeouts.
 
 Needs ``rabbitmq-server`` and ``redis-server`` installed: skipped without them,
 a failure under CI=true. About 20 s to start the cluster on two quiet cores
-(40 s on a busy machine), then about 60 s per driver and 20 s for the hang.
+(40 s on a busy machine), then about 65 s for kombu (two node losses), 60 s for
+oslo.messaging (one: its failover is the same broker's) and 20 s for the hang.
 """
 
 from __future__ import annotations
@@ -94,29 +95,36 @@ def test_a_quorum_queue_has_a_replica_on_every_node(cluster: RabbitCluster) -> N
         bus.close()
 
 
-def node_loss_run(cluster: RabbitCluster, transport: str, directory: Path) -> dict[str, Any]:
-    """A chaos run on ``cluster`` whose only faults are two node losses."""
+def node_loss_run(
+    cluster: RabbitCluster, transport: str, directory: Path, losses: int, duration_s: float
+) -> dict[str, Any]:
+    """A chaos run on ``cluster`` whose only faults are ``losses`` node losses."""
     spec = StackSpec(agents=3, nodes_per_agent=2, node_vcpus=4, node_ram_mb=8192,
                      spawn_delay_s=0.3, build_timeout_s=30, shutdown_timeout_s=5,
                      heartbeat_ttl_s=3, reconcile_interval_s=1)  # fmt: skip
-    settings = RunSettings(transport, duration_s=50, rate=4, lifetime_s=3, outage_s=OUTAGE_S,
-                           fault_counts={"rabbit_node_loss": 2}, spec=spec,
+    settings = RunSettings(transport, duration_s=duration_s, rate=4, lifetime_s=3,
+                           outage_s=OUTAGE_S, fault_counts={"rabbit_node_loss": losses}, spec=spec,
                            progress_every_s=600, rabbit_cluster=NODES)  # fmt: skip
     return ChaosRun(settings, directory, lambda line: None, cluster=cluster).execute()
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("transport", ["amqp", "oslo"], ids=["kombu", "oslo.messaging"])
+# kombu's failover list loses the first node, then the second once the first is back;
+# oslo.messaging's multi-host URL loses one (a second loss adds 20 s to make test)
+@pytest.mark.parametrize(
+    ("transport", "count", "duration_s"), [("amqp", 2, 50), ("oslo", 1, 30)],
+    ids=["kombu", "oslo.messaging"],
+)  # fmt: skip
 def test_boots_are_placed_while_a_node_is_down_and_nothing_is_lost(
-    cluster: RabbitCluster, transport: str, tmp_path: Path
+    cluster: RabbitCluster, transport: str, count: int, duration_s: float, tmp_path: Path
 ) -> None:
-    report = node_loss_run(cluster, transport, tmp_path)
+    report = node_loss_run(cluster, transport, tmp_path, count, duration_s)
     print(f"\n{table(report)}")
     losses = report["faults"]["events"]
-    assert [e["kind"] for e in losses] == ["rabbit_node_loss"] * 2, losses
-    assert [e.get("error") for e in losses] == [None, None], losses
+    assert [e["kind"] for e in losses] == ["rabbit_node_loss"] * count, losses
+    assert [e.get("error") for e in losses] == [None] * count, losses
     names = [node.node.partition("@")[0] for node in cluster.nodes]
-    assert [e["target"] for e in losses] == names[:2], "the first node, then the second"
+    assert [e["target"] for e in losses] == names[:count], "the first node, then the second"
     for loss in losses:  # the others served while it was down, not once it was back
         assert loss["placed_while_down"] > 0, loss
         assert loss["failover_s"] < OUTAGE_S, loss
