@@ -191,7 +191,10 @@ class ComputeAgent:
         if self.opts.reap_interval_s:
             tasks.append(("reaper", self.opts.reap_interval_s, self._reap))
         for name, interval_s, fn in tasks:
-            self._start_task(Periodic(f"{name}-{self.host}", interval_s, fn))
+            # heartbeats have workers of their own: a process of many hosts reading their
+            # nodes at once must not fall silent past the TTL (qsched.periodic)
+            lane = "heartbeat" if name == "heartbeat" else ""
+            self._start_task(Periodic(f"{name}-{self.host}", interval_s, fn, lane=lane))
         # Agents started together must not all reconcile at once: the first pass falls
         # somewhere in the second half of the interval.
         self._register_task = self._start_task(Periodic(

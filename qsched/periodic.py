@@ -11,6 +11,8 @@ behaves as with a thread per task.
 
 A task never runs twice at once: its next run is due ``interval_s`` after the end
 of the last one (or at once when :meth:`Periodic.wake` was called meanwhile).
+Tasks of another ``lane`` have workers of their own: hundreds of hosts reading
+every node at once must not hold back the heartbeats that say they are alive.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ WORKERS = 32
 class _Workers:
     """Daemon threads that run what they are given, up to ``most``, started as needed."""
 
-    def __init__(self, most: int) -> None:
+    def __init__(self, most: int, lane: str = "") -> None:
         self._most = most
+        self._name = f"-{lane}" if lane else ""
         self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._started = 0
@@ -46,7 +49,7 @@ class _Workers:
         with self._lock:
             if self._idle == 0 and self._started < self._most:
                 self._started += 1
-                name = f"qsched-periodic-{self._started}"
+                name = f"qsched-periodic{self._name}-{self._started}"
                 threading.Thread(target=self._work, name=name, daemon=True).start()
         self._queue.put(job)
 
@@ -67,7 +70,8 @@ class Timer:
         self._due: list[tuple[float, int, Periodic, int]] = []  # (when, order, task, turn)
         self._order = itertools.count()
         self._changed = threading.Condition()
-        self._workers = _Workers(workers)
+        self._workers_per_lane = workers
+        self._lanes: dict[str, _Workers] = {}  # only the timer thread touches it
         self._thread: threading.Thread | None = None
 
     def at(self, when: float, task: Periodic, turn: int) -> None:
@@ -87,7 +91,10 @@ class Timer:
                     self._changed.wait(self._due[0][0] - time.monotonic() if self._due else None)
                 _when, _order, task, turn = heapq.heappop(self._due)
             if task._take(turn):
-                self._workers.submit(task._run_once)
+                workers = self._lanes.get(task.lane)
+                if workers is None:
+                    workers = self._lanes[task.lane] = _Workers(self._workers_per_lane, task.lane)
+                workers.submit(task._run_once)
 
 
 _TIMER = Timer()
@@ -98,6 +105,7 @@ class Periodic:
 
     ``first_after_s`` delays the first call differently: processes started together
     then spread a heavy task over the interval instead of all running it at once.
+    ``lane``: tasks of one lane share workers (module docstring).
     """
 
     def __init__(
@@ -107,8 +115,10 @@ class Periodic:
         fn: Callable[[], object],
         first_after_s: float | None = None,
         timer: Timer | None = None,
+        lane: str = "",
     ) -> None:
         self.name = name
+        self.lane = lane
         self.interval_s = interval_s
         self.fn = fn
         self.first_after_s = interval_s if first_after_s is None else first_after_s

@@ -142,3 +142,19 @@ def test_a_slow_task_does_not_hold_back_the_others() -> None:
     finally:
         slow.stop()
         quick.stop()
+
+
+def test_a_lane_of_its_own_is_not_held_back_by_busy_workers() -> None:
+    """Every worker of the default lane busy: a task of another lane still runs."""
+    timer = Timer(workers=2)
+    slow = [Periodic(f"slow{i}", 0.0, lambda: time.sleep(0.5), first_after_s=0.0, timer=timer)
+            for i in range(4)]  # fmt: skip
+    beats: list[float] = []
+    beat = Periodic("beat", 0.02, counting(beats), first_after_s=0.05, timer=timer, lane="hb")
+    for task in [*slow, beat]:
+        task.start()
+    try:
+        assert wait_until(lambda: len(beats) >= 5, 0.45)
+    finally:
+        for task in [*slow, beat]:
+            task.stop()
