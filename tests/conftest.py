@@ -47,10 +47,10 @@ IN_CI = os.environ.get("CI") == "true"
 #: keep one worker busy while the others sit idle. A stale figure costs time, never a
 #: result. The files of :data:`ONE_WORKER` count as one.
 HEAVY_FILES = {
-    "test_bus_cluster_real.py": 207, "test_identity_real": 300, "test_chaos.py": 115,
-    "test_bus.py": 111, "test_shared_contention.py": 94, "test_server_groups.py": 77,
-    "test_bench.py": 71, "test_api_generated.py": 68, "test_aggregates.py": 59,
-    "test_e2e_real.py": 59, "test_ledger_sentinel_real.py": 43, "test_api_input.py": 39,
+    "test_identity_real": 200, "test_bus.py": 111, "test_shared_contention.py": 94,
+    "test_server_groups.py": 77, "test_bench.py": 71, "test_api_generated.py": 68,
+    "test_aggregates.py": 59, "test_e2e_real.py": 59, "test_api_input.py": 39,
+    "test_alternates.py": 35, "test_poison.py": 34, "test_api_samples.py": 31,
 }  # fmt: skip
 
 #: Files that share session fixtures too slow to start on every worker (a Keystone, and

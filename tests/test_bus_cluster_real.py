@@ -44,7 +44,7 @@ from qsched.stack.rabbitmq import RabbitCluster, RabbitFailed, RabbitNode
 from tests.conftest import require_server
 from tests.test_bus import request
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.chaos]
 
 NODES = 3
 OUTAGE_S = 6.0

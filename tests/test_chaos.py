@@ -347,6 +347,7 @@ def short_run(transport: str, duration_s: float, tmp_path: Path) -> tuple[dict, 
 
 @pytest.mark.real
 @pytest.mark.slow
+@pytest.mark.chaos
 @pytest.mark.timeout(150)
 def test_a_short_run_injects_every_fault_and_checks(tmp_path: Path) -> None:
     """Redis transport on servers of the run's own: nothing shared is restarted."""
@@ -370,6 +371,7 @@ def test_a_short_run_injects_every_fault_and_checks(tmp_path: Path) -> None:
 
 @pytest.mark.real
 @pytest.mark.slow
+@pytest.mark.chaos
 @pytest.mark.timeout(180)
 def test_a_short_oslo_run_injects_every_fault_and_checks(tmp_path: Path) -> None:
     """The oslo.messaging bus on a RabbitMQ node of the run's own (its broker restart

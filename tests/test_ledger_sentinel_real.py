@@ -34,7 +34,7 @@ from qsched.stack.sentinel import RedisServerError, SentinelSet
 from tests.conftest import require_server
 from tests.raw import redis_store
 
-pytestmark = [pytest.mark.real, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.real, pytest.mark.chaos, pytest.mark.timeout(90)]
 
 VCPU, RAM = "VCPU", "MEMORY_MB"
 PROVIDERS, VCPUS = 4, 60  # 240 one-VCPU claims fill the cloud: the load reaches capacity
