@@ -36,9 +36,10 @@ over the p providers (their consumers, then their records whole: one round trip 
 per 200 providers, ``providers_consumers.lua`` and ``providers_read.lua``), one small
 read (state, host, node) per instance, pipelined, and b driver listings, done a
 hundred nodes at a time with a short pause in between so that the consumer thread is
-not kept waiting for the interpreter. About 5 ms of the agent's CPU and 2 ms of
-Redis's per hundred nodes of two providers (docs/benchmarks.rst, "What a reconcile
-pass costs"). Nothing on a request's path; nothing grows with the hosts of the cloud.
+not kept waiting for the interpreter. A hundred nodes of two providers cost 5 to
+12 ms of the agent's CPU and 2 to 4 ms of Redis's, on a 2-core machine in use
+(``python -m qsched.bench.reconcile``; docs/benchmarks.rst, "What a reconcile pass
+costs"). Nothing on a request's path; nothing grows with the hosts of the cloud.
 """
 
 from __future__ import annotations
