@@ -1,8 +1,9 @@
 """The whole of qsched in one process: the embedded default (memory bus, fakeredis).
 
 The API serves on a local port with a threaded WSGI server, agents drive fake
-nodes in threads, and the deadline reaper runs in the API's process, as it
-does in ``qsched-api``. Used by ``qsched-demo`` and the end-to-end tests.
+nodes in threads, and the API service's housekeeping (the deadline reaper, the
+janitor, the outbox pass) runs in the same process, as it does in
+``qsched-api``. Used by ``qsched-demo`` and the end-to-end tests.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import conf as qconf
-from qsched import exception
+from qsched import exception, janitor
 from qsched.api import app as api_app
 from qsched.bus.kombu import KombuBus
 from qsched.cmd.api import ThreadingWSGIServer, make_server
@@ -25,7 +26,6 @@ from qsched.conf.bus import KOMBU
 from qsched.ledger import Stores, embedded, open_stores
 from qsched.notifications import NULL, Notifier
 from qsched.periodic import Periodic
-from qsched.reaper import reap_expired
 
 DEMO_FLAVORS = (
     "m1.tiny:1:512:1",
@@ -33,6 +33,9 @@ DEMO_FLAVORS = (
     "m1.medium:2:4096:40",
     "m1.large:4:8192:80",
 )
+
+# The reaper's period on an embedded stack: tests and the demo shorten deadlines.
+EMBEDDED_REAP_INTERVAL_S = 1.0
 
 
 def embedded_options(**overrides: tuple[str | None, Any]) -> Options:
@@ -58,7 +61,7 @@ class Stack:
     bus: KombuBus
     server: ThreadingWSGIServer
     agents: list[ComputeAgent]
-    reaper: Periodic
+    housekeeping: list[Periodic]
     thread: threading.Thread
     notifier: Notifier = NULL
 
@@ -80,7 +83,8 @@ class Stack:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-        self.reaper.stop()
+        for task in self.housekeeping:
+            task.stop()
         for agent in self.agents:
             agent.stop(timeout_s=10)
         self.bus.close()
@@ -97,7 +101,10 @@ def start_stack(
     notifier: Notifier = NULL,
 ) -> Stack:
     """Start the API on 127.0.0.1:``port`` and ``agents`` agents sharing ``hosts`` nodes,
-    their notifications (and the reaper's) sent to ``notifier``."""
+    their notifications (and the reaper's) sent to ``notifier``, and the API service's
+    housekeeping (the reaper every second, the janitor and the outbox pass as
+    ``options.scheduler`` sets them: a request parked in the outbox is published again,
+    a dead agent's work requeued)."""
     if options.bus.driver != KOMBU:  # its callers reach into the memory bus's wire
         raise exception.Invalid(reason="the embedded stack runs on [bus] driver kombu only")
     stores = open_stores(options.ledger, options.quota)
@@ -106,7 +113,7 @@ def start_stack(
     server = make_server(app, "127.0.0.1", port)
     thread = threading.Thread(target=server.serve_forever, name="qsched-api", daemon=True)
     thread.start()
-    agent_options = options.agent.replace(reap_interval_s=0)  # one reaper, below
+    agent_options = options.agent.replace(reap_interval_s=0)  # one reaper, the API's
     running = []
     for i, count in enumerate(_split(hosts, agents)):
         driver = FakeDriver(
@@ -119,9 +126,11 @@ def start_stack(
         )  # fmt: skip
         agent.start()
         running.append(agent)
-    reaper = Periodic("reaper", 1.0, lambda: reap_expired(stores, notifier=notifier))
-    reaper.start()
-    return Stack(options, stores, bus, server, running, reaper, thread, notifier)
+    housekeeping = janitor.start_periodic_tasks(
+        options.scheduler.replace(reap_interval_s=EMBEDDED_REAP_INTERVAL_S),
+        stores, bus, notifier=notifier,
+    )  # fmt: skip
+    return Stack(options, stores, bus, server, running, housekeeping, thread, notifier)
 
 
 class SharedState:

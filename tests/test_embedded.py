@@ -8,10 +8,14 @@ import uuid
 
 import pytest
 
+from agents.virt.fake import FakeNodeSpec
 from qsched.conf import LedgerOptions
+from qsched.context import RequestContext
+from qsched.embedded import embedded_options, start_stack
 from qsched.ledger import embedded, open_stores
 from qsched.ledger.base import Instance, State
 from qsched.ledger.embedded import EmbeddedNotInstalled
+from tests.helpers import wait_until
 
 
 def test_one_server_per_name(conf) -> None:
@@ -79,3 +83,31 @@ def test_a_script_is_compiled_once_and_called_with_each_calls_arguments() -> Non
     for source in ("return redis.call('NOSUCH')", "return (", "return KEYS[1] .. nil"):
         with pytest.raises(redis.ResponseError):
             client.register_script(source)(keys=["k"])
+
+
+@pytest.mark.timeout(60)
+def test_the_embedded_stack_publishes_a_parked_request_again() -> None:
+    """The embedded stack runs the API's housekeeping, the outbox pass among it: a request
+    an agent parked (every host refused it for a while, as a hard server group does)
+    is published again and placed, not left to its deadline."""
+    options = embedded_options(
+        outbox_grace_s=("scheduler", 1.0),
+        outbox_interval_s=("scheduler", 0.2),
+        heartbeat_interval_s=("agent", 0.2),
+    )
+    spec = FakeNodeSpec(vcpus=8, ram_mb=8192, disk_gb=100, cpu_allocation_ratio=1.0)
+    stack = start_stack(options, hosts=1, agents=1, node_spec=spec)
+    try:
+        stores, agent = stack.stores, stack.agents[0]
+        stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
+        stores.agents.update_service("cn0", disabled=True, disabled_reason="test")
+        assert wait_until(lambda: not agent.gate.enabled, 10)
+        server = stack.compute_api().boot(RequestContext.for_project("u1", "p1"), "vm", "m1.tiny")
+        assert stack.bus.purge_queue("m1.tiny") == 1  # the outbox is its only way on now
+        assert stores.instances.park(server.uuid, "cn0", "test")
+        stores.agents.update_service("cn0", disabled=False)
+        assert wait_until(lambda: stores.instances.get(server.uuid).state == State.ACTIVE, 15)
+        reasons = [event.detail.get("reason") for event in stores.instances.events(server.uuid)]
+        assert "stranded in the outbox" in reasons
+    finally:
+        stack.stop()
