@@ -73,6 +73,9 @@ LOG = logging.getLogger(__name__)
 
 #: A delete marked longer ago than this without its request arriving is done anyway.
 STUCK_DELETE_S = 10.0
+#: A reconcile pass is due within this fraction of ``reconcile_interval_s`` either way
+#: of one interval after the last (qsched.periodic, ``jitter``).
+RECONCILE_JITTER = 0.5
 
 
 class ComputeAgent:
@@ -195,16 +198,18 @@ class ComputeAgent:
             # nodes at once must not fall silent past the TTL (qsched.periodic)
             lane = "heartbeat" if name == "heartbeat" else ""
             self._start_task(Periodic(f"{name}-{self.host}", interval_s, fn, lane=lane))
-        # Agents started together must not all reconcile at once: the first pass falls
-        # somewhere in the second half of the interval.
         self._register_task = self._start_task(Periodic(
             f"classes-registry-{self.host}", self.opts.heartbeat_interval_s,
             self.register_classes,
         ))  # fmt: skip
+        # Agents started together must not all reconcile at once: the first pass falls
+        # somewhere in the second half of the interval, and each next one within half
+        # an interval either way of its due time, so that passes one event bunched (an
+        # aggregate change waking every host in it) drift apart again.
         interval_s = self.opts.reconcile_interval_s
         self._reconcile_task = self._start_task(Periodic(
             f"reconcile-{self.host}", interval_s, self.reconcile_pass,
-            first_after_s=random.uniform(0.5, 1.0) * interval_s,
+            first_after_s=random.uniform(0.5, 1.0) * interval_s, jitter=RECONCILE_JITTER,
         ))  # fmt: skip
 
     def _reap(self) -> None:

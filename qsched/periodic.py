@@ -21,6 +21,7 @@ import heapq
 import itertools
 import logging
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -105,6 +106,10 @@ class Periodic:
 
     ``first_after_s`` delays the first call differently: processes started together
     then spread a heavy task over the interval instead of all running it at once.
+    ``jitter``: each next call is due ``interval_s`` times a random factor within
+    ``1 ± jitter`` after the last (the mean stays ``interval_s``), so that runs
+    bunched by one event (hundreds of hosts woken by one aggregate change) spread
+    out again instead of coming back together every interval.
     ``lane``: tasks of one lane share workers (module docstring).
     """
 
@@ -116,8 +121,12 @@ class Periodic:
         first_after_s: float | None = None,
         timer: Timer | None = None,
         lane: str = "",
+        jitter: float = 0.0,
     ) -> None:
+        if not 0.0 <= jitter < 1.0:
+            raise exception.Invalid(reason=f"periodic task {name}: jitter {jitter} not in [0, 1)")
         self.name = name
+        self.jitter = jitter
         self.lane = lane
         self.interval_s = interval_s
         self.fn = fn
@@ -176,4 +185,10 @@ class Periodic:
             with self._lock:
                 self._running = False
                 if not self._stopped:
-                    self._due_in(0.0 if self._woken else self.interval_s)
+                    self._due_in(0.0 if self._woken else self.next_interval_s())
+
+    def next_interval_s(self) -> float:
+        """How long after a run the next is due (``interval_s``, jittered)."""
+        if not self.jitter:
+            return self.interval_s
+        return self.interval_s * random.uniform(1.0 - self.jitter, 1.0 + self.jitter)

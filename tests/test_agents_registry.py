@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from qsched import exception
-from qsched.ledger import Stores
+from qsched.conf import LedgerOptions
+from qsched.ledger import Stores, open_stores
 from tests.raw import redis_store
 
 
@@ -32,6 +33,18 @@ def test_last_seen_outlives_the_heartbeat(stores: Stores) -> None:
     time.sleep(0.1)
     assert seen is not None and seen >= before and not stores.agents.alive("cn1")
     assert stores.agents.last_seen("cn1") == seen
+
+
+def test_a_heartbeat_after_the_server_lost_its_scripts(conf) -> None:
+    """The heartbeat's script is loaded once and sent as EVALSHA in the pipeline: a
+    server that lost its script cache (restarted, or a replica that took over) answers
+    NOSCRIPT, and the heartbeat loads it again. fakeredis only: a SCRIPT FLUSH on the
+    shared Redis would reach every test using it (the cluster has its own test)."""
+    stores = open_stores(LedgerOptions.from_conf(conf), url=f"fakeredis://t-{uuid.uuid4().hex}")
+    stores.agents.heartbeat("cn1", ttl_s=60)
+    redis_store(stores).client.script_flush()
+    stores.agents.heartbeat("cn2", ttl_s=60)
+    assert stores.agents.alive("cn1") and stores.agents.alive("cn2")
 
 
 def test_forget(stores: Stores) -> None:

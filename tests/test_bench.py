@@ -7,6 +7,7 @@ sound (no over-commit, nothing lost, every figure present); they time nothing.
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,13 @@ import pytest
 from click.testing import CliRunner
 
 from qsched.bench import cli, report
+from qsched.bench import reconcile as reconcile_bench
 from qsched.bench.measure import percentiles
 from qsched.bench.packing import BenchFlavor, best_fit, flavor_stream, fractions
 from qsched.bench.profile import top_frames
+from qsched.bench.rules import spread
 from qsched.bench.stack import CloudSpec
+from qsched.ledger import embedded
 from tests.cloud import AMQP_URL, require_rabbitmq
 from tests.conftest import real_redis
 
@@ -144,6 +148,29 @@ def _check_run(result: Any, path: Path, scenarios: tuple[str, ...]) -> dict[str,
 #: The smoke runs' small cloud: 8 hosts on 2 agent processes, 0.5 s phases at 40/s.
 SMOKE = ["--sizes", "8", "--agents", "2", "--rate", "40", "--duration-s", "0.5",
          "--group-members", "8"]  # fmt: skip
+
+
+def test_the_isolated_hosts_are_spread_over_the_agent_processes() -> None:
+    hosts = [f"a{p}-{h}" for p in range(4) for h in range(5)]  # 4 processes, in order
+    taken = spread(hosts, 5)
+    assert len(taken) == 5 and len({h.split("-")[0] for h in taken}) == 4
+    assert spread(hosts[:5], 5) == hosts[:5]  # one process: all its hosts, as before
+    assert spread(hosts, 1) == ["a0-0"]
+
+
+def test_the_reconcile_pass_measure_reads_every_node_and_leaves_no_key() -> None:
+    """``python -m qsched.bench.reconcile`` on the embedded ledger: its figures, and the
+    passes' own evidence (every node of the host looked at, nothing found amiss)."""
+    url = f"fakeredis://bench-{uuid.uuid4().hex}"
+    found = reconcile_bench.measure(url, nodes=7, passes=2)
+    assert (found["nodes"], found["providers"], found["passes"]) == (7, 14, 2)
+    assert found["cpu_ms_per_pass"] > 0 and found["wall_ms_per_pass"] > 0
+    assert found["last_pass"] == {"nodes": 7, "found_anything": False}
+    out = CliRunner().invoke(reconcile_bench.main, ["--nodes", "3", "--passes", "1",
+                                                    "--ledger-url", url])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["providers"] == 6
+    assert embedded.connect(url, 2).keys("*") == []  # the same in-process server
 
 
 def test_smoke_run_on_the_embedded_default(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import uuid
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from qsched import exception
 from qsched.ledger import Stores, placement
 from qsched.ledger.base import Instance, Inventory, MapChange, ProviderSpec, State
-from qsched.ledger.redis import canonical_json, read_many
+from qsched.ledger.redis import canonical_json
 from qsched.ledger.retry import claim as claim_with_retries
 from tests.conftest import WITH_CLUSTER, backend_url
 from tests.raw import redis_store
@@ -180,8 +179,13 @@ class TestAllocations:
         assert stores.ledger.provider_consumers(rp2) == set()
 
     def test_batched_reads_match_single_ones(self, stores: Stores, monkeypatch) -> None:
-        monkeypatch.setattr(placement, "read_many", functools.partial(read_many, chunk=2))
+        """Providers and their consumers read a few per script call (providers_read.lua,
+        providers_consumers.lua) give what reading each alone gives; a provider that
+        is not there is left out."""
+        monkeypatch.setattr(placement, "_READ_CHUNK", 2)
         providers = [make_provider(stores) for _ in range(5)]
+        generation = stores.ledger.set_traits(providers[0], 1, ["CUSTOM_A", "HW_CPU_X86_AVX2"])
+        stores.ledger.set_aggregates(providers[0], generation, [new_uuid()])
         consumers = [new_uuid() for _ in range(3)]
         for i, consumer in enumerate(consumers):
             stores.ledger.put_allocations(consumer, {providers[i]: {VCPU: 1}}, None, "p", "u")
@@ -189,6 +193,13 @@ class TestAllocations:
         assert found == {rp: stores.ledger.provider_consumers(rp) for rp in providers}
         assert [len(found[rp]) for rp in providers] == [1, 1, 1, 0, 0]
         assert stores.ledger.providers_consumers([]) == {}
+        gone = new_uuid()
+        read = stores.ledger.get_providers([*providers[:3], gone, *providers[3:]])
+        assert list(read) == providers
+        assert all(read[rp] == stores.ledger.get_provider(rp) for rp in providers)
+        assert [read[rp].usages for rp in providers] == [{VCPU: 1}] * 3 + [{}] * 2
+        assert read[providers[0]].traits == {"CUSTOM_A", "HW_CPU_X86_AVX2"}
+        assert len(read[providers[0]].aggregates) == 1 and not read[providers[1]].traits
 
     def test_consumer_generation(self, stores: Stores) -> None:
         rp = make_provider(stores)

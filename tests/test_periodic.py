@@ -6,6 +6,8 @@ import itertools
 import threading
 import time
 
+import pytest
+
 from qsched import exception
 from qsched.periodic import Periodic, Timer
 from tests.helpers import wait_until
@@ -158,3 +160,27 @@ def test_a_lane_of_its_own_is_not_held_back_by_busy_workers() -> None:
     finally:
         for task in [*slow, beat]:
             task.stop()
+
+
+def test_jitter_spreads_runs_bunched_together_around_the_interval() -> None:
+    """Tasks run together (woken by one event) are due apart afterwards, each within
+    ``interval * (1 ± jitter)``, one interval on average; no jitter: the interval."""
+    tasks = [Periodic(f"t{i}", 10.0, lambda: None, timer=Timer(), jitter=0.5) for i in range(400)]
+    nexts = [t.next_interval_s() for t in tasks]
+    assert all(5.0 <= n <= 15.0 for n in nexts)
+    assert max(nexts) - min(nexts) > 8.0  # spread over most of the window
+    assert 9.0 < sum(nexts) / len(nexts) < 11.0
+    assert Periodic("plain", 10.0, lambda: None, timer=Timer()).next_interval_s() == 10.0
+    for bad in (-0.1, 1.0):
+        with pytest.raises(exception.Invalid, match="jitter"):
+            Periodic("bad", 10.0, lambda: None, jitter=bad)
+
+
+def test_a_jittered_task_runs_again_within_its_window() -> None:
+    calls: list[float] = []
+    task = Periodic("t", 0.1, counting(calls), first_after_s=0.0, timer=Timer(), jitter=0.5)
+    task.start()
+    assert wait_until(lambda: len(calls) >= 6, 5)
+    task.stop()
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
+    assert all(g >= 0.045 for g in gaps), gaps  # never sooner than half the interval

@@ -7,8 +7,9 @@ policy is per host. The classes, each booted at the sweep's offered rate:
 
 * plain: the sweep flavor;
 * ``different_host`` of one server (a host rule);
-* the sweep flavor booted by a project whose tenant-isolated aggregate holds the first
-  agent process's hosts (``limit_tenants_to_placement_aggregate``);
+* the sweep flavor booted by a project whose tenant-isolated aggregate holds a
+  quarter of the hosts, spread over the agent processes
+  (``limit_tenants_to_placement_aggregate``);
 * a nested flavor (``resources1:VGPU=1`` from the GPU child);
 * a flavor drawing on storage shared through an aggregate that holds every host, so
   that every agent claims on the one sharing provider: its contention figures;
@@ -109,7 +110,7 @@ def rules_one(runner: Runner, hosts: int) -> dict[str, Any]:
                               "class_poll_s": spec.class_poll_interval_s,
                               "reconcile_s": spec.reconcile_interval_s,
                               "bus_poll_s": spec.bus_poll_interval_s}  # fmt: skip
-        isolated = _isolate(cloud, agent_hosts[: spec.agent_hosts()[0]], runner.say)
+        isolated = _isolate(cloud, spread(agent_hosts, spec.agent_hosts()[0]), runner.say)
         entry["isolated_hosts"] = len(isolated)
         entry["shared_provider"] = _share(cloud, agent_hosts, runner.say)
         cloud.prime_classes([SCALE_FLAVOR.name, GPU_FLAVOR.name, SHARED_FLAVOR.name])
@@ -194,6 +195,14 @@ def _group(cloud: Cloud, say: Say) -> str:
     made = cloud.compute.groups.create(owner, "bench-anti-affinity", "anti-affinity")
     say(f"  server group {made.uuid}: anti-affinity")
     return made.uuid
+
+
+def spread(hosts: list[str], count: int) -> list[str]:
+    """``count`` of ``hosts`` taken evenly along them. An agent process's hosts come one
+    after another, so the tenant-isolated class is served by every process, as the
+    other classes are, and not all its boots by one interpreter of 250 simulated hosts
+    (which 250 real hosts are not)."""
+    return hosts[:: max(1, len(hosts) // count)][:count]
 
 
 def _isolate(cloud: Cloud, hosts: list[str], say: Say) -> list[str]:

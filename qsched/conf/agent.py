@@ -146,7 +146,9 @@ agent_opts = [
         default=10.0,
         min=0.05,
         help="Seconds between passes of the periodic reconcile over a slice of this "
-        "agent's nodes (reconcile_batch of them): allocations no live instance of this "
+        "agent's nodes (reconcile_batch of them), on average: each pass is due 0.5 to 1.5 "
+        "times this after the last, at random, so that hosts one event woke together "
+        "spread out again. In a pass, allocations no live instance of this "
         "host explains are released (if release_leaked_allocations), instances the driver "
         "runs that the ledger has deleted, ended or placed elsewhere are handled as "
         "running_deleted_instance_action says, and the node views are brought back to "

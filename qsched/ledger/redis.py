@@ -244,7 +244,7 @@ class RedisStore:
         self.max_events = max_events
         self.durability = durability or Durability()
         self._scripts: dict[str, Any] = {}
-        self._loaded: set[str] = set()  # scripts loaded on the cell's master of a cluster
+        self._loaded: set[str] = set()  # scripts queue_script has loaded (EVALSHA in pipelines)
         self._wait = self.durability.mode == "replica"
 
     def script(self, name: str) -> Any:
@@ -258,15 +258,17 @@ class RedisStore:
     def queue_script(self, pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
         """Queue script ``name`` on ``pipe``, to run when :meth:`execute` sends it.
 
-        redis-py's cluster pipeline refuses its Script objects, so there ``EVALSHA`` is
-        queued as a plain command, the script first loaded on the cell's master.
+        As a plain ``EVALSHA``, the script loaded once beforehand (on a cluster, on the
+        cell's master): redis-py's Script objects would make every such pipeline ask
+        ``SCRIPT EXISTS`` first, a round trip more per heartbeat, and its cluster
+        pipeline refuses them.
         """
         script = self.script(name)
-        if not cluster.is_cluster(self.client):
-            script(keys=keys, args=args, client=pipe)
-            return
         if name not in self._loaded:
-            cluster.load_script(self.client, self.keys.prefix, script.script)
+            if cluster.is_cluster(self.client):
+                cluster.load_script(self.client, self.keys.prefix, script.script)
+            else:
+                self.client.script_load(script.script)
             self._loaded.add(name)
         pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
@@ -286,7 +288,7 @@ class RedisStore:
     def execute(self, build: Callable[[Any], None]) -> list[Any]:
         """A pipeline (no transaction) filled by ``build``, sent; its replies.
 
-        On a cluster a master that lacks a script (one that took over, or restarted)
+        A server that lacks a queued script (a master that took over, or restarted)
         answers NOSCRIPT: the scripts are loaded again and the pipeline is built and
         sent once more, so ``build`` must queue only commands that may run twice.
         """
@@ -296,10 +298,8 @@ class RedisStore:
             try:
                 return list(pipe.execute())
             except redis.exceptions.NoScriptError:
-                if not cluster.is_cluster(self.client):
-                    raise
                 self._loaded.clear()
-        raise redis.exceptions.NoScriptError("the scripts could not be loaded on the cluster")
+        raise redis.exceptions.NoScriptError("the scripts could not be loaded")
 
     @mapped
     def run(self, name: str, key: str, *args: Any) -> dict[str, Any]:
@@ -319,6 +319,12 @@ class RedisStore:
         if code is not None:
             raise _ERRORS[code](**result)
         return result
+
+    @mapped
+    def read(self, name: str, key: str, *args: Any) -> Any:
+        """Run read-only script ``name`` on ``key``'s slot: its raw reply (no ``WAIT``
+        under ``replica`` durability: it writes nothing)."""
+        return self._call(self.script(name), [key], [self.keys.prefix, *args])
 
     def _run_and_wait(self, script: Any, key: str, argv: list[Any]) -> Any:
         """EVALSHA then WAIT on one connection (WAIT counts that connection's writes)."""
