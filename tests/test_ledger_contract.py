@@ -180,8 +180,8 @@ class TestAllocations:
 
     def test_batched_reads_match_single_ones(self, stores: Stores, monkeypatch) -> None:
         """Providers and their consumers read a few per script call (providers_read.lua,
-        providers_consumers.lua) give what reading each alone gives; a provider that
-        is not there is left out."""
+        providers_consumers.lua, also behind get_provider) give each one's records; a
+        provider that is not there is left out."""
         monkeypatch.setattr(placement, "_READ_CHUNK", 2)
         providers = [make_provider(stores) for _ in range(5)]
         generation = stores.ledger.set_traits(providers[0], 1, ["CUSTOM_A", "HW_CPU_X86_AVX2"])
@@ -198,8 +198,24 @@ class TestAllocations:
         assert list(read) == providers
         assert all(read[rp] == stores.ledger.get_provider(rp) for rp in providers)
         assert [read[rp].usages for rp in providers] == [{VCPU: 1}] * 3 + [{}] * 2
+        assert {read[rp].inventories[RAM].total for rp in providers} == {8192}
+        assert read[providers[4]].name == f"host-{providers[4][:8]}"
         assert read[providers[0]].traits == {"CUSTOM_A", "HW_CPU_X86_AVX2"}
         assert len(read[providers[0]].aggregates) == 1 and not read[providers[1]].traits
+
+    def test_the_server_tells_its_cpu_or_nothing(self, stores: Stores, ledger_url: str) -> None:
+        """A real Redis's CPU so far grows as it works; the embedded one says 0."""
+        before = stores.backend.server_cpu_ms()
+        if ledger_url.startswith("fakeredis"):
+            assert before == 0.0
+            return
+        assert before > 0
+        missing = [new_uuid() for _ in range(2000)]
+        for _ in range(50):  # the kernel may count CPU time in ticks of a few ms
+            stores.ledger.get_providers(missing)
+            if stores.backend.server_cpu_ms() > before:
+                return
+        pytest.fail(f"the server's CPU stayed at {before} ms over 100,000 provider reads")
 
     def test_consumer_generation(self, stores: Stores) -> None:
         rp = make_provider(stores)

@@ -30,20 +30,9 @@ from qsched import conf as qconf
 from qsched.bench.rules import RULES_NODE_PROVIDERS
 from qsched.bus.kombu import KombuBus
 from qsched.conf import AgentOptions, LedgerOptions
-from qsched.ledger import Stores, cluster, open_stores
+from qsched.ledger import open_stores
 
 WARM_PASSES = 3
-
-
-def server_cpu_ms(stores: Stores) -> float:
-    """CPU milliseconds the Redis server has used so far, from ``INFO cpu`` (0 for the
-    embedded ledger, which does not say)."""
-    store = getattr(stores.backend, "store", None)
-    try:
-        info = cluster.cell_info(store.client, store.keys.prefix, "cpu") if store else {}
-    except Exception:  # a server that refuses INFO: no figure, no failure
-        return 0.0
-    return 1000 * sum(float(info.get(f, 0)) for f in ("used_cpu_user", "used_cpu_sys"))
 
 
 def measure(ledger_url: str, nodes: int, passes: int) -> dict[str, Any]:
@@ -66,11 +55,15 @@ def measure(ledger_url: str, nodes: int, passes: int) -> dict[str, Any]:
         reconciler.pause = lambda _s: None
         for _ in range(WARM_PASSES):
             reconciler.run_pass()
-        began_redis, began_cpu, began = server_cpu_ms(stores), time.process_time(), time.monotonic()
+        began_redis, began_cpu, began = (
+            stores.backend.server_cpu_ms(),
+            time.process_time(),
+            time.monotonic(),
+        )
         for _ in range(passes):
             last = reconciler.run_pass()
         wall_s, cpu_s = time.monotonic() - began, time.process_time() - began_cpu
-        redis_ms = server_cpu_ms(stores) - began_redis
+        redis_ms = stores.backend.server_cpu_ms() - began_redis
         return {
             "nodes": nodes,
             "providers": 2 * nodes,

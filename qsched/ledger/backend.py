@@ -62,6 +62,14 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
+    def server_cpu_ms(self) -> float:
+        """CPU milliseconds (user and system) the whole server has used so far; 0 when
+        the server does not tell (an embedded one, or INFO refused).
+
+        :raises: nothing: no figure is not a failure.
+        """
+
+    @abc.abstractmethod
     def forget_cell(self) -> int:
         """Delete every record of this cell, and nothing else; return how many keys went.
 

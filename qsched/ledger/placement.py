@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from qsched import exception
@@ -68,14 +68,10 @@ class RedisLedger(Ledger):
         return Provider(uuid, name, 0, parent_uuid, result["root"])
 
     def get_provider(self, uuid: str) -> Provider:
-        pipe = self.store.client.pipeline(transaction=False)
-        pipe.hgetall(self.keys.provider(uuid))
-        pipe.smembers(self.keys.provider_traits(uuid))
-        pipe.smembers(self.keys.provider_aggregates(uuid))
-        fields, traits, aggs = pipe.execute()
-        if not fields:
+        found = self.get_providers([uuid]).get(uuid)
+        if found is None:
             raise exception.ProviderNotFound(provider=uuid)
-        return _provider(uuid, text_map(fields), traits, aggs)
+        return found
 
     def find_provider(self, name: str) -> Provider | None:
         uuid = self.store.client.hget(self.keys.provider_names, name)
@@ -156,15 +152,20 @@ class RedisLedger(Ledger):
 
     def get_providers(self, uuids: Sequence[str]) -> dict[str, Provider]:
         found: dict[str, Provider] = {}
+        for uuid, reply in self._read_providers("providers_read", uuids):
+            if reply:  # else deleted, or never there
+                fields, traits, aggs = reply
+                pairs = dict(zip(fields[::2], fields[1::2], strict=True))
+                found[uuid] = _provider(uuid, pairs, traits or (), aggs or ())
+        return found
+
+    def _read_providers(self, script: str, uuids: Sequence[str]) -> Iterator[tuple[str, Any]]:
+        """Each of ``uuids`` with its entry in the JSON list that read-only ``script``
+        returns, :data:`_READ_CHUNK` providers a call."""
         for start in range(0, len(uuids), _READ_CHUNK):
             chunk = uuids[start : start + _READ_CHUNK]
-            replies = json.loads(self.store.read("providers_read", self.keys.providers, *chunk))
-            for uuid, reply in zip(chunk, replies, strict=True):
-                if reply:  # else deleted, or never there
-                    fields, traits, aggs = reply
-                    pairs = dict(zip(fields[::2], fields[1::2], strict=True))
-                    found[uuid] = _provider(uuid, pairs, traits or (), aggs or ())
-        return found
+            replies = json.loads(self.store.read(script, self.keys.providers, *chunk))
+            yield from zip(chunk, replies, strict=True)
 
     def hypervisors(self, after: int = 0, limit: int | None = None) -> list[tuple[int, str]]:
         client, key = self.store.client, self.keys.hypervisors
@@ -230,12 +231,8 @@ class RedisLedger(Ledger):
         return {text(c) for c in self.store.client.smembers(self.keys.provider_consumers(uuid))}
 
     def providers_consumers(self, uuids: Sequence[str]) -> dict[str, set[str]]:
-        found: dict[str, set[str]] = {}
-        for start in range(0, len(uuids), _READ_CHUNK):
-            chunk = uuids[start : start + _READ_CHUNK]
-            raw = self.store.read("providers_consumers", self.keys.providers, *chunk)
-            found.update(zip(chunk, map(set, json.loads(raw)), strict=True))
-        return found
+        return {uuid: set(consumers) for uuid, consumers
+                in self._read_providers("providers_consumers", uuids)}  # fmt: skip
 
     def project_usages(self, project_id: str) -> dict[str, int]:
         raw = text_map(self.store.client.hgetall(self.keys.project_usage(project_id)))

@@ -455,6 +455,13 @@ class RedisBackend(Backend):
             if isinstance(v, dict)
         }
 
+    def server_cpu_ms(self) -> float:
+        try:
+            info = cluster.cell_info(self.store.client, self.store.keys.prefix, "cpu")
+        except Exception:  # fakeredis or a Redis that refuses INFO: no figure, no failure
+            return 0.0
+        return 1000 * sum(float(info.get(f, 0)) for f in ("used_cpu_user", "used_cpu_sys"))
+
     @mapped
     def forget_cell(self) -> int:
         client, prefix = self.store.client, self.store.keys.prefix
