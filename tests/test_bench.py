@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,10 +19,13 @@ from qsched.bench import cli, report
 from qsched.bench import reconcile as reconcile_bench
 from qsched.bench.measure import percentiles
 from qsched.bench.packing import BenchFlavor, best_fit, flavor_stream, fractions
+from qsched.bench.phase import stuck_report
 from qsched.bench.profile import top_frames
 from qsched.bench.rules import spread
 from qsched.bench.stack import CloudSpec
-from qsched.ledger import embedded
+from qsched.conf import LedgerOptions, Options
+from qsched.ledger import embedded, open_stores
+from qsched.ledger.base import Instance, State
 from tests.cloud import AMQP_URL, require_rabbitmq
 from tests.conftest import real_redis
 
@@ -146,8 +150,20 @@ def _check_run(result: Any, path: Path, scenarios: tuple[str, ...]) -> dict[str,
 
 
 #: The smoke runs' small cloud: 8 hosts on 2 agent processes, 0.5 s phases at 40/s.
+# A request stuck in a smoke run fails it, saying why, before the test's own timeout.
 SMOKE = ["--sizes", "8", "--agents", "2", "--rate", "40", "--duration-s", "0.5",
-         "--group-members", "8"]  # fmt: skip
+         "--group-members", "8", "--settle-timeout-s", "60"]  # fmt: skip
+
+
+def test_a_stuck_request_is_explained_as_server_why_would(conf) -> None:
+    """A phase that fails on requests still in BUILD says why each of a few waits."""
+    stores = open_stores(LedgerOptions.from_conf(conf), url=f"fakeredis://bench-{uuid.uuid4().hex}")
+    stuck = str(uuid.uuid4())
+    flavor = {"name": "m1.tiny", "vcpus": 1, "ram_mb": 512}
+    stores.instances.create(Instance(stuck, "p1", "u1", "vm", flavor, State.BUILD), deadline=1e12)
+    cloud = SimpleNamespace(stores=stores, options=Options.from_conf(conf))
+    report_ = stuck_report(cloud, [stuck])  # type: ignore[arg-type]
+    assert stuck in report_ and "BUILD" in report_ and "m1.tiny" in report_
 
 
 def test_the_isolated_hosts_are_spread_over_the_agent_processes() -> None:

@@ -239,6 +239,14 @@ DEFAULT_SCENARIOS = tuple(name for name in SCENARIOS if name != "instances")
 )
 @click.option("--samples", is_flag=True, help="Keep every request's latencies in the JSON (large).")
 @click.option(
+    "--settle-timeout-s",
+    type=click.FloatRange(min=1.0),
+    default=Settings.settle_timeout_s,
+    show_default=True,
+    help="How long a phase waits, after its last send, for every request to leave BUILD; "
+    "past it the run fails, with why the first few were not placed.",
+)
+@click.option(
     "--profile",
     "profile_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -275,6 +283,7 @@ def main(
     output: Path,
     plot_path: Path | None,
     samples: bool,
+    settle_timeout_s: float,
     profile_dir: Path | None,
     keep_logs: Path | None,
 ) -> None:
@@ -346,6 +355,7 @@ def main(
         embedded=embedded,
         workdir=workdir,
         samples=samples,
+        settle_timeout_s=settle_timeout_s,
         profile_dir=profile_dir,
         burst_s=settings_values["burst_s"] if burst is None else burst,
         metrics=ON_OFF[metrics],

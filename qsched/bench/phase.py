@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from qsched.admin import queries, why
 from qsched.bench.cpu import CpuMeter
 from qsched.bench.load import Sent, Submit, open_loop
 from qsched.bench.measure import (
@@ -24,6 +25,8 @@ from qsched.bench.profile import Profiler
 from qsched.bench.stack import Cloud
 
 Say = Callable[[str], None]
+
+STUCK_EXPLAINED = 3  # requests a failed phase explains, as `qsched-admin server why` would
 
 
 @dataclasses.dataclass
@@ -90,7 +93,8 @@ def run_phase(
     if pending:
         raise BenchFailure(
             f"{label}: {len(pending)} accepted requests still in BUILD {settle_timeout_s:.0f}s "
-            f"after the last was sent (lost or stuck), e.g. {pending[:3]}"
+            f"after the last was sent (lost or stuck), e.g. {pending[:STUCK_EXPLAINED]}\n"
+            + stuck_report(cloud, pending[:STUCK_EXPLAINED])
         )
     outcomes = read_outcomes(cloud.stores, uuids)
     check_lost(outcomes, uuids, label)
@@ -98,6 +102,15 @@ def run_phase(
         say(f"  {label}: WARNING: a {' and a '.join(meter.restarted)} server process started "
             "or stopped during this phase (someone restarted it): figures disturbed")  # fmt: skip
     return PhaseResult(sends, outcomes, cpu, profile, meter.restarted, commands)
+
+
+def stuck_report(cloud: Cloud, uuids: Sequence[str]) -> str:
+    """``qsched-admin server why`` of each of ``uuids``, for a run that fails on them."""
+    max_attempts = cloud.options.scheduler.max_attempts
+    return "\n".join(
+        why.render(queries.diagnose(cloud.stores, uuid, time.time(), max_attempts))
+        for uuid in uuids
+    )
 
 
 def samples(result: PhaseResult) -> dict[str, list[Any]]:
