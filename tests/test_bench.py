@@ -16,13 +16,14 @@ import pytest
 from click.testing import CliRunner
 
 from qsched.bench import cli, report
+from qsched.bench import notify as notify_bench
 from qsched.bench import reconcile as reconcile_bench
 from qsched.bench.measure import percentiles
 from qsched.bench.packing import BenchFlavor, best_fit, flavor_stream, fractions
 from qsched.bench.phase import stuck_report
 from qsched.bench.profile import top_frames
 from qsched.bench.rules import spread
-from qsched.bench.stack import CloudSpec
+from qsched.bench.stack import CloudSpec, notification_url
 from qsched.conf import LedgerOptions, Options
 from qsched.ledger import embedded, open_stores
 from qsched.ledger.base import Instance, State
@@ -187,6 +188,21 @@ def test_the_reconcile_pass_measure_reads_every_node_and_leaves_no_key() -> None
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["providers"] == 6
     assert embedded.connect(url, 2).keys("*") == []  # the same in-process server
+
+
+@pytest.mark.real
+def test_the_notification_measure_sends_every_message_and_leaves_no_queue() -> None:
+    """``python -m qsched.bench.notify`` on RabbitMQ: three messages a placement reach
+    its queue, none lost, and its figures add up; its queue and exchange are gone."""
+    require_rabbitmq()
+    url = notification_url(AMQP_URL)
+    found = notify_bench.measure(url, rate=50, seconds=1)
+    assert found["messages"] == 3 * found["placements"] >= 3 * 50
+    assert found["held_by_broker"] == found["messages"] and found["lost"] == 0
+    assert 0 < found["build_ms_per_placement"] < found["cpu_ms_per_placement"]
+    out = CliRunner().invoke(notify_bench.main, ["--rate", "20", "--seconds", "1", "--url", url])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["held_by_broker"] == 3 * 20
 
 
 def test_smoke_run_on_the_embedded_default(tmp_path: Path) -> None:
