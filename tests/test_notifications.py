@@ -9,6 +9,7 @@ oslo.messaging notification listener on RabbitMQ, on an exchange of its own.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from qsched.exception import InstanceNotFound
 from qsched.flavors import Flavor
 from qsched.ledger.base import State
 from qsched.message import BootRequest
-from qsched.notifications import NULL, Notifier, open_notifier, payloads
+from qsched.notifications import NULL, Notifier, open_notifier, payloads, updates
 from qsched.notifications.base import RecordingNotifier
 from qsched.reaper import NO_VALID_HOST
 from tests.cloud import AMQP_URL, require_rabbitmq
@@ -419,3 +420,81 @@ def test_close_sends_what_is_queued_first() -> None:
     assert [t for _, t in slow.sent] == [f"e{i}" for i in range(50)] and slow.cleaned
     notifier.notify("late", {})  # after close: logged, not sent, never raises
     assert len(slow.sent) == 50
+
+
+# -- instance.update, with [notifications] notify_on_state_change ------------------------
+
+
+def test_update_payload_has_novas_fields() -> None:
+    started = payloads.create_from_request(request(), "cn0", "n0", "building", "spawning", "x")
+    sent = updates.update_payload(started["nova_object.data"], "building", "active", "spawning",
+                                  None)  # fmt: skip
+    assert sent["nova_object.name"] == "InstanceUpdatePayload"
+    assert sent["nova_object.version"] == "2.1"
+    data = sent["nova_object.data"]
+    assert set(data) == nova_fields("instance", "InstanceUpdatePayload")
+    change = data["state_update"]["nova_object.data"]
+    assert set(change) == nova_fields("instance", "InstanceStateUpdatePayload")
+    assert change == {"old_state": "building", "state": "active", "old_task_state": "spawning",
+                      "new_task_state": None}  # fmt: skip
+    period = data["audit_period"]["nova_object.data"]
+    assert set(period) == nova_fields("instance", "AuditPeriodPayload")
+    assert (data["state"], data["task_state"]) == ("active", None)
+
+
+def test_state_changes_are_off_by_default_and_an_option_as_novas() -> None:
+    assert NotificationOptions.defaults().notify_on_state_change is None
+    with pytest.raises(ValueError, match="notify_on_state_change 'vm'"):
+        updates.StateChangeNotifier(RecordingNotifier(), "vm")
+
+
+def state_changes(recorder: RecordingNotifier, uuid_: str) -> list[tuple]:
+    return [
+        tuple(p["nova_object.data"]["state_update"]["nova_object.data"].values())
+        for _, t, p in recorder.sent
+        if t == "instance.update" and p["nova_object.data"]["uuid"] == uuid_
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mode", "life", "no_host"),
+    [
+        ("vm_state",
+         [("building", "active", None, None), ("active", "deleted", None, None)],
+         [("building", "error", None, None)]),
+        ("vm_and_task_state",
+         [("building", "building", "scheduling", "spawning"),
+          ("building", "active", "spawning", None),
+          ("active", "active", None, "deleting"), ("active", "deleted", "deleting", None)],
+         [("building", "error", "scheduling", None)]),
+    ],
+)  # fmt: skip
+def test_each_state_change_sends_one_instance_update(mode: str, life: list, no_host: list):
+    """A server that boots and is deleted, and one that no host fits, on the embedded
+    stack: the changes of (old_state, state, old_task_state, new_task_state) that
+    ``mode`` asks for, once each, in order."""
+    recorder = RecordingNotifier()
+    stack = open_stack(updates.StateChangeNotifier(recorder, mode))
+    try:
+        api = stack.compute_api()
+        server = api.boot(USER, "vm", "m1.tiny").uuid
+        too_big = api.boot(USER, "big", "m1.large").uuid  # fits no 2-VCPU node
+        assert wait_until(lambda: stack.stores.instances.get(server).state == State.ACTIVE, 10)
+        api.delete(USER, server)
+        assert wait_until(lambda: len(state_changes(recorder, server)) >= len(life), 10)
+        assert wait_until(lambda: len(state_changes(recorder, too_big)) >= 1, 15)
+        time.sleep(QUIET_S)  # for a second copy that must not come
+        assert state_changes(recorder, server) == life
+        assert state_changes(recorder, too_big) == no_host
+    finally:
+        stack.stop()
+
+
+def test_a_service_notifier_sends_state_changes_when_asked() -> None:
+    options = dataclasses.replace(NotificationOptions.defaults(), driver=("log",))
+    assert not isinstance(open_notifier(options, "x"), updates.StateChangeNotifier)
+    asked = dataclasses.replace(options, notify_on_state_change="vm_and_task_state")
+    notifier = open_notifier(asked, "x")
+    assert isinstance(notifier, updates.StateChangeNotifier) and notifier.enabled
+    assert notifier.mode == "vm_and_task_state"
+    notifier.close()

@@ -33,6 +33,14 @@ notifications_opts = [
             "any (Nova's option; Nova's default is unversioned, qsched's versioned)."),
     cfg.ListOpt("versioned_notifications_topics", default=["versioned_notifications"],
                 help="The topics versioned notifications are sent on (Nova's option)."),
+    cfg.StrOpt("notify_on_state_change", choices=[
+        (None, "no instance.update notifications"),
+        ("vm_state", "instance.update on each change of an instance's vm_state, with the "
+                     "current task_state in both of its task fields"),
+        ("vm_and_task_state", "instance.update on each change of its vm_state or "
+                              "task_state"),
+    ], help="Send instance.update on state changes (Nova's option and default, unset: "
+            "none). One or two more messages a placement when set."),
 ]  # fmt: skip
 
 #: ``[DEFAULT] control_exchange``, oslo.messaging's option, at the default Nova gives it:
@@ -75,6 +83,7 @@ class NotificationOptions(Section):
 
     notification_format: str
     versioned_notifications_topics: tuple[str, ...]
+    notify_on_state_change: str | None
     driver: tuple[str, ...]
     transport_url: str | None
     topics: tuple[str, ...]

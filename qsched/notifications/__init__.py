@@ -19,7 +19,9 @@ def open_notifier(options: NotificationOptions, publisher_id: str) -> Notifier:
     """The notifier ``options`` describe, as ``publisher_id`` (``qsched-agent:HOST``):
     :data:`NULL` when they are off (the default, oslo.messaging not even imported);
     qsched's own sender for ``messagingv2`` alone on ``rabbit://``
-    (:func:`qsched.notifications.rabbit.serves`); else oslo.messaging's Notifier.
+    (:func:`qsched.notifications.rabbit.serves`); else oslo.messaging's Notifier;
+    either wrapped to send ``instance.update`` too when ``notify_on_state_change`` is set
+    (:mod:`qsched.notifications.updates`).
 
     :raises InvalidTransportURL: from oslo.messaging, a malformed ``transport_url``
         (``Invalid`` for one qsched's sender reads).
@@ -28,8 +30,15 @@ def open_notifier(options: NotificationOptions, publisher_id: str) -> Notifier:
         return NULL
     from qsched.notifications import rabbit
 
+    notifier: Notifier
     if rabbit.serves(options):
-        return rabbit.open_rabbit_notifier(options, publisher_id)
-    from qsched.notifications.oslo import OsloNotifier
+        notifier = rabbit.open_rabbit_notifier(options, publisher_id)
+    else:
+        from qsched.notifications.oslo import OsloNotifier
 
-    return OsloNotifier(build_oslo_notifiers(options, publisher_id))
+        notifier = OsloNotifier(build_oslo_notifiers(options, publisher_id))
+    if options.notify_on_state_change:
+        from qsched.notifications.updates import StateChangeNotifier
+
+        return StateChangeNotifier(notifier, options.notify_on_state_change)
+    return notifier
