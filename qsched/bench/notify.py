@@ -27,7 +27,7 @@ import kombu
 from qsched.conf.transport import parse_transport_url
 from qsched.flavors import Flavor
 from qsched.message import BootRequest
-from qsched.notifications import payloads
+from qsched.notifications import NULL, payloads
 from qsched.notifications.base import Notifier
 from qsched.notifications.rabbit import RabbitNotifier
 
@@ -54,14 +54,6 @@ def notify_placement(notifier: Notifier, msg: BootRequest, host: str, node: str)
     notifier.notify("instance.create.end", ended, context=context)
 
 
-class _Counting(Notifier):
-    """Takes what it is told to send and drops it: the building part alone."""
-
-    def notify(self, event_type: str, payload: Any, priority: str = "INFO",
-               context: Any = None) -> None:  # fmt: skip
-        return None
-
-
 def _paced(rate: float, seconds: float, flavor: Flavor, notifier: Notifier) -> int:
     """Placements' notifications at ``rate`` a second for ``seconds``; how many."""
     count, began = 0, time.monotonic()
@@ -78,7 +70,7 @@ def measure(url: str, rate: float, seconds: float) -> dict[str, Any]:
     """CPU per placement of building and sending its notifications (module doc)."""
     flavor = Flavor("m1.small", vcpus=1, ram_mb=2048, disk_gb=20)
     build_began = time.process_time()
-    built = _paced(rate, min(seconds, 2.0), flavor, _Counting())
+    built = _paced(rate, min(seconds, 2.0), flavor, NULL)
     build_ms = 1000 * (time.process_time() - build_began) / built
     run = uuid.uuid4().hex[:8]
     exchange, topic = f"qsched-bench-notify-{run}", f"bench_notifications_{run}"

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -94,14 +95,20 @@ def _shortstr(text: str) -> bytes:
     return bytes((len(raw),)) + raw
 
 
+@functools.lru_cache(maxsize=64)
+def _method_frame(channel: int, exchange: str, routing_key: str) -> bytes:
+    """The ``basic.publish`` method frame: the same for every message of one topic."""
+    method = b"\x00\x3c\x00\x28\x00\x00" + _shortstr(exchange) + _shortstr(routing_key) + b"\x00"
+    return _FRAME_HEAD.pack(1, channel, len(method)) + method + _FRAME_END
+
+
 def publish_frames(channel: int, exchange: str, routing_key: str, body: bytes,
                    frame_max: int) -> bytes:  # fmt: skip
     """The frames py-amqp writes for ``basic_publish`` of ``body`` with oslo.messaging's
     properties, not mandatory, not immediate: a method frame, a content header frame,
     and the body in frames of at most ``frame_max`` bytes."""
-    method = b"\x00\x3c\x00\x28\x00\x00" + _shortstr(exchange) + _shortstr(routing_key) + b"\x00"
     header = _CONTENT_HEAD.pack(60, 0, len(body), _PROPERTY_FLAGS) + _PROPERTIES
-    parts = [_FRAME_HEAD.pack(1, channel, len(method)), method, _FRAME_END,
+    parts = [_method_frame(channel, exchange, routing_key),
              _FRAME_HEAD.pack(2, channel, len(header)), header, _FRAME_END]  # fmt: skip
     chunk = frame_max - 8  # a frame's head and end
     for start in range(0, len(body), chunk):
