@@ -237,6 +237,28 @@ class Reconciler:
         views = {name: self.index.node(name) for name in wanted}
         return self._apply(views, tokens)
 
+    def reread_roots(self) -> list[str]:
+        """After the host moved into or out of an aggregate: read every node's root
+        provider again, a chunk at a time, then the sharing providers; the nodes whose
+        view changed.
+
+        The aggregate API mirrors a host's aggregates into its root providers only
+        (``provider_mirror.lua``), and a move changes no allocation, so the children,
+        the consumers and the records are not read: a third of a pass's reads or less,
+        for a change that wakes every host in the aggregate at once.
+        """
+        names = self.index.names(0)[0]
+        fixed: list[str] = []
+        for start in range(0, len(names), CHUNK_NODES):
+            if start:
+                self.pause(PAUSE_S)
+            chunk = names[start : start + CHUNK_NODES]
+            tokens = {name: self.index.sync_token(name) for name in chunk}
+            views = {name: self.index.node(name) for name in chunk}
+            fixed += self._apply(views, tokens, roots_only=True)
+        self.refresh_sharing()
+        return fixed
+
     def refresh_sharing(self) -> None:
         """Read the sharing providers in the aggregates of the nodes again: which they
         are, and their usage (a claim found one fuller than the index thought)."""
@@ -284,13 +306,24 @@ class Reconciler:
                 now = set(_running(self.driver, name))
                 report.missing += [uuid for uuid in gone if uuid not in now]
 
-    def _apply(self, views: dict[str, NodeView], tokens: dict[str, int | None]) -> list[str]:
-        uuids = [p.uuid for v in views.values() for p in v.providers]
+    def _apply(
+        self, views: dict[str, NodeView], tokens: dict[str, int | None], roots_only: bool = False
+    ) -> list[str]:
+        """Refresh the index where the ledger differs; ``roots_only``: read the root
+        providers and keep the children's views (a provider read and gone is dropped)."""
+        if roots_only:
+            uuids = [v.root.uuid for v in views.values()]
+        else:
+            uuids = [p.uuid for v in views.values() for p in v.providers]
         fresh = self.stores.ledger.get_providers(uuids)
+        read = set(uuids)
         fixed = []
         for name, view in views.items():
-            providers = [ProviderView.from_provider(fresh[p.uuid]) for p in view.providers
-                         if p.uuid in fresh]  # fmt: skip
+            providers = [
+                ProviderView.from_provider(fresh[p.uuid]) if p.uuid in read else p
+                for p in view.providers
+                if p.uuid in fresh or p.uuid not in read
+            ]
             current = {p.uuid: p for p in view.providers}
             if all(_same(current[p.uuid], p) for p in providers):
                 continue

@@ -292,9 +292,9 @@ class ComputeAgent:
 
     def _watch_aggregates(self) -> None:
         """Notice the aggregate API moving this host into or out of an aggregate (one
-        SMEMBERS a heartbeat): the next reconcile reads every node again, so a class the
-        change makes fit here is consumed within a heartbeat rather than a reconcile
-        cycle. A host leaving an aggregate needs no notice: the claim checks it."""
+        SMEMBERS a heartbeat): the next reconcile reads every root provider again, so a
+        class the change makes fit here is consumed within a heartbeat rather than a
+        reconcile cycle. A host leaving an aggregate needs no notice: the claim checks it."""
         found = frozenset(self.stores.aggregates.host_aggregates(self.host))
         known, self._host_aggregates = self._host_aggregates, found
         if known is not None and found != known:
@@ -341,20 +341,22 @@ class ComputeAgent:
             self._registered, self._registered_at = fittable, now
 
     def reconcile_pass(self) -> ReconcileReport:
-        """One periodic reconcile: the next slice, or every node after a silence or a
-        change of the host's aggregates.
+        """One periodic reconcile: the next slice; every node after a silence; every
+        root provider after a change of the host's aggregates.
 
         The counters keep how many passes ran and their summed wall time (ms).
         """
         began = time.perf_counter()
-        if self._came_back.is_set() or self._reread_all.is_set():
-            reread = self._reread_all.is_set()
+        moved = self._reread_all.is_set()
+        self._reread_all.clear()
+        if self._came_back.is_set():
             self._came_back.clear()
-            self._reread_all.clear()
             report = self.reconciler.run_all()
-            self.counters["aggregate_rereads"] += reread  # every node read after a move
+        elif moved:
+            report = ReconcileReport(refreshed=self.reconciler.reread_roots())
         else:
             report = self.reconciler.run_pass()
+        self.counters["aggregate_rereads"] += moved  # every root read after a move
         self.counters["reconcile_passes"] += 1
         self.counters["reconcile_ms"] += round((time.perf_counter() - began) * 1000)
         for name in ("released", "reaped", "running_deleted", "missing", "refreshed",

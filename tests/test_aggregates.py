@@ -2,8 +2,9 @@
 aggregates and flavor extra specs, and a host leaving an aggregate.
 
 Every test runs on each ledger (fakeredis, real Redis) and each bus (memory://, a
-real RabbitMQ), with three in-process agents of one node each (8 VCPUs):
-``cn-a``, ``cn-b`` and ``cn-gold`` (trait ``CUSTOM_GOLD``).
+real RabbitMQ), with three in-process agents of one node each (8 VCPUs, and a child provider of 2
+VGPUs that no flavor here asks for): ``cn-a``, ``cn-b`` and ``cn-gold`` (trait
+``CUSTOM_GOLD``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from agents.service import ComputeAgent
-from agents.virt.fake import FakeDriver, FakeNodeSpec
+from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec
 from qsched.aggregates import NoHostsForTenant
 from qsched.bus.kombu import KombuBus
 from qsched.compute import AvailabilityZoneNotAvailable, ComputeAPI
@@ -94,7 +95,8 @@ def cell(request: pytest.FixtureRequest, conf, stores: Stores) -> Iterator[Cell]
             options = AgentOptions.defaults().replace(
                 host=host, class_poll_interval_s=0.05, heartbeat_interval_s=0.2
             )
-            spec = FakeNodeSpec(vcpus=8, ram_mb=8192, disk_gb=0, traits=traits)
+            spec = FakeNodeSpec(vcpus=8, ram_mb=8192, disk_gb=0, traits=traits,
+                                children=(FakeChild("gpu0", {"VGPU": 2}),))  # fmt: skip
             agent = ComputeAgent(options, stores, bus, FakeDriver(1, spec, host=host))
             agent.start(ready_timeout_s=5)
             agents.append(agent)
@@ -166,6 +168,27 @@ def test_an_agent_sees_its_host_join_an_aggregate_within_a_heartbeat(cell: Cell)
     cell.aggregate("pa-only", ["cn-a"], settle=False, filter_tenant_id="pa")
     assert cell.hosts_of([cell.boot("pa")]) == {"cn-a"}
     assert cell.agents[0].counters["aggregates_changed"] >= 1
+
+
+def test_a_move_reads_the_root_providers_again_and_not_every_node(
+    cell: Cell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A move changes the root providers' aggregates and no allocation: the agent reads
+    those roots again (its index then holds the aggregate) without a full reconcile,
+    whose reads of every consumer and record a change of a large aggregate would have
+    every host in it make at once."""
+    agent = cell.agents[0]
+    full: list[object] = []
+    monkeypatch.setattr(agent.reconciler, "run_all", lambda: full.append(1))
+    before = agent.counters["aggregate_rereads"]
+    made = cell.aggregate("pa-only", ["cn-a"], settle=False, filter_tenant_id="pa")
+    assert wait_until(lambda: agent.counters["aggregate_rereads"] > before, 5)
+    node = agent.index.names(0)[0][0]
+    view = agent.index.node(node)
+    assert made.uuid in view.root.aggregates
+    assert [p.name for p in view.providers] == [node, f"{node}_gpu0"], view.providers
+    assert full == []
+    assert cell.hosts_of([cell.boot("pa")]) == {"cn-a"}
 
 
 def test_a_tenant_without_an_aggregate_ends_no_valid_host_when_one_is_required(
