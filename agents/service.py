@@ -40,6 +40,7 @@ host queue, finishes its spawns, reconciles and deletes: a maintenance drain, as
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import random
 import threading
@@ -354,6 +355,11 @@ class ComputeAgent:
             report = self.reconciler.run_all()
         elif moved:
             report = ReconcileReport(refreshed=self.reconciler.reread_roots())
+            # The new root views live as long as the start's, which qsched-agent froze
+            # (agents.main.settle_heap): freeze them too, or every full collection walks
+            # them while the claims wait. No collection first: that would be the pause.
+            if gc.get_freeze_count():
+                gc.freeze()
         else:
             report = self.reconciler.run_pass()
         self.counters["aggregate_rereads"] += moved  # every root read after a move

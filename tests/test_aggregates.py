@@ -10,6 +10,7 @@ VGPUs that no flavor here asks for): ``cn-a``, ``cn-b`` and ``cn-gold`` (trait
 from __future__ import annotations
 
 import dataclasses
+import gc
 import uuid
 from collections.abc import Iterator
 
@@ -176,10 +177,14 @@ def test_a_move_reads_the_root_providers_again_and_not_every_node(
     """A move changes the root providers' aggregates and no allocation: the agent reads
     those roots again (its index then holds the aggregate) without a full reconcile,
     whose reads of every consumer and record a change of a large aggregate would have
-    every host in it make at once."""
+    every host in it make at once. In a process that froze its heap after the start
+    the new views are frozen too."""
     agent = cell.agents[0]
     full: list[object] = []
     monkeypatch.setattr(agent.reconciler, "run_all", lambda: full.append(1))
+    frozen: list[object] = []  # as in qsched-agent, which froze its start's heap
+    monkeypatch.setattr(gc, "get_freeze_count", lambda: 1)
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
     before = agent.counters["aggregate_rereads"]
     made = cell.aggregate("pa-only", ["cn-a"], settle=False, filter_tenant_id="pa")
     assert wait_until(lambda: agent.counters["aggregate_rereads"] > before, 5)
@@ -188,6 +193,7 @@ def test_a_move_reads_the_root_providers_again_and_not_every_node(
     assert made.uuid in view.root.aggregates
     assert [p.name for p in view.providers] == [node, f"{node}_gpu0"], view.providers
     assert full == []
+    assert frozen, "the new root views were left to the collector"
     assert cell.hosts_of([cell.boot("pa")]) == {"cn-a"}
 
 

@@ -6,6 +6,7 @@ sound (no over-commit, nothing lost, every figure present); they time nothing.
 
 from __future__ import annotations
 
+import gc
 import json
 import uuid
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from agents.main import settle_heap
 from qsched.bench import cli, report
 from qsched.bench import notify as notify_bench
 from qsched.bench import reconcile as reconcile_bench
@@ -24,6 +26,7 @@ from qsched.bench.phase import stuck_report
 from qsched.bench.profile import top_frames
 from qsched.bench.rules import spread
 from qsched.bench.stack import CloudSpec, notification_url
+from qsched.bench.timing import FullCollections
 from qsched.conf import LedgerOptions, Options
 from qsched.ledger import embedded, open_stores
 from qsched.ledger.base import Instance, State
@@ -282,3 +285,28 @@ def _has_matplotlib() -> bool:
     except ImportError:
         return False
     return True
+
+
+def test_full_collections_are_counted_and_timed_and_the_others_are_not() -> None:
+    seen = FullCollections().install()
+    try:
+        gc.collect(0)
+        gc.collect(1)
+        assert seen.to_counters()["gc_full_collections"] == 0
+        gc.collect()
+        gc.collect()
+    finally:
+        gc.callbacks.remove(seen._seen)
+    counted = seen.to_counters()
+    assert counted["gc_full_collections"] == 2
+    assert seen.total_ms > 0 and seen.longest_ms <= seen.total_ms
+
+
+def test_settle_heap_freezes_what_outlives_the_start() -> None:
+    kept = [{"node": n} for n in range(1000)]
+    before = gc.get_freeze_count()
+    try:
+        settle_heap()
+        assert gc.get_freeze_count() >= before + len(kept)
+    finally:
+        gc.unfreeze()

@@ -36,10 +36,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from agents.main import build_agent, catch_stop_signals, config_file_option
+from agents.main import build_agent, catch_stop_signals, config_file_option, settle_heap
 from agents.service import ComputeAgent
 from qsched import conf as qconf
-from qsched.bench.timing import RECONCILE, REGISTRATION, PhaseTimer, peak_rss_kb
+from qsched.bench.timing import (
+    RECONCILE,
+    REGISTRATION,
+    FullCollections,
+    PhaseTimer,
+    peak_rss_kb,
+)
 from qsched.bus import open_bus
 from qsched.bus.kombu import KombuBus
 from qsched.ledger import open_stores
@@ -97,6 +103,8 @@ def main(
             time.sleep(0.01)
     began_at, began = time.time(), time.perf_counter()
     _each(agents, ComputeAgent.start)
+    settle_heap()
+    collections = FullCollections().install()  # from here on: while the agents consume
     report: dict[str, Any] = {
         "host": agents[0].host,
         "hosts": [a.host for a in agents],
@@ -115,6 +123,7 @@ def main(
     report["peak_rss_kb"] = peak_rss_kb()
     _each(agents, ComputeAgent.stop)
     report["counters"] = dict(sum((Counter(a.counters) for a in agents), Counter()))
+    report["counters"].update(collections.to_counters())  # the process's, not summed
     write_report(report_path, report)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -106,3 +107,36 @@ def peak_rss_kb(pid: int | str = "self") -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+class FullCollections:
+    """The full (generation 2) garbage collections of this process while installed:
+    how many, their summed and their longest pause. A process of many simulated hosts
+    holds every node's views, so one full collection walks all of them while every
+    thread of the process waits."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total_ms = 0.0
+        self.longest_ms = 0.0
+        self._began: float | None = None
+
+    def install(self) -> FullCollections:
+        gc.callbacks.append(self._seen)
+        return self
+
+    def _seen(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+        elif self._began is not None:
+            took = (time.perf_counter() - self._began) * 1000
+            self._began = None
+            self.count += 1
+            self.total_ms += took
+            self.longest_ms = max(self.longest_ms, took)
+
+    def to_counters(self) -> dict[str, int]:
+        return {"gc_full_collections": self.count, "gc_full_ms": round(self.total_ms),
+                "gc_full_max_ms": round(self.longest_ms)}  # fmt: skip
