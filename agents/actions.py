@@ -28,6 +28,14 @@ those older than ``STUCK_ACTION_S`` again from the record, as nova-compute's
 arrives after all finds the action settled and is dropped.
 The reconcile never reads the power: a stopped instance is ACTIVE in the ledger
 and listed by the driver, so nothing there undoes a stop.
+
+Notifications (when a notifier is on): ``instance.power_off``, ``instance.power_on``
+and ``instance.reboot``, ``.start`` then ``.end``, as Nova's compute sends them,
+with ``InstanceActionPayload`` of the instance before and after. They are sent
+when the settle's conditional step succeeds, so once per action however often its
+request is delivered (``.start`` thus leaves with ``.end``, after the driver ran). A
+failed reboot sends ``.start`` and ``instance.reboot.error`` with its fault; a
+failed stop or start only ``.start``, as Nova sends no error notification for them.
 """
 
 from __future__ import annotations
@@ -41,8 +49,10 @@ from agents.virt.base import VirtDriver
 from qsched import exception
 from qsched.bus.base import describe
 from qsched.ledger import Stores
-from qsched.ledger.base import State, TaskState
+from qsched.ledger.base import Instance, State, TaskState
 from qsched.message import ActionRequest
+from qsched.notifications import NULL, Notifier, payloads
+from qsched.notifications.base import ERROR
 
 LOG = logging.getLogger(__name__)
 
@@ -53,21 +63,23 @@ STUCK_ACTION_S = 60.0
 @dataclasses.dataclass(frozen=True)
 class _Plan:
     """One action: the task_state the API set, the one the agent sets while it runs
-    (None: none of its own), the power after, and Nova's event name."""
+    (None: none of its own), the power after, Nova's event name, and its notification
+    (``instance.<notice>.start`` ...)."""
 
     expect: TaskState
     started: TaskState | None
     power: str
     event: str
+    notice: str
 
 
 _PLANS = {
-    "stop": _Plan(TaskState.POWERING_OFF, None, "off", "compute_stop_instance"),
-    "start": _Plan(TaskState.POWERING_ON, None, "on", "compute_start_instance"),
+    "stop": _Plan(TaskState.POWERING_OFF, None, "off", "compute_stop_instance", "power_off"),
+    "start": _Plan(TaskState.POWERING_ON, None, "on", "compute_start_instance", "power_on"),
     "reboot_soft": _Plan(TaskState.REBOOTING, TaskState.REBOOT_STARTED, "on",
-                         "compute_reboot_instance"),
+                         "compute_reboot_instance", "reboot"),
     "reboot_hard": _Plan(TaskState.REBOOTING_HARD, TaskState.REBOOT_STARTED_HARD, "on",
-                         "compute_reboot_instance"),
+                         "compute_reboot_instance", "reboot"),
 }  # fmt: skip
 
 
@@ -80,12 +92,18 @@ class ActionStep:
     """The server actions of one agent's host; see the module docstring."""
 
     def __init__(
-        self, stores: Stores, driver: VirtDriver, host: str, counters: Counter[str]
+        self,
+        stores: Stores,
+        driver: VirtDriver,
+        host: str,
+        counters: Counter[str],
+        notifier: Notifier = NULL,
     ) -> None:
         self.stores = stores
         self.driver = driver
         self.host = host
         self.counters = counters
+        self.notifier = notifier
 
     def run(self, msg: ActionRequest) -> str:
         """Do one action: ``done``, ``failed`` (the driver refused), or ``dropped``
@@ -95,22 +113,54 @@ class ActionStep:
             back to the broker; the steps are safe to repeat).
         """
         plan = _PLANS[msg.action]
-        expect = self._admit(msg, plan)
-        if expect is None:
+        admitted = self._admit(msg, plan)
+        if admitted is None:
             self.counters["actions_dropped"] += 1
             return "dropped"
+        expect, inst = admitted
         started_s = time.time()
         try:
             self._drive(msg)
         except Exception as exc:  # a hypervisor error: the action fails, the agent goes on
             LOG.warning("agent %s: %s of %s failed: %s", self.host, msg.action,
                         msg.instance_uuid, describe(exc))  # fmt: skip
-            self._settle(msg, plan, expect, "", "Error", started_s, describe(exc))
+            why = describe(exc)
+            if self._settle(msg, plan, expect, "", "Error", started_s, why):
+                self._tell(msg, plan, expect, inst, failed=(type(exc).__name__, why))
             self.counters["actions_failed"] += 1
             return "failed"
-        self._settle(msg, plan, expect, plan.power, "Success", started_s, None)
+        if self._settle(msg, plan, expect, plan.power, "Success", started_s, None):
+            self._tell(msg, plan, expect, inst)
         self.counters["actions_done"] += 1
         return "done"
+
+    def _tell(
+        self,
+        msg: ActionRequest,
+        plan: _Plan,
+        expect: TaskState,
+        inst: Instance,
+        failed: tuple[str, str] | None = None,
+    ) -> None:
+        """The action's notifications, built from the record read at admission: its
+        state before, and after (``failed``: the exception's name and message)."""
+        if not self.notifier.enabled:
+            return
+        name = f"instance.{plan.notice}"
+        asked = {"request_id": msg.request_id}
+        before = payloads.action_from_record(inst, task_state=expect.value, **asked)
+        self.notifier.notify(f"{name}.start", before, context=asked)
+        if failed is None:
+            stopped = plan.power == "off"
+            after = payloads.action_from_record(
+                inst, task_state=None, state="stopped" if stopped else "active",
+                power_state="shutdown" if stopped else "running", **asked,
+            )  # fmt: skip
+            self.notifier.notify(f"{name}.end", after, context=asked)
+        elif plan.notice == "reboot":
+            fault = payloads.fault(failed[1], failed[0], type(self.driver).__module__)
+            error = payloads.action_from_record(inst, task_state=None, fault=fault, **asked)
+            self.notifier.notify(f"{name}.error", error, ERROR, context=asked)
 
     def finish_stuck(self, started_before: float | None = None) -> int:
         """Run again the actions of this host that began before ``started_before`` and
@@ -143,8 +193,9 @@ class ActionStep:
         request_id = str(started[-1].detail.get("request_id")) if started else f"req-{uuid}"
         return ActionRequest(request_id, uuid, self.host, inst.node or "", action)
 
-    def _admit(self, msg: ActionRequest, plan: _Plan) -> TaskState | None:
-        """The task_state the action holds now, or None when it is not this one's."""
+    def _admit(self, msg: ActionRequest, plan: _Plan) -> tuple[TaskState, Instance] | None:
+        """The task_state the action holds now and the record read, or None when the
+        action is not this one's."""
         try:
             inst = self.stores.instances.get(msg.instance_uuid)
         except exception.InstanceNotFound:
@@ -152,15 +203,15 @@ class ActionStep:
         if inst.state != State.ACTIVE or inst.host != self.host or inst.node != msg.node:
             return None
         if plan.started is not None and inst.task_state == plan.started:
-            return plan.started  # a redelivery of a reboot under way
+            return plan.started, inst  # a redelivery of a reboot under way
         if inst.task_state != plan.expect:
             return None
         if plan.started is None:
-            return plan.expect
+            return plan.expect, inst
         moved_on = self.stores.instances.step_action(
             msg.instance_uuid, self.host, plan.expect, plan.started
         )
-        return plan.started if moved_on else None
+        return (plan.started, inst) if moved_on else None
 
     def _drive(self, msg: ActionRequest) -> None:
         uuid, node = msg.instance_uuid, msg.node
@@ -180,7 +231,8 @@ class ActionStep:
         result: str,
         started_s: float,
         message: str | None,
-    ) -> None:
+    ) -> bool:
+        """Settle the action; whether this call did (not: it moved on meanwhile)."""
         settled = self.stores.instances.step_action(
             msg.instance_uuid, self.host, expect, TaskState.NONE, power, plan.event,
             request_id=msg.request_id, result=result, start=started_s, message=message,
@@ -188,3 +240,4 @@ class ActionStep:
         if not settled:
             LOG.info("agent %s: %s of %s done, but the instance moved on meanwhile",
                      self.host, msg.action, msg.instance_uuid)  # fmt: skip
+        return settled

@@ -132,7 +132,7 @@ class ComputeAgent:
         self.placer = Placer(parts, claim_retries, alternates)
         self.spawner = Spawner(parts)
         self.groups = GroupStep(parts)
-        self.actions = ActionStep(stores, driver, self.host, self.counters)
+        self.actions = ActionStep(stores, driver, self.host, self.counters, notifier)
         self.permit = Permit(parts, lambda uuid: self._spawner.submit(self.spawner.spawn, uuid))
         self.reconciled = ReconcileReport()  # what the start found
         self._last_beat: float | None = None  # monotonic time of the last heartbeat written

@@ -29,6 +29,7 @@ from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Inventory, State, TaskState, Usage
 from qsched.message import ActionRequest, PoisonMessage, decode
+from qsched.notifications.base import RecordingNotifier
 from qsched.policy import Policy
 from qsched.server_actions import ActionFilter, AgentDown, ServerActions, actions_of
 from tests.helpers import RecordingDelivery, wait_until
@@ -307,6 +308,46 @@ class TestAgentStep:
         assert record.task_state == TaskState.NONE and not record.stopped
         (event,) = [e for e in stores.instances.events(vm) if e.event == "compute_stop_instance"]
         assert event.detail["result"] == "Error" and "could not be found" in event.detail["message"]
+
+    def test_each_action_is_told_once_with_novas_names_and_states(self, stores, placed):
+        """``.start`` and ``.end`` of each action, from the settle's atomic step: a
+        second delivery of a settled request sends nothing more."""
+        vm, driver = placed
+        recorder = RecordingNotifier()
+        step = ActionStep(stores, driver, "cn1", Counter(), recorder)
+        for action in ("stop", "start", "reboot_hard"):
+            msg = self.start(stores, vm, action)
+            assert step.run(msg) == "done"
+            assert step.run(msg) == "dropped"
+        told = [(event, p["nova_object.data"]) for _prio, event, p in recorder.sent]
+        assert [e for e, _ in told] == [
+            "instance.power_off.start", "instance.power_off.end",
+            "instance.power_on.start", "instance.power_on.end",
+            "instance.reboot.start", "instance.reboot.end",
+        ]  # fmt: skip
+        states = [(d["state"], d["task_state"], d["power_state"]) for _, d in told]
+        assert states == [
+            ("active", "powering-off", "running"), ("stopped", None, "shutdown"),
+            ("stopped", "powering-on", "shutdown"), ("active", None, "running"),
+            ("active", "reboot_started_hard", "running"), ("active", None, "running"),
+        ]  # fmt: skip
+        assert {p["nova_object.name"] for _, _, p in recorder.sent} == {"InstanceActionPayload"}
+        assert all(d["uuid"] == vm and d["host"] == "cn1" and d["request_id"] == "req-1"
+                   for _, d in told)  # fmt: skip
+
+    def test_a_failed_reboot_tells_its_fault_and_a_failed_stop_no_end(self, stores, placed):
+        vm, driver = placed
+        recorder = RecordingNotifier()
+        step = ActionStep(stores, driver, "cn1", Counter(), recorder)
+        driver.destroy(vm, "cn1-0")  # the hypervisor lost it
+        assert step.run(self.start(stores, vm, "reboot_soft")) == "failed"
+        assert step.run(self.start(stores, vm, "stop")) == "failed"
+        told = [(prio, event) for prio, event, _ in recorder.sent]
+        assert told == [("INFO", "instance.reboot.start"), ("ERROR", "instance.reboot.error"),
+                        ("INFO", "instance.power_off.start")]  # fmt: skip
+        fault = recorder.sent[1][2]["nova_object.data"]["fault"]["nova_object.data"]
+        assert "could not be found" in fault["exception_message"]
+        assert fault["exception"] and fault["module_name"] == "agents.virt.fake"
 
     def test_a_redelivered_reboot_finishes(self, stores, placed) -> None:
         vm, driver = placed

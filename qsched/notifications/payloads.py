@@ -121,7 +121,9 @@ def create_from_request(
 def _record_data(inst: Instance, **known: Any) -> dict[str, Any]:
     vm_state = "stopped" if inst.stopped else VM_STATES[inst.state]
     task = inst.task_state.value if inst.task_state is not TaskState.NONE else None
-    power = "running" if inst.state == State.ACTIVE and not inst.stopped else "pending"
+    power = "pending"
+    if inst.state == State.ACTIVE:
+        power = "shutdown" if inst.stopped else "running"
     fields: dict[str, Any] = {
         "display_name": inst.name, "host": inst.host, "node": inst.node,
         "reservation_id": inst.batch, "state": vm_state, "task_state": task,
