@@ -277,6 +277,7 @@ class ComputeAPI:
         max_count: int = 1,
         server: ServerFields | None = None,
         hosts: HostRequest | None = None,
+        uuids: Sequence[str] | None = None,
     ) -> Reservation:
         """Accept servers: quota reserved, recorded BUILD, boot requests published.
 
@@ -297,6 +298,9 @@ class ComputeAPI:
         ``hosts``: the servers to share a host with or keep away from, and the host
         and node asked for (:mod:`qsched.host_rules`); the claim holds the rule they
         make. One that no host can satisfy ends the servers in ERROR NoValidHost at once.
+
+        ``uuids``: the servers' uuids, ``max_count`` of them (None: new ones); the
+        front door of several cells (:mod:`qsched.cells`) maps them first.
 
         :raises FlavorRefNotFound: no such flavor (400).
         :raises AvailabilityZoneNotAvailable: no agent registered the zone (400);
@@ -337,7 +341,10 @@ class ComputeAPI:
         asked = _Asked(name, flavor_id, constraints, image, metadata, server_group,
                        min_count, max_count, reservation_id(), fields,
                        placed_by.rule)  # fmt: skip
-        uuids = [str(uuidlib.uuid4()) for _ in range(max_count)]
+        if uuids is None:
+            uuids = [str(uuidlib.uuid4()) for _ in range(max_count)]
+        elif len(uuids) != max_count:
+            raise exception.Invalid(reason=f"{len(uuids)} uuids for max_count {max_count}")
         try:
             made, route, flavor = self._create(context, uuids, asked)
         except exception.BackendUnavailable as exc:

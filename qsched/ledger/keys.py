@@ -122,6 +122,22 @@ class Keyspace:
     def outbox(self) -> str:
         return f"{self.prefix}outbox"
 
+    # several cells behind one API (qsched.cells)
+    @property
+    def quota_home(self) -> str:
+        return f"{self.prefix}quota-home"
+
+    @property
+    def quota_ends(self) -> str:
+        return f"{self.prefix}quota-ends"
+
+    def instance_cell(self, uuid: str) -> str:
+        return f"{self.prefix}inst-map:{uuid}"
+
+    @property
+    def mapping_pending(self) -> str:
+        return f"{self.prefix}inst-map-pending"
+
     @property
     def durability_barrier(self) -> str:
         return f"{self.prefix}durability-barrier"

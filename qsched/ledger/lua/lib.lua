@@ -131,6 +131,10 @@ local function release_quota(project, holder)
                "cores", tonumber(u[2] or 0) - tonumber(cores),
                "ram_mb", tonumber(u[3] or 0) - tonumber(ram))
     redis.call("HDEL", held_key, holder)
+    if redis.call("EXISTS", K.quota_home) == 1 then
+        -- the API keyspace holds this cell's quota too: its mover releases it there
+        redis.call("ZADD", K.quota_ends, server_now(), cjson.encode({project, holder}))
+    end
     return true
 end
 

@@ -1,0 +1,295 @@
+"""Several cells behind one API: Nova's cells v2 on qsched's ledger (docs/scale.rst).
+
+Each cell is its own keyspace (one hash slot: one Redis Cluster shard) with its own
+agents and queues, served by its own :class:`~qsched.compute.ComputeAPI`. Next to
+the cells, the **API keyspace** (a keyspace of its own, of the cell name ``api``, as
+Nova's API database beside its cell databases) holds what must be global:
+
+* the quota of every project (``quota:<project>:*``, the same records and scripts
+  as a single cell's), so that a project's limit holds across cells in one atomic
+  step per instance (invariant 3);
+* the instance mapping (``inst-map:<uuid>``: its cell), written before the
+  instance is created in its cell, so that GET, DELETE and every action find the
+  cell in one read;
+* ``inst-map-pending``: the boots whose quota is reserved and whose cell record is
+  not confirmed yet.
+
+A cell that :func:`join` made part of such a deployment (``quota-home`` set) leaves
+its own quota unlimited and indexes every release of quota in ``quota-ends``, in
+the script that releases it: ending an instance in ERROR or DELETED, whoever does
+it (agent, janitor, reaper, API). No script can write two slots, so the API's
+release is a second step: :class:`QuotaMover` applies each indexed release to the
+API keyspace (idempotent: a holder is released once) and only then drops it from
+the index; a crash between the two repeats a harmless release. The same mover
+settles ``inst-map-pending``: a boot whose API process died between the
+reservation and the cell's record is abandoned in its cell (a late create then
+refuses) and its quota returned.
+
+Not built yet (docs/scale.rst): lists across cells, flavors and keypairs written
+to every cell by one call, and cell choice by free capacity (a cell is chosen here
+by its availability zone, else by live instances per registered agent, O(cells)).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid as uuidlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from qsched import exception
+from qsched.compute import ComputeAPI, Reservation
+from qsched.context import RequestContext
+from qsched.ledger import Stores
+from qsched.ledger.base import QuotaStore
+from qsched.ledger.redis import RedisStore, text
+
+LOG = logging.getLogger(__name__)
+
+#: the value of a cell's ``quota-home`` once the API keyspace holds its quota
+API_HOME = "api"
+#: quota limits a joined cell leaves unlimited in its own keyspace
+CELL_UNLIMITED = {"instances": -1, "cores": -1, "ram_mb": -1}
+MOVE_BATCH = 500  # releases read from one cell per round trip
+
+
+class UnknownCell(exception.Invalid):
+    msg_fmt = "No cell named {cell}: the cells are {known}"
+
+
+def redis_store(stores: Stores) -> RedisStore:
+    """The Redis connection and keyspace under a set of stores."""
+    store = getattr(stores.quota, "store", None)
+    if not isinstance(store, RedisStore):
+        raise exception.Invalid(reason="several cells need the Redis ledger")
+    return store
+
+
+def join(cell: Stores) -> None:
+    """Make a cell's quota the API keyspace's: its own limits unlimited (the default
+    quota class; a project's own limits in the cell must not be set) and each of its
+    releases indexed for :class:`QuotaMover`. Idempotent."""
+    store = redis_store(cell)
+    cell.quota.update_default_limits(CELL_UNLIMITED)
+    store.client.set(store.keys.quota_home, API_HOME)
+    store.barrier()
+
+
+class CellsCompute:
+    """The servers of several cells behind one front door; see the module docstring.
+
+    ``api``: the stores of the API keyspace (its quota is the deployment's);
+    ``cells``: each cell's front door by cell name, every cell :func:`join`-ed;
+    ``zones``: availability zone -> the cell that serves it.
+    """
+
+    def __init__(
+        self,
+        api: Stores,
+        cells: Mapping[str, ComputeAPI],
+        zones: Mapping[str, str] | None = None,
+    ) -> None:
+        if not cells:
+            raise exception.Invalid(reason="several cells need at least one cell")
+        self.quota: QuotaStore = api.quota
+        self.store = redis_store(api)
+        self.cells = dict(cells)
+        self.zones = dict(zones or {})
+        for zone, name in self.zones.items():
+            if name not in self.cells:
+                raise UnknownCell(cell=f"{name!r} (zone {zone})", known=", ".join(self.cells))
+
+    # -- where an instance is --
+
+    def mapping(self, uuid: str) -> tuple[str, str]:
+        """The cell an instance was booted in and its project: one read.
+
+        :raises InstanceNotFound: no mapping (never booted here, or a bad uuid).
+        """
+        found = self.store.client.get(self.store.keys.instance_cell(uuid))
+        if found is None:
+            raise exception.InstanceNotFound(instance=uuid)
+        cell, project = json.loads(text(found))
+        return str(cell), str(project)
+
+    def cell_of(self, uuid: str) -> str:
+        """The cell an instance was booted in (see :meth:`mapping`)."""
+        return self.mapping(uuid)[0]
+
+    def compute_of(self, uuid: str) -> ComputeAPI:
+        """The front door of the instance's cell; every call about one server goes there."""
+        return self.cells[self.cell_of(uuid)]
+
+    def choose(self, availability_zone: str | None) -> str:
+        """The cell of a boot: its zone's, else the one with the fewest live instances
+        per registered agent (two O(1) reads a cell; a cell without agents last)."""
+        if availability_zone is not None and availability_zone in self.zones:
+            return self.zones[availability_zone]
+        loads = []
+        for name, compute in self.cells.items():
+            cell = redis_store(compute.stores)
+            pipe = cell.client.pipeline(transaction=False)
+            pipe.zcard(cell.keys.live_instances)
+            pipe.zcard(cell.keys.agents)
+            live, agents = pipe.execute()
+            loads.append((agents == 0, live / max(agents, 1), name))
+        return min(loads)[2]
+
+    # -- servers --
+
+    def boot_many(
+        self,
+        context: RequestContext,
+        name: str,
+        flavor_ref: str | int,
+        image_ref: str = "",
+        availability_zone: str | None = None,
+        min_count: int = 1,
+        max_count: int = 1,
+        **asked: Any,
+    ) -> Reservation:
+        """Accept servers in one cell, their quota held in the API keyspace.
+
+        As :meth:`ComputeAPI.boot_many` (``asked``: its other arguments), which the
+        chosen cell runs with the uuids reserved here.
+
+        :raises QuotaExceeded: not even ``min_count`` fit the project's limits;
+            nothing is held.
+        """
+        cell = self.choose(availability_zone)
+        compute = self.cells[cell]
+        flavor_id = str(flavor_ref).rstrip("/").rsplit("/", 1)[-1]
+        flavor = compute.get_flavor(flavor_id, context)  # its cores and ram count
+        uuids = [str(uuidlib.uuid4()) for _ in range(max(max_count, 1))]
+        self._map(uuids, cell, context.project_id)
+        held = self._reserve(context.project_id, uuids, flavor.vcpus, flavor.ram_mb, min_count)
+        try:
+            made = compute.boot_many(
+                context, name, flavor_ref, image_ref, availability_zone,
+                min_count=min(min_count, len(held)), max_count=len(held), uuids=held, **asked,
+            )  # fmt: skip
+        except exception.BackendUnavailable:
+            raise  # the create may have run: the mover settles them from the cell
+        except Exception:
+            self._unmap(context.project_id, held)
+            raise
+        self._confirmed(uuids)
+        unused = [u for u in held if u not in {i.uuid for i in made.instances}]
+        if unused:
+            self._unmap(context.project_id, unused)
+        return made
+
+    def _map(self, uuids: Sequence[str], cell: str, project: str) -> None:
+        """The mappings and the pending entries, before anything is reserved."""
+        keys, now = self.store.keys, time.time()
+        mapped = json.dumps([cell, project])
+        pipe = self.store.client.pipeline(transaction=True)  # one slot: one MULTI
+        for uuid in uuids:
+            pipe.set(keys.instance_cell(uuid), mapped)
+        pipe.zadd(keys.mapping_pending, dict.fromkeys(uuids, now))
+        pipe.execute()
+        self.store.barrier()
+
+    def _reserve(
+        self, project: str, uuids: Sequence[str], cores: int, ram_mb: int, min_count: int
+    ) -> list[str]:
+        """Reserve one instance a uuid, in order, until the limits refuse one."""
+        held: list[str] = []
+        refused: exception.QuotaExceeded | None = None
+        for uuid in uuids:
+            try:
+                self.quota.reserve(project, uuid, cores, ram_mb)
+            except exception.QuotaExceeded as exc:
+                refused = exc
+                break
+            held.append(uuid)
+        if len(held) < min_count:
+            self._unmap(project, uuids)
+            assert refused is not None
+            raise refused
+        if len(held) < len(uuids):
+            self._unmap(project, uuids[len(held) :])
+        return held
+
+    def _unmap(self, project: str, uuids: Sequence[str]) -> None:
+        """Give back what was reserved for instances that no cell holds."""
+        for uuid in uuids:
+            self.quota.release(project, uuid)
+        keys = self.store.keys
+        pipe = self.store.client.pipeline(transaction=True)
+        pipe.delete(*(keys.instance_cell(u) for u in uuids))
+        pipe.zrem(keys.mapping_pending, *uuids)
+        pipe.execute()
+
+    def _confirmed(self, uuids: Sequence[str]) -> None:
+        self.store.client.zrem(self.store.keys.mapping_pending, *uuids)
+
+    def get(self, context: RequestContext, uuid: str) -> Any:
+        return self.compute_of(uuid).get(context, uuid)
+
+    def update(self, context: RequestContext, uuid: str, changes: Mapping[str, Any]) -> Any:
+        return self.compute_of(uuid).update(context, uuid, changes)
+
+    def delete(self, context: RequestContext, uuid: str) -> Any:
+        """Delete in the instance's cell; its quota comes back in the API keyspace
+        through :class:`QuotaMover` once the cell ends it."""
+        return self.compute_of(uuid).delete(context, uuid)
+
+
+class QuotaMover:
+    """Applies the cells' quota releases to the API keyspace, and settles boots left
+    pending by an API process that died (see the module docstring). Run by the
+    deployment's janitor; each pass is O(what it moves)."""
+
+    def __init__(self, cells: CellsCompute, pending_grace_s: float) -> None:
+        self.cells = cells
+        self.pending_grace_s = pending_grace_s
+
+    def run_once(self) -> dict[str, int]:
+        """One pass: how many releases were moved and pending boots settled."""
+        moved = sum(self._move(name) for name in self.cells.cells)
+        return {"moved": moved, "settled": self._settle_pending()}
+
+    def _move(self, name: str) -> int:
+        cell = redis_store(self.cells.cells[name].stores)
+        key = cell.keys.quota_ends
+        done = 0
+        while True:
+            entries = cell.client.zrange(key, 0, MOVE_BATCH - 1)
+            if not entries:
+                return done
+            for entry in entries:
+                project, holder = json.loads(text(entry))
+                self.cells.quota.release(project, holder)
+            cell.client.zrem(key, *entries)
+            done += len(entries)
+
+    def _settle_pending(self) -> int:
+        """Pending boots older than the grace: confirmed if their cell has the record,
+        else abandoned there (so a create still on its way refuses) and their quota
+        and mapping dropped."""
+        store = self.cells.store
+        until = time.time() - self.pending_grace_s
+        old = [text(u) for u in store.client.zrangebyscore(store.keys.mapping_pending, 0, until)]
+        settled = 0
+        for uuid in old:
+            try:
+                cell, project = self.cells.mapping(uuid)
+            except exception.InstanceNotFound:
+                store.client.zrem(store.keys.mapping_pending, uuid)
+                continue
+            compute = self.cells.cells[cell]
+            try:
+                record = compute.stores.instances.get(uuid)
+            except exception.InstanceNotFound:
+                record = None
+            if record is None:
+                compute.abandon(uuid, "its API process died before its cell held it")
+                self.cells._unmap(project, [uuid])
+                LOG.warning("cells: boot %s never reached its cell; its quota is returned", uuid)
+            else:
+                self.cells._confirmed([uuid])
+            settled += 1
+        return settled

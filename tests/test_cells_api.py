@@ -1,0 +1,215 @@
+"""Two cells behind one front door (:mod:`qsched.cells`): the API keyspace's quota
+and instance mappings, on fakeredis, a real Redis and a real three-master Redis
+Cluster (where the API keyspace and each cell are three slots, on masters of
+their own or shared, and no script spans two).
+
+Each cell has its own stores, in-process bus and agents; zone ``az1`` is served by
+``cell1``, ``az2`` by ``cell2``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from agents.service import ComputeAgent
+from qsched import cells as qcells
+from qsched import exception
+from qsched.bus.kombu import KombuBus
+from qsched.compute import ComputeAPI
+from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
+from qsched.flavors import Flavor
+from qsched.ledger import Stores, open_stores
+from qsched.ledger.audit import audit
+from qsched.ledger.base import State
+from tests.conftest import WITH_CLUSTER, backend_url
+from tests.helpers import wait_until
+from tests.test_agent import USER, make_agent, settled
+
+ZONES = {"az1": "cell1", "az2": "cell2"}
+
+
+@pytest.fixture(params=WITH_CLUSTER)
+def ledger_url(request: pytest.FixtureRequest) -> str:
+    return backend_url(request)
+
+
+@dataclasses.dataclass
+class Deployment:
+    api: Stores
+    cells: dict[str, ComputeAPI]
+    front: qcells.CellsCompute
+    mover: qcells.QuotaMover
+    agents: list[ComputeAgent]
+
+    def stores(self, cell: str) -> Stores:
+        return self.cells[cell].stores
+
+    def boot(self, zone: str | None = None, name: str = "vm") -> str:
+        made = self.front.boot_many(USER, name, "small", availability_zone=zone)
+        return made.instances[0].uuid
+
+    def placed(self, uuids: list[str]) -> None:
+        for cell, compute in self.cells.items():
+            mine = [u for u in uuids if self.front.cell_of(u) == cell]
+            assert wait_until(lambda s=compute.stores, m=mine: settled(s, m), timeout_s=20)
+
+    def live(self, cell: str) -> int:
+        return len(self.stores(cell).instances.list_project("p1"))
+
+
+def open_cell(conf, url: str, name: str) -> tuple[ComputeAPI, KombuBus]:
+    conf.set_override("cell", name, group="ledger")
+    stores = open_stores(LedgerOptions.from_conf(conf), url=url)
+    bus = KombuBus("memory://", prefix=f"t{uuid.uuid4().hex[:8]}-{name}")
+    compute = ComputeAPI(stores, bus, SchedulerOptions.from_conf(conf), APIOptions.from_conf(conf))
+    compute.flavors.create(Flavor("small", 1, 512, 0))
+    qcells.join(stores)
+    return compute, bus
+
+
+@pytest.fixture
+def deployment(conf, ledger_url: str) -> Iterator[Deployment]:
+    conf.set_override("build_timeout_s", 30, group="scheduler")
+    conf.set_override("cell", "api", group="ledger")
+    api = open_stores(LedgerOptions.from_conf(conf), url=ledger_url)
+    api.quota.set_limits("p1", instances=5, cores=-1, ram_mb=-1)
+    opened = {name: open_cell(conf, ledger_url, name) for name in ZONES.values()}
+    cells = {name: compute for name, (compute, _bus) in opened.items()}
+    agents = []
+    try:
+        for zone, name in ZONES.items():
+            conf.set_override("availability_zone", zone, group="agent")
+            compute, bus = opened[name]
+            agents.append(
+                make_agent(conf, compute.stores, bus, f"{name}-cn0", nodes=1, vcpus=8, ram_mb=8192)
+            )
+        front = qcells.CellsCompute(api, cells, ZONES)
+        yield Deployment(api, cells, front, qcells.QuotaMover(front, 60.0), agents)
+    finally:
+        for agent in agents:
+            agent.stop(timeout_s=5)
+        for compute, bus in opened.values():
+            bus.close()
+            compute.stores.backend.close()
+        api.backend.close()
+
+
+def test_boots_go_to_their_zones_cell_and_are_found_there(deployment: Deployment) -> None:
+    first, second = deployment.boot("az1"), deployment.boot("az2")
+    deployment.placed([first, second])
+    assert deployment.front.mapping(first) == ("cell1", "p1")
+    assert deployment.front.cell_of(second) == "cell2"
+    assert deployment.front.get(USER, first).host == "cell1-cn0"
+    assert deployment.front.get(USER, second).host == "cell2-cn0"
+    with pytest.raises(exception.InstanceNotFound):  # each cell holds its own only
+        deployment.stores("cell1").instances.get(second)
+    renamed = deployment.front.update(USER, second, {"name": "renamed"})
+    assert renamed.name == "renamed"
+    with pytest.raises(exception.InstanceNotFound):
+        deployment.front.get(USER, str(uuid.uuid4()))
+
+
+def test_the_quota_is_the_deployments_and_comes_back_through_the_mover(
+    deployment: Deployment,
+) -> None:
+    """Five instances for p1 across both cells, whichever cell each went to; a delete
+    in one cell gives its instance back in the API keyspace once the mover ran."""
+    booted = [deployment.boot(zone) for zone in ("az1", "az2", "az1", "az2", "az1")]
+    deployment.placed(booted)
+    assert deployment.api.quota.get_usage("p1").instances == 5
+    with pytest.raises(exception.QuotaExceeded):
+        deployment.boot("az2")
+    assert deployment.live("cell1") == 3 and deployment.live("cell2") == 2
+    gone = booted[1]
+    deployment.front.delete(USER, gone)
+    ended = deployment.stores("cell2")
+    assert wait_until(lambda: ended.instances.get(gone).state == State.DELETED, 10)
+    with pytest.raises(exception.QuotaExceeded):  # the cell released it; the API not yet
+        deployment.boot("az1")
+    assert deployment.mover.run_once()["moved"] == 1
+    assert deployment.mover.run_once()["moved"] == 0
+    assert deployment.api.quota.get_usage("p1").instances == 4
+    deployment.placed([deployment.boot("az1")])
+    for cell in deployment.cells:
+        report = audit(deployment.stores(cell))
+        assert report.ok, report.to_dict()
+
+
+def test_a_project_at_its_limit_cannot_pass_it_by_booting_into_both_cells(
+    deployment: Deployment,
+) -> None:
+    """Twelve boots at once, half into each cell, for a limit of five: five accepted."""
+    accepted: list[str] = []
+    refused: list[Exception] = []
+
+    def boot(zone: str) -> None:
+        try:
+            accepted.append(deployment.boot(zone))
+        except exception.QuotaExceeded as exc:
+            refused.append(exc)
+
+    threads = [threading.Thread(target=boot, args=(f"az{1 + n % 2}",)) for n in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(accepted) == 5 and len(refused) == 7
+    deployment.placed(accepted)
+    assert deployment.live("cell1") + deployment.live("cell2") == 5
+    assert deployment.api.quota.get_usage("p1").instances == 5
+
+
+def test_a_boot_whose_api_died_before_its_cell_is_settled_by_the_mover(
+    deployment: Deployment,
+) -> None:
+    """The mapping and reservation exist, the cell never heard of the boot: past the
+    grace the mover abandons it in the cell (a create still on its way refuses) and
+    returns its quota."""
+    lost = str(uuid.uuid4())
+    deployment.front._map([lost], "cell1", "p1")
+    deployment.api.quota.reserve("p1", lost, 1, 512)
+    assert deployment.api.quota.get_usage("p1").instances == 1
+    assert deployment.mover.run_once()["settled"] == 0  # within the grace: left alone
+    deployment.mover.pending_grace_s = 0.0
+    assert deployment.mover.run_once()["settled"] == 1
+    assert deployment.api.quota.get_usage("p1").instances == 0
+    with pytest.raises(exception.InstanceNotFound):
+        deployment.front.cell_of(lost)
+    with pytest.raises(exception.InstanceAbandoned):
+        deployment.cells["cell1"].boot_many(USER, "late", "small", uuids=[lost])
+    assert deployment.stores("cell1").quota.get_usage("p1").instances == 0
+
+
+def test_a_boot_the_cell_refuses_holds_nothing(deployment: Deployment) -> None:
+    with pytest.raises(exception.QschedError):
+        deployment.front.boot_many(USER, "vm", "no-such-flavor", availability_zone="az1")
+    with pytest.raises(exception.QschedError):  # refused after the reservation
+        deployment.front.boot_many(USER, "", "small", availability_zone="az1")
+    assert deployment.api.quota.get_usage("p1").instances == 0
+    store = qcells.redis_store(deployment.api)
+    assert store.client.zcard(store.keys.mapping_pending) == 0
+
+
+def test_without_a_zone_the_cell_with_room_per_agent_is_chosen(deployment: Deployment) -> None:
+    first = deployment.boot()
+    second = deployment.boot()
+    deployment.placed([first, second])
+    assert {deployment.front.cell_of(u) for u in (first, second)} == {"cell1", "cell2"}
+
+
+def test_a_multi_create_takes_what_the_quota_allows_between_min_and_max(
+    deployment: Deployment,
+) -> None:
+    made = deployment.front.boot_many(USER, "vm", "small", availability_zone="az2",
+                                      min_count=2, max_count=8)  # fmt: skip
+    assert len(made.instances) == 5
+    deployment.placed([i.uuid for i in made.instances])
+    assert {deployment.front.cell_of(i.uuid) for i in made.instances} == {"cell2"}
+    assert deployment.api.quota.get_usage("p1").instances == 5
+    store = qcells.redis_store(deployment.api)
+    assert store.client.zcard(store.keys.mapping_pending) == 0
