@@ -25,13 +25,15 @@ settles ``inst-map-pending``: a boot whose API process died between the
 reservation and the cell's record is abandoned in its cell (a late create then
 refuses) and its quota returned.
 
-Not built yet (docs/scale.rst): lists across cells, flavors and keypairs written
+Not built yet (docs/scale.rst): flavors and keypairs written
 to every cell by one call, and cell choice by free capacity (a cell is chosen here
 by its availability zone, else by live instances per registered agent, O(cells)).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import logging
 import time
@@ -40,11 +42,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from qsched import exception
-from qsched.compute import ComputeAPI, Reservation
+from qsched.compute import ComputeAPI, MarkerNotFound, Reservation
 from qsched.context import RequestContext
 from qsched.ledger import Stores
-from qsched.ledger.base import QuotaStore
+from qsched.ledger.base import Instance, QuotaStore
 from qsched.ledger.redis import RedisStore, text
+from qsched.server_list import ServerQuery
 
 LOG = logging.getLogger(__name__)
 
@@ -225,6 +228,49 @@ class CellsCompute:
 
     def _confirmed(self, uuids: Sequence[str]) -> None:
         self.store.client.zrem(self.store.keys.mapping_pending, *uuids)
+
+    def list(
+        self,
+        context: RequestContext,
+        limit: int | None = None,
+        marker: str | None = None,
+        params: Mapping[str, Sequence[str]] | None = None,
+        version: tuple[int, int] = (2, 1),
+        **asked: Any,
+    ) -> list[Instance]:
+        """The servers of every cell as one cell would list them (the arguments and
+        errors of :meth:`ComputeAPI.list`).
+
+        Each cell lists its page after the same place in the query's order, and the
+        pages are merged on that order and cut at the limit: O(cells x limit) beyond
+        the cells' own work. A marker may be any cell's: its mapping gives its cell,
+        and its record its place in the order (Nova's cross-cell marker).
+
+        :raises MarkerNotFound: no instance ``marker`` the caller may see.
+        """
+        cells = list(self.cells.values())
+        query = cells[0].list_query(context, limit=limit, marker=marker, params=params,
+                                    version=version, **asked)  # fmt: skip
+        if query.empty:
+            return []
+        after = self._place_of(context, query) if query.marker else None
+        pages = [
+            compute.list(context, limit=limit, marker=marker, params=params, version=version,
+                         after=after, **asked)
+            for compute in cells
+        ]  # fmt: skip
+        merged = heapq.merge(*pages, key=query.sort_key)
+        return list(itertools.islice(merged, cells[0].page_size(query.limit)))
+
+    def _place_of(self, context: RequestContext, query: ServerQuery) -> tuple[Any, ...]:
+        marker = str(query.marker)
+        try:
+            record = self.compute_of(marker).stores.instances.get(marker)
+        except exception.InstanceNotFound:
+            raise MarkerNotFound(marker=marker) from None
+        if not context.is_admin and record.project_id != context.project_id:
+            raise MarkerNotFound(marker=marker)
+        return query.sort_key(record)
 
     def get(self, context: RequestContext, uuid: str) -> Any:
         return self.compute_of(uuid).get(context, uuid)

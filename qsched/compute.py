@@ -595,6 +595,7 @@ class ComputeAPI:
         reservation_id: str | None = None,
         params: Mapping[str, Sequence[str]] | None = None,
         version: tuple[int, int] = (2, 1),
+        after: tuple[Any, ...] | None = None,
     ) -> builtins.list[Instance]:
         """Servers as Nova's ``GET /servers`` lists them, newest first unless sorted.
 
@@ -608,9 +609,45 @@ class ComputeAPI:
         :raises Forbidden: ``os_compute_api:servers:index`` (``:detail``) refuses them,
             or ``...:get_all_tenants`` refuses ``all_tenants``; see also
             :func:`~qsched.server_list.parse`.
+        ``after``: list what sorts after this :meth:`~qsched.server_list.ServerQuery.sort_key`
+        instead of after the marker (the marker is then another cell's: the front door
+        of several cells, :mod:`qsched.cells`, passes it).
+
         :raises MarkerNotFound: ``marker`` is not among them.
         :raises Invalid: a negative ``limit``; see :func:`~qsched.server_list.parse`.
         """
+        query = self.list_query(context, project_id, status, limit, marker, detail,
+                                reservation_id, params, version)  # fmt: skip
+        if query.empty:
+            return []
+        size = self.page_size(query.limit)
+        fast = query.project_id is None and query.newest_first and not query.with_deleted
+        if fast and after is None:
+            return self._page_all(query, size)
+        found = query.ordered(i for i in self._candidates(query) if query.matches(i))
+        if after is not None:
+            return [i for i in found if query.sort_key(i) > after][:size]
+        if query.marker:
+            index = next((n for n, i in enumerate(found) if i.uuid == query.marker), None)
+            if index is None:
+                raise MarkerNotFound(marker=query.marker)
+            found = found[index + 1 :]
+        return found[:size]
+
+    def list_query(
+        self,
+        context: RequestContext,
+        project_id: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        marker: str | None = None,
+        detail: bool = False,
+        reservation_id: str | None = None,
+        params: Mapping[str, Sequence[str]] | None = None,
+        version: tuple[int, int] = (2, 1),
+    ) -> server_list.ServerQuery:
+        """The query of a :meth:`list` call, read and allowed (same arguments and errors
+        but ``MarkerNotFound``)."""
         rule, all_projects = _LIST_RULES[detail]
         self.policy.authorize(context, rule)
         if limit is not None and limit < 0:
@@ -627,18 +664,7 @@ class ComputeAPI:
         )
         if all_tenants:
             self.policy.authorize(context, all_projects)
-        if query.empty:
-            return []
-        size = self.page_size(query.limit)
-        if query.project_id is None and query.newest_first and not query.with_deleted:
-            return self._page_all(query, size)
-        found = query.ordered(i for i in self._candidates(query) if query.matches(i))
-        if query.marker:
-            index = next((n for n, i in enumerate(found) if i.uuid == query.marker), None)
-            if index is None:
-                raise MarkerNotFound(marker=query.marker)
-            found = found[index + 1 :]
-        return found[:size]
+        return query
 
     def _candidates(self, query: server_list.ServerQuery) -> builtins.list[Instance]:
         """The records a query looks at: one project's (and its recent deletions), or,

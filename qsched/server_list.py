@@ -233,12 +233,35 @@ class ServerQuery:
             return False
         return all(check(instance) for check in self.predicates)
 
+    def sort_key(self, instance: Instance) -> tuple[Any, ...]:
+        """The instance's place in the query's order as one value (the order is total:
+        it ends with ``uuid``), so that pages of several cells merge and a marker of
+        one cell says where every other cell's page starts."""
+        return tuple(
+            _Descending(_sortable(FIELDS[field](instance))) if descending
+            else _sortable(FIELDS[field](instance))
+            for field, descending in self.sort
+        )  # fmt: skip
+
     def ordered(self, found: Iterable[Instance]) -> list[Instance]:
         """``found`` in the query's order (stable sorts, last key first)."""
         result = list(found)
         for field, descending in reversed(self.sort):
             result.sort(key=_sort_key(FIELDS[field]), reverse=descending)
         return result
+
+
+@dataclasses.dataclass(frozen=True)
+class _Descending:
+    """A sort value that orders the other way round."""
+
+    value: tuple[int, Any]
+
+    def __lt__(self, other: _Descending) -> bool:
+        return other.value < self.value
+
+    def __gt__(self, other: _Descending) -> bool:
+        return other.value > self.value
 
 
 def _sort_key(read: Callable[[Instance], Any]) -> Callable[[Instance], tuple[int, Any]]:

@@ -20,8 +20,9 @@ from agents.service import ComputeAgent
 from qsched import cells as qcells
 from qsched import exception
 from qsched.bus.kombu import KombuBus
-from qsched.compute import ComputeAPI
+from qsched.compute import ComputeAPI, MarkerNotFound
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
+from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
@@ -213,3 +214,41 @@ def test_a_multi_create_takes_what_the_quota_allows_between_min_and_max(
     assert deployment.api.quota.get_usage("p1").instances == 5
     store = qcells.redis_store(deployment.api)
     assert store.client.zcard(store.keys.mapping_pending) == 0
+
+
+def pages(deployment: Deployment, context, size: int, **asked) -> list[list[str]]:
+    """Every page of a list through the front door, each from the last one's marker."""
+    found: list[list[str]] = []
+    marker = None
+    while True:
+        page = deployment.front.list(context, limit=size, marker=marker, **asked)
+        if not page:
+            return found
+        found.append([i.uuid for i in page])
+        marker = page[-1].uuid
+
+
+def test_lists_merge_the_cells_and_page_across_them(deployment: Deployment) -> None:
+    """Five servers, three in one cell and two in the other, listed in pages of two:
+    newest first, then by name ascending; each page starts after a marker that may
+    be the other cell's, and together they are every server once, in order."""
+    names = ["e", "a", "d", "b", "c"]
+    booted = [deployment.boot(zone, name) for zone, name in zip(
+        ("az1", "az2", "az1", "az2", "az1"), names, strict=True)]  # fmt: skip
+    deployment.placed(booted)
+    records = [deployment.front.get(USER, u) for u in booted]
+    newest = [r.uuid for r in sorted(records, key=lambda r: (r.created_at, r.uuid), reverse=True)]
+    got = pages(deployment, USER, 2)
+    assert [len(p) for p in got] == [2, 2, 1]
+    assert [u for page in got for u in page] == newest
+    by_name = pages(deployment, USER, 2, params={"sort_key": ["display_name"],
+                                                 "sort_dir": ["asc"]})  # fmt: skip
+    assert [u for page in by_name for u in page] == [booted[names.index(n)] for n in sorted(names)]
+    admin = RequestContext.for_project("admin", "admin", ("admin", "member", "reader"))
+    everyone = deployment.front.list(admin, params={"all_tenants": ["1"]})
+    assert [i.uuid for i in everyone] == newest
+    with pytest.raises(MarkerNotFound):
+        deployment.front.list(USER, marker=str(uuid.uuid4()))
+    other = RequestContext.for_project("u9", "p9")
+    with pytest.raises(MarkerNotFound):  # not one of theirs
+        deployment.front.list(other, marker=booted[0])
