@@ -96,6 +96,7 @@ class CellsCompute:
     ) -> None:
         if not cells:
             raise exception.Invalid(reason="several cells need at least one cell")
+        self.api = api
         self.quota: QuotaStore = api.quota
         self.store = redis_store(api)
         self.cells = dict(cells)
@@ -339,3 +340,44 @@ class QuotaMover:
                 self.cells._confirmed([uuid])
             settled += 1
         return settled
+
+
+def audit(front: CellsCompute) -> dict[str, Any]:
+    """The API keyspace's quota against the cells', once the mover ran and no boot is
+    on its way (an admin scan of every keyspace): every holder of the API's quota is
+    held by the cell its mapping names, for the same amounts, and every holder of a
+    cell's quota by the API's; no release waits in a cell and no boot is pending.
+
+    ``ok`` and what was found: ``problems`` (the first 20), ``ends_waiting``,
+    ``pending``.
+    """
+    problems: list[str] = []
+    held_by_cells: dict[tuple[str, str], tuple[str, Any]] = {}
+    waiting = 0
+    for name, compute in front.cells.items():
+        for project, holders in compute.stores.inspector.quota_held().items():
+            for holder, usage in holders.items():
+                held_by_cells[(project, holder)] = (name, usage)
+        keyspace = redis_store(compute.stores)
+        waiting += int(keyspace.client.zcard(keyspace.keys.quota_ends))
+    for project, holders in front.api.inspector.quota_held().items():
+        for holder, usage in holders.items():
+            found = held_by_cells.pop((project, holder), None)
+            if found is None:
+                problems.append(f"{holder} ({project}): held by the API, by no cell")
+                continue
+            cell, amounts = found
+            try:
+                mapped = front.cell_of(holder)
+            except exception.InstanceNotFound:
+                mapped = None
+            if mapped != cell:
+                problems.append(f"{holder} ({project}): held in {cell}, mapped to {mapped}")
+            if amounts != usage:
+                problems.append(f"{holder} ({project}): {usage} in the API, {amounts} in {cell}")
+    for (project, holder), (cell, _usage) in held_by_cells.items():
+        problems.append(f"{holder} ({project}): held by {cell}, not by the API")
+    store = front.store
+    pending = int(store.client.zcard(store.keys.mapping_pending))
+    return {"ok": not problems and not waiting and not pending, "problems": problems[:20],
+            "ends_waiting": waiting, "pending": pending}  # fmt: skip

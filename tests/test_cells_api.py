@@ -139,6 +139,28 @@ def test_the_quota_is_the_deployments_and_comes_back_through_the_mover(
     for cell in deployment.cells:
         report = audit(deployment.stores(cell))
         assert report.ok, report.to_dict()
+    assert qcells.audit(deployment.front)["ok"]
+
+
+def test_the_audit_finds_a_release_not_moved_and_a_holder_of_one_side(
+    deployment: Deployment,
+) -> None:
+    vm = deployment.boot("az2")
+    deployment.placed([vm])
+    assert qcells.audit(deployment.front)["ok"]
+    deployment.front.delete(USER, vm)
+    ended = deployment.stores("cell2")
+    assert wait_until(lambda: ended.instances.get(vm).state == State.DELETED, 10)
+    waiting = qcells.audit(deployment.front)
+    assert not waiting["ok"] and waiting["ends_waiting"] == 1
+    assert waiting["problems"] == [f"{vm} (p1): held by the API, by no cell"]
+    deployment.mover.run_once()
+    assert qcells.audit(deployment.front)["ok"]
+    deployment.api.quota.reserve("p1", "stray", 1, 512)  # a holder no cell has
+    ended.quota.reserve("p1", "other", 1, 512)  # and one the API does not
+    found = qcells.audit(deployment.front)
+    assert sorted(found["problems"]) == ["other (p1): held by cell2, not by the API",
+                                         "stray (p1): held by the API, by no cell"]  # fmt: skip
 
 
 def test_a_project_at_its_limit_cannot_pass_it_by_booting_into_both_cells(
@@ -163,6 +185,7 @@ def test_a_project_at_its_limit_cannot_pass_it_by_booting_into_both_cells(
     deployment.placed(accepted)
     assert deployment.live("cell1") + deployment.live("cell2") == 5
     assert deployment.api.quota.get_usage("p1").instances == 5
+    assert qcells.audit(deployment.front)["ok"]
 
 
 def test_a_boot_whose_api_died_before_its_cell_is_settled_by_the_mover(
