@@ -211,7 +211,8 @@ class CellsCompute:
             held.append(uuid)
         if len(held) < min_count:
             self._unmap(project, uuids)
-            assert refused is not None
+            if refused is None:  # every one was held: min_count is above max_count
+                raise exception.Invalid(reason="min_count must be <= max_count")
             raise refused
         if len(held) < len(uuids):
             self._unmap(project, uuids[len(held) :])

@@ -214,9 +214,12 @@ def test_a_boot_the_cell_refuses_holds_nothing(deployment: Deployment) -> None:
         deployment.front.boot_many(USER, "vm", "no-such-flavor", availability_zone="az1")
     with pytest.raises(exception.QschedError):  # refused after the reservation
         deployment.front.boot_many(USER, "", "small", availability_zone="az1")
+    with pytest.raises(exception.Invalid):
+        deployment.front.boot_many(USER, "vm", "small", min_count=3, max_count=2)
     assert deployment.api.quota.get_usage("p1").instances == 0
     store = qcells.redis_store(deployment.api)
     assert store.client.zcard(store.keys.mapping_pending) == 0
+    assert qcells.audit(deployment.front)["ok"]
 
 
 def test_without_a_zone_the_cell_with_room_per_agent_is_chosen(deployment: Deployment) -> None:
