@@ -7,9 +7,10 @@ queue declared and bound by that name, the same properties (JSON, UTF-8,
 persistent, priority 0, no headers) and the same body: oslo.messaging's 2.0
 envelope (``oslo.version``, ``oslo.message``) around ``message_id``,
 ``publisher_id``, ``event_type``, ``priority``, ``payload``, ``timestamp``,
-``_unique_id`` and the request's context as ``_context_*`` keys. A real
-oslo.messaging notification listener reads it as its own (tests/test_notifications.py
-compares the two messages field by field).
+``_unique_id`` and the request's context as ``_context_*`` keys, written by orjson:
+compact, and UTF-8 where json writes ``\\u`` escapes. A real oslo.messaging
+notification listener reads it as its own (tests/test_notifications_rabbit.py
+compares the two messages byte for byte, oslo.messaging's once written compact).
 
 Why not oslo.messaging's own: its Notifier, driver, connection pool and kombu
 producer spend about 480 Python calls and one round trip to the broker per
@@ -39,7 +40,6 @@ import bisect
 import contextlib
 import functools
 import itertools
-import json
 import logging
 import struct
 import time
@@ -50,6 +50,7 @@ from typing import Any
 
 import kombu
 import kombu.exceptions
+import orjson
 from oslo_serialization import jsonutils
 from oslo_utils import timeutils
 
@@ -76,7 +77,10 @@ CONNECT_TIMEOUT_S = 5.0
 #: ``rabbit_interval_max``), at its defaults.
 RETRY_START_S, RETRY_STEP_S, RETRY_MAX_S = 1.0, 2.0, 30.0
 ENVELOPE_VERSION = "2.0"
-_ENVELOPE_HEAD = f'{{"oslo.version": "{ENVELOPE_VERSION}", "oslo.message": '
+_ENVELOPE_HEAD = b'{"oslo.version":"' + ENVELOPE_VERSION.encode() + b'","oslo.message":'
+#: What orjson cannot write goes to oslo's jsonutils, as the Notifier would: datetimes
+#: as jsonutils writes them, other types through ``to_primitive``.
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME
 #: AMQP 0-9-1 frames of ``basic.publish`` (class 60, method 40) and its content.
 _FRAME_END = b"\xce"
 _FRAME_HEAD = struct.Struct(">BHI")  # type, channel, payload size
@@ -142,8 +146,11 @@ def open_rabbit_notifier(options: NotificationOptions, publisher_id: str) -> Rab
                           retry=options.retry)  # fmt: skip
 
 
-def encode(publisher_id: str, event: Event, message_id: str) -> str:
-    """The body oslo.messaging's ``messagingv2`` driver writes for ``event`` (one topic)."""
+def encode(publisher_id: str, event: Event, message_id: str) -> bytes:
+    """The body oslo.messaging's ``messagingv2`` driver writes for ``event`` (one topic):
+    the same fields, order and values, in compact UTF-8 JSON (no space after a
+    separator, text outside ASCII as UTF-8 rather than ``\\u`` escapes). A JSON reader,
+    oslo.messaging's listener among them, reads the same message."""
     message = {
         "message_id": message_id,
         "publisher_id": publisher_id,
@@ -154,9 +161,13 @@ def encode(publisher_id: str, event: Event, message_id: str) -> str:
         "_unique_id": uuid.uuid4().hex,
     }
     message.update((f"_context_{key}", value) for key, value in event.context.items())
-    # kombu's producer would write {"oslo.version": ..., "oslo.message": ...} with its
-    # json serializer: the same text, but a third of this function's CPU
-    return _ENVELOPE_HEAD + json.dumps(jsonutils.dumps(message)) + "}"
+    # json (the message through jsonutils, then the envelope) took three quarters of
+    # this function's CPU; orjson takes a seventh of that
+    try:
+        text = orjson.dumps(message, default=jsonutils.to_primitive, option=_ORJSON_OPTIONS)
+    except TypeError:  # keys not str, an int over 64 bits, a lone surrogate
+        text = jsonutils.dumps(message).encode()
+    return _ENVELOPE_HEAD + orjson.dumps(text.decode()) + b"}"
 
 
 class RabbitNotifier(QueuedNotifier):
@@ -229,7 +240,7 @@ class RabbitNotifier(QueuedNotifier):
             with contextlib.suppress(Exception):
                 self._connection.release()
 
-    def _messages(self, event: Event) -> Iterator[tuple[str, str]]:
+    def _messages(self, event: Event) -> Iterator[tuple[str, bytes]]:
         """(routing key, body) per topic, as oslo.messaging sends one event: one
         ``message_id``, a ``_unique_id`` per topic."""
         message_id = str(uuid.uuid4())
@@ -237,7 +248,7 @@ class RabbitNotifier(QueuedNotifier):
         for topic in self.topics:
             yield f"{topic}.{priority}", encode(self.publisher_id, event, message_id)
 
-    def _publish(self, channel: Any, messages: list[tuple[str, str]]) -> int:
+    def _publish(self, channel: Any, messages: list[tuple[str, bytes]]) -> int:
         """Write ``messages`` in one go, wait for their confirms; how many were written.
 
         :raises: one of :attr:`_errors` (``_written`` says how far it got), or a channel
@@ -248,7 +259,7 @@ class RabbitNotifier(QueuedNotifier):
         for routing_key in dict.fromkeys(key for key, _body in messages):
             self._declare(channel, routing_key)
         frames = [
-            publish_frames(channel.channel_id, self.exchange.name, key, body.encode(),
+            publish_frames(channel.channel_id, self.exchange.name, key, body,
                            self._connection.connection.frame_max)
             for key, body in messages
         ]  # fmt: skip
