@@ -190,12 +190,21 @@ def test_what_orjson_cannot_write_is_written_as_oslo_s_jsonutils_would(payload: 
     from oslo_serialization import jsonutils
 
     event = Event("INFO", "e", payload, {"request_id": "req-1"})
-    outer = json.loads(rabbit.encode("p", event, "m"))
+    outer = json.loads(rabbit.encode("p", event, "m", "u", "t"))
     assert outer["oslo.version"] == "2.0"
     message = json.loads(outer["oslo.message"])
     assert message["payload"] == json.loads(jsonutils.dumps(payload))
     assert list(message) == ["message_id", "publisher_id", "event_type", "priority", "payload",
                              "timestamp", "_unique_id", "_context_request_id"]  # fmt: skip
+
+
+def test_the_ids_drawn_for_a_batch_are_uuid4s() -> None:
+    drawn = rabbit.uuid4_hexes(500)
+    assert len(set(drawn)) == 500 and rabbit.uuid4_hexes(0) == []
+    for hexes in drawn:
+        value = uuid.UUID(hexes)
+        assert (value.hex, value.version, value.variant) == (hexes, 4, uuid.RFC_4122)
+        assert rabbit.dashed(hexes) == str(value)
 
 
 # -- batches, reconnects, losses ---------------------------------------------------------

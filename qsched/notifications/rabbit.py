@@ -41,11 +41,11 @@ import contextlib
 import functools
 import itertools
 import logging
+import os
 import struct
 import time
 import urllib.parse
-import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import kombu
@@ -146,21 +146,40 @@ def open_rabbit_notifier(options: NotificationOptions, publisher_id: str) -> Rab
                           retry=options.retry)  # fmt: skip
 
 
-def encode(publisher_id: str, event: Event, message_id: str) -> bytes:
-    """The body oslo.messaging's ``messagingv2`` driver writes for ``event`` (one topic):
-    the same fields, order and values, in compact UTF-8 JSON (no space after a
-    separator, text outside ASCII as UTF-8 rather than ``\\u`` escapes). A JSON reader,
-    oslo.messaging's listener among them, reads the same message."""
+def uuid4_hexes(count: int) -> list[str]:
+    """``count`` random version-4 UUIDs as ``uuid.uuid4().hex`` writes them, from one
+    read of the system's randomness (a tenth of the CPU of ``uuid4`` each)."""
+    raw = bytearray(os.urandom(16 * count))
+    raw[6::16] = bytes(byte & 0x0F | 0x40 for byte in raw[6::16])  # the version, 4
+    raw[8::16] = bytes(byte & 0x3F | 0x80 for byte in raw[8::16])  # the variant, RFC 4122
+    text = raw.hex()
+    return [text[start : start + 32] for start in range(0, 32 * count, 32)]
+
+
+def dashed(hex_uuid: str) -> str:
+    """A UUID's 32 hex digits as ``str(uuid)`` writes them."""
+    h = hex_uuid
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def encode(publisher_id: str, event: Event, message_id: str, unique_id: str,
+           timestamp: str) -> bytes:  # fmt: skip
+    """The body oslo.messaging's ``messagingv2`` driver writes for ``event`` (one topic),
+    with the ids and the time it draws given: the same fields, order and values, in
+    compact UTF-8 JSON (no space after a separator, text outside ASCII as UTF-8 rather
+    than ``\\u`` escapes). A JSON reader, oslo.messaging's listener among them, reads
+    the same message."""
     message = {
         "message_id": message_id,
         "publisher_id": publisher_id,
         "event_type": event.event_type,
         "priority": event.priority.upper(),
         "payload": event.payload,
-        "timestamp": str(timeutils.utcnow()),
-        "_unique_id": uuid.uuid4().hex,
+        "timestamp": timestamp,
+        "_unique_id": unique_id,
     }
-    message.update((f"_context_{key}", value) for key, value in event.context.items())
+    for key, value in event.context.items():
+        message[f"_context_{key}"] = value
     # json (the message through jsonutils, then the envelope) took three quarters of
     # this function's CPU; orjson takes a seventh of that
     try:
@@ -208,7 +227,7 @@ class RabbitNotifier(QueuedNotifier):
     # -- the sender's side --
 
     def send(self, batch: list[Event]) -> None:
-        todo = [message for event in batch for message in self._messages(event)]
+        todo = self._messages(batch)
         failures = 0
         while todo:
             try:
@@ -240,13 +259,21 @@ class RabbitNotifier(QueuedNotifier):
             with contextlib.suppress(Exception):
                 self._connection.release()
 
-    def _messages(self, event: Event) -> Iterator[tuple[str, bytes]]:
-        """(routing key, body) per topic, as oslo.messaging sends one event: one
-        ``message_id``, a ``_unique_id`` per topic."""
-        message_id = str(uuid.uuid4())
-        priority = event.priority.lower()
-        for topic in self.topics:
-            yield f"{topic}.{priority}", encode(self.publisher_id, event, message_id)
+    def _messages(self, batch: list[Event]) -> list[tuple[str, bytes]]:
+        """(routing key, body) per event and topic, as oslo.messaging sends an event: one
+        ``message_id``, a ``_unique_id`` per topic; one time for the whole batch (its
+        messages are written within a millisecond or so)."""
+        topics = self.topics
+        ids = uuid4_hexes(len(batch) * (1 + len(topics)))
+        timestamp = str(timeutils.utcnow())
+        messages = []
+        for event in batch:
+            message_id = dashed(ids.pop())
+            priority = event.priority.lower()
+            for topic in topics:
+                body = encode(self.publisher_id, event, message_id, ids.pop(), timestamp)
+                messages.append((f"{topic}.{priority}", body))
+        return messages
 
     def _publish(self, channel: Any, messages: list[tuple[str, bytes]]) -> int:
         """Write ``messages`` in one go, wait for their confirms; how many were written.
@@ -258,11 +285,10 @@ class RabbitNotifier(QueuedNotifier):
         first = self._tag + 1
         for routing_key in dict.fromkeys(key for key, _body in messages):
             self._declare(channel, routing_key)
-        frames = [
-            publish_frames(channel.channel_id, self.exchange.name, key, body,
-                           self._connection.connection.frame_max)
-            for key, body in messages
-        ]  # fmt: skip
+        channel_id, exchange, frame_max = (channel.channel_id, self.exchange.name,
+                                           self._connection.connection.frame_max)  # fmt: skip
+        frames = [publish_frames(channel_id, exchange, key, body, frame_max)
+                  for key, body in messages]  # fmt: skip
         self._tag += len(frames)
         self._unsettled.update(range(first, self._tag + 1))
         self._send(frames, first)
