@@ -261,6 +261,68 @@ def test_a_lost_connection_is_replaced_and_nothing_is_sent_twice(exchange: str) 
 
 
 @pytest.mark.real
+def test_a_refused_publish_loses_its_batch_counted_and_the_next_goes_on_a_new_channel(
+    exchange: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker closes the channel of a publish to an exchange it no longer has: the
+    sender reads that close among the confirms, loses the batch (counted, logged) and
+    sends the next one on a new connection, the exchange declared again."""
+    import kombu
+
+    options = ON.replace(control_exchange=exchange,
+                         versioned_notifications_topics=(f"{exchange}-a",))  # fmt: skip
+    notifier = rabbit.open_rabbit_notifier(options, "qsched-agent:test")
+    caplog.set_level(logging.ERROR)
+    try:
+        for i in range(5):
+            notifier.notify(f"first{i}", {})
+        assert notifier.flush(10) and notifier.lost == 0
+        with kombu.Connection(AMQP_URL) as connection:
+            connection.default_channel.exchange_delete(exchange)
+        for i in range(3):
+            notifier.notify(f"refused{i}", {})
+        assert notifier.flush(10) and notifier.lost == 3
+        for i in range(2):
+            notifier.notify(f"after{i}", {})
+        assert notifier.flush(10)
+    finally:
+        notifier.close()
+    got = [json.loads(json.loads(m.body)["oslo.message"]) for m in take(f"{exchange}-a.info", 7)]
+    assert [m["event_type"] for m in got] == [f"first{i}" for i in range(5)] + ["after0", "after1"]
+    assert notifier.lost == 3 and "the broker refused a publish" in caplog.text
+
+
+def test_the_confirms_are_read_from_the_frames_the_broker_sends() -> None:
+    """Acks and nacks at the head of what was read, written as py-amqp writes them; a
+    frame of another kind, or one not whole yet, is left for py-amqp."""
+    from amqp import spec
+    from amqp.method_framing import frame_writer
+    from amqp.serialization import dumps
+
+    written: list[bytes] = []
+    connection = type("Connection", (), {"frame_max": 4096, "bytes_sent": 0})()
+    transport = type("Transport", (), {"write": staticmethod(lambda b: written.append(bytes(b)))})
+    write = frame_writer(connection, transport())
+
+    def frame(channel: int, method: tuple[int, int], argsig: str, *args: Any) -> bytes:
+        written.clear()
+        write(1, channel, method, dumps(argsig, args), None)
+        return b"".join(written)
+
+    ack = frame(3, spec.Basic.Ack, "Lb", 7, False)
+    acks = frame(3, spec.Basic.Ack, "Lb", 2**40, True)
+    nack = frame(3, spec.Basic.Nack, "Lbb", 9, True, False)
+    close = frame(3, spec.Channel.Close, "BsBB", 404, "NOT_FOUND", 60, 40)
+    other_channel = frame(4, spec.Basic.Ack, "Lb", 8, False)
+    found = [(False, 7, False), (False, 2**40, True), (True, 9, True)]
+    assert rabbit.read_confirms(ack + acks + nack, 3) == (found, len(ack + acks + nack))
+    assert rabbit.read_confirms(ack + close + nack, 3) == (found[:1], len(ack))
+    assert rabbit.read_confirms(ack + nack[:-1], 3) == (found[:1], len(ack))
+    assert rabbit.read_confirms(other_channel + ack, 3) == ([], 0)
+    assert rabbit.read_confirms(b"", 3) == ([], 0)
+
+
+@pytest.mark.real
 def test_failover_to_the_next_host_of_the_url(exchange: str) -> None:
     url = rabbit_failover_url()  # a closed port first, then the broker
     options = ON.replace(transport_url=url, control_exchange=exchange,

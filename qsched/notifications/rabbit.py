@@ -17,7 +17,8 @@ producer spend about 480 Python calls and one round trip to the broker per
 message (the publisher confirm, which the rabbit driver always waits for). Here
 one connection is kept, the sender writes a whole batch (:mod:`qsched.notifications.queued`)
 in one buffer, its AMQP frames built here (:func:`publish_frames`, the bytes py-amqp
-would write, at a third of its CPU), and waits for the broker's confirms once per batch.
+would write, at a third of its CPU), and reads the broker's confirms once per batch,
+after the pause in which the next batch gathers (:meth:`RabbitNotifier.settle`).
 
 Connection String: ``[oslo_messaging_notifications] transport_url``,
 ``rabbit://USER:PASS@HOST:5672[,USER:PASS@HOST2:5672]/VHOST``, read by
@@ -27,8 +28,8 @@ and its files, ``kombu_failover_strategy``, ``rabbit_login_method``
 (:data:`OPTIONS`); a URL with any other option is sent through oslo.messaging's
 Notifier (:func:`serves`), which reads them all.
 
-Delivery: at most once. A connection lost before the broker confirmed a
-message loses that message (it may have arrived: sending it again could send it
+Delivery: at most once. A connection lost before the sender read the broker's
+confirm of a message loses that message (it may have arrived: sending it again could send it
 twice), counted in :attr:`RabbitNotifier.lost` and logged; the messages not yet
 written are sent on the next connection. ``retry`` is oslo.messaging's: -1
 reconnects without end, N at most N times for a batch, then its messages are lost.
@@ -66,9 +67,9 @@ DEFAULT_URL = "rabbit://"
 #: The query options of ``transport_url`` this sender honours.
 OPTIONS = frozenset({"ssl", "ssl_ca_file", "ssl_cert_file", "ssl_key_file",
                      "kombu_failover_strategy", "rabbit_login_method"})  # fmt: skip
-#: The sender's pause after a batch, in which the next one gathers: an agent placing
-#: 25 instances a second sends some 15 messages a batch. Longer pauses save less
-#: (docs/notifications.rst, "Cost").
+#: The sender's pause after a batch, in which the next one gathers and the broker's
+#: confirms of this one come in: an agent placing 25 instances a second sends some 15
+#: messages a batch (docs/notifications.rst, "Cost").
 GATHER_S = 0.2
 #: How long a batch waits for its confirms before the connection is given up.
 CONFIRM_TIMEOUT_S = 30.0
@@ -90,6 +91,14 @@ _CONTENT_HEAD = struct.Struct(">HHQH")  # class, weight, body size, property fla
 #: delivery-mode (2, persistent: kombu's default), priority (0).
 _PROPERTY_FLAGS = 0x8000 | 0x4000 | 0x2000 | 0x1000 | 0x0800
 _PROPERTIES = b"\x10application/json\x05utf-8\x00\x00\x00\x00\x02\x00"
+#: A publisher confirm from the broker, a ``basic.ack`` (class 60, method 80) or
+#: ``basic.nack`` (method 120) method frame: head, class, method, delivery tag, bits
+#: (``multiple`` first); then the frame end.
+_CONFIRM = struct.Struct(">BHIHHQB")
+_ACK, _NACK = 80, 120
+_FRAME_SIZE = struct.Struct(">I")
+#: Bytes read from the socket at once at most.
+_READ_SIZE = 65536
 
 
 def _shortstr(text: str) -> bytes:
@@ -119,6 +128,44 @@ def publish_frames(channel: int, exchange: str, routing_key: str, body: bytes,
         piece = body[start : start + chunk]
         parts += [_FRAME_HEAD.pack(3, channel, len(piece)), piece, _FRAME_END]
     return b"".join(parts)
+
+
+def read_confirms(data: bytes, channel: int) -> tuple[list[tuple[bool, int, bool]], int]:
+    """The publisher confirms on ``channel`` at the head of ``data`` (frames as the
+    broker sent them): (nack, delivery tag, multiple) each, and the bytes they take.
+    Stops at the first other frame, or one not whole yet."""
+    confirms, used, end = [], 0, len(data) - _CONFIRM.size - 1
+    while used <= end:
+        kind, on, size, class_id, method, tag, bits = _CONFIRM.unpack_from(data, used)
+        if (kind, on, size, class_id) != (1, channel, _CONFIRM.size - 7, 60) or (
+            method not in (_ACK, _NACK) or data[used + _CONFIRM.size] != _FRAME_END[0]
+        ):
+            break
+        confirms.append((method == _NACK, tag, bool(bits & 1)))
+        used += _CONFIRM.size + 1
+    return confirms, used
+
+
+def _receive(sock: Any, deadline: float) -> bytes:
+    """What the broker sent, waiting for it until ``deadline``.
+
+    :raises socket.timeout: nothing came by ``deadline``.
+    :raises ConnectionError: the broker closed the connection.
+    """
+    previous = sock.gettimeout()
+    sock.settimeout(max(deadline - time.monotonic(), 0.001))
+    try:
+        data = sock.recv(_READ_SIZE)
+    finally:
+        sock.settimeout(previous)
+    if not data:
+        raise ConnectionError("the broker closed the connection")
+    return data
+
+
+def _holds_frame(data: bytes) -> bool:
+    """Whether ``data`` starts with a whole frame."""
+    return len(data) >= 7 and len(data) >= 8 + _FRAME_SIZE.unpack_from(data, 3)[0]
 
 
 class _Closed(Exception):
@@ -253,6 +300,22 @@ class RabbitNotifier(QueuedNotifier):
                     return
                 LOG.warning("notification bus %s: %r; reconnecting", self._where, exc)
 
+    def settle(self) -> None:
+        """Read the broker's confirms of the batch written (they came in during the
+        pause, so most of them are read at once). A nack, a refusal, a lost connection or
+        :data:`CONFIRM_TIMEOUT_S` without them lose those not confirmed, counted."""
+        if not self._unsettled:
+            return
+        try:
+            self._await_confirms(time.monotonic() + CONFIRM_TIMEOUT_S)
+        except self._connection.channel_errors as exc:
+            self._reset(f"the broker refused a publish: {exc}")
+        except self._errors as exc:
+            self._reset(f"{exc!r} before the broker confirmed them")
+        if self._nacked:
+            self._lose(self._nacked, "the broker nacked them")
+            self._nacked = 0
+
     def release(self) -> None:
         if self._channel is not None:
             self._channel = None
@@ -276,7 +339,8 @@ class RabbitNotifier(QueuedNotifier):
         return messages
 
     def _publish(self, channel: Any, messages: list[tuple[str, bytes]]) -> int:
-        """Write ``messages`` in one go, wait for their confirms; how many were written.
+        """Write ``messages`` in one go (:meth:`settle` reads their confirms); how many
+        were written.
 
         :raises: one of :attr:`_errors` (``_written`` says how far it got), or a channel
             error (the broker refused a declaration).
@@ -292,13 +356,32 @@ class RabbitNotifier(QueuedNotifier):
         self._tag += len(frames)
         self._unsettled.update(range(first, self._tag + 1))
         self._send(frames, first)
-        deadline = time.monotonic() + CONFIRM_TIMEOUT_S
-        while self._unsettled:
-            self._connection.drain_events(timeout=max(deadline - time.monotonic(), 0.001))
-        if self._nacked:
-            self._lose(self._nacked, f"the broker nacked them (of tags {first}-{self._tag})")
-            self._nacked = 0
         return self._written
+
+    def _await_confirms(self, deadline: float) -> None:
+        """Read the broker's frames until it confirmed every message written: all it
+        sent in one read, into py-amqp's read buffer (``_read_buffer``, as both its
+        transports name it), the confirms at its head parsed here
+        (:func:`read_confirms`), any other frame read from there by py-amqp, which
+        raises for a channel's close. py-amqp reads a frame in three reads and sets the
+        socket's timeout twice, then dispatches it in some 40 calls.
+
+        :raises: one of :attr:`_errors` (``socket.timeout`` past ``deadline``), or a
+            channel error (the broker refused a publish).
+        """
+        connection = self._connection.connection
+        transport, channel_id = connection.transport, self._channel.channel_id
+        while self._unsettled:
+            data = transport._read_buffer
+            confirms, used = read_confirms(data, channel_id)
+            if used:
+                transport._read_buffer = data[used:]
+                for nack, tag, multiple in confirms:
+                    (self._on_nack if nack else self._on_ack)(tag, multiple)
+            elif _holds_frame(data):
+                connection.blocking_read(None)  # not a confirm: py-amqp's, from the buffer
+            else:
+                transport._read_buffer = data + _receive(transport.sock, deadline)
 
     def _declare(self, channel: Any, routing_key: str) -> None:
         """The queue oslo.messaging's notifier declares for a routing key, once per channel
@@ -383,13 +466,14 @@ class RabbitNotifier(QueuedNotifier):
         LOG.warning("notification bus %s unreachable (%r); retrying in %.0f s",
                     self._where, exc, interval)  # fmt: skip
 
-    def _reset(self) -> int:
+    def _reset(self, reason: str = "the connection was lost before the broker confirmed "
+               "them") -> int:  # fmt: skip
         """Give up the connection; how many messages of the batch being written were
-        written. Those written but not confirmed are lost (they may have arrived)."""
+        written. Those written but not confirmed are lost (they may have arrived), for
+        ``reason``."""
         written = self._written
         if self._unsettled:
-            self._lose(len(self._unsettled), "the connection was lost before the broker "
-                       "confirmed them")  # fmt: skip
+            self._lose(len(self._unsettled), reason)
         self._unsettled.clear()
         self._channel, self._declared, self._tag, self._written = None, set(), 0, 0
         with contextlib.suppress(Exception):
