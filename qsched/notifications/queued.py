@@ -6,8 +6,8 @@ every event queued when it wakes (up to :data:`MAX_BATCH`), sends them, waits
 :attr:`QueuedNotifier.gather_s`, then lets the backend settle them (read the
 broker's confirms, which came in meanwhile) before it looks again, so that a busy
 agent pays the backend's fixed cost of a send (a write, a wake-up, the confirms'
-reading) once per batch rather than once per event. A placement therefore never waits on the
-notification bus: with ``[oslo_messaging_notifications] retry = -1``
+reading) once per batch rather than once per event. A placement therefore never
+waits on the notification bus: with ``[oslo_messaging_notifications] retry = -1``
 (oslo.messaging's default) a send to a broker that is down retries without end,
 and done inline that would stall the agent's claims for as long as the outage
 lasts. When the queue is full (the bus has been away for a while) new events are

@@ -29,9 +29,9 @@ and its files, ``kombu_failover_strategy``, ``rabbit_login_method``
 Notifier (:func:`serves`), which reads them all.
 
 Delivery: at most once. A connection lost before the sender read the broker's
-confirm of a message loses that message (it may have arrived: sending it again could send it
-twice), counted in :attr:`RabbitNotifier.lost` and logged; the messages not yet
-written are sent on the next connection. ``retry`` is oslo.messaging's: -1
+confirm of a message loses that message (it may have arrived: sending it again
+could send it twice), counted in :attr:`RabbitNotifier.lost` and logged; the
+messages not yet written are sent on the next connection. ``retry`` is oslo.messaging's: -1
 reconnects without end, N at most N times for a batch, then its messages are lost.
 """
 
