@@ -202,7 +202,12 @@ def test_the_notification_measure_sends_every_message_and_leaves_no_queue() -> N
     found = notify_bench.measure(url, rate=50, seconds=1)
     assert found["messages"] == 3 * found["placements"] >= 3 * 50
     assert found["held_by_broker"] == found["messages"] and found["lost"] == 0
-    assert 0 < found["build_ms_per_placement"] < found["cpu_ms_per_placement"]
+    # the parts are timed apart, the building alone first: with the sending down to a
+    # few hundredths of a ms, that part alone can come out above the whole on a shared
+    # machine, so only the sum is checked (docs/notifications.rst, "Cost")
+    cpu_ms, build_ms = found["cpu_ms_per_placement"], found["build_ms_per_placement"]
+    assert cpu_ms > 0 and build_ms > 0 and found["pace_ms_per_placement"] > 0
+    assert abs(found["send_ms_per_placement"] - (cpu_ms - build_ms)) < 0.002
     out = CliRunner().invoke(notify_bench.main, ["--rate", "20", "--seconds", "1", "--url", url])
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["held_by_broker"] == 3 * 20

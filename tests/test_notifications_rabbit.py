@@ -8,6 +8,7 @@ batching, reconnect and losses are checked.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import re
@@ -113,7 +114,8 @@ def decoded(message: Any) -> tuple[list[str], dict[str, Any]]:
 def test_the_message_is_oslo_messaging_s_own(exchange: str) -> None:
     """One event sent by oslo.messaging's Notifier and by qsched's sender, on two topics,
     INFO and ERROR: same exchange, routing keys, properties, fields in the same order,
-    same values but those drawn anew (ids, time); the context as ``_context_*``."""
+    same values but those drawn anew (ids, time); the context as ``_context_*``; the
+    body oslo.messaging's, byte for byte, once written compact."""
     topics = (f"{exchange}-a", f"{exchange}-b")
     options = ON.replace(control_exchange=exchange, versioned_notifications_topics=topics)
     msg = request()
@@ -145,13 +147,23 @@ def test_the_message_is_oslo_messaging_s_own(exchange: str) -> None:
         inner = json.loads(json.loads(mine.body)["oslo.message"])
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{6})?", inner["timestamp"])
         assert uuid.UUID(inner["message_id"]) and len(inner["_unique_id"]) == 32
-        assert text(mine) == same_draws(text(theirs), inner)  # byte for byte
-        assert "\\\\u00e9" in text(mine) and text(mine).isascii()
+        assert text(mine) == compact(same_draws(text(theirs), inner))  # byte for byte
+        assert "\\\\u00e9" in text(theirs) and "vm-é" in text(mine)  # UTF-8, not escaped
 
 
 def text(message: Any) -> str:
     body = message.body
     return body if isinstance(body, str) else body.decode("utf-8")
+
+
+def compact(body: str) -> str:
+    """oslo.messaging's ``body`` as qsched's sender writes it: the same JSON, envelope and
+    message, in the same order, without spaces after separators, and UTF-8 rather than
+    ``\\u`` escapes (docs/notifications.rst, "Who writes the messages")."""
+    outer = json.loads(body)
+    inner = json.dumps(json.loads(outer["oslo.message"]), separators=(",", ":"), ensure_ascii=False)
+    outer["oslo.message"] = inner
+    return json.dumps(outer, separators=(",", ":"), ensure_ascii=False)
 
 
 def same_draws(body: str, like: dict[str, Any]) -> str:
@@ -160,6 +172,39 @@ def same_draws(body: str, like: dict[str, Any]) -> str:
     for key in DRAWN:
         body = body.replace(inner[key], like[key])
     return body
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        # orjson would write 2024-01-02T03:04:05, jsonutils writes .000000 after it
+        {"at": datetime.datetime(2024, 1, 2, 3, 4, 5), "id": uuid.UUID(int=7)},
+        {1: "a key not a string", None: "another"},  # orjson refuses: jsonutils writes it
+        {"big": 2**70},  # over 64 bits: the same
+        {"lone": "\ud800", "text": 'é\u2028\x7f\x00"\\/'},  # a lone surrogate: the same
+    ],
+)
+def test_what_orjson_cannot_write_is_written_as_oslo_s_jsonutils_would(payload: Any) -> None:
+    """The body is oslo.messaging's message for any payload jsonutils can write: a
+    datetime, a key not a string, a big int, a lone surrogate included."""
+    from oslo_serialization import jsonutils
+
+    event = Event("INFO", "e", payload, {"request_id": "req-1"})
+    outer = json.loads(rabbit.encode("p", event, "m", "u", "t"))
+    assert outer["oslo.version"] == "2.0"
+    message = json.loads(outer["oslo.message"])
+    assert message["payload"] == json.loads(jsonutils.dumps(payload))
+    assert list(message) == ["message_id", "publisher_id", "event_type", "priority", "payload",
+                             "timestamp", "_unique_id", "_context_request_id"]  # fmt: skip
+
+
+def test_the_ids_drawn_for_a_batch_are_uuid4s() -> None:
+    drawn = rabbit.uuid4_hexes(500)
+    assert len(set(drawn)) == 500 and rabbit.uuid4_hexes(0) == []
+    for hexes in drawn:
+        value = uuid.UUID(hexes)
+        assert (value.hex, value.version, value.variant) == (hexes, 4, uuid.RFC_4122)
+        assert rabbit.dashed(hexes) == str(value)
 
 
 # -- batches, reconnects, losses ---------------------------------------------------------
@@ -213,6 +258,68 @@ def test_a_lost_connection_is_replaced_and_nothing_is_sent_twice(exchange: str) 
         f"second{i}" for i in range(5)
     ]
     assert notifier.lost == 0
+
+
+@pytest.mark.real
+def test_a_refused_publish_loses_its_batch_counted_and_the_next_goes_on_a_new_channel(
+    exchange: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker closes the channel of a publish to an exchange it no longer has: the
+    sender reads that close among the confirms, loses the batch (counted, logged) and
+    sends the next one on a new connection, the exchange declared again."""
+    import kombu
+
+    options = ON.replace(control_exchange=exchange,
+                         versioned_notifications_topics=(f"{exchange}-a",))  # fmt: skip
+    notifier = rabbit.open_rabbit_notifier(options, "qsched-agent:test")
+    caplog.set_level(logging.ERROR)
+    try:
+        for i in range(5):
+            notifier.notify(f"first{i}", {})
+        assert notifier.flush(10) and notifier.lost == 0
+        with kombu.Connection(AMQP_URL) as connection:
+            connection.default_channel.exchange_delete(exchange)
+        for i in range(3):
+            notifier.notify(f"refused{i}", {})
+        assert notifier.flush(10) and notifier.lost == 3
+        for i in range(2):
+            notifier.notify(f"after{i}", {})
+        assert notifier.flush(10)
+    finally:
+        notifier.close()
+    got = [json.loads(json.loads(m.body)["oslo.message"]) for m in take(f"{exchange}-a.info", 7)]
+    assert [m["event_type"] for m in got] == [f"first{i}" for i in range(5)] + ["after0", "after1"]
+    assert notifier.lost == 3 and "the broker refused a publish" in caplog.text
+
+
+def test_the_confirms_are_read_from_the_frames_the_broker_sends() -> None:
+    """Acks and nacks at the head of what was read, written as py-amqp writes them; a
+    frame of another kind, or one not whole yet, is left for py-amqp."""
+    from amqp import spec
+    from amqp.method_framing import frame_writer
+    from amqp.serialization import dumps
+
+    written: list[bytes] = []
+    connection = type("Connection", (), {"frame_max": 4096, "bytes_sent": 0})()
+    transport = type("Transport", (), {"write": staticmethod(lambda b: written.append(bytes(b)))})
+    write = frame_writer(connection, transport())
+
+    def frame(channel: int, method: tuple[int, int], argsig: str, *args: Any) -> bytes:
+        written.clear()
+        write(1, channel, method, dumps(argsig, args), None)
+        return b"".join(written)
+
+    ack = frame(3, spec.Basic.Ack, "Lb", 7, False)
+    acks = frame(3, spec.Basic.Ack, "Lb", 2**40, True)
+    nack = frame(3, spec.Basic.Nack, "Lbb", 9, True, False)
+    close = frame(3, spec.Channel.Close, "BsBB", 404, "NOT_FOUND", 60, 40)
+    other_channel = frame(4, spec.Basic.Ack, "Lb", 8, False)
+    found = [(False, 7, False), (False, 2**40, True), (True, 9, True)]
+    assert rabbit.read_confirms(ack + acks + nack, 3) == (found, len(ack + acks + nack))
+    assert rabbit.read_confirms(ack + close + nack, 3) == (found[:1], len(ack))
+    assert rabbit.read_confirms(ack + nack[:-1], 3) == (found[:1], len(ack))
+    assert rabbit.read_confirms(other_channel + ack, 3) == ([], 0)
+    assert rabbit.read_confirms(b"", 3) == ([], 0)
 
 
 @pytest.mark.real

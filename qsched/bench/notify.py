@@ -8,7 +8,9 @@ notifier) and sends them with qsched's ``messagingv2`` sender to the RabbitMQ at
 ``--url``, on an exchange and a topic (so a queue) of its own, removed at the end. It prints one
 JSON line: the process's CPU per placement, split into building the payloads (the
 placing threads' part) and the rest (the sender thread: encoding, framing, writing,
-reading the broker's confirms), and the messages the broker holds at the end.
+reading the broker's confirms), and the messages the broker holds at the end. The
+building part includes the measure's own loop (sleeping until each placement is due,
+making its boot request), which ``pace_ms_per_placement`` times alone, nothing built.
 
 The figure it isolates is the agents' row of ``qsched-bench --notifications both``
 (docs/notifications.rst, "Cost"), without the claims around it.
@@ -54,13 +56,16 @@ def notify_placement(notifier: Notifier, msg: BootRequest, host: str, node: str)
     notifier.notify("instance.create.end", ended, context=context)
 
 
-def _paced(rate: float, seconds: float, flavor: Flavor, notifier: Notifier) -> int:
-    """Placements' notifications at ``rate`` a second for ``seconds``; how many."""
+def _paced(rate: float, seconds: float, flavor: Flavor, notifier: Notifier | None) -> int:
+    """Placements' notifications at ``rate`` a second for ``seconds`` (None: their boot
+    requests only); how many."""
     count, began = 0, time.monotonic()
     while (elapsed := time.monotonic() - began) < seconds:
         due = int(elapsed * rate) + 1
         while count < due:
-            notify_placement(notifier, boot_request(flavor), "cn-bench", "cn-bench-0")
+            msg = boot_request(flavor)
+            if notifier is not None:
+                notify_placement(notifier, msg, "cn-bench", "cn-bench-0")
             count += 1
         time.sleep(max(0.0, count / rate - (time.monotonic() - began)))
     return count
@@ -69,6 +74,9 @@ def _paced(rate: float, seconds: float, flavor: Flavor, notifier: Notifier) -> i
 def measure(url: str, rate: float, seconds: float) -> dict[str, Any]:
     """CPU per placement of building and sending its notifications (module doc)."""
     flavor = Flavor("m1.small", vcpus=1, ram_mb=2048, disk_gb=20)
+    pace_began = time.process_time()
+    paced = _paced(rate, min(seconds, 2.0), flavor, None)
+    pace_ms = 1000 * (time.process_time() - pace_began) / paced
     build_began = time.process_time()
     built = _paced(rate, min(seconds, 2.0), flavor, NULL)
     build_ms = 1000 * (time.process_time() - build_began) / built
@@ -91,6 +99,7 @@ def measure(url: str, rate: float, seconds: float) -> dict[str, Any]:
         "cpu_ms_per_placement": round(total_ms, 3),
         "build_ms_per_placement": round(build_ms, 3),
         "send_ms_per_placement": round(total_ms - build_ms, 3),
+        "pace_ms_per_placement": round(pace_ms, 3),
         "lost": lost,
         "held_by_broker": held,
     }

@@ -2,11 +2,12 @@
 
 :meth:`QueuedNotifier.notify` puts the event on a bounded queue and returns; one
 sender thread hands what is queued to the backend in order, in batches: it takes
-every event queued when it wakes (up to :data:`MAX_BATCH`), sends them, then
-waits :attr:`QueuedNotifier.gather_s` before it looks again, so that a busy agent
-pays the backend's fixed cost of a send (a write, the broker's confirm) once per
-batch rather than once per event. A placement therefore never waits on the
-notification bus: with ``[oslo_messaging_notifications] retry = -1``
+every event queued when it wakes (up to :data:`MAX_BATCH`), sends them, waits
+:attr:`QueuedNotifier.gather_s`, then lets the backend settle them (read the
+broker's confirms, which came in meanwhile) before it looks again, so that a busy
+agent pays the backend's fixed cost of a send (a write, a wake-up, the confirms'
+reading) once per batch rather than once per event. A placement therefore never
+waits on the notification bus: with ``[oslo_messaging_notifications] retry = -1``
 (oslo.messaging's default) a send to a broker that is down retries without end,
 and done inline that would stall the agent's claims for as long as the outage
 lasts. When the queue is full (the bus has been away for a while) new events are
@@ -50,9 +51,10 @@ class Event(NamedTuple):
 class QueuedNotifier(Notifier):
     """A :class:`Notifier` whose backend sends from a thread of its own, in batches.
 
-    A backend implements :meth:`send` (one batch, in order) and :meth:`release`.
-    ``max_pending``: events queued at most; ``gather_s``: the sender's pause after
-    each batch, in which the next one gathers (0: none).
+    A backend implements :meth:`send` (one batch, in order), :meth:`release`, and
+    :meth:`settle` if it has receipts to wait for. ``max_pending``: events queued at
+    most; ``gather_s``: the sender's pause after each batch, in which the next one
+    gathers (0: none).
     """
 
     def __init__(self, max_pending: int = MAX_PENDING, gather_s: float = 0.0) -> None:
@@ -75,6 +77,10 @@ class QueuedNotifier(Notifier):
         """Send ``batch``, in order, on the sender's thread. Never raises: what cannot
         be sent is logged (and counted by the backend)."""
 
+    def settle(self) -> None:
+        """After :meth:`send` and the pause: wait for the receipts of what it sent, on
+        the sender's thread. Never raises, as :meth:`send`."""
+
     @abc.abstractmethod
     def release(self) -> None:
         """Release the backend's connection, once the sender has stopped."""
@@ -96,8 +102,8 @@ class QueuedNotifier(Notifier):
             self._drop(event_type)
 
     def flush(self, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
-        """Wait until every event queued so far was handed to the backend; False if
-        that took longer than ``timeout_s``."""
+        """Wait until every event queued so far was handed to the backend and settled;
+        False if that took longer than ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while self._pending.unfinished_tasks:
             if time.monotonic() >= deadline:
@@ -150,6 +156,9 @@ class QueuedNotifier(Notifier):
             try:
                 if batch:
                     self.send(batch)
+                    if self.gather_s and not stop:
+                        time.sleep(self.gather_s)
+                    self.settle()
             except Exception:  # a backend bug: the steps told of happened; go on
                 LOG.exception("could not send %d notifications", len(batch))
             finally:
@@ -157,8 +166,6 @@ class QueuedNotifier(Notifier):
                     self._pending.task_done()
             if stop:
                 return
-            if self.gather_s:
-                time.sleep(self.gather_s)
 
     def _take(self) -> tuple[list[Event], bool]:
         """The events queued now (waiting for the first), and whether the stop came."""
