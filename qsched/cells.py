@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import logging
 import time
 import uuid as uuidlib
@@ -46,13 +45,11 @@ from qsched.compute import ComputeAPI, MarkerNotFound, Reservation
 from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.ledger.base import Instance, QuotaStore
-from qsched.ledger.redis import RedisStore, text
+from qsched.ledger.cellmap import RedisCellMap, cell_map
 from qsched.server_list import ServerQuery
 
 LOG = logging.getLogger(__name__)
 
-#: the value of a cell's ``quota-home`` once the API keyspace holds its quota
-API_HOME = "api"
 #: quota limits a joined cell leaves unlimited in its own keyspace
 CELL_UNLIMITED = {"instances": -1, "cores": -1, "ram_mb": -1}
 MOVE_BATCH = 500  # releases read from one cell per round trip
@@ -62,22 +59,12 @@ class UnknownCell(exception.Invalid):
     msg_fmt = "No cell named {cell}: the cells are {known}"
 
 
-def redis_store(stores: Stores) -> RedisStore:
-    """The Redis connection and keyspace under a set of stores."""
-    store = getattr(stores.quota, "store", None)
-    if not isinstance(store, RedisStore):
-        raise exception.Invalid(reason="several cells need the Redis ledger")
-    return store
-
-
 def join(cell: Stores) -> None:
     """Make a cell's quota the API keyspace's: its own limits unlimited (the default
     quota class; a project's own limits in the cell must not be set) and each of its
     releases indexed for :class:`QuotaMover`. Idempotent."""
-    store = redis_store(cell)
     cell.quota.update_default_limits(CELL_UNLIMITED)
-    store.client.set(store.keys.quota_home, API_HOME)
-    store.barrier()
+    cell_map(cell).join()
 
 
 class CellsCompute:
@@ -98,8 +85,9 @@ class CellsCompute:
             raise exception.Invalid(reason="several cells need at least one cell")
         self.api = api
         self.quota: QuotaStore = api.quota
-        self.store = redis_store(api)
+        self.map: RedisCellMap = cell_map(api)
         self.cells = dict(cells)
+        self.maps = {name: cell_map(compute.stores) for name, compute in self.cells.items()}
         self.zones = dict(zones or {})
         for zone, name in self.zones.items():
             if name not in self.cells:
@@ -112,11 +100,10 @@ class CellsCompute:
 
         :raises InstanceNotFound: no mapping (never booted here, or a bad uuid).
         """
-        found = self.store.client.get(self.store.keys.instance_cell(uuid))
+        found = self.map.mapping(uuid)
         if found is None:
             raise exception.InstanceNotFound(instance=uuid)
-        cell, project = json.loads(text(found))
-        return str(cell), str(project)
+        return found
 
     def cell_of(self, uuid: str) -> str:
         """The cell an instance was booted in (see :meth:`mapping`)."""
@@ -132,12 +119,8 @@ class CellsCompute:
         if availability_zone is not None and availability_zone in self.zones:
             return self.zones[availability_zone]
         loads = []
-        for name, compute in self.cells.items():
-            cell = redis_store(compute.stores)
-            pipe = cell.client.pipeline(transaction=False)
-            pipe.zcard(cell.keys.live_instances)
-            pipe.zcard(cell.keys.agents)
-            live, agents = pipe.execute()
+        for name, records in self.maps.items():
+            live, agents = records.load()
             loads.append((agents == 0, live / max(agents, 1), name))
         return min(loads)[2]
 
@@ -167,7 +150,7 @@ class CellsCompute:
         flavor_id = str(flavor_ref).rstrip("/").rsplit("/", 1)[-1]
         flavor = compute.get_flavor(flavor_id, context)  # its cores and ram count
         uuids = [str(uuidlib.uuid4()) for _ in range(max(max_count, 1))]
-        self._map(uuids, cell, context.project_id)
+        self.map.map(uuids, cell, context.project_id)
         held = self._reserve(context.project_id, uuids, flavor.vcpus, flavor.ram_mb, min_count)
         try:
             made = compute.boot_many(
@@ -179,22 +162,11 @@ class CellsCompute:
         except Exception:
             self._unmap(context.project_id, held)
             raise
-        self._confirmed(uuids)
+        self.map.confirm(uuids)
         unused = [u for u in held if u not in {i.uuid for i in made.instances}]
         if unused:
             self._unmap(context.project_id, unused)
         return made
-
-    def _map(self, uuids: Sequence[str], cell: str, project: str) -> None:
-        """The mappings and the pending entries, before anything is reserved."""
-        keys, now = self.store.keys, time.time()
-        mapped = json.dumps([cell, project])
-        pipe = self.store.client.pipeline(transaction=True)  # one slot: one MULTI
-        for uuid in uuids:
-            pipe.set(keys.instance_cell(uuid), mapped)
-        pipe.zadd(keys.mapping_pending, dict.fromkeys(uuids, now))
-        pipe.execute()
-        self.store.barrier()
 
     def _reserve(
         self, project: str, uuids: Sequence[str], cores: int, ram_mb: int, min_count: int
@@ -222,14 +194,7 @@ class CellsCompute:
         """Give back what was reserved for instances that no cell holds."""
         for uuid in uuids:
             self.quota.release(project, uuid)
-        keys = self.store.keys
-        pipe = self.store.client.pipeline(transaction=True)
-        pipe.delete(*(keys.instance_cell(u) for u in uuids))
-        pipe.zrem(keys.mapping_pending, *uuids)
-        pipe.execute()
-
-    def _confirmed(self, uuids: Sequence[str]) -> None:
-        self.store.client.zrem(self.store.keys.mapping_pending, *uuids)
+        self.map.unmap(uuids)
 
     def list(
         self,
@@ -301,32 +266,27 @@ class QuotaMover:
         return {"moved": moved, "settled": self._settle_pending()}
 
     def _move(self, name: str) -> int:
-        cell = redis_store(self.cells.cells[name].stores)
-        key = cell.keys.quota_ends
+        records = self.cells.maps[name]
         done = 0
         while True:
-            entries = cell.client.zrange(key, 0, MOVE_BATCH - 1)
-            if not entries:
+            ends = records.ends(MOVE_BATCH)
+            if not ends:
                 return done
-            for entry in entries:
-                project, holder = json.loads(text(entry))
+            for _entry, project, holder in ends:
                 self.cells.quota.release(project, holder)
-            cell.client.zrem(key, *entries)
-            done += len(entries)
+            records.drop_ends([entry for entry, _project, _holder in ends])
+            done += len(ends)
 
     def _settle_pending(self) -> int:
         """Pending boots older than the grace: confirmed if their cell has the record,
         else abandoned there (so a create still on its way refuses) and their quota
         and mapping dropped."""
-        store = self.cells.store
-        until = time.time() - self.pending_grace_s
-        old = [text(u) for u in store.client.zrangebyscore(store.keys.mapping_pending, 0, until)]
         settled = 0
-        for uuid in old:
+        for uuid in self.cells.map.pending_before(time.time() - self.pending_grace_s):
             try:
                 cell, project = self.cells.mapping(uuid)
             except exception.InstanceNotFound:
-                store.client.zrem(store.keys.mapping_pending, uuid)
+                self.cells.map.confirm([uuid])  # nothing mapped: nothing to settle
                 continue
             compute = self.cells.cells[cell]
             try:
@@ -338,7 +298,7 @@ class QuotaMover:
                 self.cells._unmap(project, [uuid])
                 LOG.warning("cells: boot %s never reached its cell; its quota is returned", uuid)
             else:
-                self.cells._confirmed([uuid])
+                self.cells.map.confirm([uuid])
             settled += 1
         return settled
 
@@ -359,8 +319,7 @@ def audit(front: CellsCompute) -> dict[str, Any]:
         for project, holders in compute.stores.inspector.quota_held().items():
             for holder, usage in holders.items():
                 held_by_cells[(project, holder)] = (name, usage)
-        keyspace = redis_store(compute.stores)
-        waiting += int(keyspace.client.zcard(keyspace.keys.quota_ends))
+        waiting += front.maps[name].ends_waiting()
     for project, holders in front.api.inspector.quota_held().items():
         for holder, usage in holders.items():
             found = held_by_cells.pop((project, holder), None)
@@ -378,7 +337,6 @@ def audit(front: CellsCompute) -> dict[str, Any]:
                 problems.append(f"{holder} ({project}): {usage} in the API, {amounts} in {cell}")
     for (project, holder), (cell, _usage) in held_by_cells.items():
         problems.append(f"{holder} ({project}): held by {cell}, not by the API")
-    store = front.store
-    pending = int(store.client.zcard(store.keys.mapping_pending))
+    pending = front.map.pending_count()
     return {"ok": not problems and not waiting and not pending, "problems": problems[:20],
             "ends_waiting": waiting, "pending": pending}  # fmt: skip

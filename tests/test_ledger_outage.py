@@ -23,6 +23,7 @@ from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.agents import RedisAgents
 from qsched.ledger.base import Instance, Inventory, ProviderSpec, ServerGroup, State, TaskState
+from qsched.ledger.cellmap import RedisCellMap, cell_map
 from qsched.ledger.flavors import RedisFlavors
 from qsched.ledger.groups import RedisGroups
 from qsched.ledger.instances import RedisInstances
@@ -124,6 +125,17 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisGroups.delete": lambda s: s.groups.delete(U),
     "RedisGroups.hosts": lambda s: s.groups.hosts(U),
     "RedisGroups.members_on": lambda s: s.groups.members_on(U, "h1"),
+    "RedisCellMap.join": lambda s: cell_map(s).join(),
+    "RedisCellMap.load": lambda s: cell_map(s).load(),
+    "RedisCellMap.ends": lambda s: cell_map(s).ends(10),
+    "RedisCellMap.drop_ends": lambda s: cell_map(s).drop_ends(['["p1", "h"]']),
+    "RedisCellMap.ends_waiting": lambda s: cell_map(s).ends_waiting(),
+    "RedisCellMap.map": lambda s: cell_map(s).map([str(uuid.uuid4())], "cell1", "p1"),
+    "RedisCellMap.mapping": lambda s: cell_map(s).mapping(str(uuid.uuid4())),
+    "RedisCellMap.unmap": lambda s: cell_map(s).unmap([str(uuid.uuid4())]),
+    "RedisCellMap.confirm": lambda s: cell_map(s).confirm([str(uuid.uuid4())]),
+    "RedisCellMap.pending_before": lambda s: cell_map(s).pending_before(0.0),
+    "RedisCellMap.pending_count": lambda s: cell_map(s).pending_count(),
     "RedisAgents.heartbeat": lambda s: s.agents.heartbeat("h1", 1.0),
     "RedisAgents.alive": lambda s: s.agents.alive("h1"),
     "RedisAgents.last_seen": lambda s: s.agents.last_seen("h1"),
@@ -174,7 +186,7 @@ NEVER_RAISE = {
 
 
 STORES = (RedisLedger, RedisQuota, RedisInstances, RedisAgents, RedisFlavors, RedisInspector,
-          RedisBackend, RedisGroups, RedisKeypairs)  # fmt: skip
+          RedisBackend, RedisGroups, RedisKeypairs, RedisCellMap)  # fmt: skip
 
 
 @pytest.fixture
