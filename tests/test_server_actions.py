@@ -29,6 +29,7 @@ from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Inventory, State, TaskState, Usage
 from qsched.message import ActionRequest, PoisonMessage, decode
+from qsched.notifications import updates
 from qsched.notifications.base import RecordingNotifier
 from qsched.policy import Policy
 from qsched.server_actions import ActionFilter, AgentDown, ServerActions, actions_of
@@ -334,6 +335,33 @@ class TestAgentStep:
         assert {p["nova_object.name"] for _, _, p in recorder.sent} == {"InstanceActionPayload"}
         assert all(d["uuid"] == vm and d["host"] == "cn1" and d["request_id"] == "req-1"
                    for _, d in told)  # fmt: skip
+
+    @pytest.mark.parametrize("mode", [updates.VM_STATE, updates.VM_AND_TASK_STATE])
+    def test_each_actions_state_changes_are_told_as_instance_updates(self, stores, placed, mode):
+        vm, driver = placed
+        recorder = RecordingNotifier()
+        step = ActionStep(stores, driver, "cn1", Counter(),
+                          updates.StateChangeNotifier(recorder, mode))  # fmt: skip
+        for action in ("stop", "start", "reboot_soft"):
+            assert step.run(self.start(stores, vm, action)) == "done"
+        changes = []
+        for _prio, event, payload in recorder.sent:
+            if event == "instance.update":
+                told = payload["nova_object.data"]["state_update"]["nova_object.data"]
+                changes.append((told["old_state"], told["state"], told["old_task_state"],
+                                told["new_task_state"]))  # fmt: skip
+        if mode == updates.VM_STATE:  # only the vm_state changes, with the current task
+            assert changes == [("active", "stopped", None, None),
+                               ("stopped", "active", None, None)]  # fmt: skip
+        else:
+            assert changes == [
+                ("active", "active", None, "powering-off"),
+                ("active", "stopped", "powering-off", None),
+                ("stopped", "stopped", None, "powering-on"),
+                ("stopped", "active", "powering-on", None),
+                ("active", "active", None, "reboot_started"),
+                ("active", "active", "reboot_started", None),
+            ]  # fmt: skip
 
     def test_a_failed_reboot_tells_its_fault_and_a_failed_stop_no_end(self, stores, placed):
         vm, driver = placed

@@ -16,6 +16,10 @@ lifecycle notification      change of (vm_state, task_state)
                             (building, scheduling)
 ``instance.delete.start``   (state, none) to (state, deleting)
 ``instance.delete.end``     (state, deleting) to (deleted, none)
+``instance.<action>.start`` (state, none) to (state, the action's task)
+                            (``power_off``, ``power_on``, ``reboot``)
+``instance.<action>.end``   (state, the action's task) to (state after,
+                            none); also ``instance.reboot.error``
 ==========================  ================================================
 
 :class:`StateChangeNotifier` wraps a service's notifier: after each of those it
@@ -45,6 +49,8 @@ MAX_DELETING = 10_000
 
 BUILDING, ACTIVE, ERROR_STATE, DELETED = "building", "active", "error", "deleted"
 SCHEDULING, SPAWNING, DELETING = "scheduling", "spawning", "deleting"
+#: the server actions' notifications (agents/actions.py): ``<action>.start`` and ``.end``
+ACTIONS = frozenset({"instance.power_off", "instance.power_on", "instance.reboot"})
 
 
 class StateChangeNotifier(Notifier):
@@ -58,6 +64,10 @@ class StateChangeNotifier(Notifier):
         self.inner = inner
         self.mode = mode
         self._deleting: collections.OrderedDict[str, str] = collections.OrderedDict()
+        # instances whose server action started here and did not end yet: (vm, task)
+        self._acting: collections.OrderedDict[str, tuple[str, str | None]] = (
+            collections.OrderedDict()
+        )
 
     @property
     def enabled(self) -> bool:  # type: ignore[override]
@@ -107,6 +117,24 @@ class StateChangeNotifier(Notifier):
         if event_type == "instance.delete.end":
             before = self._deleting.pop(str(data["uuid"]), None) or state
             return (before, DELETING), (DELETED, None)
+        action, _dot, phase = event_type.rpartition(".")
+        if action in ACTIONS:
+            return self._action_change(phase, str(data["uuid"]), state, data.get("task_state"))
+        return None
+
+    def _action_change(
+        self, phase: str, uuid: str, state: str, task: str | None
+    ) -> tuple[tuple[str, str | None], tuple[str, str | None]] | None:
+        """A server action's: ``.start`` tells its task begun (the payload's task state),
+        ``.end`` and ``.error`` its end, from the state ``.start`` told."""
+        if phase == "start":
+            self._acting[uuid] = (state, task)
+            while len(self._acting) > MAX_DELETING:
+                self._acting.popitem(last=False)
+            return (state, None), (state, task)
+        if phase in ("end", "error"):
+            before = self._acting.pop(uuid, None) or (state, None)
+            return before, (state, None)
         return None
 
 
