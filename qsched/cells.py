@@ -43,6 +43,7 @@ from typing import Any
 from qsched import exception
 from qsched.compute import ComputeAPI, MarkerNotFound, Reservation
 from qsched.context import RequestContext
+from qsched.flavors import ref_id
 from qsched.ledger import Stores
 from qsched.ledger.base import Instance, QuotaStore
 from qsched.ledger.cellmap import RedisCellMap, cell_map
@@ -147,7 +148,7 @@ class CellsCompute:
         """
         cell = self.choose(availability_zone)
         compute = self.cells[cell]
-        flavor_id = str(flavor_ref).rstrip("/").rsplit("/", 1)[-1]
+        flavor_id = ref_id(flavor_ref)
         flavor = compute.get_flavor(flavor_id, context)  # its cores and ram count
         uuids = [str(uuidlib.uuid4()) for _ in range(max(max_count, 1))]
         self.map.map(uuids, cell, context.project_id)

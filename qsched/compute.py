@@ -47,6 +47,7 @@ from qsched.flavors import (
     check_flavor_id,
     grant,
     missing_group_policy,
+    ref_id,
     revoke,
     select,
 )
@@ -329,8 +330,7 @@ class ComputeAPI:
         if availability_zone is not None:
             _check_name("availability_zone", availability_zone)
             self._check_zone(availability_zone)
-        # flavorRef is an id or a link ending in one.
-        flavor_id = str(flavor_ref).rstrip("/").rsplit("/", 1)[-1]
+        flavor_id = ref_id(flavor_ref)
         image = self.images.get(context, image_ref)
         constraints = Constraints(
             availability_zone=availability_zone or None, required_traits=image.required_traits

@@ -177,6 +177,12 @@ def check_flavor(flavor: Flavor) -> Flavor:
     return flavor
 
 
+def ref_id(ref: str | int) -> str:
+    """The id a reference names: an id, or a link whose last part is one (``flavorRef``,
+    ``imageRef``, a list's ``flavor`` and ``image`` filters)."""
+    return str(ref).rstrip("/").rsplit("/", 1)[-1]
+
+
 def check_flavor_id(flavor_id: str) -> str:
     """Return a flavor id of Nova's form (as a client may write it), or raise Invalid."""
     if not _ID.match(flavor_id):

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from qsched import exception
+from qsched.flavors import ref_id
 from qsched.ledger.base import Instance, State
 from qsched.scheduling.records import details
 from qsched.server_actions import has_status, power_state, vm_state
@@ -426,10 +427,10 @@ def _predicates(
     if "reservation_id" in one:
         checks.append(_matcher("reservation_id", "reservation_id", "exact", one["reservation_id"]))
     if "flavor" in one:
-        flavor = one["flavor"].rstrip("/").rsplit("/", 1)[-1]
+        flavor = ref_id(one["flavor"])
         checks.append(lambda i: _flavor_id(i) == flavor)
     if "image" in one:
-        image = one["image"].rstrip("/").rsplit("/", 1)[-1]
+        image = ref_id(one["image"])
         checks.append(lambda i: FIELDS["image_ref"](i) == image)
     for name in ("ip", "ip6"):  # no server has an address
         if name in one:

@@ -84,6 +84,18 @@ def exchange() -> Iterator[str]:
         channel.exchange_delete(name)
 
 
+def tell(notifier: Any, prefix: str, count: int) -> None:
+    """``count`` events named ``<prefix><n>``, empty payloads."""
+    for i in range(count):
+        notifier.notify(f"{prefix}{i}", {})
+
+
+def event_types(queue: str, count: int) -> list[str]:
+    """The event types of ``count`` messages taken from ``queue``, in order."""
+    return [json.loads(json.loads(m.body)["oslo.message"])["event_type"]
+            for m in take(queue, count)]  # fmt: skip
+
+
 def take(queue: str, count: int) -> list[Any]:
     """``count`` messages from ``queue`` (acknowledged), in order."""
     import kombu
@@ -244,17 +256,14 @@ def test_a_lost_connection_is_replaced_and_nothing_is_sent_twice(exchange: str) 
                          versioned_notifications_topics=(f"{exchange}-a",))  # fmt: skip
     notifier = rabbit.open_rabbit_notifier(options, "qsched-agent:test")
     try:
-        for i in range(5):
-            notifier.notify(f"first{i}", {})
+        tell(notifier, "first", 5)
         assert notifier.flush(10)
         notifier._connection.connection.sock.close()  # the broker went, between batches
-        for i in range(5):
-            notifier.notify(f"second{i}", {})
+        tell(notifier, "second", 5)
         assert notifier.flush(10)
     finally:
         notifier.close()
-    got = [json.loads(json.loads(m.body)["oslo.message"]) for m in take(f"{exchange}-a.info", 10)]
-    assert [m["event_type"] for m in got] == [f"first{i}" for i in range(5)] + [
+    assert event_types(f"{exchange}-a.info", 10) == [f"first{i}" for i in range(5)] + [
         f"second{i}" for i in range(5)
     ]
     assert notifier.lost == 0
@@ -274,21 +283,18 @@ def test_a_refused_publish_loses_its_batch_counted_and_the_next_goes_on_a_new_ch
     notifier = rabbit.open_rabbit_notifier(options, "qsched-agent:test")
     caplog.set_level(logging.ERROR)
     try:
-        for i in range(5):
-            notifier.notify(f"first{i}", {})
+        tell(notifier, "first", 5)
         assert notifier.flush(10) and notifier.lost == 0
         with kombu.Connection(AMQP_URL) as connection:
             connection.default_channel.exchange_delete(exchange)
-        for i in range(3):
-            notifier.notify(f"refused{i}", {})
+        tell(notifier, "refused", 3)
         assert notifier.flush(10) and notifier.lost == 3
-        for i in range(2):
-            notifier.notify(f"after{i}", {})
+        tell(notifier, "after", 2)
         assert notifier.flush(10)
     finally:
         notifier.close()
-    got = [json.loads(json.loads(m.body)["oslo.message"]) for m in take(f"{exchange}-a.info", 7)]
-    assert [m["event_type"] for m in got] == [f"first{i}" for i in range(5)] + ["after0", "after1"]
+    expected = [f"first{i}" for i in range(5)] + ["after0", "after1"]
+    assert event_types(f"{exchange}-a.info", 7) == expected
     assert notifier.lost == 3 and "the broker refused a publish" in caplog.text
 
 

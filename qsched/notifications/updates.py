@@ -44,8 +44,9 @@ STATE_UPDATE_VERSION = "1.0"
 AUDIT_PERIOD_VERSION = "1.0"
 #: Fields of Nova's lifecycle payloads that ``InstanceUpdatePayload`` does not have.
 NOT_IN_UPDATE = frozenset({"fault", "keypairs", "trusted_image_certificates", "instance_name"})
-#: Instances whose delete started here and did not end yet, kept for their old state.
-MAX_DELETING = 10_000
+#: Instances whose delete or server action started here and did not end yet, kept
+#: for their old state: at most this many of each, the oldest forgotten first.
+MAX_UNDER_WAY = 10_000
 
 BUILDING, ACTIVE, ERROR_STATE, DELETED = "building", "active", "error", "deleted"
 SCHEDULING, SPAWNING, DELETING = "scheduling", "spawning", "deleting"
@@ -110,9 +111,7 @@ class StateChangeNotifier(Notifier):
                 return (BUILDING, SCHEDULING), (ERROR_STATE, None)
             return (BUILDING, SPAWNING), (BUILDING, SCHEDULING)  # given back, rescheduled
         if event_type == "instance.delete.start":
-            self._deleting[str(data["uuid"])] = state
-            while len(self._deleting) > MAX_DELETING:
-                self._deleting.popitem(last=False)
+            _remember(self._deleting, str(data["uuid"]), state)
             return (state, None), (state, DELETING)
         if event_type == "instance.delete.end":
             before = self._deleting.pop(str(data["uuid"]), None) or state
@@ -128,14 +127,20 @@ class StateChangeNotifier(Notifier):
         """A server action's: ``.start`` tells its task begun (the payload's task state),
         ``.end`` and ``.error`` its end, from the state ``.start`` told."""
         if phase == "start":
-            self._acting[uuid] = (state, task)
-            while len(self._acting) > MAX_DELETING:
-                self._acting.popitem(last=False)
+            _remember(self._acting, uuid, (state, task))
             return (state, None), (state, task)
         if phase in ("end", "error"):
             before = self._acting.pop(uuid, None) or (state, None)
             return before, (state, None)
         return None
+
+
+def _remember(under_way: collections.OrderedDict[str, Any], uuid: str, state: Any) -> None:
+    """Keep ``state`` for ``uuid`` until its end is told, forgetting the oldest past
+    :data:`MAX_UNDER_WAY` (an end never told must not grow the process)."""
+    under_way[uuid] = state
+    while len(under_way) > MAX_UNDER_WAY:
+        under_way.popitem(last=False)
 
 
 def update_payload(
