@@ -216,6 +216,9 @@ def test_a_lost_delete_request_is_finished_anyway(conf, stores, bus, api, agents
     agents.append(agent)
     inst = api.boot(USER, "vm", "small").uuid
     assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    # ACTIVE is recorded before the spawn's thread lets go of it, and the sweep leaves
+    # a delete whose spawn is in flight to that spawn
+    assert wait_until(lambda: inst not in agent.builds, 5)
     stores.instances.mark_deleting(inst)  # as the API does, but its request never arrives
     assert stores.instances.deleting("cn0") == [inst]
     assert agent.finish_deletes(marked_before=0.0) == 0  # not stuck yet
