@@ -25,7 +25,7 @@ from qsched import exception
 from qsched.bus import open_bus
 from qsched.bus.base import Bus
 from qsched.ledger import Stores, open_stores
-from qsched.notifications import open_notifier
+from qsched.notifications import Notifier, open_notifier
 
 #: Who sends an agent's notifications, as ``nova-compute`` names Nova's compute service.
 PUBLISHER = "qsched-agent"
@@ -34,12 +34,17 @@ LOG = logging.getLogger("qsched.agent")
 
 
 def build_agent(
-    options: qconf.Options, stores: Stores | None = None, bus: Bus | None = None
+    options: qconf.Options,
+    stores: Stores | None = None,
+    bus: Bus | None = None,
+    notifier: Notifier | None = None,
 ) -> ComputeAgent:
     """An agent with the fake driver as the [agent] section describes it.
 
     ``stores`` and ``bus``: the ledger and bus clients to use (several agents of one
-    benchmark process share theirs); by default it opens its own.
+    benchmark process share theirs); by default it opens its own. ``notifier``: where
+    its notifications go; by default the one ``[oslo_messaging_notifications]`` names
+    (:func:`open_notifier`).
 
     :raises Invalid: a malformed ``[agent] node_provider`` line.
     """
@@ -63,7 +68,8 @@ def build_agent(
         state_path=opts.fake_state_path or None,
     )
     stores = stores or open_stores(options.ledger, options.quota)
-    notifier = open_notifier(options.notifications, f"{PUBLISHER}:{opts.host}")
+    if notifier is None:
+        notifier = open_notifier(options.notifications, f"{PUBLISHER}:{opts.host}")
     return ComputeAgent(
         opts, stores, bus or open_bus(options.bus), driver, options.ledger.max_conflict_retries,
         notifier,

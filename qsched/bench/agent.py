@@ -24,9 +24,9 @@ server groups, whose policies are per host. Only the first serves metrics
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
+import signal
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -36,9 +36,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from agents.main import build_agent, catch_stop_signals, config_file_option, settle_heap
+from agents.main import (
+    PUBLISHER,
+    build_agent,
+    catch_stop_signals,
+    config_file_option,
+    settle_heap,
+)
 from agents.service import ComputeAgent
 from qsched import conf as qconf
+from qsched.bench.switch import SIGNAL, NotifierSwitch, obey, write_atomically
 from qsched.bench.timing import (
     RECONCILE,
     REGISTRATION,
@@ -49,19 +56,13 @@ from qsched.bench.timing import (
 from qsched.bus import open_bus
 from qsched.bus.kombu import KombuBus
 from qsched.ledger import open_stores
+from qsched.notifications import open_notifier
 
 #: Agents of one process started (and stopped) at once: registration and the bus
 #: connect overlap, as separate processes' would.
 START_THREADS = 8
 
 LOG = logging.getLogger("qsched.bench.agent")
-
-
-def write_report(path: Path, report: dict[str, Any]) -> None:
-    """Write ``report`` so that a reader never sees half of it."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, sort_keys=True))
-    os.replace(tmp, path)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -88,15 +89,30 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
     show_default=True,
     help="Compute hosts (agents) this process runs, each with its own consumer.",
 )
+@click.option(
+    "--switch",
+    "switch_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Let the bench turn notifications and metrics off and on: on SIGUSR1, apply "
+    "the state in this JSON file and write it back to REPORT.switched "
+    "(qsched.bench.switch).",
+)
 def main(
-    config_files: tuple[str, ...], go_path: Path | None, report_path: Path, host_count: int
+    config_files: tuple[str, ...],
+    go_path: Path | None,
+    report_path: Path,
+    host_count: int,
+    switch_path: Path | None,
 ) -> None:
     """Run qsched compute agents and report how long their start took."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     wait_for_stop_signal = catch_stop_signals()
     timer = PhaseTimer()
     wrapped = timer.wrap("registration", REGISTRATION) + timer.wrap("reconcile", RECONCILE)
-    agents = build_agents(qconf.load_options(config_files=config_files), host_count)
+    agents = build_agents(qconf.load_options(config_files=config_files), host_count,
+                          switchable=switch_path is not None)  # fmt: skip
+    if switch_path is not None:
+        signal.signal(SIGNAL, obey(agents, switch_path, report_path.with_suffix(".switched")))
     if go_path is not None:
         report_path.with_suffix(".loaded").touch()
         while not go_path.exists():
@@ -116,7 +132,7 @@ def main(
         "phases": timer.to_dict(),
         "timed": wrapped,
     }
-    write_report(report_path, report)
+    write_atomically(report_path, report)
     LOG.info("bench agents %s: %d started in %.2fs", agents[0].host, len(agents),
              report["start_s"])  # fmt: skip
     wait_for_stop_signal()
@@ -124,14 +140,23 @@ def main(
     _each(agents, ComputeAgent.stop)
     report["counters"] = dict(sum((Counter(a.counters) for a in agents), Counter()))
     report["counters"].update(collections.to_counters())  # the process's, not summed
-    write_report(report_path, report)
+    write_atomically(report_path, report)
 
 
-def build_agents(options: qconf.Options, count: int) -> list[ComputeAgent]:
+def build_agents(
+    options: qconf.Options, count: int, switchable: bool = False
+) -> list[ComputeAgent]:
     """``count`` agents splitting ``[agent] node_count``: the process's own host when
-    there is one, else ``<host>-0`` ... ``<host>-<count - 1>``, on shared clients."""
+    there is one, else ``<host>-0`` ... ``<host>-<count - 1>``, on shared clients;
+    ``switchable``: their notifiers are :class:`NotifierSwitch` es."""
+
+    def notifier(host: str) -> NotifierSwitch | None:
+        if not switchable:
+            return None
+        return NotifierSwitch(open_notifier(options.notifications, f"{PUBLISHER}:{host}"))
+
     if count == 1:
-        return [build_agent(options)]
+        return [build_agent(options, notifier=notifier(options.agent.host))]
     opts = options.agent
     if opts.node_count < count:
         raise click.BadParameter(f"{count} hosts for {opts.node_count} nodes", param_hint="--hosts")
@@ -147,7 +172,8 @@ def build_agents(options: qconf.Options, count: int) -> list[ComputeAgent]:
         nodes = total // count + (1 if j < total % count else 0)
         own = dataclasses.replace(opts, host=f"{opts.host}-{j}", node_count=nodes,
                                   metrics_port=opts.metrics_port if j == 0 else 0)  # fmt: skip
-        agents.append(build_agent(dataclasses.replace(options, agent=own), stores, bus))
+        agents.append(build_agent(dataclasses.replace(options, agent=own), stores, bus,
+                                  notifier(own.host)))  # fmt: skip
     return agents
 
 

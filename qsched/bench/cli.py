@@ -43,6 +43,8 @@ PRESETS: dict[str, tuple[Any, Any]] = {
     "fill_hosts": (100, 40),
     "fill_rate": (100.0, 100.0),
     "burst_s": (4.0, 1.5),
+    "plumbing_blocks": (3, 2),
+    "plumbing_slice_s": (10.0, 6.0),
     "instances_hosts": (100_000, 10_000),
     "preload": (1_000_000, 100_000),
 }
@@ -168,6 +170,24 @@ DEFAULT_SCENARIOS = tuple(name for name in SCENARIOS if name != "instances")
     "(docs/scale.rst).",
 )
 @click.option(
+    "--plumbing-hosts",
+    type=click.IntRange(1),
+    default=Settings.plumbing_hosts,
+    show_default=True,
+    help="Plumbing: hosts of its cloud.",
+)
+@click.option(
+    "--plumbing-blocks",
+    type=click.IntRange(1),
+    help="Plumbing: blocks of four slices (off, on, on, off) per comparison [default: 3; "
+    "--quick 2].",
+)
+@click.option(
+    "--plumbing-slice-s",
+    type=click.FloatRange(min=0.1),
+    help="Plumbing: seconds of boots in one slice [default: 10; --quick 6].",
+)
+@click.option(
     "--group-members",
     type=click.IntRange(1),
     default=250,
@@ -272,6 +292,9 @@ def main(
     fill_hosts: int | None,
     instances_hosts: int | None,
     preload: int | None,
+    plumbing_hosts: int,
+    plumbing_blocks: int | None,
+    plumbing_slice_s: float | None,
     group_members: int,
     ledger_url: str,
     amqp_url: str,
@@ -307,6 +330,10 @@ def main(
       rules       classes with placement rules next to a plain one, per N: a host
                   rule, a tenant-isolated aggregate, a nested GPU flavor, a provider
                   shared by every host (its conflicts), an anti-affinity group
+      plumbing    one cloud (--plumbing-hosts) whose agents turn notifications and metrics
+                  off and on between slices of the same load (off, on, on, off): the
+                  agents' CPU per placement without and with each, and both against
+                  the 10% they may add (needs RabbitMQ)
       instances   the same cloud with no instance and with --preload current and past
                   instances: Redis memory per host and instance, agent restart,
                   submit to claimed, delete to DELETED, archive-deleted of the past ones
@@ -348,6 +375,9 @@ def main(
         fill_hosts=fill_hosts or settings_values["fill_hosts"],
         fill_rate_per_s=settings_values["fill_rate"],
         group_members=group_members,
+        plumbing_hosts=plumbing_hosts,
+        plumbing_blocks=plumbing_blocks or settings_values["plumbing_blocks"],
+        plumbing_slice_s=plumbing_slice_s or settings_values["plumbing_slice_s"],
         instances_hosts=instances_hosts or settings_values["instances_hosts"],
         preload_instances=settings_values["preload"] if preload is None else preload,
         ledger_url=ledger_url,

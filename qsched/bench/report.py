@@ -52,7 +52,21 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     fill = results.get("fill")
     if fill:
         found += _fill_targets(fill)
+    if "plumbing" in results:
+        found.append(_plumbing_target(results["plumbing"]))
     return found
+
+
+def _plumbing_target(plumbing: dict[str, Any]) -> dict[str, Any]:
+    limit = plumbing.get("limit_pct", 10.0)
+    target = f"notifications and metrics add at most {limit:g}% to the agents' CPU per placement"
+    agents = plumbing.get("comparisons", {}).get("both", {}).get("agents")
+    if agents is None:
+        return _row(target, plumbing.get("skipped", "not measured"), None)
+    measured = (f"{agents['off_ms']} -> {agents['on_ms']} ms, {agents['change_pct']:+.1f}% "
+                f"(median of {agents['blocks']} blocks, {agents['min_pct']:+.1f}% to "
+                f"{agents['max_pct']:+.1f}%)")  # fmt: skip
+    return _row(target, measured, agents["change_pct"] <= limit)
 
 
 def _row(target: str, measured: str, met: bool | None) -> dict[str, Any]:
@@ -234,6 +248,19 @@ def plumbing_cost_table(rows: list[dict[str, Any]]) -> list[str]:
     body = [(r["feature"], r["hosts"], r["path"], r["part"], _cost_cell(r["off_ms"]),
              _cost_cell(r["on_ms"]), f"{r['change_pct']:+.1f}") for r in rows]  # fmt: skip
     return simple_table(("feature", "hosts", "path", "part", "off ms", "on ms", "change %"), body)
+
+
+def plumbing_table(plumbing: dict[str, Any]) -> list[str]:
+    """Per comparison and part: CPU ms per placement off and on (medians over the
+    slices) and the blocks' change (median, least, most)."""
+    body = [
+        (name, part, _cost_cell(f["off_ms"]), _cost_cell(f["on_ms"]), f"{f['change_pct']:+.1f}",
+         f"{f['min_pct']:+.1f} .. {f['max_pct']:+.1f}")
+        for name, comparison in plumbing.get("comparisons", {}).items()
+        for part, f in comparison.items()
+        if part != "blocks"
+    ]  # fmt: skip
+    return simple_table(("switched", "part", "off ms", "on ms", "change %", "blocks %"), body)
 
 
 def rules_table(rules: list[dict[str, Any]]) -> list[str]:
@@ -427,6 +454,12 @@ def render(results: dict[str, Any]) -> str:
         parts += ["Cost of metrics and notifications (CPU ms per placement, scale sweep "
                   "without and with each)", "", *plumbing_cost_table(results["plumbing_cost"]),
                   ""]  # fmt: skip
+    plumbing = results.get("plumbing") or {}
+    if plumbing.get("comparisons"):
+        parts += [f"Cost of notifications and metrics, switched in turns ({plumbing['hosts']} "
+                  f"hosts, library path at {plumbing['rate_per_s']:g}/s, slices of "
+                  f"{plumbing['slice_s']:g}s; CPU ms per placement)", "",
+                  *plumbing_table(plumbing), ""]  # fmt: skip
     label, commands = redis_sample(results)
     if commands:
         parts += [f"Redis commands per placement ({label}; server-wide INFO commandstats; "

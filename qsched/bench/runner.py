@@ -56,6 +56,11 @@ class Settings:
     #: them on (and metrics as last) when both; they go to this RabbitMQ (rabbit://)
     notifications: tuple[bool, ...] = (False,)
     notification_url: str | None = None
+    #: plumbing: the hosts of its cloud, its blocks of four slices per comparison, and
+    #: the seconds of one slice (:mod:`qsched.bench.plumbing`)
+    plumbing_hosts: int = 1_000
+    plumbing_blocks: int = 3
+    plumbing_slice_s: float = 10.0
     #: instances: the hosts of its clouds, the instances preloaded into the second one,
     #: and the share of them live (ACTIVE; the others past: DELETED)
     instances_hosts: int = 100_000

@@ -20,6 +20,7 @@ from qsched.bench.instances import run_instances
 from qsched.bench.load import HttpSubmitter, LibrarySubmitter, Submit
 from qsched.bench.packing import BenchFlavor, best_fit, flavor_stream, fractions
 from qsched.bench.phase import PhaseResult, run_phase, samples, summarize
+from qsched.bench.plumbing import run_plumbing
 from qsched.bench.rules import run_rules
 from qsched.bench.runner import SCALE_FLAVOR, Runner, brief
 from qsched.bench.stack import Cloud
@@ -338,5 +339,6 @@ SCENARIOS: dict[str, Scenario] = {
     "saturation": run_saturation,
     "fill": run_fill,
     "rules": run_rules,
+    "plumbing": run_plumbing,
     "instances": run_instances,
 }

@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from qsched.bench.packing import BenchFlavor
+from qsched.bench.switch import flip
 from qsched.bench.timing import peak_rss_kb
 from qsched.bus.kombu import KombuBus
 from qsched.compute import ComputeAPI
@@ -77,6 +78,9 @@ class CloudSpec:
     #: this RabbitMQ (``rabbit://...``), on a topic and an exchange of the cloud's own;
     #: None: off, as by default
     notification_url: str | None = None
+    #: agent processes that turn notifications and metrics off and on when told
+    #: (:meth:`Cloud.switch`, :mod:`qsched.bench.switch`)
+    switchable: bool = False
     #: compute hosts (agents, each with its own consumer) per agent process
     #: (:mod:`qsched.bench.agent` ``--hosts``); the process's nodes are split between them
     hosts_per_agent: int = 1
@@ -193,6 +197,16 @@ class Cloud:
     def peak_rss(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def switch(self, notifications: bool, metrics: bool) -> float:
+        """Turn the agents' notifications and metrics off or on (a :attr:`CloudSpec.switchable`
+        cloud); once every agent process applied it, the CPU seconds they have used so far,
+        summed."""
+        raise NotImplementedError(f"a {self.mode} cloud has no switch")
+
+    def notifications_held(self) -> int:
+        """Notifications waiting in this cloud's queues (a cloud that sends them)."""
+        raise NotImplementedError(f"a {self.mode} cloud sends no notifications")
+
     def restart_agents(self) -> dict[str, Any] | None:
         """Stop the agents and start them again on their nodes; the new start's summary
         (as :attr:`registration`), or None where a cloud cannot (the embedded one)."""
@@ -244,6 +258,7 @@ class ProcessCloud(Cloud):
             workdir / prefix, config, api, agent_command=agent, host_stem="a", stop_timeout_s=60
         )
         self.registration = {}
+        self._switches = 0
 
     def start(self) -> Cloud:
         """Start everything, wait until agents consume and the API answers."""
@@ -264,6 +279,8 @@ class ProcessCloud(Cloud):
         for i, count in enumerate(self.spec.node_counts()):
             args = ["--report", str(self._report(i)), "--go", str(self.stack.dir / "go"),
                     "--hosts", str(per_process[i])]  # fmt: skip
+            if self.spec.switchable:
+                args += ["--switch", str(self.stack.dir / "switch.json")]
             metrics = {"metrics_host": LOOPBACK, "metrics_port": free_port()}
             self.stack.start_agent(i, {"node_count": count, **(metrics if self.spec.metrics
                                                                  else {})}, args)  # fmt: skip
@@ -275,6 +292,32 @@ class ProcessCloud(Cloud):
         self.stack.wait(lambda: all(p.exists() for p in loaded), 60, "agents did not load", 0.02)
         (self.stack.dir / "go").touch()  # every agent loaded: they register together
         return self._wait_agents()
+
+    def switch(self, notifications: bool, metrics: bool) -> float:
+        if not self.spec.switchable:
+            raise StackFailed("this cloud's agents were not started with --switch")
+        self._switches += 1
+        agents = self.stack.agents.items()
+        acks = {p.pid: self._report(i).with_suffix(".switched") for i, p in agents}
+        found = flip(self.stack.dir / "switch.json", acks, self._switches,
+                     notifications=notifications, metrics=metrics)  # fmt: skip
+        return sum(float(ack["cpu_s"]) for ack in found.values())
+
+    def notifications_held(self) -> int:
+        if self.notifications is None:
+            raise StackFailed("this cloud sends no notifications")
+        import kombu
+
+        held = 0
+        with kombu.Connection(self.spec.transport_url) as connection:
+            for name in self.notifications.queues():
+                channel = connection.channel()  # a queue not declared yet closes it
+                try:
+                    held += channel.queue_declare(name, passive=True).message_count
+                except connection.channel_errors:
+                    continue  # no such queue: nothing was sent at its priority
+                channel.close()
+        return held
 
     def restart_agents(self) -> dict[str, Any]:
         """Stop every agent process (SIGTERM) and start them again on the same hosts and
