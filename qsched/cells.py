@@ -26,7 +26,7 @@ reservation and the cell's record is abandoned in its cell (a late create then
 refuses) and its quota returned.
 
 :func:`open_cells` builds the front door from the ``[cells]`` options (a service's
-entry point calls it).
+entry point calls it; :func:`qsched.janitor.start_periodic_tasks` runs its mover).
 
 Not built yet (docs/scale.rst): flavors and keypairs written
 to every cell by one call, and cell choice by free capacity (a cell is chosen here
@@ -330,7 +330,11 @@ class QuotaMover:
     def run_once(self) -> dict[str, int]:
         """One pass: how many releases were moved and pending boots settled."""
         moved = sum(self._move(name) for name in self.cells.cells)
-        return {"moved": moved, "settled": self._settle_pending()}
+        settled = self._settle_pending()
+        if moved or settled:
+            LOG.info("cells: %d releases of quota moved to the API keyspace, %d pending boots "
+                     "settled", moved, settled)  # fmt: skip
+        return {"moved": moved, "settled": settled}
 
     def _move(self, name: str) -> int:
         records = self.cells.maps[name]
