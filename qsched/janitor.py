@@ -226,16 +226,22 @@ def start_periodic_tasks(
             counts.outbox_published(len(outbox()))
 
         tasks.append(Periodic("outbox", options.outbox_interval_s, outbox_pass))
-    cells = cells or CellsOptions.defaults()
-    if front is not None and cells.mover_interval_s:
-        mover = QuotaMover(front, cells.pending_grace_s)
-
-        def quota_mover() -> dict[str, int]:
-            done = mover.run_once()
-            counts.cells_mover_ran(done["moved"], done["settled"])
-            return done
-
-        tasks.append(Periodic("cells-quota-mover", cells.mover_interval_s, quota_mover))
+    if front is not None:
+        tasks += _cells_tasks(front, cells or CellsOptions.defaults(), counts)
     for task in tasks:
         task.start()
     return tasks
+
+
+def _cells_tasks(front: CellsCompute, cells: CellsOptions, counts: APIMetrics) -> list[Periodic]:
+    """The cells' quota mover, unless ``[cells] mover_interval_s`` is 0."""
+    if not cells.mover_interval_s:
+        return []
+    mover = QuotaMover(front, cells.pending_grace_s)
+
+    def quota_mover() -> dict[str, int]:
+        done = mover.run_once()
+        counts.cells_mover_ran(done["moved"], done["settled"])
+        return done
+
+    return [Periodic("cells-quota-mover", cells.mover_interval_s, quota_mover)]
