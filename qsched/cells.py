@@ -25,6 +25,9 @@ settles ``inst-map-pending``: a boot whose API process died between the
 reservation and the cell's record is abandoned in its cell (a late create then
 refuses) and its quota returned.
 
+:func:`open_cells` builds the front door from the ``[cells]`` options (a service's
+entry point calls it; :func:`qsched.janitor.start_periodic_tasks` runs its mover).
+
 Not built yet (docs/scale.rst): flavors and keypairs written
 to every cell by one call, and cell choice by free capacity (a cell is chosen here
 by its availability zone, else by live instances per registered agent, O(cells)).
@@ -37,14 +40,17 @@ import itertools
 import logging
 import time
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from qsched import exception
+from qsched.bus.base import Bus
 from qsched.compute import ComputeAPI, MarkerNotFound, Reservation
+from qsched.conf import BusOptions, CellsOptions, LedgerOptions, QuotaOptions
+from qsched.conf.cells import API_CELL
 from qsched.context import RequestContext
 from qsched.flavors import ref_id
-from qsched.ledger import Stores
+from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, QuotaStore
 from qsched.ledger.cellmap import RedisCellMap, cell_map
 from qsched.server_list import ServerQuery
@@ -73,7 +79,8 @@ class CellsCompute:
 
     ``api``: the stores of the API keyspace (its quota is the deployment's);
     ``cells``: each cell's front door by cell name, every cell :func:`join`-ed;
-    ``zones``: availability zone -> the cell that serves it.
+    ``zones``: availability zone -> the cell that serves it; ``opened``: what
+    :meth:`close` closes (what :func:`open_cells` opened; nothing for given cells).
     """
 
     def __init__(
@@ -81,6 +88,7 @@ class CellsCompute:
         api: Stores,
         cells: Mapping[str, ComputeAPI],
         zones: Mapping[str, str] | None = None,
+        opened: Sequence[Callable[[], object]] = (),
     ) -> None:
         if not cells:
             raise exception.Invalid(reason="several cells need at least one cell")
@@ -93,6 +101,11 @@ class CellsCompute:
         for zone, name in self.zones.items():
             if name not in self.cells:
                 raise UnknownCell(cell=f"{name!r} (zone {zone})", known=", ".join(self.cells))
+        self._opened = list(opened)
+
+    def close(self) -> None:
+        """Close the buses and ledger connections :func:`open_cells` opened."""
+        _close(self._opened)
 
     # -- where an instance is --
 
@@ -252,6 +265,59 @@ class CellsCompute:
         return self.compute_of(uuid).delete(context, uuid)
 
 
+def open_cells(
+    options: CellsOptions,
+    ledger: LedgerOptions,
+    bus: BusOptions,
+    open_bus: Callable[[BusOptions], Bus],
+    quota: QuotaOptions | None = None,
+    **compute: Any,
+) -> CellsCompute:
+    """The front door of the cells ``options`` names, each :func:`join`-ed (idempotent).
+
+    The API keyspace's stores at ``api_url``, under the cell name ``api``; each cell's
+    at its ledger URL, under its name, and its bus: ``open_bus`` of ``bus`` with the
+    cell's prefix. ``ledger``: the options every keyspace opens with (its ``url`` and
+    ``cell`` are replaced); ``quota``: the default limits, the deployment's in the API
+    keyspace (a cell's own instances, cores and RAM are left unlimited; its other
+    limits, server groups and keypairs, stay the cell's); ``compute``: the other
+    arguments of each cell's :class:`ComputeAPI` (``scheduler``, ``api``, ``policy``,
+    ...). Nothing else is opened or read; :meth:`CellsCompute.close` closes it all.
+
+    :raises Invalid: ``options`` names no cell (one cell needs none of this).
+    :raises BackendUnavailable: a cell's ledger did not answer its join, or a bus did
+        not open; what was opened is closed.
+    """
+    specs = options.specs()
+    if not specs or not options.api_url:
+        raise exception.Invalid(reason="[cells] names no cell: one cell needs no front door")
+    opened: list[Callable[[], object]] = []
+    try:
+        api = open_stores(ledger.replace(cell=API_CELL), quota, url=options.api_url)
+        opened.append(api.backend.close)
+        cells = {}
+        for spec in specs:
+            stores = open_stores(ledger.replace(cell=spec.name), quota, url=spec.ledger_url)
+            opened.append(stores.backend.close)
+            cell_bus = open_bus(bus.replace(prefix=spec.bus_prefix))
+            opened.append(cell_bus.close)
+            cells[spec.name] = ComputeAPI(stores, cell_bus, **compute)
+        for cell in cells.values():
+            join(cell.stores)
+        return CellsCompute(api, cells, options.zones(), opened)
+    except BaseException:
+        _close(opened)
+        raise
+
+
+def _close(opened: Sequence[Callable[[], object]]) -> None:
+    for close in reversed(opened):
+        try:
+            close()
+        except Exception:  # the others still close
+            LOG.exception("cells: closing %s failed", close)
+
+
 class QuotaMover:
     """Applies the cells' quota releases to the API keyspace, and settles boots left
     pending by an API process that died (see the module docstring). Run by the
@@ -264,7 +330,11 @@ class QuotaMover:
     def run_once(self) -> dict[str, int]:
         """One pass: how many releases were moved and pending boots settled."""
         moved = sum(self._move(name) for name in self.cells.cells)
-        return {"moved": moved, "settled": self._settle_pending()}
+        settled = self._settle_pending()
+        if moved or settled:
+            LOG.info("cells: %d releases of quota moved to the API keyspace, %d pending boots "
+                     "settled", moved, settled)  # fmt: skip
+        return {"moved": moved, "settled": settled}
 
     def _move(self, name: str) -> int:
         records = self.cells.maps[name]

@@ -9,7 +9,8 @@ A restarting agent does the same for itself (:mod:`agents.reconcile`).
 
 The janitor also empties the outbox (:mod:`qsched.outbox`): boot requests recorded
 and never confirmed by the broker (a front door killed in between) are published
-once they have waited ``[scheduler] outbox_grace_s``.
+once they have waited ``[scheduler] outbox_grace_s``. With several cells behind one
+API (``[cells]``), it runs their :class:`~qsched.cells.QuotaMover` too.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any
 
 from qsched import exception
 from qsched.bus.base import Bus
-from qsched.conf import SchedulerOptions
+from qsched.cells import CellsCompute, QuotaMover
+from qsched.conf import CellsOptions, SchedulerOptions
 from qsched.ledger import Stores
 from qsched.ledger.base import State
 from qsched.metrics import APIMetrics, NoMetrics
@@ -192,10 +194,13 @@ def start_periodic_tasks(
     bus: Bus,
     metrics: APIMetrics | None = None,
     notifier: Notifier = NULL,
+    front: CellsCompute | None = None,
+    cells: CellsOptions | None = None,
 ) -> list[Periodic]:
     """The API service's housekeeping: the deadline reaper (which tells ``notifier`` of
-    what it ends), this janitor, the outbox; ``metrics`` count what each run did (None:
-    nowhere)."""
+    what it ends), this janitor, the outbox, and with ``front`` (the cells ``cells``
+    names, :func:`qsched.cells.open_cells`) their quota mover, every ``[cells]
+    mover_interval_s``; ``metrics`` count what each run did (None: nowhere)."""
     counts = metrics or NoMetrics()
     tasks = []
     if options.reap_interval_s:
@@ -221,6 +226,22 @@ def start_periodic_tasks(
             counts.outbox_published(len(outbox()))
 
         tasks.append(Periodic("outbox", options.outbox_interval_s, outbox_pass))
+    if front is not None:
+        tasks += _cells_tasks(front, cells or CellsOptions.defaults(), counts)
     for task in tasks:
         task.start()
     return tasks
+
+
+def _cells_tasks(front: CellsCompute, cells: CellsOptions, counts: APIMetrics) -> list[Periodic]:
+    """The cells' quota mover, unless ``[cells] mover_interval_s`` is 0."""
+    if not cells.mover_interval_s:
+        return []
+    mover = QuotaMover(front, cells.pending_grace_s)
+
+    def quota_mover() -> dict[str, int]:
+        done = mover.run_once()
+        counts.cells_mover_ran(done["moved"], done["settled"])
+        return done
+
+    return [Periodic("cells-quota-mover", cells.mover_interval_s, quota_mover)]

@@ -12,9 +12,10 @@ counters, ``_seconds`` on durations); ``docs/metrics.rst`` lists them with the a
   confirm, by the front door's bus (:class:`CountedPublisher`);
 * ``qsched_no_valid_host_total`` (by reason): ``deadline`` for the reaper's ends,
   ``filter`` for a boot no host could take (the agents count theirs under the same
-  name); ``qsched_janitor_requeued_total``, ``qsched_janitor_requeue_failures_total``
-  and ``qsched_outbox_published_total``: the housekeeping runs
-  (:func:`qsched.janitor.start_periodic_tasks`).
+  name); ``qsched_janitor_requeued_total``, ``qsched_janitor_requeue_failures_total``,
+  ``qsched_outbox_published_total``, and with ``[cells]`` named
+  ``qsched_cells_quota_moved_total`` and ``qsched_cells_boots_settled_total``: the
+  housekeeping runs (:func:`qsched.janitor.start_periodic_tasks`).
 
 Label values come from fixed sets, so the number of series stays bounded whatever the
 traffic: ``route`` is the route's URI template (``/v2.1/servers/{server_id}``, or
@@ -134,6 +135,14 @@ class APIMetrics:
             "qsched_outbox_published", "Boot requests stranded in the outbox (recorded, "
             "never confirmed) that the janitor published.", registry=on,
         )  # fmt: skip
+        self._quota_moved = Counter(
+            "qsched_cells_quota_moved", "Releases of quota in the cells that the janitor "
+            "applied to the API keyspace.", registry=on,
+        )  # fmt: skip
+        self._boots_settled = Counter(
+            "qsched_cells_boots_settled", "Boots left pending past [cells] pending_grace_s "
+            "(their API process died) that the janitor settled.", registry=on,
+        )  # fmt: skip
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
         """One response: ``route`` is its URI template (or :data:`UNMATCHED`)."""
@@ -164,6 +173,11 @@ class APIMetrics:
 
     def outbox_published(self, count: int) -> None:
         self._outbox.inc(count)
+
+    def cells_mover_ran(self, moved: int, settled: int) -> None:
+        """One pass of the cells' quota mover: releases moved, pending boots settled."""
+        self._quota_moved.inc(moved)
+        self._boots_settled.inc(settled)
 
     def counted(self, bus: Publisher) -> Publisher:
         """``bus`` with its failed publishes counted (:class:`CountedPublisher`)."""
@@ -208,6 +222,9 @@ class NoMetrics(APIMetrics):
         pass
 
     def outbox_published(self, count: int) -> None:
+        pass
+
+    def cells_mover_ran(self, moved: int, settled: int) -> None:
         pass
 
     def counted(self, bus: Publisher) -> Publisher:

@@ -3,13 +3,15 @@ and instance mappings, on fakeredis, a real Redis and a real three-master Redis
 Cluster (where the API keyspace and each cell are three slots, on masters of
 their own or shared, and no script spans two).
 
-Each cell has its own stores, in-process bus and agents; zone ``az1`` is served by
-``cell1``, ``az2`` by ``cell2``.
+The front door is built from ``[cells]`` options (:func:`qsched.cells.open_cells`):
+each cell has its own stores, in-process bus and agents; zone ``az1`` is served by
+``cell1``, ``az2`` by ``cell2``. The janitor runs the quota mover when cells are named.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -18,20 +20,30 @@ import pytest
 
 from agents.service import ComputeAgent
 from qsched import cells as qcells
-from qsched import exception
+from qsched import conf as qconf
+from qsched import exception, janitor
+from qsched.api import app as api_app
 from qsched.bus.kombu import KombuBus
 from qsched.compute import ComputeAPI, MarkerNotFound
-from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
+from qsched.conf import APIOptions, BusOptions, CellsOptions, LedgerOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State
+from qsched.metrics import APIMetrics
+from qsched.net import free_port
 from tests.conftest import WITH_CLUSTER, backend_url
 from tests.helpers import wait_until
+from tests.raw import DeadClient, redis_store
 from tests.test_agent import USER, make_agent, settled
+from tests.test_metrics import parse, value
 
 ZONES = {"az1": "cell1", "az2": "cell2"}
+#: the janitor's housekeeping of one cell off: only the cells' mover runs
+NO_HOUSEKEEPING = SchedulerOptions.defaults().replace(
+    reap_interval_s=0, janitor_interval_s=0, outbox_interval_s=0
+)
 
 
 @pytest.fixture(params=WITH_CLUSTER)
@@ -39,16 +51,56 @@ def ledger_url(request: pytest.FixtureRequest) -> str:
     return backend_url(request)
 
 
+def cells_options(ledger_url: str, prefix: str, **others) -> CellsOptions:
+    """Both cells and the API keyspace on one ledger, each cell on a bus prefix of its own."""
+    return CellsOptions.defaults().replace(
+        cell=tuple(f"{name} {ledger_url} {prefix}-{name}" for name in ZONES.values()),
+        api_url=ledger_url, zone=tuple(f"{zone} {name}" for zone, name in ZONES.items()),
+        **others,
+    )  # fmt: skip
+
+
+class Buses:
+    """``open_bus`` for :func:`qsched.cells.open_cells`: in-process buses, kept by prefix."""
+
+    def __init__(self) -> None:
+        self.opened: dict[str, KombuBus] = {}
+        self.closed: list[str] = []
+
+    def __call__(self, options: BusOptions) -> KombuBus:
+        bus = self.opened[options.prefix] = KombuBus("memory://", prefix=options.prefix)
+        close = bus.close
+
+        def closed() -> None:
+            self.closed.append(options.prefix)
+            close()
+
+        bus.close = closed  # type: ignore[method-assign]
+        return bus
+
+
 @dataclasses.dataclass
 class Deployment:
-    api: Stores
-    cells: dict[str, ComputeAPI]
+    options: CellsOptions
+    buses: Buses
     front: qcells.CellsCompute
     mover: qcells.QuotaMover
     agents: list[ComputeAgent]
 
+    @property
+    def api(self) -> Stores:
+        return self.front.api
+
+    @property
+    def cells(self) -> dict[str, ComputeAPI]:
+        return self.front.cells
+
     def stores(self, cell: str) -> Stores:
         return self.cells[cell].stores
+
+    def bus(self, cell: str) -> KombuBus:
+        (spec,) = [s for s in self.options.specs() if s.name == cell]
+        return self.buses.opened[spec.bus_prefix]
 
     def boot(self, zone: str | None = None, name: str = "vm") -> str:
         made = self.front.boot_many(USER, name, "small", availability_zone=zone)
@@ -62,42 +114,43 @@ class Deployment:
     def live(self, cell: str) -> int:
         return len(self.stores(cell).instances.list_project("p1"))
 
+    def deleted(self, uuid: str) -> None:
+        """Delete through the front door and wait for the cell to end it."""
+        self.front.delete(USER, uuid)
+        ended = self.stores(self.front.cell_of(uuid))
+        assert wait_until(lambda: ended.instances.get(uuid).state == State.DELETED, 10)
 
-def open_cell(conf, url: str, name: str) -> tuple[ComputeAPI, KombuBus]:
-    conf.set_override("cell", name, group="ledger")
-    stores = open_stores(LedgerOptions.from_conf(conf), url=url)
-    bus = KombuBus("memory://", prefix=f"t{uuid.uuid4().hex[:8]}-{name}")
-    compute = ComputeAPI(stores, bus, SchedulerOptions.from_conf(conf), APIOptions.from_conf(conf))
-    compute.flavors.create(Flavor("small", 1, 512, 0))
-    qcells.join(stores)
-    return compute, bus
+    def housekeeping(self, metrics: APIMetrics, interval_s: float = 0.05) -> list:
+        """The janitor's periodic tasks, only the cells' mover on, every ``interval_s``."""
+        cells = self.options.replace(mover_interval_s=interval_s)
+        return janitor.start_periodic_tasks(NO_HOUSEKEEPING, self.stores("cell1"),
+                                            self.bus("cell1"), metrics, front=self.front,
+                                            cells=cells)  # fmt: skip
 
 
 @pytest.fixture
 def deployment(conf, ledger_url: str) -> Iterator[Deployment]:
     conf.set_override("build_timeout_s", 30, group="scheduler")
-    conf.set_override("cell", "api", group="ledger")
-    api = open_stores(LedgerOptions.from_conf(conf), url=ledger_url)
-    api.quota.set_limits("p1", instances=5, cores=-1, ram_mb=-1)
-    opened = {name: open_cell(conf, ledger_url, name) for name in ZONES.values()}
-    cells = {name: compute for name, (compute, _bus) in opened.items()}
-    agents = []
+    options = cells_options(ledger_url, f"t{uuid.uuid4().hex[:8]}")
+    buses = Buses()
+    front = qcells.open_cells(
+        options, LedgerOptions.from_conf(conf), BusOptions.from_conf(conf), buses,
+        scheduler=SchedulerOptions.from_conf(conf), api=APIOptions.from_conf(conf),
+    )  # fmt: skip
+    front.api.quota.set_limits("p1", instances=5, cores=-1, ram_mb=-1)
+    running = Deployment(options, buses, front, qcells.QuotaMover(front, 60.0), [])
     try:
         for zone, name in ZONES.items():
+            running.cells[name].flavors.create(Flavor("small", 1, 512, 0))
             conf.set_override("availability_zone", zone, group="agent")
-            compute, bus = opened[name]
-            agents.append(
-                make_agent(conf, compute.stores, bus, f"{name}-cn0", nodes=1, vcpus=8, ram_mb=8192)
-            )
-        front = qcells.CellsCompute(api, cells, ZONES)
-        yield Deployment(api, cells, front, qcells.QuotaMover(front, 60.0), agents)
+            agent = make_agent(conf, running.stores(name), running.bus(name), f"{name}-cn0",
+                               nodes=1, vcpus=8, ram_mb=8192)  # fmt: skip
+            running.agents.append(agent)
+        yield running
     finally:
-        for agent in agents:
+        for agent in running.agents:
             agent.stop(timeout_s=5)
-        for compute, bus in opened.values():
-            bus.close()
-            compute.stores.backend.close()
-        api.backend.close()
+        front.close()
 
 
 def test_boots_go_to_their_zones_cell_and_are_found_there(deployment: Deployment) -> None:
@@ -276,3 +329,134 @@ def test_lists_merge_the_cells_and_page_across_them(deployment: Deployment) -> N
     other = RequestContext.for_project("u9", "p9")
     with pytest.raises(MarkerNotFound):  # not one of theirs
         deployment.front.list(other, marker=booted[0])
+
+
+# -- built from the [cells] options, and the janitor's mover --
+
+
+def test_the_front_door_is_built_from_the_options(deployment: Deployment) -> None:
+    """Each cell on its keyspace and its bus prefix, joined; the API keyspace apart."""
+    front = deployment.front
+    assert list(front.cells) == ["cell1", "cell2"] and front.zones == ZONES
+    assert redis_store(front.api).keys.cell == "api"
+    for spec in deployment.options.specs():
+        stores = deployment.stores(spec.name)
+        assert redis_store(stores).keys.cell == spec.name
+        assert stores.quota.default_limits()["instances"] == -1  # joined: the API's quota
+        assert deployment.cells[spec.name].bus is deployment.buses.opened[spec.bus_prefix]
+    assert sorted(deployment.buses.opened) == sorted(s.bus_prefix for s in
+                                                     deployment.options.specs())  # fmt: skip
+    assert deployment.buses.closed == []
+
+
+def test_the_janitor_moves_a_release_to_the_api_keyspace(deployment: Deployment) -> None:
+    """A delete in a cell gives its quota back in the API keyspace without anyone
+    running the mover by hand: the janitor's pass does, and counts it."""
+    vm = deployment.boot("az2")
+    deployment.placed([vm])
+    metrics = APIMetrics()
+    tasks = deployment.housekeeping(metrics)
+    try:
+        assert [task.name for task in tasks] == ["cells-quota-mover"]
+        deployment.deleted(vm)
+        assert wait_until(lambda: deployment.api.quota.get_usage("p1").instances == 0, 10)
+    finally:
+        for task in tasks:
+            task.stop()
+    samples, _families = parse(metrics.exposition())
+    assert value(samples, "qsched_cells_quota_moved_total") == 1
+    assert value(samples, "qsched_cells_boots_settled_total") == 0
+    assert qcells.audit(deployment.front)["ok"]
+
+
+def test_a_failed_pass_of_the_mover_is_logged_and_the_next_one_moves(
+    deployment: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The API keyspace down: each pass logs the outage (no traceback) and the release
+    waits in its cell; back up, the next pass moves it."""
+    vm = deployment.boot("az1")
+    deployment.placed([vm])
+    deployment.deleted(vm)
+    store = redis_store(deployment.api)
+    live, store.client = store.client, DeadClient()  # type: ignore[assignment]
+    tasks = deployment.housekeeping(APIMetrics())
+    try:
+        with caplog.at_level(logging.WARNING, logger="qsched.periodic"):
+            assert wait_until(lambda: len(_outages(caplog)) >= 2, 10)
+        assert deployment.front.maps["cell1"].ends_waiting() == 1  # the release waits
+        store.client = live
+        assert wait_until(lambda: deployment.api.quota.get_usage("p1").instances == 0, 10)
+    finally:
+        store.client = live
+        for task in tasks:
+            task.stop()
+    assert all(record.exc_info is None for record in _outages(caplog))
+    assert qcells.audit(deployment.front)["ok"]
+
+
+def _outages(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage().startswith(
+        "periodic task cells-quota-mover: ") and "unreachable" in r.getMessage()]  # fmt: skip
+
+
+def test_one_cell_has_no_mover_nor_front_door(conf) -> None:
+    """No [cells] cell line: nothing opened, no mover; with cells, an interval of 0 is off."""
+    options = qconf.Options.from_conf(conf)
+    assert api_app.cells_front(options, lambda bus: pytest.fail("a bus was opened")) is None
+    stores = open_stores(options.ledger, url=f"fakeredis://test-{uuid.uuid4().hex}")
+    bus = KombuBus("memory://", prefix=f"t{uuid.uuid4().hex[:8]}")
+    try:
+        assert janitor.start_periodic_tasks(NO_HOUSEKEEPING, stores, bus) == []
+        with pytest.raises(exception.Invalid, match=r"\[cells\] names no cell"):
+            qcells.open_cells(options.cells, options.ledger, options.bus, Buses())
+    finally:
+        bus.close()
+
+
+def test_a_cell_that_does_not_answer_fails_the_build_and_closes_what_opened(conf) -> None:
+    conf.set_override("connect_timeout_s", 0.2, group="ledger")
+    conf.set_override("timeout_s", 0.5, group="ledger")
+    url = f"fakeredis://test-{uuid.uuid4().hex}"
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    down = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    options = cells_options(url, prefix).replace(
+        cell=(f"cell1 {url} {prefix}-cell1", f"cell2 {down} {prefix}-cell2")
+    )
+    buses = Buses()
+    with pytest.raises(exception.BackendUnavailable):
+        qcells.open_cells(options, LedgerOptions.from_conf(conf), BusOptions.from_conf(conf),
+                          buses)  # fmt: skip
+    assert len(buses.opened) == 2 and sorted(buses.closed) == sorted(buses.opened)
+
+
+def test_the_api_service_starts_the_mover_when_cells_are_named(
+    conf, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """qsched-api's entry point (:func:`qsched.api.app.serve`) builds the front door from
+    [cells] and hands it to the janitor; HTTP still serves the [ledger] cell."""
+    url = f"fakeredis://test-{uuid.uuid4().hex}"
+    options = cells_options(url, f"t{uuid.uuid4().hex[:8]}", mover_interval_s=0.5)
+    for name in ("cell", "zone"):
+        conf.set_override(name, list(getattr(options, name)), group="cells")
+    conf.set_override("api_url", url, group="cells")
+    conf.set_override("mover_interval_s", 0.5, group="cells")
+    conf.set_override("url", url, group="ledger")
+    started: list[tuple] = []
+
+    def start_periodic_tasks(*args) -> list:
+        started.append(args)
+        return []
+
+    monkeypatch.setattr(qconf, "setup_logging", lambda conf: None)  # the test's own logging
+    monkeypatch.setattr(janitor, "start_periodic_tasks", start_periodic_tasks)
+    buses = Buses()
+    _app, bus = api_app.serve(conf, buses, ["127.0.0.1"])
+    ((*_single_cell, front, cells),) = started
+    try:
+        assert isinstance(front, qcells.CellsCompute) and list(front.cells) == ["cell1", "cell2"]
+        assert cells == options
+        assert sorted(buses.opened) == sorted([*(s.bus_prefix for s in options.specs()),
+                                               "qsched"])  # fmt: skip
+    finally:
+        front.close()
+        bus.close()

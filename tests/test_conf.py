@@ -11,6 +11,7 @@ from qsched.conf import (
     AgentOptions,
     APIOptions,
     BusOptions,
+    CellsOptions,
     LedgerOptions,
     NotificationOptions,
     QuotaOptions,
@@ -20,8 +21,8 @@ from qsched.conf import (
 from qsched.conf.base import Section
 
 SECTIONS = [
-    AgentOptions, APIOptions, BusOptions, LedgerOptions, NotificationOptions, QuotaOptions,
-    SchedulerOptions,
+    AgentOptions, APIOptions, BusOptions, CellsOptions, LedgerOptions, NotificationOptions,
+    QuotaOptions, SchedulerOptions,
 ]  # fmt: skip
 
 

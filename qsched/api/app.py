@@ -41,6 +41,7 @@ from qsched.api import server_groups as group_handlers
 from qsched.api import servers as server_handlers
 from qsched.api import services as service_handlers
 from qsched.bus.base import Bus
+from qsched.cells import CellsCompute, open_cells
 from qsched.compute import ComputeAPI, Publisher
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
 from qsched.conf.glance import set_options as glance_set_options
@@ -475,8 +476,30 @@ def serve(
         stores, bus, options.api, options.scheduler, policy, images, conf=conf,
         metrics=metrics, notifier=notifier,
     )  # fmt: skip
-    janitor.start_periodic_tasks(options.scheduler, stores, bus, metrics, notifier)
+    front = cells_front(options, open_bus, policy=policy, images=images, metrics=metrics,
+                        notifier=notifier)  # fmt: skip
+    janitor.start_periodic_tasks(options.scheduler, stores, bus, metrics, notifier, front,
+                                 options.cells)  # fmt: skip
     return authenticated(app, options.api, conf), bus
+
+
+def cells_front(
+    options: Options, open_bus: Callable[[BusOptions], Bus], **compute: Any
+) -> CellsCompute | None:
+    """The front door of the cells ``[cells]`` names, whose quota mover the janitor runs;
+    None with no cell named (one cell: nothing opened). This application still serves
+    the ``[ledger]`` cell alone. ``compute``: the cells' ComputeAPI's other arguments.
+
+    :raises BackendUnavailable: a cell's ledger did not answer (:func:`open_cells`).
+    """
+    if not options.cells.enabled:
+        return None
+    front = open_cells(options.cells, options.ledger, options.bus, open_bus, options.quota,
+                       scheduler=options.scheduler, api=options.api, **compute)  # fmt: skip
+    every = options.cells.mover_interval_s
+    LOG.info("cells %s behind the API keyspace; the janitor moves their quota %s",
+             ", ".join(front.cells), f"every {every:.1f}s" if every else "not here")  # fmt: skip
+    return front
 
 
 def api_metrics(api: APIOptions, multiprocess_dir: str | None = None) -> APIMetrics:

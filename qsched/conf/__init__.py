@@ -21,6 +21,7 @@ from oslo_config import cfg
 from qsched.conf.agent import AgentOptions
 from qsched.conf.api import APIOptions
 from qsched.conf.bus import BusOptions
+from qsched.conf.cells import CellsOptions
 from qsched.conf.ledger import LedgerOptions
 from qsched.conf.log import register_log_opts, setup_logging
 from qsched.conf.notifications import NotificationOptions
@@ -32,6 +33,7 @@ __all__ = [
     "APIOptions",
     "AgentOptions",
     "BusOptions",
+    "CellsOptions",
     "LedgerOptions",
     "NotificationOptions",
     "Options",
@@ -56,6 +58,7 @@ class Options:
     ledger: LedgerOptions
     quota: QuotaOptions
     notifications: NotificationOptions
+    cells: CellsOptions
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Self:
@@ -68,6 +71,7 @@ class Options:
             ledger=LedgerOptions.from_conf(conf),
             quota=QuotaOptions.from_conf(conf),
             notifications=NotificationOptions.from_conf(conf),
+            cells=CellsOptions.from_conf(conf),
         )
 
     @classmethod

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from qsched.conf import agent, api, bus, glance, ledger, notifications, quota, scheduler
+from qsched.conf import (
+    agent,
+    api,
+    bus,
+    cells,
+    glance,
+    ledger,
+    notifications,
+    quota,
+    scheduler,
+)
 
 
 def list_opts() -> list[tuple[str | None, list[Any]]]:
@@ -16,6 +26,7 @@ def list_opts() -> list[tuple[str | None, list[Any]]]:
         ("agent", agent.agent_opts),
         ("bus", bus.bus_opts),
         ("ledger", ledger.ledger_opts),
+        (cells.GROUP, cells.cells_opts),
         ("quota", quota.quota_opts),
         (glance.GROUP, glance.glance_opts()),
         (notifications.GROUP, notifications.notifications_opts),
