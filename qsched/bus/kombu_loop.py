@@ -22,8 +22,9 @@ loop has one member or hundreds.
 Work for the thread (a member opening or closing its channel, class changes,
 settles from other threads) is queued to it and run between ``drain_events``
 calls, every ``[bus] poll_interval_s`` at the latest. A broken connection
-(any error of the transport) is closed and made again, with every member's
-channel, its unsettled deliveries given back to the broker.
+(any error of the transport, even one a callback caught) is closed and made
+again, with every member's channel, its unsettled deliveries given back to the
+broker.
 
 Cost: one connection and one thread per loop, whatever the number of members;
 a reconnect opens one channel per member.
@@ -228,8 +229,10 @@ class ConsumerLoop:
             member.opened(connection)
         while not self._closing.is_set():
             self._run_commands()
+            _check_connected(connection)
             with contextlib.suppress(TimeoutError):  # nothing came: a chance to run commands
                 connection.drain_events(timeout=self.wire.options.poll_interval_s)
+            _check_connected(connection)
             connection.heartbeat_check(rate=self.wire.transport.heartbeat_rate)
         self._run_commands()  # settles already asked for are finished work: do them
 
@@ -259,6 +262,7 @@ class ConsumerLoop:
             return  # connecting opens every member
         if not self._each_own:
             if self.connection is not None:
+                _check_connected(self.connection)
                 member.opened(self.connection)
             return
         connection = self._connections.get(member.host)
@@ -325,3 +329,19 @@ class ConsumerLoop:
                 command.future.set_exception(base.BusUnavailable(self.wire.safe_url, reason))
         for command in kept:
             self._commands.put(command)
+
+
+def _check_connected(connection: kombu.Connection) -> None:
+    """Raise if ``connection`` broke under something that swallowed the error.
+
+    A callback's ack can be the first to meet a broken connection, and the callback
+    may catch what it raises. py-amqp has marked the connection down, and kombu's
+    next ``drain_events``, ``heartbeat_check`` or ``channel`` on it connects again by
+    itself: to a new connection with none of the members' channels, on which the
+    loop would wait for deliveries forever while its members still said they were
+    ready. Checked before each of those, so the loop reconnects as for any break.
+
+    :raises ConnectionError: it is down.
+    """
+    if not connection.connected:
+        raise ConnectionError("the connection broke under a callback or a command")
