@@ -37,6 +37,7 @@ import dataclasses
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -99,6 +100,7 @@ class ConsumerLoop:
         self._each_own = shared and not wire.amqp
         self._connections: dict[str, kombu.Connection] = {}
         self._up = False  # connected: members attached now open at once
+        self._consuming_since: float | None = None  # when every member was open
 
     # -- members --
 
@@ -204,12 +206,13 @@ class ConsumerLoop:
         delay_s = 0.0
         while not self._closing.is_set():
             broken = False
+            self._consuming_since = None
             try:
                 self._consume()
                 delay_s = 0.0
             except Exception as exc:  # whatever broke, the answer is: reconnect
                 broken = True
-                delay_s = min(max(2 * delay_s, 0.1), self.wire.options.reconnect_max_delay_s)
+                delay_s = self._next_delay_s(delay_s)
                 LOG.warning("bus consumer %s: %s; reconnecting in %.1f s", self.name,
                             base.describe(exc), delay_s)  # fmt: skip
             finally:
@@ -220,6 +223,16 @@ class ConsumerLoop:
             self._fail_commands(keep_changes=False)
             self._thread = None
 
+    def _next_delay_s(self, delay_s: float) -> float:
+        """The pause before the next connection: doubled from 0.1 s up to ``[bus]
+        reconnect_max_delay_s``, from 0.1 s again once a connection with every member
+        open lasted that long (a new outage, not one that drops each new connection)."""
+        max_delay_s = self.wire.options.reconnect_max_delay_s
+        since = self._consuming_since
+        if since is not None and time.monotonic() - since >= max_delay_s:
+            delay_s = 0.0
+        return min(max(2 * delay_s, 0.1), max_delay_s)
+
     def _consume(self) -> None:
         if self._each_own:
             return self._consume_each()
@@ -227,6 +240,7 @@ class ConsumerLoop:
         self._up = True
         for member in self._snapshot():
             member.opened(connection)
+        self._consuming_since = time.monotonic()
         while not self._closing.is_set():
             self._run_commands()
             _check_connected(connection)
@@ -242,6 +256,7 @@ class ConsumerLoop:
         self._up = True
         for member in self._snapshot():
             self._open(member)
+        self._consuming_since = time.monotonic()
         while not self._closing.is_set():
             self._run_commands()
             delivered = False
