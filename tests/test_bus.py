@@ -9,6 +9,7 @@ removes what it declared before and after, so runs do not see each other.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -587,6 +588,35 @@ class TestStopAndReconnect:
         harness.bus.publish_boot(sent)
         got = inbox.get()[0]
         if got == first:  # its ack, sent from the consumer's thread, may go with the drop
+            got = inbox.get()[0]
+        assert got == sent
+        assert consumer.wait_ready(WAIT_S)
+
+    def test_reconnects_when_a_callback_meets_the_drop_first(self, harness: Harness) -> None:
+        """The ack in a callback is the first to meet the cut, and the callback swallows
+        its error, as a callback may: the consumer must still reconnect. (Left to itself,
+        kombu opens a bare connection under the loop at its next drain: no channel, no
+        consumer, nothing ever delivered, and the consumer still says it is ready.)"""
+        if harness.wire.driver == "memory":
+            pytest.skip("memory:// has no connection to lose")
+        cut = threading.Event()
+
+        def ack_after_the_cut(body: bytes, delivery: Delivery) -> None:
+            cut.wait(WAIT_S)
+            with contextlib.suppress(BusUnavailable, OSError):
+                delivery.ack()
+
+        inbox = Inbox(ack_after_the_cut)
+        consumer = harness.consumer(inbox, ("m1.small",))
+        first = request()
+        harness.bus.publish_boot(first)
+        inbox.get()
+        drop_connections(harness, consumer)
+        cut.set()
+        sent = request()
+        harness.bus.publish_boot(sent)
+        got = inbox.get()[0]
+        if got == first:  # its ack failed: the broker delivers it again
             got = inbox.get()[0]
         assert got == sent
         assert consumer.wait_ready(WAIT_S)

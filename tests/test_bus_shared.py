@@ -8,7 +8,11 @@ connection breaking without the others losing or double-settling anything.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -20,6 +24,7 @@ from qsched.message import DeleteRequest
 from tests.conftest import BUS_REDIS_URL
 from tests.test_bus import (
     AMQP_URL,
+    FAST,
     SHARED,
     WAIT_S,
     Harness,
@@ -29,6 +34,7 @@ from tests.test_bus import (
     reachable,
     ready,
     request,
+    wait_for,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -160,3 +166,39 @@ def test_one_host_consumes_once_on_a_loop() -> None:
             bus.consumer("cn-1", ack).start()
     finally:
         bus.close()
+
+
+def test_the_reconnect_backoff_starts_over_after_a_connection_that_lasted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Breaks right after connecting double the pause; a break after a connection that
+    lasted the longest pause is a new outage, and its pause is the first one again."""
+    options = dataclasses.replace(FAST, reconnect_max_delay_s=1.0)
+    bus = KombuBus("memory://", prefix="qtest-shared-backoff", options=options)
+    bus = bus.sharing_consumers()
+    caplog.set_level(logging.WARNING, logger="qsched.bus.kombu_loop")
+    try:
+        consumer = bus.consumer("cn-1", ack)
+        consumer.start()
+        assert consumer.wait_ready(WAIT_S)
+        pauses = [break_the_loop(consumer, caplog) for _ in range(3)]
+        time.sleep(options.reconnect_max_delay_s + 0.1)
+        pauses.append(break_the_loop(consumer, caplog))
+        assert pauses == ["0.1", "0.2", "0.4", "0.1"]
+    finally:
+        bus.close()
+
+
+def break_the_loop(consumer: Any, caplog: pytest.LogCaptureFixture) -> str:
+    """Have the consumer's loop fail as on a broken connection; its pause once it is back."""
+
+    def fail() -> None:
+        raise ConnectionError("broken for the test")
+
+    old, seen = consumer._connection, len(caplog.records)
+    consumer._loop.later(fail)
+    wait_for(lambda: consumer._connection not in (None, old))
+    assert consumer.wait_ready(WAIT_S)
+    message = caplog.records[seen].getMessage()
+    assert message.startswith("bus consumer qtest-shared-backoff-shared: ConnectionError")
+    return str(message.rsplit(" ", 2)[1])  # "... reconnecting in 0.1 s"

@@ -22,8 +22,9 @@ loop has one member or hundreds.
 Work for the thread (a member opening or closing its channel, class changes,
 settles from other threads) is queued to it and run between ``drain_events``
 calls, every ``[bus] poll_interval_s`` at the latest. A broken connection
-(any error of the transport) is closed and made again, with every member's
-channel, its unsettled deliveries given back to the broker.
+(any error of the transport, even one a callback caught) is closed and made
+again, with every member's channel, its unsettled deliveries given back to the
+broker.
 
 Cost: one connection and one thread per loop, whatever the number of members;
 a reconnect opens one channel per member.
@@ -36,6 +37,7 @@ import dataclasses
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -98,6 +100,7 @@ class ConsumerLoop:
         self._each_own = shared and not wire.amqp
         self._connections: dict[str, kombu.Connection] = {}
         self._up = False  # connected: members attached now open at once
+        self._consuming_since: float | None = None  # when every member was open
 
     # -- members --
 
@@ -203,12 +206,13 @@ class ConsumerLoop:
         delay_s = 0.0
         while not self._closing.is_set():
             broken = False
+            self._consuming_since = None
             try:
                 self._consume()
                 delay_s = 0.0
             except Exception as exc:  # whatever broke, the answer is: reconnect
                 broken = True
-                delay_s = min(max(2 * delay_s, 0.1), self.wire.options.reconnect_max_delay_s)
+                delay_s = self._next_delay_s(delay_s)
                 LOG.warning("bus consumer %s: %s; reconnecting in %.1f s", self.name,
                             base.describe(exc), delay_s)  # fmt: skip
             finally:
@@ -219,6 +223,16 @@ class ConsumerLoop:
             self._fail_commands(keep_changes=False)
             self._thread = None
 
+    def _next_delay_s(self, delay_s: float) -> float:
+        """The pause before the next connection: doubled from 0.1 s up to ``[bus]
+        reconnect_max_delay_s``, from 0.1 s again once a connection with every member
+        open lasted that long (a new outage, not one that drops each new connection)."""
+        max_delay_s = self.wire.options.reconnect_max_delay_s
+        since = self._consuming_since
+        if since is not None and time.monotonic() - since >= max_delay_s:
+            delay_s = 0.0
+        return min(max(2 * delay_s, 0.1), max_delay_s)
+
     def _consume(self) -> None:
         if self._each_own:
             return self._consume_each()
@@ -226,10 +240,13 @@ class ConsumerLoop:
         self._up = True
         for member in self._snapshot():
             member.opened(connection)
+        self._consuming_since = time.monotonic()
         while not self._closing.is_set():
             self._run_commands()
+            _check_connected(connection)
             with contextlib.suppress(TimeoutError):  # nothing came: a chance to run commands
                 connection.drain_events(timeout=self.wire.options.poll_interval_s)
+            _check_connected(connection)
             connection.heartbeat_check(rate=self.wire.transport.heartbeat_rate)
         self._run_commands()  # settles already asked for are finished work: do them
 
@@ -239,6 +256,7 @@ class ConsumerLoop:
         self._up = True
         for member in self._snapshot():
             self._open(member)
+        self._consuming_since = time.monotonic()
         while not self._closing.is_set():
             self._run_commands()
             delivered = False
@@ -259,6 +277,7 @@ class ConsumerLoop:
             return  # connecting opens every member
         if not self._each_own:
             if self.connection is not None:
+                _check_connected(self.connection)
                 member.opened(self.connection)
             return
         connection = self._connections.get(member.host)
@@ -325,3 +344,19 @@ class ConsumerLoop:
                 command.future.set_exception(base.BusUnavailable(self.wire.safe_url, reason))
         for command in kept:
             self._commands.put(command)
+
+
+def _check_connected(connection: kombu.Connection) -> None:
+    """Raise if ``connection`` broke under something that swallowed the error.
+
+    A callback's ack can be the first to meet a broken connection, and the callback
+    may catch what it raises. py-amqp has marked the connection down, and kombu's
+    next ``drain_events``, ``heartbeat_check`` or ``channel`` on it connects again by
+    itself: to a new connection with none of the members' channels, on which the
+    loop would wait for deliveries forever while its members still said they were
+    ready. Checked before each of those, so the loop reconnects as for any break.
+
+    :raises ConnectionError: it is down.
+    """
+    if not connection.connected:
+        raise ConnectionError("the connection broke under a callback or a command")

@@ -119,7 +119,8 @@ bus_opts = [
         "reconnect_max_delay_s",
         default=5.0,
         min=0.1,
-        help="Upper bound of the consumer reconnect backoff.",
+        help="Upper bound of the consumer reconnect backoff, which doubles from 0.1 s "
+        "and starts over once a connection lasted this long.",
     ),
     cfg.IntOpt(
         "publisher_pool_size",
