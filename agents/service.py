@@ -265,16 +265,17 @@ class ComputeAgent:
         consumer = self.consumer
         classes = sorted(consumer.classes) if consumer is not None else []
         started = time.monotonic()
+        totals = self.index.totals()
         service = self.stores.agents.heartbeat(
             self.host,
             self.opts.heartbeat_ttl_s,
+            free={rc: capacity - used for rc, (used, capacity) in totals.items()},
             nodes=len(self.index),
             availability_zone=self.opts.availability_zone,
             classes=classes,
             building=len(self.builds),
             counters=dict(self.counters),
-            resources={rc: {"used": used, "capacity": cap}
-                       for rc, (used, cap) in self.index.totals().items()},
+            resources={rc: {"used": used, "capacity": cap} for rc, (used, cap) in totals.items()},
             index_digest=self.index.digest(),
         )  # fmt: skip
         self.apply_service(service)

@@ -28,9 +28,12 @@ refuses) and its quota returned.
 :func:`open_cells` builds the front door from the ``[cells]`` options (a service's
 entry point calls it; :func:`qsched.janitor.start_periodic_tasks` runs its mover).
 
-Not built yet (docs/scale.rst): flavors and keypairs written
-to every cell by one call, and cell choice by free capacity (a cell is chosen here
-by its availability zone, else by live instances per registered agent, O(cells)).
+A boot goes to its availability zone's cell, else to a cell drawn in proportion to
+how many of its flavor the cell's free capacity holds (``cell-free``, kept by its
+agents' heartbeats): one read a cell, O(cells).
+
+Not built yet (docs/scale.rst): flavors and keypairs written to every cell by one
+call.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import random
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
@@ -49,7 +53,7 @@ from qsched.compute import ComputeAPI, MarkerNotFound, Reservation
 from qsched.conf import BusOptions, CellsOptions, LedgerOptions, QuotaOptions
 from qsched.conf.cells import API_CELL
 from qsched.context import RequestContext
-from qsched.flavors import ref_id
+from qsched.flavors import Flavor, ref_id, request_groups
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, QuotaStore
 from qsched.ledger.cellmap import RedisCellMap, cell_map
@@ -102,10 +106,18 @@ class CellsCompute:
             if name not in self.cells:
                 raise UnknownCell(cell=f"{name!r} (zone {zone})", known=", ".join(self.cells))
         self._opened = list(opened)
+        self._draw = random.Random()
 
     def close(self) -> None:
         """Close the buses and ledger connections :func:`open_cells` opened."""
         _close(self._opened)
+
+    @property
+    def flavor_cell(self) -> ComputeAPI:
+        """Where a boot's flavor is read, to choose its cell and count its quota: the
+        first cell. Every cell seeds the same flavors from ``[api] flavor``; a flavor
+        written to every cell by one call is not built yet."""
+        return next(iter(self.cells.values()))
 
     # -- where an instance is --
 
@@ -127,16 +139,41 @@ class CellsCompute:
         """The front door of the instance's cell; every call about one server goes there."""
         return self.cells[self.cell_of(uuid)]
 
-    def choose(self, availability_zone: str | None) -> str:
-        """The cell of a boot: its zone's, else the one with the fewest live instances
-        per registered agent (two O(1) reads a cell; a cell without agents last)."""
+    def choose(self, availability_zone: str | None, flavor: Flavor) -> str:
+        """The cell of a boot: its zone's; else a cell drawn at random, each in
+        proportion to how many of ``flavor`` its free capacity holds (its free VCPU,
+        MEMORY_MB, DISK_GB, ... each divided by what the flavor asks, the least of
+        them). One read a cell, O(cells), never O(hosts): ``cell-free``, what the cell's
+        live agents said they have free at their last heartbeat
+        (:meth:`AgentRegistry.free`).
+
+        The draw, not the fullest cell every time, because those figures are a
+        heartbeat old: every boot of a burst would go to the one cell that looked
+        emptiest until its agents beat again. It is a sum over hosts, so a cell that
+        holds a flavor in sum may not on any one host; its agents then leave the boot
+        waiting, and it ends in NoValidHost at its deadline. A cell that holds none is
+        drawn only when none holds one; a cell whose ledger does not answer, never.
+
+        :raises BackendUnavailable: no cell's ledger answered.
+        """
         if availability_zone is not None and availability_zone in self.zones:
             return self.zones[availability_zone]
-        loads = []
-        for name, records in self.maps.items():
-            live, agents = records.load()
-            loads.append((agents == 0, live / max(agents, 1), name))
-        return min(loads)[2]
+        demand = flavor_demand(flavor)
+        holds = {}
+        for name, compute in self.cells.items():
+            try:
+                free = compute.stores.agents.free()
+            except exception.BackendUnavailable as exc:
+                LOG.warning("cells: cell %s passed over for a boot: %s", name, exc)
+                continue
+            holds[name] = min((free.get(rc, 0) // n for rc, n in demand.items()), default=0)
+        if not holds:
+            raise exception.BackendUnavailable(
+                backend="ledger", reason="no cell's ledger answered: the boot has no cell"
+            )
+        names = list(holds)
+        weights = [holds[n] for n in names] if any(holds.values()) else None
+        return self._draw.choices(names, weights)[0]
 
     # -- servers --
 
@@ -159,10 +196,9 @@ class CellsCompute:
         :raises QuotaExceeded: not even ``min_count`` fit the project's limits;
             nothing is held.
         """
-        cell = self.choose(availability_zone)
+        flavor = self.flavor_cell.get_flavor(ref_id(flavor_ref), context)  # its cores and ram count
+        cell = self.choose(availability_zone, flavor)
         compute = self.cells[cell]
-        flavor_id = ref_id(flavor_ref)
-        flavor = compute.get_flavor(flavor_id, context)  # its cores and ram count
         uuids = [str(uuidlib.uuid4()) for _ in range(max(max_count, 1))]
         self.map.map(uuids, cell, context.project_id)
         held = self._reserve(context.project_id, uuids, flavor.vcpus, flavor.ram_mb, min_count)
@@ -263,6 +299,15 @@ class CellsCompute:
         """Delete in the instance's cell; its quota comes back in the API keyspace
         through :class:`QuotaMover` once the cell ends it."""
         return self.compute_of(uuid).delete(context, uuid)
+
+
+def flavor_demand(flavor: Flavor) -> dict[str, int]:
+    """What ``flavor`` asks in all, by resource class, over its request groups."""
+    demand: dict[str, int] = {}
+    for group in request_groups(flavor):
+        for rc, n in group.resources.items():
+            demand[rc] = demand.get(rc, 0) + n
+    return demand
 
 
 def open_cells(

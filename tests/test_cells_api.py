@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -274,11 +276,58 @@ def test_a_boot_the_cell_refuses_holds_nothing(deployment: Deployment) -> None:
     assert qcells.audit(deployment.front)["ok"]
 
 
-def test_without_a_zone_the_cell_with_room_per_agent_is_chosen(deployment: Deployment) -> None:
-    first = deployment.boot()
-    second = deployment.boot()
-    deployment.placed([first, second])
-    assert {deployment.front.cell_of(u) for u in (first, second)} == {"cell1", "cell2"}
+def test_without_a_zone_a_cell_is_drawn_by_the_room_it_has(deployment: Deployment) -> None:
+    """Both cells' agents have room for 8 of the flavor: draws go to both. With a host of
+    room for some thousands more in cell2, nearly all go there; once cell2's agents
+    stopped, its cell holds nothing and every draw, and a boot, goes to cell1."""
+    small = deployment.front.flavor_cell.get_flavor("small")
+    for agent in deployment.agents:
+        agent.heartbeat()
+    draws = Counter(deployment.front.choose(None, small) for _ in range(200))
+    assert set(draws) == {"cell1", "cell2"}  # all in one: a chance of 2 in 2**200
+    big = deployment.stores("cell2").agents
+    big.register_service("big")
+    big.heartbeat("big", 30, free={"VCPU": 4000, "MEMORY_MB": 4000 * 512})
+    draws = Counter(deployment.front.choose(None, small) for _ in range(200))
+    assert draws["cell2"] >= 180  # 8 against 4,008: 1 draw in 500 goes to cell1
+    big.forget("big")
+    next(a for a in deployment.agents if a.host == "cell2-cn0").stop(timeout_s=5)
+    assert deployment.stores("cell2").agents.free().get("VCPU", 0) == 0
+    assert {deployment.front.choose(None, small) for _ in range(50)} == {"cell1"}
+    vm = deployment.boot()
+    deployment.placed([vm])
+    assert deployment.front.cell_of(vm) == "cell1"
+
+
+def test_a_cells_free_capacity_is_what_its_live_open_agents_said(conf, ledger_url: str) -> None:
+    """Each agent's part is its last beat's, counted once however often a beat runs,
+    and leaves with a disabled service, an expired heartbeat (at the next beat of any
+    agent) and a clean stop."""
+    cell = f"free{uuid.uuid4().hex[:6]}"
+    stores = open_stores(LedgerOptions.from_conf(conf).replace(cell=cell), url=ledger_url)
+    agents = stores.agents
+    try:
+        for host in ("a", "b", "c"):
+            agents.register_service(host)
+        agents.heartbeat("a", 30, free={"VCPU": 8, "MEMORY_MB": 4096})
+        agents.heartbeat("b", 30, free={"VCPU": 4})
+        assert agents.free() == {"VCPU": 12, "MEMORY_MB": 4096}
+        for _ in range(2):  # its part replaced, once
+            agents.heartbeat("a", 30, free={"VCPU": 2, "MEMORY_MB": 1024})
+        assert agents.free() == {"VCPU": 6, "MEMORY_MB": 1024}
+        agents.update_service("b", disabled=True)
+        agents.heartbeat("b", 30, free={"VCPU": 4})
+        assert agents.free() == {"VCPU": 2, "MEMORY_MB": 1024}
+        agents.heartbeat("c", 0.05, free={"VCPU": 100, "MEMORY_MB": -5})  # none below 0
+        assert agents.free() == {"VCPU": 102, "MEMORY_MB": 1024}
+        time.sleep(0.2)
+        agents.heartbeat("a", 30, free={"VCPU": 2, "MEMORY_MB": 1024})
+        assert agents.free() == {"VCPU": 2, "MEMORY_MB": 1024}
+        agents.forget("a")
+        assert agents.free() == {"VCPU": 0, "MEMORY_MB": 0}
+    finally:
+        stores.backend.forget_cell()
+        stores.backend.close()
 
 
 def test_a_multi_create_takes_what_the_quota_allows_between_min_and_max(

@@ -57,7 +57,8 @@ cells_opts = [
         help=f"An availability zone served by a named cell, one per line: {ZONE_FORM}, "
         "e.g. 'zone = az1 cell1'; the zone may hold spaces, the cell name is the last "
         "word. A boot into that zone goes to that cell; a boot into a zone no line names, "
-        "or into none, goes to the cell with the fewest live instances per agent.",
+        "or into none, goes to a cell drawn in proportion to the room its agents said "
+        "they have for the flavor (docs/scale.rst).",
     ),
     cfg.FloatOpt(
         "pending_grace_s",

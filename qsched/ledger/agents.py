@@ -25,10 +25,17 @@ class RedisAgents(AgentRegistry):
         self.store = store
         self.keys = store.keys
 
-    def heartbeat(self, host: str, ttl_s: float, **detail: Any) -> Service | None:
+    def heartbeat(
+        self,
+        host: str,
+        ttl_s: float,
+        free: Mapping[str, int] | None = None,
+        **detail: Any,
+    ) -> Service | None:
         """Say ``host`` is alive for ``ttl_s`` seconds more; ``detail`` is shown to admins.
-        Keeps it in the zones it serves (``zone_beat``) and answers with its service
-        record, in the same round trip."""
+        Keeps it in the zones it serves (``zone_beat``) and its ``free`` capacity in the
+        cell's (``free_beat``), and answers with its service record, in the same round
+        trip."""
         now = self.store.now()
         key = self.keys.agent(host)
 
@@ -42,6 +49,8 @@ class RedisAgents(AgentRegistry):
                 keys=[self.keys.service(host)],
                 args=[self.keys.prefix, host, repr(now + ttl_s), repr(now)],
             )
+            if free is not None:
+                self._free_beat(pipe, host, repr(now + ttl_s), now, free)
             pipe.hmget(self.keys.service(host), *_SERVICE_FIELDS)
 
         return _service(host, self.store.execute(build)[-1])
@@ -60,11 +69,29 @@ class RedisAgents(AgentRegistry):
         score = self.store.client.zscore(self.keys.agents, host)
         return None if score is None else float(score)
 
+    def _free_beat(
+        self, pipe: Any, host: str, expires: str, now: float, free: Mapping[str, int]
+    ) -> None:
+        pairs = [str(x) for rc, n in sorted(free.items()) for x in (rc, max(int(n), 0))]
+        self.store.queue_script(pipe, "free_beat", keys=[self.keys.service(host)],
+                                args=[self.keys.prefix, host, expires, repr(now),
+                                      *pairs])  # fmt: skip
+
     def forget(self, host: str) -> None:
-        """An agent that stops cleanly says so at once instead of waiting for its TTL."""
-        pipe = self.store.client.pipeline(transaction=False)
-        pipe.delete(self.keys.agent(host))
-        pipe.execute()
+        """An agent that stops cleanly says so at once instead of waiting for its TTL;
+        its free capacity leaves the cell's in the same round trip."""
+        now = self.store.now()
+
+        def build(pipe: Any) -> None:  # every command may run twice (RedisStore.execute)
+            pipe.delete(self.keys.agent(host))
+            self._free_beat(pipe, host, "", now, {})
+
+        self.store.execute(build)
+
+    def free(self) -> dict[str, int]:
+        """The cell's free capacity (``cell-free``): one read."""
+        raw = self.store.client.hgetall(self.keys.cell_free)
+        return {text(rc): int(n) for rc, n in raw.items()}
 
     def list(self) -> builtins.list[AgentInfo]:
         """Every agent ever seen in the cell, alive or not (admin view: it scans)."""

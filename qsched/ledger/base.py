@@ -644,8 +644,17 @@ class AgentRegistry(abc.ABC):
     """Which agents are alive, and the scheduling classes and zones they consume."""
 
     @abc.abstractmethod
-    def heartbeat(self, host: str, ttl_s: float, **detail: Any) -> Service | None:
+    def heartbeat(
+        self,
+        host: str,
+        ttl_s: float,
+        free: Mapping[str, int] | None = None,
+        **detail: Any,
+    ) -> Service | None:
         """Say ``host`` is alive for ``ttl_s`` seconds more; ``detail`` is shown to admins.
+        ``free``: what its nodes have free, by resource class, counted in the cell's
+        free capacity (:meth:`free`) until its heartbeat expires, its service stops
+        taking boots, it beats again or it stops (None: it counts nothing).
 
         Returns the host's service record as operators left it (None: it has none),
         so that an agent learns it is disabled without another round trip.
@@ -670,7 +679,18 @@ class AgentRegistry(abc.ABC):
 
     @abc.abstractmethod
     def forget(self, host: str) -> None:
-        """An agent that stops cleanly says so at once instead of waiting for its TTL.
+        """An agent that stops cleanly says so at once instead of waiting for its TTL;
+        its free capacity no longer counts.
+
+        :raises BackendUnavailable:
+        """
+
+    @abc.abstractmethod
+    def free(self) -> dict[str, int]:
+        """The cell's free capacity by resource class: what its live agents whose
+        services take boots said they have free at their last heartbeat, summed (O(1)
+        in hosts: one read). An agent that died counts until the next heartbeat of
+        another after its own expired.
 
         :raises BackendUnavailable:
         """

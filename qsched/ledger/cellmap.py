@@ -44,14 +44,6 @@ class RedisCellMap:
         self.store.client.set(self.keys.quota_home, API_HOME)
         self.store.barrier()
 
-    def load(self) -> tuple[int, int]:
-        """The cell's live instances and registered agents (two O(1) reads)."""
-        pipe = self.store.client.pipeline(transaction=False)
-        pipe.zcard(self.keys.live_instances)
-        pipe.zcard(self.keys.agents)
-        live, agents = pipe.execute()
-        return int(live), int(agents)
-
     def ends(self, limit: int) -> list[tuple[str, str, str]]:
         """The oldest releases waiting for the API keyspace: (entry, project, holder)."""
         found = []

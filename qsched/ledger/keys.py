@@ -188,6 +188,18 @@ class Keyspace:
         return f"{self.prefix}zone:{zone}:hosts"
 
     @property
+    def cell_free(self) -> str:
+        return f"{self.prefix}cell-free"
+
+    @property
+    def free_by_agent(self) -> str:
+        return f"{self.prefix}free-by-agent"
+
+    @property
+    def free_expiry(self) -> str:
+        return f"{self.prefix}free-expiry"
+
+    @property
     def flavors(self) -> str:
         return f"{self.prefix}flavors"
 
