@@ -137,9 +137,9 @@ def test_plumbing_run_on_real_servers(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli.main, args)
     assert result.exit_code == 0, result.output
     found = json.loads(out.read_text())["plumbing"]
-    assert set(found["comparisons"]) == {"notifications", "metrics", "both"}
+    assert set(found["comparisons"]) == {"nothing", "notifications", "metrics", "both"}
     slices = [s for c in found["comparisons"].values() for b in c["blocks"] for s in b]
-    assert len(slices) == 12 and all(s["placed"] == 20 and s["agents"] > 0 for s in slices)
+    assert len(slices) == 16 and all(s["placed"] == 20 and s["agents"] > 0 for s in slices)
     told = found["notifications"]
     assert told == {"placements": 4 * 20, "sent": 3 * 4 * 20}
     assert "Cost of notifications and metrics, switched in turns" in result.output
