@@ -83,7 +83,7 @@ def test_a_switch_not_acknowledged_fails_with_the_process(tmp_path: Path, own_si
 
 
 def _slice(on: bool, agents: float | None) -> dict[str, Any]:
-    return {"on": on, "agents": agents, "rabbitmq": 1.0, "busy": 2.0}
+    return {"on": on, "agents": agents, "rabbitmq": 1.0}
 
 
 def test_each_block_compares_its_own_slices_off_and_on() -> None:
