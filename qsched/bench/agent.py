@@ -19,6 +19,9 @@ processes hold four AMQP consumer connections, not a thousand. Their callbacks
 take turns in that thread. That gives a benchmark cloud enough compute hosts for
 server groups, whose policies are per host. Only the first serves metrics
 (``[agent] metrics_port``); counters are summed.
+
+``--switch FILE`` lets the bench turn the agents' notifications and metrics off and
+on while they run (the plumbing scenario, :mod:`qsched.bench.switch`).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from types import FrameType
 from typing import Any
 
 from agents.service import ComputeAgent
+from qsched.bench.measure import BenchFailure
 from qsched.notifications.base import INFO, Notifier
 
 #: What tells an agent process to read its switch file.
@@ -37,8 +38,8 @@ SIGNAL = signal.SIGUSR1
 FEATURES = ("notifications", "metrics")
 
 
-class SwitchTimeout(RuntimeError):
-    """An agent process did not acknowledge a switch in time."""
+class SwitchTimeout(BenchFailure):
+    """An agent process did not acknowledge a switch in time: the run fails."""
 
 
 class NotifierSwitch(Notifier):
