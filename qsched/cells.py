@@ -45,7 +45,7 @@ import random
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 from qsched import exception
 from qsched.bus.base import Bus
@@ -64,6 +64,7 @@ LOG = logging.getLogger(__name__)
 #: quota limits a joined cell leaves unlimited in its own keyspace
 CELL_UNLIMITED = {"instances": -1, "cores": -1, "ram_mb": -1}
 MOVE_BATCH = 500  # releases read from one cell per round trip
+T = TypeVar("T")
 
 
 class UnknownCell(exception.Invalid):
@@ -363,60 +364,124 @@ def _close(opened: Sequence[Callable[[], object]]) -> None:
             LOG.exception("cells: closing %s failed", close)
 
 
+class MoverReport(TypedDict):
+    """What one pass of :class:`QuotaMover` did."""
+
+    moved: int  # releases applied to the API keyspace
+    settled: int  # pending boots settled
+    skipped: list[str]  # cells passed over: their ledger did not answer
+
+
+class _CellDown(Exception):
+    """A cell's ledger did not answer the mover: the pass goes on without that cell."""
+
+    def __init__(self, cell: str, cause: exception.BackendUnavailable) -> None:
+        super().__init__(f"{cell}: {cause}")
+        self.cell = cell
+        self.cause = cause
+
+
+def _in_cell(cell: str, call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)``, a call to cell ``cell``'s keyspace: its outage is :class:`_CellDown`
+    (a call to the API keyspace is made bare: its outage fails the pass)."""
+    try:
+        return call(*args)
+    except exception.BackendUnavailable as exc:
+        raise _CellDown(cell, exc) from exc
+
+
 class QuotaMover:
     """Applies the cells' quota releases to the API keyspace, and settles boots left
     pending by an API process that died (see the module docstring). Run by the
-    deployment's janitor; each pass is O(what it moves)."""
+    deployment's janitor; each pass is O(what it moves).
+
+    A cell whose ledger does not answer is passed over for the rest of the pass (its
+    releases and pending boots wait in it, none is lost), logged once a pass; the
+    other cells' releases are moved. The API keyspace not answering fails the pass:
+    nothing can be moved.
+    """
 
     def __init__(self, cells: CellsCompute, pending_grace_s: float) -> None:
         self.cells = cells
         self.pending_grace_s = pending_grace_s
 
-    def run_once(self) -> dict[str, int]:
-        """One pass: how many releases were moved and pending boots settled."""
-        moved = sum(self._move(name) for name in self.cells.cells)
-        settled = self._settle_pending()
-        if moved or settled:
-            LOG.info("cells: %d releases of quota moved to the API keyspace, %d pending boots "
-                     "settled", moved, settled)  # fmt: skip
-        return {"moved": moved, "settled": settled}
+    def run_once(self) -> MoverReport:
+        """One pass: how many releases were moved and pending boots settled, and which
+        cells were passed over.
 
-    def _move(self, name: str) -> int:
+        :raises BackendUnavailable: the API keyspace did not answer.
+        """
+        report = MoverReport(moved=0, settled=0, skipped=[])
+        down: dict[str, _CellDown] = {}
+        for name in self.cells.cells:
+            try:
+                self._move(name, report)
+            except _CellDown as exc:
+                down[name] = exc
+        self._settle_pending(report, down)
+        report["skipped"] = list(down)
+        if down:
+            LOG.warning("cells: the quota mover passed over %s; their releases and pending "
+                        "boots wait in them for a pass they answer",
+                        "; ".join(str(exc) for exc in down.values()))  # fmt: skip
+        if report["moved"] or report["settled"]:
+            LOG.info("cells: %d releases of quota moved to the API keyspace, %d pending boots "
+                     "settled", report["moved"], report["settled"])  # fmt: skip
+        return report
+
+    def _move(self, name: str, report: MoverReport) -> None:
+        """Apply cell ``name``'s indexed releases, a batch a round trip to each keyspace.
+
+        :raises _CellDown: the cell did not answer (what was applied stays applied: a
+            release applied again is applied once).
+        """
         records = self.cells.maps[name]
-        done = 0
         while True:
-            ends = records.ends(MOVE_BATCH)
+            ends = _in_cell(name, records.ends, MOVE_BATCH)
             if not ends:
-                return done
+                return
             for _entry, project, holder in ends:
                 self.cells.quota.release(project, holder)
-            records.drop_ends([entry for entry, _project, _holder in ends])
-            done += len(ends)
+            report["moved"] += len(ends)
+            _in_cell(name, records.drop_ends, [entry for entry, _project, _holder in ends])
 
-    def _settle_pending(self) -> int:
+    def _settle_pending(self, report: MoverReport, down: dict[str, _CellDown]) -> None:
         """Pending boots older than the grace: confirmed if their cell has the record,
         else abandoned there (so a create still on its way refuses) and their quota
-        and mapping dropped."""
-        settled = 0
+        and mapping dropped. Those of a cell in ``down`` wait; a cell that fails here
+        joins it."""
         for uuid in self.cells.map.pending_before(time.time() - self.pending_grace_s):
             try:
                 cell, project = self.cells.mapping(uuid)
             except exception.InstanceNotFound:
                 self.cells.map.confirm([uuid])  # nothing mapped: nothing to settle
                 continue
-            compute = self.cells.cells[cell]
+            if cell in down:
+                continue
+            if cell not in self.cells.cells:
+                LOG.warning("cells: boot %s is pending in %s, a cell no [cells] cell line "
+                            "names now; it waits for that cell's line", uuid, cell)  # fmt: skip
+                continue
             try:
-                record = compute.stores.instances.get(uuid)
-            except exception.InstanceNotFound:
-                record = None
-            if record is None:
-                compute.abandon(uuid, "its API process died before its cell held it")
-                self.cells._unmap(project, [uuid])
-                LOG.warning("cells: boot %s never reached its cell; its quota is returned", uuid)
-            else:
-                self.cells.map.confirm([uuid])
-            settled += 1
-        return settled
+                self._settle(uuid, cell, project)
+            except _CellDown as exc:
+                down[cell] = exc
+                continue
+            report["settled"] += 1
+
+    def _settle(self, uuid: str, cell: str, project: str) -> None:
+        compute = self.cells.cells[cell]
+        try:
+            record = _in_cell(cell, compute.stores.instances.get, uuid)
+        except exception.InstanceNotFound:
+            record = None
+        if record is None:
+            why = "its API process died before its cell held it"
+            _in_cell(cell, compute.abandon, uuid, why)
+            self.cells._unmap(project, [uuid])
+            LOG.warning("cells: boot %s never reached its cell; its quota is returned", uuid)
+        else:
+            self.cells.map.confirm([uuid])
 
 
 def audit(front: CellsCompute) -> dict[str, Any]:

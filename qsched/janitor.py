@@ -23,7 +23,7 @@ from typing import Any
 
 from qsched import exception
 from qsched.bus.base import Bus
-from qsched.cells import CellsCompute, QuotaMover
+from qsched.cells import CellsCompute, MoverReport, QuotaMover
 from qsched.conf import CellsOptions, SchedulerOptions
 from qsched.ledger import Stores
 from qsched.ledger.base import State
@@ -239,7 +239,7 @@ def _cells_tasks(front: CellsCompute, cells: CellsOptions, counts: APIMetrics) -
         return []
     mover = QuotaMover(front, cells.pending_grace_s)
 
-    def quota_mover() -> dict[str, int]:
+    def quota_mover() -> MoverReport:
         done = mover.run_once()
         counts.cells_mover_ran(done["moved"], done["settled"])
         return done
