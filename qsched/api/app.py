@@ -490,15 +490,20 @@ def cells_front(
     None with no cell named (one cell: nothing opened). This application still serves
     the ``[ledger]`` cell alone. ``compute``: the cells' ComputeAPI's other arguments.
 
-    :raises BackendUnavailable: a cell's ledger did not answer (:func:`open_cells`).
+    A cell whose ledger does not answer is not joined yet (:func:`open_cells`): no boot
+    goes there until the janitor joins it.
+
+    :raises BackendUnavailable: a ledger did not answer its opening (:func:`open_cells`).
     """
     if not options.cells.enabled:
         return None
     front = open_cells(options.cells, options.ledger, options.bus, open_bus, options.quota,
                        scheduler=options.scheduler, api=options.api, **compute)  # fmt: skip
     every = options.cells.mover_interval_s
-    LOG.info("cells %s behind the API keyspace; the janitor moves their quota %s",
-             ", ".join(front.cells), f"every {every:.1f}s" if every else "not here")  # fmt: skip
+    waiting = ", ".join(sorted(front.unjoined))
+    LOG.info("cells %s behind the API keyspace%s; the janitor moves their quota %s",
+             ", ".join(front.cells), f" (not joined yet: {waiting})" if waiting else "",
+             f"every {every:.1f}s" if every else "not here")  # fmt: skip
     return front
 
 

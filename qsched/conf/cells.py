@@ -77,7 +77,11 @@ cells_opts = [
         help="With cells named, seconds between the janitor's passes that apply the cells' "
         "releases of quota to the API keyspace and settle the boots pending past "
         "pending_grace_s; 0: off (run it somewhere, or the quota of deleted instances "
-        "stays held). Safe in every API worker: a release applied twice is applied once.",
+        "stays held). Safe in every API worker: a release applied twice is applied once. "
+        "A pass first joins the cells whose ledger did not answer when the service started "
+        "(no boot goes to a cell until it is joined; with the mover off, a task of its own "
+        "joins them); a cell that does not answer is passed over, the others' releases "
+        "moved.",
     ),
 ]
 
