@@ -376,6 +376,32 @@ def flavor_demand(flavor: Flavor) -> dict[str, int]:
     return demand
 
 
+def cell_ledger(
+    options: CellsOptions, ledger: LedgerOptions, name: str | None = None
+) -> LedgerOptions:
+    """The ledger options of cell ``name`` (None: ``ledger.cell``, the ``[ledger]``
+    one): its ``[cells] cell`` line's URL under its name, ``ledger``'s other options.
+
+    :raises UnknownCell: no ``[cells] cell`` line names it.
+    """
+    name = ledger.cell if name is None else name
+    for spec in options.specs():
+        if spec.name == name:
+            return ledger.replace(cell=spec.name, url=spec.ledger_url)
+    raise UnknownCell(cell=repr(name), known=", ".join(s.name for s in options.specs()) or "none")
+
+
+def api_ledger(options: CellsOptions, ledger: LedgerOptions) -> LedgerOptions:
+    """The ledger options of the API keyspace: ``[cells] api_url`` under the cell name
+    ``api``, ``ledger``'s other options.
+
+    :raises Invalid: ``options`` names no cell (one cell has no API keyspace).
+    """
+    if not options.enabled or not options.api_url:
+        raise exception.Invalid(reason="[cells] names no cell: one cell has no API keyspace")
+    return ledger.replace(cell=API_CELL, url=options.api_url)
+
+
 def open_cells(
     options: CellsOptions,
     ledger: LedgerOptions,
@@ -409,11 +435,11 @@ def open_cells(
         raise exception.Invalid(reason="[cells] names no cell: one cell needs no front door")
     opened: list[Callable[[], object]] = []
     try:
-        api = open_stores(ledger.replace(cell=API_CELL), quota, url=options.api_url)
+        api = open_stores(api_ledger(options, ledger), quota)
         opened.append(api.backend.close)
         cells = {}
         for spec in specs:
-            stores = open_stores(ledger.replace(cell=spec.name), quota, url=spec.ledger_url)
+            stores = open_stores(cell_ledger(options, ledger, spec.name), quota)
             opened.append(stores.backend.close)
             cell_bus = open_bus(bus.replace(prefix=spec.bus_prefix))
             opened.append(cell_bus.close)

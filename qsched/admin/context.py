@@ -7,6 +7,7 @@ conflict), 2 a usage error (bad option, unreadable config file, invalid value).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import time
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 from oslo_config import cfg
 
+from qsched import cells as qcells
 from qsched import conf as qconf
 from qsched import exception
 from qsched.admin import views
@@ -75,8 +77,46 @@ class Admin:
     def __init__(self, config_files: tuple[str, ...]) -> None:
         self.config_files = config_files
         self.options = load_options(config_files)
+        self.cell: str | None = None  # a [cells] cell this run works on (use_cell)
         self._stores: Stores | None = None
+        self._api_stores: Stores | None = None
         self._bus: Bus | None = None
+
+    def use_cell(self, name: str | None) -> None:
+        """Work on the ``[cells] cell`` named ``name`` (None: ``[ledger] cell``): its
+        line's ledger URL and name replace ``[ledger] url`` and ``cell`` for the stores
+        of this run. Call it before the stores are first used.
+
+        :raises AdminUsageError: no ``[cells] cell`` line names it.
+        """
+        assert self._stores is None, "the stores are open already"
+        try:
+            ledger = qcells.cell_ledger(self.options.cells, self.options.ledger, name)
+        except qcells.UnknownCell:
+            known = ", ".join(spec.name for spec in self.options.cells.specs())
+            asked = (
+                f"--cell {name}"
+                if name is not None
+                else f"[ledger] cell {self.options.ledger.cell}"
+            )
+            raise AdminUsageError(f"{asked}: no [cells] cell line names it ({self.where()}); "
+                                  f"give --cell one of {known}") from None  # fmt: skip
+        self.options = dataclasses.replace(self.options, ledger=ledger)
+        self.cell = ledger.cell
+
+    @property
+    def api_stores(self) -> Stores:
+        """The API keyspace's stores (``[cells] api_url``), with cells named.
+
+        :raises AdminUsageError: ``[cells]`` names no cell.
+        """
+        if self._api_stores is None:
+            try:
+                ledger = qcells.api_ledger(self.options.cells, self.options.ledger)
+            except exception.Invalid as exc:
+                raise AdminUsageError(str(exc)) from None
+            self._api_stores = open_stores(ledger, self.options.quota)
+        return self._api_stores
 
     @property
     def stores(self) -> Stores:
@@ -131,9 +171,10 @@ def explain(exc: Exception, admin: Admin, hint: str = "") -> AdminError:
     if isinstance(exc, exception.BackendUnavailable):
         url = safe_url(admin.options.ledger.url)
         reason = exc.kwargs.get("reason", exc)
+        option = f"[cells] cell {admin.cell}" if admin.cell else "[ledger] url"
         return AdminError(
             f"the ledger (Redis at {url}) is unreachable: {str(reason).rstrip('.')}. "
-            f"Check [ledger] url ({admin.where()}) and that Redis runs."
+            f"Check {option} ({admin.where()}) and that Redis runs."
         )
     if isinstance(exc, exception.NotFound):
         return AdminError(f"{exc} {hint}".strip())
