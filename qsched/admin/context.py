@@ -64,11 +64,17 @@ def safe_url(url: str) -> str:
 
 
 def load_options(config_files: tuple[str, ...]) -> qconf.Options:
-    """The options of one command run: the admin CLI's entry point reads them once."""
+    """The options of one command run: the admin CLI's entry point reads them once.
+
+    :raises AdminUsageError: a file that does not parse, or an option refused (a value
+        out of range, a ``[cells]`` line that does not parse).
+    """
     try:
         return qconf.load_options(config_files=config_files)
     except cfg.Error as exc:
         raise AdminUsageError(f"cannot read the configuration: {exc}") from None
+    except exception.Invalid as exc:
+        raise AdminUsageError(str(exc)) from None
 
 
 class Admin:
