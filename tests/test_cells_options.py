@@ -69,12 +69,12 @@ def test_the_cell_lines_are_secret_in_the_logged_options() -> None:
     ("lines", "expected"),
     [
         (("cell1 redis://:s3cret@h:6379/0",),
-         r"\[cells\] cell 'cell1 redis://\*\*\*@h:6379/0': 2 fields, not 3; write it as "
+         r"\[cells\] cell 'cell1 redis://:\*\*\*@h:6379/0': 2 fields, not 3; write it as "
          r"<name> <ledger url> <bus prefix>, e.g. 'cell = cell1 redis://10\.0\.0\.11:6379/0 "
          r"cell1'"),
         (("cell1 redis://h/0 cell1 extra",), "4 fields, not 3; write it as <name>"),
         (("cell1 cell1 redis://user:pw@h/0",),
-         r"cell 'cell1 cell1 redis://\*\*\*@h/0': the second field, 'cell1', is not a "
+         r"cell 'cell1 cell1 redis://user:\*\*\*@h/0': the second field, 'cell1', is not a "
          "ledger URL; write it as"),
         (("api redis://h/0 api",), "'api' is the API keyspace's name; give the cell another"),
         (("cell{1} redis://h/0 c1",), r"the name 'cell\{1\}' holds a brace or ':'"),
@@ -129,7 +129,7 @@ def test_a_bad_line_in_a_file_fails_the_read(tmp_path: Path) -> None:
 
 REFUSED = [
     ("cell = cell1 redis://:s3cret@h:6379/0\n",
-     r"Invalid input: \[cells\] cell 'cell1 redis://\*\*\*@h:6379/0': 2 fields, not 3; "
+     r"Invalid input: \[cells\] cell 'cell1 redis://:\*\*\*@h:6379/0': 2 fields, not 3; "
      "write it as <name> <ledger url> <bus prefix>"),
     ("pending_grace_s = 0.5\n",
      "Value for option pending_grace_s .* is not valid: Should be greater than or equal to 1"),

@@ -24,10 +24,10 @@ from qsched.admin.context import (
     AdminUsageError,
     admin_command,
     output_option,
-    safe_url,
 )
 from qsched.admin.views import SHOWS
 from qsched.ledger.cellmap import cell_map
+from qsched.urls import masked
 
 
 @contextlib.contextmanager
@@ -64,7 +64,7 @@ def _unmap(admin: Admin, cell: str | None) -> archive.Unmap | None:
         try:
             return drop(uuids)
         except exception.BackendUnavailable as exc:
-            url = safe_url(admin.options.cells.api_url or "")
+            url = masked(admin.options.cells.api_url or "")
             reason = str(exc.kwargs.get("reason", exc)).rstrip(".")
             raise AdminError(
                 f"the API keyspace (Redis at {url}) is unreachable: {reason}. Check [cells] "

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 from oslo_config import cfg
@@ -26,6 +24,7 @@ from qsched.bus import Bus, BusUnavailable, open_bus
 from qsched.compute import ComputeAPI
 from qsched.context import ADMIN, MEMBER, READER, RequestContext
 from qsched.ledger import Stores, open_stores
+from qsched.urls import masked
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,17 +49,6 @@ class AdminUsageError(AdminError):
     """Bad input that got past the option parser (an invalid value): exit code 2."""
 
     exit_code = 2
-
-
-def safe_url(url: str) -> str:
-    """``url`` with its passwords masked: the user's, and a query's ``*password=``
-    (a ``redis+sentinel://`` URL's ``sentinel_password``)."""
-    parts = urlsplit(url)
-    query = re.sub(r"(^|&)([^=&]*password=)[^&]*", r"\1\2***", parts.query)
-    netloc = parts.netloc
-    if parts.password:
-        netloc = netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def load_options(config_files: tuple[str, ...]) -> qconf.Options:
@@ -175,7 +163,7 @@ def explain(exc: Exception, admin: Admin, hint: str = "") -> AdminError:
             f"{what}. Check transport_url ({admin.where()}) and that the broker runs."
         )
     if isinstance(exc, exception.BackendUnavailable):
-        url = safe_url(admin.options.ledger.url)
+        url = masked(admin.options.ledger.url)
         reason = exc.kwargs.get("reason", exc)
         option = f"[cells] cell {admin.cell}" if admin.cell else "[ledger] url"
         return AdminError(

@@ -17,6 +17,7 @@ from oslo_config import cfg
 
 from qsched import exception
 from qsched.conf.base import Section
+from qsched.urls import masked
 
 GROUP = "cells"
 #: The cell name of the API keyspace (``qsched:{api}:``): no cell may take it.
@@ -173,12 +174,12 @@ def _cell(line: str) -> CellSpec:
     if re.search(r"[{}:]", name):
         _refuse(line, f"the name {name!r} holds a brace or ':'; give the cell another")
     if "://" not in url:
-        _refuse(line, f"the second field, {_masked(url)!r}, is not a ledger URL; {HOW}")
+        _refuse(line, f"the second field, {masked(url)!r}, is not a ledger URL; {HOW}")
     return CellSpec(name, url, prefix)
 
 
 def _refuse(line: str, why: str) -> NoReturn:
-    raise exception.Invalid(reason=f"[cells] cell {_masked(line)!r}: {why}")
+    raise exception.Invalid(reason=f"[cells] cell {masked(line)!r}: {why}")
 
 
 def _zone(line: str) -> tuple[str, str]:
@@ -188,9 +189,3 @@ def _zone(line: str) -> tuple[str, str]:
             reason=f"[cells] zone {line!r}: write it as {ZONE_FORM}, e.g. 'zone = az1 cell1'"
         )
     return fields[0].strip(), fields[1]
-
-
-def _masked(text: str) -> str:
-    """``text`` with a URL's credentials and ``*password=`` values replaced by ``***``."""
-    text = re.sub(r"(://)[^/@\s]*@", r"\1***@", text)
-    return re.sub(r"(password=)[^&\s]*", r"\1***", text)
