@@ -143,8 +143,11 @@ def main(config_files: tuple[str, ...], debug: bool) -> None:
     conf = qconf.load(config_files=config_files, service=True)
     if debug:
         conf.set_override("debug", True)
+    try:
+        options = qconf.read_options(conf)
+    except exception.Invalid as exc:  # refused before logging is set up: said on stderr
+        raise click.ClickException(str(exc)) from None
     qconf.setup_logging(conf)
-    options = qconf.Options.from_conf(conf)
     wait_for_stop_signal = catch_stop_signals()
     try:
         agent = build_agent(options)

@@ -14,6 +14,12 @@ A run is safe while the cloud runs: each step is atomic in the ledger, never tak
 an instance something still refers to (those are counted as held, and stay), and
 costs O(log n + batch). Runs resume by themselves: what was archived has left the
 index the next run reads.
+
+With several cells behind one API (:mod:`qsched.cells`) the API keyspace keeps an
+instance mapping for every instance of a cell. A run given ``unmap`` drops the
+mappings of what it archived, a batch a round trip, once their history is written
+and before it is cleared from the staging area: a run that stops in between leaves
+them staged, and the next run writes them again and drops what is left.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
 from qsched.ledger.archive import ArchiveStep, ArchiveStore
@@ -37,6 +43,9 @@ FLOAT_FIELDS = ("created_at", "updated_at", "deleted_at", "launched_at", "deadli
 INT_FIELDS = ("attempts", "handbacks", "events_trimmed", "group_refusals", "soft_passes")
 #: how many held instances a report names (it counts them all)
 HELD_NAMED = 100
+
+#: drops the instance mappings of archived instances; returns how many there were
+Unmap = Callable[[Sequence[str]], int]
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -99,6 +108,7 @@ class ArchiveReport:
     max_rows: int | None
     archived: int = 0  # instances taken out and written (a dry run: it would take)
     recovered: int = 0  # of them, staged by an earlier run that stopped before writing
+    unmapped: int | None = None  # their mappings dropped (None: no unmap, or a dry run)
     held: int = 0
     held_named: dict[str, str] = dataclasses.field(default_factory=dict)  # uuid -> why
     stale: int = 0  # index entries without a record, dropped
@@ -137,29 +147,36 @@ def archive_deleted(
     max_rows: int | None = None,
     dry_run: bool = False,
     progress: Callable[[ArchiveReport], None] | None = None,
+    unmap: Unmap | None = None,
 ) -> ArchiveReport:
     """Archive DELETED instances deleted before ``before``, ``batch`` a step, at most
     ``max_rows`` in all (None: until none is left), their history to ``out``.
 
-    ``dry_run``: change nothing, write nothing; count what would go.
+    ``dry_run``: change nothing, write nothing; count what would go. ``unmap``: drops
+    the instance mappings of what was archived (several cells behind one API), once
+    their history is written, before it is cleared.
     :raises ValueError: no ``out`` for a run that is not a dry run.
-    :raises BackendUnavailable: the ledger stopped answering; what was written stays
-        written, what was staged waits for the next run.
+    :raises BackendUnavailable: the ledger (or ``unmap``'s) stopped answering; what was
+        written stays written, what was staged waits for the next run.
     """
     if out is None and not dry_run:
         raise ValueError("archive-deleted writes the history it takes out: give it a stream")
     began = time.monotonic()
     report = ArchiveReport(before, dry_run, batch, max_rows)
     writer = HistoryWriter(out) if out is not None else None
+    if unmap is None or dry_run:
+        unmap = None
+    else:
+        report.unmapped = 0
     if writer is not None and not dry_run:
-        _write_staged(store, writer, report, batch)
+        _write_staged(store, writer, report, batch, unmap)
     cursor: str | None = None
     while not _reached(report):
         size = batch if max_rows is None else min(batch, max_rows - report.archived)
         step = store.step(before, size, cursor, dry_run)
         cursor = step.cursor
         if writer is not None and not dry_run:
-            report.archived += _write(store, writer, store.staged(step.archived))
+            report.archived += _write(store, writer, store.staged(step.archived), report, unmap)
         elif dry_run:
             report.archived += len(step.archived)
         _count(report, step)
@@ -188,18 +205,22 @@ def _count(report: ArchiveReport, step: ArchiveStep) -> None:
 
 
 def _write_staged(store: ArchiveStore, writer: HistoryWriter, report: ArchiveReport,
-                  batch: int) -> None:  # fmt: skip
+                  batch: int, unmap: Unmap | None) -> None:  # fmt: skip
     """Write what an earlier run staged and did not write, a batch at a time."""
     while staged := store.staged(limit=batch):
-        written = _write(store, writer, staged)
+        written = _write(store, writer, staged, report, unmap)
         report.archived += written
         report.recovered += written
 
 
-def _write(store: ArchiveStore, writer: HistoryWriter, staged: dict[str, str]) -> int:
-    """Write staged histories, then clear them; return how many this run cleared (a
-    run beside it may have written some of them too: the same lines)."""
+def _write(store: ArchiveStore, writer: HistoryWriter, staged: dict[str, str],
+           report: ArchiveReport, unmap: Unmap | None) -> int:  # fmt: skip
+    """Write staged histories, drop their mappings, then clear them; return how many
+    this run cleared (a run beside it may have written some of them too: the same
+    lines)."""
     if not staged:
         return 0
     writer.write(staged.values())
+    if unmap is not None:
+        report.unmapped = (report.unmapped or 0) + unmap(list(staged))
     return store.clear(list(staged))

@@ -27,6 +27,9 @@ refuses) and its quota returned.
 
 :func:`open_cells` builds the front door from the ``[cells]`` options (a service's
 entry point calls it; :func:`qsched.janitor.start_periodic_tasks` runs its mover).
+A cell whose ledger does not answer then is not joined: no boot goes there (it
+would be counted twice) until a pass of the mover joins it. A pass passes over a
+cell whose ledger does not answer and moves the others' releases.
 
 A boot goes to its availability zone's cell, else to a cell drawn in proportion to
 how many of its flavor the cell's free capacity holds (``cell-free``, kept by its
@@ -42,10 +45,11 @@ import heapq
 import itertools
 import logging
 import random
+import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypedDict, TypeVar
 
 from qsched import exception
 from qsched.bus.base import Bus
@@ -64,16 +68,34 @@ LOG = logging.getLogger(__name__)
 #: quota limits a joined cell leaves unlimited in its own keyspace
 CELL_UNLIMITED = {"instances": -1, "cores": -1, "ram_mb": -1}
 MOVE_BATCH = 500  # releases read from one cell per round trip
+T = TypeVar("T")
 
 
 class UnknownCell(exception.Invalid):
     msg_fmt = "No cell named {cell}: the cells are {known}"
 
 
+class CellNotJoined(exception.BackendUnavailable):
+    """A boot asked for a cell (by its zone) that is not joined yet: its ledger has not
+    answered since this API process started (503: try again)."""
+
+    msg_fmt = (
+        "Cell {cell} is not joined yet: its ledger has not answered since this API "
+        "process started; no boot goes there until the janitor joins it"
+    )
+
+
 def join(cell: Stores) -> None:
     """Make a cell's quota the API keyspace's: its own limits unlimited (the default
     quota class; a project's own limits in the cell must not be set) and each of its
-    releases indexed for :class:`QuotaMover`. Idempotent."""
+    releases indexed for :class:`QuotaMover`. Idempotent.
+
+    Until then a boot there would be counted twice (by the API keyspace and by the
+    cell's own limits) and its release would never reach the API keyspace: no boot
+    goes to a cell :class:`CellsCompute` has not joined.
+
+    :raises BackendUnavailable: the cell's ledger did not answer.
+    """
     cell.quota.update_default_limits(CELL_UNLIMITED)
     cell_map(cell).join()
 
@@ -82,8 +104,9 @@ class CellsCompute:
     """The servers of several cells behind one front door; see the module docstring.
 
     ``api``: the stores of the API keyspace (its quota is the deployment's);
-    ``cells``: each cell's front door by cell name, every cell :func:`join`-ed;
-    ``zones``: availability zone -> the cell that serves it; ``opened``: what
+    ``cells``: each cell's front door by cell name, every cell :func:`join`-ed but
+    those of ``unjoined``, which no boot goes to until :meth:`join_waiting` joined
+    them; ``zones``: availability zone -> the cell that serves it; ``opened``: what
     :meth:`close` closes (what :func:`open_cells` opened; nothing for given cells).
     """
 
@@ -93,6 +116,7 @@ class CellsCompute:
         cells: Mapping[str, ComputeAPI],
         zones: Mapping[str, str] | None = None,
         opened: Sequence[Callable[[], object]] = (),
+        unjoined: Iterable[str] = (),
     ) -> None:
         if not cells:
             raise exception.Invalid(reason="several cells need at least one cell")
@@ -105,6 +129,11 @@ class CellsCompute:
         for zone, name in self.zones.items():
             if name not in self.cells:
                 raise UnknownCell(cell=f"{name!r} (zone {zone})", known=", ".join(self.cells))
+        self._unjoined = set(unjoined)
+        if self._unjoined - set(self.cells):
+            raise UnknownCell(cell=", ".join(sorted(self._unjoined - set(self.cells))),
+                              known=", ".join(self.cells))  # fmt: skip
+        self._joining = threading.Lock()
         self._opened = list(opened)
         self._draw = random.Random()
 
@@ -115,9 +144,39 @@ class CellsCompute:
     @property
     def flavor_cell(self) -> ComputeAPI:
         """Where a boot's flavor is read, to choose its cell and count its quota: the
-        first cell. Every cell seeds the same flavors from ``[api] flavor``; a flavor
-        written to every cell by one call is not built yet."""
-        return next(iter(self.cells.values()))
+        first joined cell (one not joined may be one whose ledger does not answer), the
+        first cell when none is. Every cell seeds the same flavors from ``[api]
+        flavor``; a flavor written to every cell by one call is not built yet."""
+        joined = (c for name, c in self.cells.items() if name not in self._unjoined)
+        return next(joined, next(iter(self.cells.values())))
+
+    # -- joining --
+
+    @property
+    def unjoined(self) -> frozenset[str]:
+        """The cells no boot goes to yet: their ledger did not answer their join."""
+        return frozenset(self._unjoined)
+
+    def join_waiting(self) -> tuple[list[str], dict[str, exception.BackendUnavailable]]:
+        """Join the cells not joined yet (:func:`join`, idempotent); boots may go to
+        each from then on. One call a cell not joined, nothing when every cell is.
+
+        Returns the cells joined now, and those whose ledger still did not answer,
+        each with its outage.
+        """
+        joined: list[str] = []
+        failed: dict[str, exception.BackendUnavailable] = {}
+        with self._joining:
+            for name in sorted(self._unjoined):
+                try:
+                    join(self.cells[name].stores)
+                except exception.BackendUnavailable as exc:
+                    failed[name] = exc
+                    continue
+                self._unjoined.discard(name)
+                joined.append(name)
+                LOG.info("cells: cell %s joined; boots may go there from now on", name)
+        return joined, failed
 
     # -- where an instance is --
 
@@ -152,15 +211,22 @@ class CellsCompute:
         emptiest until its agents beat again. It is a sum over hosts, so a cell that
         holds a flavor in sum may not on any one host; its agents then leave the boot
         waiting, and it ends in NoValidHost at its deadline. A cell that holds none is
-        drawn only when none holds one; a cell whose ledger does not answer, never.
+        drawn only when none holds one; a cell whose ledger does not answer, or that is
+        not joined yet, never.
 
-        :raises BackendUnavailable: no cell's ledger answered.
+        :raises CellNotJoined: the zone's cell is not joined yet.
+        :raises BackendUnavailable: no joined cell's ledger answered.
         """
         if availability_zone is not None and availability_zone in self.zones:
-            return self.zones[availability_zone]
+            cell = self.zones[availability_zone]
+            if cell in self._unjoined:
+                raise CellNotJoined(cell=cell)
+            return cell
         demand = flavor_demand(flavor)
         holds = {}
         for name, compute in self.cells.items():
+            if name in self._unjoined:
+                continue
             try:
                 free = compute.stores.agents.free()
             except exception.BackendUnavailable as exc:
@@ -310,6 +376,32 @@ def flavor_demand(flavor: Flavor) -> dict[str, int]:
     return demand
 
 
+def cell_ledger(
+    options: CellsOptions, ledger: LedgerOptions, name: str | None = None
+) -> LedgerOptions:
+    """The ledger options of cell ``name`` (None: ``ledger.cell``, the ``[ledger]``
+    one): its ``[cells] cell`` line's URL under its name, ``ledger``'s other options.
+
+    :raises UnknownCell: no ``[cells] cell`` line names it.
+    """
+    name = ledger.cell if name is None else name
+    for spec in options.specs():
+        if spec.name == name:
+            return ledger.replace(cell=spec.name, url=spec.ledger_url)
+    raise UnknownCell(cell=repr(name), known=", ".join(s.name for s in options.specs()) or "none")
+
+
+def api_ledger(options: CellsOptions, ledger: LedgerOptions) -> LedgerOptions:
+    """The ledger options of the API keyspace: ``[cells] api_url`` under the cell name
+    ``api``, ``ledger``'s other options.
+
+    :raises Invalid: ``options`` names no cell (one cell has no API keyspace).
+    """
+    if not options.enabled or not options.api_url:
+        raise exception.Invalid(reason="[cells] names no cell: one cell has no API keyspace")
+    return ledger.replace(cell=API_CELL, url=options.api_url)
+
+
 def open_cells(
     options: CellsOptions,
     ledger: LedgerOptions,
@@ -319,6 +411,10 @@ def open_cells(
     **compute: Any,
 ) -> CellsCompute:
     """The front door of the cells ``options`` names, each :func:`join`-ed (idempotent).
+
+    A cell whose ledger does not answer its join is left out of the boots, logged,
+    until a pass of the janitor joins it (:meth:`CellsCompute.join_waiting`): the
+    API starts with the cells that answer.
 
     The API keyspace's stores at ``api_url``, under the cell name ``api``; each cell's
     at its ledger URL, under its name, and its bus: ``open_bus`` of ``bus`` with the
@@ -330,29 +426,40 @@ def open_cells(
     ...). Nothing else is opened or read; :meth:`CellsCompute.close` closes it all.
 
     :raises Invalid: ``options`` names no cell (one cell needs none of this).
-    :raises BackendUnavailable: a cell's ledger did not answer its join, or a bus did
-        not open; what was opened is closed.
+    :raises BackendUnavailable: a ledger did not answer its opening (a Redis Cluster
+        none of whose nodes answers, a ``[ledger] durability`` that must ask the
+        server), or a bus did not open; what was opened is closed.
     """
     specs = options.specs()
     if not specs or not options.api_url:
         raise exception.Invalid(reason="[cells] names no cell: one cell needs no front door")
     opened: list[Callable[[], object]] = []
     try:
-        api = open_stores(ledger.replace(cell=API_CELL), quota, url=options.api_url)
+        api = open_stores(api_ledger(options, ledger), quota)
         opened.append(api.backend.close)
         cells = {}
         for spec in specs:
-            stores = open_stores(ledger.replace(cell=spec.name), quota, url=spec.ledger_url)
+            stores = open_stores(cell_ledger(options, ledger, spec.name), quota)
             opened.append(stores.backend.close)
             cell_bus = open_bus(bus.replace(prefix=spec.bus_prefix))
             opened.append(cell_bus.close)
             cells[spec.name] = ComputeAPI(stores, cell_bus, **compute)
-        for cell in cells.values():
-            join(cell.stores)
-        return CellsCompute(api, cells, options.zones(), opened)
+        unjoined = [name for name, cell in cells.items() if not _joined(name, cell.stores)]
+        return CellsCompute(api, cells, options.zones(), opened, unjoined)
     except BaseException:
         _close(opened)
         raise
+
+
+def _joined(name: str, cell: Stores) -> bool:
+    """Join a cell at the start; False, logged, when its ledger did not answer."""
+    try:
+        join(cell)
+    except exception.BackendUnavailable as exc:
+        LOG.warning("cells: cell %s is not joined: %s; no boot goes there until a pass of "
+                    "the janitor joins it", name, str(exc).rstrip("."))  # fmt: skip
+        return False
+    return True
 
 
 def _close(opened: Sequence[Callable[[], object]]) -> None:
@@ -363,60 +470,131 @@ def _close(opened: Sequence[Callable[[], object]]) -> None:
             LOG.exception("cells: closing %s failed", close)
 
 
+class MoverReport(TypedDict):
+    """What one pass of :class:`QuotaMover` did."""
+
+    moved: int  # releases applied to the API keyspace
+    settled: int  # pending boots settled
+    joined: list[str]  # cells joined by this pass (:meth:`CellsCompute.join_waiting`)
+    skipped: list[str]  # cells passed over: their ledger did not answer
+
+
+class _CellDown(Exception):
+    """A cell's ledger did not answer the mover: the pass goes on without that cell."""
+
+    def __init__(self, cell: str, cause: exception.BackendUnavailable) -> None:
+        super().__init__(f"{cell}: {str(cause).rstrip('.')}")
+        self.cell = cell
+        self.cause = cause
+
+
+def _in_cell(cell: str, call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)``, a call to cell ``cell``'s keyspace: its outage is :class:`_CellDown`
+    (a call to the API keyspace is made bare: its outage fails the pass)."""
+    try:
+        return call(*args)
+    except exception.BackendUnavailable as exc:
+        raise _CellDown(cell, exc) from exc
+
+
 class QuotaMover:
     """Applies the cells' quota releases to the API keyspace, and settles boots left
     pending by an API process that died (see the module docstring). Run by the
-    deployment's janitor; each pass is O(what it moves)."""
+    deployment's janitor; each pass is O(what it moves).
+
+    A pass first joins the cells not joined yet. A cell whose ledger does not answer
+    is passed over for the rest of the pass (its releases and pending boots wait in
+    it, none is lost), logged once a pass; the other cells' releases are moved. The
+    API keyspace not answering fails the pass: nothing can be moved.
+    """
 
     def __init__(self, cells: CellsCompute, pending_grace_s: float) -> None:
         self.cells = cells
         self.pending_grace_s = pending_grace_s
 
-    def run_once(self) -> dict[str, int]:
-        """One pass: how many releases were moved and pending boots settled."""
-        moved = sum(self._move(name) for name in self.cells.cells)
-        settled = self._settle_pending()
-        if moved or settled:
-            LOG.info("cells: %d releases of quota moved to the API keyspace, %d pending boots "
-                     "settled", moved, settled)  # fmt: skip
-        return {"moved": moved, "settled": settled}
+    def run_once(self) -> MoverReport:
+        """One pass: which cells were joined, how many releases were moved and pending
+        boots settled, and which cells were passed over.
 
-    def _move(self, name: str) -> int:
+        :raises BackendUnavailable: the API keyspace did not answer.
+        """
+        joined, failed = self.cells.join_waiting()
+        report = MoverReport(moved=0, settled=0, joined=joined, skipped=[])
+        down = {name: _CellDown(name, exc) for name, exc in failed.items()}
+        for name in self.cells.cells:
+            if name in down:
+                continue
+            try:
+                self._move(name, report)
+            except _CellDown as exc:
+                down[name] = exc
+        self._settle_pending(report, down)
+        report["skipped"] = list(down)
+        if down:
+            waiting = ", ".join(sorted(self.cells.unjoined))
+            LOG.warning("cells: the quota mover passed over %s; their releases and pending "
+                        "boots wait in them for a pass they answer%s",
+                        "; ".join(str(exc) for exc in down.values()),
+                        f"; not joined yet (no boot goes there): {waiting}" if waiting else "",
+                        )  # fmt: skip
+        if report["moved"] or report["settled"]:
+            LOG.info("cells: %d releases of quota moved to the API keyspace, %d pending boots "
+                     "settled", report["moved"], report["settled"])  # fmt: skip
+        return report
+
+    def _move(self, name: str, report: MoverReport) -> None:
+        """Apply cell ``name``'s indexed releases, a batch a round trip to each keyspace.
+
+        :raises _CellDown: the cell did not answer (what was applied stays applied: a
+            release applied again is applied once).
+        """
         records = self.cells.maps[name]
-        done = 0
         while True:
-            ends = records.ends(MOVE_BATCH)
+            ends = _in_cell(name, records.ends, MOVE_BATCH)
             if not ends:
-                return done
+                return
             for _entry, project, holder in ends:
                 self.cells.quota.release(project, holder)
-            records.drop_ends([entry for entry, _project, _holder in ends])
-            done += len(ends)
+            report["moved"] += len(ends)
+            _in_cell(name, records.drop_ends, [entry for entry, _project, _holder in ends])
 
-    def _settle_pending(self) -> int:
+    def _settle_pending(self, report: MoverReport, down: dict[str, _CellDown]) -> None:
         """Pending boots older than the grace: confirmed if their cell has the record,
         else abandoned there (so a create still on its way refuses) and their quota
-        and mapping dropped."""
-        settled = 0
+        and mapping dropped. Those of a cell in ``down`` wait; a cell that fails here
+        joins it."""
         for uuid in self.cells.map.pending_before(time.time() - self.pending_grace_s):
             try:
                 cell, project = self.cells.mapping(uuid)
             except exception.InstanceNotFound:
                 self.cells.map.confirm([uuid])  # nothing mapped: nothing to settle
                 continue
-            compute = self.cells.cells[cell]
+            if cell in down:
+                continue
+            if cell not in self.cells.cells:
+                LOG.warning("cells: boot %s is pending in %s, a cell no [cells] cell line "
+                            "names now; it waits for that cell's line", uuid, cell)  # fmt: skip
+                continue
             try:
-                record = compute.stores.instances.get(uuid)
-            except exception.InstanceNotFound:
-                record = None
-            if record is None:
-                compute.abandon(uuid, "its API process died before its cell held it")
-                self.cells._unmap(project, [uuid])
-                LOG.warning("cells: boot %s never reached its cell; its quota is returned", uuid)
-            else:
-                self.cells.map.confirm([uuid])
-            settled += 1
-        return settled
+                self._settle(uuid, cell, project)
+            except _CellDown as exc:
+                down[cell] = exc
+                continue
+            report["settled"] += 1
+
+    def _settle(self, uuid: str, cell: str, project: str) -> None:
+        compute = self.cells.cells[cell]
+        try:
+            record = _in_cell(cell, compute.stores.instances.get, uuid)
+        except exception.InstanceNotFound:
+            record = None
+        if record is None:
+            why = "its API process died before its cell held it"
+            _in_cell(cell, compute.abandon, uuid, why)
+            self.cells._unmap(project, [uuid])
+            LOG.warning("cells: boot %s never reached its cell; its quota is returned", uuid)
+        else:
+            self.cells.map.confirm([uuid])
 
 
 def audit(front: CellsCompute) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from qsched import exception
 from qsched.bus.base import Bus
-from qsched.cells import CellsCompute, QuotaMover
+from qsched.cells import CellsCompute, MoverReport, QuotaMover
 from qsched.conf import CellsOptions, SchedulerOptions
 from qsched.ledger import Stores
 from qsched.ledger.base import State
@@ -39,6 +39,8 @@ LOG = logging.getLogger(__name__)
 #: The ledger must answer this long after an outage before the outbox is published:
 #: three times the longest pause of a front door's abandon retries.
 OUTBOX_SETTLE_S = 3 * RETRY_MAX_S
+#: With the cells' mover off in this process, how often a cell not joined is asked again.
+JOIN_INTERVAL_S = 5.0
 
 
 @dataclasses.dataclass
@@ -234,12 +236,23 @@ def start_periodic_tasks(
 
 
 def _cells_tasks(front: CellsCompute, cells: CellsOptions, counts: APIMetrics) -> list[Periodic]:
-    """The cells' quota mover, unless ``[cells] mover_interval_s`` is 0."""
+    """The cells' quota mover, unless ``[cells] mover_interval_s`` is 0; then, while a
+    cell is not joined (its ledger did not answer at the start), a task that only joins
+    it, every :data:`JOIN_INTERVAL_S`: else no boot of this process would go there."""
     if not cells.mover_interval_s:
-        return []
+        if not front.unjoined:
+            return []
+
+        def join_cells() -> list[str]:
+            joined, failed = front.join_waiting()
+            for name, exc in failed.items():
+                LOG.warning("cells: cell %s is still not joined: %s", name, exc)
+            return joined
+
+        return [Periodic("cells-join", JOIN_INTERVAL_S, join_cells)]
     mover = QuotaMover(front, cells.pending_grace_s)
 
-    def quota_mover() -> dict[str, int]:
+    def quota_mover() -> MoverReport:
         done = mover.run_once()
         counts.cells_mover_ran(done["moved"], done["settled"])
         return done

@@ -1,14 +1,24 @@
 """The [cells] options (:mod:`qsched.conf.cells`): good lines parsed, bad lines refused
-with the line (its password masked) and the fix, no [cells] line the single cell."""
+with the line (its password masked) and the fix, no [cells] line the single cell; each
+entry point (qsched-api, qsched-agent, qsched-admin) says a refused option in one line
+and exits as it does for its other refused options."""
 
 from __future__ import annotations
 
+import re
+import uuid
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from agents import main as agent_main
 from qsched import conf as qconf
 from qsched import exception
+from qsched.admin.cli import cli as admin_cli
+from qsched.api import app as api_app
+from qsched.api import auth
+from qsched.cmd import api as api_cmd
 from qsched.conf import CellsOptions
 from qsched.conf.cells import CellSpec
 
@@ -59,12 +69,12 @@ def test_the_cell_lines_are_secret_in_the_logged_options() -> None:
     ("lines", "expected"),
     [
         (("cell1 redis://:s3cret@h:6379/0",),
-         r"\[cells\] cell 'cell1 redis://\*\*\*@h:6379/0': 2 fields, not 3; write it as "
+         r"\[cells\] cell 'cell1 redis://:\*\*\*@h:6379/0': 2 fields, not 3; write it as "
          r"<name> <ledger url> <bus prefix>, e.g. 'cell = cell1 redis://10\.0\.0\.11:6379/0 "
          r"cell1'"),
         (("cell1 redis://h/0 cell1 extra",), "4 fields, not 3; write it as <name>"),
         (("cell1 cell1 redis://user:pw@h/0",),
-         r"cell 'cell1 cell1 redis://\*\*\*@h/0': the second field, 'cell1', is not a "
+         r"cell 'cell1 cell1 redis://user:\*\*\*@h/0': the second field, 'cell1', is not a "
          "ledger URL; write it as"),
         (("api redis://h/0 api",), "'api' is the API keyspace's name; give the cell another"),
         (("cell{1} redis://h/0 c1",), r"the name 'cell\{1\}' holds a brace or ':'"),
@@ -113,3 +123,55 @@ def test_a_bad_line_in_a_file_fails_the_read(tmp_path: Path) -> None:
     path.write_text("[cells]\ncell = cell1 redis://h:6379/0\n")
     with pytest.raises(exception.Invalid, match=r"\[cells\] cell 'cell1 redis://h:6379/0'"):
         qconf.load_options(config_files=[str(path)])
+
+
+# -- each entry point says a refused [cells] option in one line, no traceback ------------
+
+REFUSED = [
+    ("cell = cell1 redis://:s3cret@h:6379/0\n",
+     r"Invalid input: \[cells\] cell 'cell1 redis://:\*\*\*@h:6379/0': 2 fields, not 3; "
+     "write it as <name> <ledger url> <bus prefix>"),
+    ("pending_grace_s = 0.5\n",
+     "Value for option pending_grace_s .* is not valid: Should be greater than or equal to 1"),
+]  # fmt: skip
+
+
+def refused_config(tmp_path: Path, line: str) -> Path:
+    path = tmp_path / "qsched.conf"
+    path.write_text(f"[DEFAULT]\ntransport_url = memory://\n"
+                    f"[ledger]\nurl = fakeredis://opts-{uuid.uuid4().hex}\n"
+                    f"[cells]\napi_url = {API_URL}\n{line}")  # fmt: skip
+    return path
+
+
+def one_line(text: str, pattern: str, prefix: str) -> None:
+    (line,) = text.strip().splitlines()
+    assert line.startswith(prefix) and re.search(pattern, line), line
+    assert "s3cret" not in text and "Traceback" not in text
+
+
+@pytest.mark.parametrize(("line", "expected"), REFUSED)
+def test_qsched_api_says_it_and_exits_2(tmp_path: Path, capsys, line: str, expected: str) -> None:
+    config = refused_config(tmp_path, line)
+    assert api_cmd.main(["--config-file", str(config)]) == 2
+    one_line(capsys.readouterr().err, expected, "qsched-api: ")
+    with pytest.raises(auth.UnreadableOptions, match=expected):  # gunicorn's master
+        api_app.check_bind(["127.0.0.1:8774"], [str(config)])
+    with pytest.raises(auth.UnreadableOptions, match=expected):  # and its workers
+        api_app.load_app([str(config)], bind=["127.0.0.1:8774"])
+
+
+@pytest.mark.parametrize(("line", "expected"), REFUSED)
+def test_qsched_agent_says_it_and_exits_1(tmp_path: Path, line: str, expected: str) -> None:
+    config = refused_config(tmp_path, line)
+    result = CliRunner().invoke(agent_main.main, ["--config-file", str(config)])
+    assert result.exit_code == 1, (result.output, result.exception)
+    one_line(result.output, expected, "Error: ")
+
+
+@pytest.mark.parametrize(("line", "expected"), REFUSED)
+def test_qsched_admin_says_it_and_exits_2(tmp_path: Path, line: str, expected: str) -> None:
+    config = refused_config(tmp_path, line)
+    result = CliRunner().invoke(admin_cli, ["--config-file", str(config), "agents"])
+    assert result.exit_code == 2, (result.output, result.exception)
+    one_line(result.output, expected, "Error: ")

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The longest matching prefix gives a module's floor.
 FLOORS: list[tuple[str, ...]] = [
     ("qsched", "qsched.exception", "qsched.resources", "qsched.conf", "qsched.net",
-     "qsched.context", "qsched.policies"),
+     "qsched.context", "qsched.policies", "qsched.urls"),
     # the ledger's interfaces and values, which everything above may name
     ("qsched.flavors", "qsched.ledger.base", "qsched.ledger.records", "qsched.ledger.keys",
      "qsched.ledger.backend", "qsched.ledger.inspection", "qsched.ledger.archive",

@@ -83,9 +83,11 @@ def test_force_allows_db_0(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "not reachable (down): skipped" in stdout
 
 
-def test_password_is_not_printed() -> None:
-    assert ledger_bench.redacted("redis://u:s3cret@h:6379/9") == "redis://u:***@h:6379/9"
-    assert ledger_bench.redacted("redis://h:6379/9") == "redis://h:6379/9"
+def test_password_is_not_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ledger_bench.server, "unreachable", lambda url: "down")
+    code, stdout, output = run("--redis-url", "redis://u:s3cret@h:6379/9", "--backend", "redis")
+    assert code == 0 and "real Redis at redis://u:***@h:6379/9 not reachable" in stdout
+    assert "s3cret" not in output
 
 
 def test_help_warns_about_the_flush() -> None:

@@ -1,22 +1,33 @@
 """``qsched-admin archive-deleted``: ended servers out of the ledger, their history kept.
 
 The command parses and renders; :func:`qsched.archive.archive_deleted` does the work.
+With ``[cells]`` cell lines it archives one of those cells (``--cell``, default the
+``[ledger] cell``), on its line's ledger URL, and drops the archived servers'
+instance mappings in the API keyspace (``[cells] api_url``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
 import click
 
-from qsched import archive
+from qsched import archive, exception
 from qsched.admin import views
-from qsched.admin.context import Admin, AdminUsageError, admin_command, output_option
+from qsched.admin.context import (
+    Admin,
+    AdminError,
+    AdminUsageError,
+    admin_command,
+    output_option,
+)
 from qsched.admin.views import SHOWS
+from qsched.ledger.cellmap import cell_map
+from qsched.urls import masked
 
 
 @contextlib.contextmanager
@@ -36,6 +47,34 @@ def _history(output: str | None) -> Iterator[TextIO | None]:
             ) from None
 
 
+def _unmap(admin: Admin, cell: str | None) -> archive.Unmap | None:
+    """With ``[cells]`` cell lines: this run on that cell (:meth:`Admin.use_cell`), and
+    what drops the archived servers' mappings in the API keyspace; None without."""
+    if not admin.options.cells.enabled:
+        if cell is not None:
+            raise AdminUsageError(
+                f"--cell {cell}: the configuration ({admin.where()}) has no [cells] cell "
+                "line; archive the [ledger] cell without it"
+            )
+        return None
+    admin.use_cell(cell)
+    drop = cell_map(admin.api_stores).unmap
+
+    def unmap(uuids: Sequence[str]) -> int:
+        try:
+            return drop(uuids)
+        except exception.BackendUnavailable as exc:
+            url = masked(admin.options.cells.api_url or "")
+            reason = str(exc.kwargs.get("reason", exc)).rstrip(".")
+            raise AdminError(
+                f"the API keyspace (Redis at {url}) is unreachable: {reason}. Check [cells] "
+                f"api_url ({admin.where()}) and that Redis runs; the servers archived so far "
+                "are written, and the next run drops their mappings."
+            ) from None
+
+    return unmap
+
+
 def _progress(report: archive.ArchiveReport) -> None:
     verb = "would archive" if report.dry_run else "archived"
     click.echo(
@@ -51,6 +90,11 @@ def _summary(report: archive.ArchiveReport) -> str:
         ("before", views.when(report.before)),
         (verb, report.archived),
         ("of them left staged by an earlier run", report.recovered),
+        *(
+            [("their instance mappings dropped", report.unmapped)]
+            if report.unmapped is not None
+            else []
+        ),
         ("held (still referred to, kept)", report.held),
         ("index entries without a record, dropped", report.stale),
         ("deleted before the cut-off, still kept", report.left),
@@ -94,6 +138,13 @@ def _summary(report: archive.ArchiveReport) -> str:
     help="Servers per atomic step (the ledger runs nothing else during a step).",
 )
 @click.option("--dry-run", is_flag=True, help="Count what would be archived; change nothing.")
+@click.option(
+    "--cell",
+    metavar="NAME",
+    help="With [cells] cell lines: the cell to archive, one a line names, on its line's "
+    "ledger URL [default: the [ledger] cell]; the archived servers' instance mappings "
+    "are dropped in [cells] api_url. Refused without [cells] cell lines.",
+)
 @output_option(*SHOWS)
 @admin_command()
 def archive_deleted(
@@ -103,6 +154,7 @@ def archive_deleted(
     max_rows: int | None,
     batch: int,
     dry_run: bool,
+    cell: str | None,
     fmt: str,
 ) -> None:
     """Take DELETED servers out of the ledger, as nova-manage db archive_deleted_rows
@@ -127,6 +179,12 @@ def archive_deleted(
     left there. Run it again to go on; a run resumes where the last
     one ended, since archived servers have left the index it reads.
 
+    With several cells behind one API ([cells] cell lines), it archives one cell,
+    --cell (default: the [ledger] cell), on the ledger URL of that cell's line, and
+    drops the archived servers' instance mappings in the API keyspace ([cells]
+    api_url), a batch a round trip, once their lines are written: run it with the
+    configuration that names the cells (qsched-api's), once per cell.
+
     Progress goes to stderr after every step, the summary to stdout (to stderr when
     --output is '-').
 
@@ -145,9 +203,10 @@ def archive_deleted(
         cut = archive.parse_before(before, admin.now())
     except ValueError as exc:
         raise AdminUsageError(f"--before {exc}") from None
+    unmap = _unmap(admin, cell)
     with _history(None if dry_run else output) as out:
         report = archive.archive_deleted(
-            admin.stores.archive, out, cut, batch, max_rows, dry_run, _progress
+            admin.stores.archive, out, cut, batch, max_rows, dry_run, _progress, unmap
         )
     text = views.to_json(report.to_dict()) if fmt == "json" else _summary(report)
     click.echo(text, err=output == "-" and not dry_run)

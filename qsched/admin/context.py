@@ -7,16 +7,16 @@ conflict), 2 a usage error (bad option, unreadable config file, invalid value).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import re
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 from oslo_config import cfg
 
+from qsched import cells as qcells
 from qsched import conf as qconf
 from qsched import exception
 from qsched.admin import views
@@ -24,6 +24,7 @@ from qsched.bus import Bus, BusUnavailable, open_bus
 from qsched.compute import ComputeAPI
 from qsched.context import ADMIN, MEMBER, READER, RequestContext
 from qsched.ledger import Stores, open_stores
+from qsched.urls import masked
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,23 +51,18 @@ class AdminUsageError(AdminError):
     exit_code = 2
 
 
-def safe_url(url: str) -> str:
-    """``url`` with its passwords masked: the user's, and a query's ``*password=``
-    (a ``redis+sentinel://`` URL's ``sentinel_password``)."""
-    parts = urlsplit(url)
-    query = re.sub(r"(^|&)([^=&]*password=)[^&]*", r"\1\2***", parts.query)
-    netloc = parts.netloc
-    if parts.password:
-        netloc = netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
-
-
 def load_options(config_files: tuple[str, ...]) -> qconf.Options:
-    """The options of one command run: the admin CLI's entry point reads them once."""
+    """The options of one command run: the admin CLI's entry point reads them once.
+
+    :raises AdminUsageError: a file that does not parse, or an option refused (a value
+        out of range, a ``[cells]`` line that does not parse).
+    """
     try:
         return qconf.load_options(config_files=config_files)
     except cfg.Error as exc:
         raise AdminUsageError(f"cannot read the configuration: {exc}") from None
+    except exception.Invalid as exc:
+        raise AdminUsageError(str(exc)) from None
 
 
 class Admin:
@@ -75,8 +71,46 @@ class Admin:
     def __init__(self, config_files: tuple[str, ...]) -> None:
         self.config_files = config_files
         self.options = load_options(config_files)
+        self.cell: str | None = None  # a [cells] cell this run works on (use_cell)
         self._stores: Stores | None = None
+        self._api_stores: Stores | None = None
         self._bus: Bus | None = None
+
+    def use_cell(self, name: str | None) -> None:
+        """Work on the ``[cells] cell`` named ``name`` (None: ``[ledger] cell``): its
+        line's ledger URL and name replace ``[ledger] url`` and ``cell`` for the stores
+        of this run. Call it before the stores are first used.
+
+        :raises AdminUsageError: no ``[cells] cell`` line names it.
+        """
+        assert self._stores is None, "the stores are open already"
+        try:
+            ledger = qcells.cell_ledger(self.options.cells, self.options.ledger, name)
+        except qcells.UnknownCell:
+            known = ", ".join(spec.name for spec in self.options.cells.specs())
+            asked = (
+                f"--cell {name}"
+                if name is not None
+                else f"[ledger] cell {self.options.ledger.cell}"
+            )
+            raise AdminUsageError(f"{asked}: no [cells] cell line names it ({self.where()}); "
+                                  f"give --cell one of {known}") from None  # fmt: skip
+        self.options = dataclasses.replace(self.options, ledger=ledger)
+        self.cell = ledger.cell
+
+    @property
+    def api_stores(self) -> Stores:
+        """The API keyspace's stores (``[cells] api_url``), with cells named.
+
+        :raises AdminUsageError: ``[cells]`` names no cell.
+        """
+        if self._api_stores is None:
+            try:
+                ledger = qcells.api_ledger(self.options.cells, self.options.ledger)
+            except exception.Invalid as exc:
+                raise AdminUsageError(str(exc)) from None
+            self._api_stores = open_stores(ledger, self.options.quota)
+        return self._api_stores
 
     @property
     def stores(self) -> Stores:
@@ -129,11 +163,12 @@ def explain(exc: Exception, admin: Admin, hint: str = "") -> AdminError:
             f"{what}. Check transport_url ({admin.where()}) and that the broker runs."
         )
     if isinstance(exc, exception.BackendUnavailable):
-        url = safe_url(admin.options.ledger.url)
+        url = masked(admin.options.ledger.url)
         reason = exc.kwargs.get("reason", exc)
+        option = f"[cells] cell {admin.cell}" if admin.cell else "[ledger] url"
         return AdminError(
             f"the ledger (Redis at {url}) is unreachable: {str(reason).rstrip('.')}. "
-            f"Check [ledger] url ({admin.where()}) and that Redis runs."
+            f"Check {option} ({admin.where()}) and that Redis runs."
         )
     if isinstance(exc, exception.NotFound):
         return AdminError(f"{exc} {hint}".strip())

@@ -293,6 +293,7 @@ ARCHIVE = obj(
     max_rows=maybe(INT),
     archived=INT,
     recovered=INT,
+    unmapped=maybe(INT),
     held=INT,
     held_named=map_of(STRING),
     stale=INT,

@@ -420,10 +420,24 @@ def check_bind(bind: Sequence[str], config_files: Sequence[str] | None = None) -
     :raises RefusedOptions: options the API refuses to serve with
         (:func:`qsched.api.auth.refuse_bad_options`): noauth2 on a bind that is not
         loopback without ``[api] allow_noauth2_on_public_address``, Glance without Keystone,
-        ``image_service = opaque`` with ``[glance]`` options set.
+        ``image_service = opaque`` with ``[glance]`` options set; or an option that
+        cannot be read (:func:`read_options`).
     """
     conf = qconf.load(config_files=_config_files(config_files))
-    auth.refuse_bad_options(APIOptions.from_conf(conf), bind, glance_set_options(conf))
+    options = read_options(conf)
+    auth.refuse_bad_options(options.api, bind, glance_set_options(conf))
+
+
+def read_options(conf: Any) -> Options:
+    """Every section of ``conf``, the entry point's parsed configuration.
+
+    :raises UnreadableOptions: an option that cannot be read (a value out of range, a
+        ``[cells]`` line that does not parse), refused as the API refuses unsafe ones.
+    """
+    try:
+        return qconf.read_options(conf)
+    except exception.Invalid as exc:
+        raise auth.UnreadableOptions(str(exc)) from None
 
 
 def _config_files(config_files: Sequence[str] | None) -> Sequence[str]:
@@ -461,9 +475,10 @@ def serve(
     The process logs as ``conf`` says from here on (:func:`qsched.conf.setup_logging`).
 
     :raises RefusedOptions: options the API refuses to serve with, before anything
-        is opened or logging is set up (:func:`qsched.api.auth.refuse_bad_options`).
+        is opened or logging is set up (:func:`qsched.api.auth.refuse_bad_options`,
+        :func:`read_options`).
     """
-    options = Options.from_conf(conf)
+    options = read_options(conf)
     auth.refuse_bad_options(options.api, bind, glance_set_options(conf))
     qconf.setup_logging(conf)
     stores = open_stores(options.ledger, options.quota)
@@ -490,15 +505,20 @@ def cells_front(
     None with no cell named (one cell: nothing opened). This application still serves
     the ``[ledger]`` cell alone. ``compute``: the cells' ComputeAPI's other arguments.
 
-    :raises BackendUnavailable: a cell's ledger did not answer (:func:`open_cells`).
+    A cell whose ledger does not answer is not joined yet (:func:`open_cells`): no boot
+    goes there until the janitor joins it.
+
+    :raises BackendUnavailable: a ledger did not answer its opening (:func:`open_cells`).
     """
     if not options.cells.enabled:
         return None
     front = open_cells(options.cells, options.ledger, options.bus, open_bus, options.quota,
                        scheduler=options.scheduler, api=options.api, **compute)  # fmt: skip
     every = options.cells.mover_interval_s
-    LOG.info("cells %s behind the API keyspace; the janitor moves their quota %s",
-             ", ".join(front.cells), f"every {every:.1f}s" if every else "not here")  # fmt: skip
+    waiting = ", ".join(sorted(front.unjoined))
+    LOG.info("cells %s behind the API keyspace%s; the janitor moves their quota %s",
+             ", ".join(front.cells), f" (not joined yet: {waiting})" if waiting else "",
+             f"every {every:.1f}s" if every else "not here")  # fmt: skip
     return front
 
 

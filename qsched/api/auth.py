@@ -89,6 +89,11 @@ class RefusedOptions(RuntimeError):
     """The API's options would be unsafe or cannot work together; the message says the fix."""
 
 
+class UnreadableOptions(RefusedOptions):
+    """An option that cannot be read: a value out of range, a ``[cells]`` line that does
+    not parse; the message names it and how to write it."""
+
+
 class PublicNoAuth2(RefusedOptions):
     """An API with noauth2 was to listen on an address that is not loopback."""
 

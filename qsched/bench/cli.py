@@ -24,6 +24,7 @@ from qsched.bench.scenarios import SCENARIOS
 from qsched.bench.stack import notification_url
 from qsched.ledger import server
 from qsched.stack import StackFailed
+from qsched.urls import masked
 
 DEFAULT_LEDGER = "redis://127.0.0.1:6379/10"
 DEFAULT_AMQP = "amqp://guest:guest@127.0.0.1:5672//"
@@ -103,10 +104,9 @@ def pick_backends(
             "everything in one process (not comparable with a deployment)",
         )
         return True, {"memory": "memory://"}, facts
-    facts["ledger"] = {"url": machine.redacted(ledger_url), **server.redis_facts(ledger_url)}
+    facts["ledger"] = {"url": masked(ledger_url), **server.redis_facts(ledger_url)}
     facts["buses"] = {
-        name: {"url": machine.redacted(url), **machine.broker_facts(url)}
-        for name, url in transports.items()
+        name: {"url": masked(url), **machine.broker_facts(url)} for name, url in transports.items()
     }
     if "redis" in transports:
         facts["buses"]["redis"].update(server.redis_facts(transports["redis"]))
@@ -440,8 +440,8 @@ def main(
 def _public(settings: Settings) -> dict[str, Any]:
     """The settings for the report: no work directory, no passwords."""
     found = {k: v for k, v in vars(settings).items() if k != "workdir"}
-    found["ledger_url"] = machine.redacted(settings.ledger_url)
-    found["transports"] = {k: machine.redacted(v) for k, v in settings.transports.items()}
+    found["ledger_url"] = masked(settings.ledger_url)
+    found["transports"] = {k: masked(v) for k, v in settings.transports.items()}
     return found
 
 

@@ -9,7 +9,6 @@ import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from qsched.bus.kombu_wire import KombuWire
 from qsched.ledger import server
@@ -77,14 +76,6 @@ def reachable(url: str) -> str | None:
     except Exception as exc:  # whatever the client raises, the answer is "no"
         return f"{type(exc).__name__}: {exc}"
     return None
-
-
-def redacted(url: str) -> str:
-    """``url`` with its password masked, fit for a report."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")))
 
 
 def _str(value: Any) -> str | None:

@@ -57,8 +57,8 @@ def make_server(
 def main(argv: Sequence[str] | None = None) -> int:
     """``qsched-api [--config-file FILE]... [--debug] [oslo.log's other options]``."""
     conf = qconf.load(sys.argv[1:] if argv is None else argv, service=True)
-    options = qconf.Options.from_conf(conf)
     try:
+        options = api_app.read_options(conf)
         application, bus = api_app.serve(conf, api_app.default_bus, [options.api.host])
     except auth.RefusedOptions as exc:  # refused before logging is set up: said on stderr
         print(f"qsched-api: {exc}", file=sys.stderr)

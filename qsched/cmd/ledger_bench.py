@@ -20,7 +20,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 
@@ -31,6 +30,7 @@ from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, Inventory, State
 from qsched.ledger.retry import claim
 from qsched.resources import DISK_GB, MEMORY_MB, VCPU
+from qsched.urls import masked
 
 DEFAULT_URL = "redis://127.0.0.1:6379/9"
 PROJECT = "bench"
@@ -250,21 +250,12 @@ def check_redis_url(url: str, force: bool) -> None:
         )
 
 
-def redacted(url: str) -> str:
-    """The URL without its password, fit for printing."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def bench_real_redis(
     url: str, report: Report, thread_counts: Sequence[int], progress: Progress
 ) -> None:
     why = server.unreachable(url)
     if why is not None:
-        reason = f"real Redis at {redacted(url)} not reachable ({why}): skipped"
+        reason = f"real Redis at {masked(url)} not reachable ({why}): skipped"
         report.skipped.append({"backend": "redis", "reason": reason})
         return
     with server.flushed(url):

@@ -18,6 +18,7 @@ from typing import Self
 
 from oslo_config import cfg
 
+from qsched import exception
 from qsched.conf.agent import AgentOptions
 from qsched.conf.api import APIOptions
 from qsched.conf.bus import BusOptions
@@ -42,6 +43,7 @@ __all__ = [
     "list_opts",
     "load",
     "load_options",
+    "read_options",
     "register_opts",
     "setup_logging",
 ]
@@ -100,6 +102,20 @@ def load(
         register_log_opts(conf)
     conf(list(args), project="qsched", default_config_files=list(config_files))
     return conf
+
+
+def read_options(conf: cfg.ConfigOpts) -> Options:
+    """:meth:`Options.from_conf` for an entry point, which reports a refused option in
+    one line: every refusal an :class:`~qsched.exception.Invalid` naming the option,
+    a value oslo.config refuses (out of range, not a number) as one a section refuses
+    (a ``[cells]`` line that does not parse).
+
+    :raises Invalid: an option that cannot be read.
+    """
+    try:
+        return Options.from_conf(conf)
+    except cfg.Error as exc:
+        raise exception.Invalid(reason=str(exc)) from None
 
 
 def load_options(args: Sequence[str] = (), config_files: Sequence[str] = ()) -> Options:

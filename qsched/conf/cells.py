@@ -17,6 +17,7 @@ from oslo_config import cfg
 
 from qsched import exception
 from qsched.conf.base import Section
+from qsched.urls import masked
 
 GROUP = "cells"
 #: The cell name of the API keyspace (``qsched:{api}:``): no cell may take it.
@@ -77,7 +78,11 @@ cells_opts = [
         help="With cells named, seconds between the janitor's passes that apply the cells' "
         "releases of quota to the API keyspace and settle the boots pending past "
         "pending_grace_s; 0: off (run it somewhere, or the quota of deleted instances "
-        "stays held). Safe in every API worker: a release applied twice is applied once.",
+        "stays held). Safe in every API worker: a release applied twice is applied once. "
+        "A pass first joins the cells whose ledger did not answer when the service started "
+        "(no boot goes to a cell until it is joined; with the mover off, a task of its own "
+        "joins them); a cell that does not answer is passed over, the others' releases "
+        "moved.",
     ),
 ]
 
@@ -169,12 +174,12 @@ def _cell(line: str) -> CellSpec:
     if re.search(r"[{}:]", name):
         _refuse(line, f"the name {name!r} holds a brace or ':'; give the cell another")
     if "://" not in url:
-        _refuse(line, f"the second field, {_masked(url)!r}, is not a ledger URL; {HOW}")
+        _refuse(line, f"the second field, {masked(url)!r}, is not a ledger URL; {HOW}")
     return CellSpec(name, url, prefix)
 
 
 def _refuse(line: str, why: str) -> NoReturn:
-    raise exception.Invalid(reason=f"[cells] cell {_masked(line)!r}: {why}")
+    raise exception.Invalid(reason=f"[cells] cell {masked(line)!r}: {why}")
 
 
 def _zone(line: str) -> tuple[str, str]:
@@ -184,9 +189,3 @@ def _zone(line: str) -> tuple[str, str]:
             reason=f"[cells] zone {line!r}: write it as {ZONE_FORM}, e.g. 'zone = az1 cell1'"
         )
     return fields[0].strip(), fields[1]
-
-
-def _masked(text: str) -> str:
-    """``text`` with a URL's credentials and ``*password=`` values replaced by ``***``."""
-    text = re.sub(r"(://)[^/@\s]*@", r"\1***@", text)
-    return re.sub(r"(password=)[^&\s]*", r"\1***", text)

@@ -81,14 +81,17 @@ class RedisCellMap:
         cell, project = json.loads(text(found))
         return str(cell), str(project)
 
-    def unmap(self, uuids: Sequence[str]) -> None:
-        """Drop the mappings and pending entries of instances no cell holds."""
+    def unmap(self, uuids: Sequence[str]) -> int:
+        """Drop the mappings and pending entries of instances no cell holds (never
+        created, or archived): one round trip, however many. Returns how many of them
+        were mapped (0 for a repeat)."""
         if not uuids:
-            return
-        pipe = self.store.client.pipeline(transaction=True)
+            return 0
+        pipe = self.store.client.pipeline(transaction=True)  # one slot: one MULTI
         pipe.delete(*(self.keys.instance_cell(u) for u in uuids))
         pipe.zrem(self.keys.mapping_pending, *uuids)
-        pipe.execute()
+        dropped, _pending = pipe.execute()
+        return int(dropped)
 
     def confirm(self, uuids: Sequence[str]) -> None:
         """Their cell holds these instances: no longer pending."""

@@ -50,6 +50,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 
 from qsched import exception
+from qsched.urls import masked
 
 SCHEMES = {"redis+cluster": False, "rediss+cluster": True}  # scheme -> TLS
 
@@ -98,8 +99,7 @@ def _node(url: str, text: str, form: str) -> tuple[str, int]:
 
 
 def _invalid(url: str, why: str) -> exception.Invalid:
-    shown = url.split("@", 1)[-1] if "@" in url else url.split("://", 1)[-1]
-    return exception.Invalid(reason=f"[ledger] url ...{shown}: {why}")
+    return exception.Invalid(reason=f"[ledger] url {masked(url)!r}: {why}")
 
 
 def connect(

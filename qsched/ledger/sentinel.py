@@ -40,6 +40,7 @@ import redis
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from qsched import exception
+from qsched.urls import masked
 
 SCHEME = "redis+sentinel"
 DEFAULT_PORT = 26379
@@ -100,15 +101,9 @@ class SentinelURL:
 
 def _refuse(url: str, why: str) -> NoReturn:
     raise exception.Invalid(
-        reason=f"[ledger] url {_masked(url)!r}: {why}; write it as {FORM} "
+        reason=f"[ledger] url {masked(url)!r}: {why}; write it as {FORM} "
         f"(options: {', '.join(OPTIONS)})"
     )
-
-
-def _masked(url: str) -> str:
-    """``url`` with what may be a password replaced by ``***``."""
-    url = re.sub(r"(://[^/@]*?:)[^/]*@", r"\1***@", url)
-    return re.sub(r"(password=)[^&]*", r"\1***", url)
 
 
 def _credentials(userinfo: str) -> tuple[str | None, str | None]:

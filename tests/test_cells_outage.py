@@ -1,0 +1,184 @@
+"""Several cells behind one front door while one cell's ledger does not answer
+(:mod:`qsched.cells`): the quota mover passes over that cell and moves the others'
+releases; a cell down when the front door opens is not joined, no boot goes there,
+and a later pass joins it. On fakeredis, a real Redis and a real Redis Cluster, as
+``tests/test_cells_api.py``, whose deployment (two cells, zones ``az1`` and ``az2``)
+these tests use.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from qsched import cells as qcells
+from qsched import exception, janitor
+from qsched.conf import APIOptions, BusOptions, LedgerOptions, SchedulerOptions
+from qsched.flavors import Flavor
+from qsched.ledger.redis import connect
+from qsched.net import free_port
+from tests.helpers import wait_until
+from tests.raw import DeadClient, redis_store
+from tests.test_agent import USER
+from tests.test_cells_api import (
+    NO_HOUSEKEEPING,
+    Buses,
+    Deployment,
+    cells_options,
+    deployment,
+    ledger_url,
+)
+
+__all__ = ["deployment", "ledger_url"]  # fixtures, see tests.test_cells_api
+
+
+def lost_boot(deployment: Deployment, cell: str) -> str:
+    """A boot whose API process died after the reservation, before its cell heard of it."""
+    lost = str(uuid.uuid4())
+    deployment.front.map.map([lost], cell, "p1")
+    deployment.api.quota.reserve("p1", lost, 1, 512)
+    return lost
+
+
+def used(deployment: Deployment) -> int:
+    return deployment.api.quota.get_usage("p1").instances
+
+
+def test_the_mover_passes_over_a_cell_that_does_not_answer_and_moves_the_others(
+    deployment: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A release and a lost boot in each cell, cell1's ledger down: the pass moves and
+    settles cell2's, names cell1 in its report and once in its log, and leaves cell1's
+    waiting; once cell1 answers, the next pass moves and settles them."""
+    first, second = deployment.boot("az1"), deployment.boot("az2")
+    deployment.placed([first, second])
+    deployment.deleted(first)
+    deployment.deleted(second)
+    lost = {cell: lost_boot(deployment, cell) for cell in ("cell1", "cell2")}
+    deployment.mover.pending_grace_s = 0.0
+    assert used(deployment) == 4
+    store = redis_store(deployment.stores("cell1"))
+    live, store.client = store.client, DeadClient()  # type: ignore[assignment]
+    try:
+        with caplog.at_level(logging.WARNING, logger="qsched.cells"):
+            done = deployment.mover.run_once()
+    finally:
+        store.client = live
+    assert done == {"moved": 1, "settled": 1, "joined": [], "skipped": ["cell1"]}
+    assert used(deployment) == 2  # first and cell1's lost boot still held
+    (passed,) = [r for r in caplog.records if "passed over" in r.getMessage()]
+    assert passed.getMessage().startswith("cells: the quota mover passed over cell1: ")
+    assert "cell2" not in passed.getMessage() and passed.exc_info is None
+    assert deployment.front.maps["cell1"].ends_waiting() == 1
+    assert deployment.front.mapping(lost["cell1"]) == ("cell1", "p1")
+    with pytest.raises(exception.InstanceNotFound):
+        deployment.front.mapping(lost["cell2"])
+    assert deployment.mover.run_once() == {"moved": 1, "settled": 1, "joined": [], "skipped": []}
+    assert used(deployment) == 0
+    assert deployment.front.map.pending_count() == 0
+
+
+def test_the_api_keyspace_down_still_fails_the_pass(deployment: Deployment) -> None:
+    """Nothing can be moved without it: the pass raises, as every periodic task's outage."""
+    vm = deployment.boot("az2")
+    deployment.placed([vm])
+    deployment.deleted(vm)
+    store = redis_store(deployment.api)
+    live, store.client = store.client, DeadClient()  # type: ignore[assignment]
+    try:
+        with pytest.raises(exception.BackendUnavailable):
+            deployment.mover.run_once()
+    finally:
+        store.client = live
+    assert deployment.front.maps["cell2"].ends_waiting() == 1  # the release waits
+    assert deployment.mover.run_once()["moved"] == 1
+
+
+# -- a cell down when the front door opens --------------------------------------------
+
+
+@pytest.fixture
+def half_down(
+    conf, ledger_url: str, caplog: pytest.LogCaptureFixture
+) -> Iterator[qcells.CellsCompute]:
+    """The front door of cell1 (on the test's ledger) and cell2, whose ledger does not
+    answer when it opens (nothing listens on its port); cell1 has flavor small."""
+    conf.set_override("connect_timeout_s", 0.2, group="ledger")
+    conf.set_override("timeout_s", 0.5, group="ledger")
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    options = cells_options(ledger_url, prefix).replace(
+        cell=(f"cell1 {ledger_url} {prefix}-cell1", f"cell2 {down} {prefix}-cell2")
+    )
+    with caplog.at_level(logging.WARNING, logger="qsched.cells"):
+        front = qcells.open_cells(
+            options, LedgerOptions.from_conf(conf), BusOptions.from_conf(conf), Buses(),
+            scheduler=SchedulerOptions.from_conf(conf), api=APIOptions.from_conf(conf),
+        )  # fmt: skip
+    try:
+        front.cells["cell1"].flavors.create(Flavor("small", 1, 512, 0))
+        front.api.quota.set_limits("p1", instances=5, cores=-1, ram_mb=-1)
+        yield front
+    finally:
+        front.close()
+
+
+def comes_back(front: qcells.CellsCompute, ledger_url: str) -> None:
+    """cell2's ledger answers from now on: its keyspace on the test's ledger."""
+    redis_store(front.cells["cell2"].stores).client = connect(ledger_url)
+
+
+def test_a_cell_down_at_the_start_gets_no_boot_until_a_pass_joins_it(
+    half_down: qcells.CellsCompute, ledger_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The front door opens with cell1 alone joined, and says so; a boot into cell2's
+    zone is refused (503) and holds nothing, one without a zone goes to cell1. A pass
+    of the mover while cell2 is down passes over it; once it answers, the next joins
+    it (its own limits unlimited) and boots go there, each counted once."""
+    front = half_down
+    assert front.unjoined == {"cell2"}
+    opening = caplog.get_records("setup")
+    (said,) = [r.getMessage() for r in opening if "not joined" in r.getMessage()]
+    assert said.startswith("cells: cell cell2 is not joined: ") and "janitor joins it" in said
+    with pytest.raises(qcells.CellNotJoined, match="Cell cell2 is not joined yet"):
+        front.boot_many(USER, "vm", "small", availability_zone="az2")
+    assert front.api.quota.get_usage("p1").instances == 0 and front.map.pending_count() == 0
+    drawn = [front.boot_many(USER, "vm", "small").instances[0].uuid for _ in range(3)]
+    assert {front.cell_of(u) for u in drawn} == {"cell1"}
+    mover = qcells.QuotaMover(front, 60.0)
+    assert mover.run_once() == {"moved": 0, "settled": 0, "joined": [], "skipped": ["cell2"]}
+    comes_back(front, ledger_url)
+    assert mover.run_once() == {"moved": 0, "settled": 0, "joined": ["cell2"], "skipped": []}
+    assert front.unjoined == frozenset()
+    cell2 = front.cells["cell2"]
+    assert cell2.stores.quota.default_limits()["instances"] == -1  # the API's quota now
+    cell2.flavors.create(Flavor("small", 1, 512, 0))
+    cell2.stores.agents.add_zone("az2")  # as its agents would
+    (vm,) = front.boot_many(USER, "vm", "small", availability_zone="az2").instances
+    assert front.cell_of(vm.uuid) == "cell2"
+    assert front.api.quota.get_usage("p1").instances == 4
+    assert mover.run_once()["joined"] == []  # joined once
+    assert qcells.audit(front)["ok"]
+
+
+def test_with_the_mover_off_a_task_of_its_own_joins_the_cell(
+    half_down: qcells.CellsCompute, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """[cells] mover_interval_s = 0 in this process: the janitor still joins cell2 once it
+    answers, else no boot of this process would ever go there."""
+    monkeypatch.setattr(janitor, "JOIN_INTERVAL_S", 0.05)
+    front = half_down
+    off = cells_options(ledger_url, "x").replace(mover_interval_s=0)
+    stores, bus = front.cells["cell1"].stores, front.cells["cell1"].bus
+    tasks = janitor.start_periodic_tasks(NO_HOUSEKEEPING, stores, bus, front=front, cells=off)
+    try:
+        assert [task.name for task in tasks] == ["cells-join"]
+        comes_back(front, ledger_url)
+        assert wait_until(lambda: not front.unjoined, 10)
+    finally:
+        for task in tasks:
+            task.stop()
+    assert janitor.start_periodic_tasks(NO_HOUSEKEEPING, stores, bus, front=front, cells=off) == []
