@@ -205,7 +205,8 @@ class ComputeAPI:
     and the configured flavors; ``policy``: who may do what (None: Nova's
     defaults, :mod:`qsched.policies`); ``images``: where images are looked up
     (None: nowhere, ``imageRef`` is opaque); ``metrics``: where boots are counted
-    (None: nowhere).
+    (None: nowhere); ``serves_boots`` False: a boot not given its uuids by the front
+    door of several cells (:mod:`qsched.cells`) is refused (:class:`BootsNotServedHere`).
     """
 
     def __init__(
@@ -218,8 +219,12 @@ class ComputeAPI:
         images: ImageService | None = None,
         metrics: APIMetrics | None = None,
         notifier: Notifier = NULL,
+        serves_boots: bool = True,
     ) -> None:
         self.stores = stores
+        #: False: boots are refused unless a front door of several cells gives their
+        #: uuids (the cell is one of [cells]', whose quota the API keyspace holds)
+        self.serves_boots = serves_boots
         self.metrics = metrics or NoMetrics()
         self.bus: Publisher = self.metrics.counted(bus)  # its failed publishes counted
         self.notifier = notifier  # tells the deletes ended here (docs/notifications.rst)
@@ -312,6 +317,7 @@ class ComputeAPI:
         :raises FlavorMemoryTooSmall, FlavorDiskTooSmall: the image's ``min_ram``
             or ``min_disk`` (400). Image checks come before anything is held.
         :raises Forbidden: ``os_compute_api:servers:create`` refuses the caller (403).
+        :raises BootsNotServedHere: ``serves_boots`` is off and no ``uuids`` came (409).
         :raises QuotaExceeded: not even ``min_count`` fit; nothing recorded (403); also
             a group at its member limit.
         :raises GroupRefNotFound: a group the caller may not see (400), before anything
@@ -325,6 +331,8 @@ class ComputeAPI:
             after the records exist is rolled back the same way, then re-raised.
         """
         self.policy.authorize(context, servers_policy.CREATE)
+        if uuids is None and not self.serves_boots:
+            raise exception.BootsNotServedHere()
         _check_name("name", name)
         _check_counts(min_count, max_count)
         if availability_zone is not None:

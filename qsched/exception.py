@@ -68,6 +68,16 @@ class Conflict(QschedError):
     msg_fmt = "Conflict: {reason}"
 
 
+class BootsNotServedHere(Conflict):
+    msg_fmt = (
+        "This API serves its [ledger] cell alone, and [cells] names that cell: the "
+        "deployment's quota is held in the API keyspace, which a boot through this API "
+        "would not reserve. Booting over HTTP into several cells is not built yet "
+        "(docs/scale.rst): boot through the qsched.cells library, or drop [cells] from "
+        "this API's configuration."
+    )
+
+
 class ProviderExists(Conflict):
     msg_fmt = "A resource provider with {field} {value!r} already exists."
 

@@ -103,6 +103,7 @@ def create_app(
     conf: Any = None,
     metrics: APIMetrics | None = None,
     notifier: Notifier = NULL,
+    serves_boots: bool = True,
 ) -> falcon.App:
     """The qsched-api WSGI application; writes the configured flavors to the ledger.
 
@@ -113,14 +114,16 @@ def create_app(
     ``[healthcheck]`` (None: as shipped; :mod:`qsched.api.health`); ``metrics``: what
     it counts and serves on ``/metrics`` (None: new ones, or none if ``[api] metrics``
     is off); ``notifier``: where the deletes ended here are told
-    (docs/notifications.rst; by default nowhere).
+    (docs/notifications.rst; by default nowhere); ``serves_boots`` False: every boot
+    is refused, 409 (the ``[ledger]`` cell is one of ``[cells]``').
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: the ledger is unreachable.
     """
     api = api or APIOptions.defaults()
     metrics = metrics or api_metrics(api)
-    compute = ComputeAPI(stores, bus, scheduler, api, policy, images, metrics, notifier)
+    compute = ComputeAPI(stores, bus, scheduler, api, policy, images, metrics, notifier,
+                         serves_boots)  # fmt: skip
     compute.seed_flavors()
     routes = _routes(compute, api.public_endpoint, api.max_request_body_bytes)
     routes += metrics_edge.routes(metrics)
@@ -487,9 +490,12 @@ def serve(
     images = image_service(options.api, conf)
     metrics = api_metrics(options.api, os.environ.get(MULTIPROC_ENV))
     notifier = open_notifier(options.notifications, f"{PUBLISHER}:{socket.gethostname()}")
+    # the [ledger] cell one of [cells]': its quota is the API keyspace's, which a boot
+    # served here would not reserve, so this API refuses boots (docs/scale.rst)
+    joined = options.ledger.cell in {spec.name for spec in options.cells.specs()}
     app = create_app(
         stores, bus, options.api, options.scheduler, policy, images, conf=conf,
-        metrics=metrics, notifier=notifier,
+        metrics=metrics, notifier=notifier, serves_boots=not joined,
     )  # fmt: skip
     front = cells_front(options, open_bus, policy=policy, images=images, metrics=metrics,
                         notifier=notifier)  # fmt: skip
