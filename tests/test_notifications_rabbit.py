@@ -16,7 +16,9 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
+from urllib.parse import quote
 
 import pytest
 
@@ -25,9 +27,10 @@ from qsched.conf.notifications import build_oslo_notifiers
 from qsched.conf.transport import parse_transport_url
 from qsched.notifications import open_notifier, payloads, rabbit
 from qsched.notifications.oslo import OsloNotifier, RequestContext
-from qsched.notifications.queued import Event, QueuedNotifier
+from qsched.notifications.queued import MAX_BATCH, Event, QueuedNotifier
 from tests.cloud import AMQP_URL, free_port, rabbit_failover_url, require_rabbitmq
 from tests.test_notifications import request
+from tests.tls_proxy import TLSProxy, make_ca
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -397,3 +400,111 @@ def test_the_frames_are_the_ones_py_amqp_writes(size: int) -> None:
     frame_writer(connection, transport())(1, 7, spec.Basic.Publish, args, message)
     ours = rabbit.publish_frames(7, "nova", "versioned_notifications.info", body, 4096)
     assert ours == b"".join(written)
+
+
+# -- over TLS ------------------------------------------------------------------------------
+
+
+class TLSBroker(NamedTuple):
+    """The local RabbitMQ behind a TLS proxy (tests/tls_proxy.py), and the CA that signed
+    the proxy's certificate."""
+
+    proxy: TLSProxy
+    ca_file: Path
+
+    def url(self, ca_file: Path | None = None) -> str:
+        """The ``transport_url`` asking for TLS, trusting ``ca_file`` (the proxy's CA)."""
+        ca = quote(str(ca_file or self.ca_file), safe="/")
+        return f"rabbit://guest:guest@127.0.0.1:{self.proxy.port}/?ssl=1&ssl_ca_file={ca}"
+
+
+@pytest.fixture
+def tls_broker(tmp_path: Path) -> Iterator[TLSBroker]:
+    """TLS in front of the local RabbitMQ, without reconfiguring it: a proxy on a free
+    loopback port, its certificate (for 127.0.0.1) from a CA made here; stopped after."""
+    require_rabbitmq()
+    ca = make_ca(tmp_path)
+    with TLSProxy(*ca.issue(tmp_path)) as proxy:
+        yield TLSBroker(proxy, ca.ca_file)
+    assert not proxy.running
+
+
+@pytest.mark.real
+def test_over_tls_every_batch_arrives_once_and_is_confirmed_in_time(
+    exchange: str, tls_broker: TLSBroker
+) -> None:
+    """py-amqp's TLS transport: the sender writes on an ``ssl.SSLSocket`` and reads the
+    confirms from it. Batches of one, many (their confirms in several reads) and more
+    than one batch holds, and a message over ``frame_max`` (several TLS records): each
+    arrives once, in order, none lost, each flush within the pause and a little."""
+    options = ON.replace(transport_url=tls_broker.url(), control_exchange=exchange,
+                         versioned_notifications_topics=(f"{exchange}-a",))  # fmt: skip
+    notifier = rabbit.open_rabbit_notifier(options, "qsched-agent:test")
+    sent: list[str] = []
+    try:
+        for prefix, count in (("one", 1), ("many", 120), ("more", MAX_BATCH + 30)):
+            tell(notifier, prefix, count)
+            sent += [f"{prefix}{i}" for i in range(count)]
+            started = time.monotonic()
+            assert notifier.flush(10)
+            assert time.monotonic() - started < 4 * rabbit.GATHER_S + 1
+        assert notifier._connection.connection.transport.sock.__class__.__name__ == "SSLSocket"
+        notifier.notify("big", {"blob": "x" * 300_000})  # over frame_max, 131072
+        sent.append("big")
+        assert notifier.flush(10)
+    finally:
+        notifier.close()
+    assert notifier.lost == 0 and notifier.dropped == 0
+    assert tls_broker.proxy.connections == 1  # no reconnect
+    assert event_types(f"{exchange}-a.info", len(sent)) == sent
+
+
+@pytest.mark.real
+def test_over_tls_a_refused_publish_loses_its_batch_and_the_next_goes_through(
+    exchange: str, tls_broker: TLSBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As :func:`test_a_refused_publish_loses_its_batch_counted_and_the_next_goes_on_a_new_channel`,
+    over TLS: the channel's close is read among the confirms from the TLS socket."""
+    import kombu
+
+    options = ON.replace(transport_url=tls_broker.url(), control_exchange=exchange,
+                         versioned_notifications_topics=(f"{exchange}-a",))  # fmt: skip
+    notifier = rabbit.open_rabbit_notifier(options, "qsched-agent:test")
+    caplog.set_level(logging.ERROR)
+    try:
+        tell(notifier, "first", 5)
+        assert notifier.flush(10) and notifier.lost == 0
+        with kombu.Connection(AMQP_URL) as connection:
+            connection.default_channel.exchange_delete(exchange)
+        tell(notifier, "refused", 3)
+        assert notifier.flush(10) and notifier.lost == 3
+        tell(notifier, "after", 2)
+        assert notifier.flush(10)
+    finally:
+        notifier.close()
+    expected = [f"first{i}" for i in range(5)] + ["after0", "after1"]
+    assert event_types(f"{exchange}-a.info", 7) == expected
+    assert notifier.lost == 3 and "the broker refused a publish" in caplog.text
+
+
+@pytest.mark.real
+def test_over_tls_a_certificate_not_trusted_loses_them_counted_and_logged(
+    tls_broker: TLSBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A CA file of another CA: the handshake fails, and with ``retry = 0`` the batch is
+    lost, counted and logged with the reason, as for a bus that is away; nothing hangs."""
+    other_ca = make_ca(tmp_path, "another-ca")
+    options = ON.replace(transport_url=tls_broker.url(other_ca.ca_file), retry=0)
+    notifier = rabbit.open_rabbit_notifier(options, "qsched-agent:test")
+    caplog.set_level(logging.ERROR)
+    started = time.monotonic()
+    try:
+        tell(notifier, "e", 5)
+        assert notifier.flush(10)
+    finally:
+        notifier.close()
+    assert time.monotonic() - started < rabbit.CONNECT_TIMEOUT_S
+    assert notifier.lost == 5 and notifier.dropped == 0
+    assert "not sent to rabbit://guest:**@127.0.0.1" in caplog.text and "retry = 0" in caplog.text
+    assert "CERTIFICATE_VERIFY_FAILED" in caplog.text
+    assert tls_broker.proxy.connections == 0  # the client refused the proxy's certificate
