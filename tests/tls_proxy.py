@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -166,6 +166,16 @@ class TLSProxy:
         """Whether the proxy's thread still runs."""
         return self._thread.is_alive()
 
+    def freeze(self) -> None:
+        """Make the peer of every open connection go silent, as a broker whose host
+        died or that stopped reading: nothing more is read, relayed or answered (a TLS
+        close included), and nothing is closed. New connections are relayed as before."""
+        self._call(self._freeze(True))
+
+    def thaw(self) -> None:
+        """Relay the open connections again, from where :meth:`freeze` stopped them."""
+        self._call(self._freeze(False))
+
     def _call(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(START_TIMEOUT_S)
 
@@ -190,6 +200,14 @@ class TLSProxy:
                                  _pump(upstream_reader, client_writer))  # fmt: skip
         finally:
             self._writers -= pair
+
+    async def _freeze(self, frozen: bool) -> None:
+        for writer in self._writers:
+            transport = cast(asyncio.Transport, writer.transport)
+            if frozen:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
 
     async def _shutdown(self) -> None:
         """Close at once (no TLS close), and let the relays end."""
