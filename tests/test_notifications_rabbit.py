@@ -8,15 +8,20 @@ batching, reconnect and losses are checked.
 
 from __future__ import annotations
 
+import collections
 import datetime
+import itertools
 import json
 import logging
 import re
+import socket
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
+from urllib.parse import quote
 
 import pytest
 
@@ -25,9 +30,10 @@ from qsched.conf.notifications import build_oslo_notifiers
 from qsched.conf.transport import parse_transport_url
 from qsched.notifications import open_notifier, payloads, rabbit
 from qsched.notifications.oslo import OsloNotifier, RequestContext
-from qsched.notifications.queued import Event, QueuedNotifier
+from qsched.notifications.queued import MAX_BATCH, Event, QueuedNotifier
 from tests.cloud import AMQP_URL, free_port, rabbit_failover_url, require_rabbitmq
 from tests.test_notifications import request
+from tests.tls_proxy import TLSProxy, make_ca
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -112,6 +118,25 @@ def take(queue: str, count: int) -> list[Any]:
                 found.append(message)
         assert channel.basic_get(queue, no_ack=True) is None, "more than sent"
     assert len(found) == count
+    return found
+
+
+def drain(queue: str) -> list[str]:
+    """The event types of every message on ``queue`` (taken), in order: however many
+    came, once none came for a while."""
+    import kombu
+
+    found: list[str] = []
+    with kombu.Connection(AMQP_URL) as connection:
+        channel = connection.default_channel
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < 1.0:
+            message = channel.basic_get(queue, no_ack=True)
+            if message is None:
+                time.sleep(0.05)
+            else:
+                found.append(json.loads(json.loads(message.body)["oslo.message"])["event_type"])
+                quiet_since = time.monotonic()
     return found
 
 
@@ -328,6 +353,27 @@ def test_the_confirms_are_read_from_the_frames_the_broker_sends() -> None:
     assert rabbit.read_confirms(b"", 3) == ([], 0)
 
 
+@pytest.mark.parametrize(
+    ("sizes", "pieces"),
+    [
+        ([], []),
+        ([10], [10]),
+        ([16384, 1], [16384, 16385]),  # a record's worth, then the rest
+        ([6000, 6000, 6000, 6000], [12000, 24000]),
+        ([100, 40000, 100, 100], [100, 40100, 40300]),  # a long message alone
+        ([40000, 40000], [40000, 80000]),
+    ],
+)
+def test_a_tls_write_is_cut_at_messages_a_record_s_worth_at_most(
+    sizes: list[int], pieces: list[int]
+) -> None:
+    """Over TLS the sender hands the socket whole messages, a TLS record's worth at a
+    time (a long message alone), so that a write that fails says which messages left."""
+    ends = list(itertools.accumulate(sizes))
+    assert rabbit.tls_pieces(ends) == pieces
+    assert rabbit.tls_pieces(ends, 1) == ends  # each message alone
+
+
 @pytest.mark.real
 def test_failover_to_the_next_host_of_the_url(exchange: str) -> None:
     url = rabbit_failover_url()  # a closed port first, then the broker
@@ -397,3 +443,179 @@ def test_the_frames_are_the_ones_py_amqp_writes(size: int) -> None:
     frame_writer(connection, transport())(1, 7, spec.Basic.Publish, args, message)
     ours = rabbit.publish_frames(7, "nova", "versioned_notifications.info", body, 4096)
     assert ours == b"".join(written)
+
+
+# -- over TLS ------------------------------------------------------------------------------
+
+
+class TLSBroker(NamedTuple):
+    """The local RabbitMQ behind a TLS proxy (tests/tls_proxy.py), and the CA that signed
+    the proxy's certificate."""
+
+    proxy: TLSProxy
+    ca_file: Path
+
+    def url(self, ca_file: Path | None = None) -> str:
+        """The ``transport_url`` asking for TLS, trusting ``ca_file`` (the proxy's CA)."""
+        ca = quote(str(ca_file or self.ca_file), safe="/")
+        return f"rabbit://guest:guest@127.0.0.1:{self.proxy.port}/?ssl=1&ssl_ca_file={ca}"
+
+
+@pytest.fixture
+def tls_broker(tmp_path: Path) -> Iterator[TLSBroker]:
+    """TLS in front of the local RabbitMQ, without reconfiguring it: a proxy on a free
+    loopback port, its certificate (for 127.0.0.1) from a CA made here; stopped after."""
+    require_rabbitmq()
+    ca = make_ca(tmp_path)
+    with TLSProxy(*ca.issue(tmp_path)) as proxy:
+        yield TLSBroker(proxy, ca.ca_file)
+    assert not proxy.running
+
+
+@pytest.mark.real
+def test_over_tls_every_batch_arrives_once_and_is_confirmed_in_time(
+    exchange: str, tls_broker: TLSBroker
+) -> None:
+    """py-amqp's TLS transport: the sender writes on an ``ssl.SSLSocket`` and reads the
+    confirms from it. Batches of one, many (their confirms in several reads) and more
+    than one batch holds, and a message over ``frame_max`` (several TLS records): each
+    arrives once, in order, none lost, each flush within the pause and a little."""
+    options = ON.replace(transport_url=tls_broker.url(), control_exchange=exchange,
+                         versioned_notifications_topics=(f"{exchange}-a",))  # fmt: skip
+    notifier = rabbit.open_rabbit_notifier(options, "qsched-agent:test")
+    sent: list[str] = []
+    try:
+        for prefix, count in (("one", 1), ("many", 120), ("more", MAX_BATCH + 30)):
+            tell(notifier, prefix, count)
+            sent += [f"{prefix}{i}" for i in range(count)]
+            started = time.monotonic()
+            assert notifier.flush(10)
+            assert time.monotonic() - started < 4 * rabbit.GATHER_S + 1
+        assert notifier._connection.connection.transport.sock.__class__.__name__ == "SSLSocket"
+        notifier.notify("big", {"blob": "x" * 300_000})  # over frame_max, 131072
+        sent.append("big")
+        assert notifier.flush(10)
+    finally:
+        notifier.close()
+    assert notifier.lost == 0 and notifier.dropped == 0
+    assert tls_broker.proxy.connections == 1  # no reconnect
+    assert event_types(f"{exchange}-a.info", len(sent)) == sent
+
+
+@pytest.mark.real
+def test_over_tls_a_refused_publish_loses_its_batch_and_the_next_goes_through(
+    exchange: str, tls_broker: TLSBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As :func:`test_a_refused_publish_loses_its_batch_counted_and_the_next_goes_on_a_new_channel`,
+    over TLS: the channel's close is read among the confirms from the TLS socket."""
+    import kombu
+
+    options = ON.replace(transport_url=tls_broker.url(), control_exchange=exchange,
+                         versioned_notifications_topics=(f"{exchange}-a",))  # fmt: skip
+    notifier = rabbit.open_rabbit_notifier(options, "qsched-agent:test")
+    caplog.set_level(logging.ERROR)
+    try:
+        tell(notifier, "first", 5)
+        assert notifier.flush(10) and notifier.lost == 0
+        with kombu.Connection(AMQP_URL) as connection:
+            connection.default_channel.exchange_delete(exchange)
+        tell(notifier, "refused", 3)
+        assert notifier.flush(10) and notifier.lost == 3
+        tell(notifier, "after", 2)
+        assert notifier.flush(10)
+    finally:
+        notifier.close()
+    expected = [f"first{i}" for i in range(5)] + ["after0", "after1"]
+    assert event_types(f"{exchange}-a.info", 7) == expected
+    assert notifier.lost == 3 and "the broker refused a publish" in caplog.text
+
+
+@pytest.mark.real
+def test_over_tls_a_certificate_not_trusted_loses_them_counted_and_logged(
+    tls_broker: TLSBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A CA file of another CA: the handshake fails, and with ``retry = 0`` the batch is
+    lost, counted and logged with the reason, as for a bus that is away; nothing hangs."""
+    other_ca = make_ca(tmp_path, "another-ca")
+    options = ON.replace(transport_url=tls_broker.url(other_ca.ca_file), retry=0)
+    notifier = rabbit.open_rabbit_notifier(options, "qsched-agent:test")
+    caplog.set_level(logging.ERROR)
+    started = time.monotonic()
+    try:
+        tell(notifier, "e", 5)
+        assert notifier.flush(10)
+    finally:
+        notifier.close()
+    assert time.monotonic() - started < rabbit.CONNECT_TIMEOUT_S
+    assert notifier.lost == 5 and notifier.dropped == 0
+    assert "not sent to rabbit://guest:**@127.0.0.1" in caplog.text and "retry = 0" in caplog.text
+    assert "CERTIFICATE_VERIFY_FAILED" in caplog.text
+    assert tls_broker.proxy.connections == 0  # the client refused the proxy's certificate
+
+
+@pytest.mark.real
+def test_over_tls_a_broker_gone_silent_is_given_up_at_the_confirm_timeout(
+    exchange: str, tls_broker: TLSBroker, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """A broker that stops answering (its host died: no FIN, no TLS close): the batch
+    whose confirms never come is lost at the confirm timeout, counted, and the sender
+    gives the connection up at once, without waiting for a TLS close the peer will
+    never send; the next batch goes on a new connection."""
+    monkeypatch.setattr(rabbit, "CONFIRM_TIMEOUT_S", 1.0)
+    options = ON.replace(transport_url=tls_broker.url(), control_exchange=exchange,
+                         versioned_notifications_topics=(f"{exchange}-a",))  # fmt: skip
+    notifier = rabbit.open_rabbit_notifier(options, "qsched-agent:test")
+    caplog.set_level(logging.ERROR)
+    try:
+        tell(notifier, "first", 5)
+        assert notifier.flush(10) and notifier.lost == 0
+        tls_broker.proxy.freeze()
+        tell(notifier, "unconfirmed", 3)
+        started = time.monotonic()
+        assert notifier.flush(20)
+        given_up_s = time.monotonic() - started
+        assert notifier.lost == 3
+        tell(notifier, "after", 2)
+        assert notifier.flush(10)
+    finally:
+        notifier.close()
+    assert given_up_s < rabbit.GATHER_S + 1.0 + 1.5, given_up_s  # the pause, the timeout
+    expected = [f"first{i}" for i in range(5)] + ["after0", "after1"]
+    assert event_types(f"{exchange}-a.info", 7) == expected
+    assert notifier.lost == 3 and "before the broker confirmed them" in caplog.text
+    assert tls_broker.proxy.connections == 2
+
+
+@pytest.mark.real
+def test_over_tls_a_write_cut_short_sends_nothing_twice(
+    exchange: str, tls_broker: TLSBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker that stops reading in the middle of a batch (its host gone, or a
+    resource alarm blocking publishers) for longer than py-amqp's ``TCP_USER_TIMEOUT``
+    (1 s): the write fails midway. The messages that left are counted lost (they may
+    arrive: that connection's bytes are relayed after), the others go on the next
+    connection, and none arrives twice."""
+    options = ON.replace(transport_url=tls_broker.url(), control_exchange=exchange,
+                         versioned_notifications_topics=(f"{exchange}-a",))  # fmt: skip
+    notifier = rabbit.open_rabbit_notifier(options, "qsched-agent:test")
+    caplog.set_level(logging.WARNING)
+    count = 150  # 3 MB: more than the buffers between the sender and the stalled reader
+    try:
+        tell(notifier, "first", 1)
+        assert notifier.flush(10)
+        sock = notifier._connection.connection.sock
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)  # the same on any machine
+        tls_broker.proxy.freeze()
+        for i in range(count):
+            notifier.notify(f"big{i}", {"blob": "x" * 20_000})
+        time.sleep(2.5)  # the write fails, the rest goes on a new connection
+        tls_broker.proxy.thaw()  # what the first connection wrote reaches the broker
+        assert notifier.flush(20)
+    finally:
+        notifier.close()
+    arrived = drain(f"{exchange}-a.info")
+    assert tls_broker.proxy.connections == 2, caplog.text  # the write did fail
+    twice = sorted(t for t, n in collections.Counter(arrived).items() if n > 1)
+    assert not twice, f"{len(twice)} sent twice: {twice[:5]}..."
+    assert arrived[0] == "first0" and len(arrived) >= 1 + count - notifier.lost

@@ -47,6 +47,7 @@ import struct
 import time
 import urllib.parse
 from collections.abc import Sequence
+from ssl import SSLSocket
 from typing import Any
 
 import kombu
@@ -101,6 +102,8 @@ _ACK, _NACK = 80, 120
 _FRAME_SIZE = struct.Struct(">I")
 #: Bytes read from the socket at once at most.
 _READ_SIZE = 65536
+#: The most of a batch handed to a TLS socket at once: a TLS record's plaintext at most.
+TLS_RECORD_SIZE = 16384
 
 
 def _shortstr(text: str) -> bytes:
@@ -146,6 +149,18 @@ def read_confirms(data: bytes, channel: int) -> tuple[list[tuple[bool, int, bool
         confirms.append((method == _NACK, tag, bool(bits & 1)))
         used += _CONFIRM.size + 1
     return confirms, used
+
+
+def tls_pieces(ends: Sequence[int], size: int = TLS_RECORD_SIZE) -> list[int]:
+    """Where to cut a buffer of messages ending at ``ends`` (ascending offsets) into
+    pieces of whole messages, each at most ``size`` bytes or one longer message: the
+    pieces' ends, the last the buffer's."""
+    pieces, start = [], 0
+    while ends and start < ends[-1]:
+        fit = bisect.bisect_right(ends, start + size)  # the messages ending in the piece
+        start = ends[fit - 1] if fit and ends[fit - 1] > start else ends[fit]
+        pieces.append(start)
+    return pieces
 
 
 def _receive(sock: Any, deadline: float) -> bytes:
@@ -402,10 +417,18 @@ class RabbitNotifier(QueuedNotifier):
         sock = self._connection.connection.transport.sock
         ends = list(itertools.accumulate(len(f) for f in frames))
         data = memoryview(b"".join(frames))
+        # An ``ssl.SSLSocket`` writes all it is given or raises, not saying how much
+        # left: given the whole batch, a write failed midway would count none of it
+        # written, and the next connection would send again messages already out
+        # (a test saw them arrive twice). Given whole messages a TLS record's worth
+        # at a time, a failed write's messages are cut short (a record cut short is
+        # never read) and those before it were written. A plain socket says how much.
+        pieces = tls_pieces(ends) if isinstance(sock, SSLSocket) else (len(data),)
         sent = 0
         try:
-            while sent < len(data):
-                sent += sock.send(data[sent:])
+            for end in pieces:
+                while sent < end:
+                    sent += sock.send(data[sent:end])
         finally:
             self._written = bisect.bisect_right(ends, sent)
             self._unsettled -= set(range(first + self._written, first + len(frames)))
@@ -478,6 +501,13 @@ class RabbitNotifier(QueuedNotifier):
             self._lose(len(self._unsettled), reason)
         self._unsettled.clear()
         self._channel, self._declared, self._tag, self._written = None, set(), 0, 0
+        with contextlib.suppress(Exception):
+            if self._connection.connected:
+                # py-amqp closes a TLS socket with ``unwrap()``, which waits for the
+                # broker's TLS close as long as the socket's timeout (``connect_timeout``,
+                # which its TLS transport keeps): 5 s more for a broker gone silent.
+                # Non-blocking, it sends ours if it can and returns, as a plain close.
+                self._connection.connection.sock.settimeout(0)
         with contextlib.suppress(Exception):
             self._connection.collect()  # drops the broken socket without a round trip
         self._connection = self._new_connection()
