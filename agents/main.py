@@ -31,6 +31,9 @@ from qsched.notifications import Notifier, open_notifier
 PUBLISHER = "qsched-agent"
 
 LOG = logging.getLogger("qsched.agent")
+#: How often the main thread of an agent process looks for a signal that came to
+#: another of its threads (:func:`catch_stop_signals`).
+SIGNAL_CHECK_S = 0.5
 
 
 def build_agent(
@@ -115,7 +118,12 @@ def catch_stop_signals() -> Callable[[], int]:
     signal.signal(signal.SIGINT, on_signal)
 
     def wait() -> int:
-        stop.wait()
+        # In turns, not for good: the kernel may hand a process's signal to any of its
+        # threads (another one when the main thread is stopped by a debugger or a
+        # profiler), and then CPython only marks it, for the main thread to handle when
+        # it next runs Python code; blocked without end, it never would.
+        while not stop.wait(SIGNAL_CHECK_S):
+            pass
         return received[0]
 
     return wait

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from agents.main import catch_stop_signals
 from qsched.bench import cli, report
 from qsched.bench.plumbing import summary
 from qsched.bench.switch import SIGNAL, NotifierSwitch, SwitchTimeout, flip, obey
@@ -143,3 +146,33 @@ def test_plumbing_run_on_real_servers(tmp_path: Path) -> None:
     told = found["notifications"]
     assert told == {"placements": 4 * 20, "sent": 3 * 4 * 20}
     assert "Cost of notifications and metrics, switched in turns" in result.output
+
+
+def test_a_signal_another_thread_received_is_handled(tmp_path: Path, own_signal: None) -> None:
+    """The kernel may hand a process's signal to any thread (another one while a
+    profiler stops the main thread); CPython then only marks it for the main thread.
+    An agent process's main thread, waiting for its stop, still runs the handlers: the
+    switch is applied, and the stop returns."""
+    agents = [_agent(True)]
+    request, ack = tmp_path / "switch.json", tmp_path / "agent0.switched"
+    signal.signal(SIGNAL, obey(agents, request, ack))
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    wait = catch_stop_signals()
+    try:
+        request.write_text(json.dumps({"seq": 1, "notifications": False, "metrics": True}))
+
+        def elsewhere() -> None:  # signals sent to this thread, not to the main one
+            signal.pthread_kill(threading.get_ident(), SIGNAL)
+            time.sleep(0.1)
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+        other = threading.Thread(target=elsewhere)
+        other.start()
+        began = time.monotonic()
+        assert wait() == signal.SIGTERM
+        other.join()
+        assert time.monotonic() - began < 5
+        assert json.loads(ack.read_text())["seq"] == 1 and not agents[0].notifier.enabled
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
