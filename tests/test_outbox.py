@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from qsched import exception, janitor
 from qsched.chaos.servers import RedisServer
@@ -30,7 +29,7 @@ from qsched.message import BootRequest
 from qsched.scheduling.records import record_for
 from tests.conftest import require_server
 from tests.helpers import wait_until
-from tests.raw import redis_store
+from tests.raw import DeadClient, redis_store
 from tests.test_convergence import SPEC, freeze, start
 
 USER = RequestContext.for_project("u1", "p1")
@@ -162,7 +161,7 @@ def test_the_outbox_pass_waits_for_the_ledger_to_settle(stores, bus) -> None:
     outbox = janitor.OutboxPass(stores, bus, grace_s=0.0, settle_s=0.3)
     stranded = stores.instances.create(_record(), 1e12).uuid
     live = redis_store(stores).client
-    redis_store(stores).client = _Dead()  # type: ignore[assignment]
+    redis_store(stores).client = DeadClient()  # type: ignore[assignment]
     with pytest.raises(exception.BackendUnavailable):
         outbox()
     redis_store(stores).client = live
@@ -208,13 +207,6 @@ def _own_redis(tmp_path: Path) -> RedisServer:
         require_server("redis-server", "a port of its own", exc, "install redis-server")
         raise
     return server
-
-
-class _Dead:
-    """A Redis client whose every command finds the server gone."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise redis.ConnectionError("Connection refused")
 
 
 def _record() -> Instance:
