@@ -32,6 +32,7 @@ from qsched.notifications import open_notifier, payloads, rabbit
 from qsched.notifications.oslo import OsloNotifier, RequestContext
 from qsched.notifications.queued import MAX_BATCH, Event, QueuedNotifier
 from tests.cloud import AMQP_URL, free_port, rabbit_failover_url, require_rabbitmq
+from tests.helpers import wait_until
 from tests.test_notifications import request
 from tests.tls_proxy import TLSProxy, make_ca
 
@@ -275,6 +276,47 @@ def test_events_queued_during_a_send_go_in_one_batch_in_order() -> None:
     assert len(notifier.batches) <= 3, [len(b) for b in notifier.batches]
 
 
+def test_a_notify_wakes_no_one_the_sender_takes_what_gathered_at_its_pause() -> None:
+    notifier = Batches(gather_s=30.0)
+    try:
+        time.sleep(0.05)  # the sender in its pause
+        for i in range(5):
+            notifier.notify(f"e{i}", {})
+        time.sleep(0.2)
+        assert notifier.batches == []  # queued, nobody woken
+        assert notifier.flush(5)  # a flush does not wait for the pause's end
+        assert notifier.batches == [[f"e{i}" for i in range(5)]]
+    finally:
+        notifier.close()
+
+
+def test_a_backlog_over_a_batch_goes_out_in_full_batches_without_a_pause_each() -> None:
+    notifier = Batches(gather_s=30.0)
+    try:
+        time.sleep(0.05)
+        for i in range(2 * MAX_BATCH + 1):
+            notifier.notify(f"e{i}", {})
+        assert notifier.flush(5)
+    finally:
+        notifier.close()
+    assert [len(batch) for batch in notifier.batches] == [MAX_BATCH, MAX_BATCH, 1]
+    assert [t for b in notifier.batches for t in b] == [f"e{i}" for i in range(2 * MAX_BATCH + 1)]
+
+
+def test_a_full_queue_drops_new_events_counted_and_a_flush_after_close_is_true() -> None:
+    notifier = Batches(gather_s=30.0)
+    notifier.max_pending = 4
+    try:
+        time.sleep(0.05)
+        for i in range(10):
+            notifier.notify(f"e{i}", {})
+        assert notifier.dropped == 6
+    finally:
+        notifier.close()
+    assert notifier.batches == [[f"e{i}" for i in range(4)]]  # sent at close
+    assert notifier.flush(0.1)  # nothing left: true at once
+
+
 @pytest.mark.real
 def test_a_lost_connection_is_replaced_and_nothing_is_sent_twice(exchange: str) -> None:
     options = ON.replace(control_exchange=exchange,
@@ -417,7 +459,7 @@ def test_a_bus_away_for_good_fills_the_queue_then_drops_and_close_gives_up() -> 
     notifier = rabbit.RabbitNotifier(transport, "nova", ["versioned_notifications"], "x",
                                      retry=-1, max_pending=3)  # fmt: skip
     notifier.notify("e0", {})
-    time.sleep(0.3)  # the sender has it, and retries without end
+    assert wait_until(lambda: notifier.queued() == 0, 5)  # the sender has it, retrying
     for i in range(1, 10):
         notifier.notify(f"e{i}", {})
     assert notifier.dropped == 6
@@ -596,7 +638,8 @@ def test_over_tls_a_write_cut_short_sends_nothing_twice(
         tls_broker.proxy.freeze()
         for i in range(count):
             notifier.notify(f"big{i}", {"blob": "x" * 20_000})
-        time.sleep(2.5)  # the write fails, the rest goes on a new connection
+        # the write fails (about 2 s), the rest goes on a new connection
+        wait_until(lambda: tls_broker.proxy.connections == 2, 15)
         tls_broker.proxy.thaw()  # what the first connection wrote reaches the broker
         assert notifier.flush(20)
     finally:

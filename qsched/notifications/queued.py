@@ -1,26 +1,32 @@
 """Sending off the caller's thread: a bounded queue and one sender thread per notifier.
 
-:meth:`QueuedNotifier.notify` puts the event on a bounded queue and returns; one
-sender thread hands what is queued to the backend in order, in batches: it takes
-every event queued when it wakes (up to :data:`MAX_BATCH`), sends them, waits
-:attr:`QueuedNotifier.gather_s`, then lets the backend settle them (read the
-broker's confirms, which came in meanwhile) before it looks again, so that a busy
-agent pays the backend's fixed cost of a send (a write, a wake-up, the confirms'
-reading) once per batch rather than once per event. A placement therefore never
-waits on the notification bus: with ``[oslo_messaging_notifications] retry = -1``
-(oslo.messaging's default) a send to a broker that is down retries without end,
-and done inline that would stall the agent's claims for as long as the outage
-lasts. When the queue is full (the bus has been away for a while) new events are
-dropped, counted and logged once a minute; delivery was at most once already
+:meth:`QueuedNotifier.notify` appends the event to a queue and returns; one sender
+thread hands what is queued to the backend in order, in batches. A placement
+therefore never waits on the notification bus: with ``[oslo_messaging_notifications]
+retry = -1`` (oslo.messaging's default) a send to a broker that is down retries
+without end, and done inline that would stall the agent's claims for as long as the
+outage lasts. When the queue is full (the bus has been away for a while) new events
+are dropped, counted and logged once a minute; delivery was at most once already
 (docs/notifications.rst).
+
+With a gather pause (``gather_s``, qsched's own RabbitMQ sender) the sender wakes
+on a clock: every ``gather_s`` it lets the backend settle the last batch (read the
+broker's confirms, which came in meanwhile), then takes every event queued (up to
+:data:`MAX_BATCH`) and sends them. A busy agent pays the backend's fixed cost of a
+send (a wake-up, a write, the confirms' reading) once per pause rather than once
+per event, and :meth:`~QueuedNotifier.notify` costs one append: it takes no lock
+and wakes no thread (a lock and a condition's wake-up per event were about a third
+of what notifications cost an agent, docs/notifications.rst, "Cost"). Without a
+pause (oslo.messaging's Notifier, which waits for each send anyway) each event
+wakes the sender.
 """
 
 from __future__ import annotations
 
 import abc
 import atexit
+import collections
 import logging
-import queue
 import threading
 import time
 from collections.abc import Mapping
@@ -44,8 +50,18 @@ class Event(NamedTuple):
 
     priority: str
     event_type: str
-    payload: dict[str, Any]
-    context: dict[str, Any]
+    payload: Mapping[str, Any]
+    context: Mapping[str, Any]
+
+
+class _Mark:
+    """A place in the queue (:meth:`QueuedNotifier.flush`): ``done`` is set once every
+    event queued before it was handed to the backend and settled."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
 
 
 class QueuedNotifier(Notifier):
@@ -53,13 +69,21 @@ class QueuedNotifier(Notifier):
 
     A backend implements :meth:`send` (one batch, in order), :meth:`release`, and
     :meth:`settle` if it has receipts to wait for. ``max_pending``: events queued at
-    most; ``gather_s``: the sender's pause after each batch, in which the next one
-    gathers (0: none).
+    most; ``gather_s``: how often the sender wakes to send what gathered meanwhile (0:
+    at each event).
+
+    The notifier keeps the payload and the context it is given as they are, until
+    they are sent: a caller does not change them afterwards (copying them cost as much
+    as queueing them).
     """
 
     def __init__(self, max_pending: int = MAX_PENDING, gather_s: float = 0.0) -> None:
         self.gather_s = gather_s
-        self._pending: queue.Queue[Event | None] = queue.Queue(max_pending)
+        self.max_pending = max_pending
+        # appended by any thread, taken by the sender: a deque's append and popleft
+        # need no lock of ours
+        self._pending: collections.deque[Event | _Mark] = collections.deque()
+        self._wake = threading.Event()  # a flush, the close, or (no pause) an event
         self._lock = threading.Lock()
         self._closed = False
         self._stopping = False
@@ -78,8 +102,8 @@ class QueuedNotifier(Notifier):
         be sent is logged (and counted by the backend)."""
 
     def settle(self) -> None:
-        """After :meth:`send` and the pause: wait for the receipts of what it sent, on
-        the sender's thread. Never raises, as :meth:`send`."""
+        """Before the sender next sends, or waits on a flush: wait for the receipts of
+        what :meth:`send` sent, on the sender's thread. Never raises, as :meth:`send`."""
 
     @abc.abstractmethod
     def release(self) -> None:
@@ -95,21 +119,28 @@ class QueuedNotifier(Notifier):
         if self._closed:
             LOG.warning("notification %s after close: not sent", event_type)
             return
-        event = Event(priority, event_type, dict(payload), dict(context or {}))
-        try:
-            self._pending.put_nowait(event)
-        except queue.Full:
+        pending = self._pending
+        if len(pending) >= self.max_pending:
             self._drop(event_type)
+            return
+        pending.append(Event(priority, event_type, payload, context or {}))
+        if not self.gather_s:
+            self._wake.set()
 
     def flush(self, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
         """Wait until every event queued so far was handed to the backend and settled;
-        False if that took longer than ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while self._pending.unfinished_tasks:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
-        return True
+        False if that took longer than ``timeout_s``, or the sender has stopped with
+        events still queued."""
+        if not self._sender.is_alive():
+            return self.queued() == 0
+        mark = _Mark()
+        self._pending.append(mark)
+        self._wake.set()  # rather than at the end of the pause
+        return mark.done.wait(timeout_s)
+
+    def queued(self) -> int:
+        """Events queued and not taken by the sender yet."""
+        return sum(isinstance(item, Event) for item in list(self._pending))
 
     def close(self) -> None:
         """Send what is queued (for up to :data:`CLOSE_TIMEOUT_S`), then release the
@@ -120,9 +151,9 @@ class QueuedNotifier(Notifier):
             self._closed = True
         if not self.flush(CLOSE_TIMEOUT_S):
             LOG.warning("%d notifications not sent at close: the notification bus is slow "
-                        "or away", self._pending.qsize())  # fmt: skip
-        self._stopping = True
-        self._pending.put(None)  # the sender's stop; after the events already queued
+                        "or away", self.queued())  # fmt: skip
+        self._stopping = True  # the sender hands the rest over, which the backend loses
+        self._wake.set()
         if self._sender.is_alive():
             self._sender.join(CLOSE_TIMEOUT_S)
         if not self._sender.is_alive():
@@ -148,37 +179,57 @@ class QueuedNotifier(Notifier):
             self.dropped += 1
         self.log_limited("dropped", "notification %s dropped: %d queued, none sent lately (is "
                          "the notification bus up?); %d dropped so far", event_type,
-                         self._pending.qsize(), self.dropped)  # fmt: skip
+                         len(self._pending), self.dropped)  # fmt: skip
 
     def _send_all(self) -> None:
+        """The sender: at each wake-up, settle the batch sent at the last one (its
+        receipts came in meanwhile), then send what is queued. A flush's mark is set
+        once the batch before it is settled, at once rather than at the next wake-up."""
+        unsettled, backlog = False, False
         while True:
-            batch, stop = self._take()
-            try:
-                if batch:
-                    self.send(batch)
-                    if self.gather_s and not stop:
-                        time.sleep(self.gather_s)
-                    self.settle()
-            except Exception:  # a backend bug: the steps told of happened; go on
-                LOG.exception("could not send %d notifications", len(batch))
-            finally:
-                for _ in range(len(batch) + stop):
-                    self._pending.task_done()
-            if stop:
+            if not backlog:  # a full batch taken: the rest goes at once
+                self._wake.wait(self.gather_s or None)
+                self._wake.clear()
+            if unsettled:
+                unsettled = self._settle_sent()
+            batch, marks, backlog = self._take()
+            if batch:
+                unsettled = self._send_batch(batch)
+            if unsettled and (marks or not self.gather_s or self._stopping):
+                unsettled = self._settle_sent()
+            for mark in marks:
+                mark.done.set()
+            if self._stopping and not self._pending:
                 return
 
-    def _take(self) -> tuple[list[Event], bool]:
-        """The events queued now (waiting for the first), and whether the stop came."""
-        first = self._pending.get()
-        if first is None:
-            return [], True
-        batch = [first]
-        while len(batch) < MAX_BATCH:
-            try:
-                event = self._pending.get_nowait()
-            except queue.Empty:
-                break
-            if event is None:
-                return batch, True
-            batch.append(event)
-        return batch, False
+    def _send_batch(self, batch: list[Event]) -> bool:
+        """:meth:`send`; whether there is anything to settle."""
+        try:
+            self.send(batch)
+        except Exception:  # a backend bug: the steps told of happened; go on
+            LOG.exception("could not send %d notifications", len(batch))
+        return True
+
+    def _settle_sent(self) -> bool:
+        """:meth:`settle`; False: nothing left to settle."""
+        try:
+            self.settle()
+        except Exception:  # a backend bug, as in _send_batch
+            LOG.exception("could not settle the notifications sent")
+        return False
+
+    def _take(self) -> tuple[list[Event], list[_Mark], bool]:
+        """The events queued now, in order (:data:`MAX_BATCH` at most); the marks
+        among them; whether more events than that were queued."""
+        pending = self._pending
+        batch: list[Event] = []
+        marks: list[_Mark] = []
+        while pending:
+            if len(batch) == MAX_BATCH:
+                return batch, marks, True
+            item = pending.popleft()
+            if isinstance(item, _Mark):
+                marks.append(item)
+            else:
+                batch.append(item)
+        return batch, marks, False
