@@ -258,7 +258,8 @@ class Placer:
                     guard=self._guard(msg, pick),
                     max_handbacks=self.alternates.max_handbacks,
                 )  # fmt: skip
-                parts.builds.add(Build(msg, pick, result.batch, result.permitted))
+                build = Build(msg, pick, result.batch, result.permitted)
+                parts.builds.add(build)
                 # ``already``: a redelivery after a restart; the index read it from the ledger
                 if not result.already:
                     parts.index.claim(pick.node, pick.allocations)
@@ -267,13 +268,14 @@ class Placer:
         parts.counters["claimed"] += 1
         parts.metrics.claimed(msg, time.perf_counter() - began)
         if not result.already and parts.notifier.enabled:
-            self._notify_claimed(msg, pick)
+            self._notify_claimed(build)
         return True
 
-    def _notify_claimed(self, msg: BootRequest, pick: Pick) -> None:
+    def _notify_claimed(self, build: Build) -> None:
         """``scheduler.claim`` (qsched's decision) then ``instance.create.start``: built
-        from the request, no ledger read. A redelivery's claim (``already``) sends none."""
-        parts = self.parts
+        from the request, no ledger read; the latter kept in the build for ``.end``. A
+        redelivery's claim (``already``) sends none."""
+        parts, msg, pick = self.parts, build.request, build.pick
         context = payloads.context(msg)
         claimed = payloads.claim(msg, parts.host, pick.node, pick.allocations)
         parts.notifier.notify("scheduler.claim", claimed, context=context)
@@ -281,6 +283,7 @@ class Placer:
             msg, parts.host, pick.node, "building", "spawning", "pending"
         )
         parts.notifier.notify("instance.create.start", started, context=context)
+        build.told["instance.create.start"] = started
 
     def _guard(self, msg: BootRequest, pick: Pick) -> ClaimGuard | None:
         """The request's aggregate rules, for the claim to check on the node's root, and

@@ -104,13 +104,18 @@ class Spawner:
                       "outbox", parts.host, uuid)  # fmt: skip
 
     def _notify_active(self, build: Build) -> None:
-        """``instance.create.end``, from the request: no ledger read."""
+        """``instance.create.end``: from the claim's ``.start`` when it was sent here,
+        else from the request; no ledger read."""
         notifier = self.parts.notifier
         if notifier.enabled:
-            msg = build.request
-            payload = payloads.create_from_request(
-                msg, self.parts.host, build.pick.node, "active", None, "running", time.time()
-            )
+            msg, now = build.request, time.time()
+            started = build.told.get("instance.create.start")
+            if started is not None:
+                payload = payloads.create_ended(started, now)
+            else:  # claimed with notifications off, or by a redelivery
+                payload = payloads.create_from_request(
+                    msg, self.parts.host, build.pick.node, "active", None, "running", now
+                )  # fmt: skip
             notifier.notify("instance.create.end", payload, context=payloads.context(msg))
 
     def _notify_failed(self, build: Build, inst: Instance, reason: str) -> None:

@@ -13,7 +13,7 @@ import dataclasses
 import threading
 from collections import Counter
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from agents.consuming import ClassGate
 from agents.metrics import AgentMetrics
@@ -35,13 +35,16 @@ class Build:
     """A claimed instance whose spawn is in flight: the request and where it was claimed.
 
     ``batch``: the multi-create it is a member of; ``permitted``: whether every member
-    held its claim when this one was claimed (else the spawn waits, :mod:`agents.permit`).
+    held its claim when this one was claimed (else the spawn waits, :mod:`agents.permit`);
+    ``told``: the claim's ``instance.create.start`` payload under that name, once sent,
+    which ``.end`` is built from (empty: none was sent).
     """
 
     request: BootRequest
     pick: Pick
     batch: str | None = None
     permitted: bool = True
+    told: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
 
 class Builds:

@@ -98,6 +98,18 @@ def test_create_payload_has_novas_fields_and_envelope() -> None:
     assert data["flavor"]["nova_object.data"]["memory_mb"] == 512
 
 
+def test_create_end_built_from_the_start_is_the_one_built_from_the_request() -> None:
+    msg = request()
+    started = payloads.create_from_request(msg, "cn0", "cn0-n0", "building", "spawning",
+                                           "pending")  # fmt: skip
+    before = repr(started)
+    ended = payloads.create_ended(started, 1_700_000_000.0)
+    assert ended == payloads.create_from_request(msg, "cn0", "cn0-n0", "active", None,
+                                                 "running", 1_700_000_000.0)  # fmt: skip
+    assert ended["nova_object.data"]["launched_at"] == "2023-11-14T22:13:20Z"
+    assert repr(started) == before  # the .start payload, still queued, is unchanged
+
+
 def test_fault_is_novas_exception_payload() -> None:
     sent = payloads.fault(NO_VALID_HOST)
     assert set(sent["nova_object.data"]) == nova_fields("exception", "ExceptionPayload")

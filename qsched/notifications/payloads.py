@@ -118,6 +118,16 @@ def create_from_request(
     return envelope("InstanceCreatePayload", CREATE_VERSION, data)
 
 
+def create_ended(started: Mapping[str, Any], launched_at: float) -> dict:
+    """``instance.create.end``'s payload from the ``.start`` one
+    :func:`create_from_request` built at the claim: the same but for the states and
+    the launch time (a copy of its fields rather than all of them built again)."""
+    data = dict(started["nova_object.data"])
+    data.update(state="active", task_state=None, power_state="running",
+                launched_at=timestamp(launched_at))  # fmt: skip
+    return {**started, "nova_object.data": data}
+
+
 def _record_data(inst: Instance, **known: Any) -> dict[str, Any]:
     vm_state = "stopped" if inst.stopped else VM_STATES[inst.state]
     task = inst.task_state.value if inst.task_state is not TaskState.NONE else None
