@@ -53,7 +53,7 @@ from typing import Any, TypedDict, TypeVar
 
 from qsched import exception
 from qsched.bus.base import Bus
-from qsched.compute import ComputeAPI, MarkerNotFound, Reservation
+from qsched.compute import ComputeAPI, FlavorRefNotFound, MarkerNotFound, Reservation, check_counts
 from qsched.conf import BusOptions, CellsOptions, LedgerOptions, QuotaOptions
 from qsched.conf.cells import API_CELL
 from qsched.context import RequestContext
@@ -61,6 +61,8 @@ from qsched.flavors import Flavor, ref_id, request_groups
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, QuotaStore
 from qsched.ledger.cellmap import RedisCellMap, cell_map
+from qsched.policy import Policy
+from qsched.quotas import QuotaAPI
 from qsched.server_list import ServerQuery
 
 LOG = logging.getLogger(__name__)
@@ -252,18 +254,29 @@ class CellsCompute:
         availability_zone: str | None = None,
         min_count: int = 1,
         max_count: int = 1,
+        cell: str | None = None,
         **asked: Any,
     ) -> Reservation:
         """Accept servers in one cell, their quota held in the API keyspace.
 
         As :meth:`ComputeAPI.boot_many` (``asked``: its other arguments), which the
-        chosen cell runs with the uuids reserved here.
+        chosen cell runs with the uuids reserved here. ``cell``: the cell the boot's
+        hints name (the cell of its ``same_host`` servers or of its host), None:
+        :meth:`choose` one.
 
         :raises QuotaExceeded: not even ``min_count`` fit the project's limits;
             nothing is held.
+        :raises FlavorRefNotFound: no flavor ``flavor_ref`` the caller may boot (400).
+        :raises Invalid: bad counts, or ``cell`` is not the cell of the zone asked for;
+            nothing is held.
+        :raises CellNotJoined: ``cell`` is not joined yet (503).
         """
-        flavor = self.flavor_cell.get_flavor(ref_id(flavor_ref), context)  # its cores and ram count
-        cell = self.choose(availability_zone, flavor)
+        check_counts(min_count, max_count)  # before max_count uuids are made
+        try:  # its cores and ram count
+            flavor = self.flavor_cell.get_flavor(ref_id(flavor_ref), context)
+        except exception.FlavorNotFound:
+            raise FlavorRefNotFound(flavor=ref_id(flavor_ref)) from None
+        cell = self._asked_cell(cell, availability_zone) or self.choose(availability_zone, flavor)
         compute = self.cells[cell]
         uuids = [str(uuidlib.uuid4()) for _ in range(max(max_count, 1))]
         self.map.map(uuids, cell, context.project_id)
@@ -283,6 +296,21 @@ class CellsCompute:
         if unused:
             self._unmap(context.project_id, unused)
         return made
+
+    def _asked_cell(self, cell: str | None, availability_zone: str | None) -> str | None:
+        if cell is None:
+            return None
+        if cell not in self.cells:
+            raise UnknownCell(cell=repr(cell), known=", ".join(self.cells))
+        zoned = self.zones.get(availability_zone or "")
+        if zoned is not None and zoned != cell:
+            raise exception.Invalid(
+                reason=f"the boot's hints name a server or host of cell {cell}, and its "
+                f"availability zone {availability_zone} is served by cell {zoned}"
+            )
+        if cell in self._unjoined:
+            raise CellNotJoined(cell=cell)
+        return cell
 
     def _reserve(
         self, project: str, uuids: Sequence[str], cores: int, ram_mb: int, min_count: int
@@ -437,13 +465,16 @@ def open_cells(
     try:
         api = open_stores(api_ledger(options, ledger), quota)
         opened.append(api.backend.close)
+        # the limits a cell checks in code (key_pairs, metadata_items...): the deployment's
+        deployment = QuotaAPI(api, compute.get("policy") or Policy())
         cells = {}
         for spec in specs:
             stores = open_stores(cell_ledger(options, ledger, spec.name), quota)
             opened.append(stores.backend.close)
             cell_bus = open_bus(bus.replace(prefix=spec.bus_prefix))
             opened.append(cell_bus.close)
-            cells[spec.name] = ComputeAPI(stores, cell_bus, **compute)
+            cells[spec.name] = ComputeAPI(stores, cell_bus, serves_boots=False,
+                                          quotas=deployment, **compute)  # fmt: skip
         unjoined = [name for name, cell in cells.items() if not _joined(name, cell.stores)]
         return CellsCompute(api, cells, options.zones(), opened, unjoined)
     except BaseException:
