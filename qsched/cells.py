@@ -26,17 +26,18 @@ reservation and the cell's record is abandoned in its cell (a late create then
 refuses) and its quota returned.
 
 :func:`open_cells` builds the front door from the ``[cells]`` options (a service's
-entry point calls it; :func:`qsched.janitor.start_periodic_tasks` runs its mover).
+entry point calls it; :func:`qsched.janitor.start_periodic_tasks` runs its mover;
+:mod:`qsched.cells_api` serves it over HTTP, flavors and keypairs written to every
+cell by one call). Each cell's :class:`ComputeAPI` refuses a boot that does not come
+through the front door, and reads the limits it checks in code from the API keyspace.
 A cell whose ledger does not answer then is not joined: no boot goes there (it
 would be counted twice) until a pass of the mover joins it. A pass passes over a
 cell whose ledger does not answer and moves the others' releases.
 
 A boot goes to its availability zone's cell, else to a cell drawn in proportion to
 how many of its flavor the cell's free capacity holds (``cell-free``, kept by its
-agents' heartbeats): one read a cell, O(cells).
-
-Not built yet (docs/scale.rst): flavors and keypairs written to every cell by one
-call.
+agents' heartbeats): one read a cell, O(cells); or to the cell its caller names (the
+cell of the servers or host its hints name, :mod:`qsched.cells_api`).
 """
 
 from __future__ import annotations
@@ -147,8 +148,8 @@ class CellsCompute:
     def flavor_cell(self) -> ComputeAPI:
         """Where a boot's flavor is read, to choose its cell and count its quota: the
         first joined cell (one not joined may be one whose ledger does not answer), the
-        first cell when none is. Every cell seeds the same flavors from ``[api]
-        flavor``; a flavor written to every cell by one call is not built yet."""
+        first cell when none is. Every cell holds the same flavors: ``[api] flavor``
+        and those written through :mod:`qsched.cells_api`, which writes every cell."""
         joined = (c for name, c in self.cells.items() if name not in self._unjoined)
         return next(joined, next(iter(self.cells.values())))
 
@@ -448,10 +449,14 @@ def open_cells(
     at its ledger URL, under its name, and its bus: ``open_bus`` of ``bus`` with the
     cell's prefix. ``ledger``: the options every keyspace opens with (its ``url`` and
     ``cell`` are replaced); ``quota``: the default limits, the deployment's in the API
-    keyspace (a cell's own instances, cores and RAM are left unlimited; its other
-    limits, server groups and keypairs, stay the cell's); ``compute``: the other
+    keyspace (a cell's own instances, cores and RAM are left unlimited; ``key_pairs``,
+    ``metadata_items`` and ``injected_file*`` are the API keyspace's too, which each
+    cell reads when it checks them; ``server_groups`` and ``server_group_members``,
+    checked in the cell's scripts, stay the cell's); ``compute``: the other
     arguments of each cell's :class:`ComputeAPI` (``scheduler``, ``api``, ``policy``,
-    ...). Nothing else is opened or read; :meth:`CellsCompute.close` closes it all.
+    ...), which refuses a boot not given its uuids by the front door
+    (``serves_boots`` off). Nothing else is opened or read; :meth:`CellsCompute.close`
+    closes it all.
 
     :raises Invalid: ``options`` names no cell (one cell needs none of this).
     :raises BackendUnavailable: a ledger did not answer its opening (a Redis Cluster

@@ -491,7 +491,7 @@ def test_the_api_service_starts_the_mover_when_cells_are_named(
     conf, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """qsched-api's entry point (:func:`qsched.api.app.serve`) builds the front door from
-    [cells] and hands it to the janitor; HTTP still serves the [ledger] cell."""
+    [cells] and hands it to the janitor (HTTP serves it: tests/test_cells_http.py)."""
     url = f"fakeredis://test-{uuid.uuid4().hex}"
     options = cells_options(url, f"t{uuid.uuid4().hex[:8]}", mover_interval_s=0.5)
     for name in ("cell", "zone"):
