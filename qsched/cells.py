@@ -26,17 +26,18 @@ reservation and the cell's record is abandoned in its cell (a late create then
 refuses) and its quota returned.
 
 :func:`open_cells` builds the front door from the ``[cells]`` options (a service's
-entry point calls it; :func:`qsched.janitor.start_periodic_tasks` runs its mover).
+entry point calls it; :func:`qsched.janitor.start_periodic_tasks` runs its mover;
+:mod:`qsched.cells_api` serves it over HTTP, flavors and keypairs written to every
+cell by one call). Each cell's :class:`ComputeAPI` refuses a boot that does not come
+through the front door, and reads the limits it checks in code from the API keyspace.
 A cell whose ledger does not answer then is not joined: no boot goes there (it
 would be counted twice) until a pass of the mover joins it. A pass passes over a
 cell whose ledger does not answer and moves the others' releases.
 
 A boot goes to its availability zone's cell, else to a cell drawn in proportion to
 how many of its flavor the cell's free capacity holds (``cell-free``, kept by its
-agents' heartbeats): one read a cell, O(cells).
-
-Not built yet (docs/scale.rst): flavors and keypairs written to every cell by one
-call.
+agents' heartbeats): one read a cell, O(cells); or to the cell its caller names (the
+cell of the servers or host its hints name, :mod:`qsched.cells_api`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from typing import Any, TypedDict, TypeVar
 
 from qsched import exception
 from qsched.bus.base import Bus
-from qsched.compute import ComputeAPI, MarkerNotFound, Reservation
+from qsched.compute import ComputeAPI, FlavorRefNotFound, MarkerNotFound, Reservation, check_counts
 from qsched.conf import BusOptions, CellsOptions, LedgerOptions, QuotaOptions
 from qsched.conf.cells import API_CELL
 from qsched.context import RequestContext
@@ -61,6 +62,8 @@ from qsched.flavors import Flavor, ref_id, request_groups
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, QuotaStore
 from qsched.ledger.cellmap import RedisCellMap, cell_map
+from qsched.policy import Policy
+from qsched.quotas import QuotaAPI
 from qsched.server_list import ServerQuery
 
 LOG = logging.getLogger(__name__)
@@ -145,8 +148,8 @@ class CellsCompute:
     def flavor_cell(self) -> ComputeAPI:
         """Where a boot's flavor is read, to choose its cell and count its quota: the
         first joined cell (one not joined may be one whose ledger does not answer), the
-        first cell when none is. Every cell seeds the same flavors from ``[api]
-        flavor``; a flavor written to every cell by one call is not built yet."""
+        first cell when none is. Every cell holds the same flavors: ``[api] flavor``
+        and those written through :mod:`qsched.cells_api`, which writes every cell."""
         joined = (c for name, c in self.cells.items() if name not in self._unjoined)
         return next(joined, next(iter(self.cells.values())))
 
@@ -252,18 +255,29 @@ class CellsCompute:
         availability_zone: str | None = None,
         min_count: int = 1,
         max_count: int = 1,
+        cell: str | None = None,
         **asked: Any,
     ) -> Reservation:
         """Accept servers in one cell, their quota held in the API keyspace.
 
         As :meth:`ComputeAPI.boot_many` (``asked``: its other arguments), which the
-        chosen cell runs with the uuids reserved here.
+        chosen cell runs with the uuids reserved here. ``cell``: the cell the boot's
+        hints name (the cell of its ``same_host`` servers or of its host), None:
+        :meth:`choose` one.
 
         :raises QuotaExceeded: not even ``min_count`` fit the project's limits;
             nothing is held.
+        :raises FlavorRefNotFound: no flavor ``flavor_ref`` the caller may boot (400).
+        :raises Invalid: bad counts, or ``cell`` is not the cell of the zone asked for;
+            nothing is held.
+        :raises CellNotJoined: ``cell`` is not joined yet (503).
         """
-        flavor = self.flavor_cell.get_flavor(ref_id(flavor_ref), context)  # its cores and ram count
-        cell = self.choose(availability_zone, flavor)
+        check_counts(min_count, max_count)  # before max_count uuids are made
+        try:  # its cores and ram count
+            flavor = self.flavor_cell.get_flavor(ref_id(flavor_ref), context)
+        except exception.FlavorNotFound:
+            raise FlavorRefNotFound(flavor=ref_id(flavor_ref)) from None
+        cell = self._asked_cell(cell, availability_zone) or self.choose(availability_zone, flavor)
         compute = self.cells[cell]
         uuids = [str(uuidlib.uuid4()) for _ in range(max(max_count, 1))]
         self.map.map(uuids, cell, context.project_id)
@@ -283,6 +297,21 @@ class CellsCompute:
         if unused:
             self._unmap(context.project_id, unused)
         return made
+
+    def _asked_cell(self, cell: str | None, availability_zone: str | None) -> str | None:
+        if cell is None:
+            return None
+        if cell not in self.cells:
+            raise UnknownCell(cell=repr(cell), known=", ".join(self.cells))
+        zoned = self.zones.get(availability_zone or "")
+        if zoned is not None and zoned != cell:
+            raise exception.Invalid(
+                reason=f"the boot's hints name a server or host of cell {cell}, and its "
+                f"availability zone {availability_zone} is served by cell {zoned}"
+            )
+        if cell in self._unjoined:
+            raise CellNotJoined(cell=cell)
+        return cell
 
     def _reserve(
         self, project: str, uuids: Sequence[str], cores: int, ram_mb: int, min_count: int
@@ -420,10 +449,14 @@ def open_cells(
     at its ledger URL, under its name, and its bus: ``open_bus`` of ``bus`` with the
     cell's prefix. ``ledger``: the options every keyspace opens with (its ``url`` and
     ``cell`` are replaced); ``quota``: the default limits, the deployment's in the API
-    keyspace (a cell's own instances, cores and RAM are left unlimited; its other
-    limits, server groups and keypairs, stay the cell's); ``compute``: the other
+    keyspace (a cell's own instances, cores and RAM are left unlimited; ``key_pairs``,
+    ``metadata_items`` and ``injected_file*`` are the API keyspace's too, which each
+    cell reads when it checks them; ``server_groups`` and ``server_group_members``,
+    checked in the cell's scripts, stay the cell's); ``compute``: the other
     arguments of each cell's :class:`ComputeAPI` (``scheduler``, ``api``, ``policy``,
-    ...). Nothing else is opened or read; :meth:`CellsCompute.close` closes it all.
+    ...), which refuses a boot not given its uuids by the front door
+    (``serves_boots`` off). Nothing else is opened or read; :meth:`CellsCompute.close`
+    closes it all.
 
     :raises Invalid: ``options`` names no cell (one cell needs none of this).
     :raises BackendUnavailable: a ledger did not answer its opening (a Redis Cluster
@@ -437,13 +470,16 @@ def open_cells(
     try:
         api = open_stores(api_ledger(options, ledger), quota)
         opened.append(api.backend.close)
+        # the limits a cell checks in code (key_pairs, metadata_items...): the deployment's
+        deployment = QuotaAPI(api, compute.get("policy") or Policy())
         cells = {}
         for spec in specs:
             stores = open_stores(cell_ledger(options, ledger, spec.name), quota)
             opened.append(stores.backend.close)
             cell_bus = open_bus(bus.replace(prefix=spec.bus_prefix))
             opened.append(cell_bus.close)
-            cells[spec.name] = ComputeAPI(stores, cell_bus, **compute)
+            cells[spec.name] = ComputeAPI(stores, cell_bus, serves_boots=False,
+                                          quotas=deployment, **compute)  # fmt: skip
         unjoined = [name for name, cell in cells.items() if not _joined(name, cell.stores)]
         return CellsCompute(api, cells, options.zones(), opened, unjoined)
     except BaseException:

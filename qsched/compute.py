@@ -52,6 +52,7 @@ from qsched.flavors import (
     select,
 )
 from qsched.host_rules import HostRequest, HostRules
+from qsched.hypervisors import HypervisorAPI
 from qsched.images import Image, ImageService, OpaqueImages
 from qsched.keypairs import KeypairAPI
 from qsched.ledger import Stores
@@ -76,8 +77,10 @@ from qsched.scheduling.records import (
     record_for,
     server_change,
 )
-from qsched.server_actions import record_delete
+from qsched.server_actions import ServerActions, record_delete
 from qsched.server_groups import ServerGroups
+from qsched.services import ServiceAPI
+from qsched.zones import ZoneAPI, aggregate_zones
 
 LOG = logging.getLogger(__name__)
 
@@ -206,7 +209,10 @@ class ComputeAPI:
     defaults, :mod:`qsched.policies`); ``images``: where images are looked up
     (None: nowhere, ``imageRef`` is opaque); ``metrics``: where boots are counted
     (None: nowhere); ``serves_boots`` False: a boot not given its uuids by the front
-    door of several cells (:mod:`qsched.cells`) is refused (:class:`BootsNotServedHere`).
+    door of several cells (:mod:`qsched.cells`) is refused (:class:`BootsNotServedHere`);
+    ``quotas``: where the limits this cell checks in code are read (``key_pairs``,
+    ``metadata_items``, ``injected_file*``; None: this cell's quota; the front door of
+    several cells gives the API keyspace's, the deployment's limits).
     """
 
     def __init__(
@@ -220,6 +226,7 @@ class ComputeAPI:
         metrics: APIMetrics | None = None,
         notifier: Notifier = NULL,
         serves_boots: bool = True,
+        quotas: QuotaAPI | None = None,
     ) -> None:
         self.stores = stores
         #: False: boots are refused unless a front door of several cells gives their
@@ -242,9 +249,20 @@ class ComputeAPI:
         self.confirmations = Confirmations(stores)  # published boots leave the outbox
         self.abandoner = Abandoner(self.abandon)  # boots told 503 must never run
         self.groups = ServerGroups(stores, self.policy)
-        self.quotas = QuotaAPI(stores, self.policy)  # limit_for: what other checks enforce
+        # limit_for: what other checks enforce
+        self.quotas = quotas or QuotaAPI(stores, self.policy)
         self.keypairs = KeypairAPI(stores, self.policy, self.quotas)
         self.host_rules = HostRules(stores, self.policy, _may_see)
+        # the operators' views and the server actions of this cell (qsched.api's routes)
+        self.hypervisors = HypervisorAPI(stores, self.policy)
+        self.services = ServiceAPI(stores, self.policy)
+        self.zones = ZoneAPI(stores, self.policy, self.aggregates)
+        self.actions = ServerActions(stores, self.bus, self.policy, self.max_limit)
+
+    def host_zones(self) -> dict[str, str]:
+        """Host -> the availability zone its aggregate makes (what ``os-services`` shows
+        over the agent's own zone); one read of the aggregates' index."""
+        return aggregate_zones(self.aggregates.index())
 
     # -- servers --
 
@@ -334,7 +352,7 @@ class ComputeAPI:
         if uuids is None and not self.serves_boots:
             raise exception.BootsNotServedHere()
         _check_name("name", name)
-        _check_counts(min_count, max_count)
+        check_counts(min_count, max_count)
         if availability_zone is not None:
             _check_name("availability_zone", availability_zone)
             self._check_zone(availability_zone)
@@ -1120,7 +1138,12 @@ def _config_flavor(line: str, specs: Mapping[str, Mapping[str, str]]) -> Flavor:
         raise exception.Invalid(reason=f"[api] flavor {line!r}: {exc}") from None
 
 
-def _check_counts(min_count: int, max_count: int) -> None:
+def check_counts(min_count: int, max_count: int) -> None:
+    """A multi-create's counts, as Nova checks them.
+
+    :raises Invalid: not an integer from 1 to :data:`MAX_COUNT`, or ``min_count`` above
+        ``max_count``.
+    """
     for field, value in (("min_count", min_count), ("max_count", max_count)):
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_COUNT:
             raise exception.Invalid(reason=f"{field} must be an integer from 1 to {MAX_COUNT}")

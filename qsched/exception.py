@@ -70,12 +70,18 @@ class Conflict(QschedError):
 
 class BootsNotServedHere(Conflict):
     msg_fmt = (
-        "This API serves its [ledger] cell alone, and [cells] names that cell: the "
-        "deployment's quota is held in the API keyspace, which a boot through this API "
-        "would not reserve. Booting over HTTP into several cells is not built yet "
-        "(docs/scale.rst): boot through the qsched.cells library, or drop [cells] from "
-        "this API's configuration."
+        "This cell is one of several behind one front door ([cells]): the deployment's "
+        "quota is held in the API keyspace, which a boot straight into the cell would not "
+        "reserve. Boot through the front door: qsched-api with [cells] naming the cells, "
+        "or qsched.cells.CellsCompute.boot_many."
     )
+
+
+class NotServedAcrossCells(QschedError):
+    """What qsched-api does not serve over several cells yet (501): served from one
+    cell it would act on that cell as if it were the deployment (docs/scale.rst)."""
+
+    msg_fmt = "{what} are not served over several cells yet: {why} {fix}"
 
 
 class ProviderExists(Conflict):

@@ -74,6 +74,17 @@ class KeypairAPI:
         :raises KeypairLimitExceeded: the user holds the ``key_pairs`` quota of the caller's
             project already (403).
         """
+        keypair, private_key = self.generate(context, name, key_type, user_id)
+        return self.keep(context, keypair), private_key
+
+    def generate(
+        self, context: RequestContext, name: str, key_type: str = SSH, user_id: str | None = None
+    ) -> tuple[Keypair, str]:
+        """The keypair :meth:`create` would keep, and its private key; nothing is kept
+        (the front door of several cells keeps the one record in every cell).
+
+        :raises Invalid, Forbidden: as :meth:`create`.
+        """
         owner = self._authorized(context, "create", user_id)
         _check_name(name)
         _check_type(key_type)
@@ -81,8 +92,7 @@ class KeypairAPI:
             private_key, public_key, fingerprint = generate_ssh_key()
         else:
             private_key, public_key, fingerprint = generate_x509_cert(owner)
-        keypair = Keypair(owner, name, public_key, fingerprint, key_type)
-        return self._keep(context, keypair), private_key
+        return Keypair(owner, name, public_key, fingerprint, key_type), private_key
 
     def import_public_key(
         self,
@@ -97,17 +107,34 @@ class KeypairAPI:
         :raises InvalidKeypair: the key does not parse (400, Nova's words).
         :raises: as :meth:`create` otherwise.
         """
+        return self.keep(context, self.imported(context, name, public_key, key_type, user_id))
+
+    def imported(
+        self,
+        context: RequestContext,
+        name: str,
+        public_key: str,
+        key_type: str = SSH,
+        user_id: str | None = None,
+    ) -> Keypair:
+        """The keypair :meth:`import_public_key` would keep; nothing is kept.
+
+        :raises InvalidKeypair, Invalid, Forbidden: as :meth:`import_public_key`.
+        """
         owner = self._authorized(context, "create", user_id)
         _check_name(name)
         _check_type(key_type)
         fingerprint = (
             ssh_fingerprint(public_key) if key_type == SSH else x509_fingerprint(public_key)
         )
-        return self._keep(context, Keypair(owner, name, public_key, fingerprint, key_type))
+        return Keypair(owner, name, public_key, fingerprint, key_type)
 
-    def _keep(self, context: RequestContext, keypair: Keypair) -> Keypair:
+    def keep(self, context: RequestContext, keypair: Keypair) -> Keypair:
         """Store ``keypair`` within the ``key_pairs`` quota of the caller's project (its
-        own limit, set through ``os-quota-sets``, or the default), as Nova counts it."""
+        own limit, set through ``os-quota-sets``, or the default), as Nova counts it.
+
+        :raises KeypairExists, KeypairLimitExceeded: as :meth:`create`.
+        """
         return self.keypairs.create(keypair, self.quotas.limit_for(context.project_id, "key_pairs"))
 
     def get(self, context: RequestContext, name: str, user_id: str | None = None) -> Keypair:

@@ -18,8 +18,6 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 
-import falcon
-import falcon.testing
 import pytest
 
 from agents.service import ComputeAgent
@@ -493,7 +491,7 @@ def test_the_api_service_starts_the_mover_when_cells_are_named(
     conf, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """qsched-api's entry point (:func:`qsched.api.app.serve`) builds the front door from
-    [cells] and hands it to the janitor; HTTP still serves the [ledger] cell."""
+    [cells] and hands it to the janitor (HTTP serves it: tests/test_cells_http.py)."""
     url = f"fakeredis://test-{uuid.uuid4().hex}"
     options = cells_options(url, f"t{uuid.uuid4().hex[:8]}", mover_interval_s=0.5)
     for name in ("cell", "zone"):
@@ -519,31 +517,4 @@ def test_the_api_service_starts_the_mover_when_cells_are_named(
                                                "qsched"])  # fmt: skip
     finally:
         front.close()
-        bus.close()
-
-
-def test_an_api_whose_cell_is_named_in_cells_refuses_boots(
-    conf, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Its cell's quota is the API keyspace's, which a boot served over this API would
-    not reserve: boots are refused with the reason and the fix, 409; the rest serves."""
-    url = f"fakeredis://test-{uuid.uuid4().hex}"
-    options = cells_options(url, f"t{uuid.uuid4().hex[:8]}", mover_interval_s=0)
-    conf.set_override("cell", list(options.cell), group="cells")
-    conf.set_override("api_url", url, group="cells")
-    conf.set_override("mover_interval_s", 0, group="cells")
-    conf.set_override("url", url, group="ledger")
-    conf.set_override("cell", "cell1", group="ledger")
-    monkeypatch.setattr(qconf, "setup_logging", lambda conf: None)
-    monkeypatch.setattr(janitor, "start_periodic_tasks", lambda *args: [])
-    app, bus = api_app.serve(conf, Buses(), ["127.0.0.1"])
-    try:
-        client = falcon.testing.TestClient(app)
-        body = {"server": {"name": "vm", "flavorRef": "1", "imageRef": str(uuid.uuid4())}}
-        refused = client.simulate_post("/v2.1/servers", json=body, headers=API_USER)
-        assert refused.status_code == 409, refused.text
-        message = refused.json["conflictingRequest"]["message"]
-        assert "[cells] names that cell" in message and "drop [cells]" in message
-        assert client.simulate_get("/v2.1/servers", headers=API_USER).status_code == 200
-    finally:
         bus.close()

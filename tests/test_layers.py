@@ -31,7 +31,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "qsched.aggregate_api",
      "qsched.services", "qsched.server_groups", "qsched.quotas", "qsched.hypervisors",
      "qsched.zones", "qsched.keypairs", "qsched.server_list", "qsched.server_actions",
-     "qsched.host_rules", "qsched.archive", "qsched.cells",
+     "qsched.host_rules", "qsched.archive", "qsched.cells", "qsched.cells_api",
      "agents"),
     ("qsched.api", "qsched.admin"),  # the edges
     # entry points and harnesses: they read the configuration and build the rest

@@ -2,8 +2,9 @@
 
 :mod:`qsched.api.app` builds the application; the handlers in
 :mod:`~qsched.api.servers` and :mod:`~qsched.api.flavors` parse a request, call one
-:class:`qsched.compute.ComputeAPI` method and render Nova's shapes. The helpers
-below are what every handler shares.
+method of the front door (:data:`FrontDoor`: a :class:`qsched.compute.ComputeAPI`
+for one cell, a :class:`qsched.cells_api.CellsComputeAPI` over several) and render
+Nova's shapes. The helpers below are what every handler shares.
 """
 
 from __future__ import annotations
@@ -15,17 +16,20 @@ import falcon
 
 from qsched import exception
 from qsched.api import jsonbody
+from qsched.cells_api import CellsComputeAPI
 from qsched.compute import ComputeAPI
 from qsched.context import RequestContext
 
 API_VERSION = "2.1"
 PREFIX = "/v2.1"
+#: what the routes call: one cell's front door, or that of several cells
+FrontDoor = ComputeAPI | CellsComputeAPI
 
 
 class Handler:
     """What every resource handler holds: the front door, where links point, the body limit."""
 
-    def __init__(self, compute: ComputeAPI, public_endpoint: str | None, max_body: int) -> None:
+    def __init__(self, compute: FrontDoor, public_endpoint: str | None, max_body: int) -> None:
         self.compute = compute
         self.public_endpoint = public_endpoint
         self.max_body = max_body

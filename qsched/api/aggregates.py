@@ -21,6 +21,7 @@ from qsched.aggregates import (
 )
 from qsched.api import Handler, context_of, microversion, read_json, schemas, usage_time
 from qsched.api.microversion import Version
+from qsched.compute import ComputeAPI
 
 UUID_SHOWN: Version = (2, 41)  # the aggregate's uuid in every view
 
@@ -37,7 +38,14 @@ def _id(aggregate_id: str) -> int:
     return value
 
 
-class Aggregates(Handler):
+class _OneCell(Handler):
+    """Served for one cell only: over several, qsched.api.app routes these paths to a
+    501 (``NotAcrossCells``) and never builds these handlers."""
+
+    compute: ComputeAPI
+
+
+class Aggregates(_OneCell):
     """``/v2.1/os-aggregates``: list and create."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -55,7 +63,7 @@ class Aggregates(Handler):
         resp.media = {"aggregate": shown}
 
 
-class AggregateItem(Handler):
+class AggregateItem(_OneCell):
     """``/v2.1/os-aggregates/{aggregate_id}``: show, update, delete."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, aggregate_id: str) -> None:
@@ -73,7 +81,7 @@ class AggregateItem(Handler):
         self.compute.aggregates.delete(context_of(req), _id(aggregate_id))
 
 
-class AggregateAction(Handler):
+class AggregateAction(_OneCell):
     """``/v2.1/os-aggregates/{aggregate_id}/action``: add_host, remove_host, set_metadata."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, aggregate_id: str) -> None:

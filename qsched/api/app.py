@@ -1,10 +1,11 @@
 """The WSGI application: routes, middleware and Nova-format errors.
 
 :func:`create_app` builds it from the ledger stores, a bus and the ``[api]`` and
-``[scheduler]`` options
-(tests and the embedded demo pass their own). For a WSGI server, ``wsgi_app`` in
-this module is the application itself, built on its first request from the
-files named in ``QSCHED_CONFIG`` (``os.pathsep``-separated)::
+``[scheduler]`` options (tests and the embedded demo pass their own);
+:func:`create_cells_app` from the front door of several cells (``[cells]``,
+docs/scale.rst), every route across them. For a WSGI server, ``wsgi_app`` in this
+module is the application itself, built on its first request from the files named in
+``QSCHED_CONFIG`` (``os.pathsep``-separated)::
 
     QSCHED_CONFIG=/etc/qsched/qsched.conf gunicorn qsched.api.app:wsgi_app
 
@@ -28,7 +29,16 @@ import falcon
 
 from qsched import conf as qconf
 from qsched import exception, janitor
-from qsched.api import API_VERSION, PREFIX, auth, base_url, health, keystone, microversion
+from qsched.api import (
+    API_VERSION,
+    PREFIX,
+    FrontDoor,
+    auth,
+    base_url,
+    health,
+    keystone,
+    microversion,
+)
 from qsched.api import aggregates as aggregate_handlers
 from qsched.api import availability_zones as zone_handlers
 from qsched.api import flavors as flavor_handlers
@@ -42,6 +52,7 @@ from qsched.api import servers as server_handlers
 from qsched.api import services as service_handlers
 from qsched.bus.base import Bus
 from qsched.cells import CellsCompute, open_cells
+from qsched.cells_api import GROUPS_FIX, GROUPS_WHY, CellsComputeAPI
 from qsched.compute import ComputeAPI, Publisher
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
 from qsched.conf.glance import set_options as glance_set_options
@@ -80,6 +91,7 @@ _DEFAULT_MESSAGES = {
 }
 # Domain errors by HTTP status, most specific first (looked up along the MRO).
 _STATUS: dict[type[Exception], int] = {
+    exception.NotServedAcrossCells: 501,
     exception.Forbidden: 403,
     exception.QuotaExceeded: 403,
     exception.NotFound: 404,
@@ -103,7 +115,6 @@ def create_app(
     conf: Any = None,
     metrics: APIMetrics | None = None,
     notifier: Notifier = NULL,
-    serves_boots: bool = True,
 ) -> falcon.App:
     """The qsched-api WSGI application; writes the configured flavors to the ledger.
 
@@ -114,16 +125,39 @@ def create_app(
     ``[healthcheck]`` (None: as shipped; :mod:`qsched.api.health`); ``metrics``: what
     it counts and serves on ``/metrics`` (None: new ones, or none if ``[api] metrics``
     is off); ``notifier``: where the deletes ended here are told
-    (docs/notifications.rst; by default nowhere); ``serves_boots`` False: every boot
-    is refused, 409 (the ``[ledger]`` cell is one of ``[cells]``').
+    (docs/notifications.rst; by default nowhere).
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: the ledger is unreachable.
     """
     api = api or APIOptions.defaults()
     metrics = metrics or api_metrics(api)
-    compute = ComputeAPI(stores, bus, scheduler, api, policy, images, metrics, notifier,
-                         serves_boots)  # fmt: skip
+    compute = ComputeAPI(stores, bus, scheduler, api, policy, images, metrics, notifier)
+    return _app(compute, api, metrics, conf)
+
+
+def create_cells_app(
+    front: CellsCompute,
+    api: APIOptions | None = None,
+    conf: Any = None,
+    metrics: APIMetrics | None = None,
+) -> falcon.App:
+    """The qsched-api WSGI application over several cells (:mod:`qsched.cells_api`);
+    writes the configured flavors to every joined cell.
+
+    ``front``: the cells (:func:`qsched.cells.open_cells`, whose cells' ComputeAPIs
+    carry the scheduler options, policy, images, metrics and notifier); ``api``,
+    ``conf``, ``metrics``: as :func:`create_app`'s. Server groups and aggregates
+    answer 501 (:class:`~qsched.exception.NotServedAcrossCells`).
+
+    :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
+    :raises BackendUnavailable: a joined cell's ledger is unreachable.
+    """
+    api = api or APIOptions.defaults()
+    return _app(CellsComputeAPI(front), api, metrics or api_metrics(api), conf)
+
+
+def _app(compute: FrontDoor, api: APIOptions, metrics: APIMetrics, conf: Any) -> falcon.App:
     compute.seed_flavors()
     routes = _routes(compute, api.public_endpoint, api.max_request_body_bytes)
     routes += metrics_edge.routes(metrics)
@@ -156,11 +190,10 @@ _AUTH_MIDDLEWARE: dict[str, Callable[[Policy], Any]] = {
 Route = tuple[str, object]
 
 
-def _routes(compute: ComputeAPI, endpoint: str | None, max_body: int) -> list[Route]:
+def _routes(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Route]:
     """Every route the application serves: the one table (:func:`collections` reads it too)."""
     args = (compute, endpoint, max_body)
     server, flavor = f"{PREFIX}/servers/{{server_id}}", f"{PREFIX}/flavors/{{flavor_id}}"
-    aggregate = f"{PREFIX}/os-aggregates/{{aggregate_id}}"
     quota_set = f"{PREFIX}/os-quota-sets/{{project_id}}"
     return [
         ("/", Versions(endpoint)),
@@ -181,13 +214,9 @@ def _routes(compute: ComputeAPI, endpoint: str | None, max_body: int) -> list[Ro
         (f"{flavor}/os-flavor-access", flavor_handlers.FlavorAccess(*args)),
         (f"{flavor}/os-extra_specs", flavor_handlers.ExtraSpecs(*args)),
         (f"{flavor}/os-extra_specs/{{key}}", flavor_handlers.ExtraSpec(*args)),
-        (f"{PREFIX}/os-aggregates", aggregate_handlers.Aggregates(*args)),
-        (aggregate, aggregate_handlers.AggregateItem(*args)),
-        (f"{aggregate}/action", aggregate_handlers.AggregateAction(*args)),
         (f"{PREFIX}/os-services", service_handlers.Services(*args)),
         (f"{PREFIX}/os-services/{{service_id}}", service_handlers.ServiceItem(*args)),
-        (f"{PREFIX}/os-server-groups", group_handlers.ServerGroups(*args)),
-        (f"{PREFIX}/os-server-groups/{{group_id}}", group_handlers.ServerGroup(*args)),
+        *_one_cell_routes(compute, endpoint, max_body),
         (f"{PREFIX}/limits", quota_handlers.Limits(*args)),
         (quota_set, quota_handlers.QuotaSet(*args)),
         (f"{quota_set}/detail", quota_handlers.QuotaSetDetail(*args)),
@@ -197,7 +226,49 @@ def _routes(compute: ComputeAPI, endpoint: str | None, max_body: int) -> list[Ro
     ]
 
 
-def _view_routes(args: tuple[ComputeAPI, str | None, int]) -> list[Route]:
+def _one_cell_routes(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Route]:
+    """Aggregates and server groups: served for one cell; over several, every method
+    answers 501 (:class:`NotAcrossCells`), never one cell's as if it were the cloud's."""
+    aggregate = f"{PREFIX}/os-aggregates/{{aggregate_id}}"
+    aggregates = (f"{PREFIX}/os-aggregates", aggregate, f"{aggregate}/action")
+    groups = (f"{PREFIX}/os-server-groups", f"{PREFIX}/os-server-groups/{{group_id}}")
+    if not isinstance(compute, ComputeAPI):
+        refuse_aggregates = NotAcrossCells("Aggregates", AGGREGATES_WHY, AGGREGATES_FIX)
+        refuse_groups = NotAcrossCells("Server groups", GROUPS_WHY, GROUPS_FIX)
+        refused: list[Route] = [(t, refuse_aggregates) for t in aggregates]
+        return refused + [(t, refuse_groups) for t in groups]
+    args = (compute, endpoint, max_body)
+    return [
+        (aggregates[0], aggregate_handlers.Aggregates(*args)),
+        (aggregates[1], aggregate_handlers.AggregateItem(*args)),
+        (aggregates[2], aggregate_handlers.AggregateAction(*args)),
+        (groups[0], group_handlers.ServerGroups(*args)),
+        (groups[1], group_handlers.ServerGroup(*args)),
+    ]
+
+
+AGGREGATES_WHY = (
+    "an aggregate lives in the keyspace of the cell of its hosts, and the host mapping "
+    "(host-map in the API keyspace, written by each agent's registration) that would find "
+    "a host's cell is not built."
+)
+AGGREGATES_FIX = "Building it is described in docs/scale.rst (Serving it over HTTP)."
+
+
+class NotAcrossCells:
+    """A route not served over several cells: every method answers 501 with what is
+    missing and the fix (:class:`qsched.exception.NotServedAcrossCells`)."""
+
+    def __init__(self, what: str, why: str, fix: str) -> None:
+        self.refusal = {"what": what, "why": why, "fix": fix}
+
+    def _refuse(self, req: falcon.Request, resp: falcon.Response, **params: str) -> None:
+        raise exception.NotServedAcrossCells(**self.refusal)
+
+    on_get = on_post = on_put = on_delete = _refuse
+
+
+def _view_routes(args: tuple[FrontDoor, str | None, int]) -> list[Route]:
     """The operators' read-only views (availability zones, hypervisors) and keypairs."""
     zones, hypervisors = f"{PREFIX}/os-availability-zone", f"{PREFIX}/os-hypervisors"
     item = f"{hypervisors}/{{hypervisor_id}}"  # a pattern in /search and /servers
@@ -490,15 +561,15 @@ def serve(
     images = image_service(options.api, conf)
     metrics = api_metrics(options.api, os.environ.get(MULTIPROC_ENV))
     notifier = open_notifier(options.notifications, f"{PUBLISHER}:{socket.gethostname()}")
-    # the [ledger] cell one of [cells]': its quota is the API keyspace's, which a boot
-    # served here would not reserve, so this API refuses boots (docs/scale.rst)
-    joined = options.ledger.cell in {spec.name for spec in options.cells.specs()}
-    app = create_app(
-        stores, bus, options.api, options.scheduler, policy, images, conf=conf,
-        metrics=metrics, notifier=notifier, serves_boots=not joined,
-    )  # fmt: skip
     front = cells_front(options, open_bus, policy=policy, images=images, metrics=metrics,
                         notifier=notifier)  # fmt: skip
+    if front is None:
+        app = create_app(
+            stores, bus, options.api, options.scheduler, policy, images, conf=conf,
+            metrics=metrics, notifier=notifier,
+        )  # fmt: skip
+    else:  # every route across the cells [cells] names (docs/scale.rst)
+        app = create_cells_app(front, options.api, conf, metrics)
     janitor.start_periodic_tasks(options.scheduler, stores, bus, metrics, notifier, front,
                                  options.cells)  # fmt: skip
     return authenticated(app, options.api, conf), bus
@@ -507,9 +578,10 @@ def serve(
 def cells_front(
     options: Options, open_bus: Callable[[BusOptions], Bus], **compute: Any
 ) -> CellsCompute | None:
-    """The front door of the cells ``[cells]`` names, whose quota mover the janitor runs;
-    None with no cell named (one cell: nothing opened). This application still serves
-    the ``[ledger]`` cell alone. ``compute``: the cells' ComputeAPI's other arguments.
+    """The front door of the cells ``[cells]`` names, which the application serves
+    (:func:`create_cells_app`) and whose quota mover the janitor runs; None with no
+    cell named (one cell: nothing opened, the application serves the ``[ledger]``
+    cell). ``compute``: the cells' ComputeAPI's other arguments.
 
     A cell whose ledger does not answer is not joined yet (:func:`open_cells`): no boot
     goes there until the janitor joins it.

@@ -13,17 +13,16 @@ from typing import Any
 
 import falcon
 
-from qsched.api import Handler, context_of, microversion, usage_time
+from qsched.api import FrontDoor, Handler, context_of, microversion, usage_time
 from qsched.api.query import refuse_unknown
-from qsched.compute import ComputeAPI
 from qsched.services import ServiceView
-from qsched.zones import Zone, ZoneAPI
+from qsched.zones import Zone
 
 
 class _Handler(Handler):
-    def __init__(self, compute: ComputeAPI, public_endpoint: str | None, max_body: int) -> None:
+    def __init__(self, compute: FrontDoor, public_endpoint: str | None, max_body: int) -> None:
         super().__init__(compute, public_endpoint, max_body)
-        self.zones = ZoneAPI(compute.stores, compute.policy, compute.aggregates)
+        self.zones = compute.zones
 
 
 class AvailabilityZones(_Handler):

@@ -19,14 +19,12 @@ from urllib.parse import urlencode
 import falcon
 
 from qsched import exception
-from qsched.api import PREFIX, Handler, context_of, microversion, schemas
+from qsched.api import PREFIX, FrontDoor, Handler, context_of, microversion, schemas
 from qsched.api.microversion import Version
 from qsched.api.query import refuse_unknown
-from qsched.compute import ComputeAPI
 from qsched.hypervisors import (
     HYPERVISOR_TYPE,
     HYPERVISOR_VERSION,
-    HypervisorAPI,
     HypervisorNotFound,
     HypervisorView,
     Statistics,
@@ -41,9 +39,9 @@ SERVERS_ALWAYS: Version = (2, 75)
 
 
 class _Handler(Handler):
-    def __init__(self, compute: ComputeAPI, public_endpoint: str | None, max_body: int) -> None:
+    def __init__(self, compute: FrontDoor, public_endpoint: str | None, max_body: int) -> None:
         super().__init__(compute, public_endpoint, max_body)
-        self.hypervisors = HypervisorAPI(compute.stores, compute.policy)
+        self.hypervisors = compute.hypervisors
 
     def authorize(self, req: falcon.Request, rule: str) -> None:
         self.hypervisors.authorize(context_of(req), rule)

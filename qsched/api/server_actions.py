@@ -17,9 +17,17 @@ from urllib.parse import urlencode
 import falcon
 
 from qsched import exception
-from qsched.api import PREFIX, Handler, context_of, microversion, read_json, schemas, usage_time
-from qsched.compute import ComputeAPI
-from qsched.server_actions import Action, ActionEvent, ActionFilter, ServerActions
+from qsched.api import (
+    PREFIX,
+    FrontDoor,
+    Handler,
+    context_of,
+    microversion,
+    read_json,
+    schemas,
+    usage_time,
+)
+from qsched.server_actions import Action, ActionEvent, ActionFilter
 from qsched.server_list import query_time
 
 #: the actions served, as the 400 for any other names them
@@ -27,10 +35,9 @@ SERVED = tuple(schemas.SERVER_ACTIONS)
 
 
 class _Handler(Handler):
-    def __init__(self, compute: ComputeAPI, public_endpoint: str | None, max_body: int) -> None:
+    def __init__(self, compute: FrontDoor, public_endpoint: str | None, max_body: int) -> None:
         super().__init__(compute, public_endpoint, max_body)
-        self.actions = ServerActions(compute.stores, compute.bus, compute.policy,
-                                     compute.max_limit)  # fmt: skip
+        self.actions = compute.actions
 
 
 class ServerAction(_Handler):

@@ -14,10 +14,18 @@ from typing import Any
 import falcon
 
 from qsched.api import Handler, context_of, microversion, read_json, schemas
+from qsched.compute import ComputeAPI
 from qsched.ledger.records import ServerGroup as Group
 
 
-class ServerGroups(Handler):
+class _OneCell(Handler):
+    """Served for one cell only: over several, qsched.api.app routes these paths to a
+    501 (``NotAcrossCells``) and never builds these handlers."""
+
+    compute: ComputeAPI
+
+
+class ServerGroups(_OneCell):
     """``/v2.1/os-server-groups``: list and create."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -45,7 +53,7 @@ class ServerGroups(Handler):
         resp.media = {"server_group": view(group, version)}
 
 
-class ServerGroup(Handler):
+class ServerGroup(_OneCell):
     """``/v2.1/os-server-groups/{group_id}``: show and delete."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, group_id: str) -> None:

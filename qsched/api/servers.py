@@ -15,6 +15,7 @@ import falcon
 from qsched import exception, server_list
 from qsched.api import (
     PREFIX,
+    FrontDoor,
     Handler,
     boot,
     context_of,
@@ -26,7 +27,6 @@ from qsched.api import (
     usage_time,
 )
 from qsched.api.query import refuse_unknown
-from qsched.compute import ComputeAPI
 from qsched.context import RequestContext
 from qsched.host_rules import HostRequest
 from qsched.ledger.base import Instance, State
@@ -348,7 +348,7 @@ class Shown:
     @classmethod
     def of(
         cls,
-        compute: ComputeAPI,
+        compute: FrontDoor,
         context: RequestContext,
         version: microversion.Version,
         listed: bool = False,

@@ -17,12 +17,10 @@ from typing import Any
 import falcon
 
 from qsched import exception
-from qsched.api import Handler, context_of, microversion, read_json, schemas, usage_time
+from qsched.api import FrontDoor, Handler, context_of, microversion, read_json, schemas, usage_time
 from qsched.api.microversion import Version
 from qsched.api.query import refuse_unknown
-from qsched.compute import ComputeAPI
-from qsched.services import Change, ServiceAPI, ServiceView
-from qsched.zones import aggregate_zones
+from qsched.services import Change, ServiceView
 
 FORCED_DOWN: Version = (2, 11)  # force-down, and forced_down in every view
 UUID_IDS: Version = (2, 53)  # services named by UUID
@@ -30,9 +28,9 @@ _QUERY = ("host", "binary")
 
 
 class _Handler(Handler):
-    def __init__(self, compute: ComputeAPI, public_endpoint: str | None, max_body: int) -> None:
+    def __init__(self, compute: FrontDoor, public_endpoint: str | None, max_body: int) -> None:
         super().__init__(compute, public_endpoint, max_body)
-        self.services = ServiceAPI(compute.stores, compute.policy)
+        self.services = compute.services
 
     def version(self, req: falcon.Request) -> Version:
         """The request's microversion, as the app read it."""
@@ -46,7 +44,7 @@ class Services(_Handler):
         version = self.version(req)
         refuse_unknown(req, _QUERY, since=microversion.MIN)
         found = self.services.list(context_of(req), req.get_param("host"), req.get_param("binary"))
-        zones = aggregate_zones(self.compute.aggregates.index())
+        zones = self.compute.host_zones()
         resp.media = {"services": [detail(v, version, zones.get(v.service.host)) for v in found]}
 
 
@@ -58,7 +56,7 @@ class ServiceItem(_Handler):
         body = read_json(req, self.max_body)
         if version >= UUID_IDS:
             view = self._update_by_id(req, service_id, body)
-            zone = aggregate_zones(self.compute.aggregates.index()).get(view.service.host)
+            zone = self.compute.host_zones().get(view.service.host)
             resp.media = {"service": detail(view, version, zone)}
             return
         old = schemas.SERVICE_UPDATE_V211 if version >= FORCED_DOWN else schemas.SERVICE_UPDATE

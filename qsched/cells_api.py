@@ -1,0 +1,726 @@
+"""qsched-api over several cells: what the HTTP routes ask of a ComputeAPI, over a
+:class:`~qsched.cells.CellsCompute` (docs/scale.rst, "Serving it over HTTP").
+
+:func:`qsched.api.app.create_cells_app` gives :class:`CellsComputeAPI` to the same
+routes that serve one cell; route by route:
+
+* servers (create, show, list, update, delete), their metadata, actions and
+  instance actions: the instance mapping names the cell (a uuid without one is
+  404); a list merges every cell's page (:meth:`CellsCompute.list`). A create goes
+  to the cell its hints name (the cell of its ``same_host`` servers, of its host or
+  node), else to its zone's, else to a cell drawn by free capacity.
+* quotas, quota classes and limits: the API keyspace's, the deployment's limits;
+  each cell reads from there the limits it checks in code (``key_pairs``,
+  ``metadata_items``, ``injected_file*``; :func:`~qsched.cells.open_cells`), and its
+  own ``instances``, ``cores`` and ``ram`` stay unlimited.
+* flavors, their extra specs and access: every write goes to every cell
+  (:meth:`CellsComputeAPI._everywhere`); reads come from ``flavor_cell``.
+* keypairs: made once (a generated private key too) and the same key written to
+  every cell, deleted from every cell; read from ``flavor_cell``.
+* hypervisors, services and availability zones: each cell's, merged. Their
+  integer ids (a hypervisor's before microversion 2.53, a service's ``id``
+  before 2.53) are each cell's own counters, which collide across cells, so they
+  are shown as ``place << 24 | id``: ``place`` the cell's place among the ``[cells]
+  cell`` lines from 0 (the first cell's ids are its own). A cell's ids thus depend
+  on the order of those lines: append new cells, never reorder them; a cell of
+  more than 16,777,215 hypervisors or services would overflow into the next
+  cell's. The uuids of 2.53 on are unique as they are.
+* server groups and aggregates are not served (:class:`qsched.exception.NotServedAcrossCells`,
+  501): each lives in one cell's keyspace and the group mapping and host mapping
+  that would find it are not built (docs/scale.rst).
+
+A write to every cell that a cell does not answer fails with 503 once the other
+cells were written; every such write is idempotent (a flavor by its id, a keypair
+by its name and key), so the client's retry completes it. A create whose id or key
+this call made (a flavor without an id, a generated keypair) is taken back from
+the cells that took it before the 503, so a retry does not meet a half-made one.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from qsched import exception
+from qsched.cells import CellsCompute
+from qsched.compute import ComputeAPI, FlavorExtraSpecNotFound, Reservation, check_counts
+from qsched.context import RequestContext
+from qsched.flavors import Flavor, FlavorAccessExists, FlavorAccessNotFound, FlavorQuery
+from qsched.host_rules import HostRequest
+from qsched.hypervisors import (
+    HypervisorNotFound,
+    HypervisorView,
+    MarkerNotFound,
+    NoHypervisorMatches,
+    Statistics,
+)
+from qsched.keypairs import SSH
+from qsched.ledger.backend import LedgerUnavailable
+from qsched.ledger.base import Instance
+from qsched.ledger.keypairs import Keypair
+from qsched.policies import server_metadata as metadata_policy
+from qsched.quotas import FileLimits, QuotaAPI
+from qsched.scheduling.records import ServerFields
+from qsched.server_actions import Action, ActionFilter
+from qsched.services import Change, ServiceView
+from qsched.zones import Zone
+
+LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: an integer id shown over several cells: the cell's place above its own id's bits
+ID_BITS = 24
+_ID_MASK = (1 << ID_BITS) - 1
+
+
+def shown_id(place: int, own: int) -> int:
+    """The id a client sees of cell number ``place``'s id ``own`` (see the module docstring)."""
+    return place << ID_BITS | own
+
+
+def own_id(shown: int) -> tuple[int, int]:
+    """The cell's place and its own id of an id a client sent (:func:`shown_id`'s inverse)."""
+    return shown >> ID_BITS, shown & _ID_MASK
+
+
+class CellsComputeAPI:
+    """The front door of several cells with the surface of :class:`ComputeAPI` that
+    :mod:`qsched.api` uses (see the module docstring). ``front``: the cells."""
+
+    def __init__(self, front: CellsCompute) -> None:
+        self.front = front
+        first = next(iter(front.cells.values()))
+        self.policy = first.policy
+        self.api = first.api
+        self.max_limit = first.max_limit
+        self.quotas = QuotaAPI(front.api, self.policy)
+        self.keypairs = CellsKeypairs(self)
+        self.hypervisors = CellsHypervisors(self)
+        self.services = CellsServices(self)
+        self.zones = CellsZones(self)
+        self.actions = CellsServerActions(self)
+
+    @property
+    def cells(self) -> list[ComputeAPI]:
+        """Every cell's front door, in the order of the ``[cells] cell`` lines."""
+        return list(self.front.cells.values())
+
+    @property
+    def reader(self) -> ComputeAPI:
+        """Where flavors and keypairs are read: ``flavor_cell``, the first joined cell."""
+        return self.front.flavor_cell
+
+    # -- what the caller may see (policy only) --
+
+    def page_size(self, limit: int | None) -> int:
+        return self.reader.page_size(limit)
+
+    def shows_host(self, context: RequestContext) -> bool:
+        return self.reader.shows_host(context)
+
+    def shows_extra_specs(self, context: RequestContext) -> bool:
+        return self.reader.shows_extra_specs(context)
+
+    def show_extra_specs_in_views(self, context: RequestContext) -> bool:
+        return self.reader.show_extra_specs_in_views(context)
+
+    def file_limits(self, context: RequestContext) -> FileLimits:
+        """The caller's project's injected-file limits, the deployment's."""
+        limit = self.quotas.limit_for
+        project = context.project_id
+        return FileLimits(limit(project, "injected_files"),
+                          limit(project, "injected_file_path_bytes"),
+                          limit(project, "injected_file_content_bytes"))  # fmt: skip
+
+    # -- servers --
+
+    def boot_many(
+        self,
+        context: RequestContext,
+        name: str,
+        flavor_ref: str | int,
+        image_ref: str = "",
+        availability_zone: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        group: str | None = None,
+        min_count: int = 1,
+        max_count: int = 1,
+        server: ServerFields | None = None,
+        hosts: HostRequest | None = None,
+    ) -> Reservation:
+        """As :meth:`ComputeAPI.boot_many`, into the cell :meth:`hinted_cell` names or
+        :meth:`CellsCompute.choose` draws; the quota is the API keyspace's.
+
+        :raises NotServedAcrossCells: a ``group`` hint (501); nothing is held.
+        :raises Invalid: the hints name servers or hosts of several cells, or of
+            another cell than the zone's (400).
+        """
+        if group is not None:
+            raise exception.NotServedAcrossCells(what="Server groups", why=GROUPS_WHY,
+                                                 fix=GROUPS_FIX)  # fmt: skip
+        check_counts(min_count, max_count)
+        return self.front.boot_many(
+            context, name, flavor_ref, image_ref, availability_zone, min_count=min_count,
+            max_count=max_count, cell=self.hinted_cell(hosts), metadata=metadata,
+            server=server, hosts=hosts,
+        )  # fmt: skip
+
+    def hinted_cell(self, hosts: HostRequest | None) -> str | None:
+        """The cell a boot's hints name: that of its ``same_host`` servers (their
+        mappings) and of its host or node (O(cells) reads); None when they name none
+        (``different_host`` names none: a server of another cell is on another host).
+
+        :raises Invalid: they name several cells: no host can satisfy them.
+        """
+        if not hosts:
+            return None
+        mapping = self.front.map.mapping
+        named = {found[0] for server in hosts.same_host if (found := mapping(server))}
+        if hosts.host is not None or hosts.node is not None:
+            named |= {name for name, compute in self.front.cells.items()
+                      if _holds(compute, hosts.host, hosts.node)}  # fmt: skip
+        if len(named) > 1:
+            raise exception.Invalid(
+                reason=f"the scheduler hints and host name servers or hosts of several cells "
+                f"({', '.join(sorted(named))}): no host can satisfy them"
+            )
+        return next(iter(named), None)
+
+    def list(
+        self,
+        context: RequestContext,
+        detail: bool = False,
+        params: Mapping[str, Sequence[str]] | None = None,
+        version: tuple[int, int] = (2, 1),
+        limit: int | None = None,
+    ) -> builtins.list[Instance]:
+        """Every cell's servers merged (:meth:`CellsCompute.list`)."""
+        return self.front.list(context, limit=limit, params=params, version=version,
+                               detail=detail)  # fmt: skip
+
+    def get(self, context: RequestContext, uuid: str) -> Instance:
+        instance: Instance = self.front.get(context, uuid)
+        return instance
+
+    def update(self, context: RequestContext, uuid: str, changes: Mapping[str, Any]) -> Instance:
+        instance: Instance = self.front.update(context, uuid, changes)
+        return instance
+
+    def delete(self, context: RequestContext, uuid: str) -> Instance:
+        instance: Instance = self.front.delete(context, uuid)
+        return instance
+
+    def metadata(
+        self, context: RequestContext, uuid: str, key: str | None = None
+    ) -> dict[str, str]:
+        return self.front.compute_of(uuid).metadata(context, uuid, key)
+
+    def set_metadata(
+        self,
+        context: RequestContext,
+        uuid: str,
+        items: Mapping[str, str],
+        replace: bool = False,
+        rule: str = metadata_policy.CREATE,
+    ) -> dict[str, str]:
+        return self.front.compute_of(uuid).set_metadata(context, uuid, items, replace, rule)
+
+    def delete_metadata(self, context: RequestContext, uuid: str, key: str) -> None:
+        self.front.compute_of(uuid).delete_metadata(context, uuid, key)
+
+    def host_status(self, context: RequestContext, instance: Instance) -> str | None:
+        """As :meth:`ComputeAPI.host_status`, in the server's cell (one more read: its
+        mapping)."""
+        return self.front.compute_of(instance.uuid).host_status(context, instance)
+
+    # -- flavors: read from one cell, written to every cell --
+
+    def get_flavor(self, flavor_id: str, context: RequestContext | None = None) -> Flavor:
+        return self.reader.get_flavor(flavor_id, context)
+
+    def list_flavors(
+        self, context: RequestContext | None = None, query: FlavorQuery | None = None
+    ) -> builtins.list[Flavor]:
+        return self.reader.list_flavors(context, query)
+
+    def flavor_access(self, context: RequestContext, flavor_id: str) -> Flavor:
+        return self.reader.flavor_access(context, flavor_id)
+
+    def flavor_extra_specs(self, context: RequestContext, flavor_id: str) -> Mapping[str, str]:
+        return self.reader.flavor_extra_specs(context, flavor_id)
+
+    def flavor_extra_spec(self, context: RequestContext, flavor_id: str, key: str) -> str:
+        return self.reader.flavor_extra_spec(context, flavor_id, key)
+
+    def create_flavor(self, context: RequestContext, flavor: Flavor) -> Flavor:
+        """As :meth:`ComputeAPI.create_flavor` in every cell: a new id is made once. A
+        cell that has the very flavor already counts as written (a retry).
+
+        :raises BackendUnavailable: a cell did not answer (503); the cells that took
+            the flavor from this call give it back first when its id was made here.
+        """
+        made_here = not flavor.id
+        if made_here:
+            flavor = dataclasses.replace(flavor, id=str(uuid.uuid4()))
+        created: list[ComputeAPI] = []
+
+        def create(compute: ComputeAPI) -> Flavor:
+            found = compute.create_flavor(context, flavor)
+            created.append(compute)
+            return found
+
+        def same(compute: ComputeAPI, exc: Exception) -> bool:
+            return isinstance(exc, exception.FlavorExists) and _has_flavor(compute, flavor)
+
+        try:
+            return self._everywhere(create, same)
+        except exception.BackendUnavailable:
+            if made_here:
+                _undo(created, lambda compute: compute.flavors.delete(flavor.id))
+            raise
+
+    def update_flavor(
+        self, context: RequestContext, flavor_id: str, description: str | None
+    ) -> Flavor:
+        return self._everywhere(lambda c: c.update_flavor(context, flavor_id, description))
+
+    def delete_flavor(self, context: RequestContext, flavor_id: str) -> Flavor:
+        return self._everywhere(lambda c: c.delete_flavor(context, flavor_id),
+                                _gone(exception.FlavorNotFound))  # fmt: skip
+
+    def add_flavor_access(
+        self, context: RequestContext, flavor_id: str, project_id: str, refuse_public: bool
+    ) -> Flavor:
+        return self._everywhere(
+            lambda c: c.add_flavor_access(context, flavor_id, project_id, refuse_public),
+            _gone(FlavorAccessExists),
+        )
+
+    def remove_flavor_access(
+        self, context: RequestContext, flavor_id: str, project_id: str
+    ) -> Flavor:
+        return self._everywhere(lambda c: c.remove_flavor_access(context, flavor_id, project_id),
+                                _gone(FlavorAccessNotFound))  # fmt: skip
+
+    def set_flavor_extra_spec(
+        self, context: RequestContext, flavor_id: str, key: str, value: str
+    ) -> Flavor:
+        return self._everywhere(lambda c: c.set_flavor_extra_spec(context, flavor_id, key, value))
+
+    def set_flavor_extra_specs(
+        self, context: RequestContext, flavor_id: str, specs: Mapping[str, str]
+    ) -> Flavor:
+        return self._everywhere(lambda c: c.set_flavor_extra_specs(context, flavor_id, specs))
+
+    def delete_flavor_extra_spec(self, context: RequestContext, flavor_id: str, key: str) -> Flavor:
+        return self._everywhere(lambda c: c.delete_flavor_extra_spec(context, flavor_id, key),
+                                _gone(FlavorExtraSpecNotFound))  # fmt: skip
+
+    def seed_flavors(self) -> builtins.list[Flavor]:
+        """Write ``[api] flavor`` to every joined cell (one not joined is skipped, logged:
+        its ledger did not answer; a cell that joins later does not get them)."""
+        seeded: builtins.list[Flavor] = []
+        for name, compute in self.front.cells.items():
+            if name in self.front.unjoined:
+                LOG.warning("cells: cell %s is not joined; [api] flavor is not written there",
+                            name)  # fmt: skip
+                continue
+            seeded = compute.seed_flavors()
+        return seeded
+
+    def _everywhere(
+        self,
+        write: Callable[[ComputeAPI], T],
+        done: Callable[[ComputeAPI, Exception], bool] = lambda compute, exc: False,
+    ) -> T:
+        """``write`` to every cell, in order; the first cell's answer.
+
+        ``done``: whether an error of a cell says the write is there already (a
+        retry's); when every cell says so the first cell's error is raised, as one
+        cell answers a repeated write. Any other error stops at the cell that raised
+        it: the same rules and checks run in every cell, so it is the first cell's.
+
+        :raises BackendUnavailable: a cell did not answer (503), once every other cell
+            was written: the client's retry completes the write.
+        """
+        results: list[T] = []
+        repeated: list[Exception] = []
+        down: exception.BackendUnavailable | None = None
+        for name, compute in self.front.cells.items():
+            try:
+                results.append(write(compute))
+            except exception.BackendUnavailable as exc:
+                LOG.warning("cells: a write to every cell did not reach cell %s: %s", name, exc)
+                down = down or exc
+            except exception.QschedError as exc:
+                if not done(compute, exc):
+                    raise
+                repeated.append(exc)
+        if down is not None:
+            raise down
+        if not results:
+            raise repeated[0]
+        return results[0]
+
+    # -- the rest --
+
+    def host_zones(self) -> dict[str, str]:
+        """Every cell's host -> its aggregate's zone (a host is in one cell)."""
+        zones: dict[str, str] = {}
+        for compute in self.cells:
+            zones.update(compute.host_zones())
+        return zones
+
+    def check_health(self) -> dict[str, str | None]:
+        """As :meth:`ComputeAPI.check_health`: the ledger answers when the API keyspace
+        and at least one cell answer, the bus when one cell's does (a cell down leaves
+        the others served; its own calls answer 503)."""
+        health: dict[str, str | None] = {"ledger": None, "bus": None}
+        try:
+            self.front.api.backend.ping()
+        except LedgerUnavailable as exc:
+            LOG.warning("healthcheck: the API keyspace does not answer: %s", exc.reason)
+            health["ledger"] = exc.category
+        found = [compute.check_health() for compute in self.cells]
+        for part in health:
+            if health[part] is None and all(cell[part] for cell in found):
+                health[part] = found[0][part]
+        return health
+
+
+GROUPS_WHY = (
+    "a group lives in one cell's keyspace, whose claims check its policy, and the group "
+    "mapping (group-map in the API keyspace) that would find its cell, and send its "
+    "members' boots there, is not built."
+)
+GROUPS_FIX = (
+    "Boot without the group hint, or serve that cell alone (qsched-api without [cells], "
+    "its [ledger] the cell's) to manage its groups."
+)
+
+
+def _holds(compute: ComputeAPI, host: str | None, node: str | None) -> bool:
+    """Whether ``compute``'s cell has the host (its service) or the node (a root provider)."""
+    if host is not None:
+        try:
+            compute.stores.agents.service(host)
+        except exception.NotFound:
+            return False
+        return True
+    provider = compute.stores.ledger.find_provider(str(node))
+    return provider is not None
+
+
+def _has_flavor(compute: ComputeAPI, flavor: Flavor) -> bool:
+    try:
+        return compute.flavors.get(flavor.id) == flavor
+    except exception.FlavorNotFound:
+        return False
+
+
+def _gone(error: type[Exception]) -> Callable[[ComputeAPI, Exception], bool]:
+    """A ``done`` of :meth:`CellsComputeAPI._everywhere`: ``error`` says it is done."""
+    return lambda compute, exc: isinstance(exc, error)
+
+
+def _undo(cells: Sequence[ComputeAPI], undo: Callable[[ComputeAPI], object]) -> None:
+    """Take back what a write to every cell made, where it made it (logged if it fails:
+    the client's error stands)."""
+    for compute in cells:
+        try:
+            undo(compute)
+        except Exception:
+            LOG.exception("cells: taking back a write that did not reach every cell failed")
+
+
+class CellsKeypairs:
+    """Keypairs over several cells: the same key in every cell (see the module docstring)."""
+
+    def __init__(self, cells: CellsComputeAPI) -> None:
+        self.cells = cells
+
+    def create(
+        self, context: RequestContext, name: str, key_type: str = SSH, user_id: str | None = None
+    ) -> tuple[Keypair, str]:
+        """As :meth:`KeypairAPI.create`: generated once, kept in every cell.
+
+        :raises BackendUnavailable: a cell did not answer (503); the cells that kept
+            the key give it back first (a retry makes a new key).
+        """
+        keypair, private_key = self.cells.reader.keypairs.generate(context, name, key_type,
+                                                                   user_id)  # fmt: skip
+        return self._keep(context, keypair, undo=True), private_key
+
+    def import_public_key(
+        self,
+        context: RequestContext,
+        name: str,
+        public_key: str,
+        key_type: str = SSH,
+        user_id: str | None = None,
+    ) -> Keypair:
+        """As :meth:`KeypairAPI.import_public_key`, kept in every cell; a cell that has
+        the very key under that name already counts as written (a retry)."""
+        keypair = self.cells.reader.keypairs.imported(context, name, public_key, key_type,
+                                                      user_id)  # fmt: skip
+        return self._keep(context, keypair, undo=False)
+
+    def _keep(self, context: RequestContext, keypair: Keypair, undo: bool) -> Keypair:
+        kept: list[ComputeAPI] = []
+
+        def keep(compute: ComputeAPI) -> Keypair:
+            found = compute.keypairs.keep(context, keypair)
+            kept.append(compute)
+            return found
+
+        def same(compute: ComputeAPI, exc: Exception) -> bool:
+            if not isinstance(exc, exception.KeypairExists):
+                return False
+            there = compute.stores.keypairs.get(keypair.user_id, keypair.name)
+            return (there.public_key, there.type) == (keypair.public_key, keypair.type)
+
+        try:
+            return self.cells._everywhere(keep, same)
+        except exception.BackendUnavailable:
+            if undo:
+                _undo(kept, lambda c: c.stores.keypairs.delete(keypair.user_id, keypair.name))
+            raise
+
+    def get(self, context: RequestContext, name: str, user_id: str | None = None) -> Keypair:
+        return self.cells.reader.keypairs.get(context, name, user_id)
+
+    def list(
+        self,
+        context: RequestContext,
+        user_id: str | None = None,
+        limit: int | None = None,
+        marker: str | None = None,
+    ) -> builtins.list[Keypair]:
+        return self.cells.reader.keypairs.list(context, user_id, limit, marker)
+
+    def delete(self, context: RequestContext, name: str, user_id: str | None = None) -> None:
+        """Delete from every cell; KeypairNotFound only when no cell had it."""
+        self.cells._everywhere(lambda c: c.keypairs.delete(context, name, user_id),
+                               _gone(exception.KeypairNotFound))  # fmt: skip
+
+
+class CellsServerActions:
+    """Stop, start, reboot and instance actions, in the server's cell (its mapping)."""
+
+    def __init__(self, cells: CellsComputeAPI) -> None:
+        self.front = cells.front
+        self.cells = cells
+        self.max_limit = cells.max_limit  # the most actions one list returns
+
+    def stop(self, context: RequestContext, uuid: str) -> None:
+        self.front.compute_of(uuid).actions.stop(context, uuid)
+
+    def start(self, context: RequestContext, uuid: str) -> None:
+        self.front.compute_of(uuid).actions.start(context, uuid)
+
+    def reboot(self, context: RequestContext, uuid: str, hard: bool) -> None:
+        self.front.compute_of(uuid).actions.reboot(context, uuid, hard)
+
+    def list_actions(
+        self,
+        context: RequestContext,
+        uuid: str,
+        deleted: bool = False,
+        filters: ActionFilter | None = None,
+    ) -> tuple[Instance, list[Action]]:
+        return self.front.compute_of(uuid).actions.list_actions(context, uuid, deleted, filters)
+
+    def get_action(
+        self, context: RequestContext, uuid: str, request_id: str, deleted: bool = False
+    ) -> tuple[Instance, Action]:
+        return self.front.compute_of(uuid).actions.get_action(context, uuid, request_id, deleted)
+
+    def shows_events(self, context: RequestContext, instance: Instance) -> bool:
+        return self.cells.reader.actions.shows_events(context, instance)
+
+
+class CellsHypervisors:
+    """Every cell's hypervisors, ordered by the id a client sees (:func:`shown_id`):
+    the first cell's, then the next one's. A page reads from the marker's cell on."""
+
+    def __init__(self, cells: CellsComputeAPI) -> None:
+        self.cells = cells
+
+    def authorize(self, context: RequestContext, rule: str) -> None:
+        self.cells.reader.hypervisors.authorize(context, rule)
+
+    def page(
+        self,
+        limit: int | None,
+        marker: int | str | None = None,
+        with_servers: bool = False,
+    ) -> builtins.list[HypervisorView]:
+        """As :meth:`HypervisorAPI.page` over every cell.
+
+        :raises MarkerNotFound: no hypervisor is ``marker`` (400).
+        """
+        start, own = (0, None) if marker is None else self._locate(marker)
+        views: builtins.list[HypervisorView] = []
+        for place, compute in enumerate(self.cells.cells):
+            if place < start:
+                continue
+            want = None if limit is None else limit - len(views)
+            if want is not None and want <= 0:
+                break
+            found = compute.hypervisors.page(want, own if place == start else None,
+                                             with_servers)  # fmt: skip
+            views += [_shown(place, view) for view in found]
+        return views
+
+    def search(self, pattern: str, with_servers: bool = False) -> builtins.list[HypervisorView]:
+        """:raises NoHypervisorMatches: no cell has one (404)."""
+        views: builtins.list[HypervisorView] = []
+        for place, compute in enumerate(self.cells.cells):
+            try:
+                found = compute.hypervisors.search(pattern, with_servers)
+            except NoHypervisorMatches:
+                continue
+            views += [_shown(place, view) for view in found]
+        if not views:
+            raise NoHypervisorMatches(pattern=pattern)
+        return views
+
+    def get(self, ref: int | str, with_servers: bool = False) -> HypervisorView:
+        """By the id a client sees, or from 2.53 by uuid (asked of each cell in turn).
+
+        :raises HypervisorNotFound: (404).
+        """
+        cells = self.cells.cells
+        if isinstance(ref, int):
+            place, own = own_id(ref)
+            if place >= len(cells):
+                raise HypervisorNotFound(id=ref)
+            try:
+                return _shown(place, cells[place].hypervisors.get(own, with_servers))
+            except HypervisorNotFound:
+                raise HypervisorNotFound(id=ref) from None
+        for place, compute in enumerate(cells):
+            try:
+                return _shown(place, compute.hypervisors.get(ref, with_servers))
+            except HypervisorNotFound:
+                continue
+        raise HypervisorNotFound(id=ref)
+
+    def statistics(self) -> Statistics:
+        """The sums of every cell's."""
+        found = [compute.hypervisors.statistics() for compute in self.cells.cells]
+        fields = [f.name for f in dataclasses.fields(Statistics)]
+        return Statistics(**{name: sum(getattr(s, name) for s in found) for name in fields})
+
+    def _locate(self, marker: int | str) -> tuple[int, int | str]:
+        """The marker's cell (its place) and its id there."""
+        cells = self.cells.cells
+        if isinstance(marker, int):
+            place, own = own_id(marker)
+            if place >= len(cells):
+                raise MarkerNotFound(marker=marker)
+            return place, own
+        for place, compute in enumerate(cells):
+            if compute.stores.ledger.hypervisor_ids([marker]):
+                return place, marker
+        raise MarkerNotFound(marker=marker)
+
+
+def _shown(place: int, view: HypervisorView) -> HypervisorView:
+    """A cell's hypervisor with the ids a client sees (its own and its service's)."""
+    return dataclasses.replace(view, id=shown_id(place, view.id),
+                               service=_shown_service(place, view.service))  # fmt: skip
+
+
+def _shown_service(place: int, service: Any) -> Any:
+    return dataclasses.replace(service, seq=shown_id(place, service.seq))
+
+
+def _shown_view(place: int, view: ServiceView) -> ServiceView:
+    return dataclasses.replace(view, service=_shown_service(place, view.service))
+
+
+class CellsServices:
+    """Every cell's compute services, by cell then id; a change goes to the cell that
+    has the service (asked of each cell in turn: O(cells))."""
+
+    def __init__(self, cells: CellsComputeAPI) -> None:
+        self.cells = cells
+
+    def list(
+        self, context: RequestContext, host: str | None = None, binary: str | None = None
+    ) -> builtins.list[ServiceView]:
+        return [
+            _shown_view(place, view)
+            for place, compute in enumerate(self.cells.cells)
+            for view in compute.services.list(context, host, binary)
+        ]
+
+    def views(self) -> builtins.list[ServiceView]:
+        return [
+            _shown_view(place, view)
+            for place, compute in enumerate(self.cells.cells)
+            for view in compute.services.views()
+        ]
+
+    def authorize_update(self, context: RequestContext) -> None:
+        self.cells.reader.services.authorize_update(context)
+
+    def update(
+        self, context: RequestContext, host: str, binary: str, change: Change
+    ) -> ServiceView:
+        """:raises HostBinaryNotFound: no cell has the service (404)."""
+        missing: exception.HostBinaryNotFound | None = None
+        for place, compute in enumerate(self.cells.cells):
+            try:
+                return _shown_view(place, compute.services.update(context, host, binary, change))
+            except exception.HostBinaryNotFound as exc:
+                missing = exc
+        assert missing is not None
+        raise missing
+
+    def update_by_id(self, context: RequestContext, service_id: str, change: Change) -> ServiceView:
+        """:raises ServiceNotFound: no cell has the service (404)."""
+        missing: exception.ServiceNotFound | None = None
+        for place, compute in enumerate(self.cells.cells):
+            try:
+                view = compute.services.update_by_id(context, service_id, change)
+            except exception.ServiceNotFound as exc:
+                missing = exc
+                continue
+            return _shown_view(place, view)
+        assert missing is not None
+        raise missing
+
+
+class CellsZones:
+    """Every cell's availability zones merged by name: available if it is in one cell;
+    the detail's hosts are every cell's."""
+
+    def __init__(self, cells: CellsComputeAPI) -> None:
+        self.cells = cells
+
+    def list(self, context: RequestContext) -> builtins.list[Zone]:
+        return _merged([compute.zones.list(context) for compute in self.cells.cells])
+
+    def detail(self, context: RequestContext) -> builtins.list[Zone]:
+        return _merged([compute.zones.detail(context) for compute in self.cells.cells])
+
+
+def _merged(found: Sequence[Sequence[Zone]]) -> builtins.list[Zone]:
+    zones: dict[str, Zone] = {}
+    for zone in (z for cell in found for z in cell):
+        known = zones.get(zone.name)
+        if known is None:
+            zones[zone.name] = zone
+            continue
+        hosts = None
+        if known.hosts is not None or zone.hosts is not None:
+            hosts = {**(known.hosts or {}), **(zone.hosts or {})}
+        available = known.available or zone.available
+        zones[zone.name] = Zone(zone.name, available, hosts if available else None)
+    return sorted(zones.values(), key=lambda zone: (not zone.available, zone.name))
