@@ -10,7 +10,9 @@ A restarting agent does the same for itself (:mod:`agents.reconcile`).
 The janitor also empties the outbox (:mod:`qsched.outbox`): boot requests recorded
 and never confirmed by the broker (a front door killed in between) are published
 once they have waited ``[scheduler] outbox_grace_s``. With several cells behind one
-API (``[cells]``), it runs their :class:`~qsched.cells.QuotaMover` too.
+API (``[cells]``), its tasks (the deadline reaper, the dead agents' pass and the
+outbox) go through every cell in turn, passing over a cell whose ledger or bus does
+not answer, and it runs their :class:`~qsched.cells.QuotaMover` too.
 """
 
 from __future__ import annotations
@@ -18,18 +20,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from qsched import exception
-from qsched.bus.base import Bus
 from qsched.cells import CellsCompute, MoverReport, QuotaMover
 from qsched.conf import CellsOptions, SchedulerOptions
 from qsched.ledger import Stores
 from qsched.ledger.base import State
 from qsched.metrics import APIMetrics, NoMetrics
 from qsched.notifications import NULL, Notifier
-from qsched.outbox import RETRY_MAX_S, publish_stranded
+from qsched.outbox import RETRY_MAX_S, BootPublisher, publish_stranded
 from qsched.periodic import Periodic
 from qsched.reaper import reap_expired
 from qsched.scheduling.records import request_for
@@ -59,7 +60,7 @@ class JanitorReport:
 
 def requeue_orphan(
     stores: Stores,
-    bus: Bus,
+    bus: BootPublisher,
     uuid: str,
     host: str,
     reason: str,
@@ -99,7 +100,7 @@ def requeue_orphan(
 
 def run(
     stores: Stores,
-    bus: Bus | None = None,
+    bus: BootPublisher | None = None,
     now: float | None = None,
     dry_run: bool = False,
     grace_s: float = 0.0,
@@ -147,7 +148,9 @@ def run(
     return report
 
 
-def _requeue(stores: Stores, bus: Bus | None, report: JanitorReport, uuid: str, host: str) -> None:
+def _requeue(
+    stores: Stores, bus: BootPublisher | None, report: JanitorReport, uuid: str, host: str
+) -> None:
     if report.dry_run or bus is None:
         report.requeued.append(uuid)
         return
@@ -169,7 +172,7 @@ class OutboxPass:
     could publish what they abandon.
     """
 
-    def __init__(self, stores: Stores, bus: Bus, grace_s: float, settle_s: float) -> None:
+    def __init__(self, stores: Stores, bus: BootPublisher, grace_s: float, settle_s: float) -> None:
         self.stores = stores
         self.bus = bus
         self.grace_s = grace_s
@@ -190,49 +193,87 @@ class OutboxPass:
         return []
 
 
+class Cell(NamedTuple):
+    """A cell the housekeeping serves: its name (empty for the one cell), stores and bus."""
+
+    name: str
+    stores: Stores
+    bus: BootPublisher
+
+
 def start_periodic_tasks(
     options: SchedulerOptions,
     stores: Stores,
-    bus: Bus,
+    bus: BootPublisher,
     metrics: APIMetrics | None = None,
     notifier: Notifier = NULL,
     front: CellsCompute | None = None,
     cells: CellsOptions | None = None,
 ) -> list[Periodic]:
     """The API service's housekeeping: the deadline reaper (which tells ``notifier`` of
-    what it ends), this janitor, the outbox, and with ``front`` (the cells ``cells``
-    names, :func:`qsched.cells.open_cells`) their quota mover, every ``[cells]
-    mover_interval_s``; ``metrics`` count what each run did (None: nowhere)."""
+    what it ends), this janitor and the outbox, of ``stores`` and ``bus`` (the
+    ``[ledger]`` cell); with ``front`` (the cells ``cells`` names,
+    :func:`qsched.cells.open_cells`) of every cell it names instead, each in turn
+    (:func:`each_cell`), and their quota mover, every ``[cells] mover_interval_s``.
+    ``metrics`` count what each run did, summed over the cells (None: nowhere)."""
     counts = metrics or NoMetrics()
+    served = [Cell("", stores, bus)]
+    if front is not None:
+        served = [Cell(name, c.stores, c.bus) for name, c in front.cells.items()]
     tasks = []
     if options.reap_interval_s:
 
-        def reaper() -> None:
-            counts.no_valid_host("deadline", reap_expired(stores, notifier=notifier))
+        def reap(cell: Cell) -> None:
+            counts.no_valid_host("deadline", reap_expired(cell.stores, notifier=notifier))
 
-        tasks.append(Periodic("reaper", options.reap_interval_s, reaper))
+        tasks.append(Periodic("reaper", options.reap_interval_s, each_cell("reaper", served,
+                                                                           reap)))  # fmt: skip
     if options.janitor_interval_s:
-        suspects: dict[str, float] = {}
+        suspects: dict[str, dict[str, float]] = {cell.name: {} for cell in served}
         grace_s = options.janitor_grace_s
 
-        def janitor() -> JanitorReport:
-            report = run(stores, bus, grace_s=grace_s, suspects=suspects)
+        def janitor(cell: Cell) -> None:
+            report = run(cell.stores, cell.bus, grace_s=grace_s, suspects=suspects[cell.name])
             counts.janitor_ran(len(report.requeued), len(report.failed))
-            return report
 
-        tasks.append(Periodic("janitor", options.janitor_interval_s, janitor))
+        tasks.append(Periodic("janitor", options.janitor_interval_s,
+                              each_cell("janitor", served, janitor)))  # fmt: skip
     if options.outbox_interval_s:
-        outbox = OutboxPass(stores, bus, options.outbox_grace_s, OUTBOX_SETTLE_S)
+        outboxes = {cell.name: OutboxPass(cell.stores, cell.bus, options.outbox_grace_s,
+                                          OUTBOX_SETTLE_S) for cell in served}  # fmt: skip
 
-        def outbox_pass() -> None:
-            counts.outbox_published(len(outbox()))
+        def outbox_pass(cell: Cell) -> None:
+            counts.outbox_published(len(outboxes[cell.name]()))
 
-        tasks.append(Periodic("outbox", options.outbox_interval_s, outbox_pass))
+        tasks.append(Periodic("outbox", options.outbox_interval_s,
+                              each_cell("outbox", served, outbox_pass)))  # fmt: skip
     if front is not None:
         tasks += _cells_tasks(front, cells or CellsOptions.defaults(), counts)
     for task in tasks:
         task.start()
     return tasks
+
+
+def each_cell(task: str, cells: Sequence[Cell], step: Callable[[Cell], None]) -> Callable[[], None]:
+    """A periodic task's run: ``step`` of each cell in turn. Over several cells, a cell
+    whose ledger or bus does not answer is passed over (logged) and the others served;
+    the run raises its outage only when no cell answered. One cell's outage is the
+    run's, as :class:`~qsched.periodic.Periodic` logs it."""
+
+    def run_each() -> None:
+        down: list[exception.BackendUnavailable] = []
+        for cell in cells:
+            try:
+                step(cell)
+            except exception.BackendUnavailable as exc:
+                if len(cells) > 1:
+                    LOG.warning("periodic task %s: cell %s passed over: %s", task, cell.name,
+                                exc)  # fmt: skip
+                down.append(exc)
+        if len(down) == len(cells):
+            raise down[0]
+
+    return run_each
 
 
 def _cells_tasks(front: CellsCompute, cells: CellsOptions, counts: APIMetrics) -> list[Periodic]:

@@ -8,16 +8,20 @@ these tests use.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from qsched import cells as qcells
-from qsched import exception, janitor
+from qsched import exception, janitor, reaper
 from qsched.conf import APIOptions, BusOptions, LedgerOptions, SchedulerOptions
 from qsched.flavors import Flavor
+from qsched.ledger.base import State
 from qsched.ledger.redis import connect
 from qsched.net import free_port
 from tests.helpers import wait_until
@@ -182,3 +186,69 @@ def test_with_the_mover_off_a_task_of_its_own_joins_the_cell(
         for task in tasks:
             task.stop()
     assert janitor.start_periodic_tasks(NO_HOUSEKEEPING, stores, bus, front=front, cells=off) == []
+
+
+def test_the_housekeeping_serves_every_cell_and_passes_over_one_that_does_not_answer(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The deadline reaper of qsched-api with cells named: a boot no host fits in each
+    cell, their deadlines passed; with cell1's ledger down, a run ends cell2's and
+    names cell1 in a warning; the next, cell1 back, ends cell1's. With every cell down
+    the run raises (the periodic task logs it); the janitor and the outbox run the same."""
+    for compute in deployment.cells.values():
+        compute.flavors.create(Flavor("huge", 64, 512, 0))
+    boot = deployment.front.boot_many
+    waiting = {cell: boot(USER, "vm", "huge", availability_zone=zone).instances[0].uuid
+               for zone, cell in (("az1", "cell1"), ("az2", "cell2"))}  # fmt: skip
+    passed = functools.partial(reaper.reap_expired, now=time.time() + 3600)
+    monkeypatch.setattr(janitor, "reap_expired", passed)
+    options = NO_HOUSEKEEPING.replace(reap_interval_s=3600, janitor_interval_s=3600,
+                                      outbox_interval_s=3600)  # fmt: skip
+    cells = deployment.options.replace(mover_interval_s=0)
+    tasks = janitor.start_periodic_tasks(options, deployment.stores("cell1"),
+                                         deployment.bus("cell1"), front=deployment.front,
+                                         cells=cells)  # fmt: skip
+    try:
+        assert [task.name for task in tasks] == ["reaper", "janitor", "outbox"]
+
+        def state(cell: str) -> State:
+            return deployment.stores(cell).instances.get(waiting[cell]).state
+
+        with down("cell1", deployment), caplog.at_level(logging.WARNING, "qsched.janitor"):
+            tasks[0].fn()
+        assert (state("cell1"), state("cell2")) == (State.BUILD, State.ERROR)
+        (warned,) = [r.getMessage() for r in caplog.records if "passed over" in r.getMessage()]
+        assert warned.startswith("periodic task reaper: cell cell1 passed over: ")
+        tasks[0].fn()
+        assert state("cell1") == State.ERROR
+        with down("cell1", deployment), down("cell2", deployment):
+            for task in tasks:
+                with pytest.raises(exception.BackendUnavailable):
+                    task.fn()
+    finally:
+        for task in tasks:
+            task.stop()
+
+
+@contextlib.contextmanager
+def down(cell: str, deployment: Deployment) -> Iterator[None]:
+    """``cell``'s ledger does not answer, in the block."""
+    store = redis_store(deployment.stores(cell))
+    live, store.client = store.client, DeadClient()  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        store.client = live
+
+
+def test_each_cell_raises_a_single_cells_outage_as_it_is() -> None:
+    """One cell (no [cells]): its outage is the run's, with no warning of its own."""
+    outage = exception.BackendUnavailable(backend="ledger", reason="down")
+
+    def step(cell: janitor.Cell) -> None:
+        raise outage
+
+    run = janitor.each_cell("reaper", [janitor.Cell("", None, None)], step)  # type: ignore[arg-type]
+    with pytest.raises(exception.BackendUnavailable) as raised:
+        run()
+    assert raised.value is outage
