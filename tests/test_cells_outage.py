@@ -243,7 +243,7 @@ def down(cell: str, deployment: Deployment) -> Iterator[None]:
 
 def test_each_cell_raises_a_single_cells_outage_as_it_is() -> None:
     """One cell (no [cells]): its outage is the run's, with no warning of its own."""
-    outage = exception.BackendUnavailable(backend="ledger", reason="down")
+    outage = exception.BackendUnavailable(backend="ledger", url="redis://", reason="down")
 
     def step(cell: janitor.Cell) -> None:
         raise outage
