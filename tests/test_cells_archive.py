@@ -199,3 +199,60 @@ def test_the_command_names_the_keyspace_that_does_not_answer(
     assert f"the API keyspace (Redis at {shown}) is unreachable" in api_down.stderr
     assert "Check [cells] api_url" in api_down.stderr and "s3cret" not in api_down.output
     assert len(keyspaces["cell1"].archive.staged()) == 1  # written, waiting for its unmap
+
+
+def test_all_cells_archives_every_cell_in_turn_within_one_max_rows(
+    keyspaces: dict[str, Stores], cells_config: Path, tmp_path: Path
+) -> None:
+    first = booted(keyspaces, "cell1", make_deleted(keyspaces["cell1"], 2))
+    second = booted(keyspaces, "cell2", make_deleted(keyspaces["cell2"], 3))
+    history = tmp_path / "archive.jsonl"
+    capped = admin(cells_config, "--before", "0s", "--all-cells", "--max-rows", "3", "-o",
+                   str(history), "-f", "json")  # fmt: skip
+    document = json.loads(capped.stdout)
+    jsonschema.validate(document, schemas.ARCHIVE_CELLS)
+    runs = {run["cell"]: run for run in document["cells"]}
+    assert list(runs) == ["cell1", "cell2"]
+    assert (runs["cell1"]["report"]["archived"], runs["cell2"]["report"]["archived"]) == (2, 1)
+    assert mapped(keyspaces, first) == [] and len(mapped(keyspaces, second)) == 2
+    rest = admin(cells_config, "--before", "0s", "--all-cells", "-o", str(history))
+    assert re.search(r"^cell cell1:\n  before ", rest.stdout, re.MULTILINE)
+    assert re.search(r"^cell cell2:\n(  .*\n)*  archived +2$", rest.stdout, re.MULTILINE)
+    assert mapped(keyspaces, first + second) == []
+    archived = [json.loads(line)["uuid"] for line in history.read_text().splitlines()]
+    assert sorted(archived) == sorted(first + second)
+    done = admin(cells_config, "--before", "0s", "--all-cells", "--max-rows", "1", "--dry-run",
+                 "-f", "json")  # fmt: skip
+    assert [r["report"]["archived"] for r in json.loads(done.stdout)["cells"]] == [0, 0]
+
+
+def test_all_cells_reports_a_cell_that_does_not_answer_archives_the_others_and_fails(
+    keyspaces: dict[str, Stores], ledger_url: str, tmp_path: Path
+) -> None:
+    gone = booted(keyspaces, "cell2", make_deleted(keyspaces["cell2"], 2))
+    down = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
+    config = tmp_path / "qsched.conf"
+    config.write_text(f"[ledger]\nconnect_timeout_s = 0.2\n[cells]\napi_url = {ledger_url}\n"
+                      f"cell = cell1 {down} t1\ncell = cell2 {ledger_url} t2\n")  # fmt: skip
+    failed = admin(config, "--before", "0s", "--all-cells", "-o", str(tmp_path / "a.jsonl"),
+                   "-f", "json", code=1)  # fmt: skip
+    document = json.loads(failed.stdout)
+    jsonschema.validate(document, schemas.ARCHIVE_CELLS)
+    dead, alive = document["cells"]
+    assert dead["report"] is None and "Check [cells] cell cell1" in dead["error"]
+    assert "s3cret" not in failed.output
+    assert alive["report"]["archived"] == 2 and mapped(keyspaces, gone) == []
+    assert "1 of 2 cells not archived: cell1" in failed.stderr
+
+
+def test_all_cells_is_refused_with_cell_and_without_cells(
+    cells_config: Path, ledger_url: str, tmp_path: Path
+) -> None:
+    both = admin(cells_config, "--before", "0s", "--dry-run", "--all-cells", "--cell", "cell1",
+                 code=2)  # fmt: skip
+    assert "--cell cell1 and --all-cells: give one of them" in both.stderr
+    single = tmp_path / "single.conf"
+    single.write_text(f"[ledger]\nurl = {ledger_url}\n")
+    alone = admin(single, "--before", "0s", "--dry-run", "--all-cells", code=2)
+    assert "--all-cells: the configuration" in alone.stderr
+    assert "has no [cells] cell line" in alone.stderr

@@ -2,8 +2,9 @@
 
 The command parses and renders; :func:`qsched.archive.archive_deleted` does the work.
 With ``[cells]`` cell lines it archives one of those cells (``--cell``, default the
-``[ledger] cell``), on its line's ledger URL, and drops the archived servers'
-instance mappings in the API keyspace (``[cells] api_url``).
+``[ledger] cell``), or every one in turn (``--all-cells``), on its line's ledger
+URL, and drops the archived servers' instance mappings in the API keyspace
+(``[cells] api_url``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import contextlib
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, NamedTuple, TextIO
 
 import click
 
@@ -23,6 +24,7 @@ from qsched.admin.context import (
     AdminError,
     AdminUsageError,
     admin_command,
+    explain,
     output_option,
 )
 from qsched.admin.views import SHOWS
@@ -145,6 +147,14 @@ def _summary(report: archive.ArchiveReport) -> str:
     "ledger URL [default: the [ledger] cell]; the archived servers' instance mappings "
     "are dropped in [cells] api_url. Refused without [cells] cell lines.",
 )
+@click.option(
+    "--all-cells",
+    is_flag=True,
+    help="With [cells] cell lines: archive every cell in turn, in the order of the "
+    "lines, as nova-manage's --all-cells; --max-rows is then the most of them all "
+    "together. A cell whose ledger does not answer is reported and the next archived; "
+    "the command then exits 1.",
+)
 @output_option(*SHOWS)
 @admin_command()
 def archive_deleted(
@@ -155,6 +165,7 @@ def archive_deleted(
     batch: int,
     dry_run: bool,
     cell: str | None,
+    all_cells: bool,
     fmt: str,
 ) -> None:
     """Take DELETED servers out of the ledger, as nova-manage db archive_deleted_rows
@@ -183,7 +194,8 @@ def archive_deleted(
     --cell (default: the [ledger] cell), on the ledger URL of that cell's line, and
     drops the archived servers' instance mappings in the API keyspace ([cells]
     api_url), a batch a round trip, once their lines are written: run it with the
-    configuration that names the cells (qsched-api's), once per cell.
+    configuration that names the cells (qsched-api's), once per cell, or once with
+    --all-cells.
 
     Progress goes to stderr after every step, the summary to stdout (to stderr when
     --output is '-').
@@ -193,6 +205,7 @@ def archive_deleted(
       qsched-admin archive-deleted --before 90d --dry-run
       qsched-admin archive-deleted --before 90d -o /var/lib/qsched/archive.jsonl
       qsched-admin archive-deleted --before 2024-05-01 --max-rows 100000 -o - | gzip >> a.gz
+      qsched-admin archive-deleted --before 90d --all-cells -o /var/lib/qsched/archive.jsonl
     """
     if output is None and not dry_run:
         raise AdminUsageError(
@@ -203,13 +216,94 @@ def archive_deleted(
         cut = archive.parse_before(before, admin.now())
     except ValueError as exc:
         raise AdminUsageError(f"--before {exc}") from None
+    to_stderr = output == "-" and not dry_run
+    if all_cells:
+        names = _every_cell(admin, cell)
+        with _history(None if dry_run else output) as out:
+            runs = _archive_cells(admin, names, out, cut, batch, max_rows, dry_run)
+        if fmt == "json":
+            text = views.to_json({"cells": [run._asdict() for run in runs]})
+        else:
+            text = "\n\n".join(f"cell {run.cell}:\n{_cell_summary(run)}" for run in runs)
+        click.echo(text, err=to_stderr)
+        failed = [run.cell for run in runs if run.report is None]
+        if failed:
+            raise AdminError(f"{len(failed)} of {len(runs)} cells not archived: "
+                             f"{', '.join(failed)} (above); run the command again")  # fmt: skip
+        return
     unmap = _unmap(admin, cell)
     with _history(None if dry_run else output) as out:
         report = archive.archive_deleted(
             admin.stores.archive, out, cut, batch, max_rows, dry_run, _progress, unmap
         )
     text = views.to_json(report.to_dict()) if fmt == "json" else _summary(report)
-    click.echo(text, err=output == "-" and not dry_run)
+    click.echo(text, err=to_stderr)
+
+
+class CellRun(NamedTuple):
+    """One cell's part of ``--all-cells``: its report, or why it has none."""
+
+    cell: str
+    report: dict[str, Any] | None
+    error: str | None
+
+
+def _every_cell(admin: Admin, cell: str | None) -> list[str]:
+    """The cells ``--all-cells`` archives: every ``[cells] cell`` line's, in order.
+
+    :raises AdminUsageError: ``--cell`` given too, or no ``[cells] cell`` line.
+    """
+    if cell is not None:
+        raise AdminUsageError(f"--cell {cell} and --all-cells: give one of them")
+    if not admin.options.cells.enabled:
+        raise AdminUsageError(
+            f"--all-cells: the configuration ({admin.where()}) has no [cells] cell line; "
+            "archive the [ledger] cell without it"
+        )
+    return [spec.name for spec in admin.options.cells.specs()]
+
+
+def _archive_cells(
+    admin: Admin,
+    names: Sequence[str],
+    out: TextIO | None,
+    cut: float,
+    batch: int,
+    max_rows: int | None,
+    dry_run: bool,
+) -> list[CellRun]:
+    """Archive each cell in turn, ``max_rows`` at most over them all; a cell whose
+    ledger or the API keyspace does not answer is reported (on stderr too) and passed."""
+    runs: list[CellRun] = []
+    left = max_rows
+    for name in names:
+        if left == 0:
+            runs.append(CellRun(name, None, "not archived: --max-rows reached"))
+            continue
+        click.echo(f"cell {name}:", err=True)
+        try:
+            unmap = _unmap(admin, name)
+            report = archive.archive_deleted(
+                admin.stores.archive, out, cut, batch, left, dry_run, _progress, unmap
+            )
+        except exception.BackendUnavailable as exc:
+            error = explain(exc, admin).message
+        except AdminError as exc:
+            error = exc.message
+        else:
+            runs.append(CellRun(name, report.to_dict(), None))
+            left = None if left is None else left - report.archived
+            continue
+        click.echo(f"cell {name}: {error}", err=True)
+        runs.append(CellRun(name, None, error))
+    return runs
+
+
+def _cell_summary(run: CellRun) -> str:
+    if run.report is None:
+        return f"  {run.error}"
+    report = archive.ArchiveReport(**run.report)
+    return "\n".join(f"  {line}" for line in _summary(report).splitlines())
 
 
 COMMANDS = (archive_deleted,)

@@ -79,11 +79,13 @@ class Admin:
     def use_cell(self, name: str | None) -> None:
         """Work on the ``[cells] cell`` named ``name`` (None: ``[ledger] cell``): its
         line's ledger URL and name replace ``[ledger] url`` and ``cell`` for the stores
-        of this run. Call it before the stores are first used.
+        of this run; those of a cell worked on before are closed.
 
         :raises AdminUsageError: no ``[cells] cell`` line names it.
         """
-        assert self._stores is None, "the stores are open already"
+        if self._stores is not None:
+            self._stores.backend.close()
+            self._stores = None
         try:
             ledger = qcells.cell_ledger(self.options.cells, self.options.ledger, name)
         except qcells.UnknownCell:

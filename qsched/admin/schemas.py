@@ -302,6 +302,10 @@ ARCHIVE = obj(
     complete=BOOL,
     seconds=NUMBER,
 )
+#: archive-deleted --all-cells: each cell's run, in the order of the [cells] cell lines
+ARCHIVE_CELLS = obj(
+    cells=array(obj(cell=STRING, report=maybe(ARCHIVE), error=maybe(STRING))),
+)
 #: one line of archive-deleted's history (qsched.archive.history_line)
 HISTORY_LINE = obj(
     uuid=STRING,
