@@ -71,6 +71,9 @@ LOG = logging.getLogger(__name__)
 #: quota limits a joined cell leaves unlimited in its own keyspace
 CELL_UNLIMITED = {"instances": -1, "cores": -1, "ram_mb": -1}
 MOVE_BATCH = 500  # releases read from one cell per round trip
+#: How long a cell's free capacity read for a boot's draw is used again: half the
+#: agents' default heartbeat (``[agent] heartbeat_interval_s``, 2 s), which it lags anyway.
+FREE_READ_S = 1.0
 T = TypeVar("T")
 
 
@@ -139,6 +142,7 @@ class CellsCompute:
         self._joining = threading.Lock()
         self._opened = list(opened)
         self._draw = random.Random()
+        self._free: dict[str, tuple[float, dict[str, int]]] = {}  # cell: (read at, free)
 
     def close(self) -> None:
         """Close the buses and ledger connections :func:`open_cells` opened."""
@@ -152,6 +156,24 @@ class CellsCompute:
         and those written through :mod:`qsched.cells_api`, which writes every cell."""
         joined = (c for name, c in self.cells.items() if name not in self._unjoined)
         return next(joined, next(iter(self.cells.values())))
+
+    def get_flavor(self, flavor_id: str, context: RequestContext | None = None) -> Flavor:
+        """Flavor ``flavor_id`` as ``context`` may see it, read from the first joined
+        cell whose ledger answers (every cell holds the same flavors): one cell down
+        does not stop the boots of the others.
+
+        :raises FlavorNotFound: the first cell that answers has none.
+        :raises BackendUnavailable: no joined cell answered.
+        """
+        joined = [c for name, c in self.cells.items() if name not in self._unjoined]
+        first: exception.BackendUnavailable | None = None
+        for compute in joined or [self.flavor_cell]:
+            try:
+                return compute.get_flavor(flavor_id, context)
+            except exception.BackendUnavailable as exc:
+                first = first or exc
+        assert first is not None
+        raise first
 
     # -- joining --
 
@@ -205,9 +227,10 @@ class CellsCompute:
         """The cell of a boot: its zone's; else a cell drawn at random, each in
         proportion to how many of ``flavor`` its free capacity holds (its free VCPU,
         MEMORY_MB, DISK_GB, ... each divided by what the flavor asks, the least of
-        them). One read a cell, O(cells), never O(hosts): ``cell-free``, what the cell's
-        live agents said they have free at their last heartbeat
-        (:meth:`AgentRegistry.free`).
+        them). One read a cell at most, O(cells), never O(hosts): ``cell-free``, what
+        the cell's live agents said they have free at their last heartbeat
+        (:meth:`AgentRegistry.free`), read again after :data:`FREE_READ_S`
+        (:meth:`free`).
 
         The draw, not the fullest cell every time, because those figures are a
         heartbeat old: every boot of a burst would go to the one cell that looked
@@ -227,11 +250,11 @@ class CellsCompute:
             return cell
         demand = flavor_demand(flavor)
         holds = {}
-        for name, compute in self.cells.items():
+        for name in self.cells:
             if name in self._unjoined:
                 continue
             try:
-                free = compute.stores.agents.free()
+                free = self.free(name)
             except exception.BackendUnavailable as exc:
                 LOG.warning("cells: cell %s passed over for a boot: %s", name, exc)
                 continue
@@ -243,6 +266,23 @@ class CellsCompute:
         names = list(holds)
         weights = [holds[n] for n in names] if any(holds.values()) else None
         return self._draw.choices(names, weights)[0]
+
+    def free(self, name: str) -> dict[str, int]:
+        """Cell ``name``'s free capacity (``cell-free``), read at most once every
+        :data:`FREE_READ_S` by this process: what its agents beat in is up to a
+        heartbeat old anyway, and a burst of boots then reads each cell once rather
+        than once a boot.
+
+        :raises BackendUnavailable: the cell's ledger did not answer (not kept: the
+            next boot asks again).
+        """
+        now = time.monotonic()
+        kept = self._free.get(name)
+        if kept is not None and now - kept[0] < FREE_READ_S:
+            return kept[1]
+        free = self.cells[name].stores.agents.free()
+        self._free[name] = (now, free)
+        return free
 
     # -- servers --
 
@@ -274,7 +314,7 @@ class CellsCompute:
         """
         check_counts(min_count, max_count)  # before max_count uuids are made
         try:  # its cores and ram count
-            flavor = self.flavor_cell.get_flavor(ref_id(flavor_ref), context)
+            flavor = self.get_flavor(ref_id(flavor_ref), context)
         except exception.FlavorNotFound:
             raise FlavorRefNotFound(flavor=ref_id(flavor_ref)) from None
         cell = self._asked_cell(cell, availability_zone) or self.choose(availability_zone, flavor)
@@ -288,6 +328,7 @@ class CellsCompute:
                 min_count=min(min_count, len(held)), max_count=len(held), uuids=held, **asked,
             )  # fmt: skip
         except exception.BackendUnavailable:
+            self._free.pop(cell, None)  # the next draw reads it again: passed over if down
             raise  # the create may have run: the mover settles them from the cell
         except Exception:
             self._unmap(context.project_id, held)

@@ -281,10 +281,13 @@ def test_a_boot_the_cell_refuses_holds_nothing(deployment: Deployment) -> None:
     assert qcells.audit(deployment.front)["ok"]
 
 
-def test_without_a_zone_a_cell_is_drawn_by_the_room_it_has(deployment: Deployment) -> None:
+def test_without_a_zone_a_cell_is_drawn_by_the_room_it_has(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Both cells' agents have room for 8 of the flavor: draws go to both. With a host of
     room for some thousands more in cell2, nearly all go there; once cell2's agents
     stopped, its cell holds nothing and every draw, and a boot, goes to cell1."""
+    monkeypatch.setattr(qcells, "FREE_READ_S", 0.0)  # each draw reads what was just beaten
     small = deployment.front.flavor_cell.get_flavor("small")
     for agent in deployment.agents:
         agent.heartbeat()
@@ -302,6 +305,29 @@ def test_without_a_zone_a_cell_is_drawn_by_the_room_it_has(deployment: Deploymen
     vm = deployment.boot()
     deployment.placed([vm])
     assert deployment.front.cell_of(vm) == "cell1"
+
+
+def test_a_burst_of_draws_reads_each_cells_free_capacity_once_a_second(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small = deployment.front.flavor_cell.get_flavor("small")
+    for agent in deployment.agents:
+        agent.heartbeat()
+    reads: Counter[str] = Counter()
+    for name, compute in deployment.cells.items():
+        read = compute.stores.agents.free
+        monkeypatch.setattr(compute.stores.agents, "free",
+                            lambda n=name, r=read: reads.update([n]) or r())  # fmt: skip
+    assert {deployment.front.choose(None, small) for _ in range(100)} == {"cell1", "cell2"}
+    assert reads == {"cell1": 1, "cell2": 1}
+    big = deployment.stores("cell2").agents
+    big.register_service("big")
+    big.heartbeat("big", 30, free={"VCPU": 4000, "MEMORY_MB": 4000 * 512})
+    monkeypatch.setattr(qcells, "FREE_READ_S", 0.05)
+    time.sleep(0.05)
+    draws = Counter(deployment.front.choose(None, small) for _ in range(100))
+    assert draws["cell2"] >= 90 and reads["cell2"] >= 2  # read again: the big host counts
+    big.forget("big")
 
 
 def test_a_cells_free_capacity_is_what_its_live_open_agents_said(conf, ledger_url: str) -> None:

@@ -252,3 +252,38 @@ def test_each_cell_raises_a_single_cells_outage_as_it_is() -> None:
     with pytest.raises(exception.BackendUnavailable) as raised:
         run()
     assert raised.value is outage
+
+
+def test_a_boot_into_a_cell_gone_down_since_its_room_was_read_makes_the_next_draws_pass_it_over(
+    deployment: Deployment,
+) -> None:
+    """The draws use a cell's free capacity for a second (qsched.cells.FREE_READ_S): a
+    cell whose ledger went down meanwhile can be drawn, and that boot fails (503, its
+    quota settled by the mover); the draws after it read the cell again and pass it over."""
+    deployment.api.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
+    small = deployment.front.flavor_cell.get_flavor("small")
+    for agent in deployment.agents:
+        agent.heartbeat()
+    assert {deployment.front.choose(None, small) for _ in range(60)} == {"cell1", "cell2"}
+    with down("cell2", deployment):
+        for _ in range(40):  # into cell2 with a chance of one in two each
+            try:
+                deployment.boot()
+            except exception.BackendUnavailable:
+                break
+        else:
+            pytest.fail("no boot was drawn into cell2 in 40")
+        assert {deployment.front.choose(None, small) for _ in range(60)} == {"cell1"}
+
+
+def test_a_boot_reads_its_flavor_in_the_next_cell_when_the_first_does_not_answer(
+    deployment: Deployment,
+) -> None:
+    with down("cell1", deployment):
+        assert deployment.front.get_flavor("small").name == "small"
+        vm = deployment.boot("az2")
+        deployment.placed([vm])
+        with down("cell2", deployment), pytest.raises(exception.BackendUnavailable):
+            deployment.front.get_flavor("small")
+    with pytest.raises(exception.FlavorNotFound):
+        deployment.front.get_flavor("nosuch")
