@@ -30,12 +30,20 @@ from qsched.stack.redis_cluster import RedisClusterFailed, RedisClusterServers
 #: transport's (tests/cloud.py, tests/test_bus.py). Tests flush them, so each
 #: pytest-xdist worker (``make test`` runs two) gets its own; the environment still wins.
 WORKER_DATABASES = {"gw0": (9, 6), "gw1": (15, 14), "gw2": (13, 12)}
+#: ``QSCHED_TEST_REDIS_SET=second``: other databases, for a test session run while
+#: another runs on the same Redis (a ``make test`` while CI's runs), which would
+#: otherwise flush each other's databases under their tests.
+SECOND_WORKER_DATABASES = {"gw0": (5, 4), "gw1": (8, 7), "gw2": (3, 2)}
+_SETS = {"first": WORKER_DATABASES, "second": SECOND_WORKER_DATABASES}
+_SET = os.environ.get("QSCHED_TEST_REDIS_SET", "first")
+if _SET not in _SETS:
+    raise RuntimeError(f"QSCHED_TEST_REDIS_SET={_SET}: use one of {', '.join(_SETS)}")
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-if _WORKER not in WORKER_DATABASES:
+if _WORKER not in _SETS[_SET]:
     raise RuntimeError(f"pytest-xdist worker {_WORKER}: the shared Redis has databases for "
                        f"{len(WORKER_DATABASES)} workers only; run with -n {len(WORKER_DATABASES)} "
                        "or fewer")  # fmt: skip
-_LEDGER_DB, _BUS_DB = WORKER_DATABASES[_WORKER]
+_LEDGER_DB, _BUS_DB = _SETS[_SET][_WORKER]
 REDIS_URL = os.environ.get("QSCHED_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{_LEDGER_DB}")
 BUS_REDIS_URL = os.environ.get("QSCHED_TEST_BUS_REDIS_URL", f"redis://127.0.0.1:6379/{_BUS_DB}")
 IN_CI = os.environ.get("CI") == "true"
