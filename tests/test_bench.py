@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import statistics
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -211,6 +212,15 @@ def test_the_notification_measure_sends_every_message_and_leaves_no_queue() -> N
     out = CliRunner().invoke(notify_bench.main, ["--rate", "20", "--seconds", "1", "--url", url])
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["held_by_broker"] == 3 * 20
+    args = ["--rate", "20", "--seconds", "1", "--url", url, "--rounds", "2", "--hold", "1000"]
+    out = CliRunner().invoke(notify_bench.main, args)
+    assert out.exit_code == 0, out.output
+    found = json.loads(out.output)
+    turns = found["turns"]
+    assert len(turns["off_ms"]) == len(turns["on_ms"]) == 2 and turns["sent"] == 2 * 20
+    assert found["held_by_broker"] == found["messages"] == 3 * (20 + 2 * 20)
+    assert turns["added_ms"] == round(statistics.median(turns["on_ms"])
+                                      - statistics.median(turns["off_ms"]), 3)  # fmt: skip
 
 
 def test_smoke_run_on_the_embedded_default(tmp_path: Path) -> None:

@@ -14,11 +14,19 @@ making its boot request), which ``pace_ms_per_placement`` times alone, nothing b
 
 The figure it isolates is the agents' row of ``qsched-bench --notifications both``
 (docs/notifications.rst, "Cost"), without the claims around it.
+
+``--rounds N`` then measures in turns, as the plumbing scenario does: N rounds of
+``--seconds`` each with the payloads built and handed to no notifier, and N with
+them sent, alternately; ``turns`` gives each round's CPU per placement and the
+difference of the medians, what queueing and sending add. ``--hold N`` keeps N
+small objects alive meanwhile, as an agent's index keeps many (a larger heap for
+the garbage collector to walk).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import time
 import uuid
 from typing import Any
@@ -71,8 +79,9 @@ def _paced(rate: float, seconds: float, flavor: Flavor, notifier: Notifier | Non
     return count
 
 
-def measure(url: str, rate: float, seconds: float) -> dict[str, Any]:
-    """CPU per placement of building and sending its notifications (module doc)."""
+def measure(url: str, rate: float, seconds: float, rounds: int = 0) -> dict[str, Any]:
+    """CPU per placement of building and sending its notifications; with ``rounds``,
+    also in turns (module doc)."""
     flavor = Flavor("m1.small", vcpus=1, ram_mb=2048, disk_gb=20)
     pace_began = time.process_time()
     paced = _paced(rate, min(seconds, 2.0), flavor, None)
@@ -88,21 +97,44 @@ def measure(url: str, rate: float, seconds: float) -> dict[str, Any]:
         placements = _paced(rate, seconds, flavor, notifier)
         notifier.flush(30)
         total_ms = 1000 * (time.process_time() - began) / placements
+        turns = _turns(notifier, rate, seconds, rounds, flavor) if rounds else None
         lost = notifier.lost
     finally:
         notifier.close()
         held = _forget(url, exchange, f"{topic}.info")
+    sent = placements + (turns["sent"] if turns else 0)
     return {
         "rate_per_s": rate,
         "placements": placements,
-        "messages": 3 * placements,
+        "messages": 3 * sent,
         "cpu_ms_per_placement": round(total_ms, 3),
         "build_ms_per_placement": round(build_ms, 3),
         "send_ms_per_placement": round(total_ms - build_ms, 3),
         "pace_ms_per_placement": round(pace_ms, 3),
         "lost": lost,
         "held_by_broker": held,
+        "turns": turns,
     }
+
+
+def _turns(
+    notifier: RabbitNotifier, rate: float, seconds: float, rounds: int, flavor: Flavor
+) -> dict[str, Any]:
+    """``rounds`` rounds without sending and ``rounds`` with, alternately: each one's
+    CPU ms per placement, and what sending added (the medians' difference)."""
+    off: list[float] = []
+    on: list[float] = []
+    sent = 0
+    for _ in range(rounds):
+        for sending, figures in ((None, off), (notifier, on)):
+            began = time.process_time()
+            count = _paced(rate, seconds, flavor, sending or NULL)
+            if sending is not None:
+                notifier.flush(30)
+                sent += count
+            figures.append(round(1000 * (time.process_time() - began) / count, 3))
+    return {"off_ms": off, "on_ms": on, "sent": sent,
+            "added_ms": round(statistics.median(on) - statistics.median(off), 3)}  # fmt: skip
 
 
 def _forget(url: str, exchange: str, queue: str) -> int:
@@ -123,9 +155,15 @@ def _forget(url: str, exchange: str, queue: str) -> int:
               help="How long the sending part runs.")  # fmt: skip
 @click.option("--url", default="rabbit://guest:guest@127.0.0.1:5672/", show_default=True,
               help="The notification bus, in oslo.messaging's syntax.")  # fmt: skip
-def main(rate: float, seconds: float, url: str) -> None:
+@click.option("--rounds", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Then that many rounds without sending and with, in turns.")  # fmt: skip
+@click.option("--hold", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Small objects kept alive meanwhile, as an agent's index does.")  # fmt: skip
+def main(rate: float, seconds: float, url: str, rounds: int, hold: int) -> None:
     """Time the notifications of placements, built and sent; print one JSON line."""
-    click.echo(json.dumps(measure(url, rate, seconds), sort_keys=True))
+    held = [{"id": [n], "node": {"n": n}} for n in range(hold)]
+    click.echo(json.dumps(measure(url, rate, seconds, rounds), sort_keys=True))
+    del held  # alive until the measure is done
 
 
 if __name__ == "__main__":
