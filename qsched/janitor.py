@@ -226,8 +226,8 @@ def start_periodic_tasks(
         def reap(cell: Cell) -> None:
             counts.no_valid_host("deadline", reap_expired(cell.stores, notifier=notifier))
 
-        tasks.append(Periodic("reaper", options.reap_interval_s, each_cell("reaper", served,
-                                                                           reap)))  # fmt: skip
+        tasks.append(Periodic("reaper", options.reap_interval_s,
+                              each_cell("reaper", served, reap, counts)))  # fmt: skip
     if options.janitor_interval_s:
         suspects: dict[str, dict[str, float]] = {cell.name: {} for cell in served}
         grace_s = options.janitor_grace_s
@@ -237,7 +237,7 @@ def start_periodic_tasks(
             counts.janitor_ran(len(report.requeued), len(report.failed))
 
         tasks.append(Periodic("janitor", options.janitor_interval_s,
-                              each_cell("janitor", served, janitor)))  # fmt: skip
+                              each_cell("janitor", served, janitor, counts)))  # fmt: skip
     if options.outbox_interval_s:
         outboxes = {cell.name: OutboxPass(cell.stores, cell.bus, options.outbox_grace_s,
                                           OUTBOX_SETTLE_S) for cell in served}  # fmt: skip
@@ -246,7 +246,7 @@ def start_periodic_tasks(
             counts.outbox_published(len(outboxes[cell.name]()))
 
         tasks.append(Periodic("outbox", options.outbox_interval_s,
-                              each_cell("outbox", served, outbox_pass)))  # fmt: skip
+                              each_cell("outbox", served, outbox_pass, counts)))  # fmt: skip
     if front is not None:
         tasks += _cells_tasks(front, cells or CellsOptions.defaults(), counts)
     for task in tasks:
@@ -254,11 +254,18 @@ def start_periodic_tasks(
     return tasks
 
 
-def each_cell(task: str, cells: Sequence[Cell], step: Callable[[Cell], None]) -> Callable[[], None]:
+def each_cell(
+    task: str,
+    cells: Sequence[Cell],
+    step: Callable[[Cell], None],
+    counts: APIMetrics | None = None,
+) -> Callable[[], None]:
     """A periodic task's run: ``step`` of each cell in turn. Over several cells, a cell
-    whose ledger or bus does not answer is passed over (logged) and the others served;
-    the run raises its outage only when no cell answered. One cell's outage is the
-    run's, as :class:`~qsched.periodic.Periodic` logs it."""
+    whose ledger or bus does not answer is passed over (logged, and counted in
+    ``counts``) and the others served; the run raises its outage only when no cell
+    answered. One cell's outage is the run's, as :class:`~qsched.periodic.Periodic`
+    logs it."""
+    counted = counts or NoMetrics()
 
     def run_each() -> None:
         down: list[exception.BackendUnavailable] = []
@@ -269,6 +276,7 @@ def each_cell(task: str, cells: Sequence[Cell], step: Callable[[Cell], None]) ->
                 if len(cells) > 1:
                     LOG.warning("periodic task %s: cell %s passed over: %s", task, cell.name,
                                 exc)  # fmt: skip
+                    counted.cell_passed_over(task, cell.name)
                 down.append(exc)
         if len(down) == len(cells):
             raise down[0]
@@ -296,6 +304,8 @@ def _cells_tasks(front: CellsCompute, cells: CellsOptions, counts: APIMetrics) -
     def quota_mover() -> MoverReport:
         done = mover.run_once()
         counts.cells_mover_ran(done["moved"], done["settled"])
+        for cell in done["skipped"]:
+            counts.cell_passed_over("quota-mover", cell)
         return done
 
     return [Periodic("cells-quota-mover", cells.mover_interval_s, quota_mover)]

@@ -14,7 +14,8 @@ counters, ``_seconds`` on durations); ``docs/metrics.rst`` lists them with the a
   ``filter`` for a boot no host could take (the agents count theirs under the same
   name); ``qsched_janitor_requeued_total``, ``qsched_janitor_requeue_failures_total``,
   ``qsched_outbox_published_total``, and with ``[cells]`` named
-  ``qsched_cells_quota_moved_total`` and ``qsched_cells_boots_settled_total``: the
+  ``qsched_cells_quota_moved_total``, ``qsched_cells_boots_settled_total`` and
+  ``qsched_cells_passed_over_total``: the
   housekeeping runs (:func:`qsched.janitor.start_periodic_tasks`).
 
 Label values come from fixed sets, so the number of series stays bounded whatever the
@@ -143,6 +144,11 @@ class APIMetrics:
             "qsched_cells_boots_settled", "Boots left pending past [cells] pending_grace_s "
             "(their API process died) that the janitor settled.", registry=on,
         )  # fmt: skip
+        self._passed_over = Counter(
+            "qsched_cells_passed_over", "Runs of a janitor task (quota-mover, reaper, "
+            "janitor, outbox) that passed over a cell whose ledger or bus did not answer.",
+            ["task", "cell"], registry=on,
+        )  # fmt: skip
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
         """One response: ``route`` is its URI template (or :data:`UNMATCHED`)."""
@@ -178,6 +184,10 @@ class APIMetrics:
         """One pass of the cells' quota mover: releases moved, pending boots settled."""
         self._quota_moved.inc(moved)
         self._boots_settled.inc(settled)
+
+    def cell_passed_over(self, task: str, cell: str) -> None:
+        """A run of janitor task ``task`` passed over ``cell``: it did not answer."""
+        self._passed_over.labels(task, cell).inc()
 
     def counted(self, bus: Publisher) -> Publisher:
         """``bus`` with its failed publishes counted (:class:`CountedPublisher`)."""
@@ -225,6 +235,9 @@ class NoMetrics(APIMetrics):
         pass
 
     def cells_mover_ran(self, moved: int, settled: int) -> None:
+        pass
+
+    def cell_passed_over(self, task: str, cell: str) -> None:
         pass
 
     def counted(self, bus: Publisher) -> Publisher:

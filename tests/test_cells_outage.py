@@ -23,6 +23,7 @@ from qsched.conf import APIOptions, BusOptions, LedgerOptions, SchedulerOptions
 from qsched.flavors import Flavor
 from qsched.ledger.base import State
 from qsched.ledger.redis import connect
+from qsched.metrics import APIMetrics
 from qsched.net import free_port
 from tests.helpers import wait_until
 from tests.raw import DeadClient, redis_store
@@ -35,6 +36,7 @@ from tests.test_cells_api import (
     deployment,
     ledger_url,
 )
+from tests.test_metrics import parse, total, value
 
 __all__ = ["deployment", "ledger_url"]  # fixtures, see tests.test_cells_api
 
@@ -204,25 +206,34 @@ def test_the_housekeeping_serves_every_cell_and_passes_over_one_that_does_not_an
     monkeypatch.setattr(janitor, "reap_expired", passed)
     options = NO_HOUSEKEEPING.replace(reap_interval_s=3600, janitor_interval_s=3600,
                                       outbox_interval_s=3600)  # fmt: skip
-    cells = deployment.options.replace(mover_interval_s=0)
+    cells = deployment.options.replace(mover_interval_s=3600)
+    metrics = APIMetrics()
     tasks = janitor.start_periodic_tasks(options, deployment.stores("cell1"),
-                                         deployment.bus("cell1"), front=deployment.front,
-                                         cells=cells)  # fmt: skip
+                                         deployment.bus("cell1"), metrics,
+                                         front=deployment.front, cells=cells)  # fmt: skip
     try:
-        assert [task.name for task in tasks] == ["reaper", "janitor", "outbox"]
+        assert [t.name for t in tasks] == ["reaper", "janitor", "outbox", "cells-quota-mover"]
 
         def state(cell: str) -> State:
             return deployment.stores(cell).instances.get(waiting[cell]).state
 
         with down("cell1", deployment), caplog.at_level(logging.WARNING, "qsched.janitor"):
             tasks[0].fn()
+            tasks[3].fn()
         assert (state("cell1"), state("cell2")) == (State.BUILD, State.ERROR)
-        (warned,) = [r.getMessage() for r in caplog.records if "passed over" in r.getMessage()]
+        (warned,) = [r.getMessage() for r in caplog.records
+                     if r.name == "qsched.janitor" and "passed over" in r.getMessage()]  # fmt: skip
         assert warned.startswith("periodic task reaper: cell cell1 passed over: ")
         tasks[0].fn()
         assert state("cell1") == State.ERROR
+        samples, _families = parse(metrics.exposition())
+        passed = "qsched_cells_passed_over_total"
+        assert value(samples, passed, task="reaper", cell="cell1") == 1
+        assert value(samples, passed, task="quota-mover", cell="cell1") == 1
+        assert total(samples, passed) == 2
+        assert value(samples, "qsched_no_valid_host_total", reason="deadline") == 2
         with down("cell1", deployment), down("cell2", deployment):
-            for task in tasks:
+            for task in tasks[:3]:
                 with pytest.raises(exception.BackendUnavailable):
                     task.fn()
     finally:
