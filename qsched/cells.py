@@ -42,6 +42,7 @@ cell of the servers or host its hints name, :mod:`qsched.cells_api`).
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
@@ -195,13 +196,57 @@ class CellsCompute:
             for name in sorted(self._unjoined):
                 try:
                     join(self.cells[name].stores)
+                    copied = self._copy_flavors(name)
                 except exception.BackendUnavailable as exc:
                     failed[name] = exc
                     continue
                 self._unjoined.discard(name)
                 joined.append(name)
-                LOG.info("cells: cell %s joined; boots may go there from now on", name)
+                LOG.info("cells: cell %s joined (%d flavors written there); boots may go "
+                         "there from now on", name, copied)  # fmt: skip
         return joined, failed
+
+    def _copy_flavors(self, name: str) -> int:
+        """Write into cell ``name`` the flavors of a joined cell (those written while it
+        was away, and ``[api] flavor``), as they are there; how many changed. Nothing
+        when no other cell is joined. One read, and a write a flavor that changed.
+
+        :raises BackendUnavailable: a ledger did not answer: the cell is not joined yet.
+        """
+        source = next((c for n, c in self.cells.items() if n != name and n not in self._unjoined),
+                      None)  # fmt: skip
+        if source is None:
+            return 0
+        into = self.cells[name].stores.flavors
+        return sum(into.put(flavor) for flavor in source.stores.flavors.list())
+
+    def key_in(self, compute: ComputeAPI, user_id: str, key_name: str | None) -> None:
+        """Make sure the cell of ``compute`` holds keypair ``key_name`` of ``user_id``,
+        which a boot there names: copied from another joined cell when it is missing
+        (a cell joined after it was made, or away when it was); nothing for no key, or
+        a key no cell has (the cell's boot then refuses it, 400). One read when the
+        cell has it.
+        """
+        if key_name is None:
+            return
+        keypairs = compute.stores.keypairs
+        try:
+            keypairs.get(user_id, key_name)
+            return
+        except exception.KeypairNotFound:
+            pass
+        for name, other in self.cells.items():
+            if other is compute or name in self._unjoined:
+                continue
+            try:
+                found = other.stores.keypairs.get(user_id, key_name)
+            except (exception.KeypairNotFound, exception.BackendUnavailable):
+                continue
+            with contextlib.suppress(exception.KeypairExists):  # a boot beside this one
+                keypairs.create(found, limit=-1)  # counted against key_pairs when made
+            LOG.info("cells: keypair %s of user %s copied from cell %s", key_name, user_id,
+                     name)  # fmt: skip
+            return
 
     # -- where an instance is --
 
@@ -319,6 +364,11 @@ class CellsCompute:
             raise FlavorRefNotFound(flavor=ref_id(flavor_ref)) from None
         cell = self._asked_cell(cell, availability_zone) or self.choose(availability_zone, flavor)
         compute = self.cells[cell]
+        try:  # before anything is held
+            self.key_in(compute, context.user_id, getattr(asked.get("server"), "key_name", None))
+        except exception.BackendUnavailable:
+            self._free.pop(cell, None)  # as below
+            raise
         uuids = [str(uuidlib.uuid4()) for _ in range(max(max_count, 1))]
         self.map.map(uuids, cell, context.project_id)
         held = self._reserve(context.project_id, uuids, flavor.vcpus, flavor.ram_mb, min_count)

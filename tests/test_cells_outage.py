@@ -21,10 +21,13 @@ from qsched import cells as qcells
 from qsched import exception, janitor, reaper
 from qsched.conf import APIOptions, BusOptions, LedgerOptions, SchedulerOptions
 from qsched.flavors import Flavor
+from qsched.keypairs import InvalidKeyName
 from qsched.ledger.base import State
+from qsched.ledger.keypairs import Keypair
 from qsched.ledger.redis import connect
 from qsched.metrics import APIMetrics
 from qsched.net import free_port
+from qsched.scheduling.records import ServerFields
 from tests.helpers import wait_until
 from tests.raw import DeadClient, redis_store
 from tests.test_agent import USER
@@ -161,11 +164,22 @@ def test_a_cell_down_at_the_start_gets_no_boot_until_a_pass_joins_it(
     assert front.unjoined == frozenset()
     cell2 = front.cells["cell2"]
     assert cell2.stores.quota.default_limits()["instances"] == -1  # the API's quota now
-    cell2.flavors.create(Flavor("small", 1, 512, 0))
+    # the flavors written while it was away are written there at its join
+    assert cell2.stores.flavors.list() == front.cells["cell1"].stores.flavors.list()
+    # a keypair made while it was away is copied there by the first boot that names it
+    cell1_keys = front.cells["cell1"].stores.keypairs
+    cell1_keys.create(Keypair(USER.user_id, "k1", "ssh-ed25519 AAAA k1", "fp"))
+    with pytest.raises(exception.KeypairNotFound):
+        cell2.stores.keypairs.get(USER.user_id, "k1")
     cell2.stores.agents.add_zone("az2")  # as its agents would
-    (vm,) = front.boot_many(USER, "vm", "small", availability_zone="az2").instances
+    (vm,) = front.boot_many(USER, "vm", "small", availability_zone="az2",
+                            server=ServerFields(key_name="k1")).instances  # fmt: skip
     assert front.cell_of(vm.uuid) == "cell2"
-    assert front.api.quota.get_usage("p1").instances == 4
+    assert cell2.stores.keypairs.get(USER.user_id, "k1").public_key == "ssh-ed25519 AAAA k1"
+    with pytest.raises(InvalidKeyName):  # a key no cell has: the cell refuses it
+        front.boot_many(USER, "vm", "small", availability_zone="az2",
+                        server=ServerFields(key_name="nosuch"))  # fmt: skip
+    assert front.api.quota.get_usage("p1").instances == 4  # the refused one holds nothing
     assert mover.run_once()["joined"] == []  # joined once
     assert qcells.audit(front)["ok"]
 
