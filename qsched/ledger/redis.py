@@ -136,6 +136,9 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "invalid_aggregate_action": aggregates.InvalidAggregateAction,
         "group_not_found": exception.GroupNotFound,
         "group_exists": lambda **k: exception.Conflict(reason=f"server group {k['group']} exists"),
+        "group_abandoned": lambda **k: exception.Conflict(
+            reason=f"server group {k['group']} was abandoned: its create was told it failed"
+        ),
         "group_quota": exception.ServerGroupLimitExceeded,
         "group_members_quota": exception.GroupMemberLimitExceeded,
         "group_policy": exception.GroupPolicyRefused,
