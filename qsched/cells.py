@@ -68,8 +68,9 @@ from qsched.server_list import ServerQuery
 
 LOG = logging.getLogger(__name__)
 
-#: quota limits a joined cell leaves unlimited in its own keyspace
-CELL_UNLIMITED = {"instances": -1, "cores": -1, "ram_mb": -1}
+#: quota limits a joined cell leaves unlimited in its own keyspace: the API keyspace
+#: counts instances, cores, RAM and a project's server groups (each group mapped there)
+CELL_UNLIMITED = {"instances": -1, "cores": -1, "ram_mb": -1, "server_groups": -1}
 MOVE_BATCH = 500  # releases read from one cell per round trip
 T = TypeVar("T")
 
@@ -225,7 +226,14 @@ class CellsCompute:
             if cell in self._unjoined:
                 raise CellNotJoined(cell=cell)
             return cell
-        demand = flavor_demand(flavor)
+        return self.draw(flavor_demand(flavor))
+
+    def draw(self, demand: Mapping[str, int]) -> str:
+        """A joined cell drawn in proportion to how many of ``demand`` (resource class ->
+        amount) its free capacity holds, as :meth:`choose` draws (one read a cell).
+
+        :raises BackendUnavailable: no joined cell's ledger answered.
+        """
         holds = {}
         for name, compute in self.cells.items():
             if name in self._unjoined:
@@ -233,12 +241,12 @@ class CellsCompute:
             try:
                 free = compute.stores.agents.free()
             except exception.BackendUnavailable as exc:
-                LOG.warning("cells: cell %s passed over for a boot: %s", name, exc)
+                LOG.warning("cells: cell %s passed over in a draw: %s", name, exc)
                 continue
             holds[name] = min((free.get(rc, 0) // n for rc, n in demand.items()), default=0)
         if not holds:
             raise exception.BackendUnavailable(
-                backend="ledger", reason="no cell's ledger answered: the boot has no cell"
+                backend="ledger", reason="no cell's ledger answered: nothing to draw from"
             )
         names = list(holds)
         weights = [holds[n] for n in names] if any(holds.values()) else None
@@ -262,8 +270,8 @@ class CellsCompute:
 
         As :meth:`ComputeAPI.boot_many` (``asked``: its other arguments), which the
         chosen cell runs with the uuids reserved here. ``cell``: the cell the boot's
-        hints name (the cell of its ``same_host`` servers or of its host), None:
-        :meth:`choose` one.
+        hints name (the cell of its ``same_host`` servers, of its host or of its
+        server group), None: :meth:`choose` one.
 
         :raises QuotaExceeded: not even ``min_count`` fit the project's limits;
             nothing is held.
@@ -306,8 +314,9 @@ class CellsCompute:
         zoned = self.zones.get(availability_zone or "")
         if zoned is not None and zoned != cell:
             raise exception.Invalid(
-                reason=f"the boot's hints name a server or host of cell {cell}, and its "
-                f"availability zone {availability_zone} is served by cell {zoned}"
+                reason=f"the boot's hints name a server, host or server group of cell "
+                f"{cell}, and its availability zone {availability_zone} is served by cell "
+                f"{zoned}"
             )
         if cell in self._unjoined:
             raise CellNotJoined(cell=cell)
@@ -511,6 +520,7 @@ class MoverReport(TypedDict):
 
     moved: int  # releases applied to the API keyspace
     settled: int  # pending boots settled
+    groups_settled: int  # pending server groups settled
     joined: list[str]  # cells joined by this pass (:meth:`CellsCompute.join_waiting`)
     skipped: list[str]  # cells passed over: their ledger did not answer
 
@@ -555,7 +565,7 @@ class QuotaMover:
         :raises BackendUnavailable: the API keyspace did not answer.
         """
         joined, failed = self.cells.join_waiting()
-        report = MoverReport(moved=0, settled=0, joined=joined, skipped=[])
+        report = MoverReport(moved=0, settled=0, groups_settled=0, joined=joined, skipped=[])
         down = {name: _CellDown(name, exc) for name, exc in failed.items()}
         for name in self.cells.cells:
             if name in down:
@@ -565,6 +575,7 @@ class QuotaMover:
             except _CellDown as exc:
                 down[name] = exc
         self._settle_pending(report, down)
+        self._settle_groups(report, down)
         report["skipped"] = list(down)
         if down:
             waiting = ", ".join(sorted(self.cells.unjoined))
@@ -573,9 +584,10 @@ class QuotaMover:
                         "; ".join(str(exc) for exc in down.values()),
                         f"; not joined yet (no boot goes there): {waiting}" if waiting else "",
                         )  # fmt: skip
-        if report["moved"] or report["settled"]:
+        if report["moved"] or report["settled"] or report["groups_settled"]:
             LOG.info("cells: %d releases of quota moved to the API keyspace, %d pending boots "
-                     "settled", report["moved"], report["settled"])  # fmt: skip
+                     "and %d pending server groups settled", report["moved"], report["settled"],
+                     report["groups_settled"])  # fmt: skip
         return report
 
     def _move(self, name: str, report: MoverReport) -> None:
@@ -617,6 +629,36 @@ class QuotaMover:
                 down[cell] = exc
                 continue
             report["settled"] += 1
+
+    def _settle_groups(self, report: MoverReport, down: dict[str, _CellDown]) -> None:
+        """Server groups pending past the grace (their API process died, or was told 503,
+        between the mapping and the cell's create): kept if their cell has them, else
+        abandoned there (a late create refuses) and their mapping and count dropped."""
+        groups = self.cells.map
+        for uuid in groups.groups_pending_before(time.time() - self.pending_grace_s):
+            found = groups.group_mapping(uuid)
+            if found is None:
+                groups.confirm_groups([uuid])  # nothing mapped: nothing to settle
+                continue
+            cell, project = found
+            if cell in down:
+                continue
+            if cell not in self.cells.cells:
+                LOG.warning("cells: server group %s is pending in %s, a cell no [cells] "
+                            "cell line names now; it waits for that line", uuid, cell)  # fmt: skip
+                continue
+            try:
+                present = _in_cell(cell, self.cells.cells[cell].stores.groups.abandon, uuid)
+            except _CellDown as exc:
+                down[cell] = exc
+                continue
+            if present:
+                groups.confirm_groups([uuid])
+            else:
+                groups.unmap_group(uuid, project)
+                LOG.warning("cells: server group %s never reached its cell %s; its mapping "
+                            "and count are dropped", uuid, cell)  # fmt: skip
+            report["groups_settled"] += 1
 
     def _settle(self, uuid: str, cell: str, project: str) -> None:
         compute = self.cells.cells[cell]
@@ -667,6 +709,27 @@ def audit(front: CellsCompute) -> dict[str, Any]:
                 problems.append(f"{holder} ({project}): {usage} in the API, {amounts} in {cell}")
     for (project, holder), (cell, _usage) in held_by_cells.items():
         problems.append(f"{holder} ({project}): held by {cell}, not by the API")
+    problems += _group_problems(front)
     pending = front.map.pending_count()
-    return {"ok": not problems and not waiting and not pending, "problems": problems[:20],
-            "ends_waiting": waiting, "pending": pending}  # fmt: skip
+    groups_pending = front.map.groups_pending_count()
+    return {"ok": not problems and not waiting and not pending and not groups_pending,
+            "problems": problems[:20], "ends_waiting": waiting, "pending": pending,
+            "groups_pending": groups_pending}  # fmt: skip
+
+
+def _group_problems(front: CellsCompute) -> list[str]:
+    """Every server group is mapped to the cell that holds it, for its project, and
+    counted there; every mapping's group is in its cell (an admin scan)."""
+    problems: list[str] = []
+    mapped = front.map.group_mappings()
+    for name, compute in front.cells.items():
+        for group in compute.stores.groups.list_all():
+            found = mapped.pop(group.uuid, None)
+            if found != (name, group.project_id):
+                problems.append(f"group {group.uuid} ({group.project_id}): in {name}, "
+                                f"mapped to {found}")  # fmt: skip
+            elif group.uuid not in front.map.counted_groups(group.project_id):
+                problems.append(f"group {group.uuid} ({group.project_id}): not counted")
+    for uuid, (cell, project) in mapped.items():
+        problems.append(f"group {uuid} ({project}): mapped to {cell}, in no cell")
+    return problems

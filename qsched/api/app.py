@@ -52,7 +52,7 @@ from qsched.api import servers as server_handlers
 from qsched.api import services as service_handlers
 from qsched.bus.base import Bus
 from qsched.cells import CellsCompute, open_cells
-from qsched.cells_api import GROUPS_FIX, GROUPS_WHY, CellsComputeAPI
+from qsched.cells_api import CellsComputeAPI
 from qsched.compute import ComputeAPI, Publisher
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
 from qsched.conf.glance import set_options as glance_set_options
@@ -147,8 +147,8 @@ def create_cells_app(
 
     ``front``: the cells (:func:`qsched.cells.open_cells`, whose cells' ComputeAPIs
     carry the scheduler options, policy, images, metrics and notifier); ``api``,
-    ``conf``, ``metrics``: as :func:`create_app`'s. Server groups and aggregates
-    answer 501 (:class:`~qsched.exception.NotServedAcrossCells`).
+    ``conf``, ``metrics``: as :func:`create_app`'s. Aggregates answer 501
+    (:class:`~qsched.exception.NotServedAcrossCells`).
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: a joined cell's ledger is unreachable.
@@ -227,23 +227,25 @@ def _routes(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Rou
 
 
 def _one_cell_routes(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Route]:
-    """Aggregates and server groups: served for one cell; over several, every method
-    answers 501 (:class:`NotAcrossCells`), never one cell's as if it were the cloud's."""
+    """Aggregates: served for one cell; over several, every method answers 501
+    (:class:`NotAcrossCells`), never one cell's as if it were the cloud's. Server
+    groups: served for one cell and over several (:mod:`qsched.cells_groups`)."""
     aggregate = f"{PREFIX}/os-aggregates/{{aggregate_id}}"
     aggregates = (f"{PREFIX}/os-aggregates", aggregate, f"{aggregate}/action")
     groups = (f"{PREFIX}/os-server-groups", f"{PREFIX}/os-server-groups/{{group_id}}")
+    args = (compute, endpoint, max_body)
+    served: list[Route] = [
+        (groups[0], group_handlers.ServerGroups(*args)),
+        (groups[1], group_handlers.ServerGroup(*args)),
+    ]
     if not isinstance(compute, ComputeAPI):
         refuse_aggregates = NotAcrossCells("Aggregates", AGGREGATES_WHY, AGGREGATES_FIX)
-        refuse_groups = NotAcrossCells("Server groups", GROUPS_WHY, GROUPS_FIX)
-        refused: list[Route] = [(t, refuse_aggregates) for t in aggregates]
-        return refused + [(t, refuse_groups) for t in groups]
-    args = (compute, endpoint, max_body)
+        return [(t, refuse_aggregates) for t in aggregates] + served
     return [
         (aggregates[0], aggregate_handlers.Aggregates(*args)),
         (aggregates[1], aggregate_handlers.AggregateItem(*args)),
         (aggregates[2], aggregate_handlers.AggregateAction(*args)),
-        (groups[0], group_handlers.ServerGroups(*args)),
-        (groups[1], group_handlers.ServerGroup(*args)),
+        *served,
     ]
 
 
