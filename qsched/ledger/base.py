@@ -893,11 +893,24 @@ class AggregateStore(abc.ABC):
     """
 
     @abc.abstractmethod
-    def create(self, name: str, availability_zone: str | None = None) -> Aggregate:
-        """A new aggregate, with the next integer id and a new UUID.
+    def create(
+        self,
+        name: str,
+        availability_zone: str | None = None,
+        aggregate_id: int | None = None,
+        uuid: str | None = None,
+    ) -> Aggregate:
+        """A new aggregate, with the next integer id and a new UUID, or with those given
+        (the front door of several cells gives every cell the same; the cell's next id
+        is then past the given one).
 
         :raises AggregateNameExists: the name is taken.
+        :raises Conflict: the given id is taken.
         """
+
+    @abc.abstractmethod
+    def last_id(self) -> int:
+        """The highest id given in this keyspace so far (0: none; O(1))."""
 
     @abc.abstractmethod
     def get(self, aggregate_id: int) -> Aggregate:

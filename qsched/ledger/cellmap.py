@@ -1,7 +1,8 @@
 """RedisCellMap: the records of several cells behind one API (:mod:`qsched.cells`).
 
 In the API keyspace: the instance mappings (``inst-map:<uuid>``, JSON ``[cell,
-project]``) and the boots pending (``inst-map-pending``); the server group mappings
+project]``) and the boots pending (``inst-map-pending``); the host mappings
+(``host-map:<host>``: its cell) and the last aggregate id (``agg-seq``); the server group mappings
 (``group-map:<uuid>``, the same JSON), the groups pending (``group-map-pending``) and
 each project's mapped groups (``project:<project>:groups``, what its ``server_groups``
 limit counts there: ``group_map`` checks and writes them in one step). In a cell's keyspace:
@@ -178,3 +179,19 @@ class RedisCellMap:
                 cell, project = json.loads(text(raw))
                 found[key[len(head) :]] = (str(cell), str(project))
         return found
+
+    # -- hosts and aggregates, in the API keyspace --
+
+    def host_cell(self, host: str) -> str | None:
+        """The cell a host was found in (Nova's host mapping); None: not mapped yet."""
+        found = self.store.client.get(self.keys.host_cell(host))
+        return None if found is None else text(found)
+
+    def map_host(self, host: str, cell: str) -> None:
+        """Record the cell a host was found in (a repeat or a move overwrites it)."""
+        self.store.client.set(self.keys.host_cell(host), cell)
+
+    def next_aggregate_id(self, floor: int) -> int:
+        """The next aggregate id of the deployment: above every id given here and above
+        ``floor`` (the highest any cell gave itself), one atomic step."""
+        return int(self.store.run("aggregate_seq", self.keys.aggregate_seq, int(floor))["id"])

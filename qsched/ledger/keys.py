@@ -145,6 +145,13 @@ class Keyspace:
     def group_mapping_pending(self) -> str:
         return f"{self.prefix}group-map-pending"
 
+    def host_cell(self, host: str) -> str:
+        return f"{self.prefix}host-map:{host}"
+
+    @property
+    def aggregate_seq(self) -> str:
+        return f"{self.prefix}agg-seq"
+
     @property
     def durability_barrier(self) -> str:
         return f"{self.prefix}durability-barrier"

@@ -130,6 +130,9 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "rule_broken": exception.ClaimRuleBroken,
         "aggregate_not_found": aggregates.AggregateNotFound,
         "aggregate_name_exists": aggregates.AggregateNameExists,
+        "aggregate_id_exists": lambda **k: exception.Conflict(
+            reason=f"aggregate id {k['aggregate_id']} is taken"
+        ),
         "aggregate_host_exists": aggregates.AggregateHostExists,
         "aggregate_host_not_found": aggregates.AggregateHostNotFound,
         "compute_host_not_found": exception.ComputeHostNotFound,
