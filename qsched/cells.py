@@ -54,11 +54,13 @@ from typing import Any, TypedDict, TypeVar
 
 from qsched import exception
 from qsched.bus.base import Bus
+from qsched.cells_aggregates import audit as aggregate_problems
+from qsched.cells_aggregates import serves
 from qsched.compute import ComputeAPI, FlavorRefNotFound, MarkerNotFound, Reservation, check_counts
 from qsched.conf import BusOptions, CellsOptions, LedgerOptions, QuotaOptions
 from qsched.conf.cells import API_CELL
 from qsched.context import RequestContext
-from qsched.flavors import Flavor, ref_id, request_groups
+from qsched.flavors import Constraints, Flavor, ref_id, request_groups
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, QuotaStore
 from qsched.ledger.cellmap import RedisCellMap, cell_map
@@ -202,8 +204,13 @@ class CellsCompute:
         """The front door of the instance's cell; every call about one server goes there."""
         return self.cells[self.cell_of(uuid)]
 
-    def choose(self, availability_zone: str | None, flavor: Flavor) -> str:
-        """The cell of a boot: its zone's; else a cell drawn at random, each in
+    def choose(
+        self, availability_zone: str | None, flavor: Flavor, project: str | None = None
+    ) -> str:
+        """The cell of a boot: its zone's (``[cells] zone``); else a cell drawn among
+        those that have hosts in the aggregates the boot's request filters ask for
+        (:meth:`aggregate_cells`; all when none asks, or when no cell has such hosts:
+        the boot then fails in its cell as in one), each in
         proportion to how many of ``flavor`` its free capacity holds (its free VCPU,
         MEMORY_MB, DISK_GB, ... each divided by what the flavor asks, the least of
         them). One read a cell, O(cells), never O(hosts): ``cell-free``, what the cell's
@@ -226,17 +233,39 @@ class CellsCompute:
             if cell in self._unjoined:
                 raise CellNotJoined(cell=cell)
             return cell
-        return self.draw(flavor_demand(flavor))
+        among = self.aggregate_cells(project or "", availability_zone, flavor)
+        return self.draw(flavor_demand(flavor), among)
 
-    def draw(self, demand: Mapping[str, int]) -> str:
+    def aggregate_cells(
+        self, project: str, availability_zone: str | None, flavor: Flavor
+    ) -> set[str] | None:
+        """The joined cells with hosts in the aggregates a boot's request filters ask
+        for (its zone's aggregates, its project's, those its flavor's
+        ``aggregate_instance_extra_specs`` name; :func:`qsched.cells_aggregates.serves`);
+        None when they ask for none. Every cell holds every aggregate: the filters are
+        run once, on ``flavor_cell``'s; then one read of each cell's aggregate version
+        (its index is kept in memory), O(cells). A boot they send nowhere (the tenant
+        filter required and the project in no aggregate) is None: its cell fails it.
+        """
+        route = self.flavor_cell.aggregates.route(
+            project, Constraints(availability_zone=availability_zone), flavor
+        )
+        wanted = route.constraints.member_of_any
+        if not wanted or route.unplaceable:
+            return None
+        joined = (name for name in self.cells if name not in self._unjoined)
+        return {name for name in joined if serves(wanted, self.cells[name].aggregates.index())}
+
+    def draw(self, demand: Mapping[str, int], among: set[str] | None = None) -> str:
         """A joined cell drawn in proportion to how many of ``demand`` (resource class ->
-        amount) its free capacity holds, as :meth:`choose` draws (one read a cell).
+        amount) its free capacity holds, as :meth:`choose` draws (one read a cell);
+        ``among``: of those cells only, unless it is empty or None.
 
         :raises BackendUnavailable: no joined cell's ledger answered.
         """
         holds = {}
         for name, compute in self.cells.items():
-            if name in self._unjoined:
+            if name in self._unjoined or (among and name not in among):
                 continue
             try:
                 free = compute.stores.agents.free()
@@ -285,7 +314,10 @@ class CellsCompute:
             flavor = self.flavor_cell.get_flavor(ref_id(flavor_ref), context)
         except exception.FlavorNotFound:
             raise FlavorRefNotFound(flavor=ref_id(flavor_ref)) from None
-        cell = self._asked_cell(cell, availability_zone) or self.choose(availability_zone, flavor)
+        project = context.project_id
+        cell = self._asked_cell(cell, availability_zone, project, flavor) or self.choose(
+            availability_zone, flavor, project
+        )
         compute = self.cells[cell]
         uuids = [str(uuidlib.uuid4()) for _ in range(max(max_count, 1))]
         self.map.map(uuids, cell, context.project_id)
@@ -306,11 +338,20 @@ class CellsCompute:
             self._unmap(context.project_id, unused)
         return made
 
-    def _asked_cell(self, cell: str | None, availability_zone: str | None) -> str | None:
+    def _asked_cell(
+        self, cell: str | None, availability_zone: str | None, project: str, flavor: Flavor
+    ) -> str | None:
         if cell is None:
             return None
         if cell not in self.cells:
             raise UnknownCell(cell=repr(cell), known=", ".join(self.cells))
+        serving = self.aggregate_cells(project, availability_zone, flavor)
+        if serving and cell not in serving:
+            raise exception.Invalid(
+                reason=f"the boot's hints name a server, host or server group of cell {cell}, "
+                f"and the aggregates its availability zone or request filters ask for have "
+                f"hosts in {', '.join(sorted(serving))} only"
+            )
         zoned = self.zones.get(availability_zone or "")
         if zoned is not None and zoned != cell:
             raise exception.Invalid(
@@ -679,10 +720,13 @@ def audit(front: CellsCompute) -> dict[str, Any]:
     """The API keyspace's quota against the cells', once the mover ran and no boot is
     on its way (an admin scan of every keyspace): every holder of the API's quota is
     held by the cell its mapping names, for the same amounts, and every holder of a
-    cell's quota by the API's; no release waits in a cell and no boot is pending.
+    cell's quota by the API's; no release waits in a cell and no boot is pending. Every
+    server group is in the cell its mapping names and counted there; every aggregate
+    is in every cell alike, each copy with hosts of its cell only
+    (:func:`qsched.cells_aggregates.audit`).
 
     ``ok`` and what was found: ``problems`` (the first 20), ``ends_waiting``,
-    ``pending``.
+    ``pending``, ``groups_pending``.
     """
     problems: list[str] = []
     held_by_cells: dict[tuple[str, str], tuple[str, Any]] = {}
@@ -710,6 +754,7 @@ def audit(front: CellsCompute) -> dict[str, Any]:
     for (project, holder), (cell, _usage) in held_by_cells.items():
         problems.append(f"{holder} ({project}): held by {cell}, not by the API")
     problems += _group_problems(front)
+    problems += aggregate_problems(front)
     pending = front.map.pending_count()
     groups_pending = front.map.groups_pending_count()
     return {"ok": not problems and not waiting and not pending and not groups_pending,

@@ -28,9 +28,9 @@ routes that serve one cell; route by route:
 * server groups: each in one cell, found by its group mapping in the API keyspace;
   a create draws its cell, a boot with a ``group`` hint goes to the group's cell
   (:mod:`qsched.cells_groups`, which says where their quotas are counted).
-* aggregates are not served (:class:`qsched.exception.NotServedAcrossCells`, 501):
-  one lives in the keyspace of the cell of its hosts, and the host mapping that would
-  find it is not built (docs/scale.rst).
+* aggregates: every aggregate in every cell with one id and uuid, each cell's copy
+  with that cell's hosts; a host's changes go to its cell, found by its host mapping
+  (:mod:`qsched.cells_aggregates`).
 
 A write to every cell that a cell does not answer fails with 503 once the other
 cells were written; every such write is idempotent (a flavor by its id, a keypair
@@ -50,6 +50,7 @@ from typing import Any, TypeVar
 
 from qsched import exception
 from qsched.cells import CellsCompute
+from qsched.cells_aggregates import CellsAggregates
 from qsched.cells_groups import CellsGroups
 from qsched.compute import ComputeAPI, FlavorExtraSpecNotFound, Reservation, check_counts
 from qsched.context import RequestContext
@@ -108,6 +109,7 @@ class CellsComputeAPI:
         self.zones = CellsZones(self)
         self.actions = CellsServerActions(self)
         self.groups = CellsGroups(front)
+        self.aggregates = CellsAggregates(front)
 
     @property
     def cells(self) -> list[ComputeAPI]:

@@ -91,7 +91,6 @@ _DEFAULT_MESSAGES = {
 }
 # Domain errors by HTTP status, most specific first (looked up along the MRO).
 _STATUS: dict[type[Exception], int] = {
-    exception.NotServedAcrossCells: 501,
     exception.Forbidden: 403,
     exception.QuotaExceeded: 403,
     exception.NotFound: 404,
@@ -147,8 +146,7 @@ def create_cells_app(
 
     ``front``: the cells (:func:`qsched.cells.open_cells`, whose cells' ComputeAPIs
     carry the scheduler options, policy, images, metrics and notifier); ``api``,
-    ``conf``, ``metrics``: as :func:`create_app`'s. Aggregates answer 501
-    (:class:`~qsched.exception.NotServedAcrossCells`).
+    ``conf``, ``metrics``: as :func:`create_app`'s.
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: a joined cell's ledger is unreachable.
@@ -216,7 +214,7 @@ def _routes(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Rou
         (f"{flavor}/os-extra_specs/{{key}}", flavor_handlers.ExtraSpec(*args)),
         (f"{PREFIX}/os-services", service_handlers.Services(*args)),
         (f"{PREFIX}/os-services/{{service_id}}", service_handlers.ServiceItem(*args)),
-        *_one_cell_routes(compute, endpoint, max_body),
+        *_grouping_routes(args),
         (f"{PREFIX}/limits", quota_handlers.Limits(*args)),
         (quota_set, quota_handlers.QuotaSet(*args)),
         (f"{quota_set}/detail", quota_handlers.QuotaSetDetail(*args)),
@@ -226,48 +224,17 @@ def _routes(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Rou
     ]
 
 
-def _one_cell_routes(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Route]:
-    """Aggregates: served for one cell; over several, every method answers 501
-    (:class:`NotAcrossCells`), never one cell's as if it were the cloud's. Server
-    groups: served for one cell and over several (:mod:`qsched.cells_groups`)."""
+def _grouping_routes(args: tuple[FrontDoor, str | None, int]) -> list[Route]:
+    """Aggregates and server groups, for one cell and over several
+    (:mod:`qsched.cells_aggregates`, :mod:`qsched.cells_groups`)."""
     aggregate = f"{PREFIX}/os-aggregates/{{aggregate_id}}"
-    aggregates = (f"{PREFIX}/os-aggregates", aggregate, f"{aggregate}/action")
-    groups = (f"{PREFIX}/os-server-groups", f"{PREFIX}/os-server-groups/{{group_id}}")
-    args = (compute, endpoint, max_body)
-    served: list[Route] = [
-        (groups[0], group_handlers.ServerGroups(*args)),
-        (groups[1], group_handlers.ServerGroup(*args)),
-    ]
-    if not isinstance(compute, ComputeAPI):
-        refuse_aggregates = NotAcrossCells("Aggregates", AGGREGATES_WHY, AGGREGATES_FIX)
-        return [(t, refuse_aggregates) for t in aggregates] + served
     return [
-        (aggregates[0], aggregate_handlers.Aggregates(*args)),
-        (aggregates[1], aggregate_handlers.AggregateItem(*args)),
-        (aggregates[2], aggregate_handlers.AggregateAction(*args)),
-        *served,
+        (f"{PREFIX}/os-aggregates", aggregate_handlers.Aggregates(*args)),
+        (aggregate, aggregate_handlers.AggregateItem(*args)),
+        (f"{aggregate}/action", aggregate_handlers.AggregateAction(*args)),
+        (f"{PREFIX}/os-server-groups", group_handlers.ServerGroups(*args)),
+        (f"{PREFIX}/os-server-groups/{{group_id}}", group_handlers.ServerGroup(*args)),
     ]
-
-
-AGGREGATES_WHY = (
-    "an aggregate lives in the keyspace of the cell of its hosts, and the host mapping "
-    "(host-map in the API keyspace, written by each agent's registration) that would find "
-    "a host's cell is not built."
-)
-AGGREGATES_FIX = "Building it is described in docs/scale.rst (Serving it over HTTP)."
-
-
-class NotAcrossCells:
-    """A route not served over several cells: every method answers 501 with what is
-    missing and the fix (:class:`qsched.exception.NotServedAcrossCells`)."""
-
-    def __init__(self, what: str, why: str, fix: str) -> None:
-        self.refusal = {"what": what, "why": why, "fix": fix}
-
-    def _refuse(self, req: falcon.Request, resp: falcon.Response, **params: str) -> None:
-        raise exception.NotServedAcrossCells(**self.refusal)
-
-    on_get = on_post = on_put = on_delete = _refuse
 
 
 def _view_routes(args: tuple[FrontDoor, str | None, int]) -> list[Route]:
