@@ -12,7 +12,11 @@ Nova's API database beside its cell databases) holds what must be global:
   instance is created in its cell, so that GET, DELETE and every action find the
   cell in one read;
 * ``inst-map-pending``: the boots whose quota is reserved and whose cell record is
-  not confirmed yet.
+  not confirmed yet;
+* the server group mappings (``group-map:<uuid>``: the group's cell) and each
+  project's mapped groups, which its ``server_groups`` limit counts
+  (:mod:`qsched.cells_groups`); the host mappings (``host-map:<host>``) and the last
+  aggregate id given to every cell (:mod:`qsched.cells_aggregates`).
 
 A cell that :func:`join` made part of such a deployment (``quota-home`` set) leaves
 its own quota unlimited and indexes every release of quota in ``quota-ends``, in
@@ -23,7 +27,7 @@ API keyspace (idempotent: a holder is released once) and only then drops it from
 the index; a crash between the two repeats a harmless release. The same mover
 settles ``inst-map-pending``: a boot whose API process died between the
 reservation and the cell's record is abandoned in its cell (a late create then
-refuses) and its quota returned.
+refuses) and its quota returned; and the server groups left pending the same way.
 
 :func:`open_cells` builds the front door from the ``[cells]`` options (a service's
 entry point calls it; :func:`qsched.janitor.start_periodic_tasks` runs its mover;
@@ -34,10 +38,12 @@ A cell whose ledger does not answer then is not joined: no boot goes there (it
 would be counted twice) until a pass of the mover joins it. A pass passes over a
 cell whose ledger does not answer and moves the others' releases.
 
-A boot goes to its availability zone's cell, else to a cell drawn in proportion to
-how many of its flavor the cell's free capacity holds (``cell-free``, kept by its
-agents' heartbeats): one read a cell, O(cells); or to the cell its caller names (the
-cell of the servers or host its hints name, :mod:`qsched.cells_api`).
+A boot goes to its availability zone's cell (``[cells] zone``), else to a cell drawn
+in proportion to how many of its flavor the cell's free capacity holds (``cell-free``,
+kept by its agents' heartbeats), among the cells with hosts in the aggregates its
+request filters ask for (an aggregate's zone, say): one read a cell, O(cells); or to
+the cell its caller names (the cell of the servers, host or server group its hints
+name, :mod:`qsched.cells_api`).
 """
 
 from __future__ import annotations
@@ -499,10 +505,10 @@ def open_cells(
     at its ledger URL, under its name, and its bus: ``open_bus`` of ``bus`` with the
     cell's prefix. ``ledger``: the options every keyspace opens with (its ``url`` and
     ``cell`` are replaced); ``quota``: the default limits, the deployment's in the API
-    keyspace (a cell's own instances, cores and RAM are left unlimited; ``key_pairs``,
-    ``metadata_items`` and ``injected_file*`` are the API keyspace's too, which each
-    cell reads when it checks them; ``server_groups`` and ``server_group_members``,
-    checked in the cell's scripts, stay the cell's); ``compute``: the other
+    keyspace (a cell's own instances, cores, RAM and server groups are left
+    unlimited, the API keyspace counting them; ``key_pairs``, ``metadata_items``,
+    ``injected_file*`` and ``server_group_members`` are the API keyspace's too, which
+    each cell reads when it checks them); ``compute``: the other
     arguments of each cell's :class:`ComputeAPI` (``scheduler``, ``api``, ``policy``,
     ...), which refuses a boot not given its uuids by the front door
     (``serves_boots`` off). Nothing else is opened or read; :meth:`CellsCompute.close`
