@@ -153,6 +153,7 @@ class CellsAggregates:
         :raises BackendUnavailable: a cell did not answer (503), once the others were
             written: the retry completes it.
         """
+        self._authorize(context, aggregates_policy.UPDATE)
         before = self._get(aggregate_id)
         back: dict[str, str | None] = {}
         if "name" in changes:
@@ -170,6 +171,7 @@ class CellsAggregates:
     ) -> Aggregate:
         """Set and remove metadata keys in every cell (:meth:`AggregateAPI.set_metadata`);
         raises as :meth:`update`."""
+        self._authorize(context, aggregates_policy.SET_METADATA)
         before = self._get(aggregate_id)
         back = {key: before.metadata.get(key) for key in changes}
         return self._change(
@@ -254,6 +256,7 @@ class CellsAggregates:
 
         :raises ComputeHostNotFound: no cell has the host (404).
         """
+        self._authorize(context, aggregates_policy.ADD_HOST)
         try:
             self._cell_of(host).aggregates.add_host(context, aggregate_id, host)
         except exception.ComputeHostNotFound:
@@ -266,6 +269,7 @@ class CellsAggregates:
 
         :raises ComputeHostNotFound: no cell has the host (404).
         """
+        self._authorize(context, aggregates_policy.REMOVE_HOST)
         self._cell_of(host).aggregates.remove_host(context, aggregate_id, host)
         return self._get(aggregate_id)
 

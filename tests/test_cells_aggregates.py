@@ -140,6 +140,15 @@ def test_aggregate_refusals_answer_as_one_cell_and_leave_every_cell_alike(
     assert meta.status_code == 400, meta.text
     assert {copy[2].get("availability_zone") for copy in copies(deployment, plain).values()} == {
         None}  # fmt: skip
+    member = {"X-Auth-Token": "alice:p1"}  # no admin: refused before anything is read
+    for method, path, body in (
+        ("PUT", f"{AGGREGATES}/999", {"aggregate": {"name": "x"}}),
+        ("POST", f"{AGGREGATES}/999/action", {"add_host": {"host": "no-such-host"}}),
+        ("POST", f"{AGGREGATES}/999/action", {"remove_host": {"host": "no-such-host"}}),
+        ("POST", f"{AGGREGATES}/999/action", {"set_metadata": {"metadata": {"k": "v"}}}),
+    ):
+        refused = client.simulate_request(method, path, json=body, headers=member)
+        assert refused.status_code == 403, (method, path, refused.text)
     full = client.simulate_delete(f"{AGGREGATES}/{plain}", headers=V241)
     assert full.status_code == 400 and "not empty" in full.text, full.text
     assert len(copies(deployment, plain)) == 2
