@@ -57,9 +57,18 @@ class AggregateAPI:
         self.policy.authorize(context, aggregates_policy.INDEX)
         return self.store.list()
 
-    def create(self, context: RequestContext, name: str, zone: str | None) -> Aggregate:
+    def create(
+        self,
+        context: RequestContext,
+        name: str,
+        zone: str | None,
+        aggregate_id: int | None = None,
+        uuid: str | None = None,
+    ) -> Aggregate:
+        """``aggregate_id`` and ``uuid``: given by the front door of several cells, the
+        same in every cell (None: the cell's next id and a new uuid)."""
         self.policy.authorize(context, aggregates_policy.CREATE)
-        return self.store.create(name, zone)
+        return self.store.create(name, zone, aggregate_id, uuid)
 
     def get(self, context: RequestContext, aggregate_id: int) -> Aggregate:
         self.policy.authorize(context, aggregates_policy.SHOW)

@@ -12,7 +12,11 @@ Nova's API database beside its cell databases) holds what must be global:
   instance is created in its cell, so that GET, DELETE and every action find the
   cell in one read;
 * ``inst-map-pending``: the boots whose quota is reserved and whose cell record is
-  not confirmed yet.
+  not confirmed yet;
+* the server group mappings (``group-map:<uuid>``: the group's cell) and each
+  project's mapped groups, which its ``server_groups`` limit counts
+  (:mod:`qsched.cells_groups`); the host mappings (``host-map:<host>``) and the last
+  aggregate id given to every cell (:mod:`qsched.cells_aggregates`).
 
 A cell that :func:`join` made part of such a deployment (``quota-home`` set) leaves
 its own quota unlimited and indexes every release of quota in ``quota-ends``, in
@@ -23,7 +27,7 @@ API keyspace (idempotent: a holder is released once) and only then drops it from
 the index; a crash between the two repeats a harmless release. The same mover
 settles ``inst-map-pending``: a boot whose API process died between the
 reservation and the cell's record is abandoned in its cell (a late create then
-refuses) and its quota returned.
+refuses) and its quota returned; and the server groups left pending the same way.
 
 :func:`open_cells` builds the front door from the ``[cells]`` options (a service's
 entry point calls it; :func:`qsched.janitor.start_periodic_tasks` runs its mover;
@@ -34,10 +38,12 @@ A cell whose ledger does not answer then is not joined: no boot goes there (it
 would be counted twice) until a pass of the mover joins it. A pass passes over a
 cell whose ledger does not answer and moves the others' releases.
 
-A boot goes to its availability zone's cell, else to a cell drawn in proportion to
-how many of its flavor the cell's free capacity holds (``cell-free``, kept by its
-agents' heartbeats): one read a cell, O(cells); or to the cell its caller names (the
-cell of the servers or host its hints name, :mod:`qsched.cells_api`).
+A boot goes to its availability zone's cell (``[cells] zone``), else to a cell drawn
+in proportion to how many of its flavor the cell's free capacity holds (``cell-free``,
+kept by its agents' heartbeats), among the cells with hosts in the aggregates its
+request filters ask for (an aggregate's zone, say): one read a cell, O(cells); or to
+the cell its caller names (the cell of the servers, host or server group its hints
+name, :mod:`qsched.cells_api`).
 """
 
 from __future__ import annotations
@@ -55,11 +61,13 @@ from typing import Any, TypedDict, TypeVar
 
 from qsched import exception
 from qsched.bus.base import Bus
+from qsched.cells_aggregates import audit as aggregate_problems
+from qsched.cells_aggregates import serves
 from qsched.compute import ComputeAPI, FlavorRefNotFound, MarkerNotFound, Reservation, check_counts
 from qsched.conf import BusOptions, CellsOptions, LedgerOptions, QuotaOptions
 from qsched.conf.cells import API_CELL
 from qsched.context import RequestContext
-from qsched.flavors import Flavor, ref_id, request_groups
+from qsched.flavors import Constraints, Flavor, ref_id, request_groups
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, QuotaStore
 from qsched.ledger.cellmap import RedisCellMap, cell_map
@@ -69,8 +77,9 @@ from qsched.server_list import ServerQuery
 
 LOG = logging.getLogger(__name__)
 
-#: quota limits a joined cell leaves unlimited in its own keyspace
-CELL_UNLIMITED = {"instances": -1, "cores": -1, "ram_mb": -1}
+#: quota limits a joined cell leaves unlimited in its own keyspace: the API keyspace
+#: counts instances, cores, RAM and a project's server groups (each group mapped there)
+CELL_UNLIMITED = {"instances": -1, "cores": -1, "ram_mb": -1, "server_groups": -1}
 MOVE_BATCH = 500  # releases read from one cell per round trip
 #: How long a cell's free capacity read for a boot's draw is used again: half the
 #: agents' default heartbeat (``[agent] heartbeat_interval_s``, 2 s), which it lags anyway.
@@ -268,8 +277,13 @@ class CellsCompute:
         """The front door of the instance's cell; every call about one server goes there."""
         return self.cells[self.cell_of(uuid)]
 
-    def choose(self, availability_zone: str | None, flavor: Flavor) -> str:
-        """The cell of a boot: its zone's; else a cell drawn at random, each in
+    def choose(
+        self, availability_zone: str | None, flavor: Flavor, project: str | None = None
+    ) -> str:
+        """The cell of a boot: its zone's (``[cells] zone``); else a cell drawn among
+        those that have hosts in the aggregates the boot's request filters ask for
+        (:meth:`aggregate_cells`; all when none asks, or when no cell has such hosts:
+        the boot then fails in its cell as in one), each in
         proportion to how many of ``flavor`` its free capacity holds (its free VCPU,
         MEMORY_MB, DISK_GB, ... each divided by what the flavor asks, the least of
         them). One read a cell at most, O(cells), never O(hosts): ``cell-free``, what
@@ -293,20 +307,49 @@ class CellsCompute:
             if cell in self._unjoined:
                 raise CellNotJoined(cell=cell)
             return cell
-        demand = flavor_demand(flavor)
+        among = self.aggregate_cells(project or "", availability_zone, flavor)
+        return self.draw(flavor_demand(flavor), among)
+
+    def aggregate_cells(
+        self, project: str, availability_zone: str | None, flavor: Flavor
+    ) -> set[str] | None:
+        """The joined cells with hosts in the aggregates a boot's request filters ask
+        for (its zone's aggregates, its project's, those its flavor's
+        ``aggregate_instance_extra_specs`` name; :func:`qsched.cells_aggregates.serves`);
+        None when they ask for none. Every cell holds every aggregate: the filters are
+        run once, on ``flavor_cell``'s; then one read of each cell's aggregate version
+        (its index is kept in memory), O(cells). A boot they send nowhere (the tenant
+        filter required and the project in no aggregate) is None: its cell fails it.
+        """
+        route = self.flavor_cell.aggregates.route(
+            project, Constraints(availability_zone=availability_zone), flavor
+        )
+        wanted = route.constraints.member_of_any
+        if not wanted or route.unplaceable:
+            return None
+        joined = (name for name in self.cells if name not in self._unjoined)
+        return {name for name in joined if serves(wanted, self.cells[name].aggregates.index())}
+
+    def draw(self, demand: Mapping[str, int], among: set[str] | None = None) -> str:
+        """A joined cell drawn in proportion to how many of ``demand`` (resource class ->
+        amount) its free capacity holds, as :meth:`choose` draws (one read a cell);
+        ``among``: of those cells only, unless it is empty or None.
+
+        :raises BackendUnavailable: no joined cell's ledger answered.
+        """
         holds = {}
         for name in self.cells:
-            if name in self._unjoined:
+            if name in self._unjoined or (among and name not in among):
                 continue
             try:
                 free = self.free(name)
             except exception.BackendUnavailable as exc:
-                LOG.warning("cells: cell %s passed over for a boot: %s", name, exc)
+                LOG.warning("cells: cell %s passed over in a draw: %s", name, exc)
                 continue
             holds[name] = min((free.get(rc, 0) // n for rc, n in demand.items()), default=0)
         if not holds:
             raise exception.BackendUnavailable(
-                backend="ledger", reason="no cell's ledger answered: the boot has no cell"
+                backend="ledger", reason="no cell's ledger answered: nothing to draw from"
             )
         names = list(holds)
         weights = [holds[n] for n in names] if any(holds.values()) else None
@@ -347,8 +390,8 @@ class CellsCompute:
 
         As :meth:`ComputeAPI.boot_many` (``asked``: its other arguments), which the
         chosen cell runs with the uuids reserved here. ``cell``: the cell the boot's
-        hints name (the cell of its ``same_host`` servers or of its host), None:
-        :meth:`choose` one.
+        hints name (the cell of its ``same_host`` servers, of its host or of its
+        server group), None: :meth:`choose` one.
 
         :raises QuotaExceeded: not even ``min_count`` fit the project's limits;
             nothing is held.
@@ -362,7 +405,10 @@ class CellsCompute:
             flavor = self.get_flavor(ref_id(flavor_ref), context)
         except exception.FlavorNotFound:
             raise FlavorRefNotFound(flavor=ref_id(flavor_ref)) from None
-        cell = self._asked_cell(cell, availability_zone) or self.choose(availability_zone, flavor)
+        project = context.project_id
+        cell = self._asked_cell(cell, availability_zone, project, flavor) or self.choose(
+            availability_zone, flavor, project
+        )
         compute = self.cells[cell]
         try:  # before anything is held
             self.key_in(compute, context.user_id, getattr(asked.get("server"), "key_name", None))
@@ -389,16 +435,26 @@ class CellsCompute:
             self._unmap(context.project_id, unused)
         return made
 
-    def _asked_cell(self, cell: str | None, availability_zone: str | None) -> str | None:
+    def _asked_cell(
+        self, cell: str | None, availability_zone: str | None, project: str, flavor: Flavor
+    ) -> str | None:
         if cell is None:
             return None
         if cell not in self.cells:
             raise UnknownCell(cell=repr(cell), known=", ".join(self.cells))
+        serving = self.aggregate_cells(project, availability_zone, flavor)
+        if serving and cell not in serving:
+            raise exception.Invalid(
+                reason=f"the boot's hints name a server, host or server group of cell {cell}, "
+                f"and the aggregates its availability zone or request filters ask for have "
+                f"hosts in {', '.join(sorted(serving))} only"
+            )
         zoned = self.zones.get(availability_zone or "")
         if zoned is not None and zoned != cell:
             raise exception.Invalid(
-                reason=f"the boot's hints name a server or host of cell {cell}, and its "
-                f"availability zone {availability_zone} is served by cell {zoned}"
+                reason=f"the boot's hints name a server, host or server group of cell "
+                f"{cell}, and its availability zone {availability_zone} is served by cell "
+                f"{zoned}"
             )
         if cell in self._unjoined:
             raise CellNotJoined(cell=cell)
@@ -540,10 +596,10 @@ def open_cells(
     at its ledger URL, under its name, and its bus: ``open_bus`` of ``bus`` with the
     cell's prefix. ``ledger``: the options every keyspace opens with (its ``url`` and
     ``cell`` are replaced); ``quota``: the default limits, the deployment's in the API
-    keyspace (a cell's own instances, cores and RAM are left unlimited; ``key_pairs``,
-    ``metadata_items`` and ``injected_file*`` are the API keyspace's too, which each
-    cell reads when it checks them; ``server_groups`` and ``server_group_members``,
-    checked in the cell's scripts, stay the cell's); ``compute``: the other
+    keyspace (a cell's own instances, cores, RAM and server groups are left
+    unlimited, the API keyspace counting them; ``key_pairs``, ``metadata_items``,
+    ``injected_file*`` and ``server_group_members`` are the API keyspace's too, which
+    each cell reads when it checks them); ``compute``: the other
     arguments of each cell's :class:`ComputeAPI` (``scheduler``, ``api``, ``policy``,
     ...), which refuses a boot not given its uuids by the front door
     (``serves_boots`` off). Nothing else is opened or read; :meth:`CellsCompute.close`
@@ -602,6 +658,7 @@ class MoverReport(TypedDict):
 
     moved: int  # releases applied to the API keyspace
     settled: int  # pending boots settled
+    groups_settled: int  # pending server groups settled
     joined: list[str]  # cells joined by this pass (:meth:`CellsCompute.join_waiting`)
     skipped: list[str]  # cells passed over: their ledger did not answer
 
@@ -646,7 +703,7 @@ class QuotaMover:
         :raises BackendUnavailable: the API keyspace did not answer.
         """
         joined, failed = self.cells.join_waiting()
-        report = MoverReport(moved=0, settled=0, joined=joined, skipped=[])
+        report = MoverReport(moved=0, settled=0, groups_settled=0, joined=joined, skipped=[])
         down = {name: _CellDown(name, exc) for name, exc in failed.items()}
         for name in self.cells.cells:
             if name in down:
@@ -656,6 +713,7 @@ class QuotaMover:
             except _CellDown as exc:
                 down[name] = exc
         self._settle_pending(report, down)
+        self._settle_groups(report, down)
         report["skipped"] = list(down)
         if down:
             waiting = ", ".join(sorted(self.cells.unjoined))
@@ -664,9 +722,10 @@ class QuotaMover:
                         "; ".join(str(exc) for exc in down.values()),
                         f"; not joined yet (no boot goes there): {waiting}" if waiting else "",
                         )  # fmt: skip
-        if report["moved"] or report["settled"]:
+        if report["moved"] or report["settled"] or report["groups_settled"]:
             LOG.info("cells: %d releases of quota moved to the API keyspace, %d pending boots "
-                     "settled", report["moved"], report["settled"])  # fmt: skip
+                     "and %d pending server groups settled", report["moved"], report["settled"],
+                     report["groups_settled"])  # fmt: skip
         return report
 
     def _move(self, name: str, report: MoverReport) -> None:
@@ -709,6 +768,36 @@ class QuotaMover:
                 continue
             report["settled"] += 1
 
+    def _settle_groups(self, report: MoverReport, down: dict[str, _CellDown]) -> None:
+        """Server groups pending past the grace (their API process died, or was told 503,
+        between the mapping and the cell's create): kept if their cell has them, else
+        abandoned there (a late create refuses) and their mapping and count dropped."""
+        groups = self.cells.map
+        for uuid in groups.groups_pending_before(time.time() - self.pending_grace_s):
+            found = groups.group_mapping(uuid)
+            if found is None:
+                groups.confirm_groups([uuid])  # nothing mapped: nothing to settle
+                continue
+            cell, project = found
+            if cell in down:
+                continue
+            if cell not in self.cells.cells:
+                LOG.warning("cells: server group %s is pending in %s, a cell no [cells] "
+                            "cell line names now; it waits for that line", uuid, cell)  # fmt: skip
+                continue
+            try:
+                present = _in_cell(cell, self.cells.cells[cell].stores.groups.abandon, uuid)
+            except _CellDown as exc:
+                down[cell] = exc
+                continue
+            if present:
+                groups.confirm_groups([uuid])
+            else:
+                groups.unmap_group(uuid, project)
+                LOG.warning("cells: server group %s never reached its cell %s; its mapping "
+                            "and count are dropped", uuid, cell)  # fmt: skip
+            report["groups_settled"] += 1
+
     def _settle(self, uuid: str, cell: str, project: str) -> None:
         compute = self.cells.cells[cell]
         try:
@@ -728,10 +817,13 @@ def audit(front: CellsCompute) -> dict[str, Any]:
     """The API keyspace's quota against the cells', once the mover ran and no boot is
     on its way (an admin scan of every keyspace): every holder of the API's quota is
     held by the cell its mapping names, for the same amounts, and every holder of a
-    cell's quota by the API's; no release waits in a cell and no boot is pending.
+    cell's quota by the API's; no release waits in a cell and no boot is pending. Every
+    server group is in the cell its mapping names and counted there; every aggregate
+    is in every cell alike, each copy with hosts of its cell only
+    (:func:`qsched.cells_aggregates.audit`).
 
     ``ok`` and what was found: ``problems`` (the first 20), ``ends_waiting``,
-    ``pending``.
+    ``pending``, ``groups_pending``.
     """
     problems: list[str] = []
     held_by_cells: dict[tuple[str, str], tuple[str, Any]] = {}
@@ -758,6 +850,28 @@ def audit(front: CellsCompute) -> dict[str, Any]:
                 problems.append(f"{holder} ({project}): {usage} in the API, {amounts} in {cell}")
     for (project, holder), (cell, _usage) in held_by_cells.items():
         problems.append(f"{holder} ({project}): held by {cell}, not by the API")
+    problems += _group_problems(front)
+    problems += aggregate_problems(front)
     pending = front.map.pending_count()
-    return {"ok": not problems and not waiting and not pending, "problems": problems[:20],
-            "ends_waiting": waiting, "pending": pending}  # fmt: skip
+    groups_pending = front.map.groups_pending_count()
+    return {"ok": not problems and not waiting and not pending and not groups_pending,
+            "problems": problems[:20], "ends_waiting": waiting, "pending": pending,
+            "groups_pending": groups_pending}  # fmt: skip
+
+
+def _group_problems(front: CellsCompute) -> list[str]:
+    """Every server group is mapped to the cell that holds it, for its project, and
+    counted there; every mapping's group is in its cell (an admin scan)."""
+    problems: list[str] = []
+    mapped = front.map.group_mappings()
+    for name, compute in front.cells.items():
+        for group in compute.stores.groups.list_all():
+            found = mapped.pop(group.uuid, None)
+            if found != (name, group.project_id):
+                problems.append(f"group {group.uuid} ({group.project_id}): in {name}, "
+                                f"mapped to {found}")  # fmt: skip
+            elif group.uuid not in front.map.counted_groups(group.project_id):
+                problems.append(f"group {group.uuid} ({group.project_id}): not counted")
+    for uuid, (cell, project) in mapped.items():
+        problems.append(f"group {uuid} ({project}): mapped to {cell}, in no cell")
+    return problems

@@ -8,7 +8,7 @@ routes that serve one cell; route by route:
   instance actions: the instance mapping names the cell (a uuid without one is
   404); a list merges every cell's page (:meth:`CellsCompute.list`). A create goes
   to the cell its hints name (the cell of its ``same_host`` servers, of its host or
-  node), else to its zone's, else to a cell drawn by free capacity.
+  node, of its server group), else to its zone's, else to a cell drawn by free capacity.
 * quotas, quota classes and limits: the API keyspace's, the deployment's limits;
   each cell reads from there the limits it checks in code (``key_pairs``,
   ``metadata_items``, ``injected_file*``; :func:`~qsched.cells.open_cells`), and its
@@ -25,9 +25,12 @@ routes that serve one cell; route by route:
   on the order of those lines: append new cells, never reorder them; a cell of
   more than 16,777,215 hypervisors or services would overflow into the next
   cell's. The uuids of 2.53 on are unique as they are.
-* server groups and aggregates are not served (:class:`qsched.exception.NotServedAcrossCells`,
-  501): each lives in one cell's keyspace and the group mapping and host mapping
-  that would find it are not built (docs/scale.rst).
+* server groups: each in one cell, found by its group mapping in the API keyspace;
+  a create draws its cell, a boot with a ``group`` hint goes to the group's cell
+  (:mod:`qsched.cells_groups`, which says where their quotas are counted).
+* aggregates: every aggregate in every cell with one id and uuid, each cell's copy
+  with that cell's hosts; a host's changes go to its cell, found by its host mapping
+  (:mod:`qsched.cells_aggregates`).
 
 A write to every cell that a cell does not answer fails with 503 once the other
 cells were written; every such write is idempotent (a flavor by its id, a keypair
@@ -47,6 +50,8 @@ from typing import Any, TypeVar
 
 from qsched import exception
 from qsched.cells import CellsCompute
+from qsched.cells_aggregates import CellsAggregates
+from qsched.cells_groups import CellsGroups
 from qsched.compute import ComputeAPI, FlavorExtraSpecNotFound, Reservation, check_counts
 from qsched.context import RequestContext
 from qsched.flavors import Flavor, FlavorAccessExists, FlavorAccessNotFound, FlavorQuery
@@ -103,6 +108,8 @@ class CellsComputeAPI:
         self.services = CellsServices(self)
         self.zones = CellsZones(self)
         self.actions = CellsServerActions(self)
+        self.groups = CellsGroups(front)
+        self.aggregates = CellsAggregates(front)
 
     @property
     def cells(self) -> list[ComputeAPI]:
@@ -155,38 +162,39 @@ class CellsComputeAPI:
         """As :meth:`ComputeAPI.boot_many`, into the cell :meth:`hinted_cell` names or
         :meth:`CellsCompute.choose` draws; the quota is the API keyspace's.
 
-        :raises NotServedAcrossCells: a ``group`` hint (501); nothing is held.
-        :raises Invalid: the hints name servers or hosts of several cells, or of
-            another cell than the zone's (400).
+        A ``group`` hint sends them to the group's cell (:mod:`qsched.cells_groups`).
+
+        :raises Invalid: the hints name servers, hosts or a group of several cells, or
+            of another cell than the zone's (400).
+        :raises GroupRefNotFound: no such group (400); nothing is held.
         """
-        if group is not None:
-            raise exception.NotServedAcrossCells(what="Server groups", why=GROUPS_WHY,
-                                                 fix=GROUPS_FIX)  # fmt: skip
         check_counts(min_count, max_count)
         return self.front.boot_many(
             context, name, flavor_ref, image_ref, availability_zone, min_count=min_count,
-            max_count=max_count, cell=self.hinted_cell(hosts), metadata=metadata,
-            server=server, hosts=hosts,
+            max_count=max_count, cell=self.hinted_cell(hosts, group), metadata=metadata,
+            group=group, server=server, hosts=hosts,
         )  # fmt: skip
 
-    def hinted_cell(self, hosts: HostRequest | None) -> str | None:
+    def hinted_cell(self, hosts: HostRequest | None, group: str | None = None) -> str | None:
         """The cell a boot's hints name: that of its ``same_host`` servers (their
-        mappings) and of its host or node (O(cells) reads); None when they name none
-        (``different_host`` names none: a server of another cell is on another host).
+        mappings), of its host or node (O(cells) reads) and of its ``group`` (its
+        mapping); None when they name none (``different_host`` names none: a server of
+        another cell is on another host).
 
         :raises Invalid: they name several cells: no host can satisfy them.
+        :raises GroupRefNotFound: ``group`` is no group's (400).
         """
-        if not hosts:
-            return None
-        mapping = self.front.map.mapping
-        named = {found[0] for server in hosts.same_host if (found := mapping(server))}
-        if hosts.host is not None or hosts.node is not None:
+        named = {self.groups.cell_for_boot(group)} if group is not None else set()
+        if hosts:
+            mapping = self.front.map.mapping
+            named |= {found[0] for server in hosts.same_host if (found := mapping(server))}
+        if hosts and (hosts.host is not None or hosts.node is not None):
             named |= {name for name, compute in self.front.cells.items()
                       if _holds(compute, hosts.host, hosts.node)}  # fmt: skip
         if len(named) > 1:
             raise exception.Invalid(
-                reason=f"the scheduler hints and host name servers or hosts of several cells "
-                f"({', '.join(sorted(named))}): no host can satisfy them"
+                reason=f"the scheduler hints and host name servers, hosts or a server group "
+                f"of several cells ({', '.join(sorted(named))}): no host can satisfy them"
             )
         return next(iter(named), None)
 
@@ -390,17 +398,6 @@ class CellsComputeAPI:
             if health[part] is None and all(cell[part] for cell in found):
                 health[part] = found[0][part]
         return health
-
-
-GROUPS_WHY = (
-    "a group lives in one cell's keyspace, whose claims check its policy, and the group "
-    "mapping (group-map in the API keyspace) that would find its cell, and send its "
-    "members' boots there, is not built."
-)
-GROUPS_FIX = (
-    "Boot without the group hint, or serve that cell alone (qsched-api without [cells], "
-    "its [ledger] the cell's) to manage its groups."
-)
 
 
 def _holds(compute: ComputeAPI, host: str | None, node: str | None) -> bool:

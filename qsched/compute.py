@@ -211,7 +211,8 @@ class ComputeAPI:
     (None: nowhere); ``serves_boots`` False: a boot not given its uuids by the front
     door of several cells (:mod:`qsched.cells`) is refused (:class:`BootsNotServedHere`);
     ``quotas``: where the limits this cell checks in code are read (``key_pairs``,
-    ``metadata_items``, ``injected_file*``; None: this cell's quota; the front door of
+    ``metadata_items``, ``injected_file*``, and ``server_group_members``, which the
+    create script then checks as given; None: this cell's quota; the front door of
     several cells gives the API keyspace's, the deployment's limits).
     """
 
@@ -251,6 +252,9 @@ class ComputeAPI:
         self.groups = ServerGroups(stores, self.policy)
         # limit_for: what other checks enforce
         self.quotas = quotas or QuotaAPI(stores, self.policy)
+        #: the deployment's limits are not this keyspace's (a cell of several): a group's
+        #: member limit is read there and given to the create script as final
+        self._limits_elsewhere = quotas is not None
         self.keypairs = KeypairAPI(stores, self.policy, self.quotas)
         self.host_rules = HostRules(stores, self.policy, _may_see)
         # the operators' views and the server actions of this cell (qsched.api's routes)
@@ -440,15 +444,16 @@ class ComputeAPI:
             name_and_definition = self._class(requests[0].scheduling_class, scheduling_class)
             expect = (asked.flavor_id, stored)
             deadline = requests[0].deadline
+            members = self._members_limit(context, asked.group)
             try:
                 if several:
                     made = self.stores.instances.create_batch(
                         records, asked.min_count, asked.reservation_id, deadline, expect,
-                        name_and_definition, lone_name=asked.name,
+                        name_and_definition, lone_name=asked.name, members_limit=members,
                     )  # fmt: skip
                 else:
                     made = [self.stores.instances.create(
-                        records[0], deadline, expect, name_and_definition
+                        records[0], deadline, expect, name_and_definition, members
                     )]  # fmt: skip
             except exception.FlavorChanged:
                 self._flavor_cache.pop(asked.flavor_id, None)
@@ -457,6 +462,14 @@ class ComputeAPI:
                 continue
             return list(zip(made, requests, strict=False)), route, flavor
         raise AssertionError("unreachable: the second try raises or returns")
+
+    def _members_limit(self, context: RequestContext, group: ServerGroup | None) -> int | None:
+        """The member limit a boot into ``group`` is checked against, when it is not this
+        keyspace's: the deployment's (one read of the API keyspace, for a group's boot
+        only); None: the create script reads this keyspace's."""
+        if group is None or not self._limits_elsewhere:
+            return None
+        return self.quotas.limit_for(context.project_id, "server_group_members")
 
     def _request(
         self,

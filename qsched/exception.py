@@ -77,13 +77,6 @@ class BootsNotServedHere(Conflict):
     )
 
 
-class NotServedAcrossCells(QschedError):
-    """What qsched-api does not serve over several cells yet (501): served from one
-    cell it would act on that cell as if it were the deployment (docs/scale.rst)."""
-
-    msg_fmt = "{what} are not served over several cells yet: {why} {fix}"
-
-
 class ProviderExists(Conflict):
     msg_fmt = "A resource provider with {field} {value!r} already exists."
 

@@ -66,6 +66,21 @@ class ServerGroups:
         :raises Invalid: an unknown policy or rule (the API's schema says so first).
         :raises ServerGroupLimitExceeded: ``[quota] server_groups`` (403).
         """
+        return self.stores.groups.create(self.checked(context, name, policy, rules_))
+
+    def checked(
+        self,
+        context: RequestContext,
+        name: str,
+        policy: str,
+        rules_: Mapping[str, int] | None = None,
+    ) -> ServerGroup:
+        """The group :meth:`create` would write, with a new uuid, once the caller and the
+        request are checked; nothing is written (the front door of several cells maps
+        it first).
+
+        :raises Forbidden, RulesNeedAntiAffinity, Invalid: as :meth:`create`.
+        """
         self.policy.authorize(context, rules.CREATE)
         wanted = dict(rules_ or {})
         if policy not in GROUP_POLICIES:
@@ -75,9 +90,8 @@ class ServerGroups:
         most = wanted.pop("max_server_per_host", None)
         if wanted or (most is not None and (type(most) is not int or most < 1)):
             raise exception.Invalid(reason="rules may only set max_server_per_host >= 1")
-        group = ServerGroup(str(uuidlib.uuid4()), name, context.project_id, context.user_id,
-                            policy, most)  # fmt: skip
-        return self.stores.groups.create(group)
+        return ServerGroup(str(uuidlib.uuid4()), name, context.project_id, context.user_id,
+                           policy, most)  # fmt: skip
 
     def get(self, context: RequestContext, uuid: str) -> ServerGroup:
         """One group, with its members (servers not DELETED).

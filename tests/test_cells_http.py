@@ -427,32 +427,6 @@ def test_hypervisors_services_and_zones_are_every_cells_with_ids_of_their_own(
     assert shown == {"az1": True, "az2": False}  # its one service is disabled, as Nova
 
 
-def test_server_groups_and_aggregates_answer_501_and_act_on_no_cell(
-    deployment: Deployment, client: falcon.testing.TestClient
-) -> None:
-    group = {"server_group": {"name": "g", "policies": ["anti-affinity"]}}
-    for method, path, body in (
-        ("GET", "/v2.1/os-server-groups", None),
-        ("POST", "/v2.1/os-server-groups", group),
-        ("DELETE", f"/v2.1/os-server-groups/{uuid.uuid4()}", None),
-        ("GET", "/v2.1/os-aggregates", None),
-        ("POST", "/v2.1/os-aggregates", {"aggregate": {"name": "a"}}),
-        ("POST", "/v2.1/os-aggregates/1/action", {"add_host": {"host": "cell1-cn0"}}),
-    ):
-        refused = client.simulate_request(method, path, json=body, headers=ADMIN)
-        assert refused.status_code == 501, (method, path, refused.text)
-        message = refused.json["notImplemented"]["message"]
-        assert "not served over several cells yet" in message and "mapping" in message
-    for cell in deployment.cells.values():
-        assert cell.aggregates.index().aggregates == {}
-    hinted = client.simulate_post("/v2.1/servers", headers=API_USER, json={
-        "server": {"name": "vm", "flavorRef": "small", "imageRef": str(uuid.uuid4())},
-        "os:scheduler_hints": {"group": str(uuid.uuid4())}})  # fmt: skip
-    assert hinted.status_code == 501 and "Server groups" in hinted.text, hinted.text
-    assert deployment.api.quota.get_usage("p1").instances == 0
-    assert deployment.front.map.pending_count() == 0
-
-
 def test_a_same_host_hint_goes_to_its_servers_cell(
     deployment: Deployment, client: falcon.testing.TestClient
 ) -> None:

@@ -76,7 +76,13 @@ def test_the_mover_passes_over_a_cell_that_does_not_answer_and_moves_the_others(
             done = deployment.mover.run_once()
     finally:
         store.client = live
-    assert done == {"moved": 1, "settled": 1, "joined": [], "skipped": ["cell1"]}
+    assert done == {
+        "moved": 1,
+        "settled": 1,
+        "groups_settled": 0,
+        "joined": [],
+        "skipped": ["cell1"],
+    }
     assert used(deployment) == 2  # first and cell1's lost boot still held
     (passed,) = [r for r in caplog.records if "passed over" in r.getMessage()]
     assert passed.getMessage().startswith("cells: the quota mover passed over cell1: ")
@@ -85,7 +91,13 @@ def test_the_mover_passes_over_a_cell_that_does_not_answer_and_moves_the_others(
     assert deployment.front.mapping(lost["cell1"]) == ("cell1", "p1")
     with pytest.raises(exception.InstanceNotFound):
         deployment.front.mapping(lost["cell2"])
-    assert deployment.mover.run_once() == {"moved": 1, "settled": 1, "joined": [], "skipped": []}
+    assert deployment.mover.run_once() == {
+        "moved": 1,
+        "settled": 1,
+        "groups_settled": 0,
+        "joined": [],
+        "skipped": [],
+    }
     assert used(deployment) == 0
     assert deployment.front.map.pending_count() == 0
 
@@ -158,9 +170,21 @@ def test_a_cell_down_at_the_start_gets_no_boot_until_a_pass_joins_it(
     drawn = [front.boot_many(USER, "vm", "small").instances[0].uuid for _ in range(3)]
     assert {front.cell_of(u) for u in drawn} == {"cell1"}
     mover = qcells.QuotaMover(front, 60.0)
-    assert mover.run_once() == {"moved": 0, "settled": 0, "joined": [], "skipped": ["cell2"]}
+    assert mover.run_once() == {
+        "moved": 0,
+        "settled": 0,
+        "groups_settled": 0,
+        "joined": [],
+        "skipped": ["cell2"],
+    }
     comes_back(front, ledger_url)
-    assert mover.run_once() == {"moved": 0, "settled": 0, "joined": ["cell2"], "skipped": []}
+    assert mover.run_once() == {
+        "moved": 0,
+        "settled": 0,
+        "groups_settled": 0,
+        "joined": ["cell2"],
+        "skipped": [],
+    }
     assert front.unjoined == frozenset()
     cell2 = front.cells["cell2"]
     assert cell2.stores.quota.default_limits()["instances"] == -1  # the API's quota now

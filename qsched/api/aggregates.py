@@ -5,6 +5,10 @@ Create, show, list, update (name, zone), delete, and the ``add_host``,
 every success (Nova keeps 200 for compatibility), 409 for a taken name or a host
 already there or in another zone, 400 for other refused changes, 404 for an
 unknown aggregate or host.
+
+Over several cells the front door's ``aggregates`` is
+:class:`qsched.cells_aggregates.CellsAggregates`: the same calls, every aggregate in
+every cell.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from qsched.aggregates import (
 )
 from qsched.api import Handler, context_of, microversion, read_json, schemas, usage_time
 from qsched.api.microversion import Version
-from qsched.compute import ComputeAPI
 
 UUID_SHOWN: Version = (2, 41)  # the aggregate's uuid in every view
 
@@ -38,14 +41,7 @@ def _id(aggregate_id: str) -> int:
     return value
 
 
-class _OneCell(Handler):
-    """Served for one cell only: over several, qsched.api.app routes these paths to a
-    501 (``NotAcrossCells``) and never builds these handlers."""
-
-    compute: ComputeAPI
-
-
-class Aggregates(_OneCell):
+class Aggregates(Handler):
     """``/v2.1/os-aggregates``: list and create."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -63,7 +59,7 @@ class Aggregates(_OneCell):
         resp.media = {"aggregate": shown}
 
 
-class AggregateItem(_OneCell):
+class AggregateItem(Handler):
     """``/v2.1/os-aggregates/{aggregate_id}``: show, update, delete."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, aggregate_id: str) -> None:
@@ -81,7 +77,7 @@ class AggregateItem(_OneCell):
         self.compute.aggregates.delete(context_of(req), _id(aggregate_id))
 
 
-class AggregateAction(_OneCell):
+class AggregateAction(Handler):
     """``/v2.1/os-aggregates/{aggregate_id}/action``: add_host, remove_host, set_metadata."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, aggregate_id: str) -> None:

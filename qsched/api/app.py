@@ -52,7 +52,7 @@ from qsched.api import servers as server_handlers
 from qsched.api import services as service_handlers
 from qsched.bus.base import Bus
 from qsched.cells import CellsCompute, open_cells
-from qsched.cells_api import GROUPS_FIX, GROUPS_WHY, CellsComputeAPI
+from qsched.cells_api import CellsComputeAPI
 from qsched.compute import ComputeAPI, Publisher
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
 from qsched.conf.glance import set_options as glance_set_options
@@ -91,7 +91,6 @@ _DEFAULT_MESSAGES = {
 }
 # Domain errors by HTTP status, most specific first (looked up along the MRO).
 _STATUS: dict[type[Exception], int] = {
-    exception.NotServedAcrossCells: 501,
     exception.Forbidden: 403,
     exception.QuotaExceeded: 403,
     exception.NotFound: 404,
@@ -147,8 +146,7 @@ def create_cells_app(
 
     ``front``: the cells (:func:`qsched.cells.open_cells`, whose cells' ComputeAPIs
     carry the scheduler options, policy, images, metrics and notifier); ``api``,
-    ``conf``, ``metrics``: as :func:`create_app`'s. Server groups and aggregates
-    answer 501 (:class:`~qsched.exception.NotServedAcrossCells`).
+    ``conf``, ``metrics``: as :func:`create_app`'s.
 
     :raises Invalid, FlavorExists: a bad ``[api] flavor`` line.
     :raises BackendUnavailable: a joined cell's ledger is unreachable.
@@ -216,7 +214,7 @@ def _routes(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Rou
         (f"{flavor}/os-extra_specs/{{key}}", flavor_handlers.ExtraSpec(*args)),
         (f"{PREFIX}/os-services", service_handlers.Services(*args)),
         (f"{PREFIX}/os-services/{{service_id}}", service_handlers.ServiceItem(*args)),
-        *_one_cell_routes(compute, endpoint, max_body),
+        *_grouping_routes(args),
         (f"{PREFIX}/limits", quota_handlers.Limits(*args)),
         (quota_set, quota_handlers.QuotaSet(*args)),
         (f"{quota_set}/detail", quota_handlers.QuotaSetDetail(*args)),
@@ -226,46 +224,17 @@ def _routes(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Rou
     ]
 
 
-def _one_cell_routes(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Route]:
-    """Aggregates and server groups: served for one cell; over several, every method
-    answers 501 (:class:`NotAcrossCells`), never one cell's as if it were the cloud's."""
+def _grouping_routes(args: tuple[FrontDoor, str | None, int]) -> list[Route]:
+    """Aggregates and server groups, for one cell and over several
+    (:mod:`qsched.cells_aggregates`, :mod:`qsched.cells_groups`)."""
     aggregate = f"{PREFIX}/os-aggregates/{{aggregate_id}}"
-    aggregates = (f"{PREFIX}/os-aggregates", aggregate, f"{aggregate}/action")
-    groups = (f"{PREFIX}/os-server-groups", f"{PREFIX}/os-server-groups/{{group_id}}")
-    if not isinstance(compute, ComputeAPI):
-        refuse_aggregates = NotAcrossCells("Aggregates", AGGREGATES_WHY, AGGREGATES_FIX)
-        refuse_groups = NotAcrossCells("Server groups", GROUPS_WHY, GROUPS_FIX)
-        refused: list[Route] = [(t, refuse_aggregates) for t in aggregates]
-        return refused + [(t, refuse_groups) for t in groups]
-    args = (compute, endpoint, max_body)
     return [
-        (aggregates[0], aggregate_handlers.Aggregates(*args)),
-        (aggregates[1], aggregate_handlers.AggregateItem(*args)),
-        (aggregates[2], aggregate_handlers.AggregateAction(*args)),
-        (groups[0], group_handlers.ServerGroups(*args)),
-        (groups[1], group_handlers.ServerGroup(*args)),
+        (f"{PREFIX}/os-aggregates", aggregate_handlers.Aggregates(*args)),
+        (aggregate, aggregate_handlers.AggregateItem(*args)),
+        (f"{aggregate}/action", aggregate_handlers.AggregateAction(*args)),
+        (f"{PREFIX}/os-server-groups", group_handlers.ServerGroups(*args)),
+        (f"{PREFIX}/os-server-groups/{{group_id}}", group_handlers.ServerGroup(*args)),
     ]
-
-
-AGGREGATES_WHY = (
-    "an aggregate lives in the keyspace of the cell of its hosts, and the host mapping "
-    "(host-map in the API keyspace, written by each agent's registration) that would find "
-    "a host's cell is not built."
-)
-AGGREGATES_FIX = "Building it is described in docs/scale.rst (Serving it over HTTP)."
-
-
-class NotAcrossCells:
-    """A route not served over several cells: every method answers 501 with what is
-    missing and the fix (:class:`qsched.exception.NotServedAcrossCells`)."""
-
-    def __init__(self, what: str, why: str, fix: str) -> None:
-        self.refusal = {"what": what, "why": why, "fix": fix}
-
-    def _refuse(self, req: falcon.Request, resp: falcon.Response, **params: str) -> None:
-        raise exception.NotServedAcrossCells(**self.refusal)
-
-    on_get = on_post = on_put = on_delete = _refuse
 
 
 def _view_routes(args: tuple[FrontDoor, str | None, int]) -> list[Route]:

@@ -5,6 +5,9 @@ empty ``metadata``; 2.13 adds ``project_id`` and ``user_id``; 2.15 accepts the s
 policies; 2.64 shows and takes ``policy`` and ``rules`` (``max_server_per_host``)
 instead. These routes speak up to 2.64; ask for it with ``OpenStack-API-Version:
 compute 2.64`` (``openstack --os-compute-api-version 2.64 server group create``).
+
+Over several cells the front door's ``groups`` is :class:`qsched.cells_groups.CellsGroups`:
+the same calls, each group in one cell.
 """
 
 from __future__ import annotations
@@ -14,18 +17,10 @@ from typing import Any
 import falcon
 
 from qsched.api import Handler, context_of, microversion, read_json, schemas
-from qsched.compute import ComputeAPI
 from qsched.ledger.records import ServerGroup as Group
 
 
-class _OneCell(Handler):
-    """Served for one cell only: over several, qsched.api.app routes these paths to a
-    501 (``NotAcrossCells``) and never builds these handlers."""
-
-    compute: ComputeAPI
-
-
-class ServerGroups(_OneCell):
+class ServerGroups(Handler):
     """``/v2.1/os-server-groups``: list and create."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -53,7 +48,7 @@ class ServerGroups(_OneCell):
         resp.media = {"server_group": view(group, version)}
 
 
-class ServerGroup(_OneCell):
+class ServerGroup(Handler):
     """``/v2.1/os-server-groups/{group_id}``: show and delete."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, group_id: str) -> None:

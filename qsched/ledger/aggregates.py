@@ -30,12 +30,21 @@ class RedisAggregates(AggregateStore):
         self.store = store
         self.keys = store.keys
 
-    def create(self, name: str, availability_zone: str | None = None) -> Aggregate:
+    def create(
+        self,
+        name: str,
+        availability_zone: str | None = None,
+        aggregate_id: int | None = None,
+        uuid: str | None = None,
+    ) -> Aggregate:
         made = self._run(
-            "aggregate_create", str(uuidlib.uuid4()), name, availability_zone or "",
-            self.store.now(),
+            "aggregate_create", uuid or str(uuidlib.uuid4()), name, availability_zone or "",
+            self.store.now(), "" if aggregate_id is None else int(aggregate_id),
         )  # fmt: skip
         return self.get(int(made["id"]))
+
+    def last_id(self) -> int:
+        return int(self.store.client.hget(self.keys.aggregate_ids, "seq") or 0)
 
     def get(self, aggregate_id: int) -> Aggregate:
         uuid = self.store.client.hget(self.keys.aggregate_ids, str(aggregate_id))

@@ -371,6 +371,7 @@ class InstanceStore(abc.ABC):
         deadline: float,
         expect_flavor: tuple[str, str] | None = None,
         scheduling_class: tuple[str, Mapping[str, Any]] | None = None,
+        members_limit: int | None = None,
     ) -> Instance:
         """Reserve quota for ``instance`` and record it in BUILD, as one atomic step.
 
@@ -389,6 +390,11 @@ class InstanceStore(abc.ABC):
         (:meth:`outbox_done` with the returned ``outbox``); the janitor publishes
         what stays there too long (:meth:`outbox_take`).
 
+        A member of a server group (``Instance.group``) is refused when the group holds
+        its member limit already: ``members_limit`` when given (the deployment's, which
+        the front door of several cells reads in the API keyspace), else the project's
+        ``server_group_members`` in this keyspace.
+
         :raises QuotaExceeded: nothing recorded.
         :raises InstanceExists: the uuid is taken.
         :raises FlavorChanged: ``expect_flavor`` is out of date; nothing recorded.
@@ -406,10 +412,11 @@ class InstanceStore(abc.ABC):
         expect_flavor: tuple[str, str] | None = None,
         scheduling_class: tuple[str, Mapping[str, Any]] | None = None,
         lone_name: str | None = None,
+        members_limit: int | None = None,
     ) -> list[Instance]:
         """A multi-create: as many of ``instances`` as the quota allows, at least
-        ``min_count``, each reserved and recorded as :meth:`create` does, in one atomic
-        step; returns those recorded, in order (Nova's count).
+        ``min_count``, each reserved and recorded as :meth:`create` does (``members_limit``
+        as there), in one atomic step; returns those recorded, in order (Nova's count).
 
         All share a flavor, project, group and deadline. With more than one, they form
         the batch ``reservation_id``: a claim says whether every member holds one
@@ -886,11 +893,24 @@ class AggregateStore(abc.ABC):
     """
 
     @abc.abstractmethod
-    def create(self, name: str, availability_zone: str | None = None) -> Aggregate:
-        """A new aggregate, with the next integer id and a new UUID.
+    def create(
+        self,
+        name: str,
+        availability_zone: str | None = None,
+        aggregate_id: int | None = None,
+        uuid: str | None = None,
+    ) -> Aggregate:
+        """A new aggregate, with the next integer id and a new UUID, or with those given
+        (the front door of several cells gives every cell the same; the cell's next id
+        is then past the given one).
 
         :raises AggregateNameExists: the name is taken.
+        :raises Conflict: the given id is taken.
         """
+
+    @abc.abstractmethod
+    def last_id(self) -> int:
+        """The highest id given in this keyspace so far (0: none; O(1))."""
 
     @abc.abstractmethod
     def get(self, aggregate_id: int) -> Aggregate:
@@ -969,7 +989,7 @@ class GroupStore(abc.ABC):
         """Record a new group, within its project's limit; return it as written.
 
         :raises ServerGroupLimitExceeded: the project holds ``[quota] server_groups``.
-        :raises Conflict: the uuid is taken.
+        :raises Conflict: the uuid is taken, or was abandoned (:meth:`abandon`).
         """
 
     @abc.abstractmethod
@@ -993,6 +1013,13 @@ class GroupStore(abc.ABC):
 
         :raises GroupNotFound:
         """
+
+    @abc.abstractmethod
+    def abandon(self, uuid: str) -> bool:
+        """Give up on a group whose create may not have run here (the front door of
+        several cells, :mod:`qsched.cells`): True if the group is here (it is kept); else
+        a mark is left, in the same step, so that a :meth:`create` arriving late refuses
+        (:class:`~qsched.exception.Conflict`), and False."""
 
     @abc.abstractmethod
     def hosts(self, uuid: str) -> dict[str, int]:

@@ -1,7 +1,11 @@
 """RedisCellMap: the records of several cells behind one API (:mod:`qsched.cells`).
 
 In the API keyspace: the instance mappings (``inst-map:<uuid>``, JSON ``[cell,
-project]``) and the boots pending (``inst-map-pending``). In a cell's keyspace:
+project]``) and the boots pending (``inst-map-pending``); the host mappings
+(``host-map:<host>``: its cell) and the last aggregate id (``agg-seq``); the server group mappings
+(``group-map:<uuid>``, the same JSON), the groups pending (``group-map-pending``) and
+each project's mapped groups (``project:<project>:groups``, what its ``server_groups``
+limit counts there: ``group_map`` checks and writes them in one step). In a cell's keyspace:
 ``quota-home``, set when the cell joined, and ``quota-ends``, the releases of quota
 its scripts indexed for the API keyspace (``release_quota`` in ``lib.lua``).
 """
@@ -13,8 +17,9 @@ import time
 from collections.abc import Sequence
 
 from qsched import exception
-from qsched.ledger import Stores
-from qsched.ledger.redis import RedisStore, maps_errors, text
+from qsched.ledger import Stores, cluster
+from qsched.ledger.groups import GroupLimits, RedisGroups
+from qsched.ledger.redis import RedisStore, glob_escape, maps_errors, read_many, text
 
 #: the value of a cell's ``quota-home`` once the API keyspace holds its quota
 API_HOME = "api"
@@ -28,14 +33,19 @@ def cell_map(stores: Stores) -> RedisCellMap:
     store = getattr(stores.quota, "store", None)
     if not isinstance(store, RedisStore):
         raise exception.Invalid(reason="several cells need the Redis ledger")
-    return RedisCellMap(store)
+    groups = stores.groups.limits if isinstance(stores.groups, RedisGroups) else GroupLimits()
+    return RedisCellMap(store, groups.server_groups)
 
 
 @maps_errors
 class RedisCellMap:
-    def __init__(self, store: RedisStore) -> None:
+    """``server_groups``: the ``[quota]`` option, the limit of a project's groups when
+    neither the project nor the default class sets one (:meth:`map_group`)."""
+
+    def __init__(self, store: RedisStore, server_groups: int = -1) -> None:
         self.store = store
         self.keys = store.keys
+        self.server_groups = server_groups
 
     # -- a cell --
 
@@ -105,3 +115,83 @@ class RedisCellMap:
 
     def pending_count(self) -> int:
         return int(self.store.client.zcard(self.keys.mapping_pending))
+
+    # -- server groups, in the API keyspace --
+
+    def map_group(self, uuid: str, cell: str, project: str) -> None:
+        """Map a new group to its cell and count it in its project's ``server_groups``
+        limit, pending until :meth:`confirm_groups`: one atomic step.
+
+        :raises ServerGroupLimitExceeded: the project holds its limit of groups in every
+            cell together; nothing is written.
+        :raises Conflict: the uuid is mapped already.
+        """
+        self.store.run("group_map", self.keys.group_cell(uuid), uuid, cell, project,
+                       self.server_groups, time.time())  # fmt: skip
+
+    def group_mapping(self, uuid: str) -> tuple[str, str] | None:
+        """The group's cell and project; None: not mapped."""
+        found = self.store.client.get(self.keys.group_cell(uuid))
+        if found is None:
+            return None
+        cell, project = json.loads(text(found))
+        return str(cell), str(project)
+
+    def unmap_group(self, uuid: str, project: str) -> bool:
+        """Drop a group's mapping, its count and pending entry (deleted, or never created
+        in its cell), in one step. Returns whether it was mapped (False for a repeat)."""
+        pipe = self.store.client.pipeline(transaction=True)  # one slot: one MULTI
+        pipe.delete(self.keys.group_cell(uuid))
+        pipe.srem(self.keys.project_groups(project), uuid)
+        pipe.zrem(self.keys.group_mapping_pending, uuid)
+        dropped, _counted, _pending = pipe.execute()
+        return bool(dropped)
+
+    def confirm_groups(self, uuids: Sequence[str]) -> None:
+        """Their cell holds these groups: no longer pending."""
+        if uuids:
+            self.store.client.zrem(self.keys.group_mapping_pending, *uuids)
+
+    def groups_pending_before(self, until: float) -> list[str]:
+        """Groups pending since before ``until`` (epoch seconds)."""
+        found = self.store.client.zrangebyscore(self.keys.group_mapping_pending, 0, until)
+        return [text(u) for u in found]
+
+    def counted_groups(self, project: str) -> set[str]:
+        """The groups the project's ``server_groups`` limit counts (every cell's)."""
+        return {text(u) for u in self.store.client.smembers(self.keys.project_groups(project))}
+
+    def group_pending(self, uuid: str) -> bool:
+        """Whether the group waits for its cell's confirmation (one read)."""
+        return self.store.client.zscore(self.keys.group_mapping_pending, uuid) is not None
+
+    def groups_pending_count(self) -> int:
+        return int(self.store.client.zcard(self.keys.group_mapping_pending))
+
+    def group_mappings(self) -> dict[str, tuple[str, str]]:
+        """Every group mapping: uuid -> (cell, project) (an admin scan of the keyspace)."""
+        head = self.keys.group_cell("")
+        keys = [text(k) for k in cluster.scan_cell(self.store.client, self.keys.prefix,
+                                                   glob_escape(head) + "*", 1000)]  # fmt: skip
+        found: dict[str, tuple[str, str]] = {}
+        for key, raw in zip(keys, read_many(self.store.client, "get", keys), strict=True):
+            if raw is not None:  # unmapped since the scan
+                cell, project = json.loads(text(raw))
+                found[key[len(head) :]] = (str(cell), str(project))
+        return found
+
+    # -- hosts and aggregates, in the API keyspace --
+
+    def host_cell(self, host: str) -> str | None:
+        """The cell a host was found in (Nova's host mapping); None: not mapped yet."""
+        found = self.store.client.get(self.keys.host_cell(host))
+        return None if found is None else text(found)
+
+    def map_host(self, host: str, cell: str) -> None:
+        """Record the cell a host was found in (a repeat or a move overwrites it)."""
+        self.store.client.set(self.keys.host_cell(host), cell)
+
+    def next_aggregate_id(self, floor: int) -> int:
+        """The next aggregate id of the deployment: above every id given here and above
+        ``floor`` (the highest any cell gave itself), one atomic step."""
+        return int(self.store.run("aggregate_seq", self.keys.aggregate_seq, int(floor))["id"])

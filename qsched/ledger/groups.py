@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from qsched import exception
 from qsched.ledger.base import GroupStore, ServerGroup
+from qsched.ledger.instances import ABANDON_MARK_S
 from qsched.ledger.redis import RedisStore, canonical_json, maps_errors, read_many, text, text_map
 from qsched.resources import check_uuid
 
@@ -71,6 +72,11 @@ class RedisGroups(GroupStore):
 
     def delete(self, uuid: str) -> None:
         self.store.run("group_delete", self.keys.group(uuid), uuid)
+
+    def abandon(self, uuid: str) -> bool:
+        found = self.store.run("group_abandon", self.keys.group(uuid), uuid, ABANDON_MARK_S,
+                               self.store.now())  # fmt: skip
+        return found["state"] == "present"
 
     def hosts(self, uuid: str) -> dict[str, int]:
         raw = text_map(self.store.client.hgetall(self.keys.group_hosts(uuid)))

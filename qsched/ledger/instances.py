@@ -55,6 +55,7 @@ class RedisInstances(InstanceStore):
         deadline: float,
         expect_flavor: tuple[str, str] | None = None,
         scheduling_class: tuple[str, Mapping[str, Any]] | None = None,
+        members_limit: int | None = None,
     ) -> Instance:
         uuid = check_uuid(instance.uuid, "Instance UUID")
         flavor, extra = dict(instance.flavor), dict(instance.extra)
@@ -76,7 +77,7 @@ class RedisInstances(InstanceStore):
             *(expect_flavor or ("", "")),
             *_class_args(scheduling_class),
             instance.group or "",
-            self.group_members,
+            *self._members_args(members_limit),
         )
         # what the script wrote, as get() would read it back
         return Instance(
@@ -85,6 +86,12 @@ class RedisInstances(InstanceStore):
             quota=quota, tried_hosts=tuple(instance.tried_hosts), extra=extra,
             group=instance.group or None, outbox=result["outbox"],
         )  # fmt: skip
+
+    def _members_args(self, members_limit: int | None) -> tuple[int, str]:
+        """The member limit's script arguments: the default, and whether it is final."""
+        if members_limit is None:
+            return self.group_members, ""
+        return int(members_limit), "1"
 
     def create_batch(
         self,
@@ -95,19 +102,21 @@ class RedisInstances(InstanceStore):
         expect_flavor: tuple[str, str] | None = None,
         scheduling_class: tuple[str, Mapping[str, Any]] | None = None,
         lone_name: str | None = None,
+        members_limit: int | None = None,
     ) -> list[Instance]:
         first = instances[0]
         records = [_record(instance) for instance in instances]
         now, deadline = self.store.now(), float(deadline)
         flavor = dict(first.flavor)
         quota = Usage(1, int(flavor["vcpus"]), int(flavor["ram_mb"]))
+        limit, final = self._members_args(members_limit)
         result = self.store.run(
             "instance_create_batch", self.keys.batch(reservation_id), reservation_id,
             first.project_id, canonical_json(records), quota.cores, quota.ram_mb,
             *self.quota.default_args(), repr(deadline), now, self.store.max_events,
             *(expect_flavor or ("", "")), *_class_args(scheduling_class), first.group or "",
-            self.group_members, int(min_count), lone_name or first.name,
-            int(max(1.0, deadline - now) + BATCH_KEPT_S),
+            limit, int(min_count), lone_name or first.name,
+            int(max(1.0, deadline - now) + BATCH_KEPT_S), final,
         )  # fmt: skip
         count, outboxes = int(result["count"]), list(result["outboxes"])
         lone = count == 1

@@ -138,6 +138,20 @@ class Keyspace:
     def mapping_pending(self) -> str:
         return f"{self.prefix}inst-map-pending"
 
+    def group_cell(self, uuid: str) -> str:
+        return f"{self.prefix}group-map:{uuid}"
+
+    @property
+    def group_mapping_pending(self) -> str:
+        return f"{self.prefix}group-map-pending"
+
+    def host_cell(self, host: str) -> str:
+        return f"{self.prefix}host-map:{host}"
+
+    @property
+    def aggregate_seq(self) -> str:
+        return f"{self.prefix}agg-seq"
+
     @property
     def durability_barrier(self) -> str:
         return f"{self.prefix}durability-barrier"
@@ -237,6 +251,9 @@ class Keyspace:
 
     def group_hosts(self, uuid: str) -> str:
         return f"{self.prefix}group:{uuid}:hosts"
+
+    def group_abandoned(self, uuid: str) -> str:
+        return f"{self.prefix}group:{uuid}:abandoned"
 
     def project_groups(self, project_id: str) -> str:
         return f"{self.prefix}project:{project_id}:groups"

@@ -130,12 +130,18 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "rule_broken": exception.ClaimRuleBroken,
         "aggregate_not_found": aggregates.AggregateNotFound,
         "aggregate_name_exists": aggregates.AggregateNameExists,
+        "aggregate_id_exists": lambda **k: exception.Conflict(
+            reason=f"aggregate id {k['aggregate_id']} is taken"
+        ),
         "aggregate_host_exists": aggregates.AggregateHostExists,
         "aggregate_host_not_found": aggregates.AggregateHostNotFound,
         "compute_host_not_found": exception.ComputeHostNotFound,
         "invalid_aggregate_action": aggregates.InvalidAggregateAction,
         "group_not_found": exception.GroupNotFound,
         "group_exists": lambda **k: exception.Conflict(reason=f"server group {k['group']} exists"),
+        "group_abandoned": lambda **k: exception.Conflict(
+            reason=f"server group {k['group']} was abandoned: its create was told it failed"
+        ),
         "group_quota": exception.ServerGroupLimitExceeded,
         "group_members_quota": exception.GroupMemberLimitExceeded,
         "group_policy": exception.GroupPolicyRefused,

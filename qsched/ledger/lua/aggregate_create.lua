@@ -1,12 +1,25 @@
--- Create a host aggregate with the next integer id.
+-- Create a host aggregate with the next integer id, or with the id given (the front
+-- door of several cells gives every cell the same id and uuid), which then also moves
+-- the cell's own sequence past it.
 -- KEYS[1]  the aggregate ids hash (routes the script to the cell's slot)
--- ARGV     prefix, uuid, name, availability zone ("" for none), now
-local uuid, name, zone, now = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+-- ARGV     prefix, uuid, name, availability zone ("" for none), now, id ("": the next)
+local uuid, name, zone, now, given = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ""
 
 if redis.call("HEXISTS", K.aggregate_names, name) == 1 then
     return fail("aggregate_name_exists", {aggregate_name = name})
 end
-local id = redis.call("HINCRBY", K.aggregate_ids, "seq", 1)
+local id
+if given == "" then
+    id = redis.call("HINCRBY", K.aggregate_ids, "seq", 1)
+else
+    if redis.call("HEXISTS", K.aggregate_ids, given) == 1 then
+        return fail("aggregate_id_exists", {aggregate_id = given})
+    end
+    id = tonumber(given)
+    if tonumber(redis.call("HGET", K.aggregate_ids, "seq") or 0) < id then
+        redis.call("HSET", K.aggregate_ids, "seq", id)
+    end
+end
 local metadata = {}
 if zone ~= "" then metadata.availability_zone = zone end
 redis.call("HSET", K.aggregate(uuid), "id", id, "uuid", uuid, "name", name,

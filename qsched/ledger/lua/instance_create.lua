@@ -5,14 +5,15 @@
 --          flavor id, the flavor as stored when the caller read it ("" "": no check),
 --          scheduling class, its definition JSON for agents ("" "": none),
 --          server group ("" = none), how many servers a group may hold by default
---          (-1: no limit; the project's override wins)
+--          (-1: no limit; the project's override wins), "1" if that limit is final
+--          (the deployment's, given by the front door of several cells)
 local uuid, project, record = ARGV[2], ARGV[3], cjson.decode(ARGV[4])
 local cores, ram = tonumber(ARGV[5]), tonumber(ARGV[6])
 local defaults = {ARGV[7], ARGV[8], ARGV[9]}
 local deadline, now, max_events = ARGV[10], ARGV[11], ARGV[12]
 local flavor_id, flavor_stored = ARGV[13], ARGV[14]
 local class_name, class_definition = ARGV[15], ARGV[16]
-local group, default_members = ARGV[17] or "", ARGV[18] or -1
+local group, default_members, members_final = ARGV[17] or "", ARGV[18] or -1, ARGV[19]
 local ikey = K.instance(uuid)
 if redis.call("EXISTS", ikey) == 1 then
     return fail("instance_exists", {instance = uuid})
@@ -30,7 +31,7 @@ if group ~= "" then
     if redis.call("EXISTS", K.group(group)) == 0 then
         return fail("group_not_found", {group = group})
     end
-    local group_limit = quota_limit(project, "server_group_members", default_members)
+    local group_limit = group_member_limit(project, default_members, members_final)
     if group_limit >= 0 and redis.call("SCARD", K.group_members(group)) >= group_limit then
         return fail("group_members_quota", {group = group, limit = group_limit})
     end

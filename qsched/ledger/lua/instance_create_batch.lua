@@ -7,7 +7,8 @@
 --          deadline, now, max_events, flavor id, the flavor as stored ("" "": no check),
 --          scheduling class, its definition JSON ("" "": none), server group ("" = none),
 --          its default member limit (-1: none; the project's override wins), min_count,
---          the name of a lone member, how long the batch is kept (s)
+--          the name of a lone member, how long the batch is kept (s), "1" if the member
+--          limit is final (the deployment's, given by the front door of several cells)
 local batch, project, records = ARGV[2], ARGV[3], cjson.decode(ARGV[4])
 local cores, ram = tonumber(ARGV[5]), tonumber(ARGV[6])
 local defaults = {ARGV[7], ARGV[8], ARGV[9]}
@@ -16,6 +17,7 @@ local flavor_id, flavor_stored = ARGV[13], ARGV[14]
 local class_name, class_definition = ARGV[15], ARGV[16]
 local group, default_members = ARGV[17], ARGV[18]
 local min_count, lone_name, keep_s = tonumber(ARGV[19]), ARGV[20], tonumber(ARGV[21])
+local members_final = ARGV[22]
 local bkey = K.batch(batch)
 if redis.call("EXISTS", bkey) == 1 then return fail("batch_exists", {batch = batch}) end
 for _, record in ipairs(records) do
@@ -52,7 +54,7 @@ if group ~= "" then
     if redis.call("EXISTS", K.group(group)) == 0 then
         return fail("group_not_found", {group = group})
     end
-    local group_limit = quota_limit(project, "server_group_members", default_members)
+    local group_limit = group_member_limit(project, default_members, members_final)
     if group_limit >= 0 and redis.call("SCARD", K.group_members(group)) + count > group_limit then
         return fail("group_members_quota", {group = group, limit = group_limit})
     end

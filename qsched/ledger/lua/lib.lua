@@ -118,6 +118,14 @@ local function quota_limit(project, name, default)
     return quota_limits(project, {name}, {default})[1]
 end
 
+-- How many servers a group of project may hold: ``default`` as is when ``final`` is "1"
+-- (the front door of several cells gives the deployment's limit, read in the API
+-- keyspace), else the project's override, the default class's, or ``default``.
+local function group_member_limit(project, default, final)
+    if final == "1" then return tonumber(default) end
+    return quota_limit(project, "server_group_members", default)
+end
+
 -- Return what a holder reserved against its project's quota.
 local function release_quota(project, holder)
     local held_key = K.quota_held(project)

@@ -1,0 +1,340 @@
+"""Host aggregates over several cells (docs/scale.rst, "Serving it over HTTP").
+
+Nova keeps aggregates in its API database, one set for the cloud; qsched keeps them
+in a cell's keyspace, where that cell's request filters read them (a boot's zone,
+tenant isolation, isolated aggregates, ``aggregate_instance_extra_specs``) and its
+providers carry them. Over several cells **every aggregate is in every cell, with the
+same id and uuid**, and each cell's copy holds that cell's hosts only. Every cell
+needs every aggregate's metadata, not only those of its hosts: the tenant filter asks
+whether *any* aggregate names the project, and the isolating filter which aggregates
+*any* trait keeps out. So:
+
+* create: the id comes from the API keyspace (``agg-seq``, above the highest id any
+  cell gave itself), the uuid is made once, and the aggregate is written to every
+  cell in the order of the ``[cells] cell`` lines, so the first cell decides between
+  two creates racing for one name. A cell that refuses it or does not answer has the
+  cells written before it give it back (a retry makes a new one).
+* show and list: every cell's copy, merged: name and metadata from the first cell
+  that has it, the hosts of every cell (O(cells) reads).
+* update (name, zone) and set_metadata: every cell, in order. A cell that refuses
+  (the new zone conflicts with another zone of one of its hosts) has the cells
+  written before it put back as they were; one that does not answer fails the call
+  with 503 once the others were written, and the retry completes it.
+* delete: refused (400, Nova's words) while a cell's copy has a host, then removed
+  from every cell.
+* add_host and remove_host: in the host's cell only, found by the **host mapping**
+  (``host-map:<host>`` in the API keyspace, Nova's ``host_mappings``): the first time
+  the front door meets a host it asks each cell (O(cells), once) and records the one
+  that has it; then one read. The agent does not write it: it knows its own cell's
+  ledger only, not the API keyspace, and a host is mapped before any call needs it
+  (Nova's ``discover_hosts`` step, made implicit). The zone check of an add runs in
+  that cell, which holds every aggregate of the host.
+* a boot's cell (:meth:`qsched.cells.CellsCompute.choose`): among the cells where the
+  aggregates its request filters ask for have hosts (:func:`serves`), one read of
+  each cell's aggregate version; a boot the filters leave alone reads nothing.
+
+Every call is O(cells) ledger work at most, never O(hosts).
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import logging
+import uuid as uuidlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+from qsched import exception
+from qsched.aggregates import (
+    ZONE_KEY,
+    Aggregate,
+    AggregateIndex,
+    AggregateNotFound,
+    InvalidAggregateAction,
+)
+from qsched.compute import ComputeAPI
+from qsched.context import RequestContext
+from qsched.policies import aggregates as aggregates_policy
+
+if TYPE_CHECKING:
+    from qsched.cells import CellsCompute
+
+LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def serves(wanted: Sequence[frozenset[str]], index: AggregateIndex) -> bool:
+    """Whether a cell whose aggregates are ``index`` has hosts for a boot that must be in
+    one aggregate of each group of ``wanted`` (Placement's ``member_of=in:``): one of
+    each group has a host there. O(aggregates asked); it does not ask whether one host
+    is in one of each group (a boot of several groups whose aggregates share no host
+    of the cell waits there, and ends in NoValidHost at its deadline)."""
+    found = index.aggregates
+    return all(any(u in found and found[u].hosts for u in group) for group in wanted)
+
+
+class CellsAggregates:
+    """The aggregates of several cells with the surface of
+    :class:`~qsched.aggregate_api.AggregateAPI` that :mod:`qsched.api` uses (see the
+    module docstring). ``front``: the cells."""
+
+    def __init__(self, front: CellsCompute) -> None:
+        self.front = front
+
+    @property
+    def _cells(self) -> builtins.list[ComputeAPI]:
+        return builtins.list(self.front.cells.values())
+
+    def _authorize(self, context: RequestContext, rule: str) -> None:
+        self.front.flavor_cell.aggregates.policy.authorize(context, rule)
+
+    # -- reads --
+
+    def list(self, context: RequestContext) -> builtins.list[Aggregate]:
+        """Every aggregate, by id, each merged from every cell's copy."""
+        self._authorize(context, aggregates_policy.INDEX)
+        copies: dict[int, builtins.list[Aggregate]] = {}
+        for compute in self._cells:
+            for found in compute.aggregates.store.list():
+                copies.setdefault(found.id, []).append(found)
+        return [_merged(copies[i]) for i in sorted(copies)]
+
+    def get(self, context: RequestContext, aggregate_id: int) -> Aggregate:
+        """:raises AggregateNotFound: no cell has it (404)."""
+        self._authorize(context, aggregates_policy.SHOW)
+        return self._get(aggregate_id)
+
+    def _get(self, aggregate_id: int) -> Aggregate:
+        copies = []
+        for compute in self._cells:
+            try:
+                copies.append(compute.aggregates.store.get(aggregate_id))
+            except AggregateNotFound:
+                continue
+        if not copies:
+            raise AggregateNotFound(aggregate_id=aggregate_id)
+        return _merged(copies)
+
+    # -- writes to every cell --
+
+    def create(self, context: RequestContext, name: str, zone: str | None) -> Aggregate:
+        """A new aggregate in every cell, one id and uuid (see the module docstring).
+
+        :raises AggregateNameExists: the name is taken (409); nothing is kept.
+        :raises BackendUnavailable: a cell did not answer (503); nothing is kept where
+            it could be given back.
+        """
+        self._authorize(context, aggregates_policy.CREATE)
+        floor = max(compute.aggregates.store.last_id() for compute in self._cells)
+        aggregate_id = self.front.map.next_aggregate_id(floor)
+        uuid = str(uuidlib.uuid4())
+        written: builtins.list[ComputeAPI] = []
+
+        def create(compute: ComputeAPI) -> Aggregate:
+            made = compute.aggregates.create(context, name, zone, aggregate_id, uuid)
+            written.append(compute)
+            return made
+
+        try:
+            return self._everywhere(create, written)
+        except exception.QschedError:
+            _undo(written, lambda compute: compute.aggregates.store.delete(aggregate_id))
+            raise
+
+    def update(
+        self, context: RequestContext, aggregate_id: int, changes: Mapping[str, str | None]
+    ) -> Aggregate:
+        """Rename it or move it to a zone in every cell (:meth:`AggregateAPI.update`).
+
+        :raises AggregateNotFound: no cell has it (404).
+        :raises AggregateNameExists, InvalidAggregateAction: a cell refused (409, 400);
+            the cells written before it are put back.
+        :raises BackendUnavailable: a cell did not answer (503), once the others were
+            written: the retry completes it.
+        """
+        self._authorize(context, aggregates_policy.UPDATE)
+        before = self._get(aggregate_id)
+        back: dict[str, str | None] = {}
+        if "name" in changes:
+            back["name"] = before.name
+        if ZONE_KEY in changes:
+            back[ZONE_KEY] = before.availability_zone
+        return self._change(
+            aggregate_id,
+            lambda compute: compute.aggregates.update(context, aggregate_id, changes),
+            lambda compute: compute.aggregates.store.update(aggregate_id, back),
+        )
+
+    def set_metadata(
+        self, context: RequestContext, aggregate_id: int, changes: Mapping[str, str | None]
+    ) -> Aggregate:
+        """Set and remove metadata keys in every cell (:meth:`AggregateAPI.set_metadata`);
+        raises as :meth:`update`."""
+        self._authorize(context, aggregates_policy.SET_METADATA)
+        before = self._get(aggregate_id)
+        back = {key: before.metadata.get(key) for key in changes}
+        return self._change(
+            aggregate_id,
+            lambda compute: compute.aggregates.set_metadata(context, aggregate_id, changes),
+            lambda compute: compute.aggregates.store.set_metadata(aggregate_id, back),
+        )
+
+    def delete(self, context: RequestContext, aggregate_id: int) -> None:
+        """Delete it from every cell, once no cell's copy has a host.
+
+        :raises AggregateNotFound: no cell has it (404).
+        :raises InvalidAggregateAction: it has hosts (400, Nova's words).
+        :raises BackendUnavailable: a cell did not answer (503), once the others
+            deleted it: the retry completes it.
+        """
+        self._authorize(context, aggregates_policy.DELETE)
+        if self._get(aggregate_id).hosts:
+            raise InvalidAggregateAction(action="remove host from aggregate",
+                                         aggregate_id=aggregate_id,
+                                         reason="Host aggregate is not empty")  # fmt: skip
+        self._everywhere(lambda compute: compute.aggregates.delete(context, aggregate_id),
+                         [], absent=True)  # fmt: skip
+
+    def _change(
+        self,
+        aggregate_id: int,
+        write: Callable[[ComputeAPI], object],
+        undo: Callable[[ComputeAPI], object],
+    ) -> Aggregate:
+        written: builtins.list[ComputeAPI] = []
+
+        def change(compute: ComputeAPI) -> object:
+            done = write(compute)
+            written.append(compute)
+            return done
+
+        try:
+            self._everywhere(change, written, absent=True)
+        except exception.BackendUnavailable:
+            raise  # what was written stays: the retry completes it
+        except exception.QschedError:
+            _undo(written, undo)
+            raise
+        return self._get(aggregate_id)
+
+    def _everywhere(
+        self, write: Callable[[ComputeAPI], T], written: Sequence[ComputeAPI], absent: bool = False
+    ) -> T:
+        """``write`` to every cell in order; the first cell's answer. Any refusal stops
+        at the cell that raised it. ``absent``: a cell without the aggregate (a call cut
+        short before) is passed over, unless none has it.
+
+        :raises BackendUnavailable: a cell did not answer (503), once every other cell
+            was written.
+        """
+        results: builtins.list[T] = []
+        missing: AggregateNotFound | None = None
+        down: exception.BackendUnavailable | None = None
+        for name, compute in self.front.cells.items():
+            try:
+                results.append(write(compute))
+            except exception.BackendUnavailable as exc:
+                LOG.warning("cells: an aggregate write did not reach cell %s: %s", name, exc)
+                down = down or exc
+            except AggregateNotFound as exc:
+                if not absent:
+                    raise
+                missing = exc
+        if down is not None:
+            raise down
+        if not results:
+            assert missing is not None
+            raise missing
+        return results[0]
+
+    # -- hosts: in their cell --
+
+    def add_host(self, context: RequestContext, aggregate_id: int, host: str) -> Aggregate:
+        """Add ``host`` to the aggregate in the host's cell (:meth:`AggregateAPI.add_host`);
+        the aggregate of every cell merged.
+
+        :raises ComputeHostNotFound: no cell has the host (404).
+        """
+        self._authorize(context, aggregates_policy.ADD_HOST)
+        try:
+            self._cell_of(host).aggregates.add_host(context, aggregate_id, host)
+        except exception.ComputeHostNotFound:
+            # mapped to a cell that no longer has it: ask every cell again, once
+            self._cell_of(host, fresh=True).aggregates.add_host(context, aggregate_id, host)
+        return self._get(aggregate_id)
+
+    def remove_host(self, context: RequestContext, aggregate_id: int, host: str) -> Aggregate:
+        """Take ``host`` out of the aggregate in its cell (:meth:`AggregateAPI.remove_host`).
+
+        :raises ComputeHostNotFound: no cell has the host (404).
+        """
+        self._authorize(context, aggregates_policy.REMOVE_HOST)
+        self._cell_of(host).aggregates.remove_host(context, aggregate_id, host)
+        return self._get(aggregate_id)
+
+    def _cell_of(self, host: str, fresh: bool = False) -> ComputeAPI:
+        """The cell of ``host``: its mapping (one read), else each cell asked in turn
+        and the one that has it mapped (O(cells), once a host).
+
+        :raises ComputeHostNotFound:
+        """
+        mapped = None if fresh else self.front.map.host_cell(host)
+        if mapped in self.front.cells:
+            return self.front.cells[str(mapped)]
+        for name, compute in self.front.cells.items():
+            if has_host(compute, host):
+                self.front.map.map_host(host, name)
+                return compute
+        raise exception.ComputeHostNotFound(host=host)
+
+
+def has_host(compute: ComputeAPI, host: str) -> bool:
+    """Whether ``compute``'s cell has a compute service on ``host`` (one read)."""
+    try:
+        compute.stores.agents.service(host)
+    except exception.NotFound:
+        return False
+    return True
+
+
+def _merged(copies: Sequence[Aggregate]) -> Aggregate:
+    """One aggregate from its cells' copies: the first one's name and metadata, every
+    cell's hosts, the latest change."""
+    changed = [copy.updated_at for copy in copies if copy.updated_at is not None]
+    hosts = frozenset().union(*(copy.hosts for copy in copies))
+    return dataclasses.replace(copies[0], hosts=hosts, updated_at=max(changed, default=None))
+
+
+def _undo(cells: Sequence[ComputeAPI], undo: Callable[[ComputeAPI], object]) -> None:
+    """Put back what a write to every cell changed, where it changed it (logged if it
+    fails: the client's error stands)."""
+    for compute in cells:
+        try:
+            undo(compute)
+        except Exception:
+            LOG.exception("cells: putting back an aggregate write that a cell refused failed")
+
+
+def audit(front: CellsCompute) -> builtins.list[str]:
+    """Every aggregate is in every cell with the same uuid, name and metadata, and each
+    cell's copy holds hosts of that cell only, as their host mappings say (an admin
+    scan: O(cells x aggregates))."""
+    problems: builtins.list[str] = []
+    copies: dict[int, dict[str, Aggregate]] = {}
+    for name, compute in front.cells.items():
+        for found in compute.aggregates.store.list():
+            copies.setdefault(found.id, {})[name] = found
+            for host in sorted(found.hosts):
+                mapped = front.map.host_cell(host)
+                if mapped not in (None, name) or not has_host(compute, host):
+                    problems.append(f"aggregate {found.id}: host {host} in {name}'s copy, "
+                                    f"mapped to {mapped}")  # fmt: skip
+    for aggregate_id, in_cells in sorted(copies.items()):
+        missing = sorted(set(front.cells) - set(in_cells))
+        if missing:
+            problems.append(f"aggregate {aggregate_id}: not in {', '.join(missing)}")
+        shapes = {(a.uuid, a.name, tuple(sorted(a.metadata.items()))) for a in in_cells.values()}
+        if len(shapes) > 1:
+            problems.append(f"aggregate {aggregate_id}: the cells' copies differ: {shapes}")
+    return problems
