@@ -60,9 +60,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict, TypeVar
 
 from qsched import exception
+from qsched.aggregates import Aggregate, AggregateIndex
 from qsched.bus.base import Bus
-from qsched.cells_aggregates import audit as aggregate_problems
-from qsched.cells_aggregates import serves
 from qsched.compute import ComputeAPI, FlavorRefNotFound, MarkerNotFound, Reservation, check_counts
 from qsched.conf import BusOptions, CellsOptions, LedgerOptions, QuotaOptions
 from qsched.conf.cells import API_CELL
@@ -315,7 +314,7 @@ class CellsCompute:
     ) -> set[str] | None:
         """The joined cells with hosts in the aggregates a boot's request filters ask
         for (its zone's aggregates, its project's, those its flavor's
-        ``aggregate_instance_extra_specs`` name; :func:`qsched.cells_aggregates.serves`);
+        ``aggregate_instance_extra_specs`` name; :func:`serves`);
         None when they ask for none. Every cell holds every aggregate: the filters are
         run once, on ``flavor_cell``'s; then one read of each cell's aggregate version
         (its index is kept in memory), O(cells). A boot they send nowhere (the tenant
@@ -820,7 +819,7 @@ def audit(front: CellsCompute) -> dict[str, Any]:
     cell's quota by the API's; no release waits in a cell and no boot is pending. Every
     server group is in the cell its mapping names and counted there; every aggregate
     is in every cell alike, each copy with hosts of its cell only
-    (:func:`qsched.cells_aggregates.audit`).
+    (:func:`_aggregate_problems`).
 
     ``ok`` and what was found: ``problems`` (the first 20), ``ends_waiting``,
     ``pending``, ``groups_pending``.
@@ -851,7 +850,7 @@ def audit(front: CellsCompute) -> dict[str, Any]:
     for (project, holder), (cell, _usage) in held_by_cells.items():
         problems.append(f"{holder} ({project}): held by {cell}, not by the API")
     problems += _group_problems(front)
-    problems += aggregate_problems(front)
+    problems += _aggregate_problems(front)
     pending = front.map.pending_count()
     groups_pending = front.map.groups_pending_count()
     return {"ok": not problems and not waiting and not pending and not groups_pending,
@@ -874,4 +873,47 @@ def _group_problems(front: CellsCompute) -> list[str]:
                 problems.append(f"group {group.uuid} ({group.project_id}): not counted")
     for uuid, (cell, project) in mapped.items():
         problems.append(f"group {uuid} ({project}): mapped to {cell}, in no cell")
+    return problems
+
+
+def serves(wanted: Sequence[frozenset[str]], index: AggregateIndex) -> bool:
+    """Whether a cell whose aggregates are ``index`` has hosts for a boot that must be in
+    one aggregate of each group of ``wanted`` (Placement's ``member_of=in:``): one of
+    each group has a host there. O(aggregates asked); it does not ask whether one host
+    is in one of each group (a boot of several groups whose aggregates share no host
+    of the cell waits there, and ends in NoValidHost at its deadline)."""
+    found = index.aggregates
+    return all(any(u in found and found[u].hosts for u in group) for group in wanted)
+
+
+def has_host(compute: ComputeAPI, host: str) -> bool:
+    """Whether ``compute``'s cell has a compute service on ``host`` (one read)."""
+    try:
+        compute.stores.agents.service(host)
+    except exception.NotFound:
+        return False
+    return True
+
+
+def _aggregate_problems(front: CellsCompute) -> list[str]:
+    """Every aggregate is in every cell with the same uuid, name and metadata, and each
+    cell's copy holds hosts of that cell only, as their host mappings say (an admin
+    scan: O(cells x aggregates))."""
+    problems: list[str] = []
+    copies: dict[int, dict[str, Aggregate]] = {}
+    for name, compute in front.cells.items():
+        for found in compute.aggregates.store.list():
+            copies.setdefault(found.id, {})[name] = found
+            for host in sorted(found.hosts):
+                mapped = front.map.host_cell(host)
+                if mapped not in (None, name) or not has_host(compute, host):
+                    problems.append(f"aggregate {found.id}: host {host} in {name}'s copy, "
+                                    f"mapped to {mapped}")  # fmt: skip
+    for aggregate_id, in_cells in sorted(copies.items()):
+        missing = sorted(set(front.cells) - set(in_cells))
+        if missing:
+            problems.append(f"aggregate {aggregate_id}: not in {', '.join(missing)}")
+        shapes = {(a.uuid, a.name, tuple(sorted(a.metadata.items()))) for a in in_cells.values()}
+        if len(shapes) > 1:
+            problems.append(f"aggregate {aggregate_id}: the cells' copies differ: {shapes}")
     return problems

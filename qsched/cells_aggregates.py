@@ -43,35 +43,22 @@ import dataclasses
 import logging
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from qsched import exception
 from qsched.aggregates import (
     ZONE_KEY,
     Aggregate,
-    AggregateIndex,
     AggregateNotFound,
     InvalidAggregateAction,
 )
+from qsched.cells import CellsCompute, has_host
 from qsched.compute import ComputeAPI
 from qsched.context import RequestContext
 from qsched.policies import aggregates as aggregates_policy
 
-if TYPE_CHECKING:
-    from qsched.cells import CellsCompute
-
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def serves(wanted: Sequence[frozenset[str]], index: AggregateIndex) -> bool:
-    """Whether a cell whose aggregates are ``index`` has hosts for a boot that must be in
-    one aggregate of each group of ``wanted`` (Placement's ``member_of=in:``): one of
-    each group has a host there. O(aggregates asked); it does not ask whether one host
-    is in one of each group (a boot of several groups whose aggregates share no host
-    of the cell waits there, and ends in NoValidHost at its deadline)."""
-    found = index.aggregates
-    return all(any(u in found and found[u].hosts for u in group) for group in wanted)
 
 
 class CellsAggregates:
@@ -289,15 +276,6 @@ class CellsAggregates:
         raise exception.ComputeHostNotFound(host=host)
 
 
-def has_host(compute: ComputeAPI, host: str) -> bool:
-    """Whether ``compute``'s cell has a compute service on ``host`` (one read)."""
-    try:
-        compute.stores.agents.service(host)
-    except exception.NotFound:
-        return False
-    return True
-
-
 def _merged(copies: Sequence[Aggregate]) -> Aggregate:
     """One aggregate from its cells' copies: the first one's name and metadata, every
     cell's hosts, the latest change."""
@@ -314,27 +292,3 @@ def _undo(cells: Sequence[ComputeAPI], undo: Callable[[ComputeAPI], object]) -> 
             undo(compute)
         except Exception:
             LOG.exception("cells: putting back an aggregate write that a cell refused failed")
-
-
-def audit(front: CellsCompute) -> builtins.list[str]:
-    """Every aggregate is in every cell with the same uuid, name and metadata, and each
-    cell's copy holds hosts of that cell only, as their host mappings say (an admin
-    scan: O(cells x aggregates))."""
-    problems: builtins.list[str] = []
-    copies: dict[int, dict[str, Aggregate]] = {}
-    for name, compute in front.cells.items():
-        for found in compute.aggregates.store.list():
-            copies.setdefault(found.id, {})[name] = found
-            for host in sorted(found.hosts):
-                mapped = front.map.host_cell(host)
-                if mapped not in (None, name) or not has_host(compute, host):
-                    problems.append(f"aggregate {found.id}: host {host} in {name}'s copy, "
-                                    f"mapped to {mapped}")  # fmt: skip
-    for aggregate_id, in_cells in sorted(copies.items()):
-        missing = sorted(set(front.cells) - set(in_cells))
-        if missing:
-            problems.append(f"aggregate {aggregate_id}: not in {', '.join(missing)}")
-        shapes = {(a.uuid, a.name, tuple(sorted(a.metadata.items()))) for a in in_cells.values()}
-        if len(shapes) > 1:
-            problems.append(f"aggregate {aggregate_id}: the cells' copies differ: {shapes}")
-    return problems
