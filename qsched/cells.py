@@ -268,6 +268,19 @@ class CellsCompute:
             raise exception.InstanceNotFound(instance=uuid)
         return found
 
+    def cell_of_host(self, host: str, fresh: bool = False) -> str | None:
+        """The cell of compute host ``host``: its host mapping (``host-map:<host>``, one
+        read), else each cell asked in turn and the one that has it mapped (O(cells),
+        once a host; ``fresh``: ask them even when it is mapped); None: no cell has it."""
+        mapped = None if fresh else self.map.host_cell(host)
+        if mapped in self.cells:
+            return str(mapped)
+        for name, compute in self.cells.items():
+            if has_host(compute, host):
+                self.map.map_host(host, name)
+                return name
+        return None
+
     def cell_of(self, uuid: str) -> str:
         """The cell an instance was booted in (see :meth:`mapping`)."""
         return self.mapping(uuid)[0]

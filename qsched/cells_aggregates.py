@@ -52,7 +52,7 @@ from qsched.aggregates import (
     AggregateNotFound,
     InvalidAggregateAction,
 )
-from qsched.cells import CellsCompute, has_host
+from qsched.cells import CellsCompute
 from qsched.compute import ComputeAPI
 from qsched.context import RequestContext
 from qsched.policies import aggregates as aggregates_policy
@@ -266,14 +266,10 @@ class CellsAggregates:
 
         :raises ComputeHostNotFound:
         """
-        mapped = None if fresh else self.front.map.host_cell(host)
-        if mapped in self.front.cells:
-            return self.front.cells[str(mapped)]
-        for name, compute in self.front.cells.items():
-            if has_host(compute, host):
-                self.front.map.map_host(host, name)
-                return compute
-        raise exception.ComputeHostNotFound(host=host)
+        cell = self.front.cell_of_host(host, fresh)
+        if cell is None:
+            raise exception.ComputeHostNotFound(host=host)
+        return self.front.cells[cell]
 
 
 def _merged(copies: Sequence[Aggregate]) -> Aggregate:

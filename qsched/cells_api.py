@@ -177,9 +177,10 @@ class CellsComputeAPI:
 
     def hinted_cell(self, hosts: HostRequest | None, group: str | None = None) -> str | None:
         """The cell a boot's hints name: that of its ``same_host`` servers (their
-        mappings), of its host or node (O(cells) reads) and of its ``group`` (its
-        mapping); None when they name none (``different_host`` names none: a server of
-        another cell is on another host).
+        mappings), of its host (its host mapping; O(cells) reads the first time) or
+        else its node (O(cells) reads) and of its ``group`` (its mapping); None when
+        they name none (``different_host`` names none: a server of another cell is on
+        another host).
 
         :raises Invalid: they name several cells: no host can satisfy them.
         :raises GroupRefNotFound: ``group`` is no group's (400).
@@ -188,9 +189,11 @@ class CellsComputeAPI:
         if hosts:
             mapping = self.front.map.mapping
             named |= {found[0] for server in hosts.same_host if (found := mapping(server))}
-        if hosts and (hosts.host is not None or hosts.node is not None):
+        if hosts and hosts.host is not None:  # its host mapping: one read once known
+            named |= {cell for cell in [self.front.cell_of_host(hosts.host)] if cell}
+        elif hosts and hosts.node is not None:
             named |= {name for name, compute in self.front.cells.items()
-                      if _holds(compute, hosts.host, hosts.node)}  # fmt: skip
+                      if compute.stores.ledger.find_provider(hosts.node) is not None}  # fmt: skip
         if len(named) > 1:
             raise exception.Invalid(
                 reason=f"the scheduler hints and host name servers, hosts or a server group "
@@ -398,18 +401,6 @@ class CellsComputeAPI:
             if health[part] is None and all(cell[part] for cell in found):
                 health[part] = found[0][part]
         return health
-
-
-def _holds(compute: ComputeAPI, host: str | None, node: str | None) -> bool:
-    """Whether ``compute``'s cell has the host (its service) or the node (a root provider)."""
-    if host is not None:
-        try:
-            compute.stores.agents.service(host)
-        except exception.NotFound:
-            return False
-        return True
-    provider = compute.stores.ledger.find_provider(str(node))
-    return provider is not None
 
 
 def _has_flavor(compute: ComputeAPI, flavor: Flavor) -> bool:

@@ -448,6 +448,30 @@ def test_a_same_host_hint_goes_to_its_servers_cell(
     clean(deployment)
 
 
+def test_a_requested_host_goes_to_its_cell_found_by_its_host_mapping(
+    deployment: Deployment, client: falcon.testing.TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Microversion 2.74's ``host``: the first boot asks the cells which has the host and
+    maps it (host-map); the next reads the mapping alone."""
+    asked: list[str] = []
+    has_host = qcells.has_host
+    monkeypatch.setattr(qcells, "has_host", lambda compute, host: asked.append(host)
+                        or has_host(compute, host))  # fmt: skip
+    headers = {"OpenStack-API-Version": "compute 2.74", **ADMIN}
+    body = {"server": {"name": "vm", "flavorRef": "small", "imageRef": str(uuid.uuid4()),
+                       "host": "cell2-cn0", "networks": "none"}}  # fmt: skip
+    servers = []
+    for _ in range(2):
+        made = client.simulate_post("/v2.1/servers", headers=headers, json=body)
+        assert made.status_code == 202, made.text
+        servers.append(made.json["server"]["id"])
+    assert 1 <= len(asked) <= 2  # the first boot only: cell1 (no), cell2 (yes)
+    assert deployment.front.map.host_cell("cell2-cn0") == "cell2"
+    deployment.placed(servers)
+    assert {deployment.front.cell_of(s) for s in servers} == {"cell2"}
+    clean(deployment)
+
+
 # -- the entry point --
 
 
