@@ -555,6 +555,58 @@ class CellsCompute:
         return self.compute_of(uuid).delete(context, uuid)
 
 
+def write_every_cell(
+    cells: Mapping[str, ComputeAPI],
+    write: Callable[[ComputeAPI], T],
+    done: Callable[[ComputeAPI, Exception], bool] = lambda compute, exc: False,
+) -> T:
+    """``write`` to every cell, in order; the first cell's answer (the front doors of
+    :mod:`qsched.cells_api` and :mod:`qsched.cells_aggregates` write so).
+
+    ``done``: whether an error of a cell says the write is there already (a retry's,
+    or a call cut short before); when every cell says so the first cell's error is
+    raised, as one cell answers a repeated write. Any other error stops at the cell
+    that raised it: the same rules and checks run in every cell, so it is the first
+    cell's.
+
+    :raises BackendUnavailable: a cell did not answer (503), once every other cell
+        was written: the client's retry completes the write.
+    """
+    results: list[T] = []
+    repeated: list[Exception] = []
+    down: exception.BackendUnavailable | None = None
+    for name, compute in cells.items():
+        try:
+            results.append(write(compute))
+        except exception.BackendUnavailable as exc:
+            LOG.warning("cells: a write to every cell did not reach cell %s: %s", name, exc)
+            down = down or exc
+        except exception.QschedError as exc:
+            if not done(compute, exc):
+                raise
+            repeated.append(exc)
+    if down is not None:
+        raise down
+    if not results:
+        raise repeated[0]
+    return results[0]
+
+
+def gone(error: type[Exception]) -> Callable[[ComputeAPI, Exception], bool]:
+    """A ``done`` of :func:`write_every_cell`: ``error`` says it is done."""
+    return lambda compute, exc: isinstance(exc, error)
+
+
+def take_back(cells: Sequence[ComputeAPI], undo: Callable[[ComputeAPI], object]) -> None:
+    """Take back what a write to every cell made or changed, where it did (logged if it
+    fails: the client's error stands)."""
+    for compute in cells:
+        try:
+            undo(compute)
+        except Exception:
+            LOG.exception("cells: taking back a write to every cell failed")
+
+
 def flavor_demand(flavor: Flavor) -> dict[str, int]:
     """What ``flavor`` asks in all, by resource class, over its request groups."""
     demand: dict[str, int] = {}

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import logging
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
@@ -52,12 +51,11 @@ from qsched.aggregates import (
     AggregateNotFound,
     InvalidAggregateAction,
 )
-from qsched.cells import CellsCompute
+from qsched.cells import CellsCompute, gone, take_back, write_every_cell
 from qsched.compute import ComputeAPI
 from qsched.context import RequestContext
 from qsched.policies import aggregates as aggregates_policy
 
-LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -124,9 +122,9 @@ class CellsAggregates:
             return made
 
         try:
-            return self._everywhere(create, written)
+            return self._everywhere(create)
         except exception.QschedError:
-            _undo(written, lambda compute: compute.aggregates.store.delete(aggregate_id))
+            take_back(written, lambda compute: compute.aggregates.store.delete(aggregate_id))
             raise
 
     def update(
@@ -181,7 +179,7 @@ class CellsAggregates:
                                          aggregate_id=aggregate_id,
                                          reason="Host aggregate is not empty")  # fmt: skip
         self._everywhere(lambda compute: compute.aggregates.delete(context, aggregate_id),
-                         [], absent=True)  # fmt: skip
+                         absent=True)  # fmt: skip
 
     def _change(
         self,
@@ -197,43 +195,20 @@ class CellsAggregates:
             return done
 
         try:
-            self._everywhere(change, written, absent=True)
+            self._everywhere(change, absent=True)
         except exception.BackendUnavailable:
             raise  # what was written stays: the retry completes it
         except exception.QschedError:
-            _undo(written, undo)
+            take_back(written, undo)
             raise
         return self._get(aggregate_id)
 
-    def _everywhere(
-        self, write: Callable[[ComputeAPI], T], written: Sequence[ComputeAPI], absent: bool = False
-    ) -> T:
-        """``write`` to every cell in order; the first cell's answer. Any refusal stops
-        at the cell that raised it. ``absent``: a cell without the aggregate (a call cut
-        short before) is passed over, unless none has it.
-
-        :raises BackendUnavailable: a cell did not answer (503), once every other cell
-            was written.
-        """
-        results: builtins.list[T] = []
-        missing: AggregateNotFound | None = None
-        down: exception.BackendUnavailable | None = None
-        for name, compute in self.front.cells.items():
-            try:
-                results.append(write(compute))
-            except exception.BackendUnavailable as exc:
-                LOG.warning("cells: an aggregate write did not reach cell %s: %s", name, exc)
-                down = down or exc
-            except AggregateNotFound as exc:
-                if not absent:
-                    raise
-                missing = exc
-        if down is not None:
-            raise down
-        if not results:
-            assert missing is not None
-            raise missing
-        return results[0]
+    def _everywhere(self, write: Callable[[ComputeAPI], T], absent: bool = False) -> T:
+        """:func:`~qsched.cells.write_every_cell`; ``absent``: a cell without the
+        aggregate (a call cut short before) is passed over, unless none has it."""
+        never = lambda compute, exc: False  # noqa: E731
+        return write_every_cell(self.front.cells, write,
+                                gone(AggregateNotFound) if absent else never)  # fmt: skip
 
     # -- hosts: in their cell --
 
@@ -278,13 +253,3 @@ def _merged(copies: Sequence[Aggregate]) -> Aggregate:
     changed = [copy.updated_at for copy in copies if copy.updated_at is not None]
     hosts = frozenset().union(*(copy.hosts for copy in copies))
     return dataclasses.replace(copies[0], hosts=hosts, updated_at=max(changed, default=None))
-
-
-def _undo(cells: Sequence[ComputeAPI], undo: Callable[[ComputeAPI], object]) -> None:
-    """Put back what a write to every cell changed, where it changed it (logged if it
-    fails: the client's error stands)."""
-    for compute in cells:
-        try:
-            undo(compute)
-        except Exception:
-            LOG.exception("cells: putting back an aggregate write that a cell refused failed")

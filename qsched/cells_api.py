@@ -14,7 +14,7 @@ routes that serve one cell; route by route:
   ``metadata_items``, ``injected_file*``; :func:`~qsched.cells.open_cells`), and its
   own ``instances``, ``cores`` and ``ram`` stay unlimited.
 * flavors, their extra specs and access: every write goes to every cell
-  (:meth:`CellsComputeAPI._everywhere`); reads come from ``flavor_cell``.
+  (:func:`qsched.cells.write_every_cell`); reads come from ``flavor_cell``.
 * keypairs: made once (a generated private key too) and the same key written to
   every cell, deleted from every cell; read from ``flavor_cell``.
 * hypervisors, services and availability zones: each cell's, merged. Their
@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from qsched import exception
-from qsched.cells import CellsCompute
+from qsched.cells import CellsCompute, gone, take_back, write_every_cell
 from qsched.cells_aggregates import CellsAggregates
 from qsched.cells_groups import CellsGroups
 from qsched.compute import ComputeAPI, FlavorExtraSpecNotFound, Reservation, check_counts
@@ -291,7 +291,7 @@ class CellsComputeAPI:
             return self._everywhere(create, same)
         except exception.BackendUnavailable:
             if made_here:
-                _undo(created, lambda compute: compute.flavors.delete(flavor.id))
+                take_back(created, lambda compute: compute.flavors.delete(flavor.id))
             raise
 
     def update_flavor(
@@ -301,21 +301,21 @@ class CellsComputeAPI:
 
     def delete_flavor(self, context: RequestContext, flavor_id: str) -> Flavor:
         return self._everywhere(lambda c: c.delete_flavor(context, flavor_id),
-                                _gone(exception.FlavorNotFound))  # fmt: skip
+                                gone(exception.FlavorNotFound))  # fmt: skip
 
     def add_flavor_access(
         self, context: RequestContext, flavor_id: str, project_id: str, refuse_public: bool
     ) -> Flavor:
         return self._everywhere(
             lambda c: c.add_flavor_access(context, flavor_id, project_id, refuse_public),
-            _gone(FlavorAccessExists),
+            gone(FlavorAccessExists),
         )
 
     def remove_flavor_access(
         self, context: RequestContext, flavor_id: str, project_id: str
     ) -> Flavor:
         return self._everywhere(lambda c: c.remove_flavor_access(context, flavor_id, project_id),
-                                _gone(FlavorAccessNotFound))  # fmt: skip
+                                gone(FlavorAccessNotFound))  # fmt: skip
 
     def set_flavor_extra_spec(
         self, context: RequestContext, flavor_id: str, key: str, value: str
@@ -329,7 +329,7 @@ class CellsComputeAPI:
 
     def delete_flavor_extra_spec(self, context: RequestContext, flavor_id: str, key: str) -> Flavor:
         return self._everywhere(lambda c: c.delete_flavor_extra_spec(context, flavor_id, key),
-                                _gone(FlavorExtraSpecNotFound))  # fmt: skip
+                                gone(FlavorExtraSpecNotFound))  # fmt: skip
 
     def seed_flavors(self) -> builtins.list[Flavor]:
         """Write ``[api] flavor`` to every joined cell (one not joined is skipped, logged:
@@ -348,34 +348,8 @@ class CellsComputeAPI:
         write: Callable[[ComputeAPI], T],
         done: Callable[[ComputeAPI, Exception], bool] = lambda compute, exc: False,
     ) -> T:
-        """``write`` to every cell, in order; the first cell's answer.
-
-        ``done``: whether an error of a cell says the write is there already (a
-        retry's); when every cell says so the first cell's error is raised, as one
-        cell answers a repeated write. Any other error stops at the cell that raised
-        it: the same rules and checks run in every cell, so it is the first cell's.
-
-        :raises BackendUnavailable: a cell did not answer (503), once every other cell
-            was written: the client's retry completes the write.
-        """
-        results: list[T] = []
-        repeated: list[Exception] = []
-        down: exception.BackendUnavailable | None = None
-        for name, compute in self.front.cells.items():
-            try:
-                results.append(write(compute))
-            except exception.BackendUnavailable as exc:
-                LOG.warning("cells: a write to every cell did not reach cell %s: %s", name, exc)
-                down = down or exc
-            except exception.QschedError as exc:
-                if not done(compute, exc):
-                    raise
-                repeated.append(exc)
-        if down is not None:
-            raise down
-        if not results:
-            raise repeated[0]
-        return results[0]
+        """:func:`~qsched.cells.write_every_cell` of this front door's cells."""
+        return write_every_cell(self.front.cells, write, done)
 
     # -- the rest --
 
@@ -408,21 +382,6 @@ def _has_flavor(compute: ComputeAPI, flavor: Flavor) -> bool:
         return compute.flavors.get(flavor.id) == flavor
     except exception.FlavorNotFound:
         return False
-
-
-def _gone(error: type[Exception]) -> Callable[[ComputeAPI, Exception], bool]:
-    """A ``done`` of :meth:`CellsComputeAPI._everywhere`: ``error`` says it is done."""
-    return lambda compute, exc: isinstance(exc, error)
-
-
-def _undo(cells: Sequence[ComputeAPI], undo: Callable[[ComputeAPI], object]) -> None:
-    """Take back what a write to every cell made, where it made it (logged if it fails:
-    the client's error stands)."""
-    for compute in cells:
-        try:
-            undo(compute)
-        except Exception:
-            LOG.exception("cells: taking back a write that did not reach every cell failed")
 
 
 class CellsKeypairs:
@@ -475,7 +434,7 @@ class CellsKeypairs:
             return self.cells._everywhere(keep, same)
         except exception.BackendUnavailable:
             if undo:
-                _undo(kept, lambda c: c.stores.keypairs.delete(keypair.user_id, keypair.name))
+                take_back(kept, lambda c: c.stores.keypairs.delete(keypair.user_id, keypair.name))
             raise
 
     def get(self, context: RequestContext, name: str, user_id: str | None = None) -> Keypair:
@@ -493,7 +452,7 @@ class CellsKeypairs:
     def delete(self, context: RequestContext, name: str, user_id: str | None = None) -> None:
         """Delete from every cell; KeypairNotFound only when no cell had it."""
         self.cells._everywhere(lambda c: c.keypairs.delete(context, name, user_id),
-                               _gone(exception.KeypairNotFound))  # fmt: skip
+                               gone(exception.KeypairNotFound))  # fmt: skip
 
 
 class CellsServerActions:
