@@ -185,38 +185,39 @@ class QueuedNotifier(Notifier):
         """The sender: at each wake-up, settle the batch sent at the last one (its
         receipts came in meanwhile), then send what is queued. A flush's mark is set
         once the batch before it is settled, at once rather than at the next wake-up."""
-        unsettled, backlog = False, False
+        unsettled, backlog = False, False  # unsettled: a batch sent since the last settle
         while True:
             if not backlog:  # a full batch taken: the rest goes at once
                 self._wake.wait(self.gather_s or None)
                 self._wake.clear()
             if unsettled:
-                unsettled = self._settle_sent()
+                self._settle_sent()
+                unsettled = False
             batch, marks, backlog = self._take()
             if batch:
-                unsettled = self._send_batch(batch)
+                self._send_batch(batch)
+                unsettled = True
             if unsettled and (marks or not self.gather_s or self._stopping):
-                unsettled = self._settle_sent()
+                self._settle_sent()
+                unsettled = False
             for mark in marks:
                 mark.done.set()
             if self._stopping and not self._pending:
                 return
 
-    def _send_batch(self, batch: list[Event]) -> bool:
-        """:meth:`send`; whether there is anything to settle."""
+    def _send_batch(self, batch: list[Event]) -> None:
+        """:meth:`send`, a backend's bug logged."""
         try:
             self.send(batch)
         except Exception:  # a backend bug: the steps told of happened; go on
             LOG.exception("could not send %d notifications", len(batch))
-        return True
 
-    def _settle_sent(self) -> bool:
-        """:meth:`settle`; False: nothing left to settle."""
+    def _settle_sent(self) -> None:
+        """:meth:`settle`, a backend's bug logged."""
         try:
             self.settle()
         except Exception:  # a backend bug, as in _send_batch
             LOG.exception("could not settle the notifications sent")
-        return False
 
     def _take(self) -> tuple[list[Event], list[_Mark], bool]:
         """The events queued now, in order (:data:`MAX_BATCH` at most); the marks
