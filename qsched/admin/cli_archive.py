@@ -222,7 +222,7 @@ def archive_deleted(
         with _history(None if dry_run else output) as out:
             runs = _archive_cells(admin, names, out, cut, batch, max_rows, dry_run)
         if fmt == "json":
-            text = views.to_json({"cells": [run._asdict() for run in runs]})
+            text = views.to_json({"cells": [run.to_dict() for run in runs]})
         else:
             text = "\n\n".join(f"cell {run.cell}:\n{_cell_summary(run)}" for run in runs)
         click.echo(text, err=to_stderr)
@@ -244,8 +244,12 @@ class CellRun(NamedTuple):
     """One cell's part of ``--all-cells``: its report, or why it has none."""
 
     cell: str
-    report: dict[str, Any] | None
+    report: archive.ArchiveReport | None
     error: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        found = self.report.to_dict() if self.report is not None else None
+        return {"cell": self.cell, "report": found, "error": self.error}
 
 
 def _every_cell(admin: Admin, cell: str | None) -> list[str]:
@@ -291,7 +295,7 @@ def _archive_cells(
         except AdminError as exc:
             error = exc.message
         else:
-            runs.append(CellRun(name, report.to_dict(), None))
+            runs.append(CellRun(name, report, None))
             left = None if left is None else left - report.archived
             continue
         click.echo(f"cell {name}: {error}", err=True)
@@ -302,8 +306,7 @@ def _archive_cells(
 def _cell_summary(run: CellRun) -> str:
     if run.report is None:
         return f"  {run.error}"
-    report = archive.ArchiveReport(**run.report)
-    return "\n".join(f"  {line}" for line in _summary(report).splitlines())
+    return "\n".join(f"  {line}" for line in _summary(run.report).splitlines())
 
 
 COMMANDS = (archive_deleted,)
