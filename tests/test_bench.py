@@ -160,6 +160,21 @@ SMOKE = ["--sizes", "8", "--agents", "2", "--rate", "40", "--duration-s", "0.5",
          "--group-members", "8", "--settle-timeout-s", "60"]  # fmt: skip
 
 
+def test_the_full_run_on_real_servers_carries_the_million_instances() -> None:
+    """make bench is qsched-bench without --scenario: on real servers it runs every
+    scenario, instances with its 1,000,000 preloaded; --quick and the embedded default
+    leave it out and say how to run it."""
+    assert "instances" in cli.SCENARIOS
+    assert cli.default_scenarios(quick=False, embedded=False) == (tuple(cli.SCENARIOS), None)
+    assert cli.PRESETS["preload"][0] == 1_000_000
+    assert cli.PRESETS["instances_hosts"][0] == 100_000
+    for quick, emulated in ((True, False), (False, True), (True, True)):
+        chosen, why = cli.default_scenarios(quick=quick, embedded=emulated)
+        assert "instances" not in chosen
+        assert chosen == tuple(name for name in cli.SCENARIOS if name != "instances")
+        assert why is not None and "--scenario instances" in why
+
+
 def test_a_stuck_request_is_explained_as_server_why_would(conf) -> None:
     """A phase that fails on requests still in BUILD says why each of a few waits."""
     stores = open_stores(LedgerOptions.from_conf(conf), url=f"fakeredis://bench-{uuid.uuid4().hex}")

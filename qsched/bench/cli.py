@@ -120,8 +120,26 @@ def pick_backends(
 
 
 ON_OFF = {"on": (True,), "off": (False,), "both": (False, True)}
-#: what a run without --scenario measures: instances (minutes of preloading) only when named
-DEFAULT_SCENARIOS = tuple(name for name in SCENARIOS if name != "instances")
+#: why a run without --scenario leaves the instances scenario out: its preload alone
+#: takes about 17 min on a real Redis (docs/benchmarks.rst), and its memory figures are
+#: a real Redis's (fakeredis has no INFO used_memory nor MEMORY USAGE)
+WHY_NO_INSTANCES = {
+    "quick": "--quick leaves the instances scenario out (its preload alone takes minutes); "
+    "name it with --scenario instances",
+    "embedded": "the embedded default leaves the instances scenario out (its memory "
+    "figures are a real Redis's); start Redis, or name it with --scenario instances",
+}
+
+
+def default_scenarios(quick: bool, embedded: bool) -> tuple[tuple[str, ...], str | None]:
+    """What a run without --scenario measures, and why instances is left out if it is.
+
+    The full run on real servers measures every scenario, the million instances too.
+    """
+    why = WHY_NO_INSTANCES["quick"] if quick else WHY_NO_INSTANCES["embedded"] if embedded else None
+    if why is None:
+        return tuple(SCENARIOS), None
+    return tuple(name for name in SCENARIOS if name != "instances"), why
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -133,7 +151,8 @@ DEFAULT_SCENARIOS = tuple(name for name in SCENARIOS if name != "instances")
     "scenarios",
     multiple=True,
     type=click.Choice(list(SCENARIOS)),
-    help="Run only these scenarios (repeatable) [default: all but instances].",
+    help="Run only these scenarios (repeatable) [default: all on real servers; all but "
+    "instances with --quick or on the embedded default].",
 )
 @click.option("--sizes", metavar="N,N,...", help="Scale sweep host counts.")
 @click.option(
@@ -310,7 +329,7 @@ def main(
     profile_dir: Path | None,
     keep_logs: Path | None,
 ) -> None:
-    """Measure qsched against issue 6: scale sweep, saturation, fill; placement rules.
+    """Measure qsched: scale sweep, saturation, fill, placement rules, plumbing, instances.
 
     Starts real clouds (qsched-api under gunicorn, agent processes driving
     simulated hosts, RabbitMQ and a Redis ledger when they answer, otherwise the
@@ -338,10 +357,15 @@ def main(
                   instances: Redis memory per host and instance, agent restart,
                   submit to claimed, delete to DELETED, archive-deleted of the past ones
 
+    Without --scenario, a run on real servers measures every scenario (make bench:
+    about 45 min, 30 of them the instances scenario's two clouds and its preload);
+    --quick and the embedded default leave instances out, and say so.
+
     \b
     Examples:
       qsched-bench --quick
       qsched-bench
+      qsched-bench --scenario instances --preload 1000000
       qsched-bench --scenario scale --sizes 100,100000 --duration-s 20
     """
     clock = Clock()
@@ -392,11 +416,16 @@ def main(
         notifications=ON_OFF[notifications],
         notification_url=notification_url(amqp_url) if notifications != "off" else None,
     )
+    left_out = None
+    if not scenarios:
+        scenarios, left_out = default_scenarios(quick, embedded)
     command = shlex.join(["qsched-bench", *sys.argv[1:]])
     results: dict[str, Any] = {
         "tool": "qsched-bench",
         "command": command,
         "mode": "quick" if quick else "full",
+        "scenarios": list(scenarios),
+        "left_out": left_out,
         "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine.machine_facts(),
         "backends": backends,
@@ -405,6 +434,8 @@ def main(
         "failures": [],
     }
     clock.say(f"backends: {backends['summary']}")
+    if left_out is not None:
+        clock.say(left_out)
     busy = machine.busy_cores()
     results["machine"]["busy_cores_before"] = busy
     if busy is not None and busy > 0.3:
@@ -412,7 +443,7 @@ def main(
                   "other work on this machine will show in the figures")  # fmt: skip
     runner = Runner(settings, clock.say)
     try:
-        for name in scenarios or DEFAULT_SCENARIOS:
+        for name in scenarios:
             results[name] = SCENARIOS[name](runner)
     except (BenchFailure, StackFailed) as exc:
         results["failures"].append(f"{type(exc).__name__}: {exc}")
