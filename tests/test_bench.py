@@ -25,7 +25,7 @@ from qsched.bench.measure import percentiles
 from qsched.bench.packing import BenchFlavor, best_fit, flavor_stream, fractions
 from qsched.bench.phase import stuck_report
 from qsched.bench.profile import top_frames
-from qsched.bench.rules import spread
+from qsched.bench.rules import node_size, spread
 from qsched.bench.stack import CloudSpec, notification_url
 from qsched.bench.timing import FullCollections
 from qsched.conf import LedgerOptions, Options
@@ -173,6 +173,20 @@ def test_the_full_run_on_real_servers_carries_the_million_instances() -> None:
         assert "instances" not in chosen
         assert chosen == tuple(name for name in cli.SCENARIOS if name != "instances")
         assert why is not None and "--scenario instances" in why
+
+
+def test_the_rules_cloud_holds_every_boot_it_sends() -> None:
+    """The rules cloud keeps its servers: at 100 nodes the default nodes cannot hold
+    the tenant-isolated class on its quarter of them (its boots would end waiting,
+    a failed run), so they are made larger; from 1,000 on the default holds."""
+    size = node_size(1500, 100, 100, 4)
+    slots = min(size["node_ram_mb"] // 4096, size["node_vcpus"] * 4 // 2,
+                size["node_disk_gb"] // 20)  # fmt: skip
+    isolated_nodes, others = 25, 4 * 1500 + 100
+    assert slots * isolated_nodes >= 1500 + others * isolated_nodes / 100
+    assert 64 * isolated_nodes < 1500 + others * isolated_nodes / 100  # the default cannot
+    for nodes in (1_000, 10_000, 100_000):
+        assert node_size(1500, 250, nodes, 4) == {}
 
 
 def test_a_stuck_request_is_explained_as_server_why_would(conf) -> None:

@@ -24,6 +24,7 @@ finds an over-commit or a lost request.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from typing import Any
@@ -85,15 +86,49 @@ def run_rules(runner: Runner) -> list[dict[str, Any]]:
 
 def rules_spec(runner: Runner, hosts: int) -> CloudSpec:
     """The rules cloud of ``hosts`` nodes: ``group_members`` compute hosts (at most one
-    per node), split between the agent processes."""
-    processes = max(1, min(runner.settings.agents, hosts))
-    agent_hosts = min(hosts, max(runner.settings.group_members, processes))
+    per node), split between the agent processes; nodes large enough for every boot
+    (:func:`node_size`)."""
+    settings = runner.settings
+    processes = max(1, min(settings.agents, hosts))
+    agent_hosts = min(hosts, max(settings.group_members, processes))
     quiet = QUIET if agent_hosts > MANY_HOSTS else {}
+    count = max(1, int(settings.rate_per_s * settings.duration_s))
+    members = min(settings.group_members, agent_hosts)
     return runner.spec(
         hosts, (SCALE_FLAVOR, GPU_FLAVOR, SHARED_FLAVOR), http=False,
         node_providers=RULES_NODE_PROVIDERS, hosts_per_agent=-(-agent_hosts // processes),
-        scheduler=(("limit_tenants_to_placement_aggregate", True),), **quiet,
+        scheduler=(("limit_tenants_to_placement_aggregate", True),),
+        **node_size(count, members, hosts, processes), **quiet,
     )  # fmt: skip
+
+
+#: classes of the rules cloud booted ``count`` times each (all but the group's), and
+#: the room left on the fullest node above what they need (warm-ups, uneven spread)
+CLASSES = 5
+HEADROOM = 1.25
+
+
+def node_size(count: int, members: int, nodes: int, processes: int) -> dict[str, int]:
+    """Node sizes (``CloudSpec`` fields) that hold every boot of a rules cloud: none
+    when the default nodes do.
+
+    Its servers stay until the cloud stops, so the cloud must hold them all. The
+    fullest nodes are the isolated ones, one process's share of the nodes: they hold
+    the whole tenant-isolated class and their share of the others. With the default
+    nodes (64 boots of the sweep flavor each) a cloud of 100 nodes would end its
+    tenant-isolated class in NoValidHost; from 1,000 nodes on the default holds.
+    """
+    share = 1 / processes
+    per_node = count / (nodes * share) + ((CLASSES - 1) * count + members) / nodes
+    slots = math.ceil(per_node * HEADROOM)
+    fits = min(CloudSpec.node_ram_mb // SCALE_FLAVOR.ram_mb,
+               int(CloudSpec.node_vcpus * CloudSpec.cpu_allocation_ratio) // SCALE_FLAVOR.vcpus,
+               CloudSpec.node_disk_gb // SCALE_FLAVOR.disk_gb)  # fmt: skip
+    if slots <= fits:
+        return {}
+    return {"node_ram_mb": slots * SCALE_FLAVOR.ram_mb,
+            "node_vcpus": math.ceil(slots * SCALE_FLAVOR.vcpus / CloudSpec.cpu_allocation_ratio),
+            "node_disk_gb": slots * SCALE_FLAVOR.disk_gb}  # fmt: skip
 
 
 def rules_one(runner: Runner, hosts: int) -> dict[str, Any]:
