@@ -56,7 +56,7 @@ import random
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypedDict, TypeVar
 
 from qsched import exception
@@ -163,8 +163,7 @@ class CellsCompute:
         first joined cell (one not joined may be one whose ledger does not answer), the
         first cell when none is. Every cell holds the same flavors: ``[api] flavor``
         and those written through :mod:`qsched.cells_api`, which writes every cell."""
-        joined = (c for name, c in self.cells.items() if name not in self._unjoined)
-        return next(joined, next(iter(self.cells.values())))
+        return next(iter(self.joined().values()), next(iter(self.cells.values())))
 
     def get_flavor(self, flavor_id: str, context: RequestContext | None = None) -> Flavor:
         """Flavor ``flavor_id`` as ``context`` may see it, read from the first joined
@@ -174,9 +173,8 @@ class CellsCompute:
         :raises FlavorNotFound: the first cell that answers has none.
         :raises BackendUnavailable: no joined cell answered.
         """
-        joined = [c for name, c in self.cells.items() if name not in self._unjoined]
         first: exception.BackendUnavailable | None = None
-        for compute in joined or [self.flavor_cell]:
+        for compute in list(self.joined().values()) or [self.flavor_cell]:
             try:
                 return compute.get_flavor(flavor_id, context)
             except exception.BackendUnavailable as exc:
@@ -190,6 +188,11 @@ class CellsCompute:
     def unjoined(self) -> frozenset[str]:
         """The cells no boot goes to yet: their ledger did not answer their join."""
         return frozenset(self._unjoined)
+
+    def joined(self) -> dict[str, ComputeAPI]:
+        """The joined cells, the ones boots go to, by name in the order of the ``[cells]
+        cell`` lines (in memory: no read)."""
+        return {name: c for name, c in self.cells.items() if name not in self._unjoined}
 
     def join_waiting(self) -> tuple[list[str], dict[str, exception.BackendUnavailable]]:
         """Join the cells not joined yet (:func:`join`, idempotent); boots may go to
@@ -221,8 +224,7 @@ class CellsCompute:
 
         :raises BackendUnavailable: a ledger did not answer: the cell is not joined yet.
         """
-        source = next((c for n, c in self.cells.items() if n != name and n not in self._unjoined),
-                      None)  # fmt: skip
+        source = next((c for n, c in self.joined().items() if n != name), None)
         if source is None:
             return 0
         into = self.cells[name].stores.flavors
@@ -243,8 +245,8 @@ class CellsCompute:
             return
         except exception.KeypairNotFound:
             pass
-        for name, other in self.cells.items():
-            if other is compute or name in self._unjoined:
+        for name, other in self.joined().items():
+            if other is compute:
                 continue
             try:
                 found = other.stores.keypairs.get(user_id, key_name)
@@ -339,8 +341,8 @@ class CellsCompute:
         wanted = route.constraints.member_of_any
         if not wanted or route.unplaceable:
             return None
-        joined = (name for name in self.cells if name not in self._unjoined)
-        return {name for name in joined if serves(wanted, self.cells[name].aggregates.index())}
+        return {name for name, compute in self.joined().items()
+                if serves(wanted, compute.aggregates.index())}  # fmt: skip
 
     def draw(self, demand: Mapping[str, int], among: set[str] | None = None) -> str:
         """A joined cell drawn in proportion to how many of ``demand`` (resource class ->
@@ -350,8 +352,8 @@ class CellsCompute:
         :raises BackendUnavailable: no joined cell's ledger answered.
         """
         holds = {}
-        for name in self.cells:
-            if name in self._unjoined or (among and name not in among):
+        for name in self.joined():
+            if among and name not in among:
                 continue
             try:
                 free = self.free(name)
@@ -422,30 +424,38 @@ class CellsCompute:
             availability_zone, flavor, project
         )
         compute = self.cells[cell]
-        try:  # before anything is held
+        with self._read_again_if_down(cell):
+            # before anything is held
             self.key_in(compute, context.user_id, getattr(asked.get("server"), "key_name", None))
-        except exception.BackendUnavailable:
-            self._free.pop(cell, None)  # as below
-            raise
-        uuids = [str(uuidlib.uuid4()) for _ in range(max(max_count, 1))]
-        self.map.map(uuids, cell, context.project_id)
-        held = self._reserve(context.project_id, uuids, flavor.vcpus, flavor.ram_mb, min_count)
-        try:
-            made = compute.boot_many(
-                context, name, flavor_ref, image_ref, availability_zone,
-                min_count=min(min_count, len(held)), max_count=len(held), uuids=held, **asked,
-            )  # fmt: skip
-        except exception.BackendUnavailable:
-            self._free.pop(cell, None)  # the next draw reads it again: passed over if down
-            raise  # the create may have run: the mover settles them from the cell
-        except Exception:
-            self._unmap(context.project_id, held)
-            raise
+            uuids = [str(uuidlib.uuid4()) for _ in range(max(max_count, 1))]
+            self.map.map(uuids, cell, context.project_id)
+            held = self._reserve(context.project_id, uuids, flavor.vcpus, flavor.ram_mb, min_count)
+            try:
+                made = compute.boot_many(
+                    context, name, flavor_ref, image_ref, availability_zone,
+                    min_count=min(min_count, len(held)), max_count=len(held), uuids=held, **asked,
+                )  # fmt: skip
+            except exception.BackendUnavailable:
+                raise  # the create may have run: the mover settles them from the cell
+            except Exception:
+                self._unmap(context.project_id, held)
+                raise
         self.map.confirm(uuids)
         unused = [u for u in held if u not in {i.uuid for i in made.instances}]
         if unused:
             self._unmap(context.project_id, unused)
         return made
+
+    @contextlib.contextmanager
+    def _read_again_if_down(self, cell: str) -> Iterator[None]:
+        """A boot into ``cell`` that a ledger did not answer drops the cell's free
+        capacity kept by :meth:`free`: the next draw reads it again, and passes the cell
+        over if it is down."""
+        try:
+            yield
+        except exception.BackendUnavailable:
+            self._free.pop(cell, None)
+            raise
 
     def _asked_cell(
         self, cell: str | None, availability_zone: str | None, project: str, flavor: Flavor
