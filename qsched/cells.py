@@ -166,17 +166,27 @@ class CellsCompute:
         return next(iter(self.joined().values()), next(iter(self.cells.values())))
 
     def get_flavor(self, flavor_id: str, context: RequestContext | None = None) -> Flavor:
-        """Flavor ``flavor_id`` as ``context`` may see it, read from the first joined
-        cell whose ledger answers (every cell holds the same flavors): one cell down
+        """Flavor ``flavor_id`` as ``context`` may see it (:meth:`read`): one cell down
         does not stop the boots of the others.
 
         :raises FlavorNotFound: the first cell that answers has none.
         :raises BackendUnavailable: no joined cell answered.
         """
+        return self.read(lambda compute: compute.get_flavor(flavor_id, context))
+
+    def read(self, call: Callable[[ComputeAPI], T]) -> T:
+        """``call`` of the first joined cell whose ledger answers (the first cell when
+        none is joined), in the order of the ``[cells] cell`` lines: how what every cell
+        holds alike, flavors and keypairs, is read, so that one cell down stops no read.
+        What ``call`` raises but an outage is the answer (a flavor the first cell that
+        answers does not have is not found).
+
+        :raises BackendUnavailable: no joined cell answered (the first one's outage).
+        """
         first: exception.BackendUnavailable | None = None
         for compute in list(self.joined().values()) or [self.flavor_cell]:
             try:
-                return compute.get_flavor(flavor_id, context)
+                return call(compute)
             except exception.BackendUnavailable as exc:
                 first = first or exc
         assert first is not None

@@ -14,9 +14,10 @@ routes that serve one cell; route by route:
   ``metadata_items``, ``injected_file*``; :func:`~qsched.cells.open_cells`), and its
   own ``instances``, ``cores`` and ``ram`` stay unlimited.
 * flavors, their extra specs and access: every write goes to every cell
-  (:func:`qsched.cells.write_every_cell`); reads come from ``flavor_cell``.
+  (:func:`qsched.cells.write_every_cell`); reads come from the first joined cell
+  that answers (:meth:`CellsCompute.read`).
 * keypairs: made once (a generated private key too) and the same key written to
-  every cell, deleted from every cell; read from ``flavor_cell``.
+  every cell, deleted from every cell; read as flavors are.
 * hypervisors, services and availability zones: each cell's, merged. Their
   integer ids (a hypervisor's before microversion 2.53, a service's ``id``
   before 2.53) are each cell's own counters, which collide across cells, so they
@@ -118,7 +119,8 @@ class CellsComputeAPI:
 
     @property
     def reader(self) -> ComputeAPI:
-        """Where flavors and keypairs are read: ``flavor_cell``, the first joined cell."""
+        """Where the caller's rights are asked (no read: every cell has the same rules):
+        ``flavor_cell``. Flavors and keypairs are read by :meth:`CellsCompute.read`."""
         return self.front.flavor_cell
 
     # -- what the caller may see (policy only) --
@@ -248,24 +250,24 @@ class CellsComputeAPI:
         mapping)."""
         return self.front.compute_of(instance.uuid).host_status(context, instance)
 
-    # -- flavors: read from one cell, written to every cell --
+    # -- flavors: read from the first joined cell that answers, written to every cell --
 
     def get_flavor(self, flavor_id: str, context: RequestContext | None = None) -> Flavor:
-        return self.reader.get_flavor(flavor_id, context)
+        return self.front.get_flavor(flavor_id, context)
 
     def list_flavors(
         self, context: RequestContext | None = None, query: FlavorQuery | None = None
     ) -> builtins.list[Flavor]:
-        return self.reader.list_flavors(context, query)
+        return self.front.read(lambda compute: compute.list_flavors(context, query))
 
     def flavor_access(self, context: RequestContext, flavor_id: str) -> Flavor:
-        return self.reader.flavor_access(context, flavor_id)
+        return self.front.read(lambda compute: compute.flavor_access(context, flavor_id))
 
     def flavor_extra_specs(self, context: RequestContext, flavor_id: str) -> Mapping[str, str]:
-        return self.reader.flavor_extra_specs(context, flavor_id)
+        return self.front.read(lambda compute: compute.flavor_extra_specs(context, flavor_id))
 
     def flavor_extra_spec(self, context: RequestContext, flavor_id: str, key: str) -> str:
-        return self.reader.flavor_extra_spec(context, flavor_id, key)
+        return self.front.read(lambda compute: compute.flavor_extra_spec(context, flavor_id, key))
 
     def create_flavor(self, context: RequestContext, flavor: Flavor) -> Flavor:
         """As :meth:`ComputeAPI.create_flavor` in every cell: a new id is made once. A
@@ -438,7 +440,7 @@ class CellsKeypairs:
             raise
 
     def get(self, context: RequestContext, name: str, user_id: str | None = None) -> Keypair:
-        return self.cells.reader.keypairs.get(context, name, user_id)
+        return self.cells.front.read(lambda compute: compute.keypairs.get(context, name, user_id))
 
     def list(
         self,
@@ -447,7 +449,9 @@ class CellsKeypairs:
         limit: int | None = None,
         marker: str | None = None,
     ) -> builtins.list[Keypair]:
-        return self.cells.reader.keypairs.list(context, user_id, limit, marker)
+        return self.cells.front.read(
+            lambda compute: compute.keypairs.list(context, user_id, limit, marker)
+        )
 
     def delete(self, context: RequestContext, name: str, user_id: str | None = None) -> None:
         """Delete from every cell; KeypairNotFound only when no cell had it."""

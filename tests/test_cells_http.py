@@ -35,6 +35,7 @@ from tests.test_cells_api import (
     deployment,
     ledger_url,
 )
+from tests.test_cells_outage import down
 
 __all__ = ["deployment", "ledger_url"]  # fixtures, see tests.test_cells_api
 
@@ -341,6 +342,46 @@ def test_a_keypair_a_cell_misses_is_503_and_taken_back_or_completed(
                                 headers=API_USER).status_code == 200  # fmt: skip
     assert deployment.stores("cell2").keypairs.get("alice", "mine").public_key == (
         imported["keypair"]["public_key"])  # fmt: skip
+
+
+def test_flavor_and_keypair_reads_answer_from_the_next_cell_when_the_first_does_not(
+    deployment: Deployment, client: falcon.testing.TestClient
+) -> None:
+    """Every cell holds the same flavors and keypairs: with cell1's ledger down, a
+    flavor's show, list, extra specs and access, and a keypair's show and list, are
+    read from cell2 (200, not 503); with both down they are 503."""
+    made = client.simulate_post("/v2.1/os-keypairs", json={"keypair": {"name": "k1"}},
+                                headers=API_USER)  # fmt: skip
+    assert made.status_code == 200, made.text
+    private = {"name": "private", "vcpus": 1, "ram": 512, "disk": 0, "id": "private",
+               "os-flavor-access:is_public": False}  # fmt: skip
+    assert client.simulate_post("/v2.1/flavors", json={"flavor": private},
+                                headers=ADMIN).status_code == 200  # fmt: skip
+    shared = client.simulate_post("/v2.1/flavors/private/action", headers=ADMIN,
+                                  json={"addTenantAccess": {"tenant": "p1"}})  # fmt: skip
+    assert shared.status_code == 200, shared.text
+    reads = {
+        "/v2.1/flavors/small": lambda j: j["flavor"]["name"] == "small",
+        "/v2.1/flavors?is_public=None": lambda j: {f["name"] for f in j["flavors"]} >= {
+            "small", "private"},
+        "/v2.1/flavors/private/os-extra_specs": lambda j: j["extra_specs"] == {},
+        "/v2.1/flavors/private/os-flavor-access": lambda j: [
+            a["tenant_id"] for a in j["flavor_access"]] == ["p1"],
+        "/v2.1/os-keypairs/k1": lambda j: j["keypair"]["public_key"] == (
+            made.json["keypair"]["public_key"]),
+        "/v2.1/os-keypairs": lambda j: [k["keypair"]["name"] for k in j["keypairs"]] == ["k1"],
+    }  # fmt: skip
+    with down("cell1", deployment):
+        for path, right in reads.items():
+            answer = client.simulate_get(path, headers=ADMIN if "flavor" in path else API_USER)
+            assert answer.status_code == 200 and right(answer.json), (path, answer.text)
+        with down("cell2", deployment):
+            for path in reads:
+                answer = client.simulate_get(path, headers=ADMIN if "flavor" in path else API_USER)
+                assert answer.status_code == 503, (path, answer.text)
+    client.simulate_delete("/v2.1/os-keypairs/k1", headers=API_USER)
+    client.simulate_delete("/v2.1/flavors/private", headers=ADMIN)
+    clean(deployment)
 
 
 def test_quotas_are_the_deployments_and_every_cell_checks_them(
