@@ -35,8 +35,9 @@ entry point calls it; :func:`qsched.janitor.start_periodic_tasks` runs its mover
 cell by one call). Each cell's :class:`ComputeAPI` refuses a boot that does not come
 through the front door, and reads the limits it checks in code from the API keyspace.
 A cell whose ledger does not answer then is not joined: no boot goes there (it
-would be counted twice) until a pass of the mover joins it. A pass passes over a
-cell whose ledger does not answer and moves the others' releases.
+would be counted twice) until a pass of the mover joins it, writing there first the
+flavors and aggregates of the joined cells. A pass passes over a cell whose ledger
+does not answer and moves the others' releases.
 
 A boot goes to its availability zone's cell (``[cells] zone``), else to a cell drawn
 in proportion to how many of its flavor the cell's free capacity holds (``cell-free``,
@@ -217,28 +218,56 @@ class CellsCompute:
             for name in sorted(self._unjoined):
                 try:
                     join(self.cells[name].stores)
-                    copied = self._copy_flavors(name)
+                    flavors = self._copy_flavors(name)
+                    aggregates = self._copy_aggregates(name)
                 except exception.BackendUnavailable as exc:
                     failed[name] = exc
                     continue
                 self._unjoined.discard(name)
                 joined.append(name)
-                LOG.info("cells: cell %s joined (%d flavors written there); boots may go "
-                         "there from now on", name, copied)  # fmt: skip
+                LOG.info("cells: cell %s joined (%d flavors and %d aggregates written there); "
+                         "boots may go there from now on", name, flavors, aggregates)  # fmt: skip
         return joined, failed
 
     def _copy_flavors(self, name: str) -> int:
-        """Write into cell ``name`` the flavors of a joined cell (those written while it
-        was away, and ``[api] flavor``), as they are there; how many changed. Nothing
-        when no other cell is joined. One read, and a write a flavor that changed.
+        """Write into cell ``name``, not joined yet, the flavors of the joined cells
+        (those written while it was away, and ``[api] flavor``), as they are there
+        (:meth:`read`); how many changed. Nothing when no cell is joined. One read, and a
+        write a flavor that changed.
 
         :raises BackendUnavailable: a ledger did not answer: the cell is not joined yet.
         """
-        source = next((c for n, c in self.joined().items() if n != name), None)
-        if source is None:
+        if not self.joined():
             return 0
         into = self.cells[name].stores.flavors
-        return sum(into.put(flavor) for flavor in source.stores.flavors.list())
+        return sum(into.put(flavor) for flavor in self.read(lambda c: c.stores.flavors.list()))
+
+    def _copy_aggregates(self, name: str) -> int:
+        """Write into cell ``name``, not joined yet, every aggregate of the joined cells
+        it lacks (:meth:`read`), with their id, uuid, name and metadata and none of
+        their hosts (a cell's copy holds its own hosts only; :mod:`qsched.cells_aggregates`);
+        how many were written. Nothing when no cell is joined. One read, and a script an
+        aggregate (one that is there already writes nothing).
+
+        An aggregate of the same id or name that is another one there, or this one with
+        another name or metadata, is left as it is, named in a warning (and by
+        :func:`audit`): that aggregate is not written there, and the cell is joined.
+
+        :raises BackendUnavailable: a ledger did not answer: the cell is not joined yet.
+        """
+        if not self.joined():
+            return 0
+        into = self.cells[name].aggregates.store
+        written = 0
+        for aggregate in self.read(lambda c: c.aggregates.store.list()):
+            try:
+                written += into.put(aggregate)
+            except exception.Conflict as exc:
+                LOG.warning("cells: aggregate %d (%s, uuid %s) is not written into cell %s, "
+                            "joined now, which holds another in its place: %s; boots there do "
+                            "not see it (qsched.cells.audit names it)",
+                            aggregate.id, aggregate.name, aggregate.uuid, name, exc)  # fmt: skip
+        return written
 
     def key_in(self, compute: ComputeAPI, user_id: str, key_name: str | None) -> None:
         """Make sure the cell of ``compute`` holds keypair ``key_name`` of ``user_id``,
