@@ -8,7 +8,8 @@ routes that serve one cell; route by route:
   instance actions: the instance mapping names the cell (a uuid without one is
   404); a list merges every cell's page (:meth:`CellsCompute.list`). A create goes
   to the cell its hints name (the cell of its ``same_host`` servers, of its host or
-  node, of its server group), else to its zone's, else to a cell drawn by free capacity.
+  node, of its server group), else to its zone's, else to a cell drawn by free capacity;
+  a host whose mapping is stale is looked up again when the boot is refused.
 * quotas, quota classes and limits: the API keyspace's, the deployment's limits;
   each cell reads from there the limits it checks in code (``key_pairs``,
   ``metadata_items``, ``injected_file*``; :func:`~qsched.cells.open_cells`), and its
@@ -50,7 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from qsched import exception
-from qsched.cells import CellsCompute, gone, take_back, write_every_cell
+from qsched.cells import CellNotJoined, CellsCompute, gone, take_back, write_every_cell
 from qsched.cells_aggregates import CellsAggregates
 from qsched.cells_groups import CellsGroups
 from qsched.compute import ComputeAPI, FlavorExtraSpecNotFound, Reservation, check_counts
@@ -166,16 +167,39 @@ class CellsComputeAPI:
 
         A ``group`` hint sends them to the group's cell (:mod:`qsched.cells_groups`).
 
+        A host (2.74) whose host mapping names a cell that no longer has it (the host
+        moved) is refused there, or by the hints' checks: its cell is then looked up
+        afresh in every cell (O(cells), on a refusal only), its mapping written again,
+        and the boot made once more if the host is in another cell now.
+
         :raises Invalid: the hints name servers, hosts or a group of several cells, or
             of another cell than the zone's (400).
         :raises GroupRefNotFound: no such group (400); nothing is held.
         """
         check_counts(min_count, max_count)
-        return self.front.boot_many(
-            context, name, flavor_ref, image_ref, availability_zone, min_count=min_count,
-            max_count=max_count, cell=self.hinted_cell(hosts, group), metadata=metadata,
-            group=group, server=server, hosts=hosts,
-        )  # fmt: skip
+
+        def boot() -> Reservation:
+            return self.front.boot_many(
+                context, name, flavor_ref, image_ref, availability_zone, min_count=min_count,
+                max_count=max_count, cell=self.hinted_cell(hosts, group), metadata=metadata,
+                group=group, server=server, hosts=hosts,
+            )  # fmt: skip
+
+        try:
+            return boot()
+        except (exception.Invalid, CellNotJoined):  # nothing is held
+            if not self._moved(hosts):
+                raise
+        return boot()  # its host's cell mapped again
+
+    def _moved(self, hosts: HostRequest | None) -> bool:
+        """Whether the host a boot asks for is in another cell than its mapping named
+        when the boot was refused: looked up afresh in every cell and mapped again."""
+        if hosts is None or hosts.host is None:
+            return False
+        mapped = self.front.map.host_cell(hosts.host)
+        found = self.front.cell_of_host(hosts.host, fresh=True)
+        return found is not None and found != mapped
 
     def hinted_cell(self, hosts: HostRequest | None, group: str | None = None) -> str | None:
         """The cell a boot's hints name: that of its ``same_host`` servers (their

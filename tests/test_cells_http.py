@@ -513,6 +513,48 @@ def test_a_requested_host_goes_to_its_cell_found_by_its_host_mapping(
     clean(deployment)
 
 
+def test_a_requested_host_whose_mapping_is_stale_is_looked_up_again_once(
+    deployment: Deployment, client: falcon.testing.TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cell2-cn0's host mapping names cell1, as after a move: a 2.74 boot naming it,
+    which cell1 refuses (and, with zone az2, the hints' check), asks every cell again,
+    maps it to cell2 and is placed there; the refused attempt holds nothing. The next
+    boot reads the mapping alone; a host no cell has is 400 as before."""
+    headers = {"OpenStack-API-Version": "compute 2.74", **ADMIN}
+
+    def boot_on(host: str, **more: str) -> falcon.testing.Result:
+        body = {"name": "vm", "flavorRef": "small", "imageRef": str(uuid.uuid4()),
+                "host": host, "networks": "none", **more}  # fmt: skip
+        return client.simulate_post("/v2.1/servers", headers=headers, json={"server": body})
+
+    asked: list[str] = []
+    has_host = qcells.has_host
+    monkeypatch.setattr(qcells, "has_host", lambda compute, host: asked.append(host)
+                        or has_host(compute, host))  # fmt: skip
+    servers = []
+    for more in ({}, {"availability_zone": "az2"}):
+        deployment.front.map.map_host("cell2-cn0", "cell1")  # stale
+        made = boot_on("cell2-cn0", **more)
+        assert made.status_code == 202, made.text
+        servers.append(made.json["server"]["id"])
+        assert deployment.front.map.host_cell("cell2-cn0") == "cell2"
+    asked.clear()
+    made = boot_on("cell2-cn0")
+    assert made.status_code == 202 and asked == [], made.text
+    servers.append(made.json["server"]["id"])
+    deployment.placed(servers)
+    assert {deployment.front.cell_of(s) for s in servers} == {"cell2"}
+    cell2 = deployment.stores("cell2").instances
+    assert {cell2.get(s).host for s in servers} == {"cell2-cn0"}
+    assert deployment.api.quota.get_usage("admin").instances == 3  # the refused held nothing
+    nowhere = boot_on("no-such-host")
+    assert nowhere.status_code == 400 and "no-such-host" in nowhere.text, nowhere.text
+    for server in servers:
+        assert client.simulate_delete(f"/v2.1/servers/{server}", headers=ADMIN).status_code == 204
+    assert wait_until(lambda: {cell2.get(s).state for s in servers} == {State.DELETED}, 10)
+    clean(deployment)
+
+
 # -- the entry point --
 
 
