@@ -16,7 +16,8 @@ Nova's API database beside its cell databases) holds what must be global:
 * the server group mappings (``group-map:<uuid>``: the group's cell) and each
   project's mapped groups, which its ``server_groups`` limit counts
   (:mod:`qsched.cells_groups`); the host mappings (``host-map:<host>``) and the last
-  aggregate id given to every cell (:mod:`qsched.cells_aggregates`).
+  aggregate id given to every cell (:mod:`qsched.cells_aggregates`); the node mappings
+  (``node-map:<node>``: the cell of a compute node a boot names).
 
 A cell that :func:`join` made part of such a deployment (``quota-home`` set) leaves
 its own quota unlimited and indexes every release of quota in ``quota-ends``, in
@@ -312,14 +313,51 @@ class CellsCompute:
     def cell_of_host(self, host: str, fresh: bool = False) -> str | None:
         """The cell of compute host ``host``: its host mapping (``host-map:<host>``, one
         read), else each cell asked in turn and the one that has it mapped (O(cells),
-        once a host; ``fresh``: ask them even when it is mapped); None: no cell has it."""
+        once a host; ``fresh``: ask them even when it is mapped); None: no cell has it.
+
+        :raises BackendUnavailable: a cell did not answer, and none that did has it.
+        """
         mapped = None if fresh else self.map.host_cell(host)
+        return self._located(mapped, lambda compute: has_host(compute, host),
+                             lambda cell: self.map.map_host(host, cell))  # fmt: skip
+
+    def cell_of_node(self, node: str, fresh: bool = False) -> str | None:
+        """The cell of compute node ``node`` (a provider, by its name: 2.74's
+        ``hypervisor_hostname``), as :meth:`cell_of_host` finds a host's, by its node
+        mapping (``node-map:<node>``).
+
+        :raises BackendUnavailable: a cell did not answer, and none that did has it.
+        """
+        mapped = None if fresh else self.map.node_cell(node)
+        return self._located(mapped, lambda compute: has_node(compute, node),
+                             lambda cell: self.map.map_node(node, cell))  # fmt: skip
+
+    def _located(
+        self,
+        mapped: str | None,
+        has: Callable[[ComputeAPI], bool],
+        record: Callable[[str], None],
+    ) -> str | None:
+        """``mapped`` when it names a cell, else the first cell that ``has`` it, which is
+        ``record``-ed; None: no cell has it. A cell whose ledger does not answer is
+        passed over: a host or node is in one cell.
+
+        :raises BackendUnavailable: a cell did not answer, and none that did has it.
+        """
         if mapped in self.cells:
-            return str(mapped)
+            return mapped
+        down: exception.BackendUnavailable | None = None
         for name, compute in self.cells.items():
-            if has_host(compute, host):
-                self.map.map_host(host, name)
+            try:
+                found = has(compute)
+            except exception.BackendUnavailable as exc:
+                down = down or exc
+                continue
+            if found:
+                record(name)
                 return name
+        if down is not None:
+            raise down
         return None
 
     def cell_of(self, uuid: str) -> str:
@@ -1007,6 +1045,11 @@ def has_host(compute: ComputeAPI, host: str) -> bool:
     except exception.NotFound:
         return False
     return True
+
+
+def has_node(compute: ComputeAPI, node: str) -> bool:
+    """Whether ``compute``'s cell has a provider named ``node`` (one read)."""
+    return compute.stores.ledger.find_provider(node) is not None
 
 
 def _aggregate_problems(front: CellsCompute) -> list[str]:

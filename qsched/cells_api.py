@@ -9,7 +9,8 @@ routes that serve one cell; route by route:
   404); a list merges every cell's page (:meth:`CellsCompute.list`). A create goes
   to the cell its hints name (the cell of its ``same_host`` servers, of its host or
   node, of its server group), else to its zone's, else to a cell drawn by free capacity;
-  a host whose mapping is stale is looked up again when the boot is refused.
+  a host or node is found by its mapping in the API keyspace, looked up again when
+  the boot is refused while it is stale.
 * quotas, quota classes and limits: the API keyspace's, the deployment's limits;
   each cell reads from there the limits it checks in code (``key_pairs``,
   ``metadata_items``, ``injected_file*``; :func:`~qsched.cells.open_cells`), and its
@@ -170,7 +171,8 @@ class CellsComputeAPI:
         A host (2.74) whose host mapping names a cell that no longer has it (the host
         moved) is refused there, or by the hints' checks: its cell is then looked up
         afresh in every cell (O(cells), on a refusal only), its mapping written again,
-        and the boot made once more if the host is in another cell now.
+        and the boot made once more if the host is in another cell now; so is a node
+        (2.74) by its node mapping.
 
         :raises Invalid: the hints name servers, hosts or a group of several cells, or
             of another cell than the zone's (400).
@@ -193,18 +195,24 @@ class CellsComputeAPI:
         return boot()  # its host's cell mapped again
 
     def _moved(self, hosts: HostRequest | None) -> bool:
-        """Whether the host a boot asks for is in another cell than its mapping named
-        when the boot was refused: looked up afresh in every cell and mapped again."""
-        if hosts is None or hosts.host is None:
+        """Whether the host (else the node) a boot asks for is in another cell than its
+        mapping named when the boot was refused: looked up afresh in every cell and
+        mapped again."""
+        front = self.front
+        if hosts is None:
             return False
-        mapped = self.front.map.host_cell(hosts.host)
-        found = self.front.cell_of_host(hosts.host, fresh=True)
+        if hosts.host is not None:
+            mapped, found = front.map.host_cell(hosts.host), front.cell_of_host(hosts.host, True)
+        elif hosts.node is not None:
+            mapped, found = front.map.node_cell(hosts.node), front.cell_of_node(hosts.node, True)
+        else:
+            return False
         return found is not None and found != mapped
 
     def hinted_cell(self, hosts: HostRequest | None, group: str | None = None) -> str | None:
         """The cell a boot's hints name: that of its ``same_host`` servers (their
         mappings), of its host (its host mapping; O(cells) reads the first time) or
-        else its node (O(cells) reads) and of its ``group`` (its mapping); None when
+        else its node (its node mapping, the same) and of its ``group`` (its mapping); None when
         they name none (``different_host`` names none: a server of another cell is on
         another host).
 
@@ -217,9 +225,8 @@ class CellsComputeAPI:
             named |= {found[0] for server in hosts.same_host if (found := mapping(server))}
         if hosts and hosts.host is not None:  # its host mapping: one read once known
             named |= {cell for cell in [self.front.cell_of_host(hosts.host)] if cell}
-        elif hosts and hosts.node is not None:
-            named |= {name for name, compute in self.front.cells.items()
-                      if compute.stores.ledger.find_provider(hosts.node) is not None}  # fmt: skip
+        elif hosts and hosts.node is not None:  # its node mapping: the same
+            named |= {cell for cell in [self.front.cell_of_node(hosts.node)] if cell}
         if len(named) > 1:
             raise exception.Invalid(
                 reason=f"the scheduler hints and host name servers, hosts or a server group "

@@ -555,6 +555,52 @@ def test_a_requested_host_whose_mapping_is_stale_is_looked_up_again_once(
     clean(deployment)
 
 
+def test_a_requested_node_goes_to_its_cell_found_by_its_node_mapping(
+    deployment: Deployment, client: falcon.testing.TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Microversion 2.74's ``hypervisor_hostname``: the first boot asks the cells which
+    has the node and maps it (node-map, apart from the host mappings); the next reads
+    the mapping alone; a stale mapping is looked up again once. With cell1's ledger down,
+    a boot naming cell2's node (mapped or not) is placed."""
+    (node,) = [p.name for p in deployment.stores("cell2").ledger.list_providers()
+               if p.parent_uuid is None]  # fmt: skip
+    headers = {"OpenStack-API-Version": "compute 2.74", **ADMIN}
+    body = {"server": {"name": "vm", "flavorRef": "small", "imageRef": str(uuid.uuid4()),
+                       "hypervisor_hostname": node, "networks": "none"}}  # fmt: skip
+    asked: list[str] = []
+    has_node = qcells.has_node
+    monkeypatch.setattr(qcells, "has_node", lambda compute, node: asked.append(node)
+                        or has_node(compute, node))  # fmt: skip
+    servers = []
+
+    def boot_on_node(expected: int) -> None:
+        asked.clear()
+        made = client.simulate_post("/v2.1/servers", headers=headers, json=body)
+        assert made.status_code == 202, made.text
+        servers.append(made.json["server"]["id"])
+        assert len(asked) == expected, asked
+        assert deployment.front.map.node_cell(node) == "cell2"
+
+    boot_on_node(2)  # cell1 (no), cell2 (yes)
+    boot_on_node(0)  # the mapping alone
+    assert deployment.front.map.host_cell(node) is None  # a node's mapping is not a host's
+    deployment.front.map.map_node(node, "cell1")  # stale, as after a move
+    boot_on_node(2)  # refused by cell1, looked up again
+    with down("cell1", deployment):
+        boot_on_node(0)
+        deployment.front.map.map_node(node, "gone")  # a cell no line names: asked again
+        boot_on_node(2)  # cell1 passed over
+    deployment.placed(servers)
+    cell2 = deployment.stores("cell2").instances
+    assert {deployment.front.cell_of(s) for s in servers} == {"cell2"}
+    assert {cell2.get(s).node for s in servers} == {node}
+    assert deployment.api.quota.get_usage("admin").instances == len(servers)
+    for server in servers:
+        assert client.simulate_delete(f"/v2.1/servers/{server}", headers=ADMIN).status_code == 204
+    assert wait_until(lambda: {cell2.get(s).state for s in servers} == {State.DELETED}, 10)
+    clean(deployment)
+
+
 # -- the entry point --
 
 
