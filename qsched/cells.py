@@ -161,10 +161,11 @@ class CellsCompute:
 
     @property
     def flavor_cell(self) -> ComputeAPI:
-        """Where a boot's flavor is read, to choose its cell and count its quota: the
-        first joined cell (one not joined may be one whose ledger does not answer), the
-        first cell when none is. Every cell holds the same flavors: ``[api] flavor``
-        and those written through :mod:`qsched.cells_api`, which writes every cell."""
+        """The first joined cell (one not joined may be one whose ledger does not
+        answer), the first cell when none is: where :meth:`read` reads first what every
+        cell holds alike (the same flavors: ``[api] flavor`` and those written through
+        :mod:`qsched.cells_api`, which writes every cell), and where the callers' rights
+        are asked (every cell has the same rules)."""
         return next(iter(self.joined().values()), next(iter(self.cells.values())))
 
     def get_flavor(self, flavor_id: str, context: RequestContext | None = None) -> Flavor:
@@ -408,18 +409,19 @@ class CellsCompute:
         for (its zone's aggregates, its project's, those its flavor's
         ``aggregate_instance_extra_specs`` name; :func:`serves`);
         None when they ask for none. Every cell holds every aggregate: the filters are
-        run once, on ``flavor_cell``'s; then one read of each cell's aggregate version
-        (its index is kept in memory), O(cells). A boot they send nowhere (the tenant
-        filter required and the project in no aggregate) is None: its cell fails it.
+        run once, on the first joined cell's that answers (:meth:`read`); then one read
+        of each cell's aggregate version (its index is kept in memory), O(cells). A
+        cell whose ledger does not answer that read is kept among them: a draw passes
+        it over, and a boot its hints send there meets its outage. A boot they send
+        nowhere (the tenant filter required and the project in no aggregate) is None:
+        its cell fails it.
         """
-        route = self.flavor_cell.aggregates.route(
-            project, Constraints(availability_zone=availability_zone), flavor
-        )
+        constraints = Constraints(availability_zone=availability_zone)
+        route = self.read(lambda compute: compute.aggregates.route(project, constraints, flavor))
         wanted = route.constraints.member_of_any
         if not wanted or route.unplaceable:
             return None
-        return {name for name, compute in self.joined().items()
-                if serves(wanted, compute.aggregates.index())}  # fmt: skip
+        return {name for name, compute in self.joined().items() if _serves(compute, wanted)}
 
     def draw(self, demand: Mapping[str, int], among: set[str] | None = None) -> str:
         """A joined cell drawn in proportion to how many of ``demand`` (resource class ->
@@ -1036,6 +1038,15 @@ def serves(wanted: Sequence[frozenset[str]], index: AggregateIndex) -> bool:
     of the cell waits there, and ends in NoValidHost at its deadline)."""
     found = index.aggregates
     return all(any(u in found and found[u].hosts for u in group) for group in wanted)
+
+
+def _serves(compute: ComputeAPI, wanted: Sequence[frozenset[str]]) -> bool:
+    """:func:`serves` of ``compute``'s aggregates; True when its ledger does not answer
+    (not known: see :meth:`CellsCompute.aggregate_cells`)."""
+    try:
+        return serves(wanted, compute.aggregates.index())
+    except exception.BackendUnavailable:
+        return True
 
 
 def has_host(compute: ComputeAPI, host: str) -> bool:
