@@ -16,7 +16,8 @@ Nova's API database beside its cell databases) holds what must be global:
 * the server group mappings (``group-map:<uuid>``: the group's cell) and each
   project's mapped groups, which its ``server_groups`` limit counts
   (:mod:`qsched.cells_groups`); the host mappings (``host-map:<host>``) and the last
-  aggregate id given to every cell (:mod:`qsched.cells_aggregates`).
+  aggregate id given to every cell (:mod:`qsched.cells_aggregates`); the node mappings
+  (``node-map:<node>``: the cell of a compute node a boot names).
 
 A cell that :func:`join` made part of such a deployment (``quota-home`` set) leaves
 its own quota unlimited and indexes every release of quota in ``quota-ends``, in
@@ -35,8 +36,9 @@ entry point calls it; :func:`qsched.janitor.start_periodic_tasks` runs its mover
 cell by one call). Each cell's :class:`ComputeAPI` refuses a boot that does not come
 through the front door, and reads the limits it checks in code from the API keyspace.
 A cell whose ledger does not answer then is not joined: no boot goes there (it
-would be counted twice) until a pass of the mover joins it. A pass passes over a
-cell whose ledger does not answer and moves the others' releases.
+would be counted twice) until a pass of the mover joins it, writing there first the
+flavors and aggregates of the joined cells. A pass passes over a cell whose ledger
+does not answer and moves the others' releases.
 
 A boot goes to its availability zone's cell (``[cells] zone``), else to a cell drawn
 in proportion to how many of its flavor the cell's free capacity holds (``cell-free``,
@@ -56,7 +58,7 @@ import random
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypedDict, TypeVar
 
 from qsched import exception
@@ -159,26 +161,35 @@ class CellsCompute:
 
     @property
     def flavor_cell(self) -> ComputeAPI:
-        """Where a boot's flavor is read, to choose its cell and count its quota: the
-        first joined cell (one not joined may be one whose ledger does not answer), the
-        first cell when none is. Every cell holds the same flavors: ``[api] flavor``
-        and those written through :mod:`qsched.cells_api`, which writes every cell."""
-        joined = (c for name, c in self.cells.items() if name not in self._unjoined)
-        return next(joined, next(iter(self.cells.values())))
+        """The first joined cell (one not joined may be one whose ledger does not
+        answer), the first cell when none is: where :meth:`read` reads first what every
+        cell holds alike (the same flavors: ``[api] flavor`` and those written through
+        :mod:`qsched.cells_api`, which writes every cell), and where the callers' rights
+        are asked (every cell has the same rules)."""
+        return next(iter(self.joined().values()), next(iter(self.cells.values())))
 
     def get_flavor(self, flavor_id: str, context: RequestContext | None = None) -> Flavor:
-        """Flavor ``flavor_id`` as ``context`` may see it, read from the first joined
-        cell whose ledger answers (every cell holds the same flavors): one cell down
+        """Flavor ``flavor_id`` as ``context`` may see it (:meth:`read`): one cell down
         does not stop the boots of the others.
 
         :raises FlavorNotFound: the first cell that answers has none.
         :raises BackendUnavailable: no joined cell answered.
         """
-        joined = [c for name, c in self.cells.items() if name not in self._unjoined]
+        return self.read(lambda compute: compute.get_flavor(flavor_id, context))
+
+    def read(self, call: Callable[[ComputeAPI], T]) -> T:
+        """``call`` of the first joined cell whose ledger answers (the first cell when
+        none is joined), in the order of the ``[cells] cell`` lines: how what every cell
+        holds alike, flavors and keypairs, is read, so that one cell down stops no read.
+        What ``call`` raises but an outage is the answer (a flavor the first cell that
+        answers does not have is not found).
+
+        :raises BackendUnavailable: no joined cell answered (the first one's outage).
+        """
         first: exception.BackendUnavailable | None = None
-        for compute in joined or [self.flavor_cell]:
+        for compute in list(self.joined().values()) or [self.flavor_cell]:
             try:
-                return compute.get_flavor(flavor_id, context)
+                return call(compute)
             except exception.BackendUnavailable as exc:
                 first = first or exc
         assert first is not None
@@ -190,6 +201,11 @@ class CellsCompute:
     def unjoined(self) -> frozenset[str]:
         """The cells no boot goes to yet: their ledger did not answer their join."""
         return frozenset(self._unjoined)
+
+    def joined(self) -> dict[str, ComputeAPI]:
+        """The joined cells, the ones boots go to, by name in the order of the ``[cells]
+        cell`` lines (in memory: no read)."""
+        return {name: c for name, c in self.cells.items() if name not in self._unjoined}
 
     def join_waiting(self) -> tuple[list[str], dict[str, exception.BackendUnavailable]]:
         """Join the cells not joined yet (:func:`join`, idempotent); boots may go to
@@ -204,29 +220,56 @@ class CellsCompute:
             for name in sorted(self._unjoined):
                 try:
                     join(self.cells[name].stores)
-                    copied = self._copy_flavors(name)
+                    flavors = self._copy_flavors(name)
+                    aggregates = self._copy_aggregates(name)
                 except exception.BackendUnavailable as exc:
                     failed[name] = exc
                     continue
                 self._unjoined.discard(name)
                 joined.append(name)
-                LOG.info("cells: cell %s joined (%d flavors written there); boots may go "
-                         "there from now on", name, copied)  # fmt: skip
+                LOG.info("cells: cell %s joined (%d flavors and %d aggregates written there); "
+                         "boots may go there from now on", name, flavors, aggregates)  # fmt: skip
         return joined, failed
 
     def _copy_flavors(self, name: str) -> int:
-        """Write into cell ``name`` the flavors of a joined cell (those written while it
-        was away, and ``[api] flavor``), as they are there; how many changed. Nothing
-        when no other cell is joined. One read, and a write a flavor that changed.
+        """Write into cell ``name``, not joined yet, the flavors of the joined cells
+        (those written while it was away, and ``[api] flavor``), as they are there
+        (:meth:`read`); how many changed. Nothing when no cell is joined. One read, and a
+        write a flavor that changed.
 
         :raises BackendUnavailable: a ledger did not answer: the cell is not joined yet.
         """
-        source = next((c for n, c in self.cells.items() if n != name and n not in self._unjoined),
-                      None)  # fmt: skip
-        if source is None:
+        if not self.joined():
             return 0
         into = self.cells[name].stores.flavors
-        return sum(into.put(flavor) for flavor in source.stores.flavors.list())
+        return sum(into.put(flavor) for flavor in self.read(lambda c: c.stores.flavors.list()))
+
+    def _copy_aggregates(self, name: str) -> int:
+        """Write into cell ``name``, not joined yet, every aggregate of the joined cells
+        it lacks (:meth:`read`), with their id, uuid, name and metadata and none of
+        their hosts (a cell's copy holds its own hosts only; :mod:`qsched.cells_aggregates`);
+        how many were written. Nothing when no cell is joined. One read, and a script an
+        aggregate (one that is there already writes nothing).
+
+        An aggregate of the same id or name that is another one there, or this one with
+        another name or metadata, is left as it is, named in a warning (and by
+        :func:`audit`): that aggregate is not written there, and the cell is joined.
+
+        :raises BackendUnavailable: a ledger did not answer: the cell is not joined yet.
+        """
+        if not self.joined():
+            return 0
+        into = self.cells[name].aggregates.store
+        written = 0
+        for aggregate in self.read(lambda c: c.aggregates.store.list()):
+            try:
+                written += into.put(aggregate)
+            except exception.Conflict as exc:
+                LOG.warning("cells: aggregate %d (%s, uuid %s) is not written into cell %s, "
+                            "joined now, which holds another in its place: %s; boots there do "
+                            "not see it (qsched.cells.audit names it)",
+                            aggregate.id, aggregate.name, aggregate.uuid, name, exc)  # fmt: skip
+        return written
 
     def key_in(self, compute: ComputeAPI, user_id: str, key_name: str | None) -> None:
         """Make sure the cell of ``compute`` holds keypair ``key_name`` of ``user_id``,
@@ -243,8 +286,8 @@ class CellsCompute:
             return
         except exception.KeypairNotFound:
             pass
-        for name, other in self.cells.items():
-            if other is compute or name in self._unjoined:
+        for name, other in self.joined().items():
+            if other is compute:
                 continue
             try:
                 found = other.stores.keypairs.get(user_id, key_name)
@@ -271,14 +314,51 @@ class CellsCompute:
     def cell_of_host(self, host: str, fresh: bool = False) -> str | None:
         """The cell of compute host ``host``: its host mapping (``host-map:<host>``, one
         read), else each cell asked in turn and the one that has it mapped (O(cells),
-        once a host; ``fresh``: ask them even when it is mapped); None: no cell has it."""
+        once a host; ``fresh``: ask them even when it is mapped); None: no cell has it.
+
+        :raises BackendUnavailable: a cell did not answer, and none that did has it.
+        """
         mapped = None if fresh else self.map.host_cell(host)
+        return self._located(mapped, lambda compute: has_host(compute, host),
+                             lambda cell: self.map.map_host(host, cell))  # fmt: skip
+
+    def cell_of_node(self, node: str, fresh: bool = False) -> str | None:
+        """The cell of compute node ``node`` (a provider, by its name: 2.74's
+        ``hypervisor_hostname``), as :meth:`cell_of_host` finds a host's, by its node
+        mapping (``node-map:<node>``).
+
+        :raises BackendUnavailable: a cell did not answer, and none that did has it.
+        """
+        mapped = None if fresh else self.map.node_cell(node)
+        return self._located(mapped, lambda compute: has_node(compute, node),
+                             lambda cell: self.map.map_node(node, cell))  # fmt: skip
+
+    def _located(
+        self,
+        mapped: str | None,
+        has: Callable[[ComputeAPI], bool],
+        record: Callable[[str], None],
+    ) -> str | None:
+        """``mapped`` when it names a cell, else the first cell that ``has`` it, which is
+        ``record``-ed; None: no cell has it. A cell whose ledger does not answer is
+        passed over: a host or node is in one cell.
+
+        :raises BackendUnavailable: a cell did not answer, and none that did has it.
+        """
         if mapped in self.cells:
-            return str(mapped)
+            return mapped
+        down: exception.BackendUnavailable | None = None
         for name, compute in self.cells.items():
-            if has_host(compute, host):
-                self.map.map_host(host, name)
+            try:
+                found = has(compute)
+            except exception.BackendUnavailable as exc:
+                down = down or exc
+                continue
+            if found:
+                record(name)
                 return name
+        if down is not None:
+            raise down
         return None
 
     def cell_of(self, uuid: str) -> str:
@@ -329,18 +409,19 @@ class CellsCompute:
         for (its zone's aggregates, its project's, those its flavor's
         ``aggregate_instance_extra_specs`` name; :func:`serves`);
         None when they ask for none. Every cell holds every aggregate: the filters are
-        run once, on ``flavor_cell``'s; then one read of each cell's aggregate version
-        (its index is kept in memory), O(cells). A boot they send nowhere (the tenant
-        filter required and the project in no aggregate) is None: its cell fails it.
+        run once, on the first joined cell's that answers (:meth:`read`); then one read
+        of each cell's aggregate version (its index is kept in memory), O(cells). A
+        cell whose ledger does not answer that read is kept among them: a draw passes
+        it over, and a boot its hints send there meets its outage. A boot they send
+        nowhere (the tenant filter required and the project in no aggregate) is None:
+        its cell fails it.
         """
-        route = self.flavor_cell.aggregates.route(
-            project, Constraints(availability_zone=availability_zone), flavor
-        )
+        constraints = Constraints(availability_zone=availability_zone)
+        route = self.read(lambda compute: compute.aggregates.route(project, constraints, flavor))
         wanted = route.constraints.member_of_any
         if not wanted or route.unplaceable:
             return None
-        joined = (name for name in self.cells if name not in self._unjoined)
-        return {name for name in joined if serves(wanted, self.cells[name].aggregates.index())}
+        return {name for name, compute in self.joined().items() if _serves(compute, wanted)}
 
     def draw(self, demand: Mapping[str, int], among: set[str] | None = None) -> str:
         """A joined cell drawn in proportion to how many of ``demand`` (resource class ->
@@ -350,8 +431,8 @@ class CellsCompute:
         :raises BackendUnavailable: no joined cell's ledger answered.
         """
         holds = {}
-        for name in self.cells:
-            if name in self._unjoined or (among and name not in among):
+        for name in self.joined():
+            if among and name not in among:
                 continue
             try:
                 free = self.free(name)
@@ -422,30 +503,38 @@ class CellsCompute:
             availability_zone, flavor, project
         )
         compute = self.cells[cell]
-        try:  # before anything is held
+        with self._read_again_if_down(cell):
+            # before anything is held
             self.key_in(compute, context.user_id, getattr(asked.get("server"), "key_name", None))
-        except exception.BackendUnavailable:
-            self._free.pop(cell, None)  # as below
-            raise
-        uuids = [str(uuidlib.uuid4()) for _ in range(max(max_count, 1))]
-        self.map.map(uuids, cell, context.project_id)
-        held = self._reserve(context.project_id, uuids, flavor.vcpus, flavor.ram_mb, min_count)
-        try:
-            made = compute.boot_many(
-                context, name, flavor_ref, image_ref, availability_zone,
-                min_count=min(min_count, len(held)), max_count=len(held), uuids=held, **asked,
-            )  # fmt: skip
-        except exception.BackendUnavailable:
-            self._free.pop(cell, None)  # the next draw reads it again: passed over if down
-            raise  # the create may have run: the mover settles them from the cell
-        except Exception:
-            self._unmap(context.project_id, held)
-            raise
+            uuids = [str(uuidlib.uuid4()) for _ in range(max(max_count, 1))]
+            self.map.map(uuids, cell, context.project_id)
+            held = self._reserve(context.project_id, uuids, flavor.vcpus, flavor.ram_mb, min_count)
+            try:
+                made = compute.boot_many(
+                    context, name, flavor_ref, image_ref, availability_zone,
+                    min_count=min(min_count, len(held)), max_count=len(held), uuids=held, **asked,
+                )  # fmt: skip
+            except exception.BackendUnavailable:
+                raise  # the create may have run: the mover settles them from the cell
+            except Exception:
+                self._unmap(context.project_id, held)
+                raise
         self.map.confirm(uuids)
         unused = [u for u in held if u not in {i.uuid for i in made.instances}]
         if unused:
             self._unmap(context.project_id, unused)
         return made
+
+    @contextlib.contextmanager
+    def _read_again_if_down(self, cell: str) -> Iterator[None]:
+        """A boot into ``cell`` that a ledger did not answer drops the cell's free
+        capacity kept by :meth:`free`: the next draw reads it again, and passes the cell
+        over if it is down."""
+        try:
+            yield
+        except exception.BackendUnavailable:
+            self._free.pop(cell, None)
+            raise
 
     def _asked_cell(
         self, cell: str | None, availability_zone: str | None, project: str, flavor: Flavor
@@ -951,6 +1040,15 @@ def serves(wanted: Sequence[frozenset[str]], index: AggregateIndex) -> bool:
     return all(any(u in found and found[u].hosts for u in group) for group in wanted)
 
 
+def _serves(compute: ComputeAPI, wanted: Sequence[frozenset[str]]) -> bool:
+    """:func:`serves` of ``compute``'s aggregates; True when its ledger does not answer
+    (not known: see :meth:`CellsCompute.aggregate_cells`)."""
+    try:
+        return serves(wanted, compute.aggregates.index())
+    except exception.BackendUnavailable:
+        return True
+
+
 def has_host(compute: ComputeAPI, host: str) -> bool:
     """Whether ``compute``'s cell has a compute service on ``host`` (one read)."""
     try:
@@ -958,6 +1056,11 @@ def has_host(compute: ComputeAPI, host: str) -> bool:
     except exception.NotFound:
         return False
     return True
+
+
+def has_node(compute: ComputeAPI, node: str) -> bool:
+    """Whether ``compute``'s cell has a provider named ``node`` (one read)."""
+    return compute.stores.ledger.find_provider(node) is not None
 
 
 def _aggregate_problems(front: CellsCompute) -> list[str]:

@@ -29,6 +29,10 @@ whether *any* aggregate names the project, and the isolating filter which aggreg
   ledger only, not the API keyspace, and a host is mapped before any call needs it
   (Nova's ``discover_hosts`` step, made implicit). The zone check of an add runs in
   that cell, which holds every aggregate of the host.
+* a cell joined late (its ledger did not answer when the API started) gets every
+  aggregate of the joined cells, without their hosts, at its join
+  (:meth:`qsched.cells.CellsCompute.join_waiting`); one of its own in the way is
+  left as it is and named.
 * a boot's cell (:meth:`qsched.cells.CellsCompute.choose`): among the cells where the
   aggregates its request filters ask for have hosts (:func:`serves`), one read of
   each cell's aggregate version; a boot the filters leave alone reads nothing.

@@ -8,15 +8,18 @@ routes that serve one cell; route by route:
   instance actions: the instance mapping names the cell (a uuid without one is
   404); a list merges every cell's page (:meth:`CellsCompute.list`). A create goes
   to the cell its hints name (the cell of its ``same_host`` servers, of its host or
-  node, of its server group), else to its zone's, else to a cell drawn by free capacity.
+  node, of its server group), else to its zone's, else to a cell drawn by free capacity;
+  a host or node is found by its mapping in the API keyspace, looked up again when
+  the boot is refused while it is stale.
 * quotas, quota classes and limits: the API keyspace's, the deployment's limits;
   each cell reads from there the limits it checks in code (``key_pairs``,
   ``metadata_items``, ``injected_file*``; :func:`~qsched.cells.open_cells`), and its
   own ``instances``, ``cores`` and ``ram`` stay unlimited.
 * flavors, their extra specs and access: every write goes to every cell
-  (:func:`qsched.cells.write_every_cell`); reads come from ``flavor_cell``.
+  (:func:`qsched.cells.write_every_cell`); reads come from the first joined cell
+  that answers (:meth:`CellsCompute.read`).
 * keypairs: made once (a generated private key too) and the same key written to
-  every cell, deleted from every cell; read from ``flavor_cell``.
+  every cell, deleted from every cell; read as flavors are.
 * hypervisors, services and availability zones: each cell's, merged. Their
   integer ids (a hypervisor's before microversion 2.53, a service's ``id``
   before 2.53) are each cell's own counters, which collide across cells, so they
@@ -49,7 +52,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from qsched import exception
-from qsched.cells import CellsCompute, gone, take_back, write_every_cell
+from qsched.cells import CellNotJoined, CellsCompute, gone, take_back, write_every_cell
 from qsched.cells_aggregates import CellsAggregates
 from qsched.cells_groups import CellsGroups
 from qsched.compute import ComputeAPI, FlavorExtraSpecNotFound, Reservation, check_counts
@@ -118,7 +121,8 @@ class CellsComputeAPI:
 
     @property
     def reader(self) -> ComputeAPI:
-        """Where flavors and keypairs are read: ``flavor_cell``, the first joined cell."""
+        """Where the caller's rights are asked (no read: every cell has the same rules):
+        ``flavor_cell``. Flavors and keypairs are read by :meth:`CellsCompute.read`."""
         return self.front.flavor_cell
 
     # -- what the caller may see (policy only) --
@@ -164,21 +168,51 @@ class CellsComputeAPI:
 
         A ``group`` hint sends them to the group's cell (:mod:`qsched.cells_groups`).
 
+        A host (2.74) whose host mapping names a cell that no longer has it (the host
+        moved) is refused there, or by the hints' checks: its cell is then looked up
+        afresh in every cell (O(cells), on a refusal only), its mapping written again,
+        and the boot made once more if the host is in another cell now; so is a node
+        (2.74) by its node mapping.
+
         :raises Invalid: the hints name servers, hosts or a group of several cells, or
             of another cell than the zone's (400).
         :raises GroupRefNotFound: no such group (400); nothing is held.
         """
         check_counts(min_count, max_count)
-        return self.front.boot_many(
-            context, name, flavor_ref, image_ref, availability_zone, min_count=min_count,
-            max_count=max_count, cell=self.hinted_cell(hosts, group), metadata=metadata,
-            group=group, server=server, hosts=hosts,
-        )  # fmt: skip
+
+        def boot() -> Reservation:
+            return self.front.boot_many(
+                context, name, flavor_ref, image_ref, availability_zone, min_count=min_count,
+                max_count=max_count, cell=self.hinted_cell(hosts, group), metadata=metadata,
+                group=group, server=server, hosts=hosts,
+            )  # fmt: skip
+
+        try:
+            return boot()
+        except (exception.Invalid, CellNotJoined):  # nothing is held
+            if not self._moved(hosts):
+                raise
+        return boot()  # its host's cell mapped again
+
+    def _moved(self, hosts: HostRequest | None) -> bool:
+        """Whether the host (else the node) a boot asks for is in another cell than its
+        mapping named when the boot was refused: looked up afresh in every cell and
+        mapped again."""
+        front = self.front
+        if hosts is None:
+            return False
+        if hosts.host is not None:
+            mapped, found = front.map.host_cell(hosts.host), front.cell_of_host(hosts.host, True)
+        elif hosts.node is not None:
+            mapped, found = front.map.node_cell(hosts.node), front.cell_of_node(hosts.node, True)
+        else:
+            return False
+        return found is not None and found != mapped
 
     def hinted_cell(self, hosts: HostRequest | None, group: str | None = None) -> str | None:
         """The cell a boot's hints name: that of its ``same_host`` servers (their
         mappings), of its host (its host mapping; O(cells) reads the first time) or
-        else its node (O(cells) reads) and of its ``group`` (its mapping); None when
+        else its node (its node mapping, the same) and of its ``group`` (its mapping); None when
         they name none (``different_host`` names none: a server of another cell is on
         another host).
 
@@ -191,9 +225,8 @@ class CellsComputeAPI:
             named |= {found[0] for server in hosts.same_host if (found := mapping(server))}
         if hosts and hosts.host is not None:  # its host mapping: one read once known
             named |= {cell for cell in [self.front.cell_of_host(hosts.host)] if cell}
-        elif hosts and hosts.node is not None:
-            named |= {name for name, compute in self.front.cells.items()
-                      if compute.stores.ledger.find_provider(hosts.node) is not None}  # fmt: skip
+        elif hosts and hosts.node is not None:  # its node mapping: the same
+            named |= {cell for cell in [self.front.cell_of_node(hosts.node)] if cell}
         if len(named) > 1:
             raise exception.Invalid(
                 reason=f"the scheduler hints and host name servers, hosts or a server group "
@@ -248,24 +281,24 @@ class CellsComputeAPI:
         mapping)."""
         return self.front.compute_of(instance.uuid).host_status(context, instance)
 
-    # -- flavors: read from one cell, written to every cell --
+    # -- flavors: read from the first joined cell that answers, written to every cell --
 
     def get_flavor(self, flavor_id: str, context: RequestContext | None = None) -> Flavor:
-        return self.reader.get_flavor(flavor_id, context)
+        return self.front.get_flavor(flavor_id, context)
 
     def list_flavors(
         self, context: RequestContext | None = None, query: FlavorQuery | None = None
     ) -> builtins.list[Flavor]:
-        return self.reader.list_flavors(context, query)
+        return self.front.read(lambda compute: compute.list_flavors(context, query))
 
     def flavor_access(self, context: RequestContext, flavor_id: str) -> Flavor:
-        return self.reader.flavor_access(context, flavor_id)
+        return self.front.read(lambda compute: compute.flavor_access(context, flavor_id))
 
     def flavor_extra_specs(self, context: RequestContext, flavor_id: str) -> Mapping[str, str]:
-        return self.reader.flavor_extra_specs(context, flavor_id)
+        return self.front.read(lambda compute: compute.flavor_extra_specs(context, flavor_id))
 
     def flavor_extra_spec(self, context: RequestContext, flavor_id: str, key: str) -> str:
-        return self.reader.flavor_extra_spec(context, flavor_id, key)
+        return self.front.read(lambda compute: compute.flavor_extra_spec(context, flavor_id, key))
 
     def create_flavor(self, context: RequestContext, flavor: Flavor) -> Flavor:
         """As :meth:`ComputeAPI.create_flavor` in every cell: a new id is made once. A
@@ -438,7 +471,7 @@ class CellsKeypairs:
             raise
 
     def get(self, context: RequestContext, name: str, user_id: str | None = None) -> Keypair:
-        return self.cells.reader.keypairs.get(context, name, user_id)
+        return self.cells.front.read(lambda compute: compute.keypairs.get(context, name, user_id))
 
     def list(
         self,
@@ -447,7 +480,9 @@ class CellsKeypairs:
         limit: int | None = None,
         marker: str | None = None,
     ) -> builtins.list[Keypair]:
-        return self.cells.reader.keypairs.list(context, user_id, limit, marker)
+        return self.cells.front.read(
+            lambda compute: compute.keypairs.list(context, user_id, limit, marker)
+        )
 
     def delete(self, context: RequestContext, name: str, user_id: str | None = None) -> None:
         """Delete from every cell; KeypairNotFound only when no cell had it."""

@@ -5,12 +5,14 @@ Runs on every ledger backend (fakeredis, then a real Redis).
 
 from __future__ import annotations
 
+import dataclasses
 import uuid as uuidlib
 
 import pytest
 
 from qsched import exception
 from qsched.aggregates import (
+    Aggregate,
     AggregateHostExists,
     AggregateHostNotFound,
     AggregateNameExists,
@@ -89,6 +91,38 @@ def test_metadata_set_and_removed_in_one_step(stores: Stores) -> None:
         store.set_metadata(made.id, {"availability_zone": ""})
     with pytest.raises(AggregateNotFound):
         store.set_metadata(99, {"k": "v"})
+
+
+def test_put_writes_an_aggregate_as_it_is_once_and_refuses_another_in_its_place(
+    stores: Stores,
+) -> None:
+    """What the front door of several cells copies into a cell joined late: the id,
+    uuid, name, metadata and creation time given, no host; a repeat writes nothing;
+    another aggregate of its id or name, or its id and uuid with other metadata, is a
+    conflict and nothing is written."""
+    store = stores.aggregates
+    copy = Aggregate(7, str(uuidlib.uuid4()), "rack7", {"availability_zone": "az7", "ssd": "1"},
+                     frozenset({"elsewhere"}), created_at=1000.0)  # fmt: skip
+    before = store.version()
+    assert store.put(copy) is True
+    assert store.get(7) == dataclasses.replace(copy, hosts=frozenset())
+    assert store.version() > before and store.last_id() == 7
+    assert store.put(copy) is False
+    assert store.create("next").id == 8
+    for other in (
+        dataclasses.replace(copy, metadata={"availability_zone": "az7"}),  # other metadata
+        dataclasses.replace(copy, uuid=str(uuidlib.uuid4())),  # another aggregate of id 7
+        dataclasses.replace(copy, id=9, uuid=str(uuidlib.uuid4())),  # of its name
+        dataclasses.replace(copy, id=9, name="next", uuid=str(uuidlib.uuid4())),
+    ):
+        with pytest.raises(exception.Conflict):
+            store.put(other)
+    with pytest.raises(AggregateNameExists):
+        store.put(dataclasses.replace(copy, id=9, uuid=str(uuidlib.uuid4())))
+    assert [(a.id, a.name) for a in store.list()] == [(7, "rack7"), (8, "next")]
+    assert store.get(7).metadata == copy.metadata
+    plain = Aggregate(10, str(uuidlib.uuid4()), "plain")
+    assert store.put(plain) is True and store.get(10).metadata == {}
 
 
 def test_a_host_joins_and_its_root_providers_follow(stores: Stores) -> None:

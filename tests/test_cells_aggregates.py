@@ -22,6 +22,7 @@ from tests.raw import DeadClient, redis_store
 from tests.test_agent import USER
 from tests.test_cells_api import Deployment, deployment, ledger_url
 from tests.test_cells_http import ADMIN, booted, clean, client
+from tests.test_cells_outage import down
 
 __all__ = ["client", "deployment", "ledger_url"]  # fixtures
 
@@ -182,4 +183,24 @@ def test_an_aggregate_write_a_cell_misses_is_503_and_taken_back_or_completed(
     retried = act(client, aggregate, "set_metadata", {"metadata": {"k": "v"}})
     assert retried.status_code == 200, retried.text
     assert {copy[2]["k"] for copy in copies(deployment, aggregate).values()} == {"v"}
+    audited(deployment)
+
+
+def test_with_the_first_cells_ledger_down_boots_into_an_aggregates_zone_go_to_the_other(
+    deployment: Deployment, client: falcon.testing.TestClient
+) -> None:
+    """The request filters run on the first joined cell that answers, and a cell whose
+    aggregates do not answer is passed over by the draw: cell1 down stops none of
+    cell2's boots into a zone both cells' hosts are in (before, 503)."""
+    aggregate = made(client, "both", "agz")["id"]
+    for host in ("cell1-cn0", "cell2-cn0"):
+        assert act(client, aggregate, "add_host", {"host": host}).status_code == 200
+    with down("cell1", deployment):
+        servers = [booted(client, "agz") for _ in range(3)]
+    deployment.placed(servers)
+    assert {deployment.front.cell_of(s) for s in servers} == {"cell2"}
+    for server in servers:
+        deployment.deleted(server)
+    for host in ("cell1-cn0", "cell2-cn0"):
+        assert act(client, aggregate, "remove_host", {"host": host}).status_code == 200
     audited(deployment)

@@ -35,6 +35,7 @@ from tests.test_cells_api import (
     deployment,
     ledger_url,
 )
+from tests.test_cells_outage import down
 
 __all__ = ["deployment", "ledger_url"]  # fixtures, see tests.test_cells_api
 
@@ -343,6 +344,46 @@ def test_a_keypair_a_cell_misses_is_503_and_taken_back_or_completed(
         imported["keypair"]["public_key"])  # fmt: skip
 
 
+def test_flavor_and_keypair_reads_answer_from_the_next_cell_when_the_first_does_not(
+    deployment: Deployment, client: falcon.testing.TestClient
+) -> None:
+    """Every cell holds the same flavors and keypairs: with cell1's ledger down, a
+    flavor's show, list, extra specs and access, and a keypair's show and list, are
+    read from cell2 (200, not 503); with both down they are 503."""
+    made = client.simulate_post("/v2.1/os-keypairs", json={"keypair": {"name": "k1"}},
+                                headers=API_USER)  # fmt: skip
+    assert made.status_code == 200, made.text
+    private = {"name": "private", "vcpus": 1, "ram": 512, "disk": 0, "id": "private",
+               "os-flavor-access:is_public": False}  # fmt: skip
+    assert client.simulate_post("/v2.1/flavors", json={"flavor": private},
+                                headers=ADMIN).status_code == 200  # fmt: skip
+    shared = client.simulate_post("/v2.1/flavors/private/action", headers=ADMIN,
+                                  json={"addTenantAccess": {"tenant": "p1"}})  # fmt: skip
+    assert shared.status_code == 200, shared.text
+    reads = {
+        "/v2.1/flavors/small": lambda j: j["flavor"]["name"] == "small",
+        "/v2.1/flavors?is_public=None": lambda j: {f["name"] for f in j["flavors"]} >= {
+            "small", "private"},
+        "/v2.1/flavors/private/os-extra_specs": lambda j: j["extra_specs"] == {},
+        "/v2.1/flavors/private/os-flavor-access": lambda j: [
+            a["tenant_id"] for a in j["flavor_access"]] == ["p1"],
+        "/v2.1/os-keypairs/k1": lambda j: j["keypair"]["public_key"] == (
+            made.json["keypair"]["public_key"]),
+        "/v2.1/os-keypairs": lambda j: [k["keypair"]["name"] for k in j["keypairs"]] == ["k1"],
+    }  # fmt: skip
+    with down("cell1", deployment):
+        for path, right in reads.items():
+            answer = client.simulate_get(path, headers=ADMIN if "flavor" in path else API_USER)
+            assert answer.status_code == 200 and right(answer.json), (path, answer.text)
+        with down("cell2", deployment):
+            for path in reads:
+                answer = client.simulate_get(path, headers=ADMIN if "flavor" in path else API_USER)
+                assert answer.status_code == 503, (path, answer.text)
+    client.simulate_delete("/v2.1/os-keypairs/k1", headers=API_USER)
+    client.simulate_delete("/v2.1/flavors/private", headers=ADMIN)
+    clean(deployment)
+
+
 def test_quotas_are_the_deployments_and_every_cell_checks_them(
     deployment: Deployment, client: falcon.testing.TestClient
 ) -> None:
@@ -469,6 +510,94 @@ def test_a_requested_host_goes_to_its_cell_found_by_its_host_mapping(
     assert deployment.front.map.host_cell("cell2-cn0") == "cell2"
     deployment.placed(servers)
     assert {deployment.front.cell_of(s) for s in servers} == {"cell2"}
+    clean(deployment)
+
+
+def test_a_requested_host_whose_mapping_is_stale_is_looked_up_again_once(
+    deployment: Deployment, client: falcon.testing.TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cell2-cn0's host mapping names cell1, as after a move: a 2.74 boot naming it,
+    which cell1 refuses (and, with zone az2, the hints' check), asks every cell again,
+    maps it to cell2 and is placed there; the refused attempt holds nothing. The next
+    boot reads the mapping alone; a host no cell has is 400 as before."""
+    headers = {"OpenStack-API-Version": "compute 2.74", **ADMIN}
+
+    def boot_on(host: str, **more: str) -> falcon.testing.Result:
+        body = {"name": "vm", "flavorRef": "small", "imageRef": str(uuid.uuid4()),
+                "host": host, "networks": "none", **more}  # fmt: skip
+        return client.simulate_post("/v2.1/servers", headers=headers, json={"server": body})
+
+    asked: list[str] = []
+    has_host = qcells.has_host
+    monkeypatch.setattr(qcells, "has_host", lambda compute, host: asked.append(host)
+                        or has_host(compute, host))  # fmt: skip
+    servers = []
+    for more in ({}, {"availability_zone": "az2"}):
+        deployment.front.map.map_host("cell2-cn0", "cell1")  # stale
+        made = boot_on("cell2-cn0", **more)
+        assert made.status_code == 202, made.text
+        servers.append(made.json["server"]["id"])
+        assert deployment.front.map.host_cell("cell2-cn0") == "cell2"
+    asked.clear()
+    made = boot_on("cell2-cn0")
+    assert made.status_code == 202 and asked == [], made.text
+    servers.append(made.json["server"]["id"])
+    deployment.placed(servers)
+    assert {deployment.front.cell_of(s) for s in servers} == {"cell2"}
+    cell2 = deployment.stores("cell2").instances
+    assert {cell2.get(s).host for s in servers} == {"cell2-cn0"}
+    assert deployment.api.quota.get_usage("admin").instances == 3  # the refused held nothing
+    nowhere = boot_on("no-such-host")
+    assert nowhere.status_code == 400 and "no-such-host" in nowhere.text, nowhere.text
+    for server in servers:
+        assert client.simulate_delete(f"/v2.1/servers/{server}", headers=ADMIN).status_code == 204
+    assert wait_until(lambda: {cell2.get(s).state for s in servers} == {State.DELETED}, 10)
+    clean(deployment)
+
+
+def test_a_requested_node_goes_to_its_cell_found_by_its_node_mapping(
+    deployment: Deployment, client: falcon.testing.TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Microversion 2.74's ``hypervisor_hostname``: the first boot asks the cells which
+    has the node and maps it (node-map, apart from the host mappings); the next reads
+    the mapping alone; a stale mapping is looked up again once. With cell1's ledger down,
+    a boot naming cell2's node (mapped or not) is placed."""
+    (node,) = [p.name for p in deployment.stores("cell2").ledger.list_providers()
+               if p.parent_uuid is None]  # fmt: skip
+    headers = {"OpenStack-API-Version": "compute 2.74", **ADMIN}
+    body = {"server": {"name": "vm", "flavorRef": "small", "imageRef": str(uuid.uuid4()),
+                       "hypervisor_hostname": node, "networks": "none"}}  # fmt: skip
+    asked: list[str] = []
+    has_node = qcells.has_node
+    monkeypatch.setattr(qcells, "has_node", lambda compute, node: asked.append(node)
+                        or has_node(compute, node))  # fmt: skip
+    servers = []
+
+    def boot_on_node(expected: int) -> None:
+        asked.clear()
+        made = client.simulate_post("/v2.1/servers", headers=headers, json=body)
+        assert made.status_code == 202, made.text
+        servers.append(made.json["server"]["id"])
+        assert len(asked) == expected, asked
+        assert deployment.front.map.node_cell(node) == "cell2"
+
+    boot_on_node(2)  # cell1 (no), cell2 (yes)
+    boot_on_node(0)  # the mapping alone
+    assert deployment.front.map.host_cell(node) is None  # a node's mapping is not a host's
+    deployment.front.map.map_node(node, "cell1")  # stale, as after a move
+    boot_on_node(2)  # refused by cell1, looked up again
+    with down("cell1", deployment):
+        boot_on_node(0)
+        deployment.front.map.map_node(node, "gone")  # a cell no line names: asked again
+        boot_on_node(2)  # cell1 passed over
+    deployment.placed(servers)
+    cell2 = deployment.stores("cell2").instances
+    assert {deployment.front.cell_of(s) for s in servers} == {"cell2"}
+    assert {cell2.get(s).node for s in servers} == {node}
+    assert deployment.api.quota.get_usage("admin").instances == len(servers)
+    for server in servers:
+        assert client.simulate_delete(f"/v2.1/servers/{server}", headers=ADMIN).status_code == 204
+    assert wait_until(lambda: {cell2.get(s).state for s in servers} == {State.DELETED}, 10)
     clean(deployment)
 
 

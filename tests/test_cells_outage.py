@@ -19,7 +19,10 @@ import pytest
 
 from qsched import cells as qcells
 from qsched import exception, janitor, reaper
+from qsched.aggregates import Aggregate
+from qsched.cells_aggregates import CellsAggregates
 from qsched.conf import APIOptions, BusOptions, LedgerOptions, SchedulerOptions
+from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.keypairs import InvalidKeyName
 from qsched.ledger.base import State
@@ -206,6 +209,82 @@ def test_a_cell_down_at_the_start_gets_no_boot_until_a_pass_joins_it(
     assert front.api.quota.get_usage("p1").instances == 4  # the refused one holds nothing
     assert mover.run_once()["joined"] == []  # joined once
     assert qcells.audit(front)["ok"]
+
+
+def a_host(front: qcells.CellsCompute, cell: str) -> None:
+    """Host ``<cell>-cn0`` in ``cell``, as its agent registers and beats it."""
+    agents = front.cells[cell].stores.agents
+    agents.register_service(f"{cell}-cn0")
+    agents.heartbeat(f"{cell}-cn0", 30)
+
+
+def made_while_away(front: qcells.CellsCompute, name: str, **metadata: str) -> Aggregate:
+    """An aggregate in cell1 alone, with the id and uuid the front door would give it
+    (a cell whose ledger comes back without it, restored from before it was made or new,
+    lacks it as cell2 does here)."""
+    cell1 = front.cells["cell1"].aggregates.store
+    made = cell1.create(name, None, front.map.next_aggregate_id(cell1.last_id()),
+                        str(uuid.uuid4()))  # fmt: skip
+    return cell1.set_metadata(made.id, metadata)
+
+
+def test_a_cell_joined_late_gets_the_aggregates_of_the_joined_cells_at_its_join(
+    half_down: qcells.CellsCompute, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An aggregate made while cell2 was away, with a zone, more metadata and a host of
+    cell1, is written into cell2 by the pass that joins it, before it is joined: its id,
+    uuid, name and metadata, no host; a host of cell2 is then added to it through the
+    front door (in cell2's copy alone), and the audit is clean. A second copy writes
+    nothing."""
+    front = half_down
+    a_host(front, "cell1")
+    agg = made_while_away(front, "agg", availability_zone="agz", ssd="true")
+    front.cells["cell1"].aggregates.store.add_host(agg.id, "cell1-cn0")
+    comes_back(front, ledger_url)
+    a_host(front, "cell2")
+    into = front.cells["cell2"].aggregates.store
+    put, joined_then = into.put, []
+    monkeypatch.setattr(into, "put", lambda a: joined_then.append("cell2" not in front.unjoined)
+                        or put(a))  # fmt: skip
+    assert qcells.QuotaMover(front, 60.0).run_once()["joined"] == ["cell2"]
+    assert joined_then == [False]  # written before a boot could go there
+    copy = into.get(agg.id)
+    assert (copy.uuid, copy.name, dict(copy.metadata), copy.hosts) == (
+        agg.uuid, "agg", {"availability_zone": "agz", "ssd": "true"}, frozenset())  # fmt: skip
+    aggregates = CellsAggregates(front)
+    admin = RequestContext.for_project("admin", "admin", roles=("admin",))
+    added = aggregates.add_host(admin, agg.id, "cell2-cn0")
+    assert (added.uuid, added.hosts) == (agg.uuid, {"cell1-cn0", "cell2-cn0"})
+    assert into.get(agg.id).hosts == {"cell2-cn0"}
+    assert front.map.host_cell("cell2-cn0") == "cell2"
+    assert front._copy_aggregates("cell2") == 0  # a repeat writes nothing
+    assert qcells.audit(front)["problems"] == [] and qcells.audit(front)["ok"]
+
+
+def test_an_aggregate_in_the_way_in_a_cell_joined_late_is_named_not_overwritten(
+    half_down: qcells.CellsCompute, ledger_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """cell2 comes back holding an aggregate of its own under the name of one made while
+    it was away: that one is not written there, cell2's is left as it was, a warning
+    names both and the audit names the difference; the others are written, and cell2
+    is joined."""
+    front = half_down
+    kept = made_while_away(front, "kept")
+    taken = made_while_away(front, "taken", ssd="true")
+    comes_back(front, ledger_url)
+    own = front.cells["cell2"].aggregates.store.create("taken", "az9", 50)
+    with caplog.at_level(logging.WARNING, logger="qsched.cells"):
+        assert qcells.QuotaMover(front, 60.0).run_once()["joined"] == ["cell2"]
+    (warned,) = [r.getMessage() for r in caplog.records if "not written into" in r.getMessage()]
+    assert warned.startswith(f"cells: aggregate {taken.id} (taken, uuid {taken.uuid}) is "
+                             "not written into cell cell2, joined now")  # fmt: skip
+    assert "Aggregate taken already exists" in warned
+    cell2 = front.cells["cell2"].aggregates.store
+    assert cell2.get(kept.id).uuid == kept.uuid
+    assert cell2.get(50) == own
+    problems = qcells.audit(front)["problems"]
+    assert f"aggregate {taken.id}: not in cell2" in problems
+    assert "aggregate 50: not in cell1" in problems
 
 
 def test_with_the_mover_off_a_task_of_its_own_joins_the_cell(

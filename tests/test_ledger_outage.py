@@ -146,6 +146,8 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisCellMap.group_mappings": lambda s: cell_map(s).group_mappings(),
     "RedisCellMap.host_cell": lambda s: cell_map(s).host_cell("h1"),
     "RedisCellMap.map_host": lambda s: cell_map(s).map_host("h1", "cell1"),
+    "RedisCellMap.node_cell": lambda s: cell_map(s).node_cell("n1"),
+    "RedisCellMap.map_node": lambda s: cell_map(s).map_node("n1", "cell1"),
     "RedisCellMap.next_aggregate_id": lambda s: cell_map(s).next_aggregate_id(0),
     "RedisGroups.abandon": lambda s: s.groups.abandon(U),
     "RedisAgents.heartbeat": lambda s: s.agents.heartbeat("h1", 1.0, free={"VCPU": 4}),

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from qsched import aggregates as agg
+from qsched import exception
 from qsched.aggregates import Aggregate, check_metadata
 from qsched.ledger.base import AggregateStore
 from qsched.ledger.redis import RedisStore, canonical_json, maps_errors, text, text_map
@@ -42,6 +43,25 @@ class RedisAggregates(AggregateStore):
             self.store.now(), "" if aggregate_id is None else int(aggregate_id),
         )  # fmt: skip
         return self.get(int(made["id"]))
+
+    def put(self, aggregate: Aggregate) -> bool:
+        try:
+            self._run(
+                "aggregate_create", aggregate.uuid, aggregate.name, "", aggregate.created_at,
+                int(aggregate.id), canonical_json(dict(aggregate.metadata)),
+            )  # fmt: skip
+        except exception.Conflict as taken:  # its id or name: by this very aggregate?
+            try:
+                there = self.get(aggregate.id)
+            except agg.AggregateNotFound:
+                raise taken from None  # its name is another aggregate's
+            if _shape(there) != _shape(aggregate):
+                raise exception.Conflict(
+                    reason=f"aggregate {aggregate.id} is {_shape(there)} here, not "
+                    f"{_shape(aggregate)}"
+                ) from None
+            return False
+        return True
 
     def last_id(self) -> int:
         return int(self.store.client.hget(self.keys.aggregate_ids, "seq") or 0)
@@ -143,3 +163,8 @@ class RedisAggregates(AggregateStore):
                 )
             )
         return found
+
+
+def _shape(aggregate: Aggregate) -> tuple[str, str, dict[str, str]]:
+    """What a copy of an aggregate in another keyspace must have alike: uuid, name, metadata."""
+    return aggregate.uuid, aggregate.name, dict(aggregate.metadata)

@@ -909,6 +909,18 @@ class AggregateStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def put(self, aggregate: Aggregate) -> bool:
+        """Write ``aggregate`` as it is: its id, uuid, name, metadata (its zone too) and
+        creation time, none of its hosts (the front door of several cells copies every
+        aggregate so into a cell joined late). Idempotent: False when this keyspace holds
+        the very aggregate already (its id, uuid, name and metadata), True when written.
+
+        :raises Conflict: another aggregate holds its id or name here
+            (:class:`AggregateNameExists` for its name), or one of its id and uuid with
+            another name or metadata; nothing is written.
+        """
+
+    @abc.abstractmethod
     def last_id(self) -> int:
         """The highest id given in this keyspace so far (0: none; O(1))."""
 

@@ -2,7 +2,8 @@
 
 In the API keyspace: the instance mappings (``inst-map:<uuid>``, JSON ``[cell,
 project]``) and the boots pending (``inst-map-pending``); the host mappings
-(``host-map:<host>``: its cell) and the last aggregate id (``agg-seq``); the server group mappings
+(``host-map:<host>``: its cell), the node mappings (``node-map:<node>``: the cell of a
+compute node, by its name) and the last aggregate id (``agg-seq``); the server group mappings
 (``group-map:<uuid>``, the same JSON), the groups pending (``group-map-pending``) and
 each project's mapped groups (``project:<project>:groups``, what its ``server_groups``
 limit counts there: ``group_map`` checks and writes them in one step). In a cell's keyspace:
@@ -180,7 +181,7 @@ class RedisCellMap:
                 found[key[len(head) :]] = (str(cell), str(project))
         return found
 
-    # -- hosts and aggregates, in the API keyspace --
+    # -- hosts, nodes and aggregates, in the API keyspace --
 
     def host_cell(self, host: str) -> str | None:
         """The cell a host was found in (Nova's host mapping); None: not mapped yet."""
@@ -190,6 +191,16 @@ class RedisCellMap:
     def map_host(self, host: str, cell: str) -> None:
         """Record the cell a host was found in (a repeat or a move overwrites it)."""
         self.store.client.set(self.keys.host_cell(host), cell)
+
+    def node_cell(self, node: str) -> str | None:
+        """The cell a compute node (a root provider, by name) was found in; None: not
+        mapped yet."""
+        found = self.store.client.get(self.keys.node_cell(node))
+        return None if found is None else text(found)
+
+    def map_node(self, node: str, cell: str) -> None:
+        """Record the cell a node was found in (a repeat or a move overwrites it)."""
+        self.store.client.set(self.keys.node_cell(node), cell)
 
     def next_aggregate_id(self, floor: int) -> int:
         """The next aggregate id of the deployment: above every id given here and above

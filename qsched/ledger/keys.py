@@ -148,6 +148,9 @@ class Keyspace:
     def host_cell(self, host: str) -> str:
         return f"{self.prefix}host-map:{host}"
 
+    def node_cell(self, node: str) -> str:
+        return f"{self.prefix}node-map:{node}"
+
     @property
     def aggregate_seq(self) -> str:
         return f"{self.prefix}agg-seq"

@@ -2,8 +2,11 @@
 -- door of several cells gives every cell the same id and uuid), which then also moves
 -- the cell's own sequence past it.
 -- KEYS[1]  the aggregate ids hash (routes the script to the cell's slot)
--- ARGV     prefix, uuid, name, availability zone ("" for none), now, id ("": the next)
+-- ARGV     prefix, uuid, name, availability zone ("" for none), now (its creation time),
+--          id ("": the next), metadata as JSON ("": none but the zone; a copy of an
+--          aggregate of another cell gives all of it, its zone included)
 local uuid, name, zone, now, given = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ""
+local given_metadata = ARGV[7] or ""
 
 if redis.call("HEXISTS", K.aggregate_names, name) == 1 then
     return fail("aggregate_name_exists", {aggregate_name = name})
@@ -21,6 +24,7 @@ else
     end
 end
 local metadata = {}
+if given_metadata ~= "" then metadata = cjson.decode(given_metadata) end
 if zone ~= "" then metadata.availability_zone = zone end
 redis.call("HSET", K.aggregate(uuid), "id", id, "uuid", uuid, "name", name,
            "metadata", cjson.encode(metadata), "created_at", now)
