@@ -22,6 +22,12 @@ whether *any* aggregate names the project, and the isolating filter which aggreg
   with 503 once the others were written, and the retry completes it.
 * delete: refused (400, Nova's words) while a cell's copy has a host, then removed
   from every cell.
+* each of those writes holds the aggregate's lock in the API keyspace
+  (``agg-lock:<id>``, :func:`aggregate_lock`: two more round trips), so
+  that two writers of one aggregate never interleave their cells: another call, or
+  ``qsched-admin cells adopt`` copying it into the cells it is missing from
+  (:mod:`qsched.cells_adopt`), which then never undoes a rename or a delete. A
+  writer waits for the lock a few seconds at most, then answers 409.
 * add_host and remove_host: in the host's cell only, found by the **host mapping**
   (``host-map:<host>`` in the API keyspace, Nova's ``host_mappings``): the first time
   the front door meets a host it asks each cell (O(cells), once) and records the one
@@ -43,9 +49,12 @@ Every call is O(cells) ledger work at most, never O(hosts).
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
+import logging
+import time
 import uuid as uuidlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from qsched import exception
@@ -58,9 +67,49 @@ from qsched.aggregates import (
 from qsched.cells import CellsCompute, gone, take_back, write_every_cell
 from qsched.compute import ComputeAPI
 from qsched.context import RequestContext
+from qsched.ledger.cellmap import RedisCellMap
 from qsched.policies import aggregates as aggregates_policy
 
 T = TypeVar("T")
+LOG = logging.getLogger(__name__)
+#: How long a writer of an aggregate holds its lock at most (a write to every cell
+#: takes a few round trips; the lock outlives a writer that died by this much), and
+#: how long another waits for it (:func:`aggregate_lock`).
+AGGREGATE_LOCK_S = 30.0
+AGGREGATE_WAIT_S = 5.0
+
+
+class AggregateBusy(exception.Conflict):
+    msg_fmt = "Aggregate {aggregate_id} is being changed by another call; try again."
+
+
+@contextlib.contextmanager
+def aggregate_lock(
+    cells_map: RedisCellMap, aggregate_id: int, wait_s: float | None = None
+) -> Iterator[None]:
+    """Hold aggregate ``aggregate_id``'s lock in the API keyspace (``agg-lock:<id>``)
+    while writing it to the cells, so that no two writers of one aggregate interleave:
+    the front door's writes and the copies of ``qsched-admin cells adopt``
+    (:mod:`qsched.cells_adopt`). It expires after :data:`AGGREGATE_LOCK_S`, should its
+    holder die. Two round trips, and a wait while another holds it.
+
+    :raises AggregateBusy: another writer held it for ``wait_s`` (None:
+        :data:`AGGREGATE_WAIT_S`).
+    :raises BackendUnavailable: the API keyspace did not answer.
+    """
+    token = uuidlib.uuid4().hex
+    deadline = time.monotonic() + (AGGREGATE_WAIT_S if wait_s is None else wait_s)
+    while not cells_map.lock_aggregate(aggregate_id, token, AGGREGATE_LOCK_S):
+        if time.monotonic() >= deadline:
+            raise AggregateBusy(aggregate_id=aggregate_id)
+        time.sleep(0.01)
+    try:
+        yield
+    finally:
+        try:
+            cells_map.unlock_aggregate(aggregate_id, token)
+        except exception.BackendUnavailable as exc:  # the writer's own error stands
+            LOG.warning("cells: aggregate %s's lock is left to expire: %s", aggregate_id, exc)
 
 
 class CellsAggregates:
@@ -113,6 +162,7 @@ class CellsAggregates:
         :raises AggregateNameExists: the name is taken (409); nothing is kept.
         :raises BackendUnavailable: a cell did not answer (503); nothing is kept where
             it could be given back.
+        :raises AggregateBusy: its id's lock stayed taken (409).
         """
         self._authorize(context, aggregates_policy.CREATE)
         floor = max(compute.aggregates.store.last_id() for compute in self._cells)
@@ -125,11 +175,12 @@ class CellsAggregates:
             written.append(compute)
             return made
 
-        try:
-            return self._everywhere(create)
-        except exception.QschedError:
-            take_back(written, lambda compute: compute.aggregates.store.delete(aggregate_id))
-            raise
+        with aggregate_lock(self.front.map, aggregate_id):
+            try:
+                return self._everywhere(create)
+            except exception.QschedError:
+                take_back(written, lambda compute: compute.aggregates.store.delete(aggregate_id))
+                raise
 
     def update(
         self, context: RequestContext, aggregate_id: int, changes: Mapping[str, str | None]
@@ -141,19 +192,21 @@ class CellsAggregates:
             the cells written before it are put back.
         :raises BackendUnavailable: a cell did not answer (503), once the others were
             written: the retry completes it.
+        :raises AggregateBusy: another writer held it (409).
         """
         self._authorize(context, aggregates_policy.UPDATE)
-        before = self._get(aggregate_id)
-        back: dict[str, str | None] = {}
-        if "name" in changes:
-            back["name"] = before.name
-        if ZONE_KEY in changes:
-            back[ZONE_KEY] = before.availability_zone
-        return self._change(
-            aggregate_id,
-            lambda compute: compute.aggregates.update(context, aggregate_id, changes),
-            lambda compute: compute.aggregates.store.update(aggregate_id, back),
-        )
+        with aggregate_lock(self.front.map, aggregate_id):
+            before = self._get(aggregate_id)
+            back: dict[str, str | None] = {}
+            if "name" in changes:
+                back["name"] = before.name
+            if ZONE_KEY in changes:
+                back[ZONE_KEY] = before.availability_zone
+            return self._change(
+                aggregate_id,
+                lambda compute: compute.aggregates.update(context, aggregate_id, changes),
+                lambda compute: compute.aggregates.store.update(aggregate_id, back),
+            )
 
     def set_metadata(
         self, context: RequestContext, aggregate_id: int, changes: Mapping[str, str | None]
@@ -161,13 +214,14 @@ class CellsAggregates:
         """Set and remove metadata keys in every cell (:meth:`AggregateAPI.set_metadata`);
         raises as :meth:`update`."""
         self._authorize(context, aggregates_policy.SET_METADATA)
-        before = self._get(aggregate_id)
-        back = {key: before.metadata.get(key) for key in changes}
-        return self._change(
-            aggregate_id,
-            lambda compute: compute.aggregates.set_metadata(context, aggregate_id, changes),
-            lambda compute: compute.aggregates.store.set_metadata(aggregate_id, back),
-        )
+        with aggregate_lock(self.front.map, aggregate_id):
+            before = self._get(aggregate_id)
+            back = {key: before.metadata.get(key) for key in changes}
+            return self._change(
+                aggregate_id,
+                lambda compute: compute.aggregates.set_metadata(context, aggregate_id, changes),
+                lambda compute: compute.aggregates.store.set_metadata(aggregate_id, back),
+            )
 
     def delete(self, context: RequestContext, aggregate_id: int) -> None:
         """Delete it from every cell, once no cell's copy has a host.
@@ -176,14 +230,16 @@ class CellsAggregates:
         :raises InvalidAggregateAction: it has hosts (400, Nova's words).
         :raises BackendUnavailable: a cell did not answer (503), once the others
             deleted it: the retry completes it.
+        :raises AggregateBusy: another writer held it (409).
         """
         self._authorize(context, aggregates_policy.DELETE)
-        if self._get(aggregate_id).hosts:
-            raise InvalidAggregateAction(action="remove host from aggregate",
-                                         aggregate_id=aggregate_id,
-                                         reason="Host aggregate is not empty")  # fmt: skip
-        self._everywhere(lambda compute: compute.aggregates.delete(context, aggregate_id),
-                         absent=True)  # fmt: skip
+        with aggregate_lock(self.front.map, aggregate_id):
+            if self._get(aggregate_id).hosts:
+                raise InvalidAggregateAction(action="remove host from aggregate",
+                                             aggregate_id=aggregate_id,
+                                             reason="Host aggregate is not empty")  # fmt: skip
+            self._everywhere(lambda compute: compute.aggregates.delete(context, aggregate_id),
+                             absent=True)  # fmt: skip
 
     def _change(
         self,

@@ -32,7 +32,7 @@ FLOORS: list[tuple[str, ...]] = [
      "qsched.services", "qsched.server_groups", "qsched.quotas", "qsched.hypervisors",
      "qsched.zones", "qsched.keypairs", "qsched.server_list", "qsched.server_actions",
      "qsched.host_rules", "qsched.archive", "qsched.cells", "qsched.cells_api",
-     "qsched.cells_groups", "qsched.cells_aggregates", "agents"),
+     "qsched.cells_groups", "qsched.cells_aggregates", "qsched.cells_adopt", "agents"),
     ("qsched.api", "qsched.admin"),  # the edges
     # entry points and harnesses: they read the configuration and build the rest
     ("agents.main", "qsched.embedded", "qsched.cmd", "qsched.stack", "qsched.bench",

@@ -20,6 +20,7 @@ from qsched import janitor as qjanitor
 from qsched.admin import (
     cli_archive,
     cli_bus,
+    cli_cells,
     cli_flavors,
     cli_ledger,
     cli_services,
@@ -55,6 +56,7 @@ for _command in (
     *cli_flavors.COMMANDS,
     *cli_services.COMMANDS,
     *cli_archive.COMMANDS,
+    *cli_cells.COMMANDS,
 ):
     cli.add_command(_command)
 

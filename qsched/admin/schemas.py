@@ -306,6 +306,51 @@ ARCHIVE = obj(
 ARCHIVE_CELLS = obj(
     cells=array(obj(cell=STRING, report=maybe(ARCHIVE), error=maybe(STRING))),
 )
+#: cells adopt (qsched.cells_adopt.AdoptReport.to_dict); what became of an aggregate's copy
+ADOPT_RESULTS = ("would copy", "copied", "busy", "changed meanwhile", "passed over")
+_ADOPT_AGGREGATE = obj(cell=STRING, id=INT, uuid=STRING, name=STRING)
+ADOPT = obj(
+    dry_run=BOOL,
+    cells=array(
+        obj(
+            cell=STRING,
+            groups=INT,
+            groups_adopted=INT,
+            hosts=INT,
+            hosts_mapped=INT,
+            error=maybe(STRING),
+        )
+    ),
+    groups=array(obj(uuid=STRING, name=STRING, project_id=STRING, cell=STRING)),
+    groups_elsewhere=array(
+        obj(
+            uuid=STRING,
+            project_id=STRING,
+            cell=STRING,
+            mapped_cell=STRING,
+            mapped_project=STRING,
+            fix=STRING,
+        )
+    ),
+    over_limit=array(obj(project_id=STRING, server_groups=INT, limit=INT)),
+    hosts_elsewhere=array(obj(host=STRING, cell=STRING, mapped_cell=STRING)),
+    aggregates=array(
+        obj(
+            id=INT,
+            uuid=STRING,
+            name=STRING,
+            source=STRING,
+            into=array(STRING),
+            result={"enum": list(ADOPT_RESULTS)},
+        )
+    ),
+    collisions=array(
+        obj(kind={"enum": ["id", "name"]}, aggregates=array(_ADOPT_AGGREGATE), fix=STRING)
+    ),
+    aggregate_seq={**obj(before=INT, after=INT), "required": []},
+    complete=BOOL,
+    seconds=NUMBER,
+)
 #: one line of archive-deleted's history (qsched.archive.history_line)
 HISTORY_LINE = obj(
     uuid=STRING,

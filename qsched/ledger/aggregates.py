@@ -37,16 +37,18 @@ class RedisAggregates(AggregateStore):
         availability_zone: str | None = None,
         aggregate_id: int | None = None,
         uuid: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Aggregate:
         made = self._run(
             "aggregate_create", uuid or str(uuidlib.uuid4()), name, availability_zone or "",
             self.store.now(), "" if aggregate_id is None else int(aggregate_id),
+            canonical_json(dict(metadata)) if metadata else "",
         )  # fmt: skip
         return self.get(int(made["id"]))
 
     def put(self, aggregate: Aggregate) -> bool:
         try:
-            self._run(
+            made = self._run(
                 "aggregate_create", aggregate.uuid, aggregate.name, "", aggregate.created_at,
                 int(aggregate.id), canonical_json(dict(aggregate.metadata)),
             )  # fmt: skip
@@ -55,13 +57,19 @@ class RedisAggregates(AggregateStore):
                 there = self.get(aggregate.id)
             except agg.AggregateNotFound:
                 raise taken from None  # its name is another aggregate's
-            if _shape(there) != _shape(aggregate):
-                raise exception.Conflict(
-                    reason=f"aggregate {aggregate.id} is {_shape(there)} here, not "
-                    f"{_shape(aggregate)}"
-                ) from None
+            self._same(there, aggregate)
+            return False
+        if made.get("existed"):  # its id and uuid are here: the same name and metadata?
+            self._same(self.get(aggregate.id), aggregate)
             return False
         return True
+
+    @staticmethod
+    def _same(there: Aggregate, wanted: Aggregate) -> None:
+        if _shape(there) != _shape(wanted):
+            raise exception.Conflict(
+                reason=f"aggregate {wanted.id} is {_shape(there)} here, not {_shape(wanted)}"
+            )
 
     def last_id(self) -> int:
         return int(self.store.client.hget(self.keys.aggregate_ids, "seq") or 0)

@@ -3,7 +3,8 @@
 In the API keyspace: the instance mappings (``inst-map:<uuid>``, JSON ``[cell,
 project]``) and the boots pending (``inst-map-pending``); the host mappings
 (``host-map:<host>``: its cell), the node mappings (``node-map:<node>``: the cell of a
-compute node, by its name) and the last aggregate id (``agg-seq``); the server group mappings
+compute node, by its name), the last aggregate id (``agg-seq``) and the lock an
+aggregate's writer holds (``agg-lock:<id>``); the server group mappings
 (``group-map:<uuid>``, the same JSON), the groups pending (``group-map-pending``) and
 each project's mapped groups (``project:<project>:groups``, what its ``server_groups``
 limit counts there: ``group_map`` checks and writes them in one step). In a cell's keyspace:
@@ -13,6 +14,7 @@ its scripts indexed for the API keyspace (``release_quota`` in ``lib.lua``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Sequence
@@ -36,6 +38,20 @@ def cell_map(stores: Stores) -> RedisCellMap:
         raise exception.Invalid(reason="several cells need the Redis ledger")
     groups = stores.groups.limits if isinstance(stores.groups, RedisGroups) else GroupLimits()
     return RedisCellMap(store, groups.server_groups)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupAdoption:
+    """What :meth:`RedisCellMap.adopt_group` did: ``state`` ``adopted`` (mapped now, or
+    would be), ``mapped`` (to that cell and project already) or ``elsewhere`` (mapped to
+    ``cell`` and ``project``, not those asked); ``held``: the project's groups counted
+    before it, ``limit`` its ``server_groups`` (-1: none)."""
+
+    state: str
+    held: int
+    limit: int
+    cell: str | None = None
+    project: str | None = None
 
 
 @maps_errors
@@ -181,6 +197,28 @@ class RedisCellMap:
                 found[key[len(head) :]] = (str(cell), str(project))
         return found
 
+    def group_mappings_of(self, uuids: Sequence[str]) -> dict[str, tuple[str, str] | None]:
+        """The cell and project of each of these groups (None: not mapped), a thousand a
+        round trip."""
+        raws = read_many(self.store.client, "get", [self.keys.group_cell(u) for u in uuids])
+        found: dict[str, tuple[str, str] | None] = dict.fromkeys(uuids)
+        for uuid, raw in zip(uuids, raws, strict=True):
+            if raw is not None:
+                cell, project = json.loads(text(raw))
+                found[uuid] = (str(cell), str(project))
+        return found
+
+    def adopt_group(self, uuid: str, cell: str, project: str, write: bool = True) -> GroupAdoption:
+        """Map a group its cell made before it was served with others to that cell and
+        project, counted in the project's groups and not pending (its cell holds it), in
+        one step; a group mapped already is left as it is. Never refused: the project
+        may end above its ``server_groups`` limit (``held`` and ``limit`` tell). ``write``
+        False: what it would do, nothing written."""
+        found = self.store.run("group_adopt", self.keys.group_cell(uuid), uuid, cell, project,
+                               self.server_groups, "1" if write else "0")  # fmt: skip
+        return GroupAdoption(str(found["state"]), int(found["held"]), int(found["limit"]),
+                             found.get("cell"), found.get("project"))  # fmt: skip
+
     # -- hosts, nodes and aggregates, in the API keyspace --
 
     def host_cell(self, host: str) -> str | None:
@@ -201,6 +239,47 @@ class RedisCellMap:
     def map_node(self, node: str, cell: str) -> None:
         """Record the cell a node was found in (a repeat or a move overwrites it)."""
         self.store.client.set(self.keys.node_cell(node), cell)
+
+    def host_cells(self, hosts: Sequence[str]) -> dict[str, str | None]:
+        """The host mapping of each of these hosts (None: not mapped), a thousand a round
+        trip."""
+        raws = read_many(self.store.client, "get", [self.keys.host_cell(h) for h in hosts])
+        return {h: None if r is None else text(r) for h, r in zip(hosts, raws, strict=True)}
+
+    def map_hosts(self, hosts: Sequence[str], cell: str) -> int:
+        """Map to ``cell`` those of ``hosts`` that are not mapped (one the front door maps
+        meanwhile keeps its mapping), a thousand a round trip; how many were mapped."""
+        mapped = 0
+        for start in range(0, len(hosts), 1000):
+            pipe = self.store.client.pipeline(transaction=False)
+            for host in hosts[start : start + 1000]:
+                pipe.set(self.keys.host_cell(host), cell, nx=True)
+            mapped += sum(1 for done in pipe.execute() if done)
+        return mapped
+
+    def aggregate_seq(self) -> int:
+        """The last aggregate id given to every cell (0: none)."""
+        return int(self.store.client.get(self.keys.aggregate_seq) or 0)
+
+    def raise_aggregate_seq(self, floor: int) -> tuple[int, int]:
+        """Make the last aggregate id given at least ``floor``, giving none, in one step:
+        the sequence before and after (the same when it was there already)."""
+        found = self.store.run("aggregate_seq", self.keys.aggregate_seq, int(floor), 0)
+        return int(found["before"]), int(found["id"])
+
+    def lock_aggregate(self, aggregate_id: int, token: str, ttl_s: float) -> bool:
+        """Take aggregate ``aggregate_id``'s lock for ``token`` for ``ttl_s`` at most (its
+        holder writes it to the cells: the front door, ``qsched-admin cells adopt``);
+        False: another holds it."""
+        key = self.keys.aggregate_lock(str(aggregate_id))
+        return bool(self.store.client.set(key, token, nx=True, px=max(1, int(ttl_s * 1000))))
+
+    def unlock_aggregate(self, aggregate_id: int, token: str) -> bool:
+        """Give back the lock ``token`` holds (one step); False: it had expired, and may
+        be another's now, which is left alone."""
+        found = self.store.run("aggregate_unlock",
+                               self.keys.aggregate_lock(str(aggregate_id)), token)  # fmt: skip
+        return bool(found["released"])
 
     def next_aggregate_id(self, floor: int) -> int:
         """The next aggregate id of the deployment: above every id given here and above

@@ -155,6 +155,9 @@ class Keyspace:
     def aggregate_seq(self) -> str:
         return f"{self.prefix}agg-seq"
 
+    def aggregate_lock(self, aggregate_id: str) -> str:
+        return f"{self.prefix}agg-lock:{aggregate_id}"
+
     @property
     def durability_barrier(self) -> str:
         return f"{self.prefix}durability-barrier"

@@ -1,6 +1,8 @@
 -- Create a host aggregate with the next integer id, or with the id given (the front
 -- door of several cells gives every cell the same id and uuid), which then also moves
--- the cell's own sequence past it.
+-- the cell's own sequence past it. With an id and uuid given that this cell already
+-- holds together, it is there already: done (a copy made twice, by a retry or by
+-- ``qsched-admin cells adopt`` beside the front door's create).
 -- KEYS[1]  the aggregate ids hash (routes the script to the cell's slot)
 -- ARGV     prefix, uuid, name, availability zone ("" for none), now (its creation time),
 --          id ("": the next), metadata as JSON ("": none but the zone; a copy of an
@@ -8,6 +10,9 @@
 local uuid, name, zone, now, given = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ""
 local given_metadata = ARGV[7] or ""
 
+if given ~= "" and redis.call("HGET", K.aggregate_ids, given) == uuid then
+    return reply({id = tonumber(given), existed = true})
+end
 if redis.call("HEXISTS", K.aggregate_names, name) == 1 then
     return fail("aggregate_name_exists", {aggregate_name = name})
 end
