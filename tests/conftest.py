@@ -34,24 +34,15 @@ WORKER_DATABASES = {"gw0": (9, 6), "gw1": (15, 14), "gw2": (13, 12)}
 #: another runs on the same Redis (a ``make test`` while CI's runs), which would
 #: otherwise flush each other's databases under their tests.
 SECOND_WORKER_DATABASES = {"gw0": (5, 4), "gw1": (8, 7), "gw2": (3, 2)}
-#: ``QSCHED_TEST_REDIS_SET=third``: a third session beside those two, one worker only
-#: (``-n 0`` or ``-n 1``): of Redis' 16 databases, 10 and 11 are qsched-bench's
-#: defaults (``qsched/bench/cli.py``), which leaves 1 for the ledger and 0, Redis'
-#: default database, for kombu's transport (flushed by the tests that use it).
-THIRD_WORKER_DATABASES = {"gw0": (1, 0)}
-_SETS = {
-    "first": WORKER_DATABASES,
-    "second": SECOND_WORKER_DATABASES,
-    "third": THIRD_WORKER_DATABASES,
-}
+_SETS = {"first": WORKER_DATABASES, "second": SECOND_WORKER_DATABASES}
 _SET = os.environ.get("QSCHED_TEST_REDIS_SET", "first")
 if _SET not in _SETS:
     raise RuntimeError(f"QSCHED_TEST_REDIS_SET={_SET}: use one of {', '.join(_SETS)}")
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 if _WORKER not in _SETS[_SET]:
-    raise RuntimeError(f"pytest-xdist worker {_WORKER}: QSCHED_TEST_REDIS_SET={_SET} has "
-                       f"databases for {len(_SETS[_SET])} workers only; run with "
-                       f"-n {len(_SETS[_SET])} or fewer")  # fmt: skip
+    raise RuntimeError(f"pytest-xdist worker {_WORKER}: the shared Redis has databases for "
+                       f"{len(WORKER_DATABASES)} workers only; run with -n {len(WORKER_DATABASES)} "
+                       "or fewer")  # fmt: skip
 _LEDGER_DB, _BUS_DB = _SETS[_SET][_WORKER]
 REDIS_URL = os.environ.get("QSCHED_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{_LEDGER_DB}")
 BUS_REDIS_URL = os.environ.get("QSCHED_TEST_BUS_REDIS_URL", f"redis://127.0.0.1:6379/{_BUS_DB}")
