@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import shutil
 import statistics
 import uuid
@@ -20,7 +21,7 @@ from click.testing import CliRunner
 
 from agents.main import settle_heap
 from qsched.bench import cells as cells_bench
-from qsched.bench import cli, report
+from qsched.bench import cli, cpu, report
 from qsched.bench import notify as notify_bench
 from qsched.bench import reconcile as reconcile_bench
 from qsched.bench.measure import percentiles
@@ -324,6 +325,32 @@ def test_smoke_run_on_real_servers(tmp_path: Path) -> None:
     # the rules cloud: 2 agent processes of 4 compute hosts, each with one node
     rules = found["rules"][0]["registration"]["per_agent"]
     assert [(r["nodes"], r["hosts"]) for r in rules] == [(4, 4), (4, 4)]
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_saturation_on_a_rabbitmq_cluster_of_the_runs_own(tmp_path: Path) -> None:
+    """``--rabbit-cluster``: the run starts its own RabbitMQ (one node here, for time),
+    places on it with quorum host queues, counts only its node's CPU as RabbitMQ's,
+    and stops it at the end."""
+    real_redis()
+    if shutil.which("rabbitmq-server") is None:
+        require_server("rabbitmq-server", "PATH", FileNotFoundError("rabbitmq-server"),
+                       "install RabbitMQ (apt-get install rabbitmq-server)")  # fmt: skip
+    out = tmp_path / "bench.json"
+    args = ["--scenario", "saturation", *SMOKE, "--bus", "rabbitmq", "--rabbit-cluster", "1",
+            "--saturation-hosts", "8", "--saturation-rates", "40", "--step-s", "0.5",
+            "--keep-logs", str(tmp_path / "run"), "-o", str(out)]  # fmt: skip
+    found = _check_run(CliRunner().invoke(cli.main, args), out, ("saturation",))
+    assert found["rabbit_cluster"]["nodes"] == 1 and found["rabbit_cluster"]["started_s"] > 0
+    assert found["settings"]["rabbit_home"] == str(tmp_path / "run" / "rabbit-cluster")
+    (step,) = found["saturation"]["rabbitmq"]["steps"]
+    assert step["active"] == step["accepted"] > 0 and step["cpu_cores"]["rabbitmq"] > 0
+    home = found["settings"]["rabbit_home"]
+    assert cpu._runs_from(os.getpid(), None) and not cpu._runs_from(os.getpid(), home)
+    nodes = [pid for pid, (_ppid, _cpu, comm) in cpu._processes().items()
+             if comm == "beam.smp" and cpu._runs_from(pid, home)]  # fmt: skip
+    assert nodes == []  # stopped with the run
 
 
 def _check_rules(found: dict) -> None:
