@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import gc
 import json
+import os
+import shutil
 import statistics
 import uuid
 from pathlib import Path
@@ -18,7 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from agents.main import settle_heap
-from qsched.bench import cli, report
+from qsched.bench import cells as cells_bench
+from qsched.bench import cli, cpu, report
 from qsched.bench import notify as notify_bench
 from qsched.bench import reconcile as reconcile_bench
 from qsched.bench.measure import percentiles
@@ -32,7 +35,7 @@ from qsched.conf import LedgerOptions, Options
 from qsched.ledger import embedded, open_stores
 from qsched.ledger.base import Instance, State
 from tests.cloud import AMQP_URL, require_rabbitmq
-from tests.conftest import real_redis
+from tests.conftest import real_redis, require_server
 
 SMALL = {"VCPU": 1, "MEMORY_MB": 1}
 BIG = {"VCPU": 2, "MEMORY_MB": 2}
@@ -223,6 +226,46 @@ def test_the_reconcile_pass_measure_reads_every_node_and_leaves_no_key() -> None
     assert embedded.connect(url, 2).keys("*") == []  # the same in-process server
 
 
+def test_the_cells_measure_times_every_call_on_one_cell_and_on_several() -> None:
+    """``python -m qsched.bench.cells --embedded``: a line for one cell, then one per
+    number of cells, each call timed, the boots drawn into every cell, and no server's
+    CPU claimed where there is no server."""
+    lines = list(cells_bench.run([2], 20, cells_bench.Keyspaces(None)))
+    assert [(line["cells"], line["deployment"]) for line in lines] == [
+        (1, "one cell, no [cells]"),
+        (2, "2 cells behind one front door"),
+    ]
+    for line in lines:
+        for call, times in (("boot", 20), ("show", 20), ("list", 2), ("flavor", 2),
+                            ("keypair", 2)):  # fmt: skip
+            assert line[call]["calls"] == times
+            assert line[call]["wall_ms_p50"] > 0 and line[call]["front_cpu_ms"] > 0
+            assert line[call]["api_redis_cpu_ms"] is line[call]["cells_redis_cpu_ms"] is None
+    assert lines[0]["landed"] == [20]
+    assert sum(lines[1]["landed"]) == 20 and min(lines[1]["landed"]) > 0
+    out = CliRunner().invoke(cells_bench.main, ["--embedded", "--calls", "10", "--cells", "1"])
+    assert out.exit_code == 0, out.output
+    assert [json.loads(line)["landed"] for line in out.output.splitlines()] == [[10], [10]]
+
+
+@pytest.mark.real
+def test_the_cells_measure_reads_each_servers_cpu(tmp_path: Path) -> None:
+    """On servers of its own (one a keyspace): the API keyspace's and the cells' CPU
+    per call are read apart, and every server it started is stopped."""
+    if shutil.which("redis-server") is None:
+        require_server("redis-server", "PATH", FileNotFoundError("redis-server"),
+                       "install Redis (apt-get install redis-server)")  # fmt: skip
+    servers = cells_bench.Servers(tmp_path)
+    try:
+        one, two = cells_bench.run([2], 50, cells_bench.Keyspaces(servers))
+    finally:
+        servers.stop()
+    assert one["boot"]["api_redis_cpu_ms"] is None and one["boot"]["cells_redis_cpu_ms"] > 0
+    assert two["boot"]["api_redis_cpu_ms"] > 0 and two["boot"]["cells_redis_cpu_ms"] > 0
+    assert min(two["landed"]) > 0 and len(servers.running) == 4
+    assert all(process.poll() is not None for process, _port in servers.running)
+
+
 @pytest.mark.real
 def test_the_notification_measure_sends_every_message_and_leaves_no_queue() -> None:
     """``python -m qsched.bench.notify`` on RabbitMQ: three messages a placement reach
@@ -296,6 +339,32 @@ def test_smoke_run_on_real_servers(tmp_path: Path) -> None:
     # the rules cloud: 2 agent processes of 4 compute hosts, each with one node
     rules = found["rules"][0]["registration"]["per_agent"]
     assert [(r["nodes"], r["hosts"]) for r in rules] == [(4, 4), (4, 4)]
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_saturation_on_a_rabbitmq_cluster_of_the_runs_own(tmp_path: Path) -> None:
+    """``--rabbit-cluster``: the run starts its own RabbitMQ (one node here, for time),
+    places on it with quorum host queues, counts only its node's CPU as RabbitMQ's,
+    and stops it at the end."""
+    real_redis()
+    if shutil.which("rabbitmq-server") is None:
+        require_server("rabbitmq-server", "PATH", FileNotFoundError("rabbitmq-server"),
+                       "install RabbitMQ (apt-get install rabbitmq-server)")  # fmt: skip
+    out = tmp_path / "bench.json"
+    args = ["--scenario", "saturation", *SMOKE, "--bus", "rabbitmq", "--rabbit-cluster", "1",
+            "--saturation-hosts", "8", "--saturation-rates", "40", "--step-s", "0.5",
+            "--keep-logs", str(tmp_path / "run"), "-o", str(out)]  # fmt: skip
+    found = _check_run(CliRunner().invoke(cli.main, args), out, ("saturation",))
+    assert found["rabbit_cluster"]["nodes"] == 1 and found["rabbit_cluster"]["started_s"] > 0
+    assert found["settings"]["rabbit_home"] == str(tmp_path / "run" / "rabbit-cluster")
+    (step,) = found["saturation"]["rabbitmq"]["steps"]
+    assert step["active"] == step["accepted"] > 0 and step["cpu_cores"]["rabbitmq"] > 0
+    home = found["settings"]["rabbit_home"]
+    assert cpu._runs_from(os.getpid(), None) and not cpu._runs_from(os.getpid(), home)
+    nodes = [pid for pid, (_ppid, _cpu, comm) in cpu._processes().items()
+             if comm == "beam.smp" and cpu._runs_from(pid, home)]  # fmt: skip
+    assert nodes == []  # stopped with the run
 
 
 def _check_rules(found: dict) -> None:

@@ -59,11 +59,25 @@ def _serves(pid: int, ports: frozenset[int]) -> bool:
     return any(f":{port}" in title for port in ports)
 
 
-def snapshot(groups: dict[str, list[int]], redis_ports: frozenset[int]) -> tuple[int, int, Jiffies]:
+def _runs_from(pid: int, home: str | None) -> bool:
+    """Whether a beam.smp's command line names ``home`` (its ``-home``: the nodes of a
+    RabbitMQ cluster the run started); every one when None."""
+    if home is None:
+        return True
+    try:
+        return home in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+
+
+def snapshot(
+    groups: dict[str, list[int]], redis_ports: frozenset[int], rabbit_home: str | None = None
+) -> tuple[int, int, Jiffies]:
     """Machine (busy, total) jiffies, and per part the jiffies of each of its processes.
 
     Parts: ``generator`` (this process), each group with its children, ``redis`` (the
-    redis-servers on ``redis_ports``), ``rabbitmq``.
+    redis-servers on ``redis_ports``), ``rabbitmq`` (the nodes run from ``rabbit_home``,
+    every node when None).
     """
     busy, total = _machine()
     procs = _processes()
@@ -75,7 +89,9 @@ def snapshot(groups: dict[str, list[int]], redis_ports: frozenset[int]) -> tuple
         parts[name] = {
             pid: t
             for pid, (_, t, c) in procs.items()
-            if c == comm and (name != "redis" or _serves(pid, redis_ports))
+            if c == comm
+            and (name != "redis" or _serves(pid, redis_ports))
+            and (name != "rabbitmq" or _runs_from(pid, rabbit_home))
         }
     return busy, total, parts
 
@@ -92,15 +108,21 @@ class CpuMeter:
     time shows under ``other``), and a server that did either is in :attr:`restarted`.
     """
 
-    def __init__(self, groups: Groups, redis_ports: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        groups: Groups,
+        redis_ports: frozenset[int] = frozenset(),
+        rabbit_home: str | None = None,
+    ) -> None:
         self.groups = groups
         self.redis_ports = redis_ports
+        self.rabbit_home = rabbit_home
         self._start: tuple[int, int, Jiffies] | None = None
         self.restarted: list[str] = []  # servers that started or stopped in between
 
     def start(self) -> None:
         try:
-            self._start = snapshot(self.groups(), self.redis_ports)
+            self._start = snapshot(self.groups(), self.redis_ports, self.rabbit_home)
         except (OSError, ValueError, IndexError):
             self._start = None  # no /proc: report nothing rather than guess
 
@@ -108,7 +130,7 @@ class CpuMeter:
         if self._start is None:
             return {}
         try:
-            busy, total, parts = snapshot(self.groups(), self.redis_ports)
+            busy, total, parts = snapshot(self.groups(), self.redis_ports, self.rabbit_home)
         except (OSError, ValueError, IndexError):
             return {}
         busy0, total0, parts0 = self._start

@@ -62,7 +62,7 @@ def run_phase(
     total = len(flavors)
     say(f"  {label}: {total} boots at {rate_per_s:g}/s ({total / rate_per_s:.1f}s)")
     commands_before = command_stats(cloud.stores)
-    meter = CpuMeter(cloud.process_groups, cloud.redis_ports)
+    meter = CpuMeter(cloud.process_groups, cloud.redis_ports, cloud.spec.rabbit_home)
     meter.start()
     metered = time.perf_counter()
     if profiler is not None:

@@ -56,6 +56,9 @@ class Settings:
     #: them on (and metrics as last) when both; they go to this RabbitMQ (rabbit://)
     notifications: tuple[bool, ...] = (False,)
     notification_url: str | None = None
+    #: a RabbitMQ cluster of the run's own (``--rabbit-cluster``): its nodes' home (their
+    #: CPU alone counts as RabbitMQ's) and quorum host queues; None: the one broker
+    rabbit_home: str | None = None
     #: plumbing: the hosts of its cloud, its blocks of four slices per comparison, and
     #: the seconds of one slice (:mod:`qsched.bench.plumbing`)
     plumbing_hosts: int = 1_000
@@ -103,6 +106,9 @@ class Runner:
     def spec(self, hosts: int, flavors: tuple[BenchFlavor, ...], **extra: Any) -> CloudSpec:
         extra.setdefault("transport_url", self.settings.transport_url)
         extra.setdefault("metrics", self.settings.metrics[-1])
+        if self.settings.rabbit_home is not None:
+            extra.setdefault("rabbit_home", self.settings.rabbit_home)
+            extra.setdefault("host_queue_type", "quorum")
         if extra.pop("notifications", self.settings.notifications[-1]):
             extra["notification_url"] = self.settings.notification_url
         return CloudSpec(

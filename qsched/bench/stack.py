@@ -87,6 +87,11 @@ class CloudSpec:
     reconcile_interval_s: float = 10.0  # [agent] defaults
     reconcile_batch: int = 1000
     bus_poll_interval_s: float = 0.1  # [bus] poll_interval_s
+    #: [bus] host_queue_type: quorum on a RabbitMQ cluster (docs/pipeline.rst)
+    host_queue_type: str = "classic"
+    #: the home of the RabbitMQ cluster the run started (``--rabbit-cluster``), whose
+    #: nodes alone count as RabbitMQ's CPU; None: every RabbitMQ on the machine
+    rabbit_home: str | None = None
 
     def slots(self, flavor: BenchFlavor) -> int:
         """How many instances of ``flavor`` the whole cloud holds."""
@@ -124,7 +129,8 @@ class CloudSpec:
                       "reap_interval_s": self.reap_interval_s,
                       "reconcile_interval_s": self.reconcile_interval_s,
                       "reconcile_batch": self.reconcile_batch},
-            "bus": {"poll_interval_s": self.bus_poll_interval_s},
+            "bus": {"poll_interval_s": self.bus_poll_interval_s,
+                    "host_queue_type": self.host_queue_type},
         }  # fmt: skip
 
 

@@ -68,7 +68,7 @@ class RedisQuota(QuotaStore):
         for name, value in (("cores", cores), ("ram_mb", ram_mb)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise exception.Invalid(reason=f"{name} to reserve must be an integer >= 0")
-        self.store.run(
+        used = self.store.run(
             "quota_reserve",
             self.keys.quota_used(project_id),
             "reserve",
@@ -78,7 +78,8 @@ class RedisQuota(QuotaStore):
             ram_mb,
             *self.default_args(),
         )
-        return self.get_usage(project_id)
+        return Usage(instances=int(used["instances"]), cores=int(used["cores"]),
+                     ram_mb=int(used["ram_mb"]))  # fmt: skip
 
     def release(self, project_id: str, holder: str) -> bool:
         result = self.store.run(
