@@ -17,11 +17,14 @@ import pytest
 import redis
 
 from qsched import exception
+from qsched.aggregates import Aggregate
 from qsched.conf import LedgerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.agents import RedisAgents
+from qsched.ledger.aggregates import RedisAggregates
+from qsched.ledger.archiver import RedisArchive
 from qsched.ledger.base import Instance, Inventory, ProviderSpec, ServerGroup, State, TaskState
 from qsched.ledger.cellmap import RedisCellMap, cell_map
 from qsched.ledger.flavors import RedisFlavors
@@ -43,6 +46,7 @@ FLAVOR = Flavor("small", 1, 1024, 0)
 RECORD = Instance(U, "p1", "u1", "vm", FLAVOR.to_dict(), State.BUILD)
 SPEC = ProviderSpec(U, "n1", {"VCPU": Inventory(4)})
 GROUP = ServerGroup(U, "g", "p1", "u1", "anti-affinity")
+AGGREGATE = Aggregate(1, U, "a")
 
 #: every public method of every store, called with arguments that pass its own checks
 KEYPAIR = Keypair("u1", "kp", "ssh-rsa AAAA", "aa:bb")
@@ -125,6 +129,22 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisGroups.delete": lambda s: s.groups.delete(U),
     "RedisGroups.hosts": lambda s: s.groups.hosts(U),
     "RedisGroups.members_on": lambda s: s.groups.members_on(U, "h1"),
+    "RedisAggregates.create": lambda s: s.aggregates.create("a"),
+    "RedisAggregates.put": lambda s: s.aggregates.put(AGGREGATE),
+    "RedisAggregates.get": lambda s: s.aggregates.get(1),
+    "RedisAggregates.list": lambda s: s.aggregates.list(),
+    "RedisAggregates.last_id": lambda s: s.aggregates.last_id(),
+    "RedisAggregates.version": lambda s: s.aggregates.version(),
+    "RedisAggregates.update": lambda s: s.aggregates.update(1, {"name": "b"}),
+    "RedisAggregates.set_metadata": lambda s: s.aggregates.set_metadata(1, {"k": "v"}),
+    "RedisAggregates.add_host": lambda s: s.aggregates.add_host(1, "h1"),
+    "RedisAggregates.remove_host": lambda s: s.aggregates.remove_host(1, "h1"),
+    "RedisAggregates.host_aggregates": lambda s: s.aggregates.host_aggregates("h1"),
+    "RedisAggregates.delete": lambda s: s.aggregates.delete(1),
+    "RedisArchive.step": lambda s: s.archive.step(1.0, 10),
+    "RedisArchive.staged": lambda s: s.archive.staged(),
+    "RedisArchive.clear": lambda s: s.archive.clear([U]),
+    "RedisArchive.deleted_count": lambda s: s.archive.deleted_count(),
     "RedisCellMap.join": lambda s: cell_map(s).join(),
     "RedisCellMap.ends": lambda s: cell_map(s).ends(10),
     "RedisCellMap.drop_ends": lambda s: cell_map(s).drop_ends(['["p1", "h"]']),
@@ -209,7 +229,8 @@ NEVER_RAISE = {
 
 
 STORES = (RedisLedger, RedisQuota, RedisInstances, RedisAgents, RedisFlavors, RedisInspector,
-          RedisBackend, RedisGroups, RedisKeypairs, RedisCellMap)  # fmt: skip
+          RedisBackend, RedisGroups, RedisKeypairs, RedisCellMap, RedisAggregates,
+          RedisArchive)  # fmt: skip
 
 
 @pytest.fixture
