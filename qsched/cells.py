@@ -507,8 +507,7 @@ class CellsCompute:
             # before anything is held
             self.key_in(compute, context.user_id, getattr(asked.get("server"), "key_name", None))
             uuids = [str(uuidlib.uuid4()) for _ in range(max(max_count, 1))]
-            self.map.map(uuids, cell, context.project_id)
-            held = self._reserve(context.project_id, uuids, flavor.vcpus, flavor.ram_mb, min_count)
+            held = self.map.hold(uuids, cell, project, flavor.vcpus, flavor.ram_mb, min_count)
             try:
                 made = compute.boot_many(
                     context, name, flavor_ref, image_ref, availability_zone,
@@ -519,7 +518,7 @@ class CellsCompute:
             except Exception:
                 self._unmap(context.project_id, held)
                 raise
-        self.map.confirm(uuids)
+        self.map.confirm(held)
         unused = [u for u in held if u not in {i.uuid for i in made.instances}]
         if unused:
             self._unmap(context.project_id, unused)
@@ -560,28 +559,6 @@ class CellsCompute:
         if cell in self._unjoined:
             raise CellNotJoined(cell=cell)
         return cell
-
-    def _reserve(
-        self, project: str, uuids: Sequence[str], cores: int, ram_mb: int, min_count: int
-    ) -> list[str]:
-        """Reserve one instance a uuid, in order, until the limits refuse one."""
-        held: list[str] = []
-        refused: exception.QuotaExceeded | None = None
-        for uuid in uuids:
-            try:
-                self.quota.reserve(project, uuid, cores, ram_mb)
-            except exception.QuotaExceeded as exc:
-                refused = exc
-                break
-            held.append(uuid)
-        if len(held) < min_count:
-            self._unmap(project, uuids)
-            if refused is None:  # every one was held: min_count is above max_count
-                raise exception.Invalid(reason="min_count must be <= max_count")
-            raise refused
-        if len(held) < len(uuids):
-            self._unmap(project, uuids[len(held) :])
-        return held
 
     def _unmap(self, project: str, uuids: Sequence[str]) -> None:
         """Give back what was reserved for instances that no cell holds."""

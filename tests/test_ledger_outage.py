@@ -150,6 +150,7 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisCellMap.drop_ends": lambda s: cell_map(s).drop_ends(['["p1", "h"]']),
     "RedisCellMap.ends_waiting": lambda s: cell_map(s).ends_waiting(),
     "RedisCellMap.map": lambda s: cell_map(s).map([str(uuid.uuid4())], "cell1", "p1"),
+    "RedisCellMap.hold": lambda s: cell_map(s).hold([str(uuid.uuid4())], "cell1", "p1", 1, 1, 1),
     "RedisCellMap.mapping": lambda s: cell_map(s).mapping(str(uuid.uuid4())),
     "RedisCellMap.unmap": lambda s: cell_map(s).unmap([str(uuid.uuid4())]),
     "RedisCellMap.confirm": lambda s: cell_map(s).confirm([str(uuid.uuid4())]),

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from qsched import exception
 from qsched.ledger import Stores, cluster
 from qsched.ledger.groups import GroupLimits, RedisGroups
+from qsched.ledger.quota import RedisQuota
 from qsched.ledger.redis import RedisStore, glob_escape, maps_errors, read_many, text
 
 #: the value of a cell's ``quota-home`` once the API keyspace holds its quota
@@ -33,11 +34,11 @@ def cell_map(stores: Stores) -> RedisCellMap:
 
     :raises Invalid: the stores are not on Redis.
     """
-    store = getattr(stores.quota, "store", None)
-    if not isinstance(store, RedisStore):
+    quota = stores.quota
+    if not isinstance(quota, RedisQuota):
         raise exception.Invalid(reason="several cells need the Redis ledger")
     groups = stores.groups.limits if isinstance(stores.groups, RedisGroups) else GroupLimits()
-    return RedisCellMap(store, groups.server_groups)
+    return RedisCellMap(quota.store, groups.server_groups, quota.default_args())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,10 +60,17 @@ class RedisCellMap:
     """``server_groups``: the ``[quota]`` option, the limit of a project's groups when
     neither the project nor the default class sets one (:meth:`map_group`)."""
 
-    def __init__(self, store: RedisStore, server_groups: int = -1) -> None:
+    def __init__(
+        self,
+        store: RedisStore,
+        server_groups: int = -1,
+        instance_limits: tuple[int, int, int] = (-1, -1, -1),
+    ) -> None:
         self.store = store
         self.keys = store.keys
         self.server_groups = server_groups
+        #: the default limits of instances, cores and RAM (``[quota]``) a boot is held to
+        self.instance_limits = instance_limits
 
     # -- a cell --
 
@@ -99,6 +107,26 @@ class RedisCellMap:
         pipe.zadd(self.keys.mapping_pending, dict.fromkeys(uuids, now))
         pipe.execute()
         self.store.barrier()
+
+    def hold(
+        self,
+        uuids: Sequence[str],
+        cell: str,
+        project: str,
+        cores: int,
+        ram_mb: int,
+        min_count: int,
+    ) -> list[str]:
+        """Reserve the quota of each instance in order and map it to its cell and
+        project, pending, in one step, until the limits refuse one (``boot_hold``):
+        the uuids held, at least ``min_count``.
+
+        :raises QuotaExceeded: fewer than ``min_count`` fit; nothing is held.
+        """
+        found = self.store.run("boot_hold", self.keys.quota_used(project), project, cell,
+                               cores, ram_mb, min_count, time.time(), *self.instance_limits,
+                               *uuids)  # fmt: skip
+        return [text(u) for u in found["held"]] if found["count"] else []
 
     def mapping(self, uuid: str) -> tuple[str, str] | None:
         """The instance's cell and project; None: not mapped."""
