@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -39,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import redis
 
 from qsched import conf as qconf
 from qsched.bench.measure import percentiles
@@ -51,6 +49,8 @@ from qsched.conf import BusOptions, CellsOptions, LedgerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
+from qsched.ledger.server import unreachable
+from qsched.stack import free_port
 
 USER = RequestContext.for_project("bench-user", "bench-cells")
 ADMIN = RequestContext.for_project("admin", "admin", ("admin", "member", "reader"))
@@ -71,28 +71,20 @@ class Servers:
         if shutil.which("redis-server") is None:
             raise click.ClickException("redis-server is not on PATH: install Redis, or "
                                        "pass --embedded")  # fmt: skip
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         process = subprocess.Popen(
             ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", str(self.directory)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         self.running.append((process, port))
-        client = redis.Redis(port=port)
+        url = f"redis://127.0.0.1:{port}/0"
         deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError as exc:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise click.ClickException(f"redis-server on port {port} did not start: "
-                                               f"{exc}") from exc  # fmt: skip
-                time.sleep(0.05)
-        client.close()
-        return f"redis://127.0.0.1:{port}/0"
+        while (error := unreachable(url)) is not None:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise click.ClickException(f"redis-server on port {port} did not start: {error}")
+            time.sleep(0.05)
+        return url
 
     def stop(self) -> None:
         for process, _port in self.running:
