@@ -44,7 +44,7 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-# Every scenario on real servers (about 45 min: 30 of them the instances scenario's
+# Every scenario on real servers (about 40 min, 10 to 30 of them the instances scenario's
 # 1,000,000 preloaded); --quick and the embedded default leave instances out.
 bench: $(BENCH_STAMP)
 	$(BIN)/qsched-bench $(BENCH_ARGS)

@@ -368,7 +368,7 @@ def main(
                   submit to claimed, delete to DELETED, archive-deleted of the past ones
 
     Without --scenario, a run on real servers measures every scenario (make bench:
-    about 45 min, 30 of them the instances scenario's two clouds and its preload);
+    about 40 min, 10 to 30 of them the instances scenario's two clouds and preload);
     --quick and the embedded default leave instances out, and say so.
 
     \b
