@@ -111,7 +111,7 @@ def _bus(options: BusOptions) -> KombuBus:
 
 @contextlib.contextmanager
 def one_cell(keyspaces: Keyspaces) -> Iterator[tuple[Any, list[Stores]]]:
-    """``qsched-api`` without ``[cells]``: one ComputeAPI; its stores as (api, cells)."""
+    """``qsched-api`` without ``[cells]``: one ComputeAPI, and its one keyspace."""
     ledger = LedgerOptions.from_conf(qconf.load()).replace(cell="cell1", url=keyspaces.url())
     stores = open_stores(ledger)
     stores.quota.set_limits(USER.project_id, instances=-1, cores=-1, ram_mb=-1)
