@@ -411,8 +411,7 @@ class _Run:
         for cell in [c for c, copy in now.items() if copy is None]:
             store = self.answering[cell].aggregates
             try:
-                _in(cell, store.create, base.name, None, base.id, base.uuid,
-                    metadata=base.metadata)  # fmt: skip
+                _in(cell, store.put, base)
             except exception.Conflict:  # its name taken there since the read
                 for done in made:
                     _in(done, self.answering[done].aggregates.delete, base.id)

@@ -37,12 +37,10 @@ class RedisAggregates(AggregateStore):
         availability_zone: str | None = None,
         aggregate_id: int | None = None,
         uuid: str | None = None,
-        metadata: Mapping[str, str] | None = None,
     ) -> Aggregate:
         made = self._run(
             "aggregate_create", uuid or str(uuidlib.uuid4()), name, availability_zone or "",
             self.store.now(), "" if aggregate_id is None else int(aggregate_id),
-            canonical_json(dict(metadata)) if metadata else "",
         )  # fmt: skip
         return self.get(int(made["id"]))
 

@@ -899,14 +899,12 @@ class AggregateStore(abc.ABC):
         availability_zone: str | None = None,
         aggregate_id: int | None = None,
         uuid: str | None = None,
-        metadata: Mapping[str, str] | None = None,
     ) -> Aggregate:
         """A new aggregate, with the next integer id and a new UUID, or with those given
         (the front door of several cells gives every cell the same; the cell's next id
-        is then past the given one). ``metadata``: what it holds from the start (a copy
-        of another cell's aggregate), ``availability_zone`` among it or given alone.
-        An id and UUID given that this cell holds together already return that
-        aggregate as it is (a copy made twice).
+        is then past the given one). An id and UUID given that this cell holds together
+        already return that aggregate as it is (a create that meets a copy of it). A copy
+        of another cell's aggregate, its metadata with it, is :meth:`put`.
 
         :raises AggregateNameExists: the name is taken.
         :raises Conflict: the given id is taken.
