@@ -18,6 +18,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from qsched import exception
 from qsched.ledger import Stores, cluster
@@ -126,15 +127,11 @@ class RedisCellMap:
         found = self.store.run("boot_hold", self.keys.quota_used(project), project, cell,
                                cores, ram_mb, min_count, time.time(), *self.instance_limits,
                                *uuids)  # fmt: skip
-        return [text(u) for u in found["held"]] if found["count"] else []
+        return [text(u) for u in found["held"] or []]  # none held: an empty Lua table, {}
 
     def mapping(self, uuid: str) -> tuple[str, str] | None:
         """The instance's cell and project; None: not mapped."""
-        found = self.store.client.get(self.keys.instance_cell(uuid))
-        if found is None:
-            return None
-        cell, project = json.loads(text(found))
-        return str(cell), str(project)
+        return _pair(self.store.client.get(self.keys.instance_cell(uuid)))
 
     def unmap(self, uuids: Sequence[str]) -> int:
         """Drop the mappings and pending entries of instances no cell holds (never
@@ -176,11 +173,7 @@ class RedisCellMap:
 
     def group_mapping(self, uuid: str) -> tuple[str, str] | None:
         """The group's cell and project; None: not mapped."""
-        found = self.store.client.get(self.keys.group_cell(uuid))
-        if found is None:
-            return None
-        cell, project = json.loads(text(found))
-        return str(cell), str(project)
+        return _pair(self.store.client.get(self.keys.group_cell(uuid)))
 
     def unmap_group(self, uuid: str, project: str) -> bool:
         """Drop a group's mapping, its count and pending entry (deleted, or never created
@@ -220,21 +213,15 @@ class RedisCellMap:
                                                    glob_escape(head) + "*", 1000)]  # fmt: skip
         found: dict[str, tuple[str, str]] = {}
         for key, raw in zip(keys, read_many(self.store.client, "get", keys), strict=True):
-            if raw is not None:  # unmapped since the scan
-                cell, project = json.loads(text(raw))
-                found[key[len(head) :]] = (str(cell), str(project))
+            if (pair := _pair(raw)) is not None:  # None: unmapped since the scan
+                found[key[len(head) :]] = pair
         return found
 
     def group_mappings_of(self, uuids: Sequence[str]) -> dict[str, tuple[str, str] | None]:
         """The cell and project of each of these groups (None: not mapped), a thousand a
         round trip."""
         raws = read_many(self.store.client, "get", [self.keys.group_cell(u) for u in uuids])
-        found: dict[str, tuple[str, str] | None] = dict.fromkeys(uuids)
-        for uuid, raw in zip(uuids, raws, strict=True):
-            if raw is not None:
-                cell, project = json.loads(text(raw))
-                found[uuid] = (str(cell), str(project))
-        return found
+        return {uuid: _pair(raw) for uuid, raw in zip(uuids, raws, strict=True)}
 
     def adopt_group(self, uuid: str, cell: str, project: str, write: bool = True) -> GroupAdoption:
         """Map a group its cell made before it was served with others to that cell and
@@ -313,3 +300,12 @@ class RedisCellMap:
         """The next aggregate id of the deployment: above every id given here and above
         ``floor`` (the highest any cell gave itself), one atomic step."""
         return int(self.store.run("aggregate_seq", self.keys.aggregate_seq, int(floor))["id"])
+
+
+def _pair(raw: Any) -> tuple[str, str] | None:
+    """An instance's or a group's mapping as stored (JSON ``[cell, project]``); None for
+    none."""
+    if raw is None:
+        return None
+    cell, project = json.loads(text(raw))
+    return str(cell), str(project)

@@ -26,4 +26,4 @@ if refused and #held < min_count then
     end
     return refused
 end
-return reply({held = held, count = #held})
+return reply({held = held})
