@@ -994,14 +994,19 @@ def _group_problems(front: CellsCompute) -> list[str]:
     counted there; every mapping's group is in its cell (an admin scan)."""
     problems: list[str] = []
     mapped = front.map.group_mappings()
+    counted: dict[str, set[str]] = {}  # project: its counted groups, read once
     for name, compute in front.cells.items():
         for group in compute.stores.groups.list_all():
+            project = group.project_id
             found = mapped.pop(group.uuid, None)
-            if found != (name, group.project_id):
-                problems.append(f"group {group.uuid} ({group.project_id}): in {name}, "
+            if found != (name, project):
+                problems.append(f"group {group.uuid} ({project}): in {name}, "
                                 f"mapped to {found}")  # fmt: skip
-            elif group.uuid not in front.map.counted_groups(group.project_id):
-                problems.append(f"group {group.uuid} ({group.project_id}): not counted")
+                continue
+            if project not in counted:
+                counted[project] = front.map.counted_groups(project)
+            if group.uuid not in counted[project]:
+                problems.append(f"group {group.uuid} ({project}): not counted")
     for uuid, (cell, project) in mapped.items():
         problems.append(f"group {uuid} ({project}): mapped to {cell}, in no cell")
     return problems
