@@ -48,26 +48,24 @@ def _processes() -> dict[int, tuple[int, int, str]]:
     return found
 
 
-def _serves(pid: int, ports: frozenset[int]) -> bool:
-    """Whether a redis-server's title (``redis-server 127.0.0.1:6379``) names a port of ours."""
-    if not ports:
-        return True
+def _names(pid: int, marks: Iterable[str]) -> bool:
+    """Whether the process's command line holds one of ``marks`` (False once it is gone)."""
     try:
-        title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        line = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return False
-    return any(f":{port}" in title for port in ports)
+    return any(mark in line for mark in marks)
+
+
+def _serves(pid: int, ports: frozenset[int]) -> bool:
+    """Whether a redis-server's title (``redis-server 127.0.0.1:6379``) names a port of ours."""
+    return not ports or _names(pid, (f":{port}" for port in ports))
 
 
 def _runs_from(pid: int, home: str | None) -> bool:
     """Whether a beam.smp's command line names ``home`` (its ``-home``: the nodes of a
     RabbitMQ cluster the run started); every one when None."""
-    if home is None:
-        return True
-    try:
-        return home in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return False
+    return home is None or _names(pid, (home,))
 
 
 def snapshot(
