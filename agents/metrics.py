@@ -48,6 +48,14 @@ COUNTERS = (
     ("qsched_agent_spawn_failures", "Spawns that failed; their claims given back.",
      "spawn_failed"),
     ("qsched_agent_active", "Instances this agent spawned and recorded ACTIVE.", "active"),
+    ("qsched_agent_not_its_request", "Boot and delete requests dead-lettered because the "
+     "ledger's record of their instance disagrees (a forged or stray message).",
+     "not_its_request"),
+    ("qsched_agent_lost_instances", "ACTIVE instances whose VM the driver no longer ran, set "
+     "ERROR by the reconcile.", "reconcile_lost"),
+    ("qsched_agent_republished", "Requests of claims the ledger no longer held (a crash "
+     "rolled them back) whose instance waited again: left to the outbox to go out again.",
+     ("republished", "reconcile_republished")),
 )  # fmt: skip
 CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 WAIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -149,8 +157,9 @@ class _Collector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         counts = dict(self.counters)  # one copy: the agent's threads go on counting
-        for name, help_text, key in COUNTERS:
-            yield CounterMetricFamily(name, help_text, value=counts.get(key, 0))
+        for name, help_text, keys in COUNTERS:
+            summed = sum(counts.get(key, 0) for key in ((keys,) if isinstance(keys, str) else keys))
+            yield CounterMetricFamily(name, help_text, value=summed)
         yield CounterMetricFamily(
             "qsched_agent_claim_retries", "Claims the ledger refused (the node fuller than "
             "this agent saw, its aggregates changed), followed by another pick.",

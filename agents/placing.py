@@ -6,12 +6,15 @@ Unreserve; an agent that pulls its work is asked other questions):
 
 =========  ==========================================================================
 admit      Is the request this agent's to place now? Not a redelivery of a build in
-           flight, not past its deadline (then it ends here in NoValidHost), of a
-           class the ledger lists (else a dead letter).
+           flight, not past its deadline (then it ends here in NoValidHost, if the
+           record's deadline has passed too), of a class the ledger lists (else a
+           dead letter), asking what that class holds (else a dead letter, unless
+           its record asks the same).
 pick       Which node has room: the index answers in O(1).
 claim      Take the resources in the ledger, atomic with the check that the
-           instance still waits; generation conflicts are re-read and retried the
-           Placement way. The request is acked only once this holds.
+           instance still waits and that its record names the class placed for;
+           generation conflicts are re-read and retried the Placement way. The
+           request is acked only once this holds.
 refuse     Nothing here fits: say why in the instance history and requeue the
            request for another agent (a refusal is not an attempt).
 hand back  The claim said this host already tried the request (its spawn failed
@@ -25,6 +28,13 @@ hand back  The claim said this host already tried the request (its spawn failed
 After the claim the spawn runs in a worker (:mod:`agents.spawning`: spawn, settle,
 give back). A new rule that must hold at claim time (a hard server-group policy)
 belongs in :meth:`Placer.claim`, one that narrows the nodes in :meth:`Placer.pick`.
+
+The record the front door wrote is the truth, not the message (anyone who can publish
+on the bus can write one): what a claim takes comes from the class the ledger defines,
+the claim script refuses a class other than the one the record names, and the admit
+step refuses a message whose flavor or constraints are not its class's. Either refusal
+raises :class:`~qsched.exception.NotItsRequest` and the message is dead-lettered with
+the reason; the instance waits for its own request.
 
 Alternates (Nova's alternate hosts and RetryFilter) are such a rule: the ledger's
 claim refuses a host in the record's ``tried_hosts`` while a live agent not in them
@@ -45,12 +55,14 @@ from agents.nodes import Pick
 from agents.steps import AgentParts, Build
 from qsched import exception
 from qsched.bus.base import Delivery
+from qsched.flavors import Constraints
 from qsched.ledger import retry
 from qsched.ledger.base import ClaimGuard, State
 from qsched.message import BootRequest
 from qsched.notifications import payloads
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.fit import Refusal, RefusalKind
+from qsched.scheduling.records import request_for
 
 LOG = logging.getLogger(__name__)
 
@@ -88,6 +100,18 @@ class UnknownClass(exception.Invalid):
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class _Defined:
+    """What a class holds, as the ledger defines it: a message of the class must ask the
+    same (its flavor as the wire carries it, its constraints)."""
+
+    flavor: dict[str, Any]
+    constraints: Constraints
+
+    def asked_by(self, msg: BootRequest) -> bool:
+        return msg.flavor == self.flavor and msg.constraints() == self.constraints
+
+
 class Admission(enum.Enum):
     """What :meth:`Placer.admit` decided about a delivered request."""
 
@@ -109,6 +133,7 @@ class Placer:
         self.claim_retries = claim_retries
         self.alternates = alternates
         self.sample_node: str | None = None  # the node on which refusals are explained
+        self._defined: dict[str, _Defined] = {}  # by class name, as learned
 
     # -- admit --
 
@@ -116,7 +141,11 @@ class Placer:
         """Whether this agent places ``msg`` now; ends it NoValidHost if it is past due.
 
         The usual path reads nothing from the ledger: the claim script is the check
-        that the instance still waits.
+        that the instance still waits, and the class's definition, in memory, the
+        check of what the message asks.
+
+        :raises NotItsRequest: the message disagrees with its instance's record (a
+            deadline the record has not reached, another flavor or constraints).
         """
         if msg.instance_uuid in self.parts.builds:
             # A redelivery while our spawn runs: drop it. But if the ledger took our
@@ -124,11 +153,61 @@ class Placer:
             # that spawn has given up, we or another agent must take it.
             return Admission.LATER if self.still_waiting(msg) else Admission.DROP
         if msg.expired():
-            self.parts.no_valid_host(msg.instance_uuid, "deadline")
+            self.parts.no_valid_host(msg.instance_uuid, "deadline", due_only=True)
             return Admission.ENDED
         if not self.knows_class(msg.scheduling_class):
             return Admission.UNKNOWN_CLASS
+        self.check_asks(msg)
         return Admission.PLACE
+
+    def check_asks(self, msg: BootRequest) -> None:
+        """That ``msg`` asks what its class holds: compared in memory with the class's
+        definition; on a difference, with the ledger's definition read again (a flavor
+        changed since this agent learned it), then with the instance's record.
+
+        A request whose record asks what it asks, while its class was defined anew
+        since (its flavor was changed while it waited), is placed as the class is
+        defined now, as before; the claim still checks that the record names the class.
+
+        :raises NotItsRequest: neither the class nor the record asks the same.
+        """
+        name = msg.scheduling_class
+        defined = self._defined.get(name)
+        if defined is not None and defined.asked_by(msg):
+            return
+        self.parts.counters["class_rereads"] += 1
+        found = self.parts.stores.agents.classes().get(name)
+        if found is not None:
+            self._learn_class(name, found)
+            defined = self._defined.get(name)
+            if defined is not None and defined.asked_by(msg):
+                return
+        why = self._disagreement(msg)
+        if why is not None:
+            raise exception.NotItsRequest(instance=msg.instance_uuid, reason=why)
+        LOG.warning("agent %s: %s asks what its record asks, but class %s is defined anew "
+                    "since (its flavor changed while it waited): placed as the class is now",
+                    self.parts.host, msg.instance_uuid, name)  # fmt: skip
+
+    def _disagreement(self, msg: BootRequest) -> str | None:
+        """How ``msg`` differs from the request its record rebuilds, or None (also when
+        there is no waiting record: the claim then finds nothing to place)."""
+        try:
+            inst = self.parts.stores.instances.get(msg.instance_uuid)
+        except exception.InstanceNotFound:
+            return None
+        if inst.state != State.BUILD or inst.host is not None:
+            return None
+        try:
+            recorded = request_for(inst)
+        except exception.Invalid:
+            return None  # no front door's record: nothing to compare with
+        for field in ("scheduling_class", "flavor"):
+            if getattr(msg, field) != getattr(recorded, field):
+                return f"its {field} is not the one its record was made with"
+        if msg.constraints() != recorded.constraints():
+            return "its constraints are not the ones its record was made with"
+        return None
 
     def still_waiting(self, msg: BootRequest) -> bool:
         """Whether the instance still waits for a host: worth requeueing its request."""
@@ -152,13 +231,17 @@ class Placer:
                 self._learn_class(name, definition)
 
     def _learn_class(self, name: str, definition: dict[str, Any]) -> None:
+        """Know the class as ``definition`` says (replacing what was known of it)."""
         try:
-            request = SchedulingClass.from_definition(definition).request()
+            scheduling_class = SchedulingClass.from_definition(definition)
+            request = scheduling_class.request()
         except exception.Invalid as exc:
             LOG.error("agent %s: ignoring class %s with a bad definition: %s", self.parts.host,
                       name, exc)  # fmt: skip
             return
         self.parts.index.add_request(name, request)
+        flavor = scheduling_class.flavor.to_dict()
+        self._defined[name] = _Defined(flavor, scheduling_class.constraints)
 
     # -- pick and claim --
 
@@ -244,6 +327,7 @@ class Placer:
         :raises ProviderGenerationConflict: still conflicting after ``claim_retries``.
         :raises TriedHost: this host tried the request and another can take it.
         :raises ServiceDisabled: this host's service is disabled or forced down.
+        :raises NotItsRequest: the record names another class than the request's.
         """
         parts = self.parts
         began = time.perf_counter()
@@ -257,6 +341,7 @@ class Placer:
                     on_reread=functools.partial(parts.index.reread, pick.node),
                     guard=self._guard(msg, pick),
                     max_handbacks=self.alternates.max_handbacks,
+                    scheduling_class=msg.scheduling_class,
                 )  # fmt: skip
                 build = Build(msg, pick, result.batch, result.permitted)
                 parts.builds.add(build)

@@ -19,9 +19,17 @@ it was silent past its heartbeat TTL):
   (``[agent] release_leaked_allocations``; off: only reported);
 * instances the driver runs that the ledger has deleted or ended, places on another
   host, or does not know are reaped, logged or left (``running_deleted_instance_action``,
-  as Nova's periodic task of that name), unless a spawn of them is in flight here;
-* ACTIVE instances of this host that the driver does not run are reported only: a
-  hypervisor that lost a VM needs an operator, not a silent release;
+  as Nova's periodic task of that name), unless a spawn of them is in flight here; one
+  reaped whose record waits for a host again (a crash of the ledger lost this host's
+  claim, after the agent had acked its request) has its request left to the outbox,
+  since nothing else on the bus holds it;
+* ACTIVE instances of this host that the driver does not run (listed twice, the
+  record read between) are set ERROR with a fault that says so, their allocations and
+  quota freed, in one atomic step that checks the record still places them there with
+  no task under way (``[agent] lost_instance_action = error``; ``log``: reported only,
+  as Nova's power-state sync leaves such an instance). A hypervisor lost the VM, or a
+  crash of the ledger brought back a server whose delete the agent had done: either
+  way nothing runs, and the owner sees why;
 * the node views are read again and replace the index's where they differ, unless the
   agent wrote to that node meanwhile (see :mod:`agents.nodes`, "Convergence");
 * the sharing providers the nodes reach are read again (one read of the cell's index of
@@ -64,6 +72,9 @@ from qsched.scheduling.views import NodeView, ProviderView, same_usage
 LOG = logging.getLogger(__name__)
 
 ACTIONS = ("reap", "log", "noop")
+LOST_ACTIONS = ("error", "log")
+#: The fault of an ACTIVE instance whose VM its host's driver no longer runs.
+LOST_MESSAGE = "The server's VM was lost: its host's hypervisor no longer runs it."
 CHUNK_NODES = 100  # nodes read and checked in one go within a pass
 PAUSE_S = 0.005  # between two chunks: the consumer thread gets the interpreter meanwhile
 
@@ -78,7 +89,9 @@ class ReconcileReport:
     released: list[str] = dataclasses.field(default_factory=list)
     running_deleted: list[str] = dataclasses.field(default_factory=list)
     reaped: list[str] = dataclasses.field(default_factory=list)
+    republished: list[str] = dataclasses.field(default_factory=list)  # reaped, waiting again
     missing: list[str] = dataclasses.field(default_factory=list)
+    lost: list[str] = dataclasses.field(default_factory=list)  # missing, set ERROR
     refreshed: list[str] = dataclasses.field(default_factory=list)  # nodes whose view was off
     nodes: int = 0  # nodes looked at
 
@@ -129,6 +142,7 @@ class Reconciler:
     :param building: whether a spawn of an instance is in flight on this agent.
     :param release_leaked: release unexplained allocations (else only report them).
     :param action: ``reap``, ``log`` or ``noop`` for instances running while deleted.
+    :param lost_action: ``error`` or ``log`` for ACTIVE instances the driver does not run.
     """
 
     def __init__(
@@ -143,9 +157,14 @@ class Reconciler:
         release_leaked: bool = True,
         action: str = "reap",
         notifier: Notifier = NULL,
+        lost_action: str = "error",
     ) -> None:
         if action not in ACTIONS:
             raise exception.Invalid(reason=f"action {action!r}: use one of {', '.join(ACTIONS)}")
+        if lost_action not in LOST_ACTIONS:
+            raise exception.Invalid(
+                reason=f"lost_action {lost_action!r}: use one of {', '.join(LOST_ACTIONS)}"
+            )
         self.stores = stores
         self.bus = bus
         self.driver = driver
@@ -155,6 +174,7 @@ class Reconciler:
         self.batch = batch
         self.release_leaked = release_leaked
         self.action = action
+        self.lost_action = lost_action
         self.notifier = notifier
         self.pause: Callable[[float], None] = time.sleep
         self._cursor = 0
@@ -296,6 +316,7 @@ class Reconciler:
                 if self.action == "reap":
                     self.driver.destroy(uuid, name)
                     report.reaped.append(uuid)
+                    self._republish(uuid, inst, report)
                 elif self.action == "log":
                     LOG.warning("agent %s: %s runs on %s but the ledger has it %s", self.host,
                                 uuid, name, _where(inst))  # fmt: skip
@@ -304,7 +325,31 @@ class Reconciler:
                     if _runs_here(found.records.get(uuid), self.host, name)]  # fmt: skip
             if gone:  # listed before the records were read: a spawn may have ended between
                 now = set(_running(self.driver, name))
-                report.missing += [uuid for uuid in gone if uuid not in now]
+                for uuid in gone:
+                    if uuid not in now:
+                        self._lost(uuid, name, report)
+
+    def _republish(self, uuid: str, inst: Placement | None, report: ReconcileReport) -> None:
+        """A VM reaped whose record waits for a host: the ledger lost this host's claim of
+        it (a rolled-back crash), and the request this agent acked is nowhere else."""
+        if inst is None or inst.state != State.BUILD or inst.host is not None:
+            return
+        why = f"a VM of it ran on {self.host}, whose claim the ledger no longer holds"
+        if self.stores.instances.park(uuid, self.host, why):
+            report.republished.append(uuid)
+
+    def _lost(self, uuid: str, node: str, report: ReconcileReport) -> None:
+        """An ACTIVE instance of this node that the driver does not run (see the module
+        docstring): ERROR with a fault, or only reported."""
+        report.missing.append(uuid)
+        if self.lost_action != "error":
+            return
+        details = {"host": self.host, "node": node, "reason": "lost",
+                   "found_by": "the agent's reconcile"}  # fmt: skip
+        if self.stores.instances.set_lost(uuid, self.host, node, LOST_MESSAGE, details):
+            report.lost.append(uuid)
+            LOG.warning("agent %s: %s is ACTIVE on %s but its VM is gone: set ERROR, what it "
+                        "held freed", self.host, uuid, node)  # fmt: skip
 
     def _apply(
         self, views: dict[str, NodeView], tokens: dict[str, int | None], roots_only: bool = False
@@ -362,11 +407,12 @@ def _where(inst: Placement | None) -> str:
 def _log(host: str, report: ReconcileReport) -> None:
     LOG.warning(
         "agent %s reconciled %d nodes: %d builds made ACTIVE, %d requeued; %d leaked "
-        "allocations (%d released); %d instances running while deleted (%d reaped); %d "
-        "ACTIVE instances the driver does not run; %d node views refreshed",
+        "allocations (%d released); %d instances running while deleted (%d reaped, %d of "
+        "them waiting again: republished); %d ACTIVE instances the driver does not run "
+        "(%d set ERROR); %d node views refreshed",
         host, report.nodes, len(report.activated), len(report.requeued), len(report.leaked),
         len(report.released), len(report.running_deleted), len(report.reaped),
-        len(report.missing), len(report.refreshed),
+        len(report.republished), len(report.missing), len(report.lost), len(report.refreshed),
     )  # fmt: skip
 
 

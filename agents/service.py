@@ -65,7 +65,7 @@ from qsched import exception, message
 from qsched.bus.base import Bus, Consumer, Delivery
 from qsched.conf import AgentOptions
 from qsched.ledger import Stores, retry
-from qsched.ledger.base import Instance, Service, State
+from qsched.ledger.base import Instance, Service, State, TaskState
 from qsched.notifications import NULL, Notifier, payloads
 from qsched.periodic import Periodic
 from qsched.reaper import reap_expired
@@ -122,6 +122,7 @@ class ComputeAgent:
             batch=options.reconcile_batch,
             release_leaked=options.release_leaked_allocations,
             action=options.running_deleted_instance_action, notifier=notifier,
+            lost_action=options.lost_instance_action,
         )  # fmt: skip
         parts = AgentParts(
             self.host, stores, bus, driver, self.index, self.builds, self.reconciler,
@@ -367,7 +368,7 @@ class ComputeAgent:
         self.counters["reconcile_passes"] += 1
         self.counters["reconcile_ms"] += round((time.perf_counter() - began) * 1000)
         for name in ("released", "reaped", "running_deleted", "missing", "refreshed",
-                     "requeued", "activated"):  # fmt: skip
+                     "requeued", "activated", "republished", "lost"):  # fmt: skip
             self.counters[f"reconcile_{name}"] += len(getattr(report, name))
         return report
 
@@ -421,14 +422,17 @@ class ComputeAgent:
     def boot(self, msg: message.BootRequest, delivery: Delivery) -> None:
         """Place a boot request through the steps of :mod:`agents.placing`, then hand
         its spawn to a worker (:mod:`agents.spawning`); settle the delivery once."""
-        admission = self.placer.admit(msg)
-        if admission is not Admission.PLACE:
-            self._not_placed(msg, delivery, admission)
-            return
         try:
+            admission = self.placer.admit(msg)
+            if admission is not Admission.PLACE:
+                self._not_placed(msg, delivery, admission)
+                return
             placed = self.placer.place(msg)
         except exception.PlacementRuleRefused as refusal:  # a group's policy, a host rule
             self.groups.refused(msg, delivery, refusal)
+            return
+        except exception.NotItsRequest as exc:  # the record says otherwise: nothing done
+            self._reject(msg, delivery, "not_its_request", str(exc))
             return
         if isinstance(placed, Pick):
             # The claim is in the ledger: spawn even if the ack fails (a redelivery
@@ -454,15 +458,19 @@ class ComputeAgent:
             self._stopped.wait(0.1)
             delivery.requeue(msg.encode())
         elif admission is Admission.UNKNOWN_CLASS:
-            self.counters["unknown_class"] += 1
             reason = str(UnknownClass(name=msg.scheduling_class))
-            LOG.warning("agent %s: dead-lettering a boot request from %s: %s", self.host,
-                        delivery.queue, reason)  # fmt: skip
-            delivery.reject(reason)
+            self._reject(msg, delivery, "unknown_class", reason)
         else:
             if admission is Admission.DROP:
                 self.counters["dropped"] += 1
             delivery.ack()
+
+    def _reject(self, msg: message.Message, delivery: Delivery, counter: str, reason: str) -> None:
+        """Dead-letter a message that decodes but that this agent must not act on."""
+        self.counters[counter] += 1
+        LOG.warning("agent %s: dead-lettering a %s message for %s from %s: %s", self.host,
+                    msg.KIND, msg.instance_uuid, delivery.queue, reason)  # fmt: skip
+        delivery.reject(reason)
 
     # -- server actions -----------------------------------------------------------------
 
@@ -479,12 +487,31 @@ class ComputeAgent:
     # -- deletes ------------------------------------------------------------------------
 
     def delete(self, msg: message.DeleteRequest, delivery: Delivery) -> None:
-        self._destroy(msg.instance_uuid, msg.node)
+        """Destroy the instance a delete request names, if the ledger records that its
+        delete was asked (its task_state ``deleting``, on this host and node); drop one
+        done already; dead-letter any other with the reason, touching nothing.
+
+        One read of the record: the message only says which instance to look at.
+        """
+        try:
+            inst: Instance | None = self.stores.instances.get(msg.instance_uuid)
+        except exception.InstanceNotFound:
+            inst = None
+        if inst is None or inst.state == State.DELETED:
+            self.counters["dropped"] += 1  # done already (a redelivery), or archived since
+            delivery.ack()
+            return
+        why = _not_asked(msg, inst, self.host)
+        if why is not None:
+            self._reject(msg, delivery, "not_its_request", why)
+            return
+        self._destroy(msg.instance_uuid, msg.node, inst)
         delivery.ack()
 
-    def _destroy(self, uuid: str, node: str) -> None:
-        """Destroy an instance of this host, then release its claim and quota."""
-        before = self._deleting(uuid)
+    def _destroy(self, uuid: str, node: str, inst: Instance | None = None) -> None:
+        """Destroy an instance of this host, then release its claim and quota; ``inst``:
+        its record, if the caller read it."""
+        before = self._deleting(uuid, inst)
         ended: Instance | None = None
         if node in self.index:
             self.driver.destroy(uuid, node)
@@ -501,14 +528,14 @@ class ComputeAgent:
         if before is not None and ended is not None:
             self.notifier.notify("instance.delete.end", payloads.deleted(ended))
 
-    def _deleting(self, uuid: str) -> Instance | None:
-        """With notifications on: read the record and send ``instance.delete.start``,
-        unless it is DELETED already (a delete request delivered again); the record
-        read, or None. With them off: nothing read, None."""
+    def _deleting(self, uuid: str, inst: Instance | None = None) -> Instance | None:
+        """With notifications on: send ``instance.delete.start`` from the record (read
+        here unless given), unless it is DELETED already (a delete request delivered
+        again); the record, or None. With them off: nothing read, None."""
         if not self.notifier.enabled:
             return None
         try:
-            inst = self.stores.instances.get(uuid)
+            inst = inst or self.stores.instances.get(uuid)
         except exception.InstanceNotFound:
             return None
         if inst.state == State.DELETED:
@@ -533,3 +560,16 @@ class ComputeAgent:
             self._destroy(uuid, node)
             done += 1
         return done
+
+
+def _not_asked(msg: message.DeleteRequest, inst: Instance, host: str) -> str | None:
+    """Why the ledger does not back a delete request of ``inst`` on ``host``, or None."""
+    if inst.host != host or inst.node != msg.node:
+        where = f"{inst.host or 'no host'}, node {inst.node or 'none'}"
+        return (f"a delete of {inst.uuid} for host {msg.host}, node {msg.node} reached "
+                f"{host}, but its record places it on {where}")  # fmt: skip
+    if inst.task_state != TaskState.DELETING:
+        task = inst.task_state.value or "none"
+        return (f"the ledger records no delete of {inst.uuid}: it is {inst.state.value} with "
+                f"task_state {task}")  # fmt: skip
+    return None

@@ -25,6 +25,7 @@ from qsched import exception
 from qsched.ledger.base import Instance, State
 from qsched.notifications import payloads
 from qsched.notifications.base import ERROR
+from qsched.scheduling.records import details
 
 LOG = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ class Spawner:
             parts.driver.destroy(uuid, node)
             self.forget(uuid)
             parts.reconciler.refresh_nodes([node])
+            parts.republish_if_waiting(uuid, f"the ledger no longer held the claim of "
+                                       f"{parts.host} when its spawn ended")  # fmt: skip
             return
         self.forget(uuid)
 
@@ -86,11 +89,13 @@ class Spawner:
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
             self.forget(uuid)  # its claim was released under it: read the node again
             parts.reconciler.refresh_nodes([node])
+            parts.republish_if_waiting(uuid, f"the ledger no longer held the claim of "
+                                       f"{parts.host} when its spawn failed")  # fmt: skip
             return
         self._notify_failed(build, inst, reason)
         if inst.state != State.BUILD:
             return  # it was being deleted: the ledger ended it
-        if inst.attempts >= msg.max_attempts:
+        if inst.attempts >= _max_attempts(inst, msg.max_attempts):
             # The requeue put it in the outbox, but it goes out no more: out of the outbox
             # first, or its end would read as a request never published.
             parts.persist(msg, lambda: parts.stores.instances.outbox_done([(uuid, inst.outbox)]))
@@ -134,3 +139,12 @@ class Spawner:
         build = self.parts.builds.pop(uuid)
         if build is not None and release:
             self.parts.index.release(build.pick.node, build.pick.allocations)
+
+
+def _max_attempts(inst: Instance, asked: int) -> int:
+    """The attempts its record allows (the front door's ``[scheduler] max_attempts`` when
+    it booted), not the message's; ``asked`` for a record no front door made."""
+    try:
+        return details(inst).max_attempts
+    except exception.Invalid:
+        return asked

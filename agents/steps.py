@@ -10,6 +10,7 @@ spawn) is a new step or a change to one, not a longer loop in the service.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from qsched.message import BootRequest
 from qsched.notifications import NULL, Notifier
 from qsched.reaper import fail_no_valid_host
 
+LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -93,13 +95,34 @@ class AgentParts:
     metrics: AgentMetrics
     notifier: Notifier = NULL  # versioned notifications (docs/notifications.rst)
 
-    def no_valid_host(self, uuid: str, reason: str) -> bool:
+    def no_valid_host(self, uuid: str, reason: str, due_only: bool = False) -> bool:
         """End a waiting instance in ERROR NoValidHost for ``reason``, counted and told;
-        False if it was not waiting any more (:func:`qsched.reaper.fail_no_valid_host`)."""
-        ended = fail_no_valid_host(self.stores, uuid, reason, self.notifier)
+        False if it was not waiting any more (:func:`qsched.reaper.fail_no_valid_host`).
+
+        :raises NotItsRequest: ``due_only`` and the record's deadline has not passed.
+        """
+        ended = fail_no_valid_host(self.stores, uuid, reason, self.notifier, due_only)
         if ended:
             self.metrics.no_valid_host(reason.replace(" ", "_"))
         return ended
+
+    def republish_if_waiting(self, uuid: str, why: str) -> bool:
+        """After this agent found the ledger no longer holds its claim of ``uuid``: if the
+        instance waits for a host again, leave its request to the outbox (the janitor
+        publishes it after ``[scheduler] outbox_grace_s``). Whether it did.
+
+        A claim taken back by a janitor or a requeue was published again by whoever
+        took it; one the ledger lost (a crash under ``[ledger] durability = async``
+        rolled it back, after this agent had acked its request) was published by
+        nobody, and nothing else on the bus holds it. A copy too many is harmless: the
+        claim is idempotent, a request for an instance placed since is dropped.
+        """
+        parked = self.stores.instances.park(uuid, self.host, why)
+        if parked:
+            self.counters["republished"] += 1
+            LOG.warning("agent %s: %s waits for a host again (%s): its request goes out "
+                        "again from the outbox", self.host, uuid, why)  # fmt: skip
+        return parked
 
     def persist(self, msg: BootRequest, write: Callable[[], T]) -> T:
         """Run ``write``, retrying while the ledger or bus is down, up to the deadline.

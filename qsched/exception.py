@@ -48,6 +48,14 @@ class InvalidAmount(Invalid):
     msg_fmt = "Invalid amount {amount!r} of {resource_class} on provider {provider}: {reason}"
 
 
+class NotItsRequest(Invalid):
+    """A message that disagrees with the record of its instance (another flavor's class,
+    amounts or constraints, a deadline the record does not have): the record the front
+    door wrote is the truth, so nothing is done and the message is dead-lettered."""
+
+    msg_fmt = "Not the request of instance {instance}: {reason}"
+
+
 class NotFound(QschedError):
     msg_fmt = "Not found: {what}"
 

@@ -33,14 +33,19 @@ def refusal_summary(events: list[Event]) -> dict[str, Any]:
     return {"refused_by": refusals, "failed_on": failures, "events": dict(counts)}
 
 
-def fail_no_valid_host(stores: Stores, uuid: str, reason: str, notifier: Notifier = NULL) -> bool:
+def fail_no_valid_host(
+    stores: Stores, uuid: str, reason: str, notifier: Notifier = NULL, due_only: bool = False
+) -> bool:
     """End a waiting instance in ERROR NoValidHost; False if it was not waiting any more.
 
     Only the caller that ended it sends ``instance.create.error`` with the fault (one
-    more read of the record, on this path only).
+    more read of the record, on this path only). ``due_only``: see
+    :meth:`~qsched.ledger.base.InstanceStore.set_error`.
+
+    :raises NotItsRequest: ``due_only`` and the record's deadline has not passed.
     """
     details = {"reason": reason, **refusal_summary(stores.instances.events(uuid))}
-    ended = stores.instances.set_error(uuid, NO_VALID_HOST, details)
+    ended = stores.instances.set_error(uuid, NO_VALID_HOST, details, due_only)
     if ended and notifier.enabled:
         inst = stores.instances.get(uuid)
         payload = payloads.create_from_record(inst, payloads.fault(NO_VALID_HOST))

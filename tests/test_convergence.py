@@ -16,8 +16,10 @@ import uuid
 
 import pytest
 
+from agents.reconcile import LOST_MESSAGE
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec, read_state
+from qsched import janitor
 from qsched.conf import AgentOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
@@ -108,7 +110,7 @@ def test_an_agent_comes_back_to_find_its_instances_deleted(
                                   for u in (kept, gone)), 10)  # fmt: skip
     stores.agents.forget("cn0")  # silent past its TTL, as a frozen agent is
     assert api.delete(USER, gone).state == State.DELETED  # deleted locally, as Nova does
-    assert agent.index.totals()["VCPU"][0] == 4  # the agent was not told
+    # the agent was not told: only its reconcile (every 0.2 s) finds it out
     assert wait_until(lambda: sorted(read_state(state)) == [kept], 5), read_state(state)
     assert wait_until(lambda: converged(stores, agent), 5)
     assert agent.index.totals()["VCPU"][0] == 2
@@ -259,3 +261,85 @@ def test_a_claim_the_agent_no_longer_holds_is_finished(
     events = [e.event for e in stores.instances.events(inst)]
     assert ("requeued" in events) != still_running, events
     assert agent.driver.list_instances(node) == [inst] and converged(stores, agent)
+
+
+def _roll_back_to_waiting(stores: Stores, inst: str, host: str) -> None:
+    """What a ledger rollback does to an instance whose claim it lost: BUILD with no host,
+    holding nothing, its request nowhere (the agent acked it once its claim held)."""
+    consumer = stores.ledger.get_allocations(inst)
+    stores.ledger.put_allocations(inst, {}, consumer.generation, "p1", "u1")
+    keys, client = redis_store(stores).keys, redis_store(stores).client
+    client.hset(keys.instance(inst), mapping={"state": "BUILD", "host": "", "node": "",
+                                              "task_state": "scheduling"})  # fmt: skip
+    client.srem(keys.host_building(host), inst)
+    client.zadd(keys.deadlines, {inst: time.time() + 60})
+
+
+def test_a_claim_the_ledger_lost_under_a_running_vm_is_placed_again(
+    conf, stores, bus, api, agents, medium
+) -> None:
+    """A crash under durability = async rolled back a claim after its agent acked the
+    request and spawned: the record waited until its deadline with nothing on the bus
+    for it. Now the reconcile reaps the VM and the request goes out again."""
+    agent = start(conf, stores, bus, "cn0")
+    agents.append(agent)
+    inst = api.boot(USER, "vm", "medium").uuid
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    _roll_back_to_waiting(stores, inst, "cn0")
+    assert wait_until(lambda: agent.counters["reconcile_republished"] == 1, 10)
+    assert "parked" in [e.event for e in stores.instances.events(inst)]
+    janitor.run(stores, bus, outbox_grace_s=0.0)  # the API service's outbox pass
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    assert wait_until(lambda: converged(stores, agent), 5)
+    assert agent.driver.list_instances("cn0-0") == [inst]
+    assert audit(stores).ok
+
+
+def test_a_claim_the_ledger_lost_under_a_spawn_is_placed_again(
+    conf, stores, bus, api, agents, medium
+) -> None:
+    """The same rollback while the spawn runs: its settle finds the instance waiting."""
+    release = threading.Event()
+    driver = FakeDriver(1, SPEC, host="cn0", spawn_hook=lambda i, n: release.wait(10))
+    agent = start(conf, stores, bus, "cn0", driver, interval_s=3600)
+    agents.append(agent)
+    inst = api.boot(USER, "vm", "medium").uuid
+    assert wait_until(lambda: stores.instances.building("cn0") == {inst}, 10)
+    _roll_back_to_waiting(stores, inst, "cn0")
+    release.set()
+    assert wait_until(lambda: agent.counters["republished"] == 1, 10)
+    assert not agent.builds and agent.driver.list_instances("cn0-0") == []
+    janitor.run(stores, bus, outbox_grace_s=0.0)
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    assert audit(stores).ok
+
+
+@pytest.mark.parametrize("action", ["error", "log"])
+def test_an_active_instance_whose_vm_is_gone_ends_in_error(
+    conf, stores, bus, api, agents, medium, action
+) -> None:
+    """A hypervisor lost the VM, or a crash brought back a server whose delete its agent
+    had done: it stayed ACTIVE with nothing running until someone deleted it."""
+    agent = start(conf, stores, bus, "cn0", lost_instance_action=action)
+    agents.append(agent)
+    kept, lost = (api.boot(USER, name, "medium").uuid for name in ("kept", "lost"))
+    assert wait_until(lambda: all(stores.instances.get(u).state == State.ACTIVE
+                                  for u in (kept, lost)), 10)  # fmt: skip
+    agent.driver.destroy(lost, stores.instances.get(lost).node or "")
+    assert wait_until(lambda: agent.counters["reconcile_missing"] >= 1, 10)
+    record = stores.instances.get(lost)
+    if action == "log":
+        assert record.state == State.ACTIVE and agent.counters["reconcile_lost"] == 0
+        return
+    assert wait_until(lambda: agent.counters["reconcile_lost"] == 1, 5)
+    record = stores.instances.get(lost)
+    assert record.state == State.ERROR and record.fault is not None
+    assert record.fault["message"] == LOST_MESSAGE
+    assert record.fault["details"]["host"] == "cn0"
+    assert stores.ledger.get_allocations(lost).allocations == {}
+    assert stores.instances.get(kept).state == State.ACTIVE
+    assert wait_until(lambda: converged(stores, agent), 5)
+    assert agent.index.totals()["VCPU"][0] == 2  # only the one that runs
+    api.delete(USER, lost)  # its owner deletes it, as any server in ERROR
+    assert stores.instances.get(lost).state == State.DELETED
+    assert audit(stores).ok

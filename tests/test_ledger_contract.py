@@ -362,6 +362,80 @@ class TestClaim:
         assert stores.instances.get(inst).host == "h2"
 
 
+class TestTheRecordIsTheTruth:
+    """A claim and an end that a message asked for check the record, not the message."""
+
+    def classed_instance(self, stores: Stores, name: str = "big", legacy: bool = False) -> str:
+        """A waiting instance of class ``name``: in its record's ``class`` field, or
+        (``legacy``) only in its ``extra``, as a record made before that field was."""
+        uuid_ = new_uuid()
+        flavor = {"name": name, "vcpus": 8, "ram_mb": 8192}
+        extra = {"scheduling_class": name}
+        record = Instance(uuid_, "p1", "u1", "vm", flavor, State.BUILD, extra=extra)
+        scheduling_class = None if legacy else (name, {"flavor": flavor, "constraints": {}})
+        stores.instances.create(record, deadline=1e12, scheduling_class=scheduling_class)
+        return uuid_
+
+    @pytest.mark.parametrize("legacy", [False, True], ids=["class", "extra"])
+    def test_a_claim_for_another_class_is_refused_and_writes_nothing(
+        self, stores: Stores, legacy: bool
+    ) -> None:
+        rp = make_provider(stores, vcpus=16, ram_mb=16384)
+        inst = self.classed_instance(stores, legacy=legacy)
+        with pytest.raises(
+            exception.NotItsRequest, match="class small, its record was made for big"
+        ):
+            stores.ledger.claim(inst, {rp: {VCPU: 1, RAM: 1024}}, "h1", "n1",
+                                scheduling_class="small")  # fmt: skip
+        record = stores.instances.get(inst)
+        assert (record.state, record.host, record.task_state) == (State.BUILD, None, "scheduling")
+        assert stores.ledger.get_provider(rp).usages == {}
+        assert stores.ledger.get_allocations(inst).allocations == {}
+        assert [e.event for e in stores.instances.events(inst)] == ["accepted"]
+        stores.ledger.claim(inst, {rp: {VCPU: 8, RAM: 8192}}, "h1", "n1", scheduling_class="big")
+        assert stores.ledger.get_provider(rp).usages == {VCPU: 8, RAM: 8192}
+
+    def test_a_record_without_a_class_and_a_claim_without_one_are_not_checked(
+        self, stores: Stores
+    ) -> None:
+        rp = make_provider(stores)
+        bare = make_instance(stores)  # no front door's record (a bench's loader, a test)
+        stores.ledger.claim(bare, {rp: {VCPU: 1}}, "h1", "n1", scheduling_class="small")
+        classed = self.classed_instance(stores, "small")
+        stores.ledger.claim(classed, {rp: {VCPU: 1}}, "h1", "n1")  # no class given
+        assert stores.ledger.get_provider(rp).usages == {VCPU: 2}
+
+    def test_an_end_asked_by_a_deadline_waits_for_the_records(self, stores: Stores) -> None:
+        inst = make_instance(stores)  # its deadline: 1e12
+        with pytest.raises(exception.NotItsRequest, match="deadline, 33658-09-27T01:46:40Z, has"):
+            stores.instances.set_error(inst, "No valid host", {}, due_only=True)
+        assert stores.instances.get(inst).state == State.BUILD
+        assert stores.instances.set_error(inst, "No valid host", {})  # the reaper's own
+
+    def test_a_lost_vm_ends_only_its_active_record_on_that_node(self, stores: Stores) -> None:
+        rp, inst = make_provider(stores), make_instance(stores)
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1")
+        lost = ("h1", "n1", "The VM was lost", {"reason": "lost"})
+        assert not stores.instances.set_lost(inst, *lost)  # BUILD: its spawn may run
+        stores.instances.set_active(inst, "h1", "n1")
+        assert not stores.instances.set_lost(inst, "h1", "n2", *lost[2:])  # another node
+        assert not stores.instances.set_lost(inst, "h2", "n1", *lost[2:])  # another host
+        stores.instances.mark_deleting(inst)
+        assert not stores.instances.set_lost(inst, *lost)  # its delete is under way
+        assert stores.instances.get(inst).state == State.ACTIVE
+        other = make_instance(stores)
+        stores.ledger.claim(other, {rp: {VCPU: 1}}, "h1", "n1")
+        stores.instances.set_active(other, "h1", "n1")
+        assert stores.instances.set_lost(other, *lost)
+        assert not stores.instances.set_lost(other, *lost)  # once
+        record = stores.instances.get(other)
+        assert (record.state, record.host, record.quota) == (State.ERROR, "h1", None)
+        assert record.fault is not None and record.fault["message"] == "The VM was lost"
+        assert record.fault["details"] == {"reason": "lost"}
+        assert stores.ledger.get_allocations(other).allocations == {}
+        assert stores.ledger.get_provider(rp).usages == {VCPU: 1}  # the other's only
+
+
 #: an instance's extra with what a JSON decoder would not give back as it was: empty
 #: lists and maps, a number past 14 digits, a lone surrogate kept from before the API
 #: refused them, escapes, and brackets and quotes inside strings

@@ -44,6 +44,7 @@ from qsched.stack.processes import http_call
 from tests.cloud import Cloud, transport_url
 from tests.conftest import real_redis
 from tests.helpers import RecordingDelivery, wait_until
+from tests.raw import redis_store
 
 IMAGE = "6b9f3c1e-58f4-4f0e-9d4b-0c7f3a1d2e55"
 FLAVORS = ("small:1:512:0", "huge:64:1024:0")
@@ -196,8 +197,10 @@ def test_refusals_and_no_valid_host_at_an_agent_are_counted_by_reason(cell: Cell
     agent.on_message(msg.encode(), RecordingDelivery())
     why = agent.placer.why_not(msg)
     assert why is not None
-    agent.on_message(dataclasses.replace(msg, deadline=time.time() - 1).encode(),
-                     RecordingDelivery())  # fmt: skip
+    past = time.time() - 1  # the record's deadline too: a message alone cannot end it
+    store = redis_store(cell.stores)
+    store.client.hset(store.keys.instance(msg.instance_uuid), "deadline", repr(past))
+    agent.on_message(dataclasses.replace(msg, deadline=past).encode(), RecordingDelivery())
     assert cell.state(msg.instance_uuid) == State.ERROR
 
     samples, _families = scrape(f"http://127.0.0.1:{cell.metrics[0]}/metrics")

@@ -175,6 +175,22 @@ agent_opts = [
         "Nova's option of the same name). An agent cut off past its TTL comes back to "
         "find its instances deleted locally by the API.",
     ),
+    cfg.StrOpt(
+        "lost_instance_action",
+        default="error",
+        choices=[
+            (
+                "error",
+                "set it ERROR with a fault saying its VM was lost, and free what it "
+                "held (allocations, quota), so its owner sees why and can delete it",
+            ),
+            ("log", "log a warning and leave it ACTIVE, as Nova's power-state sync does"),
+        ],
+        help="What the reconcile does with an instance the ledger has ACTIVE on this host "
+        "that the driver does not run (listed twice, with no delete or action under way): a "
+        "hypervisor that lost the VM, or a crash of the ledger under durability = async "
+        "that brought back a server whose delete the agent had done.",
+    ),
     cfg.FloatOpt(
         "ledger_retry_max_s",
         default=5.0,
@@ -236,6 +252,7 @@ class AgentOptions(Section):
     reconcile_interval_s: float
     reconcile_batch: int
     running_deleted_instance_action: str
+    lost_instance_action: str
     ledger_retry_max_s: float
     metrics_host: str
     metrics_port: int

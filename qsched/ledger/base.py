@@ -236,6 +236,7 @@ class Ledger(abc.ABC):
         provider_generations: Mapping[str, int] | None = None,
         max_handbacks: int = DEFAULT_MAX_HANDBACKS,
         guard: ClaimGuard | None = None,
+        scheduling_class: str | None = None,
     ) -> Claim:
         """Allocate for an instance that is still waiting to be placed, and mark it claimed.
 
@@ -243,6 +244,8 @@ class Ledger(abc.ABC):
         host. A repeated claim with the same host, node and allocations changes
         nothing and returns ``already=True``, so a redelivered request cannot place
         twice. ``guard``: aggregate rules checked on the node's root in the same step.
+        ``scheduling_class``: the class the allocations were fitted for; the record's
+        must be the same (None: not checked, for callers that place no boot request).
 
         Alternates: a ``host`` among the record's ``tried_hosts`` is refused while
         another live agent that has not tried it consumes its scheduling class
@@ -257,6 +260,8 @@ class Ledger(abc.ABC):
         :raises TriedHost: ``host`` must hand the request back (``alternate`` names a
             host that can take it, ``handbacks`` how many hand-backs so far).
         :raises ClaimRuleBroken: the guard failed; nothing written.
+        :raises NotItsRequest: ``scheduling_class`` is not the one the front door
+            recorded for the instance; nothing written.
         :raises: everything :meth:`put_allocations` raises.
         """
 
@@ -527,11 +532,28 @@ class InstanceStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def set_error(self, uuid: str, message: str, details: Mapping[str, Any]) -> bool:
+    def set_error(
+        self, uuid: str, message: str, details: Mapping[str, Any], due_only: bool = False
+    ) -> bool:
         """End a BUILD instance in ERROR with a fault; release its allocations and quota.
 
         Returns False (and changes nothing) for an instance already ACTIVE, ERROR
-        or DELETED.
+        or DELETED. ``due_only``: only once the record's own deadline has passed (a
+        caller that learned of the deadline from a message, not from the record).
+
+        :raises InstanceNotFound:
+        :raises NotItsRequest: ``due_only`` and the record's deadline has not passed.
+        """
+
+    @abc.abstractmethod
+    def set_lost(
+        self, uuid: str, host: str, node: str, message: str, details: Mapping[str, Any]
+    ) -> bool:
+        """End in ERROR, with a fault, an ACTIVE instance whose VM ``host``'s driver no
+        longer runs on ``node``; release its allocations and quota.
+
+        Only while the record still places it there with no task under way (a delete,
+        a server action): False, and nothing changed, otherwise.
 
         :raises InstanceNotFound:
         """

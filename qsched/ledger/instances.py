@@ -59,7 +59,7 @@ class RedisInstances(InstanceStore):
     ) -> Instance:
         uuid = check_uuid(instance.uuid, "Instance UUID")
         flavor, extra = dict(instance.flavor), dict(instance.extra)
-        record = _record(instance)
+        record = _record(instance, scheduling_class)
         now, deadline = self.store.now(), float(deadline)
         quota = Usage(1, int(flavor["vcpus"]), int(flavor["ram_mb"]))
         result = self.store.run(
@@ -105,7 +105,7 @@ class RedisInstances(InstanceStore):
         members_limit: int | None = None,
     ) -> list[Instance]:
         first = instances[0]
-        records = [_record(instance) for instance in instances]
+        records = [_record(instance, scheduling_class) for instance in instances]
         now, deadline = self.store.now(), float(deadline)
         flavor = dict(first.flavor)
         quota = Usage(1, int(flavor["vcpus"]), int(flavor["ram_mb"]))
@@ -223,13 +223,26 @@ class RedisInstances(InstanceStore):
     def park(self, uuid: str, host: str, reason: str) -> bool:
         return bool(self._run("instance_park", uuid, host, reason)["parked"])
 
-    def set_error(self, uuid: str, message: str, details: Mapping[str, Any]) -> bool:
-        fault = {"code": 500, "message": message, "details": dict(details),
-                 "created": self.store.now()}  # fmt: skip
-        return bool(self._run("instance_end", uuid, "ERROR", canonical_json(fault))["changed"])
+    def set_error(
+        self, uuid: str, message: str, details: Mapping[str, Any], due_only: bool = False
+    ) -> bool:
+        fault = self._fault(message, details)
+        result = self._run("instance_end", uuid, "ERROR", fault, "due" if due_only else "")
+        return bool(result["changed"])
+
+    def set_lost(
+        self, uuid: str, host: str, node: str, message: str, details: Mapping[str, Any]
+    ) -> bool:
+        where = canonical_json({"host": host, "node": node})
+        return bool(self._run("instance_end", uuid, "ERROR", self._fault(message, details),
+                              where)["changed"])  # fmt: skip
+
+    def _fault(self, message: str, details: Mapping[str, Any]) -> str:
+        return canonical_json({"code": 500, "message": message, "details": dict(details),
+                               "created": self.store.now()})  # fmt: skip
 
     def delete(self, uuid: str) -> Instance:
-        self._run("instance_end", uuid, "DELETED", "")
+        self._run("instance_end", uuid, "DELETED", "", "")
         return self.get(uuid)
 
     def mark_deleting(self, uuid: str) -> Instance:
@@ -319,8 +332,11 @@ class RedisInstances(InstanceStore):
         )
 
 
-def _record(instance: Instance) -> dict[str, str]:
-    """The fields a create script writes for ``instance`` besides its state and times."""
+def _record(
+    instance: Instance, scheduling_class: tuple[str, Mapping[str, Any]] | None = None
+) -> dict[str, str]:
+    """The fields a create script writes for ``instance`` besides its state and times;
+    ``class``, the name of its scheduling class, is what a claim must be placed for."""
     record = {
         "uuid": check_uuid(instance.uuid, "Instance UUID"),
         "project_id": instance.project_id,
@@ -335,6 +351,8 @@ def _record(instance: Instance) -> dict[str, str]:
         record["group"] = check_uuid(instance.group, "Server group UUID")
     if instance.hosts:
         record["hosts"] = canonical_json(instance.hosts.to_dict())
+    if scheduling_class is not None:
+        record["class"] = scheduling_class[0]
     return record
 
 

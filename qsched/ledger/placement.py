@@ -263,12 +263,14 @@ class RedisLedger(Ledger):
         provider_generations: Mapping[str, int] | None = None,
         max_handbacks: int = DEFAULT_MAX_HANDBACKS,
         guard: ClaimGuard | None = None,
+        scheduling_class: str | None = None,
     ) -> Claim:
         if max_handbacks < 0:
             raise exception.Invalid(reason=f"max_handbacks {max_handbacks} must be >= 0")
         result = self._allocate(
             instance_uuid, allocations, consumer_generation, "", "",  # from the record
             provider_generations, claim=(host, node), max_handbacks=max_handbacks, guard=guard,
+            scheduling_class=scheduling_class,
         )  # fmt: skip
         return Claim(
             result["generation"], bool(result.get("already")), result.get("batch") or None,
@@ -286,6 +288,7 @@ class RedisLedger(Ledger):
         claim: tuple[str, str] | None,
         max_handbacks: int = 0,
         guard: ClaimGuard | None = None,
+        scheduling_class: str | None = None,
     ) -> dict[str, Any]:
         consumer_uuid = check_uuid(consumer_uuid, "Consumer UUID")
         clean = check_allocations(allocations)
@@ -308,6 +311,7 @@ class RedisLedger(Ledger):
             self.store.max_events,
             max_handbacks,
             canonical_json(guard.to_json()) if guard else "",
+            scheduling_class or "",
         )
 
     def release_unexplained(self, consumer_uuid: str, host: str, provider_uuid: str) -> bool:

@@ -128,6 +128,15 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "service_not_found": exception.ComputeHostNotFound,
         "abandoned": exception.InstanceAbandoned,
         "rule_broken": exception.ClaimRuleBroken,
+        "not_due": lambda **k: exception.NotItsRequest(
+            instance=k["instance"],
+            reason=f"its record's deadline, {_utc(float(k['deadline']))}, has not passed",
+        ),
+        "not_its_request": lambda **k: exception.NotItsRequest(
+            instance=k["instance"],
+            reason=f"the claim was placed for scheduling class {k['claimed']}, its record "
+            f"was made for {k['recorded']}",
+        ),
         "aggregate_not_found": aggregates.AggregateNotFound,
         "aggregate_name_exists": aggregates.AggregateNameExists,
         "aggregate_id_exists": lambda **k: exception.Conflict(
@@ -150,6 +159,11 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "keypair_quota": exception.KeypairLimitExceeded,
         "batch_exists": lambda **k: exception.Conflict(reason=f"reservation {k['batch']} exists"),
     }
+
+
+def _utc(epoch_s: float) -> str:
+    """A time as an error message shows it: ISO 8601, UTC, to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_s))
 
 
 _ERRORS = _error_map()

@@ -38,6 +38,7 @@ def claim(
     max_handbacks: int = DEFAULT_MAX_HANDBACKS,
     guard: ClaimGuard | None = None,
     on_reread: Callable[[Provider], object] | None = None,
+    scheduling_class: str | None = None,
 ) -> ClaimResult:
     """Claim ``allocations`` for an instance, resolving generation conflicts.
 
@@ -48,8 +49,11 @@ def claim(
         the check that the claim still fits (to bring the caller's view up to date).
     :param max_handbacks: see :meth:`~qsched.ledger.base.Ledger.claim`.
     :param guard: aggregate rules the claim checks on the node's root.
+    :param scheduling_class: the class the allocations were fitted for, which must be
+        the one the instance's record names.
     :raises CapacityExceeded: the re-read shows the claim no longer fits.
     :raises ClaimRuleBroken: the node no longer satisfies the guard (not retried).
+    :raises NotItsRequest: not the class the record names (not retried).
     :raises InstanceNotWaiting, InstanceNotFound: nothing to place any more.
     :raises TriedHost: ``host`` already tried it and another host can take it:
         not a conflict to retry, the request goes back to the queue.
@@ -69,6 +73,7 @@ def claim(
                 gens or None,
                 max_handbacks=max_handbacks,
                 guard=guard,
+                scheduling_class=scheduling_class,
             )
             return ClaimResult(done.generation, conflicts, done.already, done.batch, done.permitted)
         except exception.ConsumerGenerationConflict as exc:

@@ -14,10 +14,14 @@
 --          usage can have moved since, and the capacity check below reads that here, in
 --          the same atomic step (docs/shared-providers.rst). Every other provider, and
 --          a view of a sharing one older than its inventory, conflicts on any change.
+--          Last the scheduling class the claim was placed for ("" = not checked): a
+--          claim must be for the class the front door recorded for the instance, or
+--          it is refused (not_its_request) before anything is checked or written.
 local consumer, expected, project, user = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local allocs_json, gens_json, claim = ARGV[6], ARGV[7], ARGV[8] == "1"
 local host, node, now, max_events = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
 local max_handbacks = tonumber(ARGV[13]) or 0
+local claimed_class = ARGV[15] or ""
 local ckey = K.consumer(consumer)
 
 -- Members of a class's consumer set looked at beyond the tried hosts: the whole set
@@ -83,6 +87,23 @@ local function hand_back(ikey, tried_json, handbacks, rule)
     return fail("tried_host", detail)
 end
 
+-- The record is the truth, not the message that asked for the claim: a claim placed
+-- for another scheduling class than the one the front door recorded (a message forged,
+-- or published with another flavor's amounts) is refused. ``recorded`` is the record's
+-- ``class``; a record made before that field existed keeps it in ``extra`` only; one
+-- no front door made (a bench's, a test's) has none, and is not checked.
+local function class_refusal(ikey, recorded)
+    if claimed_class == "" then return nil end
+    if not recorded then
+        local extra = cjson.decode(redis.call("HGET", ikey, "extra") or "{}")
+        recorded = type(extra.scheduling_class) == "string" and extra.scheduling_class or nil
+        if not recorded then return nil end
+    end
+    if recorded == claimed_class then return nil end
+    return fail("not_its_request", {instance = consumer, recorded = recorded,
+                                    claimed = claimed_class})
+end
+
 -- Host rules (docs/server-groups.rst, "Host rules"): the hosts a boot may run on
 -- (same_host, an admin's 2.74 host), those it must not (different_host), and its node.
 -- O(hosts the rule names). A refusal names a host of ``only`` whose agent lives, for
@@ -118,12 +139,14 @@ local cur_gen = tonumber(cur[1])
 if claim then
     local ikey = K.instance(consumer)
     local inst = redis.call("HMGET", ikey, "state", "host", "node", "project_id", "user_id",
-                            "tried_hosts", "handbacks", "hosts")
+                            "tried_hosts", "handbacks", "hosts", "class")
     if not inst[1] then return fail("instance_not_found", {instance = consumer}) end
     project, user = inst[4], inst[5]  -- a claim allocates for the instance's owner
     if inst[1] ~= "BUILD" then
         return fail("not_waiting", {instance = consumer, state = inst[1], host = inst[2] or ""})
     end
+    local forged = class_refusal(ikey, inst[9])
+    if forged then return forged end
     if inst[2] and inst[2] ~= "" then
         if inst[2] == host and inst[3] == node and cur[2] == allocs_json then
             local again = {generation = cur_gen, already = true}
