@@ -82,6 +82,10 @@ BREAKS: dict[str, tuple[Callable[[Cell], object], Callable[[AuditReport], list]]
         lambda c: c.client.hset(c.keys.instance(c.claimed), "host", ""),
         lambda r: r.instance_mismatches,
     ),
+    "a claim of other amounts than its flavor asks": (  # the claimed one holds 2 VCPU
+        lambda c: c.client.hset(c.keys.instance(c.claimed), "class", "small"),
+        lambda r: r.flavor_mismatches,
+    ),
     "quota used off": (
         lambda c: c.client.hincrby(c.keys.quota_used("p1"), "cores", 1),
         lambda r: r.quota_mismatches,

@@ -73,6 +73,8 @@ def run_all(stores: Stores, accepted_: dict[str, Call], calls: list[Call] = ()) 
     snap = checks.take_snapshot(stores, HOSTS)
     return {
         "lost": checks.lost(snap, accepted_),
+        "stuck": checks.stuck(snap, accepted_),
+        "stranded": checks.stranded(snap, accepted_, checks.histories(stores, snap.records)),
         "lost_deletes": checks.lost_deletes(snap, [c for c in calls if c.kind == "delete"]),
         "duplicates": checks.duplicates(snap, checks.histories(stores, snap.records)),
         "overcommits": checks.overcommits(snap),
@@ -90,16 +92,28 @@ class TestChecks:
     def test_a_clean_ledger_passes_every_check(self, cloud: Stores) -> None:
         active, ended, failed = boot(cloud), boot(cloud, host="h1"), boot(cloud, host=None)
         cloud.instances.delete(ended)
+        cloud.instances.add_event(failed, "refused", host="h0", reason="no room")
         cloud.instances.set_error(failed, "No valid host was found.", {"reason": "deadline"})
         deletes = [Call("delete", ended, "p1", 1.0, 1.1, 204, ended)]
         assert broken(run_all(cloud, accepted(active, ended, failed), deletes)) == set()
         assert checks.audit_findings(cloud)[1] == []
 
-    def test_a_request_left_waiting_is_lost(self, cloud: Stores) -> None:
+    def test_a_request_left_waiting_is_stuck(self, cloud: Stores) -> None:
         waiting, claimed = boot(cloud, host=None), boot(cloud, active=False)
         found = run_all(cloud, accepted(waiting, claimed))
-        assert broken(found) == {"lost"}
-        assert {f["instance"] for f in found["lost"]} == {waiting, claimed}
+        assert broken(found) == {"stuck"}
+        assert {f["instance"] for f in found["stuck"]} == {waiting, claimed}
+
+    def test_a_request_ended_by_its_deadline_untouched_is_stranded(self, cloud: Stores) -> None:
+        """A claim a crash rolled back after its agent acked the request: nobody had it in
+        hand again, and it ended by its deadline. One that agents refused is not."""
+        untouched, refused = boot(cloud, host=None), boot(cloud, host=None)
+        cloud.instances.add_event(refused, "refused", host="h0", reason="no room")
+        for uuid_ in (untouched, refused):
+            cloud.instances.set_error(uuid_, "No valid host was found.", {"reason": "deadline"})
+        found = run_all(cloud, accepted(untouched, refused))
+        assert broken(found) == {"stranded"}
+        assert [f["instance"] for f in found["stranded"]] == [untouched]
 
     def test_an_accepted_request_without_a_record_is_lost(self, cloud: Stores) -> None:
         found = run_all(cloud, accepted(str(uuid.uuid4())))
@@ -191,9 +205,9 @@ class TestChecks:
         cloud.instances.delete(inst)
         assert checks.drained(checks.take_snapshot(cloud, HOSTS)) == []
 
-    def test_an_unanswered_boot_left_waiting_is_lost(self, cloud: Stores) -> None:
+    def test_an_unanswered_boot_left_waiting_is_stuck(self, cloud: Stores) -> None:
         waiting = boot(cloud, name="no-answer", host=None)
-        found = run_all(cloud, {})["lost"]
+        found = run_all(cloud, {})["stuck"]
         assert [(f["instance"], f["problem"]) for f in found] == [
             (waiting, "its boot got no answer and it is still waiting")
         ]
@@ -259,6 +273,31 @@ class TestChecks:
             "dead-lettered 2 times, not once",
             "a valid request was dead-lettered",
         ]
+
+    def test_a_forged_message_may_be_dropped_but_never_obeyed(self, cloud: Stores) -> None:
+        from qsched.bus.base import DeadLetter
+        from qsched.message import DeleteRequest
+
+        placed, deleted, asked = boot(cloud), boot(cloud), boot(cloud)
+        cloud.instances.delete(deleted)  # as an obeyed forged delete would leave it
+        cloud.instances.mark_deleting(asked)
+        cloud.instances.delete(asked)  # as a delete the API asked for leaves it
+        forged = DeleteRequest("t-delete", asked, "h0", "h0-0").encode()
+        poison = [{"kind": "forged boot", "queue": "q", "token": "t-boot", "instance": placed},
+                  {"kind": "forged delete", "queue": "q", "token": "t-delete",
+                   "instance": asked},
+                  {"kind": "forged delete", "queue": "q", "token": "t-gone",
+                   "instance": deleted}]  # fmt: skip
+        letter = DeadLetter(forged, "reason", "q", "host.h0", 1.0)
+        records = checks.read_records(cloud)
+        history = checks.histories(cloud, records)
+        found = checks.dead_letter_findings([letter], poison, records, history)
+        assert [(f["token"], f["problem"]) for f in found] == [
+            ("t-gone", "a forged delete was obeyed: DELETED, never asked"),
+        ]  # the forged boot was dropped (its instance ACTIVE), its claim the flavor's own
+        history[placed][1]["detail"] = {rp_of("h0"): {"VCPU": 4, "MEMORY_MB": 1024}}
+        found = checks.dead_letter_findings([letter], poison, records, history)
+        assert found[0]["problem"] == "a forged boot was claimed: other amounts than its flavor"
 
     def test_claimed_by_reads_build_claims_of_one_host(self, cloud: Stores) -> None:
         building, _active = boot(cloud, active=False), boot(cloud)

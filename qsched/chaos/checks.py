@@ -22,7 +22,7 @@ from typing import Any
 from qsched.bus.base import DeadLetter
 from qsched.chaos.load import Call
 from qsched.ledger import Stores
-from qsched.ledger.audit import audit
+from qsched.ledger.audit import audit, flavor_demand
 from qsched.ledger.base import Usage
 from qsched.message import PoisonMessage, decode
 from qsched.resources import SHARES_VIA_AGGREGATE
@@ -103,28 +103,57 @@ def _host_of(node_name: str, hosts: list[str]) -> str:
 
 
 def lost(snap: Snapshot, accepted: dict[str, Call]) -> list[dict[str, Any]]:
-    """Accepted (202) requests whose instance is not ACTIVE, ERROR or DELETED, and
-    instances of boots that got no answer (a killed worker) still waiting."""
-    found: list[dict[str, Any]] = [
-        {"instance": uuid, "name": record.get("name"), "state": "BUILD",
-         "problem": "its boot got no answer and it is still waiting"}
-        for uuid, record in sorted(snap.records.items())
-        if uuid not in accepted and record.get("state") == "BUILD"
-    ]  # fmt: skip
-    for uuid, call in sorted(accepted.items()):
-        record = snap.records.get(uuid)
-        if record is None:
-            found.append({"instance": uuid, "name": call.name, "problem": "no record"})
-        elif record.get("state") not in ENDED:
-            found.append(
-                {
-                    "instance": uuid,
-                    "name": call.name,
-                    "state": record.get("state"),
-                    "host": record.get("host", ""),
-                    "task_state": record.get("task_state", ""),
-                }
-            )
+    """Accepted (202) requests whose instance has no record: what a machine crash under
+    ``[ledger] durability = async`` may lose."""
+    return [{"instance": uuid, "name": call.name, "problem": "no record"}
+            for uuid, call in sorted(accepted.items()) if uuid not in snap.records]  # fmt: skip
+
+
+def stuck(snap: Snapshot, accepted: dict[str, Call]) -> list[dict[str, Any]]:
+    """Instances with a record that are not ACTIVE, ERROR or DELETED once the load is
+    quiet: accepted ones, and those of boots that got no answer (a killed worker). No
+    durability setting allows one: recovery must place or end whatever survived."""
+    found: list[dict[str, Any]] = []
+    for uuid, record in sorted(snap.records.items()):
+        if record.get("state") in ENDED:
+            continue
+        item = {
+            "instance": uuid,
+            "name": record.get("name"),
+            "state": record.get("state"),
+            "host": record.get("host", ""),
+            "task_state": record.get("task_state", ""),
+        }
+        if uuid not in accepted:
+            item["problem"] = "its boot got no answer and it is still waiting"
+        found.append(item)
+    return found
+
+
+#: what an agent writes in a history when it has a request in hand
+_LOOKED_AT = ("claimed", "refused", "handed_back", "conflict", "parked", "group_refused",
+              "host_rule_refused")  # fmt: skip
+
+
+def stranded(
+    snap: Snapshot, accepted: dict[str, Call], history: dict[str, list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Accepted instances ended in ERROR by their deadline that no agent had in hand
+    after they last went waiting: a request nothing on the bus held any more (a claim
+    a crash rolled back after its agent acked the request). A run's capacity exceeds
+    its projects' quotas, so a request that no agent refused had room somewhere."""
+    found = []
+    for uuid in sorted(accepted):
+        record = snap.records.get(uuid, {})
+        fault = json.loads(record["fault"]) if record.get("fault") else {}
+        if (fault.get("details") or {}).get("reason") != "deadline":
+            continue
+        events = [e.get("event") for e in history.get(uuid, [])]
+        waits = [i for i, e in enumerate(events) if e in ("accepted", "requeued", "released")]
+        since = events[waits[-1] + 1 :] if waits else events
+        if not any(event in _LOOKED_AT for event in since):
+            found.append({"instance": uuid, "name": accepted[uuid].name, "events": events,
+                          "problem": "ended by its deadline, no agent had it in hand"})  # fmt: skip
     return found
 
 
@@ -471,11 +500,17 @@ def quota_exceeded(
 
 
 def dead_letter_findings(
-    letters: list[DeadLetter], poison: list[dict[str, Any]], records: dict[str, dict[str, str]]
+    letters: list[DeadLetter],
+    poison: list[dict[str, Any]],
+    records: dict[str, dict[str, str]],
+    history: dict[str, list[dict[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every poison message dead-lettered exactly once, and no valid request there.
+    """Every poison message dead-lettered exactly once, a forged one (it names an
+    instance of the run: ``instance``) at most once and never obeyed, and no valid
+    request there.
 
-    A valid request is one that decodes and names an instance of the run.
+    A valid request is one that decodes and names an instance of the run, and that
+    the run did not forge.
     """
     found: list[dict[str, Any]] = []
     empties = sum(1 for letter in letters if not letter.body)
@@ -487,15 +522,51 @@ def dead_letter_findings(
         if item["token"] is None:
             continue
         count = sum(1 for letter in letters if item["token"].encode() in letter.body)
-        if count != 1:
+        forged = "instance" in item  # dropped, not dead-lettered, once it no longer waits
+        if count > 1 or (count == 0 and not forged):
             found.append({**item, "problem": f"dead-lettered {count} times, not once"})
+        if forged:
+            found += obeyed(item, records, (history or {}).get(item["instance"], []))
+    tokens = {item["token"] for item in poison if item["token"] is not None}
     for letter in letters:
         try:
             message = decode(letter.body)
         except PoisonMessage:
             continue
-        if message.instance_uuid in records:
+        if message.instance_uuid in records and message.request_id not in tokens:
             found.append({"instance": message.instance_uuid, "kind": message.KIND,
                           "reason": letter.reason, "queue": letter.queue,
                           "problem": "a valid request was dead-lettered"})  # fmt: skip
+    return found
+
+
+def obeyed(
+    item: dict[str, Any], records: dict[str, dict[str, str]], events: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Whether the instance a forged message named shows that it was obeyed: a claim of
+    other amounts than its flavor asks (a forged boot), or DELETED with no delete asked
+    of the API first, which marks it ``deleting`` (a forged delete)."""
+    record = records.get(item["instance"], {})
+    if item["kind"] == "forged delete":
+        asked = any(e.get("event") == "deleting" for e in events)
+        if record.get("state") == "DELETED" and not asked:
+            return [{**item, "problem": "a forged delete was obeyed: DELETED, never asked"}]
+        return []
+    asked_amounts = flavor_demand(record.get("flavor", ""))
+    found = []
+    for event in events:
+        if event.get("event") != "claimed" or asked_amounts is None:
+            continue
+        held: Counter[str] = Counter()
+        for amounts in (event.get("detail") or {}).values():
+            held.update(amounts)
+        if {rc: n for rc, n in held.items() if n} != asked_amounts:
+            found.append(
+                {
+                    **item,
+                    "claimed": dict(held),
+                    "flavor": asked_amounts,
+                    "problem": "a forged boot was claimed: other amounts than its flavor",
+                }
+            )
     return found

@@ -3,6 +3,14 @@
 Each message but the empty one carries a token in its body, so that the checks
 can find its dead letter: every poison message must be dead-lettered exactly once,
 with a reason, and never stop the boots behind it.
+
+Forged messages are well formed and name an instance of the run, but disagree with
+its record (anyone who can publish on the bus can write one): a boot request for a
+waiting or ACTIVE instance with the smallest flavor's class and flavor in it, and a
+delete request for an ACTIVE server nobody asked to delete. Each is dead-lettered at
+most once (an instance that no longer waits has its boot request dropped), and the
+checks see that neither was obeyed: no claim of other amounts than the instance's
+flavor asks, no server DELETED without the API having asked.
 """
 
 from __future__ import annotations
@@ -20,13 +28,13 @@ from qsched.bus.kombu_wire import KombuWire, kombu_options
 from qsched.bus.oslo_wire import OsloWire, envelope
 from qsched.chaos.stack import FLAVORS, Stack
 from qsched.flavors import Flavor
-from qsched.message import MAX_MESSAGE_BYTES, BootRequest
+from qsched.ledger.base import State
+from qsched.message import MAX_MESSAGE_BYTES, BootRequest, DeleteRequest
 
 
 def _stray(token: str) -> bytes:
     """A well-formed boot request naming a class no front door published."""
-    flavor = Flavor(FLAVORS[0][0], FLAVORS[0][1], FLAVORS[0][2], 0)
-    stray = BootRequest.create(str(uuid.uuid4()), "poison", "poison", flavor, request_id=token)
+    stray = BootRequest.create(str(uuid.uuid4()), "poison", "poison", _small(), request_id=token)
     return dataclasses.replace(stray, scheduling_class=f"poison-{token[-8:]}").encode()
 
 
@@ -39,6 +47,37 @@ BODIES: dict[str, Callable[[str], bytes]] = {
     "unknown class": _stray,
     "oversized": lambda token: token.encode() + b"x" * (MAX_MESSAGE_BYTES + 1),
 }
+
+
+def _small() -> Flavor:
+    name, vcpus, ram_mb, _weight = FLAVORS[0]
+    return Flavor(name, vcpus, ram_mb, 0)
+
+
+def forged(stack: Stack, rng: random.Random) -> list[tuple[str, str, str, bytes]]:
+    """The forged messages for instances of the run as its ledger holds them now: (kind,
+    instance, the host queue's host or "" for the smallest flavor's boot queue, body).
+
+    Reads every record of the run once (the harness's own scan, never a service's).
+    """
+    records = stack.stores.inspector.instance_records(fields=("state", "host", "node", "class"))
+    small = _small()
+    bigger = sorted(u for u, r in records.items() if r.get("class", small.name) != small.name
+                    and r.get("state") in (State.BUILD.value, State.ACTIVE.value))  # fmt: skip
+    active = sorted(u for u, r in records.items()
+                    if r.get("state") == State.ACTIVE.value and r.get("host"))  # fmt: skip
+    made: list[tuple[str, str, str, bytes]] = []
+    if bigger:
+        target = rng.choice(bigger)
+        token = f"poison-{uuid.uuid4()}"
+        boot = BootRequest.create(target, "forged", "forged", small, request_id=token)
+        made.append(("forged boot", target, "", boot.encode()))
+    if active:
+        target = rng.choice(active)
+        host, node = records[target]["host"], records[target].get("node", "")
+        delete = DeleteRequest(f"poison-{uuid.uuid4()}", target, host, node)
+        made.append(("forged delete", target, host, delete.encode()))
+    return made
 
 
 def inject_poison(stack: Stack, rng: random.Random) -> list[dict[str, Any]]:
@@ -64,9 +103,18 @@ def inject_poison(stack: Stack, rng: random.Random) -> list[dict[str, Any]]:
         token = f"poison-{uuid.uuid4()}"
         _publish_text(wire, boot, f"poison text {token}")
         sent.append(_note("text", boot, token))
+        for kind, target, to_host, body in forged(stack, rng):
+            entity = wire.host_entity(to_host) if to_host else boot
+            wire.publish(entity, body)
+            sent.append({**_note(kind, entity, _token(body)), "instance": target})
     finally:
         wire.close()
     return sent
+
+
+def _token(body: bytes) -> str:
+    """The token a forged message carries: its request id."""
+    return str(msgpack.unpackb(body)["request_id"])
 
 
 def _publish_text(wire: KombuWire, entity: kombu.Queue, text: str) -> None:
@@ -101,6 +149,11 @@ def _inject_oslo(stack: Stack, rng: random.Random) -> list[dict[str, Any]]:
         foreign = {**envelope(b"", "qsched.boot"), "payload": {"not qsched": token}}
         wire.publish_notification(boot, foreign)
         sent.append({"kind": "foreign payload", "queue": boot.queue, "token": token})
+        for kind, target, to_host, body in forged(stack, rng):
+            route = wire.host_route(to_host) if to_host else boot
+            wire.publish(route, body)
+            sent.append({"kind": kind, "queue": route.queue, "token": _token(body),
+                         "instance": target})  # fmt: skip
     finally:
         wire.close()
     return sent

@@ -30,7 +30,9 @@ from qsched.chaos.load import Call
 
 #: check name -> label in the table; every one of them must be empty for a pass
 INVARIANTS = {
-    "lost": "lost (accepted, not ACTIVE/ERROR/DELETED)",
+    "lost": "lost (accepted, no record)",
+    "stuck": "stuck (a record not ACTIVE/ERROR/DELETED)",
+    "stranded": "stranded (ended by the deadline, never in hand)",
     "lost_deletes": "lost deletes, resurrected (204, not DELETED)",
     "duplicates": "duplicates (placed twice)",
     "overcommits": "overcommits",
@@ -54,14 +56,14 @@ OUTAGES = ("broker_restart", "ledger_restart", "machine_crash", "ledger_stall", 
 
 #: What a crash of the ledger's machine may break under each ``[ledger] durability``:
 #: ``async`` acknowledges writes the disk does not have yet, so boots answered 202 can
-#: vanish (lost), deletes answered 204 come back (lost deletes), and a VM its agent
-#: destroyed can be ACTIVE again in the rolled-back ledger until the drain deletes it.
-#: Everything else must hold: recovery converges whatever the setting.
+#: vanish (lost) and deletes answered 204 come back (lost deletes). Everything else
+#: must hold: recovery converges whatever the setting (a server brought back whose VM
+#: its agent had destroyed ends ERROR, a claim rolled back is placed again).
 #: A master killed on a Sentinel set (``master_kill``) counts as such a crash: under
 #: ``async`` the promoted replica may lack what the master had acknowledged.
 LOSSY = ("machine_crash", "master_kill")
 MAY_LOSE: dict[str, frozenset[str]] = {
-    "async": frozenset({"lost", "lost_deletes", "driver_before_drain"}),
+    "async": frozenset({"lost", "lost_deletes"}),
     "replica": frozenset(),
     "disk": frozenset(),
 }

@@ -388,6 +388,8 @@ class ChaosRun:
         refused = [c for c in calls if c.kind == "boot" and c.status not in (None, 202)]
         found = {
             "lost": checks.lost(snap, accepted),
+            "stuck": checks.stuck(snap, accepted),
+            "stranded": checks.stranded(snap, accepted, history),
             "lost_deletes": checks.lost_deletes(snap, [c for c in calls if c.kind == "delete"]),
             "duplicates": checks.duplicates(snap, history),
             "overcommits": checks.overcommits(snap),
@@ -403,7 +405,7 @@ class ChaosRun:
         if self.settings.drain:
             found["drain"] = self._drain(snap)
             found.update(self._converged("after_drain"))
-        found["dead_letters"] = self._dead_letters(snap.records)
+        found["dead_letters"] = self._dead_letters(snap.records, history)
         if self.cluster is not None:
             found["replication"] = self._replication()
         return self._report(calls, snap, history, found, audit_report, accepted)
@@ -451,8 +453,11 @@ class ChaosRun:
         return [{"queue": name, "problem": "a node holds no replica", "members": held}
                 for name, held in sorted(members.items()) if held != nodes]  # fmt: skip
 
-    def _dead_letters(self, records: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
-        """Take the run's dead letters: each poison once, no valid request among them."""
+    def _dead_letters(
+        self, records: dict[str, dict[str, str]], history: dict[str, list[dict[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """Take the run's dead letters: each poison once, each forged message at most once
+        and never obeyed, no valid request among them."""
         stack = self._stack()
         bus: Bus = (
             OsloBus(stack.transport_url, prefix=stack.prefix)
@@ -464,7 +469,7 @@ class ChaosRun:
         finally:
             bus.close()
         poison = self.injector.poison if self.injector is not None else []
-        return checks.dead_letter_findings(letters, poison, records)
+        return checks.dead_letter_findings(letters, poison, records, history)
 
     def _drain(self, snap: checks.Snapshot) -> list[dict[str, Any]]:
         """Delete every server left through the API, wait, and expect an empty ledger."""

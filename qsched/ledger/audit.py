@@ -13,8 +13,11 @@ import json
 from collections import Counter, defaultdict
 from typing import Any
 
+from qsched import exception
+from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.base import HostRule, State
+from qsched.scheduling.fit import Request
 
 _HOLDING = (State.BUILD.value, State.ACTIVE.value)
 
@@ -32,6 +35,8 @@ class AuditReport:
     group_mismatches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     #: instances placed where their host rule (same_host, different_host, 2.74) forbids
     host_rule_mismatches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: a front door's instances holding other amounts than their own flavor asks
+    flavor_mismatches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -43,6 +48,7 @@ class AuditReport:
             or self.quota_mismatches
             or self.group_mismatches
             or self.host_rule_mismatches
+            or self.flavor_mismatches
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -60,6 +66,7 @@ class _Scan:
         default_factory=lambda: defaultdict(Counter)
     )
     placed_on: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # consumer -> rps
+    held: dict[str, Counter[str]] = dataclasses.field(default_factory=dict)  # consumer -> sums
     records: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
 
@@ -75,16 +82,17 @@ def audit(stores: Stores) -> AuditReport:
     _check_quota(stores, report, scan)
     _check_groups(stores, report, scan)
     _check_host_rules(report, scan)
+    _check_flavors(report, scan)
     return report
 
 
+_FIELDS = ("state", "host", "node", "project_id", "group", "group_host", "hosts", "class",
+           "flavor")  # fmt: skip
+
+
 def _instances(stores: Stores) -> dict[str, dict[str, str]]:
-    found = stores.inspector.instance_records(
-        fields=("state", "host", "node", "project_id", "group", "group_host", "hosts")
-    )
-    return {uuid: {"state": r["state"], "host": r.get("host", ""), "node": r.get("node", ""),
-                   "project_id": r.get("project_id", ""), "group": r.get("group", ""),
-                   "group_host": r.get("group_host", ""), "hosts": r.get("hosts", "")}
+    found = stores.inspector.instance_records(fields=_FIELDS)
+    return {uuid: {field: r.get(field, "") for field in _FIELDS}
             for uuid, r in found.items() if "state" in r}  # fmt: skip
 
 
@@ -92,7 +100,9 @@ def _sum_consumers(stores: Stores, report: AuditReport, scan: _Scan) -> None:
     for uuid, consumer in stores.inspector.consumers().items():
         report.consumers += 1
         scan.placed_on[uuid] = set(consumer.allocations)
+        held = scan.held[uuid] = Counter()
         for rp, amounts in consumer.allocations.items():
+            held.update(amounts)
             scan.by_provider[rp].update(amounts)
             scan.by_project[consumer.project_id or ""].update(amounts)
         record = scan.records.get(uuid)
@@ -209,3 +219,31 @@ def _check_host_rules(report: AuditReport, scan: _Scan) -> None:
                 {"instance": uuid, "host": record["host"], "node": record["node"],
                  "rule": rule.to_dict(), "broken": broken}
             )  # fmt: skip
+
+
+def _check_flavors(report: AuditReport, scan: _Scan) -> None:
+    """A claim holds, summed over its providers, what its record's flavor asks: only for
+    the records a front door made (they name their class), the ones claims come from a
+    boot request for. A flavor is compiled once however many instances have it."""
+    demands: dict[str, dict[str, int] | None] = {}
+    for uuid, record in scan.records.items():
+        held = scan.held.get(uuid)
+        if held is None or not record["class"] or record["state"] not in _HOLDING:
+            continue
+        raw = record["flavor"]
+        if raw not in demands:
+            demands[raw] = flavor_demand(raw)
+        asked = demands[raw]
+        allocated = {rc: n for rc, n in held.items() if n}
+        if asked is not None and allocated != asked:
+            report.flavor_mismatches.append({"instance": uuid, "class": record["class"],
+                                             "allocated": allocated, "flavor": asked})  # fmt: skip
+
+
+def flavor_demand(raw: str) -> dict[str, int] | None:
+    """What a flavor (as a record stores it) asks of providers in all; None: unreadable."""
+    try:
+        request = Request.from_flavor(Flavor.from_dict(json.loads(raw)))
+    except (exception.Invalid, KeyError, TypeError, ValueError):
+        return None
+    return {rc: n for rc, n in request.demand if n}
