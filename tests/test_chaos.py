@@ -438,6 +438,20 @@ def test_a_sentinel_ledger_kills_its_master_instead_of_the_one_server_faults() -
     assert "master_kill" in [f.kind for f in plan]
 
 
+@pytest.mark.parametrize("ledger", ["redis", "sentinel"])
+def test_the_fault_counts_of_a_run_left_to_its_defaults(ledger: str) -> None:
+    """qsched-chaos with no count given (make chaos) stopped at a KeyError once the
+    Sentinel ledger's master_kill had joined the counts: one redis-server has none."""
+    from qsched.chaos.cli import COUNT_OPTIONS, _counts
+
+    options = {"duration_s": 240, "ledger": ledger, "rabbit_cluster": 0,
+               **{option: None for option in COUNT_OPTIONS.values()}}  # fmt: skip
+    counts = _counts(options)
+    assert set(counts) == set(COUNT_OPTIONS)
+    sentinel = ledger == "sentinel"
+    assert (counts["master_kill"], counts["machine_crash"]) == (int(sentinel), int(not sentinel))
+
+
 @pytest.mark.parametrize(
     ("args", "why"),
     [
