@@ -1,15 +1,18 @@
-"""Identity without a Keystone: noauth2 kept off public addresses, the keystone seams.
+"""Identity without a Keystone: noauth2 kept off public addresses and remote peers,
+the keystone seams.
 
 The keystone strategy against a real Keystone is tests/test_keystone_real.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import falcon.testing
 import pytest
@@ -87,6 +90,93 @@ def test_gunicorn_with_the_shipped_settings_refuses_noauth2_before_it_listens(
     done = subprocess.run(cmd, env=env, capture_output=True, timeout=60, cwd=tmp_path)
     assert done.returncode != 0
     assert b"refusing to serve [api] auth_strategy = noauth2" in done.stderr
+
+
+# -- noauth2 answers loopback peers only, whatever server runs it --
+
+
+@pytest.mark.parametrize(
+    "peer",
+    ["127.0.0.1", "127.5.5.5", "::1", "::ffff:127.0.0.1", "::ffff:127.9.9.9", "", "localhost",
+     None],
+)  # fmt: skip
+def test_local_peers(peer: str | None) -> None:
+    """Loopback, IPv4-mapped loopback, and a unix socket's peer as servers report it
+    (gunicorn '', waitress 'localhost', an in-process caller none)."""
+    assert auth.is_local_peer(peer)
+    auth.refuse_remote_peer(peer)
+
+
+@pytest.mark.parametrize(
+    "peer",
+    ["192.0.2.2", "10.0.0.5", "0.0.0.0", "::ffff:10.0.0.5", "::", "fd00::2", "fe80::1%eth0",
+     "2001:db8::1", "api.example.com", "127.0.0.1, 10.0.0.5", " "],
+)  # fmt: skip
+def test_remote_peers(peer: str) -> None:
+    assert not auth.is_local_peer(peer)
+    with pytest.raises(falcon.HTTPForbidden):
+        auth.refuse_remote_peer(peer)
+
+
+def noauth2_app(**api: Any) -> Any:
+    """The noauth2 application as create_app builds it (no entry point in front)."""
+    stores = open_stores(LedgerOptions.defaults(), url=f"fakeredis://id-{uuid.uuid4().hex}")
+    bus = KombuBus("memory://", prefix=f"id{uuid.uuid4().hex[:8]}")
+    return api_app.create_app(stores, bus, NOAUTH2.replace(**api))
+
+
+def call(app: Any, path: str, peer: str | None, token: str = "admin") -> tuple[int, Any]:
+    """GET ``path`` through a WSGI application with ``REMOTE_ADDR`` set to ``peer``
+    (None: absent, as falcon's TestClient leaves it); the status and the JSON body."""
+    environ = falcon.testing.create_environ(path, headers={"X-Auth-Token": token})
+    environ.pop("REMOTE_ADDR", None)
+    if peer is not None:
+        environ["REMOTE_ADDR"] = peer
+    answered: list[str] = []
+    body = b"".join(app(environ, lambda status, headers, *exc: answered.append(status)))
+    return int(answered[0].split()[0]), json.loads(body)
+
+
+def assert_refused(status: int, body: Any, peer: str) -> None:
+    assert status == 403, body
+    fault = body["forbidden"]
+    assert fault["code"] == 403
+    message = fault["message"]
+    assert "noauth2, which serves loopback peers only" in message
+    assert f"came from {peer}." in message
+    assert "auth_strategy = keystone" in message
+    assert "allow_noauth2_on_public_address = true" in message
+
+
+@pytest.mark.parametrize("peer", ["192.0.2.2", "::ffff:10.0.0.5", "2001:db8::1"])
+def test_a_noauth2_app_refuses_a_remote_peer_on_every_path(peer: str) -> None:
+    """The admin token from a peer not on loopback: 403 in Nova's format, the version
+    documents and the health check too."""
+    app = noauth2_app()
+    for path in ("/v2.1/flavors", "/v2.1/servers", "/", "/v2.1", "/healthcheck", "/metrics"):
+        assert_refused(*call(app, path, peer), peer)
+
+
+@pytest.mark.parametrize("peer", ["127.0.0.1", "::1", "::ffff:127.0.0.1", "", "localhost", None])
+def test_a_noauth2_app_serves_a_local_peer(peer: str | None) -> None:
+    app = noauth2_app()
+    status, body = call(app, "/v2.1/flavors", peer)
+    assert status == 200, body
+    assert call(app, "/v2.1/servers", peer, token="alice:p1")[0] == 200
+
+
+def test_the_loud_option_lets_a_noauth2_app_serve_remote_peers() -> None:
+    app = noauth2_app(allow_noauth2_on_public_address=True)
+    status, body = call(app, "/v2.1/flavors", "192.0.2.2")
+    assert status == 200, body
+
+
+def test_the_keystone_strategy_does_not_look_at_the_peer(keystone_client) -> None:
+    """Keystone tokens are what count there: a remote peer without one gets 401, and
+    the version document without one."""
+    answer = keystone_client.simulate_get("/v2.1/servers", remote_addr="192.0.2.2")
+    assert answer.status_code == 401
+    assert keystone_client.simulate_get("/v2.1", remote_addr="192.0.2.2").status_code == 200
 
 
 def test_the_global_request_id_is_kept_only_in_the_req_uuid_form() -> None:
