@@ -25,6 +25,7 @@ from oslo_context import context as oslo_context
 
 from qsched import conf as qconf
 from qsched.api import app as api_app
+from qsched.bench import tokens as tokens_bench
 from qsched.bus.kombu import KombuBus
 from qsched.cmd.api import ThreadingWSGIServer, make_server
 from qsched.conf.policy import policy_enforcer
@@ -318,6 +319,24 @@ def test_without_the_token_cache_a_revoked_token_gets_401_on_the_next_call(
         answer = ks_session.Session().get(url, headers={"X-Auth-Token": token}, raise_exc=False)
         assert_unauthorized(answer)
     assert token_cache.hits() in (None, 0), "memcached handed a token back"
+
+
+def test_the_token_cost_measure_times_every_cache_mode(
+    keystone: KeystoneCloud, memcached: MemcachedServer
+) -> None:
+    """``python -m qsched.bench.tokens`` on the session's Keystone: every mode answered
+    every call, memcached was the one asked in its mode, and its figures add up."""
+    users = keystone.users
+    found = tokens_bench.measure(keystone.server, users["member_a"], users["service"], calls=10,
+                                 memcached=memcached.address)  # fmt: skip
+    modes = found["modes"]
+    assert set(modes) == {"in-process", "memcached", "no cache"}
+    for figures in modes.values():
+        assert figures["count"] == figures["ok"] == 10 and figures["p50"] > 0
+    assert memcached.stats()["get_hits"] >= 10
+    assert found["validation_ms_p50"] == round(
+        modes["no cache"]["p50"] - modes["in-process"]["p50"], 2
+    )
 
 
 def test_an_expired_token_gets_401(keystone_api, tmp_path: Path) -> None:
