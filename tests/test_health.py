@@ -470,7 +470,10 @@ def test_the_detailed_view_names_each_part(tmp_path: Path) -> None:
 
 
 def test_a_caller_outside_the_allowed_source_ranges_finds_nothing(tmp_path: Path) -> None:
-    api = Api(healthcheck_conf(tmp_path, allowed_source_ranges="10.0.0.0/8"), "memory://")
+    """The callers are remote peers, which noauth2 serves only when told loudly."""
+    conf = healthcheck_conf(tmp_path, allowed_source_ranges="10.0.0.0/8")
+    conf.set_override("allow_noauth2_on_public_address", True, group="api")
+    api = Api(conf, "memory://")
     outside = api.client.simulate_get("/healthcheck", remote_addr="192.0.2.7")
     assert outside.status_code == 404
     assert outside.json == {

@@ -9,6 +9,7 @@ goes through a keystoneauth session that found the endpoint in the catalog.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 import uuid
@@ -24,6 +25,7 @@ from oslo_context import context as oslo_context
 
 from qsched import conf as qconf
 from qsched.api import app as api_app
+from qsched.bench import tokens as tokens_bench
 from qsched.bus.kombu import KombuBus
 from qsched.cmd.api import ThreadingWSGIServer, make_server
 from qsched.conf.policy import policy_enforcer
@@ -75,8 +77,11 @@ class KeystoneAPI:
         return answer.json()["server"]
 
 
-def keystone_conf(cloud: KeystoneCloud, directory: Path, **api: Any) -> Path:
-    """A qsched.conf for an API behind ``cloud``'s Keystone; ``api``: more ``[api]`` options."""
+def keystone_conf(
+    cloud: KeystoneCloud, directory: Path, authtoken: dict[str, Any] | None = None, **api: Any
+) -> Path:
+    """A qsched.conf for an API behind ``cloud``'s Keystone; ``authtoken``: more
+    ``[keystone_authtoken]`` options, ``api``: more ``[api]`` options."""
     service = cloud.users["service"]
     path = directory / "qsched.conf"
     path.write_text(
@@ -93,6 +98,7 @@ def keystone_conf(cloud: KeystoneCloud, directory: Path, **api: Any) -> Path:
                     "user_domain_id": "default",
                     "project_domain_id": "default",
                     "service_token_roles_required": True,
+                    **(authtoken or {}),
                 },
             }
         )
@@ -216,9 +222,121 @@ def test_no_token_gets_401(keystone_api) -> None:
 
 
 def test_a_revoked_token_gets_401(keystone_api) -> None:
+    """Revoked before its first call here, so never cached (for one used before, see
+    test_a_revoked_token_is_served_until_the_token_cache_time_passes)."""
     token = keystone_api.session("member_a").get_token()
     keystone_api.cloud.server.revoke(token)
     assert_unauthorized(list_with_token(token, keystone_api))
+
+
+# -- how long a revoked token lives: keystonemiddleware's token cache (docs/identity.rst) --
+
+#: The token_cache_time of the tests that wait for it to pass (300 s as shipped).
+CACHE_TIME_S = 5
+#: How long after its first call a cached token is surely still in the cache: both
+#: caches count whole seconds (keystonemiddleware's own by time.time(), memcached by its
+#: clock, ticking each second), so an entry may go up to a second or so early.
+SURELY_CACHED_S = CACHE_TIME_S - 2
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenCache:
+    """Where auth_token keeps the tokens it validated: its ``[keystone_authtoken]``
+    options, and the memcached they name (None: auth_token's own memory)."""
+
+    options: dict[str, Any]
+    memcached: MemcachedServer | None = None
+
+    def hits(self) -> int | None:
+        """How often memcached handed a token back (None: no memcached)."""
+        return None if self.memcached is None else self.memcached.stats()["get_hits"]
+
+
+@pytest.fixture(params=["in-process", "memcached"])
+def token_cache(request: pytest.FixtureRequest) -> TokenCache:
+    """auth_token's own memory (no memcached_servers, as in the tests above), then a
+    real memcached."""
+    if request.param == "in-process":
+        return TokenCache({})
+    server: MemcachedServer = request.getfixturevalue("memcached")
+    return TokenCache({"memcached_servers": server.address}, server)
+
+
+def status_with_token(url: str, token: str) -> int:
+    """The status of GET ``url`` with exactly ``token`` (no keystoneauth around it)."""
+    answer = ks_session.Session().get(url, headers={"X-Auth-Token": token}, raise_exc=False)
+    return int(answer.status_code)
+
+
+@contextlib.contextmanager
+def servers_url(cloud: KeystoneCloud, directory: Path, **authtoken: Any) -> Iterator[str]:
+    """``/v2.1/servers`` of an API behind ``cloud``'s Keystone, with ``authtoken``."""
+    path = keystone_conf(cloud, directory, authtoken=authtoken)
+    with served(qconf.load(config_files=[str(path)]), 0) as server:
+        yield f"http://127.0.0.1:{server.server_port}/v2.1/servers"
+
+
+def test_a_revoked_token_is_served_until_the_token_cache_time_passes(
+    keystone: KeystoneCloud, token_cache: TokenCache, tmp_path: Path
+) -> None:
+    """As in Nova: auth_token keeps a token it validated for token_cache_time and asks
+    Keystone nothing about it meanwhile, so a token used once and then revoked is still
+    served until its cache entry expires, and gets 401 from then on."""
+    admin = keystone.server.client()  # logged in before any clock starts
+    options = {"token_cache_time": CACHE_TIME_S, **token_cache.options}
+    with servers_url(keystone, tmp_path, **options) as url:
+        for _attempt in range(3):  # a machine too busy to call twice in time tries again
+            token = keystone.server.session(keystone.users["member_a"]).get_token()
+            cached = time.monotonic()
+            assert status_with_token(url, token) == 200  # validated, now cached
+            admin.tokens.revoke_token(token)
+            served_revoked = status_with_token(url, token)
+            if time.monotonic() - cached < SURELY_CACHED_S:
+                break
+        else:
+            pytest.fail(f"no call within {SURELY_CACHED_S} s of the first, three times")
+        assert served_revoked == 200, "revoked and cached: still served"
+        assert token_cache.hits() != 0, "memcached never handed the token back"
+        deadline = cached + CACHE_TIME_S + 60
+        while (status := status_with_token(url, token)) == 200 and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert status == 401, f"still served {time.monotonic() - cached:.0f} s after caching"
+        assert time.monotonic() - cached > SURELY_CACHED_S
+
+
+def test_without_the_token_cache_a_revoked_token_gets_401_on_the_next_call(
+    keystone: KeystoneCloud, token_cache: TokenCache, tmp_path: Path
+) -> None:
+    """token_cache_time = -1 (keystonemiddleware's "no cache"; it still stores each
+    token, already expired): auth_token asks Keystone on every call, so the call after
+    the revocation is refused."""
+    admin = keystone.server.client()
+    with servers_url(keystone, tmp_path, token_cache_time=-1, **token_cache.options) as url:
+        token = keystone.server.session(keystone.users["member_a"]).get_token()
+        assert status_with_token(url, token) == 200
+        assert status_with_token(url, token) == 200
+        admin.tokens.revoke_token(token)
+        answer = ks_session.Session().get(url, headers={"X-Auth-Token": token}, raise_exc=False)
+        assert_unauthorized(answer)
+    assert token_cache.hits() in (None, 0), "memcached handed a token back"
+
+
+def test_the_token_cost_measure_times_every_cache_mode(
+    keystone: KeystoneCloud, memcached: MemcachedServer
+) -> None:
+    """``python -m qsched.bench.tokens`` on the session's Keystone: every mode answered
+    every call, memcached was the one asked in its mode, and its figures add up."""
+    users = keystone.users
+    found = tokens_bench.measure(keystone.server, users["member_a"], users["service"], calls=10,
+                                 memcached=memcached.address)  # fmt: skip
+    modes = found["modes"]
+    assert set(modes) == {"in-process", "memcached", "no cache"}
+    for figures in modes.values():
+        assert figures["count"] == figures["ok"] == 10 and figures["p50"] > 0
+    assert memcached.stats()["get_hits"] >= 10
+    assert found["validation_ms_p50"] == round(
+        modes["no cache"]["p50"] - modes["in-process"]["p50"], 2
+    )
 
 
 def test_an_expired_token_gets_401(keystone_api, tmp_path: Path) -> None:

@@ -10,6 +10,9 @@ module is the application itself, built on its first request from the files name
     QSCHED_CONFIG=/etc/qsched/qsched.conf gunicorn qsched.api.app:wsgi_app
 
 and ``load_app`` is the same as a factory (``gunicorn 'qsched.api.app:load_app()'``).
+With ``[api] auth_strategy = noauth2`` the application answers 403 to every peer that
+is not loopback, however it is served (:mod:`qsched.api.auth`); deploy/gunicorn.conf.py
+also refuses to start on such a bind.
 """
 
 from __future__ import annotations
@@ -162,7 +165,7 @@ def _app(compute: FrontDoor, api: APIOptions, metrics: APIMetrics, conf: Any) ->
     middleware: list[Any] = [
         *metrics_edge.middleware(metrics),
         RequestMiddleware(collections(template for template, _ in routes)),
-        _AUTH_MIDDLEWARE[api.auth_strategy](compute.policy),
+        _auth_middleware(api, compute.policy),
     ]
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
@@ -178,10 +181,12 @@ def _app(compute: FrontDoor, api: APIOptions, metrics: APIMetrics, conf: Any) ->
     return app
 
 
-_AUTH_MIDDLEWARE: dict[str, Callable[[Policy], Any]] = {
-    "noauth2": auth.NoAuthMiddleware,
-    "keystone": keystone.KeystoneMiddleware,  # behind auth_token: see authenticated()
-}
+def _auth_middleware(api: APIOptions, policy: Policy) -> Any:
+    """The middleware that puts the caller's context on each request, as ``[api]
+    auth_strategy`` says; noauth2's refuses peers not on this machine."""
+    if api.auth_strategy == "keystone":
+        return keystone.KeystoneMiddleware(policy)  # behind auth_token: see authenticated()
+    return auth.NoAuthMiddleware(policy, any_peer=api.allow_noauth2_on_public_address)
 
 
 #: a route: its URI template and the resource that answers it

@@ -8,8 +8,13 @@ Anything else, or no token, is 401. Version documents, the health check and the
 metrics need no token. Whether the caller is an admin is the policy's
 ``context_is_admin``.
 
-Since anyone can write any token, :func:`refuse_public_noauth2` keeps an API with
-noauth2 from starting on an address other machines reach, unless told loudly.
+Since anyone can write any token, noauth2 serves this machine only, unless told
+loudly (``[api] allow_noauth2_on_public_address``): :func:`refuse_public_noauth2`
+keeps an API from starting on an address other machines reach, where the entry point
+knows its binds, and :class:`NoAuthMiddleware` refuses every request whose peer is not
+on this machine (:func:`is_local_peer`), whatever WSGI server runs the application and
+however it was started. A proxy on this machine makes every peer local: it must not
+publish a noauth2 API.
 """
 
 from __future__ import annotations
@@ -63,12 +68,17 @@ def context_from_token(token: str, request_id: str, roles: str | None = None) ->
 
 
 class NoAuthMiddleware:
-    """Puts the caller's :class:`RequestContext` on ``req.context.compute``."""
+    """Puts the caller's :class:`RequestContext` on ``req.context.compute``, after it
+    refused (403) a peer not on this machine unless ``any_peer``
+    (``[api] allow_noauth2_on_public_address``): the public paths too."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, any_peer: bool = False) -> None:
         self.policy = policy
+        self.any_peer = any_peer
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if not self.any_peer:
+            refuse_remote_peer(req.env.get("REMOTE_ADDR"))
         if is_public(req.path):
             return
         token = req.get_header("X-Auth-Token")
@@ -80,6 +90,56 @@ class NoAuthMiddleware:
         context.global_request_id = req.context.global_request_id
         context.is_admin = self.policy.is_admin(context)
         req.context.compute = context
+
+
+def refuse_remote_peer(remote_addr: str | None) -> None:
+    """Refuse a noauth2 request from a peer not on this machine.
+
+    ``remote_addr``: the WSGI environment's ``REMOTE_ADDR`` (None: absent).
+
+    :raises HTTPForbidden: the peer is not local (:func:`is_local_peer`); the message
+        says why and the fix.
+    """
+    if is_local_peer(remote_addr):
+        return
+    raise falcon.HTTPForbidden(
+        description=f"This API has [api] auth_strategy = noauth2, which serves loopback "
+        f"peers only, and this request came from {remote_addr}. Use auth_strategy = "
+        "keystone, or set [api] allow_noauth2_on_public_address = true if everyone who "
+        "reaches the port is to be admin."
+    )
+
+
+#: What WSGI servers put in ``REMOTE_ADDR`` for a unix socket's peer: gunicorn ''
+#: (checked with gunicorn 27), waitress 'localhost'; an in-process caller such as
+#: falcon's TestClient sends none at all.
+_UNIX_PEERS = frozenset({"", "localhost"})
+
+
+def is_local_peer(remote_addr: str | None) -> bool:
+    """Whether a request's peer is on this machine, from the WSGI ``REMOTE_ADDR``.
+
+    Local: a loopback address (127.0.0.0/8, ``::1``, and 127.0.0.0/8 written as
+    IPv4-mapped IPv6, ``::ffff:127.0.0.1``, as a dual-stack socket reports an IPv4
+    peer), and a unix socket's peer, which servers report as an empty or absent
+    ``REMOTE_ADDR`` or ``localhost`` (a unix socket takes connections from this
+    machine only, as a ``unix:`` bind counts as loopback in :func:`is_loopback`).
+    Anything else is not, this machine's other addresses too: only loopback proves the
+    peer is here. An absent ``REMOTE_ADDR`` counts as local because servers set it for
+    every TCP peer (gunicorn, waitress and wsgiref do).
+
+    The peer is the last hop: a proxy on this machine is a local peer whoever sent the
+    request to it. ``X-Forwarded-For`` and the like are never read (a client writes them).
+    """
+    if remote_addr is None or remote_addr in _UNIX_PEERS:
+        return True
+    try:
+        address = ipaddress.ip_address(remote_addr)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
 
 
 # -- options that must not be served together --

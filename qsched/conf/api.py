@@ -65,9 +65,14 @@ api_opts = [
         "allow_noauth2_on_public_address",
         default=False,
         help="DANGEROUS. Let an API configured with auth_strategy = noauth2 listen on an "
-        "address that is not loopback ([api] host, or the WSGI server's bind). noauth2 "
-        "believes whatever a caller writes in X-Auth-Token: with this set, ANYONE WHO CAN "
-        "REACH THE PORT IS ADMIN OF THE CLOUD. Without it such an API refuses to start.",
+        "address that is not loopback ([api] host, or the WSGI server's bind) and serve "
+        "peers that are not loopback. noauth2 believes whatever a caller writes in "
+        "X-Auth-Token: with this set, ANYONE WHO CAN REACH THE PORT IS ADMIN OF THE CLOUD. "
+        "Without it such an API refuses to start on such an address, and answers 403 to "
+        "every request whose peer (the WSGI server's REMOTE_ADDR) is neither loopback nor "
+        "a unix socket's, whatever server runs it. A proxy or load balancer on the same "
+        "machine is such a peer for every request it forwards, from wherever: never "
+        "publish a noauth2 API through one.",
     ),
     cfg.BoolOpt(
         "metrics",
