@@ -280,14 +280,18 @@ class ChaosRun:
         }
 
     def _pending(self) -> list[str]:
-        """Instances in BUILD (answered or not), and 204-deleted ones not DELETED yet."""
+        """Instances in BUILD (answered or not), and 204-deleted ones whose delete is still
+        under way (task_state deleting). A 204-deleted one neither DELETED nor deleting had
+        its delete lost by a crash (``lost_deletes``): nothing will end it, so it is not
+        waited for."""
         calls = self._load().snapshot()
         deleted = {c.uuid for c in calls if c.kind == "delete" and c.status == 204 and c.uuid}
         records = checks.read_records(self._stack().stores)
         return sorted(
             u
             for u, record in records.items()
-            if record.get("state") == "BUILD" or (u in deleted and record.get("state") != "DELETED")
+            if record.get("state") == "BUILD"
+            or (u in deleted and record.get("task_state") == "deleting")
         )
 
     def _tick_until(self, done: Callable[[], bool], phase: str, timeout_s: float = 1e9) -> bool:
