@@ -33,6 +33,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 #: Bytes read at once from either side.
 READ_SIZE = 65536
+#: what a relayed connection's socket may buffer unread (Linux doubles it)
+RECEIVE_BUFFER_BYTES = 65536
 START_TIMEOUT_S = 5.0
 #: The names a server certificate is for by default.
 LOOPBACK = ("127.0.0.1", "localhost")
@@ -180,7 +182,15 @@ class TLSProxy:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(START_TIMEOUT_S)
 
     async def _listen(self) -> asyncio.Server:
-        return await asyncio.start_server(self._relay, "127.0.0.1", 0, ssl=self.context,
+        # A small receive buffer, set before listen() so that every accepted socket has
+        # it from its handshake on: a frozen connection then takes in at most that much.
+        # Left to Linux's autotuning, it grew to megabytes on a loaded machine and
+        # swallowed a whole batch meant to stall its sender (the proxy saw one
+        # connection where the test waited for two).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
+        sock.bind(("127.0.0.1", 0))
+        return await asyncio.start_server(self._relay, sock=sock, ssl=self.context,
                                           ssl_handshake_timeout=START_TIMEOUT_S)  # fmt: skip
 
     async def _relay(self, client_reader: asyncio.StreamReader,
