@@ -31,7 +31,7 @@ from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, Inventory, State
 from qsched.stack.rabbitmq import config_text
-from tests.conftest import require_server
+from tests.conftest import TEST_DURABILITY, require_server
 from tests.raw import redis_store
 
 HOSTS = ["h0", "h1"]
@@ -41,7 +41,10 @@ FLAVOR = {"name": "small", "vcpus": 1, "ram_mb": 1024}
 @pytest.fixture
 def cloud() -> Stores:
     """Two hosts with one node each (named as the fake driver names them)."""
-    stores = open_stores(LedgerOptions.defaults(), url=f"fakeredis://chaos-{uuid.uuid4().hex}")
+    stores = open_stores(
+        LedgerOptions.defaults().replace(durability=TEST_DURABILITY),
+        url=f"fakeredis://chaos-{uuid.uuid4().hex}",
+    )
     for host in HOSTS:
         rp = str(uuid.uuid5(uuid.NAMESPACE_DNS, host))
         stores.ledger.create_provider(rp, f"{host}-0")

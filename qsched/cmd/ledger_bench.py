@@ -421,7 +421,8 @@ def demo_audit(stores: Stores) -> None:
 
 def run_demo() -> None:
     click.secho("qsched ledger demo (in-process fakeredis, nothing is kept)", bold=True)
-    stores = open_stores(LedgerOptions.defaults(), url=f"fakeredis://demo-{uuid.uuid4().hex}")
+    embedded = LedgerOptions.defaults().replace(durability="async")  # it keeps nothing anyway
+    stores = open_stores(embedded, url=f"fakeredis://demo-{uuid.uuid4().hex}")
     nodes = demo_cloud(stores)
     step(2, "Project demo gets a quota: 10 instances, 8 cores, 32768 MB")
     stores.quota.set_limits("demo", instances=10, cores=8, ram_mb=32768)
