@@ -402,6 +402,20 @@ def test_a_sentinel_ledger_kills_its_master_instead_of_the_one_server_faults() -
     assert "master_kill" in [f.kind for f in plan]
 
 
+@pytest.mark.parametrize(("ledger", "expected"), [("redis", "product"), ("sentinel", "replica")])
+def test_chaos_runs_the_products_default_durability(ledger: str, expected: str) -> None:
+    """make chaos gives no --durability: a one-server ledger then runs [ledger]
+    durability's shipped default, so what its machine crash may lose is the default's
+    (nothing); a Sentinel set runs replica, the setting that covers a failover."""
+    shipped = LedgerOptions.defaults().durability
+    options = {"ledger": ledger, "durability": None, "master_kills": None,
+               **dict.fromkeys(chaos_cli.SERVER_OPTIONS)}  # fmt: skip
+    chaos_cli._check_ledger(options)
+    assert options["durability"] == (shipped if expected == "product" else expected)
+    assert StackSpec().durability == shipped
+    assert report_module.MAY_LOSE[shipped] == frozenset()
+
+
 @pytest.mark.parametrize(
     ("args", "why"),
     [

@@ -35,6 +35,11 @@ from redis.connection import parse_url
 
 from qsched.net import LOOPBACK, free_port
 
+#: The ``appendfsync`` a harness's server runs under each ``[ledger] durability``: disk
+#: needs a server that fsyncs before it answers; async and replica run Redis's usual
+#: ``everysec`` (a replica's copy is their promise, not the disk).
+FSYNC = {"disk": "always", "async": "everysec", "replica": "everysec"}
+
 
 class RedisServerError(Exception):
     """A server could not be started or crashed as asked (a harness problem)."""
