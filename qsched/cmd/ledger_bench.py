@@ -274,18 +274,11 @@ def bench_durability(report: Report, thread_counts: Sequence[int], progress: Pro
     and ``disk`` this machine's fsync.
     """
     with tempfile.TemporaryDirectory(prefix="qsched-durability-") as tmp:
-        for mode, fsync, replicas in (("async", "everysec", 0), ("replica", "everysec", 1),
-                                      ("disk", "always", 0)):  # fmt: skip
-            master = server.RedisServer(Path(tmp), f"{mode}-master", fsync=fsync)
-            servers = [master]
+        for mode in ("async", "replica", "disk"):
+            servers = server.start_for(Path(tmp), mode, mode)
             try:
-                master.start()
-                for i in range(replicas):
-                    replica = server.RedisServer(Path(tmp), f"{mode}-replica{i}", replica_of=master)
-                    servers.append(replica)
-                    servers[-1].start()
-                    servers[-1].wait_synced()
-                bench_backend(f"redis {mode}", master.url, report, thread_counts, progress, mode)
+                bench_backend(f"redis {mode}", servers[0].url, report, thread_counts, progress,
+                              mode)  # fmt: skip
             finally:
                 for running in reversed(servers):
                     running.stop()
