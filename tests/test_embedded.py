@@ -8,9 +8,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from agents import main as agent_main
 from agents.virt.fake import FakeNodeSpec
 from qsched import conf as qconf
+from qsched.cmd import api as api_cmd
 from qsched.conf import LedgerOptions
 from qsched.context import RequestContext
 from qsched.embedded import SharedState, embedded_options, start_stack
@@ -146,3 +149,19 @@ def test_the_demos_admin_config_opens_its_served_ledger(tmp_path: Path) -> None:
         open_stores(read).backend.ping()
     finally:
         shared.stop()
+
+
+def test_the_services_on_the_shipped_options_say_the_refusal_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """qsched-api and qsched-agent with no [ledger] at all (fakeredis://, disk): each
+    refuses to start with the durability message and its fix, and nothing else."""
+    config = tmp_path / "qsched.conf"
+    config.write_text("[DEFAULT]\ntransport_url = memory://\n")
+    assert api_cmd.main(["--config-file", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("qsched-api: [ledger] durability = disk: needs a real Redis")
+    result = CliRunner().invoke(agent_main.main, ["--config-file", str(config)])
+    assert result.exit_code == 1, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith("Error: [ledger] durability = disk") and line.endswith("tests do")
