@@ -25,6 +25,7 @@ from qsched import exception
 from qsched.bus import open_bus
 from qsched.bus.base import Bus
 from qsched.ledger import Stores, open_stores
+from qsched.ledger.durability import DurabilityRefused
 from qsched.notifications import Notifier, open_notifier
 
 #: Who sends an agent's notifications, as ``nova-compute`` names Nova's compute service.
@@ -161,6 +162,8 @@ def main(config_files: tuple[str, ...], debug: bool) -> None:
         agent = build_agent(options)
         agent.start()
         settle_heap()
+    except DurabilityRefused as exc:  # its message says what to set
+        raise click.ClickException(str(exc)) from exc
     except exception.QschedError as exc:
         raise click.ClickException(f"{exc} (check transport_url and [ledger] url)") from exc
     signum = wait_for_stop_signal()

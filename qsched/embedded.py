@@ -9,6 +9,7 @@ janitor, the outbox pass) runs in the same process, as it does in
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import uuid
 from typing import Any
@@ -26,6 +27,9 @@ from qsched.conf.bus import KOMBU
 from qsched.ledger import Stores, embedded, open_stores
 from qsched.notifications import NULL, Notifier
 from qsched.periodic import Periodic
+from qsched.urls import masked
+
+LOG = logging.getLogger(__name__)
 
 DEMO_FLAVORS = (
     "m1.tiny:1:512:1",
@@ -36,6 +40,8 @@ DEMO_FLAVORS = (
 
 # The reaper's period on an embedded stack: tests and the demo shorten deadlines.
 EMBEDDED_REAP_INTERVAL_S = 1.0
+#: The embedded stack's [ledger] durability: its ledger lives and dies with the process.
+EMBEDDED_DURABILITY = "async"
 
 
 def embedded_options(**overrides: tuple[str | None, Any]) -> Options:
@@ -47,6 +53,9 @@ def embedded_options(**overrides: tuple[str | None, Any]) -> Options:
     run = uuid.uuid4().hex[:8]
     conf.set_override("transport_url", "memory://")
     conf.set_override("url", f"fakeredis://embedded-{run}", group="ledger")  # may be overridden
+    # The embedded ledger keeps nothing past this process: async is what it is, said
+    # here rather than assumed ([ledger] durability's default, disk, refuses it).
+    conf.set_override("durability", EMBEDDED_DURABILITY, group="ledger")
     conf.set_override("prefix", f"qsched-{run}", group="bus")
     conf.set_override("flavor", list(DEMO_FLAVORS), group="api")
     for name, (group, value) in overrides.items():
@@ -108,6 +117,8 @@ def start_stack(
     if options.bus.driver != KOMBU:  # its callers reach into the memory bus's wire
         raise exception.Invalid(reason="the embedded stack runs on [bus] driver kombu only")
     stores = open_stores(options.ledger, options.quota)
+    LOG.info("embedded stack: ledger %s, [ledger] durability = %s", masked(options.ledger.url),
+             options.ledger.durability)  # fmt: skip
     bus = KombuBus.from_options(options.bus)
     app = api_app.create_app(stores, bus, options.api, options.scheduler, notifier=notifier)
     server = make_server(app, "127.0.0.1", port)
@@ -151,6 +162,8 @@ class SharedState:
                 f"[DEFAULT]\ntransport_url = {self.transport_url}\n\n"
                 f"[bus]\nprefix = {options.bus.prefix}\n\n"
                 f"[ledger]\nurl = {self.ledger_url}\n"
+                "# the demo's ledger, in its process: nothing survives it\n"
+                f"durability = {options.ledger.durability}\n"
             )
 
     def stop(self) -> None:

@@ -23,7 +23,13 @@ import pytest
 from qsched.ledger.base import State
 from qsched.net import free_port
 from qsched.stack import CellConfig, GunicornConfig, Options, ProcessStack, merged, new_prefix
-from tests.conftest import BUS_REDIS_URL, REDIS_URL, real_redis, require_server
+from tests.conftest import (
+    BUS_REDIS_URL,
+    REDIS_URL,
+    TEST_DURABILITY,
+    real_redis,
+    require_server,
+)
 from tests.helpers import wait_until
 
 AMQP_URL = os.environ.get("QSCHED_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
@@ -32,7 +38,7 @@ BUILD_TIMEOUT_S = 4
 DEPLOY_GUNICORN = Path(__file__).resolve().parent.parent / "deploy" / "gunicorn.conf.py"
 
 OPTIONS: Options = {
-    "ledger": {"cpu_allocation_ratio": 1.0},
+    "ledger": {"cpu_allocation_ratio": 1.0, "durability": TEST_DURABILITY},
     "api": {"flavor": ["small:1:1024:0", "huge:64:1024:0"]},
     "agent": {"node_count": 2, "node_vcpus": 2, "node_ram_mb": 8192, "node_disk_gb": 0,
               "heartbeat_interval_s": 0.5, "heartbeat_ttl_s": 3, "class_poll_interval_s": 0.2,

@@ -167,9 +167,21 @@ def cluster_url(redis_cluster: RedisClusterServers) -> Iterator[str]:
     redis_cluster.flush()
 
 
+#: ``[ledger] durability`` of the tests' ledgers: fakeredis keeps nothing and the shared
+#: Redis runs ``appendonly no``, so a test says ``async``, a fixture's choice, where the
+#: default (``disk``) would be refused. tests/test_durability.py checks the others on
+#: redis-servers of its own.
+TEST_DURABILITY = "async"
+#: the ``[ledger]`` line a test's config file adds for it
+DURABILITY_LINE = f"durability = {TEST_DURABILITY}\n"
+
+
 @pytest.fixture
 def conf():
-    return qconf.load()
+    """The shipped options, but ``[ledger] durability`` (:data:`TEST_DURABILITY`)."""
+    loaded = qconf.load()
+    loaded.set_override("durability", TEST_DURABILITY, group="ledger")
+    return loaded
 
 
 @pytest.fixture

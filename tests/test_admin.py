@@ -30,6 +30,7 @@ from qsched.ledger.base import State
 from qsched.message import BootRequest
 from qsched.reaper import reap_expired
 from qsched.scheduling.records import record_for
+from tests.conftest import DURABILITY_LINE
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -43,7 +44,7 @@ def config_file(path: Path, stack: Stack) -> str:
     path.write_text(
         f"[DEFAULT]\ntransport_url = {options.bus.transport_url}\n"
         f"[bus]\nprefix = {options.bus.prefix}\n"
-        f"[ledger]\nurl = {options.ledger.url}\n"
+        f"[ledger]\nurl = {options.ledger.url}\n{DURABILITY_LINE}"
         f"[scheduler]\nbuild_timeout_s = {options.scheduler.build_timeout_s}\n"
     )
     return str(path)
@@ -407,7 +408,7 @@ def test_a_malformed_sentinel_url_is_a_usage_error(write_config) -> None:
 def test_unreachable_broker_is_one_line(write_config) -> None:
     admin = write_config(
         "[DEFAULT]\ntransport_url = amqp://guest:guest@127.0.0.1:1//\n"
-        f"[ledger]\nurl = fakeredis://admin-{uuid.uuid4().hex}\n"
+        f"[ledger]\nurl = fakeredis://admin-{uuid.uuid4().hex}\n{DURABILITY_LINE}"
         "[bus]\nconnect_timeout_s = 0.5\n"
     )
     result = admin("queues", code=1)
@@ -429,7 +430,7 @@ def test_unknown_ids_and_usage_errors(cloud, write_config) -> None:
 
 
 def test_an_empty_embedded_ledger_warns(write_config) -> None:
-    admin = write_config(f"[ledger]\nurl = fakeredis://alone-{uuid.uuid4().hex}\n")
+    admin = write_config(f"[ledger]\nurl = fakeredis://alone-{uuid.uuid4().hex}\n{DURABILITY_LINE}")
     result = admin("agents")
     assert "warning: [ledger] url is fakeredis://" in result.stderr
     assert result.stdout.strip() == "no agent has ever heartbeated"

@@ -45,6 +45,7 @@ from qsched import conf as qconf
 from qsched.bus.kombu import KombuBus
 from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
+from tests.conftest import TEST_DURABILITY
 from tests.raw import redis_store
 from tests.test_api import IMAGE
 from tests.test_api_input import ledger_dump
@@ -659,6 +660,7 @@ class Cloud:
 
     def __init__(self, ledger_url: str, bus: KombuBus) -> None:
         conf = qconf.load()
+        conf.set_override("durability", TEST_DURABILITY, group="ledger")
         self.stores: Stores = open_stores(LedgerOptions.from_conf(conf), url=ledger_url)
         client = redis_store(self.stores).client
         client.flushall()  # the test's own fakeredis server

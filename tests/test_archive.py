@@ -20,6 +20,7 @@ from qsched.archive import archive_deleted, parse_before
 from qsched.ledger import Stores
 from qsched.ledger import instances as instances_module
 from qsched.ledger.base import Instance, Inventory, State
+from tests.conftest import DURABILITY_LINE
 from tests.raw import redis_store
 from tests.test_api import ADMIN, USER, app, at, bus, client, fault, post_server
 
@@ -226,7 +227,7 @@ def test_a_cut_off_that_is_neither_says_what_is_accepted(text: str) -> None:
 
 def admin(ledger_url: str, tmp_path: Path, *args: str, code: int = 0):
     config = tmp_path / "qsched.conf"
-    config.write_text(f"[ledger]\nurl = {ledger_url}\n")
+    config.write_text(f"[ledger]\nurl = {ledger_url}\n{DURABILITY_LINE}")
     result = CliRunner().invoke(cli, ["--config-file", str(config), "archive-deleted", *args])
     assert result.exit_code == code, (result.output, result.exception)
     return result

@@ -34,6 +34,7 @@ from qsched.bench.timing import FullCollections
 from qsched.conf import LedgerOptions, Options
 from qsched.ledger import embedded, open_stores
 from qsched.ledger.base import Instance, State
+from qsched.ledger.server import unreachable
 from tests.cloud import AMQP_URL, require_rabbitmq
 from tests.conftest import real_redis, require_server
 
@@ -365,6 +366,41 @@ def test_saturation_on_a_rabbitmq_cluster_of_the_runs_own(tmp_path: Path) -> Non
     nodes = [pid for pid, (_ppid, _cpu, comm) in cpu._processes().items()
              if comm == "beam.smp" and cpu._runs_from(pid, home)]  # fmt: skip
     assert nodes == []  # stopped with the run
+
+
+def test_the_clouds_say_their_durability_async_unless_the_run_brings_a_ledger() -> None:
+    """A cloud on --ledger-url (a shared Redis, no AOF) says async; --durability needs
+    servers of the run's own, which the embedded default is not."""
+    spec = CloudSpec(8, 2, (), "memory://", "redis://127.0.0.1:6379/10")
+    assert spec.options()["ledger"]["durability"] == "async"
+    assert CloudSpec(8, 2, (), "memory://", "x", durability="disk").options()["ledger"] == {
+        "cpu_allocation_ratio": 4.0, "durability": "disk"}  # fmt: skip
+    refused = CliRunner().invoke(cli.main, ["--embedded", "--durability", "disk"])
+    assert refused.exit_code == 2 and "--durability needs real servers" in refused.output
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_saturation_on_a_ledger_of_the_runs_own_that_fsyncs_every_write(tmp_path: Path) -> None:
+    """``--durability disk``: the run starts a redis-server with appendfsync always for
+    the ledger, its clouds run [ledger] durability = disk on it, and it is stopped at the
+    end; the report says so."""
+    require_rabbitmq()
+    if shutil.which("redis-server") is None:
+        require_server("redis-server", "PATH", FileNotFoundError("redis-server"),
+                       "apt-get install redis-server")  # fmt: skip
+    out = tmp_path / "bench.json"
+    args = ["--scenario", "saturation", *SMOKE, "--bus", "rabbitmq", "--amqp-url", AMQP_URL,
+            "--durability", "disk", "--saturation-hosts", "8", "--saturation-rates", "40",
+            "--step-s", "0.5", "--keep-logs", str(tmp_path / "run"), "-o", str(out)]  # fmt: skip
+    found = _check_run(CliRunner().invoke(cli.main, args), out, ("saturation",))
+    ledger = found["backends"]["ledger"]
+    assert (ledger["appendonly"], ledger["appendfsync"]) == ("yes", "always")
+    assert found["backends"]["durability"] == found["settings"]["durability"] == "disk"
+    assert "[ledger] durability = disk" in found["backends"]["summary"]
+    (step,) = found["saturation"]["rabbitmq"]["steps"]
+    assert step["active"] == step["accepted"] > 0
+    assert unreachable(found["settings"]["ledger_url"]) is not None  # stopped with the run
 
 
 def _check_rules(found: dict) -> None:

@@ -25,6 +25,7 @@ from qsched.ledger.audit import audit
 from qsched.ledger.base import State
 from qsched.stack import CellConfig, ProcessStack
 from qsched.stack.redis_cluster import RedisClusterServers
+from tests.conftest import TEST_DURABILITY
 from tests.helpers import wait_until
 from tests.raw import redis_store
 from tests.test_agent import USER, make_agent, settled
@@ -125,7 +126,9 @@ def test_an_agent_process_runs_on_a_cluster_url(tmp_path, cluster_url: str) -> N
     """qsched-agent as a process reading ``[ledger] url = redis+cluster://...`` and
     ``[ledger] cell``: its nodes and heartbeats reach the cell's master. (Its bus is
     in-process here; the tests above carry boots.)"""
-    stack = ProcessStack(tmp_path, CellConfig("memory://", cluster_url, "rcproc", cell="cell3"))
+    config = CellConfig("memory://", cluster_url, "rcproc", cell="cell3",
+                        options={"ledger": {"durability": TEST_DURABILITY}})  # fmt: skip
+    stack = ProcessStack(tmp_path, config)
     try:
         stack.start_agent(0)
         stack.wait_ready(60)

@@ -31,6 +31,7 @@ from qsched.ledger import Stores
 from qsched.ledger.base import ServerGroup, State
 from qsched.ledger.cellmap import RedisCellMap
 from qsched.net import free_port
+from tests.conftest import DURABILITY_LINE
 from tests.helpers import wait_until
 from tests.test_agent import USER
 from tests.test_cells_api import API_USER, Deployment, deployment, ledger_url
@@ -51,8 +52,8 @@ def config(deployment: Deployment, tmp_path: Path, **urls: str) -> Path:
         lines.append(f"cell = {name} {urls.get(name, url)} {prefix}\n")
     api = urls.get("api", deployment.options.api_url)
     path = tmp_path / "qsched.conf"
-    path.write_text(f"[ledger]\nconnect_timeout_s = 0.2\n[cells]\napi_url = {api}\n"
-                    + "".join(lines))  # fmt: skip
+    path.write_text(f"[ledger]\nconnect_timeout_s = 0.2\n{DURABILITY_LINE}"
+                    f"[cells]\napi_url = {api}\n" + "".join(lines))  # fmt: skip
     return path
 
 
@@ -315,7 +316,7 @@ def test_a_cell_down_is_reported_and_passed_over_and_the_api_keyspace_down_stops
 
 def test_the_command_is_refused_without_cells(tmp_path: Path) -> None:
     single = tmp_path / "single.conf"
-    single.write_text("[ledger]\nurl = fakeredis://alone\n")
+    single.write_text(f"[ledger]\nurl = fakeredis://alone\n{DURABILITY_LINE}")
     refused = adopt(single, "--dry-run", code=2)
     assert "cells adopt: the configuration" in refused.stderr
     assert "has no [cells] cell line" in refused.stderr

@@ -25,7 +25,7 @@ from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.cellmap import RedisCellMap, cell_map
 from qsched.net import free_port
-from tests.conftest import WITH_CLUSTER, backend_url
+from tests.conftest import DURABILITY_LINE, WITH_CLUSTER, backend_url
 from tests.raw import DeadClient, redis_store
 from tests.test_archive import FUTURE, lines, make_deleted, make_live
 
@@ -134,7 +134,7 @@ def cells_config(ledger_url: str, tmp_path: Path) -> Path:
     """qsched-api's configuration of the two cells, its [ledger] the first."""
     prefix = f"t{uuid.uuid4().hex[:8]}"
     path = tmp_path / "qsched.conf"
-    path.write_text(f"[ledger]\nurl = {ledger_url}\ncell = cell1\n"
+    path.write_text(f"[ledger]\nurl = {ledger_url}\ncell = cell1\n{DURABILITY_LINE}"
                     f"[cells]\napi_url = {ledger_url}\n"
                     f"cell = cell1 {ledger_url} {prefix}-cell1\n"
                     f"cell = cell2 {ledger_url} {prefix}-cell2\n")  # fmt: skip
@@ -174,7 +174,7 @@ def test_the_command_refuses_a_cell_no_line_names_and_a_cell_without_cells(
     refused = admin(other, "--before", "0s", "--dry-run", code=2)
     assert "[ledger] cell cell7: no [cells] cell line names it" in refused.stderr
     single = tmp_path / "single.conf"
-    single.write_text(f"[ledger]\nurl = {ledger_url}\n")
+    single.write_text(f"[ledger]\nurl = {ledger_url}\n{DURABILITY_LINE}")
     refused = admin(single, "--before", "0s", "--dry-run", "--cell", "cell1", code=2)
     assert "--cell cell1: the configuration" in refused.stderr
     assert "has no [cells] cell line" in refused.stderr
@@ -188,7 +188,8 @@ def test_the_command_names_the_keyspace_that_does_not_answer(
     booted(keyspaces, "cell1", make_deleted(keyspaces["cell1"], 1))
     down = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
     config = tmp_path / "qsched.conf"
-    config.write_text(f"[ledger]\nconnect_timeout_s = 0.2\n[cells]\napi_url = {down}\n"
+    config.write_text(f"[ledger]\nconnect_timeout_s = 0.2\n{DURABILITY_LINE}"
+                      f"[cells]\napi_url = {down}\n"
                       f"cell = cell1 {ledger_url} t1\ncell = cell2 {down} t2\n")  # fmt: skip
     shown = down.replace("s3cret", "***")
     dead = admin(config, "--before", "0s", "-o", str(tmp_path / "a.jsonl"), "--cell", "cell2",
@@ -232,7 +233,8 @@ def test_all_cells_reports_a_cell_that_does_not_answer_archives_the_others_and_f
     gone = booted(keyspaces, "cell2", make_deleted(keyspaces["cell2"], 2))
     down = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
     config = tmp_path / "qsched.conf"
-    config.write_text(f"[ledger]\nconnect_timeout_s = 0.2\n[cells]\napi_url = {ledger_url}\n"
+    config.write_text(f"[ledger]\nconnect_timeout_s = 0.2\n{DURABILITY_LINE}"
+                      f"[cells]\napi_url = {ledger_url}\n"
                       f"cell = cell1 {down} t1\ncell = cell2 {ledger_url} t2\n")  # fmt: skip
     failed = admin(config, "--before", "0s", "--all-cells", "-o", str(tmp_path / "a.jsonl"),
                    "-f", "json", code=1)  # fmt: skip
@@ -252,7 +254,7 @@ def test_all_cells_is_refused_with_cell_and_without_cells(
                  code=2)  # fmt: skip
     assert "--cell cell1 and --all-cells: give one of them" in both.stderr
     single = tmp_path / "single.conf"
-    single.write_text(f"[ledger]\nurl = {ledger_url}\n")
+    single.write_text(f"[ledger]\nurl = {ledger_url}\n{DURABILITY_LINE}")
     alone = admin(single, "--before", "0s", "--dry-run", "--all-cells", code=2)
     assert "--all-cells: the configuration" in alone.stderr
     assert "has no [cells] cell line" in alone.stderr

@@ -21,6 +21,7 @@ from qsched.api import auth
 from qsched.cmd import api as api_cmd
 from qsched.conf import CellsOptions
 from qsched.conf.cells import CellSpec
+from tests.conftest import DURABILITY_LINE
 
 SHIPPED = CellsOptions.defaults()
 TWO = ("cell1 redis://:s3cret@10.0.0.11:6379/0 cell1",
@@ -139,7 +140,7 @@ REFUSED = [
 def refused_config(tmp_path: Path, line: str) -> Path:
     path = tmp_path / "qsched.conf"
     path.write_text(f"[DEFAULT]\ntransport_url = memory://\n"
-                    f"[ledger]\nurl = fakeredis://opts-{uuid.uuid4().hex}\n"
+                    f"[ledger]\nurl = fakeredis://opts-{uuid.uuid4().hex}\n{DURABILITY_LINE}"
                     f"[cells]\napi_url = {API_URL}\n{line}")  # fmt: skip
     return path
 

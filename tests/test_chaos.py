@@ -31,7 +31,7 @@ from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, Inventory, State
 from qsched.stack.rabbitmq import config_text
-from tests.conftest import require_server
+from tests.conftest import TEST_DURABILITY, require_server
 from tests.raw import redis_store
 
 HOSTS = ["h0", "h1"]
@@ -41,7 +41,10 @@ FLAVOR = {"name": "small", "vcpus": 1, "ram_mb": 1024}
 @pytest.fixture
 def cloud() -> Stores:
     """Two hosts with one node each (named as the fake driver names them)."""
-    stores = open_stores(LedgerOptions.defaults(), url=f"fakeredis://chaos-{uuid.uuid4().hex}")
+    stores = open_stores(
+        LedgerOptions.defaults().replace(durability=TEST_DURABILITY),
+        url=f"fakeredis://chaos-{uuid.uuid4().hex}",
+    )
     for host in HOSTS:
         rp = str(uuid.uuid5(uuid.NAMESPACE_DNS, host))
         stores.ledger.create_provider(rp, f"{host}-0")
@@ -450,6 +453,20 @@ def test_the_fault_counts_of_a_run_left_to_its_defaults(ledger: str) -> None:
     assert set(counts) == set(COUNT_OPTIONS)
     sentinel = ledger == "sentinel"
     assert (counts["master_kill"], counts["machine_crash"]) == (int(sentinel), int(not sentinel))
+
+
+@pytest.mark.parametrize(("ledger", "expected"), [("redis", "product"), ("sentinel", "replica")])
+def test_chaos_runs_the_products_default_durability(ledger: str, expected: str) -> None:
+    """make chaos gives no --durability: a one-server ledger then runs [ledger]
+    durability's shipped default, so what its machine crash may lose is the default's
+    (nothing); a Sentinel set runs replica, the setting that covers a failover."""
+    shipped = LedgerOptions.defaults().durability
+    options = {"ledger": ledger, "durability": None, "master_kills": None,
+               **dict.fromkeys(chaos_cli.SERVER_OPTIONS)}  # fmt: skip
+    chaos_cli._check_ledger(options)
+    assert options["durability"] == (shipped if expected == "product" else expected)
+    assert StackSpec().durability == shipped
+    assert report_module.MAY_LOSE[shipped] == frozenset()
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,8 @@ from qsched.conf import (
     glance,
 )
 from qsched.conf.base import Section
+from qsched.conf.ledger import DEFAULT_DURABILITY, ledger_opts
+from qsched.ledger.durability import Durability
 
 SECTIONS = [
     AgentOptions, APIOptions, BusOptions, CellsOptions, LedgerOptions, NotificationOptions,
@@ -71,3 +73,18 @@ def test_defaults_and_replace() -> None:
     assert (changed.max_attempts, shipped.max_attempts) == (5, 3)
     with pytest.raises(TypeError):
         shipped.replace(no_such_option=1)
+
+
+def test_the_ledger_loses_no_acknowledged_write_by_default() -> None:
+    """[ledger] durability ships as disk, the setting that keeps nothing acknowledged
+    from a machine crash on a plain Redis; the library's own default is the same."""
+    assert LedgerOptions.defaults().durability == DEFAULT_DURABILITY == "disk"
+    assert Durability().mode == DEFAULT_DURABILITY
+    (opt,) = [o for o in ledger_opts if o.dest == "durability"]
+    assert [name for name, _ in opt.type.choices.items()] == ["disk", "replica", "async"]
+    assert "The default, disk, loses none on a plain Redis (replica would fail every write" \
+        in opt.help  # fmt: skip
+    helps = dict(opt.type.choices.items())
+    assert helps["disk"].startswith("the default:") and "deploy/redis-ledger.conf" in helps["disk"]
+    assert helps["async"].startswith("an opt-in:")
+    assert "every write fails on a Redis without replicas" in helps["replica"]

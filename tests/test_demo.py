@@ -37,3 +37,5 @@ def test_the_table_says_which_latency_is_which() -> None:
     assert "(queueing behind the burst)" in result.stdout
     assert "(agents learn the new class)" in result.stdout
     assert "nested (g1.vgpu) on a GPU child" in result.stdout
+    # its ledger keeps nothing past the process, and it says so rather than assume it
+    assert "[ledger] durability = async" in result.stderr

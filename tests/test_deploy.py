@@ -32,17 +32,23 @@ from qsched import conf as qconf
 from qsched.api import app as api_app
 from qsched.bus import base as bus_base
 from qsched.bus.kombu import KombuBus
+from qsched.conf import LedgerOptions
 from qsched.flavors import Constraints, Flavor
+from qsched.ledger import open_stores
+from qsched.ledger.durability import DISK_SETTINGS
+from qsched.ledger.server import unreachable, wait_for
+from qsched.net import free_port
 from qsched.scheduling.classes import class_name
 from qsched.stack.config import ini_text
 from tests.cloud import AMQP_URL, require_rabbitmq
-from tests.conftest import require_server
+from tests.conftest import TEST_DURABILITY, require_server
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 API_UNIT = DEPLOY / "systemd/qsched-api.service"
 AGENT_UNIT = DEPLOY / "systemd/qsched-agent@.service"
 POLICIES = DEPLOY / "rabbitmq-policies.sh"
+LEDGER_REDIS = DEPLOY / "redis-ledger.conf"
 #: Where the units expect the virtual environment qsched is installed in (its bin/).
 UNIT_BINDIR = Path("/opt/qsched/bin")
 ETC = "/etc/qsched/"
@@ -85,7 +91,7 @@ def embedded_conf(tmp_path: Path) -> Path:
     path = tmp_path / "embedded.conf"
     sections = {
         "DEFAULT": {"transport_url": "memory://"},
-        "ledger": {"url": f"fakeredis://deploy-{uuid.uuid4().hex}"},
+        "ledger": {"url": f"fakeredis://deploy-{uuid.uuid4().hex}", "durability": TEST_DURABILITY},
         "scheduler": {"reap_interval_s": 0, "janitor_interval_s": 0, "outbox_interval_s": 0},
     }
     path.write_text(ini_text(sections))
@@ -317,3 +323,35 @@ def test_the_sdist_carries_the_licence_deploy_and_docs(tmp_path: Path) -> None:
     assert {"LICENSE", "README.rst", "qsched/ledger/lua/lib.lua"} <= members
     assert shipped and shipped <= members, sorted(shipped - members)
     assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]
+
+
+def test_the_ledger_redis_recipe_sets_what_the_default_durability_checks() -> None:
+    """deploy/redis-ledger.conf, which the refusal of a Redis without an AOF names."""
+    lines = [line.split(None, 1) for line in LEDGER_REDIS.read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]  # fmt: skip
+    assert dict(lines) == DISK_SETTINGS and len(lines) == len(DISK_SETTINGS)
+
+
+@pytest.mark.real
+def test_a_redis_started_with_the_recipe_opens_with_the_shipped_options(tmp_path: Path) -> None:
+    """redis-server reading deploy/redis-ledger.conf: the shipped [ledger] options
+    (durability disk) open on it and write."""
+    if shutil.which("redis-server") is None:
+        require_server("redis-server", "PATH", FileNotFoundError("redis-server"),
+                       "apt-get install redis-server")  # fmt: skip
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    proc = subprocess.Popen(
+        ["redis-server", str(LEDGER_REDIS), "--port", str(port), "--bind", "127.0.0.1",
+         "--dir", str(tmp_path), "--save", ""],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert wait_for(lambda: unreachable(url) is None, 15), "redis-server did not answer"
+        stores = open_stores(LedgerOptions.defaults(), url=url)
+        stores.quota.set_limits("p1", instances=3)
+        assert stores.quota.get_limits("p1").instances == 3
+        stores.backend.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -1,7 +1,8 @@
 """The [ledger] durability setting on real servers the tests start: what each promises.
 
-``replica`` acknowledges a write only once a replica holds it; ``disk`` only on a
-server that fsyncs before it answers. The machine-crash emulation the chaos run
+``replica`` acknowledges a write only once a replica holds it; ``disk``, the default,
+only on a server that fsyncs before it answers, and a server that does not is refused
+with what to set. The machine-crash emulation the chaos run
 uses is checked here too: it must lose the unsynced tail under ``everysec`` (else
 the chaos figures for ``async`` would prove nothing) and nothing under ``always``.
 """
@@ -22,6 +23,7 @@ from qsched.conf import LedgerOptions
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import Instance, State
+from qsched.ledger.durability import DurabilityRefused
 from qsched.ledger.server import AofSampler, RedisServer
 from tests.conftest import require_server
 from tests.raw import redis_store
@@ -91,7 +93,7 @@ def test_disk_durability_needs_a_server_that_fsyncs_before_it_answers(conf, tmp_
     everysec = _server(tmp_path, "everysec")
     always = _server(tmp_path, "always", fsync="always")
     try:
-        with pytest.raises(exception.Invalid, match="appendfsync always"):
+        with pytest.raises(DurabilityRefused, match="appendfsync everysec"):
             _stores(conf, everysec.url, "disk")
         stores = _stores(conf, always.url, "disk")
         _create(stores)
@@ -100,10 +102,54 @@ def test_disk_durability_needs_a_server_that_fsyncs_before_it_answers(conf, tmp_
         always.stop()
 
 
+def test_the_default_opens_a_server_that_fsyncs_and_refuses_one_without_an_aof(
+    tmp_path: Path,
+) -> None:
+    """The shipped options, untouched: ``disk``. A server without an AOF is refused at
+    open with the redis.conf lines to add and the way to opt out; one with them opens."""
+    default = LedgerOptions.defaults()
+    assert default.durability == "disk"
+    bare = _server(tmp_path, "bare")
+    always = _server(tmp_path, "always", fsync="always")
+    try:
+        bare.client().config_set("appendonly", "no")  # as a Redis installed as shipped
+        with pytest.raises(DurabilityRefused) as err:
+            open_stores(default, url=bare.url)
+        message = str(err.value)
+        assert message.startswith("[ledger] durability = disk: the ledger's Redis")
+        assert "it runs appendonly no, appendfsync everysec" in message
+        lines = "appendonly yes; appendfsync always; no-appendfsync-on-rewrite no"
+        assert f"set in its redis.conf (deploy/redis-ledger.conf): {lines}" in message
+        assert "durability = replica" in message and "or async (opting out" in message
+        stores = open_stores(default, url=always.url)
+        _create(stores)
+        always.client().config_set("no-appendfsync-on-rewrite", "yes")  # a rewrite skips fsync
+        with pytest.raises(DurabilityRefused, match="it runs no-appendfsync-on-rewrite yes:"):
+            open_stores(default, url=always.url)
+    finally:
+        bare.stop()
+        always.stop()
+
+
+def test_a_server_that_refuses_config_cannot_be_checked(tmp_path: Path) -> None:
+    """A user without CONFIG in its ACL (as on a managed Redis): refused, saying why."""
+    always = _server(tmp_path, "acl", fsync="always")
+    try:
+        always.client().acl_setuser("qsched", enabled=True, passwords=["+pw"], keys=["*"],
+                                    commands=["+@all", "-config"])  # fmt: skip
+        url = f"redis://qsched:pw@127.0.0.1:{always.port}/0"
+        with pytest.raises(DurabilityRefused, match=r"refused CONFIG GET .* cannot be checked"):
+            open_stores(LedgerOptions.defaults(), url=url)
+        open_stores(LedgerOptions.defaults().replace(durability="async"), url=url)
+    finally:
+        always.stop()
+
+
 @pytest.mark.parametrize("durability", ["replica", "disk"])
 def test_fakeredis_cannot_keep_a_durable_promise(conf, durability: str) -> None:
-    with pytest.raises(exception.Invalid, match="needs a real Redis"):
+    with pytest.raises(DurabilityRefused, match="needs a real Redis") as err:
         _stores(conf, f"fakeredis://d-{uuid.uuid4().hex}", durability)
+    assert "or durability = async to run on the embedded ledger" in str(err.value)
 
 
 def _write_until_crash(

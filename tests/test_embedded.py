@@ -5,16 +5,23 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from agents import main as agent_main
 from agents.virt.fake import FakeNodeSpec
+from qsched import conf as qconf
+from qsched.cmd import api as api_cmd
 from qsched.conf import LedgerOptions
 from qsched.context import RequestContext
-from qsched.embedded import embedded_options, start_stack
+from qsched.embedded import SharedState, embedded_options, start_stack
 from qsched.ledger import embedded, open_stores
 from qsched.ledger.base import Instance, State
+from qsched.ledger.durability import DurabilityRefused
 from qsched.ledger.embedded import EmbeddedNotInstalled
+from qsched.net import free_port
 from tests.helpers import wait_until
 
 
@@ -52,7 +59,11 @@ def test_a_redis_ledger_never_imports_fakeredis() -> None:
         "import sys, qsched.cmd.api, agents.main\n"
         "from qsched.conf import LedgerOptions\n"
         "from qsched.ledger import open_stores\n"
-        "stores = open_stores(LedgerOptions.defaults(), url='redis://127.0.0.1:1/0')\n"
+        "from qsched.exception import BackendUnavailable\n"
+        "try:\n"  # the default, disk, asks the server for its settings: none answers there
+        "    open_stores(LedgerOptions.defaults(), url='redis://127.0.0.1:1/0')\n"
+        "except BackendUnavailable:\n"
+        "    pass\n"
         "sys.exit(3 if 'fakeredis' in sys.modules or 'lupa' in sys.modules else 0)\n"
     )
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
@@ -111,3 +122,46 @@ def test_the_embedded_stack_publishes_a_parked_request_again() -> None:
         assert "stranded in the outbox" in reasons
     finally:
         stack.stop()
+
+
+def test_the_embedded_stack_says_async_and_the_shipped_default_is_refused_on_it() -> None:
+    """The embedded ledger keeps nothing past its process: the embedded stack's options
+    say async, and open; the shipped options (disk, fakeredis://) are refused with what
+    to set, never silently run async."""
+    options = embedded_options()
+    assert options.ledger.durability == "async"
+    open_stores(options.ledger, options.quota).backend.ping()
+    with pytest.raises(DurabilityRefused, match="durability = disk: needs a real Redis") as err:
+        open_stores(LedgerOptions.defaults())
+    assert "or durability = async to run on the embedded ledger" in str(err.value)
+
+
+def test_the_demos_admin_config_opens_its_served_ledger(tmp_path: Path) -> None:
+    """qsched-demo --serve writes qsched-demo.conf for qsched-admin: its ledger is the
+    demo's fakeredis served over TCP, so the file says async too."""
+    shared = SharedState(free_port())
+    try:
+        options = embedded_options(url=("ledger", shared.ledger_url))
+        path = tmp_path / "qsched-demo.conf"
+        shared.write_config(options, str(path))
+        read = qconf.load_options(config_files=[str(path)]).ledger
+        assert (read.url, read.durability) == (shared.ledger_url, "async")
+        open_stores(read).backend.ping()
+    finally:
+        shared.stop()
+
+
+def test_the_services_on_the_shipped_options_say_the_refusal_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """qsched-api and qsched-agent with no [ledger] at all (fakeredis://, disk): each
+    refuses to start with the durability message and its fix, and nothing else."""
+    config = tmp_path / "qsched.conf"
+    config.write_text("[DEFAULT]\ntransport_url = memory://\n")
+    assert api_cmd.main(["--config-file", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("qsched-api: [ledger] durability = disk: needs a real Redis")
+    result = CliRunner().invoke(agent_main.main, ["--config-file", str(config)])
+    assert result.exit_code == 1, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith("Error: [ledger] durability = disk") and line.endswith("tests do")

@@ -28,7 +28,7 @@ from qsched.glance import GlanceImages
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import State, Usage
 from qsched.stack.config import ini_text
-from tests.conftest import GlanceCloud, KeystoneCloud
+from tests.conftest import TEST_DURABILITY, GlanceCloud, KeystoneCloud
 from tests.helpers import wait_until
 from tests.test_images import AVX, _agent
 from tests.test_keystone_real import COMPUTE, keystone_conf
@@ -89,7 +89,7 @@ def glance_api(
             {
                 "DEFAULT": {"transport_url": "memory://"},
                 "bus": {"prefix": prefix},
-                "ledger": {"url": ledger_url},
+                "ledger": {"url": ledger_url, "durability": TEST_DURABILITY},
                 "scheduler": {"build_timeout_s": BUILD_TIMEOUT_S},
             }
         )

@@ -35,7 +35,7 @@ from qsched.ledger import Stores, open_stores
 from qsched.stack.cleanup import forget_bus
 from qsched.stack.config import ini_text
 from tests.cloud import transport_url
-from tests.conftest import require_server
+from tests.conftest import TEST_DURABILITY, require_server
 from tests.raw import redis_store
 from tests.test_compute import configure
 from tests.test_logging import qsched_api
@@ -424,7 +424,8 @@ def test_publishes_failing_while_the_probe_succeeds_on_rabbitmq(conf) -> None:
 def healthcheck_conf(tmp_path: Path, **healthcheck: Any):
     """A configuration whose ``[healthcheck]`` section is ``healthcheck``, read from a file."""
     path = tmp_path / "qsched.conf"
-    path.write_text(ini_text({"healthcheck": healthcheck}))
+    path.write_text(ini_text({"healthcheck": healthcheck,
+                              "ledger": {"durability": TEST_DURABILITY}}))  # fmt: skip
     return qconf.load(config_files=[str(path)])
 
 

@@ -31,7 +31,7 @@ from qsched.context import global_request_id
 from qsched.ledger import open_stores
 from qsched.net import LOOPBACK, free_port, outward_address
 from qsched.stack.config import ini_text
-from tests.conftest import IN_CI
+from tests.conftest import IN_CI, TEST_DURABILITY
 
 ROOT = Path(__file__).resolve().parent.parent
 NOAUTH2 = APIOptions.defaults()
@@ -63,7 +63,10 @@ def test_the_loud_option_or_keystone_lets_it_listen_anywhere() -> None:
 
 def write_conf(tmp_path: Path, **api: object) -> Path:
     path = tmp_path / "qsched.conf"
-    sections = {"ledger": {"url": f"fakeredis://id-{uuid.uuid4().hex}"}, "api": api}
+    sections = {
+        "ledger": {"url": f"fakeredis://id-{uuid.uuid4().hex}", "durability": TEST_DURABILITY},
+        "api": api,
+    }
     path.write_text(ini_text({"DEFAULT": {"transport_url": "memory://"}, **sections}))
     return path
 
@@ -126,7 +129,8 @@ def test_remote_peers(peer: str) -> None:
 
 def noauth2_app(**api: Any) -> Any:
     """The noauth2 application as create_app builds it (no entry point in front)."""
-    stores = open_stores(LedgerOptions.defaults(), url=f"fakeredis://id-{uuid.uuid4().hex}")
+    ledger = LedgerOptions.defaults().replace(durability=TEST_DURABILITY)
+    stores = open_stores(ledger, url=f"fakeredis://id-{uuid.uuid4().hex}")
     bus = KombuBus("memory://", prefix=f"id{uuid.uuid4().hex[:8]}")
     return api_app.create_app(stores, bus, NOAUTH2.replace(**api))
 
@@ -296,7 +300,10 @@ def test_the_global_request_id_is_kept_only_in_the_req_uuid_form() -> None:
 @pytest.fixture
 def keystone_client() -> falcon.testing.TestClient:
     """The keystone strategy's falcon app with nothing in front of it."""
-    stores = open_stores(LedgerOptions.defaults(), url=f"fakeredis://id-{uuid.uuid4().hex}")
+    stores = open_stores(
+        LedgerOptions.defaults().replace(durability=TEST_DURABILITY),
+        url=f"fakeredis://id-{uuid.uuid4().hex}",
+    )
     bus = KombuBus("memory://", prefix=f"id{uuid.uuid4().hex[:8]}")
     return falcon.testing.TestClient(
         api_app.create_app(stores, bus, NOAUTH2.replace(auth_strategy="keystone"))

@@ -35,7 +35,7 @@ from qsched.policy import Policy
 from qsched.stack.config import ini_text
 from qsched.stack.keystone import KeystoneFailed, KeystoneServer
 from qsched.stack.memcached import MemcachedFailed, MemcachedServer
-from tests.conftest import KeystoneCloud, require_server
+from tests.conftest import TEST_DURABILITY, KeystoneCloud, require_server
 
 pytestmark = pytest.mark.real
 
@@ -87,6 +87,7 @@ def keystone_conf(
     path.write_text(
         ini_text(
             {
+                "ledger": {"durability": TEST_DURABILITY},
                 "api": {"auth_strategy": "keystone", "flavor": ["small:1:512:0"], **api},
                 "keystone_authtoken": {
                     "www_authenticate_uri": cloud.server.url,
@@ -501,7 +502,8 @@ def test_the_shipped_deploy_config_serves_tokens_cached_in_memcached(
         ini_text(
             {
                 "DEFAULT": {"transport_url": "memory://"},
-                "ledger": {"url": f"fakeredis://deploy-{uuid.uuid4().hex}"},
+                "ledger": {"url": f"fakeredis://deploy-{uuid.uuid4().hex}",
+                           "durability": TEST_DURABILITY},
                 "scheduler": {"reap_interval_s": 0, "janitor_interval_s": 0,
                               "outbox_interval_s": 0},
                 "keystone_authtoken": {

@@ -1,14 +1,17 @@
-"""qsched-ledger-bench through click's CliRunner, on tiny sizes and fakeredis only."""
+"""qsched-ledger-bench through click's CliRunner, on tiny sizes: fakeredis, and the
+durability backend on redis-servers of its own."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from click.testing import CliRunner
 
 from qsched.cmd import ledger_bench
 from qsched.cmd.ledger_bench import main
+from tests.conftest import require_server
 
 RESULT_KEYS = {"backend", "threads", "claims", "refused", "conflicts", "seconds",
                "claims_per_s", "p50_ms", "p99_ms"}  # fmt: skip
@@ -111,3 +114,21 @@ def test_percentile() -> None:
     assert ledger_bench.percentile(values, 0.99) == 99.0
     assert ledger_bench.percentile([7.0], 0.99) == 7.0
     assert ledger_bench.percentile([], 0.5) == 0.0
+
+
+@pytest.mark.real
+@pytest.mark.timeout(90)
+def test_each_durability_claims_on_servers_of_its_own() -> None:
+    """--backend durability: async, replica (a master and one replica) and disk, each on
+    redis-servers it starts (qsched.ledger.server.start_for) and stops."""
+    if shutil.which("redis-server") is None:
+        require_server("redis-server", "PATH", FileNotFoundError("redis-server"),
+                       "apt-get install redis-server")  # fmt: skip
+    args = ["--backend", "durability", "--providers", "3", "--claims", "12", "--threads", "2"]
+    code, stdout, output = run(*args, "--format", "json")
+    assert code == 0, output
+    results = json.loads(stdout)["results"]
+    assert [(r["backend"], r["threads"]) for r in results] == [
+        (f"redis {mode}", threads) for mode in ("async", "replica", "disk") for threads in (1, 2)
+    ]
+    assert all((r["claims"], r["refused"]) == (12, 0) for r in results)

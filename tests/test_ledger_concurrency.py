@@ -36,6 +36,7 @@ from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, Inventory, State, Usage
 from qsched.ledger.retry import claim
+from tests.conftest import TEST_DURABILITY
 
 VCPU, RAM = "VCPU", "MEMORY_MB"
 OPS = ("create", "claim", "redeliver", "spawned", "spawn_failed", "no_room", "error",
@@ -119,6 +120,7 @@ RACE_SETTINGS = settings(
 
 def open_world(world: World) -> Stores:
     conf = qconf.load()
+    conf.set_override("durability", TEST_DURABILITY, group="ledger")
     conf.set_override("cell", world.cell, "ledger")
     return open_stores(LedgerOptions.from_conf(conf), url=world.url)
 

@@ -31,7 +31,7 @@ from qsched.ledger.audit import audit
 from qsched.ledger.base import Consumer, Instance, Inventory, State
 from qsched.ledger.server import RedisServer, wait_for
 from qsched.stack.sentinel import RedisServerError, SentinelSet
-from tests.conftest import require_server
+from tests.conftest import DURABILITY_LINE, require_server
 from tests.raw import redis_store
 
 pytestmark = [pytest.mark.real, pytest.mark.chaos, pytest.mark.timeout(90)]
@@ -255,7 +255,7 @@ def test_the_admin_cli_and_its_janitor_read_the_ledger_through_the_sentinels(
     providers = _cloud(_stores(conf, sentinel_set.url(), "replica", 2))  # on both replicas
     sentinel_set.kill_master()  # what they read is on the promoted replica
     config = tmp_path / "qsched.conf"
-    config.write_text(f"[ledger]\nurl = {sentinel_set.url()}\n")
+    config.write_text(f"[ledger]\nurl = {sentinel_set.url()}\n{DURABILITY_LINE}")
     runner = CliRunner()
     listed = runner.invoke(cli, ["--config-file", str(config), "providers", "-f", "json"])
     assert listed.exit_code == 0, listed.output

@@ -30,6 +30,7 @@ from qsched.ledger import Stores
 from qsched.ledger.base import State
 from qsched.net import LOOPBACK, free_port
 from qsched.stack.config import ini_text
+from tests.conftest import TEST_DURABILITY
 from tests.helpers import wait_until
 from tests.test_api import post_server
 from tests.test_compute import RecordingBus, make_app
@@ -132,7 +133,8 @@ def qsched_api(tmp_path: Path, *args: str, **sections: dict[str, Any]) -> Iterat
     """``qsched-api`` on the embedded ledger and bus, with ``args`` and config ``sections``."""
     port = free_port()
     given = {"DEFAULT": {"transport_url": "memory://"},
-             "ledger": {"url": f"fakeredis://log-{uuid.uuid4().hex}"}, **sections}  # fmt: skip
+             "ledger": {"url": f"fakeredis://log-{uuid.uuid4().hex}",
+                        "durability": TEST_DURABILITY}, **sections}  # fmt: skip
     given["api"] = {**given.get("api", {}), "port": port}
     config = tmp_path / "qsched.conf"
     config.write_text(ini_text(given))
@@ -218,7 +220,7 @@ def test_qsched_agent_logs_where_its_config_says(tmp_path: Path) -> None:
     config = tmp_path / "qsched.conf"
     config.write_text(ini_text({
         "DEFAULT": {"transport_url": "memory://", "log_file": str(log_file)},
-        "ledger": {"url": f"fakeredis://log-{uuid.uuid4().hex}"},
+        "ledger": {"url": f"fakeredis://log-{uuid.uuid4().hex}", "durability": TEST_DURABILITY},
         "agent": {"host": "cn-log", "node_count": 1},
     }))  # fmt: skip
     proc = subprocess.Popen(

@@ -42,7 +42,7 @@ from qsched.scheduling.fit import RefusalKind
 from qsched.scheduling.records import record_for, request_for
 from qsched.stack.processes import http_call
 from tests.cloud import Cloud, transport_url
-from tests.conftest import real_redis
+from tests.conftest import TEST_DURABILITY, real_redis
 from tests.helpers import RecordingDelivery, wait_until
 from tests.raw import redis_store
 
@@ -100,7 +100,10 @@ class Cell:
 @pytest.fixture
 def cell() -> Iterator[Cell]:
     """The API in process (noauth2, metrics on) and three agents, each serving its metrics."""
-    stores = open_stores(LedgerOptions.defaults(), url=f"fakeredis://m-{uuid.uuid4().hex}")
+    stores = open_stores(
+        LedgerOptions.defaults().replace(durability=TEST_DURABILITY),
+        url=f"fakeredis://m-{uuid.uuid4().hex}",
+    )
     bus = KombuBus("memory://", prefix=f"m{uuid.uuid4().hex[:10]}")
     stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
     stores.quota.set_limits("p2", instances=2, cores=-1, ram_mb=-1)
@@ -213,7 +216,10 @@ def test_refusals_and_no_valid_host_at_an_agent_are_counted_by_reason(cell: Cell
 
 
 def test_metrics_need_no_token_and_can_be_turned_off() -> None:
-    stores = open_stores(LedgerOptions.defaults(), url=f"fakeredis://m-{uuid.uuid4().hex}")
+    stores = open_stores(
+        LedgerOptions.defaults().replace(durability=TEST_DURABILITY),
+        url=f"fakeredis://m-{uuid.uuid4().hex}",
+    )
     bus = KombuBus("memory://", prefix=f"m{uuid.uuid4().hex[:10]}")
     for strategy in ("noauth2", "keystone"):
         api = APIOptions.defaults().replace(auth_strategy=strategy)
@@ -245,7 +251,10 @@ def test_a_refused_create_is_counted_under_a_word_of_a_fixed_set() -> None:
 
 
 def test_the_reaper_and_the_janitor_count_what_they_did() -> None:
-    stores = open_stores(LedgerOptions.defaults(), url=f"fakeredis://m-{uuid.uuid4().hex}")
+    stores = open_stores(
+        LedgerOptions.defaults().replace(durability=TEST_DURABILITY),
+        url=f"fakeredis://m-{uuid.uuid4().hex}",
+    )
     bus = KombuBus("memory://", prefix=f"m{uuid.uuid4().hex[:10]}")
     late = BootRequest.create(
         str(uuid.uuid4()), "p1", "u1", Flavor("small", 1, 512, 0), timeout_s=-1
@@ -339,7 +348,10 @@ class RefusingBus(KombuBus):
 
 
 def test_a_publish_the_broker_did_not_confirm_is_counted_with_the_refusal() -> None:
-    stores = open_stores(LedgerOptions.defaults(), url=f"fakeredis://m-{uuid.uuid4().hex}")
+    stores = open_stores(
+        LedgerOptions.defaults().replace(durability=TEST_DURABILITY),
+        url=f"fakeredis://m-{uuid.uuid4().hex}",
+    )
     bus = RefusingBus("memory://", prefix=f"m{uuid.uuid4().hex[:10]}")
     stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
     metrics = APIMetrics()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import uuid
 
 import pytest
@@ -12,8 +13,10 @@ from qsched import exception
 from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, cluster, open_stores
 from qsched.ledger.backend import LedgerUnavailable
+from qsched.ledger.durability import DurabilityRefused
 from qsched.ledger.keys import Keyspace
-from qsched.stack.redis_cluster import SLOTS, RedisClusterServers, slot_ranges
+from qsched.stack.redis_cluster import SLOTS, RedisClusterFailed, RedisClusterServers, slot_ranges
+from tests.conftest import require_server
 from tests.raw import redis_store
 
 
@@ -115,11 +118,54 @@ def test_a_master_without_the_scripts_gets_them_again(conf, cluster_url, redis_c
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("mode", ["replica", "disk"])
-def test_durability_other_than_async_is_refused_on_a_cluster(conf, cluster_url, mode) -> None:
-    conf.set_override("durability", mode, group="ledger")
-    with pytest.raises(exception.Invalid, match=f"durability = {mode} is not built for a Redis"):
+def test_replica_durability_is_refused_on_a_cluster(conf, cluster_url) -> None:
+    conf.set_override("durability", "replica", group="ledger")
+    with pytest.raises(DurabilityRefused, match="replica: not built for a Redis Cluster") as err:
         cluster_stores(conf, cluster_url)
+    assert "Use durability = disk" in str(err.value)
+
+
+@pytest.mark.real
+def test_disk_durability_names_every_node_without_an_aof(
+    conf, cluster_url, redis_cluster: RedisClusterServers
+) -> None:
+    """The session's cluster keeps nothing on disk: each of its masters is named."""
+    conf.set_override("durability", "disk", group="ledger")
+    with pytest.raises(DurabilityRefused) as err:
+        cluster_stores(conf, cluster_url)
+    message = str(err.value)
+    assert "3 of 3 do not" in message and "appendonly no" in message
+    assert all(f"127.0.0.1:{port} (primary)" in message for port in redis_cluster.ports)
+    assert "appendfsync always" in message and "durability = replica" in message
+
+
+@pytest.mark.real
+def test_disk_durability_on_a_cluster_whose_nodes_fsync_always(conf, tmp_path) -> None:
+    """A cluster of its own whose masters fsync before they answer: the default opens
+    and writes; one node set back to everysec is refused by name, alone; a node that
+    does not answer stops the start, named too."""
+    servers = RedisClusterServers(tmp_path, masters=2, fsync="always")
+    try:
+        servers.start()
+    except RedisClusterFailed as exc:
+        require_server("Redis Cluster", servers.url, exc, "apt-get install redis-server")
+    try:
+        assert LedgerOptions.defaults().durability == "disk"
+        conf.set_override("durability", "disk", group="ledger")
+        stores = cluster_stores(conf, servers.url)
+        assert stores.ledger.create_provider(str(uuid.uuid4()), "cn1").generation == 0
+        stores.backend.close()
+        lax, strict = servers.ports
+        with servers.client(lax) as client:
+            client.config_set("appendfsync", "everysec")
+        named = re.escape(f"1 of 2 do not (127.0.0.1:{lax} (primary): appendfsync everysec)")
+        with pytest.raises(DurabilityRefused, match=named):
+            cluster_stores(conf, servers.url)
+        servers.kill(lax)
+        with pytest.raises(exception.BackendUnavailable, match=f"127.0.0.1:{lax} did not answer"):
+            cluster_stores(conf, f"redis+cluster://127.0.0.1:{strict}")
+    finally:
+        servers.stop()
 
 
 @pytest.mark.real

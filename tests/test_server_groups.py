@@ -40,6 +40,7 @@ from qsched.reaper import NO_VALID_HOST, reap_expired
 from qsched.scheduling.classes import SchedulingClass
 from qsched.stack.cleanup import forget_bus
 from tests.cloud import transport_url
+from tests.conftest import TEST_DURABILITY
 from tests.helpers import before_claim, wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -103,6 +104,7 @@ class Cell:
 
 def open_cell(transport: str, ledger_url: str, hosts: int, vcpus: int) -> Cell:
     conf = qconf.load()
+    conf.set_override("durability", TEST_DURABILITY, group="ledger")
     quota = QuotaOptions.defaults().replace(server_group_members=1000, server_groups=100)
     stores = open_stores(LedgerOptions.from_conf(conf), quota, url=ledger_url)
     bus = KombuBus(transport, prefix=f"sg{uuid.uuid4().hex[:10]}")

@@ -26,6 +26,7 @@ from qsched.ledger.base import ClaimGuard, Instance, Inventory, Provider, Provid
 from qsched.resources import DISK_GB, MEMORY_MB, SHARES_VIA_AGGREGATE, VCPU
 from qsched.scheduling.fit import NO_CONSTRAINTS, Refusal, RefusalKind, Request, fit_request, room
 from qsched.scheduling.views import NodeView, ProviderView
+from tests.conftest import DURABILITY_LINE
 from tests.raw import redis_store
 
 AGG = "11111111-1111-4111-8111-111111111111"
@@ -247,7 +248,9 @@ def test_the_index_keeps_one_view_and_ranks_nodes_by_their_own_room() -> None:
 
 def admin(tmp_path: Path, ledger_url: str):
     config = tmp_path / "qsched.conf"
-    config.write_text(f"[DEFAULT]\ntransport_url = memory://\n[ledger]\nurl = {ledger_url}\n")
+    config.write_text(
+        f"[DEFAULT]\ntransport_url = memory://\n[ledger]\nurl = {ledger_url}\n" + DURABILITY_LINE
+    )
     runner = CliRunner()
 
     def run(*args: str, code: int = 0) -> str:

@@ -27,6 +27,7 @@ from qsched.scheduling.fit import Refusal, RefusalKind, Request, fit_request
 from qsched.scheduling.views import NodeView, ProviderView
 from qsched.stack.cleanup import forget_bus
 from tests.cloud import transport_url
+from tests.conftest import TEST_DURABILITY
 from tests.helpers import wait_until
 
 TREE = [
@@ -137,6 +138,7 @@ def shipped_agent(ledger_url: str, broker: str, tree: Sequence[str], **agent: An
     prefix = f"tree{uuid.uuid4().hex[:8]}"
     url = "memory://" if broker == "memory" else transport_url("rabbitmq")
     conf = qconf.load()
+    conf.set_override("durability", TEST_DURABILITY, group="ledger")
     settings = {"host": "cn1", "node_provider": list(tree), "class_poll_interval_s": 0.05}
     for name, value in {**settings, **agent}.items():
         conf.set_override(name, value, group="agent")

@@ -224,6 +224,16 @@ def default_scenarios(quick: bool, embedded: bool) -> tuple[tuple[str, ...], str
     help="Redis for the ledger. Nothing is flushed: each cloud uses its own cell "
     "and deletes only its keys.",
 )
+@click.option(
+    "--durability",
+    type=click.Choice(["async", "replica", "disk"]),
+    help="[ledger] durability of the clouds, on a ledger of the run's own instead of "
+    "--ledger-url: a redis-server started for the run and set to match (disk: appendfsync "
+    "always; async and replica: everysec; replica: with one replica, which WAIT counts), "
+    "stopped at the end. Runs of one setting after another price each. Without it the "
+    "clouds run async on --ledger-url (a benchmark's choice: a shared Redis may keep no "
+    "AOF); the report says which.",
+)
 @click.option("--amqp-url", default=DEFAULT_AMQP, show_default=True, help="RabbitMQ.")
 @click.option(
     "--rabbit-cluster",
@@ -325,6 +335,7 @@ def main(
     plumbing_slice_s: float | None,
     group_members: int,
     ledger_url: str,
+    durability: str | None,
     amqp_url: str,
     rabbit_cluster: int | None,
     bus_redis_url: str,
@@ -397,9 +408,23 @@ def main(
         amqp_url = cluster.kombu_url
     # oslo.messaging's rabbit:// (every node of a cluster) for the notifications
     notifications_to = cluster.url if cluster is not None else notification_url(amqp_url)
+    if durability is not None:
+        if embedded:
+            raise click.UsageError("--durability needs real servers: the embedded ledger "
+                                   "keeps nothing (drop --embedded)")  # fmt: skip
+        servers = start_ledger(durability, workdir, clock.say)
+        click.get_current_context().call_on_close(lambda: stop_ledger(servers))
+        ledger_url = servers[0].url
     embedded, transports, backends = pick_backends(
         embedded, ledger_url, amqp_url, bus_redis_url, buses, clock.say
     )
+    if durability is not None and embedded:
+        raise click.ClickException(f"--durability {durability}: no bus answers, so this "
+                                   "run would be the embedded default, which keeps "
+                                   "nothing")  # fmt: skip
+    backends["durability"] = durability or "async"
+    if not embedded:
+        backends["summary"] += f", [ledger] durability = {backends['durability']}"
     if notifications != "off" and "rabbitmq" not in transports:
         raise click.UsageError(
             f"--notifications {notifications} needs RabbitMQ at --amqp-url, and this run has "
@@ -433,6 +458,7 @@ def main(
         notifications=ON_OFF[notifications],
         notification_url=None if notifications == "off" else notifications_to,
         rabbit_home=None if cluster is None else str(cluster.dir),
+        durability="async" if embedded else backends["durability"],
     )
     left_out = None
     if not scenarios:
@@ -497,6 +523,24 @@ def start_cluster(nodes: int, workdir: Path, say: Any) -> RabbitCluster:
         raise click.ClickException(f"the RabbitMQ cluster did not start: {exc}") from exc
     say(f"  RabbitMQ cluster of {nodes} nodes formed in {took}s: {cluster.kombu_url}")
     return cluster
+
+
+def start_ledger(durability: str, workdir: Path, say: Any) -> list[server.RedisServer]:
+    """The run's own ledger servers for ``--durability``, started (the master first)."""
+    try:
+        servers = server.start_for(workdir, durability)
+    except server.RedisServerError as exc:
+        raise click.ClickException(f"the ledger's redis-server did not start: {exc}") from exc
+    say(
+        f"ledger: a redis-server of the run's own on {servers[0].url}, appendfsync "
+        f"{servers[0].fsync}, {len(servers) - 1} replica(s), [ledger] durability = {durability}"
+    )
+    return servers
+
+
+def stop_ledger(servers: list[server.RedisServer]) -> None:
+    for running in reversed(servers):
+        running.stop()
 
 
 def _public(settings: Settings) -> dict[str, Any]:

@@ -69,6 +69,8 @@ class Settings:
     instances_hosts: int = 100_000
     preload_instances: int = 1_000_000
     preload_live_share: float = 0.5
+    #: [ledger] durability of the clouds (:attr:`CloudSpec.durability`)
+    durability: str = "async"
 
     @property
     def transport_url(self) -> str:
@@ -106,6 +108,7 @@ class Runner:
     def spec(self, hosts: int, flavors: tuple[BenchFlavor, ...], **extra: Any) -> CloudSpec:
         extra.setdefault("transport_url", self.settings.transport_url)
         extra.setdefault("metrics", self.settings.metrics[-1])
+        extra.setdefault("durability", self.settings.durability)
         if self.settings.rabbit_home is not None:
             extra.setdefault("rabbit_home", self.settings.rabbit_home)
             extra.setdefault("host_queue_type", "quorum")

@@ -92,6 +92,10 @@ class CloudSpec:
     #: the home of the RabbitMQ cluster the run started (``--rabbit-cluster``), whose
     #: nodes alone count as RabbitMQ's CPU; None: every RabbitMQ on the machine
     rabbit_home: str | None = None
+    #: [ledger] durability of every process: async on a ledger URL given (a shared
+    #: Redis may keep no AOF), or the run's ``--durability`` on a ledger server of its
+    #: own set to match (:func:`qsched.ledger.server.start_for`)
+    durability: str = "async"
 
     def slots(self, flavor: BenchFlavor) -> int:
         """How many instances of ``flavor`` the whole cloud holds."""
@@ -113,7 +117,8 @@ class CloudSpec:
     def options(self) -> Options:
         """The qsched options every process reads: no quota, no spawn delay."""
         return {
-            "ledger": {"cpu_allocation_ratio": self.cpu_allocation_ratio},
+            "ledger": {"cpu_allocation_ratio": self.cpu_allocation_ratio,
+                       "durability": self.durability},
             "quota": {"instances": -1, "cores": -1, "ram": -1, "server_groups": -1,
                       "server_group_members": -1},
             "scheduler": {"build_timeout_s": self.build_timeout_s,

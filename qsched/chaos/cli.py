@@ -15,6 +15,7 @@ from qsched.chaos.report import table, to_json
 from qsched.chaos.runner import AMQP_URL, ChaosRun, RunSettings
 from qsched.chaos.servers import ChaosError, RabbitFailed, RedisServerError
 from qsched.chaos.stack import StackSpec
+from qsched.conf.ledger import DEFAULT_DURABILITY, DURABILITY_MODES
 from qsched.stack import StackFailed
 
 
@@ -256,14 +257,15 @@ def _counts(o: dict[str, Any]) -> dict[str, int]:
 )
 @click.option(
     "--durability",
-    type=click.Choice(["disk", "async", "replica"]),
+    type=click.Choice(DURABILITY_MODES),
     default=None,
     help="[ledger] durability of the run, its ledger servers set to match: disk "
     "(appendfsync always; a machine crash must lose nothing), async (appendfsync "
     "everysec; a machine crash or a killed master may lose acknowledged writes, and the "
     "run reports those losses without failing on them) or replica (--ledger sentinel "
-    "only: WAIT for one replica; a killed master must lose nothing) [default: disk, "
-    "replica with --ledger sentinel].",
+    "only: WAIT for one replica; a killed master must lose nothing) [default: the "
+    f"product's, {DEFAULT_DURABILITY}; replica with --ledger sentinel, whose failover "
+    "disk does not cover].",
 )
 @click.option(
     "--crash-loss-s",
@@ -396,7 +398,7 @@ def _check_ledger(o: dict[str, Any]) -> None:
     """Fill in --durability; refuse what the ledger chosen cannot take."""
     sentinel = o["ledger"] == "sentinel"
     if o["durability"] is None:
-        o["durability"] = "replica" if sentinel else "disk"
+        o["durability"] = "replica" if sentinel else DEFAULT_DURABILITY
     if o["durability"] == "replica" and not sentinel:
         raise click.UsageError("--durability replica needs replicas: add --ledger sentinel")
     given = [flag for option, flag in SERVER_OPTIONS.items() if o[option]]

@@ -36,6 +36,7 @@ from qsched.chaos.faults import Fault, FaultInjector, FaultSettings, default_cou
 from qsched.chaos.load import Call, LoadGenerator, token
 from qsched.chaos.servers import RabbitCluster, RabbitMQ, RabbitNode, RedisServer, wait_for
 from qsched.chaos.stack import FLAVORS, Stack, StackSpec
+from qsched.ledger.server import FSYNC
 from qsched.stack.sentinel import SentinelSet
 
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
@@ -191,7 +192,7 @@ class ChaosRun:
     def _start_ledger(self) -> str:
         """The run's ledger servers, started: one redis-server, or a Sentinel set; its URL."""
         s = self.settings
-        fsync = "always" if s.spec.durability == "disk" else "everysec"
+        fsync = FSYNC[s.spec.durability]
         if s.ledger == "sentinel":
             self.sentinels = SentinelSet(self.dir / "ledger", fsync=fsync)
             self.sentinels.start()

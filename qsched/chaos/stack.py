@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from qsched.conf.ledger import DEFAULT_DURABILITY
 from qsched.stack import CellConfig, GunicornConfig, Options, ProcessStack, new_prefix
 
 #: name, vcpus, ram_mb, weight in the load's mix
@@ -35,7 +36,9 @@ class StackSpec:
     shutdown_timeout_s: float = 15.0
     api_workers: int = 2
     seed: int = 1
-    durability: str = "disk"  # the ledger's [ledger] durability (the server is set to match)
+    #: the ledger's [ledger] durability, the product's default unless told (the server is
+    #: set to match)
+    durability: str = DEFAULT_DURABILITY
     quota_instances: int = 12  # per project: finite, so that "quota holds" is tested
     quota_cores: int = 20
     reconcile_interval_s: float = 2.0

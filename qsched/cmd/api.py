@@ -24,6 +24,7 @@ from wsgiref import simple_server
 from qsched import conf as qconf
 from qsched.api import app as api_app
 from qsched.api import auth
+from qsched.ledger.durability import DurabilityRefused
 
 LOG = logging.getLogger(__name__)
 
@@ -61,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = api_app.read_options(conf)
         application, bus = api_app.serve(conf, api_app.default_bus, [options.api.host])
     except auth.RefusedOptions as exc:  # refused before logging is set up: said on stderr
+        print(f"qsched-api: {exc}", file=sys.stderr)
+        return 2
+    except DurabilityRefused as exc:  # the ledger's server cannot keep the promise: the fix
         print(f"qsched-api: {exc}", file=sys.stderr)
         return 2
     server = make_server(application, options.api.host, options.api.port)

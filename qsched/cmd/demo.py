@@ -373,7 +373,9 @@ def main(
 
     Everything runs in this process with no server to install: the API on a
     local port (Nova's /v2.1 shapes), agents driving simulated hosts, the
-    kombu memory:// bus and an in-process fakeredis ledger. Boots mix m1.tiny,
+    kombu memory:// bus and an in-process fakeredis ledger, which keeps nothing
+    past the process ([ledger] durability = async, said on stderr; a deployment's
+    default, disk, needs a real Redis). Boots mix m1.tiny,
     m1.small, m1.medium, m1.large and the nested g1.vgpu (a VGPU from the node's
     GPU child provider) 4:3:2:1:1 and go through HTTP like any
     client: first 200 paced at 50 a second, well below what one process
@@ -400,6 +402,8 @@ def main(
                         children=(GPU_CHILD,))  # fmt: skip
     stack = start_stack(options, hosts, agents, spec, port=8774 if serve else 0,
                         spawn_delay_s=spawn_delay_s, failure_rate=failure_rate)  # fmt: skip
+    click.echo(f"embedded ledger (fakeredis, in this process; nothing survives it): "
+               f"[ledger] durability = {options.ledger.durability}", err=True)  # fmt: skip
     stack.stores.quota.set_limits(PROJECT, instances=-1, cores=-1, ram_mb=-1)
     stack.stores.flavors.create(GPU_FLAVOR)
     try:

@@ -274,18 +274,11 @@ def bench_durability(report: Report, thread_counts: Sequence[int], progress: Pro
     and ``disk`` this machine's fsync.
     """
     with tempfile.TemporaryDirectory(prefix="qsched-durability-") as tmp:
-        for mode, fsync, replicas in (("async", "everysec", 0), ("replica", "everysec", 1),
-                                      ("disk", "always", 0)):  # fmt: skip
-            master = server.RedisServer(Path(tmp), f"{mode}-master", fsync=fsync)
-            servers = [master]
+        for mode in ("async", "replica", "disk"):
+            servers = server.start_for(Path(tmp), mode, mode)
             try:
-                master.start()
-                for i in range(replicas):
-                    replica = server.RedisServer(Path(tmp), f"{mode}-replica{i}", replica_of=master)
-                    servers.append(replica)
-                    servers[-1].start()
-                    servers[-1].wait_synced()
-                bench_backend(f"redis {mode}", master.url, report, thread_counts, progress, mode)
+                bench_backend(f"redis {mode}", servers[0].url, report, thread_counts, progress,
+                              mode)  # fmt: skip
             finally:
                 for running in reversed(servers):
                     running.stop()
@@ -421,7 +414,8 @@ def demo_audit(stores: Stores) -> None:
 
 def run_demo() -> None:
     click.secho("qsched ledger demo (in-process fakeredis, nothing is kept)", bold=True)
-    stores = open_stores(LedgerOptions.defaults(), url=f"fakeredis://demo-{uuid.uuid4().hex}")
+    embedded = LedgerOptions.defaults().replace(durability="async")  # it keeps nothing anyway
+    stores = open_stores(embedded, url=f"fakeredis://demo-{uuid.uuid4().hex}")
     nodes = demo_cloud(stores)
     step(2, "Project demo gets a quota: 10 instances, 8 cores, 32768 MB")
     stores.quota.set_limits("demo", instances=10, cores=8, ram_mb=32768)

@@ -8,6 +8,13 @@ from oslo_config import cfg
 
 from qsched.conf.base import Section
 
+DURABILITY_MODES = ("async", "replica", "disk")
+#: What the ledger promises unless told otherwise: nothing acknowledged is lost when its
+#: machine crashes, as a database promises. ``replica`` would fail every write of a
+#: Redis without replicas, so ``disk`` is the one that keeps that promise on a plain
+#: Redis (docs/reliability.rst gives its price).
+DEFAULT_DURABILITY = "disk"
+
 ledger_opts = [
     cfg.StrOpt(
         "url",
@@ -16,7 +23,7 @@ ledger_opts = [
         help="Where the ledger, quota and instance records live. redis://host:6379/0 (or "
         "rediss://, unix://) for one real Redis; "
         "redis+cluster://host:port[,host:port...] (or rediss+cluster://) for a Redis Cluster, "
-        "where a cell is one hash slot and durability must stay async; "
+        "where a cell is one hash slot (durability disk or async); "
         "redis+sentinel://[[user]:password@]host:port[,host:port...]/service_name/db for the "
         "master a Redis Sentinel set names, followed across failovers: the sentinels (port "
         "26379 if none), the name they monitor the master under, the database; the password "
@@ -26,8 +33,8 @@ ledger_opts = [
         "min_other_sentinels (believe a sentinel only if it sees that many others; default "
         "0). Example: redis+sentinel://:secret@10.0.0.1:26379,10.0.0.2:26379,"
         "10.0.0.3:26379/qsched/0?sentinel_password=other. fakeredis:// keeps everything in "
-        "this process, for the embedded default and tests only (it needs the embedded extra: "
-        "pip install 'qsched[embedded]').",
+        "this process, for the embedded default and tests only, with durability = async "
+        "(it needs the embedded extra: pip install 'qsched[embedded]').",
     ),
     cfg.StrOpt(
         "cell",
@@ -80,31 +87,42 @@ ledger_opts = [
     ),
     cfg.StrOpt(
         "durability",
-        default="async",
+        default=DEFAULT_DURABILITY,
         choices=[
             (
-                "async",
-                "acknowledged once Redis applied a write; a crash of the ledger's "
-                "machine loses what its server had not written to disk (appendfsync everysec: "
-                "about the last second)",
+                "disk",
+                "the default: acknowledged once on the ledger server's disk, so a crash "
+                "of its machine loses nothing acknowledged. Needs the server (every node "
+                "of a cluster) to run appendonly yes, appendfsync always and "
+                "no-appendfsync-on-rewrite no (deploy/redis-ledger.conf), checked at start; "
+                "a service refuses to start on a server without them and says what to set. "
+                "A Sentinel failover promotes a replica that may lack the newest writes: "
+                "there, choose replica",
             ),
             (
                 "replica",
                 "acknowledged once durability_replicas replicas hold it (WAIT after "
-                "every state change, in the same round trip). When the master dies, Sentinel "
-                "promotes the replica that holds the most, so nothing acknowledged is lost; a "
-                "failover while the old master still runs (SENTINEL FAILOVER, a network cut) "
-                "loses nothing acknowledged only if durability_replicas counts every replica",
+                "every state change, in the same round trip); every write fails on a Redis "
+                "without replicas. When the master dies, Sentinel promotes the replica that "
+                "holds the most, so nothing acknowledged is lost; a failover while the old "
+                "master still runs (SENTINEL FAILOVER, a network cut) loses nothing "
+                "acknowledged only if durability_replicas counts every replica. A single "
+                "Redis or a Sentinel set only, not a cluster",
             ),
             (
-                "disk",
-                "acknowledged once on the ledger server's disk: needs the server to run "
-                "appendonly yes with appendfsync always, checked at start",
+                "async",
+                "an opt-in: acknowledged once Redis applied a write; a crash of the "
+                "ledger's machine loses what its server had not written to disk "
+                "(appendfsync everysec: about the last second: boots answered 202 vanish, "
+                "deletes answered 204 come back). Needs nothing of the server; the "
+                "embedded ledger (fakeredis://), which keeps nothing past its process, "
+                "takes only this",
             ),
         ],
         help="When the ledger counts a write as done, and so what an acknowledged boot, "
-        "claim or delete can lose in a machine crash. docs/reliability.rst gives the cost "
-        "of each in claims per second.",
+        "claim or delete can lose in a machine crash. The default, disk, loses none on a "
+        "plain Redis (replica would fail every write there); docs/reliability.rst gives "
+        "what each costs a placement and a claim.",
     ),
     cfg.IntOpt(
         "durability_replicas",

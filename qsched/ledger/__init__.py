@@ -65,7 +65,9 @@ def open_stores(
 
     ``quota``: the default limits (None: as shipped).
 
-    :raises Invalid: the server cannot keep the ``[ledger] durability`` promise.
+    :raises DurabilityRefused: the server cannot keep the ``[ledger] durability``
+        promise (the default, ``disk``, needs its AOF fsynced before each answer;
+        the embedded ledger takes ``async`` only); the message says what to set.
     :raises BackendUnavailable: it could not be asked (only for ``replica`` and ``disk``).
     """
     durability = Durability(

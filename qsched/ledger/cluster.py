@@ -32,10 +32,14 @@ Outages
     masters go on.
 
 Durability
-    ``[ledger] durability = async`` only: ``replica`` sends ``WAIT`` on the
-    connection of each write, and ``disk`` checks one server's settings, and
-    neither is built for a cluster's several masters yet; both are refused
-    when the stores open, with that reason.
+    ``[ledger] durability = disk`` (the default) needs every node of the cluster,
+    masters and replicas (a failover promotes a replica), to run
+    :data:`~qsched.ledger.durability.DISK_SETTINGS`: each node the client knows
+    is asked when the stores open, and the start is refused naming the nodes
+    that do not (a node that does not answer stops the start too, as a single
+    Redis that does not answer does). ``async`` needs nothing. ``replica`` is
+    refused: its ``WAIT`` counts the replicas of one connection's server, and
+    per-slot waits on a cluster's several masters are not built.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 
 from qsched import exception
+from qsched.ledger import durability
 from qsched.urls import masked
 
 SCHEMES = {"redis+cluster": False, "rediss+cluster": True}  # scheme -> TLS
@@ -200,11 +205,65 @@ def close(client: Any) -> None:
             node.redis_connection.connection_pool.disconnect()
 
 
-def refuse_durability(mode: str) -> None:
-    """:raises Invalid: ``mode`` is not ``async``, the one a cluster ledger keeps."""
-    if mode != "async":
-        raise exception.Invalid(
-            reason=f"[ledger] durability = {mode} is not built for a Redis Cluster ledger "
-            "(redis+cluster://): its WAIT and settings checks address one server; use "
-            "durability = async, or a single Redis for replica or disk"
+def check_durability(client: Any, mode: str) -> None:
+    """Check every node of the cluster can keep ``[ledger] durability = mode``.
+
+    :raises DurabilityRefused: ``replica``; ``disk`` with a node (master or
+        replica) that lacks the settings: the message names each such node.
+    :raises BackendUnavailable: a node did not answer; the message names it.
+    """
+    if mode == "replica":
+        raise durability.DurabilityRefused(
+            mode=mode,
+            reason="not built for a Redis Cluster ledger (redis+cluster://): its WAIT "
+            "counts the replicas of one server, and a cluster's writes go to several "
+            "masters. Use durability = disk (every node with the settings of "
+            f"{durability.RECIPE}, checked at start), or async",
         )
+    if mode != "disk":
+        return
+    lacking = {}
+    for node in sorted(client.get_nodes(), key=lambda n: n.name):
+        found = _node_settings(client, node)
+        mismatches = durability.disk_mismatches(found)
+        if mismatches:
+            lacking[f"{node.name} ({node.server_type})"] = durability.describe(mismatches)
+    if lacking:
+        named = "; ".join(f"{name}: {has}" for name, has in lacking.items())
+        raise durability.DurabilityRefused(
+            mode="disk",
+            reason=f"every node of the Redis Cluster, replicas too (a failover promotes "
+            "one), must write and fsync every write to its AOF before it answers, and "
+            f"{len(lacking)} of {len(client.get_nodes())} do not ({named}): "
+            f"{durability.the_fix()}",
+        )
+
+
+def _node_settings(client: Any, node: ClusterNode) -> dict[str, str]:
+    """The node's answer to ``CONFIG GET`` of the disk settings.
+
+    :raises DurabilityRefused: it refused the command (renamed, or not in the ACL).
+    :raises BackendUnavailable: it did not answer.
+    """
+    down = (redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError)
+    try:
+        found = client.config_get(*durability.DISK_SETTINGS, target_nodes=node)
+    except redis.ResponseError as exc:
+        if not isinstance(exc, down):  # CONFIG refused: renamed, or not in the user's ACL
+            raise durability.refuse_unchecked(f"node {node.name}", exc) from exc
+        raise _unanswered(node, exc) from exc
+    except (redis.RedisError, RedisClusterException) as exc:
+        raise _unanswered(node, exc) from exc
+    return {_text(k): _text(v) for k, v in found.items()}
+
+
+def _unanswered(node: ClusterNode, exc: Exception) -> exception.BackendUnavailable:
+    return exception.BackendUnavailable(
+        backend="Redis Cluster",
+        url="ledger",
+        reason=f"node {node.name} did not answer the durability check: {exc}",
+    )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

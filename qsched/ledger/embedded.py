@@ -4,7 +4,9 @@ Features
     The same stores and scripts as on Redis: fakeredis answers the Redis
     protocol and runs the Lua in an emulator (lupa). Every store of this
     process opened with the same name shares one server. Nothing survives the
-    process, so ``[ledger] durability`` ``replica`` and ``disk`` are refused.
+    process, so ``[ledger] durability`` ``replica`` and ``disk`` (the default)
+    are refused: whoever opens it says ``async``, as :mod:`qsched.embedded` (the
+    demo's stack) and the tests' fixtures do.
 
 Connection string
     ``fakeredis://[name]``; no name is ``default``.

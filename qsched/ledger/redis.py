@@ -15,20 +15,22 @@ Connection string
     ``fakeredis://[name]``: the embedded ledger of :mod:`qsched.ledger.embedded`
     (the ``embedded`` extra); demo and tests only, nothing survives the process.
 
-Durability (``[ledger] durability``, see :class:`Durability`)
-    ``async``: a write is acknowledged once Redis applied it; what a crash of
-    the machine loses is what the server had not written to disk yet
-    (``appendfsync everysec``: about the last second).
+Durability (``[ledger] durability``, see :mod:`qsched.ledger.durability`)
+    ``disk`` (the default): acknowledged once on the server's disk. Redis before
+    7.2 has no ``WAITAOF``, so the server must run ``appendonly yes`` with
+    ``appendfsync always`` and ``no-appendfsync-on-rewrite no`` (it then writes
+    and fsyncs the AOF before it answers); the store checks that when it opens
+    and refuses to run otherwise, saying what to set.
     ``replica``: every state change is followed by ``WAIT``, on the same
     connection and in the same round trip, and is acknowledged only once
     ``replicas`` replicas hold it; fewer within the timeout is
     :class:`~qsched.exception.BackendUnavailable` (the write did happen on
     the master: callers treat it as an outcome they do not know, as after a
     timeout).
-    ``disk``: acknowledged once on the server's disk. Redis before 7.2 has no
-    ``WAITAOF``, so the server must run ``appendonly yes`` with ``appendfsync
-    always`` (it then writes and fsyncs the AOF before it answers); the store
-    checks that when it opens and refuses to run otherwise.
+    ``async`` (an opt-in): a write is acknowledged once Redis applied it; what
+    a crash of the machine loses is what the server had not written to disk
+    yet (``appendfsync everysec``: about the last second). The only setting the
+    embedded ledger takes.
 
 Errors
     Every call of a store class decorated with :func:`maps_errors` turns a
@@ -40,7 +42,6 @@ Errors
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import time
@@ -51,11 +52,11 @@ from typing import Any, TypeVar
 import redis
 
 from qsched import aggregates, exception
-from qsched.ledger import cluster, embedded, sentinel
+from qsched.ledger import cluster, durability, embedded, sentinel
 from qsched.ledger.backend import ERROR, TIMED_OUT, UNREACHABLE, Backend, LedgerUnavailable
+from qsched.ledger.durability import Durability
 from qsched.ledger.keys import Keyspace, lua_prelude
 
-DURABILITY_MODES = ("async", "replica", "disk")
 T = TypeVar("T")
 
 
@@ -231,24 +232,6 @@ def maps_errors(cls: C) -> C:
     return cls
 
 
-@dataclasses.dataclass(frozen=True)
-class Durability:
-    """When a write counts as done; the ``[ledger] durability`` options (see the module doc)."""
-
-    mode: str = "async"
-    replicas: int = 1  # replica: how many must hold a write
-    timeout_ms: int = 1000  # replica: how long a write waits for them
-
-    def __post_init__(self) -> None:
-        if self.mode not in DURABILITY_MODES:
-            modes = ", ".join(DURABILITY_MODES)
-            raise exception.Invalid(reason=f"[ledger] durability {self.mode!r}: use one of {modes}")
-        if self.replicas < 1 or self.timeout_ms < 1:
-            raise exception.Invalid(
-                reason="[ledger] durability_replicas and durability_timeout_ms must be >= 1"
-            )
-
-
 class RedisStore:
     """A cell's keyspace on one Redis, with the scripts loaded once."""
 
@@ -393,30 +376,31 @@ class RedisStore:
     def check_durability(self) -> None:
         """Check the server can keep the promise of the durability setting.
 
-        :raises Invalid: ``disk`` on a server without ``appendonly yes`` and
-            ``appendfsync always``, or either mode on fakeredis; the message
-            says what to change.
+        :raises DurabilityRefused: ``disk`` on a server (any node of a cluster)
+            without :data:`~qsched.ledger.durability.DISK_SETTINGS`, ``replica``
+            on a cluster, or either on fakeredis; the message says what to set.
+        :raises BackendUnavailable: the server (a node of a cluster) could not be asked.
         """
         mode = self.durability.mode
-        if cluster.is_cluster(self.client):
-            cluster.refuse_durability(mode)
         if mode == "async":
             return
         if embedded.is_embedded(self.client):
-            raise exception.Invalid(
-                reason=f"[ledger] durability = {mode} needs a real Redis: fakeredis keeps "
-                "nothing on disk and has no replicas; use durability = async"
-            )
-        if mode == "disk":
-            raw = {**self.client.config_get("appendonly"), **self.client.config_get("appendfsync")}
-            found = {text(k): text(v) for k, v in raw.items()}
-            if (found.get("appendonly"), found.get("appendfsync")) != ("yes", "always"):
-                raise exception.Invalid(
-                    reason="[ledger] durability = disk needs the ledger's Redis to run with "
-                    "appendonly yes and appendfsync always (it has appendonly "
-                    f"{found.get('appendonly')}, appendfsync {found.get('appendfsync')}): set "
-                    "them in redis.conf, or choose durability = replica or async"
-                )
+            raise durability.refuse_embedded(mode)
+        if cluster.is_cluster(self.client):
+            cluster.check_durability(self.client, mode)
+        elif mode == "disk":
+            self._check_disk("the ledger's Redis ([ledger] url)")
+
+    def _check_disk(self, server: str) -> None:
+        try:
+            found = self.client.config_get(*durability.DISK_SETTINGS)
+        except redis.ResponseError as exc:
+            if unavailable(exc) is not None:
+                raise
+            raise durability.refuse_unchecked(server, exc) from exc
+        mismatches = durability.disk_mismatches({text(k): text(v) for k, v in found.items()})
+        if mismatches:
+            raise durability.refuse_disk(server, mismatches)
 
     @mapped
     def server_time(self) -> float:

@@ -35,6 +35,11 @@ from redis.connection import parse_url
 
 from qsched.net import LOOPBACK, free_port
 
+#: The ``appendfsync`` a harness's server runs under each ``[ledger] durability``: disk
+#: needs a server that fsyncs before it answers; async and replica run Redis's usual
+#: ``everysec`` (a replica's copy is their promise, not the disk).
+FSYNC = {"disk": "always", "async": "everysec", "replica": "everysec"}
+
 
 class RedisServerError(Exception):
     """A server could not be started or crashed as asked (a harness problem)."""
@@ -197,6 +202,29 @@ class RedisServer:
         return folder / incr[-1]
 
 
+def start_for(directory: Path, durability: str, name: str = "ledger") -> list[RedisServer]:
+    """The servers a harness's ledger runs on under ``[ledger] durability``, started:
+    the master first (``appendfsync`` as :data:`FSYNC` says) and, for ``replica``, one
+    replica of it, linked (so that ``WAIT`` counts it). Stop them last to first.
+
+    :raises RedisServerError: one did not start or link; those started are stopped.
+    """
+    master = RedisServer(directory, f"{name}-master", fsync=FSYNC[durability])
+    servers = [master]
+    try:
+        master.start()
+        if durability == "replica":
+            servers.append(RedisServer(directory, f"{name}-replica", replica_of=master))
+            servers[-1].start()
+            if not servers[-1].wait_synced():
+                raise RedisServerError(f"{name}-replica did not link to its master")
+    except BaseException:
+        for running in reversed(servers):
+            running.stop()
+        raise
+    return servers
+
+
 class AofSampler(threading.Thread):
     """Samples the size of a server's AOF every ``interval_s``, to cut it back in a crash."""
 
@@ -247,13 +275,13 @@ def unreachable(url: str, timeout_s: float = 2.0) -> redis.RedisError | None:
 
 def redis_facts(url: str) -> dict[str, Any]:
     """Version and persistence settings of the Redis at ``url``."""
-    client = redis.Redis.from_url(url, socket_connect_timeout=2)
+    client = redis.Redis.from_url(url, socket_connect_timeout=2, decode_responses=True)
     try:
         info = client.info("server")
         facts: dict[str, Any] = {"version": info.get("redis_version")}
         try:
-            config = client.config_get("appendonly")
-            facts["appendonly"] = config.get("appendonly")
+            config = client.config_get("appendonly", "appendfsync")
+            facts.update({name: config.get(name) for name in ("appendonly", "appendfsync")})
         except redis.RedisError:
             facts["appendonly"] = "unknown (CONFIG refused)"
         return facts

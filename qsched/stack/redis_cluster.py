@@ -2,7 +2,10 @@
 
 Each master is a ``redis-server --cluster-enabled yes`` process (Debian's
 ``redis-server`` package) in its own folder under the caller's directory, with
-no persistence: a test's cluster is thrown away with it. The cluster is formed
+no persistence by default: a test's cluster is thrown away with it. Given an
+``fsync`` (``always``, ``everysec``), every master writes an AOF with that
+``appendfsync`` instead, as ``[ledger] durability = disk`` needs with ``always``.
+The cluster is formed
 the way ``redis-cli --cluster create`` forms one, without its one-second
 pauses: each master takes an even share of the 16384 hash slots
 (``CLUSTER ADDSLOTSRANGE``), the first meets the others (``CLUSTER MEET``),
@@ -42,11 +45,15 @@ def slot_ranges(masters: int) -> list[tuple[int, int]]:
 
 
 class RedisClusterServers:
-    """``masters`` cluster-enabled redis-server processes on ``127.0.0.1``, no replicas."""
+    """``masters`` cluster-enabled redis-server processes on ``127.0.0.1``, no replicas.
 
-    def __init__(self, directory: Path, masters: int = 3) -> None:
+    :param fsync: None, no persistence; else every master's ``appendfsync``, its AOF on.
+    """
+
+    def __init__(self, directory: Path, masters: int = 3, fsync: str | None = None) -> None:
         if masters < 1:
             raise ValueError("a cluster needs at least one master")
+        self.fsync = fsync
         self.dir = directory
         self.ports = [free_port() for _ in range(masters)]
         # the cluster bus would be on port + 10000, which may be taken or past 65535
@@ -88,8 +95,12 @@ class RedisClusterServers:
         cmd = [binary, "--port", str(port), "--bind", LOOPBACK, "--dir", str(folder),
                "--cluster-enabled", "yes", "--cluster-port", str(bus_port),
                "--cluster-config-file", "nodes.conf",
-               "--cluster-node-timeout", "5000", "--save", "", "--appendonly", "no",
+               "--cluster-node-timeout", "5000", "--save", "",
                "--logfile", "redis.log", "--daemonize", "no"]  # fmt: skip
+        if self.fsync is None:
+            cmd += ["--appendonly", "no"]
+        else:
+            cmd += ["--appendonly", "yes", "--appendfsync", self.fsync]
         return subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
