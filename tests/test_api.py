@@ -484,7 +484,7 @@ class TestDelete:
         rp = place(stores, server_id, "cn1")
         assert client.simulate_delete(f"/v2.1/servers/{server_id}", headers=USER).status_code == 204
         assert bus.deletes == [] and stores.instances.get(server_id).state == State.DELETED
-        assert stores.ledger.get_provider(rp).usages == {"VCPU": 0, "MEMORY_MB": 0}
+        assert stores.ledger.get_provider(rp).usages == {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 0}
         assert stores.quota.get_usage("pa") == Usage(0, 0, 0) and audit(stores).ok
 
     def test_bus_down_for_a_live_host(self, client, stores, bus) -> None:

@@ -30,6 +30,7 @@ from qsched.ledger.audit import audit
 from qsched.ledger.base import Inventory, State, TaskState, Usage
 from qsched.message import ActionRequest, BootRequest, DeleteRequest
 from qsched.scheduling.classes import class_name
+from qsched.scheduling.fit import Request
 from qsched.scheduling.records import details
 from tests.raw import redis_store
 
@@ -113,11 +114,15 @@ def boot(compute: ComputeAPI, context: RequestContext = ALICE, flavor: str = "m1
 
 
 def place(stores: Stores, instance_uuid: str, host: str = "cn1", active: bool = True) -> str:
-    """Claim the instance on a fresh provider of ``host``, as an agent would."""
+    """Claim the instance on a fresh provider of ``host``, as an agent would: what its
+    flavor asks (the audit compares the two)."""
     rp = str(uuid.uuid4())
     stores.ledger.create_provider(rp, f"{host}-{rp[:8]}")
-    stores.ledger.set_inventory(rp, 0, {"VCPU": Inventory(64), "MEMORY_MB": Inventory(65536)})
-    stores.ledger.claim(instance_uuid, {rp: {"VCPU": 1, "MEMORY_MB": 2048}}, host, f"{host}-n1")
+    stores.ledger.set_inventory(rp, 0, {"VCPU": Inventory(64), "MEMORY_MB": Inventory(65536),
+                                        "DISK_GB": Inventory(10_000)})  # fmt: skip
+    flavor = Flavor.from_dict(stores.instances.get(instance_uuid).flavor)
+    demand = {rc: n for rc, n in Request.from_flavor(flavor).demand if n}
+    stores.ledger.claim(instance_uuid, {rp: demand}, host, f"{host}-n1")
     if active:
         stores.instances.set_active(instance_uuid, host, f"{host}-n1")
     return rp
@@ -359,7 +364,7 @@ class TestDelete:
         rp = place(stores, inst.uuid, "cn2")
         assert compute.delete(ALICE, inst.uuid).state == State.DELETED
         assert bus.deletes == [] and nothing_held(stores)
-        assert stores.ledger.get_provider(rp).usages == {"VCPU": 0, "MEMORY_MB": 0}
+        assert stores.ledger.get_provider(rp).usages == {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 0}
         assert "local_delete" in [e.event for e in stores.instances.events(inst.uuid)]
 
     def test_bus_down_keeps_it_deleting_and_a_retry_publishes(self, compute, stores, bus) -> None:

@@ -233,7 +233,8 @@ def plain_gunicorn(tmp_path: Path) -> Iterator[tuple[str, int, Path]]:
     sock = tmp_path / "api.sock"
     conf = tmp_path / "qsched.conf"
     sections = {"DEFAULT": {"transport_url": "memory://"},
-                "ledger": {"url": f"fakeredis://id-{uuid.uuid4().hex}"},
+                "ledger": {"url": f"fakeredis://id-{uuid.uuid4().hex}",
+                           "durability": TEST_DURABILITY},
                 "scheduler": {"reap_interval_s": 0, "janitor_interval_s": 0,
                               "outbox_interval_s": 0}}  # fmt: skip
     conf.write_text(ini_text(sections))

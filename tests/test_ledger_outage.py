@@ -109,6 +109,7 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisInstances.set_active": lambda s: s.instances.set_active(U, "h1", "n1"),
     "RedisInstances.requeue": lambda s: s.instances.requeue(U, "h1", "r"),
     "RedisInstances.set_error": lambda s: s.instances.set_error(U, "m", {}),
+    "RedisInstances.set_lost": lambda s: s.instances.set_lost(U, "h", "n", "m", {}),
     "RedisInstances.delete": lambda s: s.instances.delete(U),
     "RedisInstances.mark_deleting": lambda s: s.instances.mark_deleting(U),
     "RedisInstances.deleting": lambda s: s.instances.deleting("h1"),
@@ -284,7 +285,7 @@ def test_an_agent_gives_back_a_delete_while_the_ledger_is_down(
     agents.append(agent)
     inst = api.boot(RequestContext.for_project("u1", "p1"), "vm", "small").uuid
     assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
-    node = stores.instances.get(inst).node or ""
+    node = stores.instances.mark_deleting(inst).node or ""  # as the API does, first
     live = redis_store(agent.stores).client
     redis_store(agent.stores).client = redis.Redis(port=free_port(), socket_connect_timeout=0.2)
     try:

@@ -142,9 +142,10 @@ def _served(
 def _sections(
     keystone: KeystoneServer, service: User, authtoken: dict[str, Any]
 ) -> dict[str, dict[str, Any]]:
-    """The configuration of one mode: keystone, the embedded ledger, one flavor."""
+    """The configuration of one mode: keystone, the embedded ledger (``async``: it
+    keeps nothing on disk), one flavor."""
     return {
-        "ledger": {"url": f"fakeredis://tokens-{uuid.uuid4().hex}"},
+        "ledger": {"url": f"fakeredis://tokens-{uuid.uuid4().hex}", "durability": "async"},
         "api": {"auth_strategy": "keystone", "flavor": ["m1.small:1:2048:20"]},
         "keystone_authtoken": {
             "www_authenticate_uri": keystone.url,
