@@ -19,9 +19,15 @@ it was silent past its heartbeat TTL):
   (``[agent] release_leaked_allocations``; off: only reported);
 * instances the driver runs that the ledger has deleted or ended, places on another
   host, or does not know are reaped, logged or left (``running_deleted_instance_action``,
-  as Nova's periodic task of that name), unless a spawn of them is in flight here;
+  as Nova's periodic task of that name), unless a spawn or a delete of them is in flight
+  here;
 * ACTIVE instances of this host that the driver does not run are reported only: a
-  hypervisor that lost a VM needs an operator, not a silent release;
+  hypervisor that lost a VM needs an operator, not a silent release. A delete in flight
+  here (the driver destroys before the ledger ends the instance) is none of them;
+* either finding is the driver's listing against records read after it, so each is
+  checked again (a new listing, and a new read of a missing one's record) before it
+  counts: a delete or a spawn that ended between the two reads is no finding (a pass
+  of many nodes on a starved process leaves seconds between them);
 * the node views are read again and replace the index's where they differ, unless the
   agent wrote to that node meanwhile (see :mod:`agents.nodes`, "Convergence");
 * the sharing providers the nodes reach are read again (one read of the cell's index of
@@ -126,7 +132,7 @@ class _Slice:
 class Reconciler:
     """The periodic reconcile of one agent's nodes; see the module docstring.
 
-    :param building: whether a spawn of an instance is in flight on this agent.
+    :param busy: whether a spawn or a delete of an instance is in flight on this agent.
     :param release_leaked: release unexplained allocations (else only report them).
     :param action: ``reap``, ``log`` or ``noop`` for instances running while deleted.
     """
@@ -138,7 +144,7 @@ class Reconciler:
         driver: VirtDriver,
         host: str,
         index: NodeIndex,
-        building: Callable[[str], bool],
+        busy: Callable[[str], bool],
         batch: int = 1000,
         release_leaked: bool = True,
         action: str = "reap",
@@ -151,7 +157,7 @@ class Reconciler:
         self.driver = driver
         self.host = host
         self.index = index
-        self.building = building
+        self.busy = busy
         self.batch = batch
         self.release_leaked = release_leaked
         self.action = action
@@ -198,12 +204,12 @@ class Reconciler:
         """
         report = ReconcileReport()
         orphans = [u for u in sorted(self.stores.instances.building(self.host))
-                   if not self.building(u)]  # fmt: skip
+                   if not self.busy(u)]  # fmt: skip
         for uuid, inst in self.stores.instances.placements(orphans).items():
             node = inst.node or ""
             if node in self.index and self.index.sync_token(node) is None:
                 continue  # a claim on that node is in flight
-            if self.building(uuid):
+            if self.busy(uuid):
                 continue
             if inst.state == State.BUILD and node and uuid in _running(self.driver, node):
                 self._activate(uuid, node)
@@ -283,28 +289,60 @@ class Reconciler:
                         report.released.append(consumer)
 
     def _check_running(self, found: _Slice, report: ReconcileReport) -> None:
+        """What the driver runs against what the ledger places here. The driver was
+        listed before the records were read, so an instance seen at odds with its record
+        is looked at again (the driver listed anew, a record read anew): a delete that
+        destroyed it in between, or a spawn that ended, is no finding."""
         for name, running in found.running.items():
+            astray = []
             for uuid in running:
                 inst = found.records.get(uuid)
-                if self.building(uuid) or _runs_here(inst, self.host, name):
+                if self.busy(uuid) or _runs_here(inst, self.host, name):
                     continue
                 if _built_here(inst, self.host, name):  # a spawn that finished, unrecorded
                     self._activate(uuid, name)
                     report.activated.append(uuid)
                     continue
-                report.running_deleted.append(uuid)
-                if self.action == "reap":
-                    self.driver.destroy(uuid, name)
-                    report.reaped.append(uuid)
-                elif self.action == "log":
-                    LOG.warning("agent %s: %s runs on %s but the ledger has it %s", self.host,
-                                uuid, name, _where(inst))  # fmt: skip
+                astray.append(uuid)
             held = found.consumers.get(found.views[name].root.uuid, set())
             gone = [uuid for uuid in sorted(held - set(running))
                     if _runs_here(found.records.get(uuid), self.host, name)]  # fmt: skip
-            if gone:  # listed before the records were read: a spawn may have ended between
-                now = set(_running(self.driver, name))
-                report.missing += [uuid for uuid in gone if uuid not in now]
+            if astray or gone:
+                self._check_again(name, found.records, astray, gone, report)
+
+    def _check_again(
+        self,
+        name: str,
+        records: dict[str, Placement],
+        astray: list[str],
+        gone: list[str],
+        report: ReconcileReport,
+    ) -> None:
+        """``astray``: listed while the ledger does not place them here; ``gone``: ACTIVE
+        here and not listed. Each is a finding only if it still is after a new listing
+        and, for ``gone``, a new read of its record once no delete of it is in flight
+        (the driver destroys before the ledger ends the instance)."""
+        now = set(_running(self.driver, name))
+        for uuid in astray:
+            if uuid in now and not self.busy(uuid):
+                self._running_deleted(uuid, name, records.get(uuid), report)
+        gone = [uuid for uuid in gone if uuid not in now and not self.busy(uuid)]
+        if gone:
+            again = self.stores.instances.placements(gone)
+            report.missing += [u for u in gone if _runs_here(again.get(u), self.host, name)]
+
+    def _running_deleted(
+        self, uuid: str, name: str, inst: Placement | None, report: ReconcileReport
+    ) -> None:
+        """An instance the driver runs on ``name`` that the ledger has deleted, ended,
+        placed elsewhere or does not know: reaped, logged or left, as the action says."""
+        report.running_deleted.append(uuid)
+        if self.action == "reap":
+            self.driver.destroy(uuid, name)
+            report.reaped.append(uuid)
+        elif self.action == "log":
+            LOG.warning("agent %s: %s runs on %s but the ledger has it %s", self.host, uuid,
+                        name, _where(inst))  # fmt: skip
 
     def _apply(
         self, views: dict[str, NodeView], tokens: dict[str, int | None], roots_only: bool = False

@@ -59,7 +59,7 @@ from agents.placing import Admission, Alternates, Closed, HandBack, Placer, Unkn
 from agents.reconcile import Reconciler, ReconcileReport, reconcile
 from agents.registration import register_nodes
 from agents.spawning import Spawner
-from agents.steps import AgentParts, Backoff, Builds
+from agents.steps import AgentParts, Backoff, Builds, Deletes
 from agents.virt.base import VirtDriver
 from qsched import exception, message
 from qsched.bus.base import Bus, Consumer, Delivery
@@ -106,6 +106,7 @@ class ComputeAgent:
         self.index = NodeIndex(policy=options.placement_policy, on_change=self._on_change)
         self.consumer: Consumer | None = None
         self.builds = Builds()
+        self.deletes = Deletes()
         self._spawner = ThreadPoolExecutor(options.spawn_workers, f"spawn-{self.host}")
         self._periodic: list[Periodic] = []
         self._reconcile_task: Periodic | None = None
@@ -118,7 +119,7 @@ class ComputeAgent:
         )  # fmt: skip
         self._backoff = Backoff(options.ledger_retry_max_s)
         self.reconciler = Reconciler(
-            stores, bus, driver, self.host, self.index, self.builds.__contains__,
+            stores, bus, driver, self.host, self.index, self._busy,
             batch=options.reconcile_batch,
             release_leaked=options.release_leaked_allocations,
             action=options.running_deleted_instance_action, notifier=notifier,
@@ -212,6 +213,10 @@ class ComputeAgent:
             f"reconcile-{self.host}", interval_s, self.reconcile_pass,
             first_after_s=random.uniform(0.5, 1.0) * interval_s, jitter=RECONCILE_JITTER,
         ))  # fmt: skip
+
+    def _busy(self, uuid: str) -> bool:
+        """Whether a spawn or a delete of the instance is in flight here."""
+        return uuid in self.builds or uuid in self.deletes
 
     def _reap(self) -> None:
         self.metrics.no_valid_host("deadline", reap_expired(self.stores, notifier=self.notifier))
@@ -485,6 +490,14 @@ class ComputeAgent:
     def _destroy(self, uuid: str, node: str) -> None:
         """Destroy an instance of this host, then release its claim and quota."""
         before = self._deleting(uuid)
+        with self.deletes.destroying(uuid):
+            ended = self._destroy_and_end(uuid, node)
+        self.counters["deleted"] += 1
+        if before is not None and ended is not None:
+            self.notifier.notify("instance.delete.end", payloads.deleted(ended))
+
+    def _destroy_and_end(self, uuid: str, node: str) -> Instance | None:
+        """The driver's destroy, then the ledger's end: the record after (None: gone)."""
         ended: Instance | None = None
         if node in self.index:
             self.driver.destroy(uuid, node)
@@ -497,9 +510,7 @@ class ComputeAgent:
         else:
             with contextlib.suppress(exception.InstanceNotFound):
                 ended = self.stores.instances.delete(uuid)
-        self.counters["deleted"] += 1
-        if before is not None and ended is not None:
-            self.notifier.notify("instance.delete.end", payloads.deleted(ended))
+        return ended
 
     def _deleting(self, uuid: str) -> Instance | None:
         """With notifications on: read the record and send ``instance.delete.start``,

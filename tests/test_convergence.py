@@ -166,6 +166,71 @@ def test_a_claim_taken_back_under_a_spawn_is_given_back_to_the_index(
     assert agent.index.totals()["VCPU"][0] == 0 and converged(stores, agent)
 
 
+class _Interleaved(FakeDriver):
+    """A driver that runs ``between`` once, right after its next destroy or listing
+    (``when``), as another thread of a starved agent would get the interpreter there."""
+
+    when = ""
+    between: object = None
+
+    def _then(self, what: str) -> None:
+        if self.when == what:
+            self.when = ""
+            self.between()  # type: ignore[operator]
+
+    def destroy(self, instance_uuid: str, node: str) -> bool:
+        done = super().destroy(instance_uuid, node)
+        self._then("destroy")
+        return done
+
+    def list_instances(self, node: str) -> list[str]:
+        found = super().list_instances(node)
+        self._then("list")
+        return found
+
+
+def _active(conf, stores, bus, api, agents) -> tuple[ComputeAgent, str]:
+    """An agent with no periodic pass in time, and one instance ACTIVE on it."""
+    agent = start(conf, stores, bus, "cn0", _Interleaved(1, SPEC, host="cn0"), interval_s=3600)
+    agents.append(agent)
+    inst = api.boot(USER, "vm", "medium").uuid
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    assert wait_until(lambda: not agent.builds, 5)
+    return agent, inst
+
+
+def test_a_delete_in_flight_is_not_an_instance_the_driver_lost(
+    conf, stores, bus, api, agents, medium
+) -> None:
+    """A pass between the driver's destroy and the ledger's end of a delete (issue 31:
+    "1 ACTIVE instances the driver does not run" on starved agents) finds nothing."""
+    agent, inst = _active(conf, stores, bus, api, agents)
+    found = []
+    driver = agent.driver
+    assert isinstance(driver, _Interleaved)
+    driver.between = lambda: found.append(agent.reconciler.reconcile_nodes(["cn0-0"]))
+    driver.when = "destroy"
+    api.delete(USER, inst)
+    assert wait_until(lambda: stores.instances.get(inst).state == State.DELETED, 10)
+    assert len(found) == 1 and not found[0].found_anything(), found[0]
+
+
+def test_a_vm_deleted_after_the_listing_is_not_running_while_deleted(
+    conf, stores, bus, api, agents, medium
+) -> None:
+    """A delete that runs whole between the listing and the records read (issue 31:
+    "1 instances running while deleted (1 reaped)") is no finding either."""
+    agent, inst = _active(conf, stores, bus, api, agents)
+    driver = agent.driver
+    assert isinstance(driver, _Interleaved)
+    driver.between = lambda: agent._destroy(inst, "cn0-0")  # its delete request, handled
+    stores.instances.mark_deleting(inst)
+    driver.when = "list"
+    report = agent.reconciler.reconcile_nodes(["cn0-0"])
+    assert stores.instances.get(inst).state == State.DELETED
+    assert not report.running_deleted and not report.missing, report
+
+
 def test_leaked_allocations_are_released_without_a_restart(conf, stores, bus, api, agents) -> None:
     agent = start(conf, stores, bus, "cn0")
     agents.append(agent)
