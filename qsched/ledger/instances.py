@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -213,11 +214,17 @@ class RedisInstances(InstanceStore):
         return not self._run("instance_active", uuid, host, node).get("already")
 
     def requeue(
-        self, uuid: str, host: str | None, reason: str, claimed_only: bool = False
+        self,
+        uuid: str,
+        host: str | None,
+        reason: str,
+        claimed_only: bool = False,
+        take_over: bool = False,
     ) -> Instance:
         result = self._run(
-            "instance_requeue", uuid, host or "", reason, "1" if claimed_only else ""
-        )
+            "instance_requeue", uuid, host or "", reason, "1" if claimed_only else "",
+            _held(take_over),
+        )  # fmt: skip
         return dataclasses.replace(self.get(uuid), outbox=result.get("outbox"))
 
     def park(self, uuid: str, host: str, reason: str) -> bool:
@@ -226,10 +233,13 @@ class RedisInstances(InstanceStore):
     def set_error(self, uuid: str, message: str, details: Mapping[str, Any]) -> bool:
         fault = {"code": 500, "message": message, "details": dict(details),
                  "created": self.store.now()}  # fmt: skip
-        return bool(self._run("instance_end", uuid, "ERROR", canonical_json(fault))["changed"])
+        ended = self._run("instance_end", uuid, "ERROR", canonical_json(fault), "", "")
+        return bool(ended["changed"])
 
-    def delete(self, uuid: str) -> Instance:
-        self._run("instance_end", uuid, "DELETED", "")
+    def delete(
+        self, uuid: str, destroyed_on: str | None = None, take_over: bool = False
+    ) -> Instance:
+        self._run("instance_end", uuid, "DELETED", "", destroyed_on or "", _held(take_over))
         return self.get(uuid)
 
     def mark_deleting(self, uuid: str) -> Instance:
@@ -317,6 +327,11 @@ class RedisInstances(InstanceStore):
         return self.store.run(
             script, self.keys.instance(uuid), uuid, *args, self.store.now(), self.store.max_events
         )
+
+
+def _held(take_over: bool) -> str:
+    """The consumer a take-over holds the claim under (a new UUID), or "" (none)."""
+    return str(uuidlib.uuid4()) if take_over else ""
 
 
 def _record(instance: Instance) -> dict[str, str]:

@@ -1,13 +1,24 @@
 -- End an instance: ERROR (only from BUILD) or DELETED (from anything), releasing
 -- its allocations and its quota.
 -- KEYS[1]  the instance key
--- ARGV     prefix, uuid, "ERROR" or "DELETED", fault JSON ("" = none), now, max_events
-local uuid, state, fault, now, max_events = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+-- ARGV     prefix, uuid, "ERROR" or "DELETED", fault JSON ("" = none), destroyed on
+--          (the host whose agent destroyed its VM: its claim held for that host, if
+--          any, goes too; "" = none), held (a take-over: "" = none; else the host of
+--          the instance is silent and its claim is held for it under this consumer
+--          UUID, refused if its agent beats again), now, max_events
+local uuid, state, fault, destroyed_on = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local held, now, max_events = ARGV[6], ARGV[7], ARGV[8]
 local inst = redis.call("HMGET", K.instance(uuid), "state", "project_id", "host", "node")
 if not inst[1] then return fail("instance_not_found", {instance = uuid}) end
+if destroyed_on ~= "" then drop_held(destroyed_on, uuid) end
 if inst[1] == "DELETED" or (state == "ERROR" and inst[1] ~= "BUILD") then
     return reply({changed = false})
 end
+local detail = {}
+if held ~= "" and inst[3] and inst[3] ~= "" then
+    if not agent_silent(inst[3]) then return fail("agent_alive", {host = inst[3]}) end
+    if hold_claim(uuid, inst[3], held) then detail.held_for = inst[3] end
+end
 end_instance(uuid, {project = inst[2], host = inst[3], node = inst[4]}, state, fault, now,
-             max_events, {})
+             max_events, detail)
 return reply({changed = true})
