@@ -85,6 +85,7 @@ class ReconcileReport:
     running_deleted: list[str] = dataclasses.field(default_factory=list)
     reaped: list[str] = dataclasses.field(default_factory=list)
     missing: list[str] = dataclasses.field(default_factory=list)
+    unheld: list[str] = dataclasses.field(default_factory=list)  # claims held for it, released
     refreshed: list[str] = dataclasses.field(default_factory=list)  # nodes whose view was off
     nodes: int = 0  # nodes looked at
 
@@ -117,16 +118,23 @@ class _Slice:
     consumers: dict[str, set[str]]  # provider uuid -> consumers
     running: dict[str, list[str]]  # node -> instances the driver runs there
     records: dict[str, Placement]
+    held: dict[str, str]  # held consumer -> its instance: claims taken from this host
 
     @classmethod
-    def read(cls, stores: Stores, driver: VirtDriver, index: NodeIndex, names: list[str]) -> _Slice:
+    def read(
+        cls, stores: Stores, driver: VirtDriver, index: NodeIndex, host: str, names: list[str]
+    ) -> _Slice:
         tokens = {name: index.sync_token(name) for name in names}  # before any read
         views = {name: index.node(name) for name in names}
+        # before the consumers: a claim held after this read is one release_unexplained
+        # leaves alone, never one taken for a leak
+        held = {consumer: uuid for uuid, consumer in stores.ledger.held_claims(host).items()}
         uuids = [p.uuid for v in views.values() for p in v.providers]
         consumers = stores.ledger.providers_consumers(uuids)
         running = {name: _running(driver, name) for name in names}
-        wanted = set().union(*consumers.values(), *running.values())
-        return cls(views, tokens, consumers, running, stores.instances.placements(sorted(wanted)))
+        wanted = set().union(*consumers.values(), *running.values()) - set(held)
+        records = stores.instances.placements(sorted(wanted))
+        return cls(views, tokens, consumers, running, records, held)
 
 
 class Reconciler:
@@ -227,7 +235,7 @@ class Reconciler:
         report = ReconcileReport(nodes=len(names))
         if not names:
             return report
-        found = _Slice.read(self.stores, self.driver, self.index, names)
+        found = _Slice.read(self.stores, self.driver, self.index, self.host, names)
         self._check_allocations(found, report)
         self._check_running(found, report)
         report.refreshed += self._apply(found.views, found.tokens)
@@ -276,10 +284,17 @@ class Reconciler:
 
     def _check_allocations(self, found: _Slice, report: ReconcileReport) -> None:
         """Unexplained allocations; released ones are those the atomic re-check confirmed
-        (a claim or a requeue between the two reads is no leak)."""
+        (a claim or a requeue between the two reads is no leak). A claim held for this
+        host (taken while it was silent) is released once the driver does not run its
+        instance and nothing of it is in flight here."""
         for view in found.views.values():
             for provider in view.providers:
                 for consumer in sorted(found.consumers.get(provider.uuid, ())):
+                    held = found.held.get(consumer)
+                    if held is not None:
+                        if held not in found.running[view.name] and not self.busy(held):
+                            self._release_held(held, report)
+                        continue
                     if _explained(found.records.get(consumer), self.host):
                         continue
                     if not self.release_leaked:
@@ -287,6 +302,11 @@ class Reconciler:
                     elif self.stores.ledger.release_unexplained(consumer, self.host, provider.uuid):
                         report.leaked.append(consumer)
                         report.released.append(consumer)
+
+    def _release_held(self, uuid: str, report: ReconcileReport) -> None:
+        """The claim held for this host of ``uuid`` goes: its VM is not here (once)."""
+        if uuid not in report.unheld and self.stores.ledger.release_held(self.host, uuid):
+            report.unheld.append(uuid)
 
     def _check_running(self, found: _Slice, report: ReconcileReport) -> None:
         """What the driver runs against what the ledger places here. The driver was
@@ -304,28 +324,26 @@ class Reconciler:
                     report.activated.append(uuid)
                     continue
                 astray.append(uuid)
-            held = found.consumers.get(found.views[name].root.uuid, set())
-            gone = [uuid for uuid in sorted(held - set(running))
+            holders = found.consumers.get(found.views[name].root.uuid, set())
+            gone = [uuid for uuid in sorted(holders - set(running))
                     if _runs_here(found.records.get(uuid), self.host, name)]  # fmt: skip
             if astray or gone:
-                self._check_again(name, found.records, astray, gone, report)
+                self._check_again(name, found, astray, gone, report)
 
     def _check_again(
-        self,
-        name: str,
-        records: dict[str, Placement],
-        astray: list[str],
-        gone: list[str],
-        report: ReconcileReport,
+        self, name: str, found: _Slice, astray: list[str], gone: list[str], report: ReconcileReport
     ) -> None:
         """``astray``: listed while the ledger does not place them here; ``gone``: ACTIVE
         here and not listed. Each is a finding only if it still is after a new listing
         and, for ``gone``, a new read of its record once no delete of it is in flight
         (the driver destroys before the ledger ends the instance)."""
         now = set(_running(self.driver, name))
+        held = set(found.held.values())
         for uuid in astray:
             if uuid in now and not self.busy(uuid):
-                self._running_deleted(uuid, name, records.get(uuid), report)
+                self._running_deleted(uuid, name, found.records.get(uuid), report)
+                if uuid in held and uuid in report.reaped:  # its VM gone: so is its claim
+                    self._release_held(uuid, report)
         gone = [uuid for uuid in gone if uuid not in now and not self.busy(uuid)]
         if gone:
             again = self.stores.instances.placements(gone)
@@ -401,10 +419,11 @@ def _log(host: str, report: ReconcileReport) -> None:
     LOG.warning(
         "agent %s reconciled %d nodes: %d builds made ACTIVE, %d requeued; %d leaked "
         "allocations (%d released); %d instances running while deleted (%d reaped); %d "
-        "ACTIVE instances the driver does not run; %d node views refreshed",
+        "ACTIVE instances the driver does not run; %d claims taken while it was silent "
+        "released; %d node views refreshed",
         host, report.nodes, len(report.activated), len(report.requeued), len(report.leaked),
         len(report.released), len(report.running_deleted), len(report.reaped),
-        len(report.missing), len(report.refreshed),
+        len(report.missing), len(report.unheld), len(report.refreshed),
     )  # fmt: skip
 
 

@@ -40,6 +40,7 @@ host queue, finishes its spawns, reconciles and deletes: a maintenance drain, as
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import random
@@ -372,7 +373,7 @@ class ComputeAgent:
         self.counters["reconcile_passes"] += 1
         self.counters["reconcile_ms"] += round((time.perf_counter() - began) * 1000)
         for name in ("released", "reaped", "running_deleted", "missing", "refreshed",
-                     "requeued", "activated"):  # fmt: skip
+                     "requeued", "activated", "unheld"):  # fmt: skip
             self.counters[f"reconcile_{name}"] += len(getattr(report, name))
         return report
 
@@ -497,19 +498,28 @@ class ComputeAgent:
             self.notifier.notify("instance.delete.end", payloads.deleted(ended))
 
     def _destroy_and_end(self, uuid: str, node: str) -> Instance | None:
-        """The driver's destroy, then the ledger's end: the record after (None: gone)."""
+        """The driver's destroy, then the ledger's end: the record after (None: gone).
+
+        The end also releases a claim of it held for this host (taken while this agent
+        was silent: the API deleted it locally, or a janitor): its VM is gone now. The
+        node is then read again, as the index did not hold that claim as the
+        instance's.
+        """
         ended: Instance | None = None
-        if node in self.index:
-            self.driver.destroy(uuid, node)
-            with self.index.writing(node):
-                allocations = self.stores.ledger.get_allocations(uuid).allocations
-                with contextlib.suppress(exception.InstanceNotFound):
-                    ended = self.stores.instances.delete(uuid)
-                if allocations:
-                    self.index.release(node, allocations)
-        else:
+        end = functools.partial(self.stores.instances.delete, uuid, destroyed_on=self.host)
+        if node not in self.index:
             with contextlib.suppress(exception.InstanceNotFound):
-                ended = self.stores.instances.delete(uuid)
+                ended = end()
+            return ended
+        self.driver.destroy(uuid, node)
+        with self.index.writing(node):
+            allocations = self.stores.ledger.get_allocations(uuid).allocations
+            with contextlib.suppress(exception.InstanceNotFound):
+                ended = end()
+            if allocations:
+                self.index.release(node, allocations)
+        if not allocations:  # released before, or held for this host until now
+            self.reconciler.refresh_nodes([node])
         return ended
 
     def _deleting(self, uuid: str) -> Instance | None:

@@ -4,7 +4,8 @@
 spawn      The virt driver builds the instance on the claimed node.
 settle     The record says ACTIVE and the build ends. If the ledger no longer lets
            it (deleted, past its deadline, taken back by a janitor while it
-           spawned), the instance is destroyed and the node read again.
+           spawned), the instance is destroyed, a claim of it held for this host
+           released, and the node read again.
 give back  The spawn failed: the claim is released and the request requeued as
            its next attempt (a reschedule), or ended in NoValidHost once
            ``max_attempts`` is used up.
@@ -65,10 +66,10 @@ class Spawner:
             LOG.info("[%s global %s] instance %s ACTIVE on %s", msg.request_id,
                      msg.global_request_id or "-", uuid, node)  # fmt: skip
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
-            # The ledger released its claim: the index reads the node again.
+            # The ledger took its claim (deleted, past its deadline, taken while this
+            # agent was silent): the VM goes, then a claim held for it here.
             parts.driver.destroy(uuid, node)
-            self.forget(uuid)
-            parts.reconciler.refresh_nodes([node])
+            self.let_go(uuid, node)
             return
         self.forget(uuid)
 
@@ -84,8 +85,7 @@ class Spawner:
                 )
                 self.forget(uuid, release=True)
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
-            self.forget(uuid)  # its claim was released under it: read the node again
-            parts.reconciler.refresh_nodes([node])
+            self.let_go(uuid, node)  # its claim was taken under it; nothing of it runs
             return
         self._notify_failed(build, inst, reason)
         if inst.state != State.BUILD:
@@ -128,6 +128,21 @@ class Spawner:
             payload["nova_object.data"].update(host=self.parts.host, node=build.pick.node)
             notifier.notify("instance.create.error", payload, ERROR,
                             payloads.context(build.request))  # fmt: skip
+
+    def let_go(self, uuid: str, node: str) -> None:
+        """End a build whose claim the ledger took while nothing of it runs here (any
+        more): a claim held for this host of it is released (one script, on this path
+        only; if the ledger does not answer, the next reconcile does it), and the node
+        is read again; the build ends last, so that whoever sees it gone sees the node
+        as the ledger has it."""
+        parts = self.parts
+        try:
+            parts.stores.ledger.release_held(parts.host, uuid)
+        except exception.BackendUnavailable:
+            LOG.warning("agent %s: the claim held for it of %s stays until a reconcile",
+                        parts.host, uuid)  # fmt: skip
+        parts.reconciler.refresh_nodes([node])
+        self.forget(uuid)
 
     def forget(self, uuid: str, release: bool = False) -> None:
         """End a build; ``release``: the agent released its claim, free it here too."""

@@ -109,11 +109,13 @@ def test_an_agent_comes_back_to_find_its_instances_deleted(
     stores.agents.forget("cn0")  # silent past its TTL, as a frozen agent is
     assert api.delete(USER, gone).state == State.DELETED  # deleted locally, as Nova does
     assert agent.index.totals()["VCPU"][0] == 4  # the agent was not told
+    assert list(stores.ledger.held_claims("cn0")) == [gone]  # nor released under its VM
     assert wait_until(lambda: sorted(read_state(state)) == [kept], 5), read_state(state)
     assert wait_until(lambda: converged(stores, agent), 5)
     assert agent.index.totals()["VCPU"][0] == 2
     # the pass counts what it did once it returns, which may be after the above
     assert wait_until(lambda: agent.counters["reconcile_reaped"] == 1, 5)
+    assert agent.counters["reconcile_unheld"] == 1 and stores.ledger.held_claims("cn0") == {}
     assert audit(stores).ok
 
 
