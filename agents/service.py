@@ -53,6 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from agents.actions import STUCK_ACTION_S, ActionStep
 from agents.consuming import ClassGate
 from agents.groups import GroupStep
+from agents.lease import Lease
 from agents.metrics import AgentMetrics
 from agents.nodes import NodeIndex, Pick
 from agents.permit import POLL_S, Permit
@@ -125,10 +126,11 @@ class ComputeAgent:
             release_leaked=options.release_leaked_allocations,
             action=options.running_deleted_instance_action, notifier=notifier,
         )  # fmt: skip
+        self.lease = Lease(options.heartbeat_ttl_s)
         parts = AgentParts(
             self.host, stores, bus, driver, self.index, self.builds, self.reconciler,
             self.counters, self._stopped, options.ledger_retry_max_s, self.gate, self.metrics,
-            notifier,
+            self.lease, notifier,
         )  # fmt: skip
         alternates = Alternates(options.max_handbacks, options.handback_pause_s)
         self.placer = Placer(parts, claim_retries, alternates)
@@ -263,7 +265,8 @@ class ComputeAgent:
             LOG.warning("agent %s: could not clear its heartbeat", self.host)
 
     def heartbeat(self) -> None:
-        """Say this agent lives; notice when it was silent past its TTL (frozen, cut off).
+        """Say this agent lives, renewing its lease; notice when it was silent past its
+        TTL (starved, frozen, cut off).
 
         While it was silent the API may have deleted its instances locally and a
         janitor taken back its claims: the next reconcile then covers every node.
@@ -284,6 +287,10 @@ class ComputeAgent:
             resources={rc: {"used": used, "capacity": cap} for rc, (used, cap) in totals.items()},
             index_digest=self.index.digest(),
         )  # fmt: skip
+        if service is not None and service.forced_down:
+            self.lease.end()  # forced down is down: its builds are anyone's to take
+        else:
+            self.lease.renew(started)
         self.apply_service(service)
         self._watch_aggregates()
         last, self._last_beat = self._last_beat, started

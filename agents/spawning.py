@@ -1,7 +1,9 @@
 """After the claim: spawn, settle, or give back. Runs in the agent's spawn workers.
 
 =========  ==========================================================================
-spawn      The virt driver builds the instance on the claimed node.
+spawn      The virt driver builds the instance on the claimed node. Its VM starts
+           only while the agent's lease holds (:mod:`agents.lease`): past it, the
+           build waits for a heartbeat and goes on only if its claim is still its own.
 settle     The record says ACTIVE and the build ends. If the ledger no longer lets
            it (deleted, past its deadline, taken back by a janitor while it
            spawned), the instance is destroyed, a claim of it held for this host
@@ -21,13 +23,16 @@ import logging
 import time
 
 from agents.steps import AgentParts, Build
-from agents.virt.base import SpawnFailed
+from agents.virt.base import SpawnFailed, SpawnFenced
 from qsched import exception
 from qsched.ledger.base import Instance, State
 from qsched.notifications import payloads
 from qsched.notifications.base import ERROR
 
 LOG = logging.getLogger(__name__)
+
+#: How often a build waiting for its agent's lease reads whether its claim was taken.
+LEASE_POLL_S = 0.5
 
 
 class Spawner:
@@ -37,20 +42,69 @@ class Spawner:
         self.parts = parts
 
     def spawn(self, uuid: str) -> None:
-        """Spawn a held build, then settle it or give it back."""
+        """Spawn a held build, then settle it or give it back.
+
+        The VM starts only while the agent's lease holds (the driver's ``fence``): past
+        it, the build waits for a heartbeat to renew the lease, and goes on only if the
+        ledger says its claim is still this host's (:meth:`leased`).
+        """
         build = self.parts.builds.get(uuid)
         if build is None:
             return
-        try:
-            self.parts.driver.spawn(uuid, build.pick.node, build.request.to_flavor())
-        except SpawnFailed as exc:
-            self.give_back(build, str(exc))
+        parts, node = self.parts, build.pick.node
+        while self.leased(build):
+            try:
+                parts.driver.spawn(uuid, node, build.request.to_flavor(), fence=parts.lease.valid)
+            except SpawnFenced:
+                parts.counters["spawn_fenced"] += 1  # nothing started: again, if still ours
+                continue
+            except SpawnFailed as exc:
+                self.give_back(build, str(exc))
+            except Exception as exc:  # a driver bug must not leak the claim
+                LOG.exception("agent %s: spawn of %s crashed", parts.host, uuid)
+                self.give_back(build, f"spawn crashed: {exc}")
+            else:
+                self.settle(build)
             return
-        except Exception as exc:  # a driver bug must not leak the claim
-            LOG.exception("agent %s: spawn of %s crashed", self.parts.host, uuid)
-            self.give_back(build, f"spawn crashed: {exc}")
-            return
-        self.settle(build)
+
+    def leased(self, build: Build) -> bool:
+        """Whether the build may start its VM: at once while the agent's lease holds
+        (nothing read). Past it (its heartbeat overdue, its service forced down), a
+        janitor may take the claim: the build waits, reading its record every
+        :data:`LEASE_POLL_S` (this path only), until a heartbeat renews the lease with
+        the claim still this host's. A claim taken meanwhile is let go (:meth:`let_go`:
+        nothing of it runs here); at stop, the build is left to the ledger (the next
+        start, or a janitor)."""
+        parts, uuid = self.parts, build.request.instance_uuid
+        if parts.lease.valid():
+            return True
+        LOG.warning("agent %s: its lease has ended (heartbeat overdue or service forced "
+                    "down); the spawn of %s waits", parts.host, uuid)  # fmt: skip
+        while True:
+            renewed = parts.lease.wait(LEASE_POLL_S)
+            if parts.stopped.is_set():
+                self.forget(uuid)
+                return False
+            try:
+                ours = self._still_ours(build)
+            except exception.BackendUnavailable:
+                continue
+            if not ours:
+                LOG.warning("agent %s: the claim of %s was taken while its lease had ended; "
+                            "nothing of it was started here", parts.host, uuid)  # fmt: skip
+                parts.counters["spawn_taken"] += 1
+                self.let_go(uuid, build.pick.node)
+                return False
+            if renewed and parts.lease.valid():  # renewed before the read: it holds still
+                return True
+
+    def _still_ours(self, build: Build) -> bool:
+        """Whether the ledger has the build claimed by this host on its node still."""
+        parts, uuid = self.parts, build.request.instance_uuid
+        inst = parts.stores.instances.placements([uuid]).get(uuid)
+        if inst is None:
+            return False
+        return (inst.state, inst.host, inst.node) == (State.BUILD, parts.host, build.pick.node)
 
     def settle(self, build: Build) -> None:
         """Record the spawned instance ACTIVE and end the build."""

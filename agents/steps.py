@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from agents.consuming import ClassGate
+from agents.lease import Lease
 from agents.metrics import AgentMetrics
 from agents.nodes import NodeIndex, Pick
 from agents.reconcile import Reconciler
@@ -121,6 +122,7 @@ class AgentParts:
     retry_max_s: float  # [agent] ledger_retry_max_s
     gate: ClassGate  # the classes the consumer takes (a hand-back pauses one)
     metrics: AgentMetrics
+    lease: Lease  # until when the ledger counts this agent alive (agents.lease)
     notifier: Notifier = NULL  # versioned notifications (docs/notifications.rst)
 
     def no_valid_host(self, uuid: str, reason: str) -> bool:
