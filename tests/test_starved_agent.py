@@ -129,7 +129,7 @@ class Claims(threading.Thread):
         super().__init__(name="claims-watch", daemon=True)
         self.stores = stores
         self.drivers = drivers
-        self.unclaimed: list[str] = []
+        self.unclaimed: set[str] = set()
         self.checks = 0
         self._stop_event = threading.Event()
 
@@ -141,7 +141,7 @@ class Claims(threading.Thread):
                         if not self._claimed(instance, driver.host, node.root.uuid) and (
                             instance in driver.list_instances(node.name)
                         ):
-                            self.unclaimed.append(f"{instance} runs on {node.name} unclaimed")
+                            self.unclaimed.add(f"{instance} runs on {node.name} unclaimed")
             self.checks += 1
 
     def _claimed(self, instance: str, host: str, root: str) -> bool:
@@ -156,7 +156,7 @@ class Claims(threading.Thread):
         assert wait_until(lambda: self.checks > seen + 1, SETTLE_S)
         self._stop_event.set()
         self.join(5)
-        return self.unclaimed
+        return sorted(self.unclaimed)
 
 
 class Starved:
