@@ -286,13 +286,16 @@ class Reconciler:
         """Unexplained allocations; released ones are those the atomic re-check confirmed
         (a claim or a requeue between the two reads is no leak). A claim held for this
         host (taken while it was silent) is released once the driver does not run its
-        instance and nothing of it is in flight here."""
+        instance, or runs it as the ledger's ACTIVE instance of this node (whose own
+        claim covers it), and nothing of it is in flight here."""
         for view in found.views.values():
             for provider in view.providers:
                 for consumer in sorted(found.consumers.get(provider.uuid, ())):
                     held = found.held.get(consumer)
                     if held is not None:
-                        if held not in found.running[view.name] and not self.busy(held):
+                        mine = _runs_here(found.records.get(held), self.host, view.name)
+                        gone = held not in found.running[view.name] or mine
+                        if gone and not self.busy(held):
                             self._release_held(held, report)
                         continue
                     if _explained(found.records.get(consumer), self.host):
@@ -304,7 +307,8 @@ class Reconciler:
                         report.released.append(consumer)
 
     def _release_held(self, uuid: str, report: ReconcileReport) -> None:
-        """The claim held for this host of ``uuid`` goes: its VM is not here (once)."""
+        """The claim held for this host of ``uuid`` goes: its VM is not here (once,
+        though the claim shows on each provider it holds)."""
         if uuid not in report.unheld and self.stores.ledger.release_held(self.host, uuid):
             report.unheld.append(uuid)
 

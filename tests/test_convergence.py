@@ -233,6 +233,25 @@ def test_a_vm_deleted_after_the_listing_is_not_running_while_deleted(
     assert not report.running_deleted and not report.missing, report
 
 
+def test_a_claim_held_for_an_instance_that_runs_here_as_its_own_again_is_released(
+    conf, stores, bus, api, agents, medium
+) -> None:
+    """Taken while the agent was silent, then claimed and made ACTIVE by that agent
+    again on the VM it still ran: the held claim only counts that VM twice."""
+    agent, inst = _active(conf, stores, bus, api, agents)
+    freeze(agent)
+    stores.agents.forget("cn0")
+    allocations = stores.ledger.get_allocations(inst).allocations
+    _roll_back_to_claimed(stores, inst, "cn0")
+    stores.instances.requeue(inst, "cn0", "cn0 is down", True, take_over=True)
+    stores.ledger.claim(inst, allocations, "cn0", "cn0-0")
+    stores.instances.set_active(inst, "cn0", "cn0-0")
+    assert agent.index.node("cn0-0").root.uuid in allocations
+    report = agent.reconciler.reconcile_nodes(["cn0-0"])
+    assert report.unheld == [inst] and stores.ledger.held_claims("cn0") == {}
+    assert converged(stores, agent) and agent.index.totals()["VCPU"][0] == 2
+
+
 def test_leaked_allocations_are_released_without_a_restart(conf, stores, bus, api, agents) -> None:
     agent = start(conf, stores, bus, "cn0")
     agents.append(agent)
