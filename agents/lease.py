@@ -6,14 +6,17 @@ Once that has expired, the API deletes the agent's instances locally and a janit
 starved of CPU, and still spawning. The agent cannot read the ledger's clock, but it
 knows when it *sent* its last acknowledged heartbeat: its lease ends
 ``heartbeat_ttl_s`` after that, never later than the ledger's expiry, so while its
-lease holds nobody has taken anything from it.
+lease holds nobody has taken anything from it. A heartbeat acknowledged after the
+lease ended starts a new term: the ledger may have been without this agent's
+heartbeat in between, and what the old term covered may have been taken.
 
 The agent honours it where a VM would start (:mod:`agents.spawning`): a driver starts
-no VM once the lease has ended (``fence``, :meth:`~agents.virt.base.VirtDriver.spawn`),
-and a build then waits for a heartbeat to renew the lease and asks the ledger whether
-its claim is still its own. So a build a janitor took from a starved agent is not
-started a second time there; and what the janitor or the API took is held for the
-host until its agent says the VM is gone (:mod:`qsched.janitor`).
+no VM unless the lease has held, in one term, since the claim was known to be the
+agent's (``fence``, :meth:`~agents.virt.base.VirtDriver.spawn`); after a lapse a build
+asks the ledger whether its claim is still its own before it starts the VM. So a
+build a janitor took from a starved agent is not started a second time there; and
+what the janitor or the API took is held for the host until its agent says the VM is
+gone (:mod:`qsched.janitor`).
 
 A lease starts with the first heartbeat: before it, the agent consumes nothing. An
 operator forcing the host's service down ends it at once (forced down is down: the
@@ -28,17 +31,26 @@ from collections.abc import Callable
 
 
 class Lease:
-    """Thread-safe; every call is O(1) and reads no ledger."""
+    """Thread-safe; every call is O(1) and reads no ledger.
+
+    ``term`` counts the lapses: it moves on when a heartbeat renews a lease that had
+    ended before that heartbeat was acknowledged (or that an operator ended). A claim
+    known to be this agent's while the lease held in a term stays its own as long as
+    that term holds (:meth:`holds`); after a lapse, only the ledger can tell.
+    """
 
     def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl_s = ttl_s
         self._clock = clock
         self._until: float | None = None  # no heartbeat yet: no janitor judges it
+        self.term = 0
         self._renewed = threading.Condition()
 
     def renew(self, sent_at: float) -> None:
-        """A heartbeat sent at ``sent_at`` (this lease's clock) was acknowledged."""
+        """A heartbeat sent at ``sent_at`` (this lease's clock) was acknowledged now."""
         with self._renewed:
+            if self._until is not None and self._clock() >= self._until:
+                self.term += 1  # it lapsed: what it covered may have been taken meanwhile
             self._until = sent_at + self.ttl_s
             self._renewed.notify_all()
 
@@ -51,6 +63,16 @@ class Lease:
         """Whether nobody may have taken this agent's claims yet."""
         until = self._until
         return until is None or self._clock() < until
+
+    def current(self) -> int | None:
+        """The term, if the lease holds now; else None."""
+        with self._renewed:
+            return self.term if self.valid() else None
+
+    def holds(self, term: int | None) -> bool:
+        """Whether the lease has held without a lapse since ``term`` (None: never)."""
+        with self._renewed:
+            return term == self.term and self.valid()
 
     def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the lease to hold; whether it does."""

@@ -19,6 +19,7 @@ an outage (:meth:`~agents.steps.AgentParts.persist`) instead of giving up.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -44,17 +45,19 @@ class Spawner:
     def spawn(self, uuid: str) -> None:
         """Spawn a held build, then settle it or give it back.
 
-        The VM starts only while the agent's lease holds (the driver's ``fence``): past
-        it, the build waits for a heartbeat to renew the lease, and goes on only if the
-        ledger says its claim is still this host's (:meth:`leased`).
+        The VM starts only while the agent's lease has held without a lapse since the
+        claim was known to be this host's (the driver's ``fence``): after a lapse, the
+        build waits for a heartbeat to renew the lease, and goes on only if the ledger
+        says its claim is still this host's (:meth:`leased`).
         """
         build = self.parts.builds.get(uuid)
         if build is None:
             return
-        parts, node = self.parts, build.pick.node
-        while self.leased(build):
+        parts, node, term = self.parts, build.pick.node, build.term
+        while (term := self.leased(build, term)) is not None:
             try:
-                parts.driver.spawn(uuid, node, build.request.to_flavor(), fence=parts.lease.valid)
+                parts.driver.spawn(uuid, node, build.request.to_flavor(),
+                                   fence=functools.partial(parts.lease.holds, term))  # fmt: skip
             except SpawnFenced:
                 parts.counters["spawn_fenced"] += 1  # nothing started: again, if still ours
                 continue
@@ -67,36 +70,40 @@ class Spawner:
                 self.settle(build)
             return
 
-    def leased(self, build: Build) -> bool:
-        """Whether the build may start its VM: at once while the agent's lease holds
-        (nothing read). Past it (its heartbeat overdue, its service forced down), a
-        janitor may take the claim: the build waits, reading its record every
-        :data:`LEASE_POLL_S` (this path only), until a heartbeat renews the lease with
-        the claim still this host's. A claim taken meanwhile is let go (:meth:`let_go`:
-        nothing of it runs here); at stop, the build is left to the ledger (the next
-        start, or a janitor)."""
+    def leased(self, build: Build, term: int | None) -> int | None:
+        """The lease term under which the build's claim is known to be this host's, or
+        None: let go (the claim was taken; nothing of it runs here, :meth:`let_go`) or
+        left to the ledger (the agent stops: its next start, or a janitor).
+
+        While the lease has held since ``term`` (the claim's), at once, nothing read.
+        After a lapse (a heartbeat overdue, the service forced down) a janitor may
+        have taken the claim: the build waits, reading its record every
+        :data:`LEASE_POLL_S` (this path only), until the lease holds again with the
+        claim still this host's, read after the renewal.
+        """
         parts, uuid = self.parts, build.request.instance_uuid
-        if parts.lease.valid():
-            return True
-        LOG.warning("agent %s: its lease has ended (heartbeat overdue or service forced "
+        if parts.lease.holds(term):
+            return term
+        LOG.warning("agent %s: its lease lapsed (heartbeat overdue or service forced "
                     "down); the spawn of %s waits", parts.host, uuid)  # fmt: skip
         while True:
-            renewed = parts.lease.wait(LEASE_POLL_S)
+            parts.lease.wait(LEASE_POLL_S)
+            renewed = parts.lease.current()  # before the read: the read must come after
             if parts.stopped.is_set():
                 self.forget(uuid)
-                return False
+                return None
             try:
                 ours = self._still_ours(build)
             except exception.BackendUnavailable:
                 continue
             if not ours:
-                LOG.warning("agent %s: the claim of %s was taken while its lease had ended; "
+                LOG.warning("agent %s: the claim of %s was taken while its lease lapsed; "
                             "nothing of it was started here", parts.host, uuid)  # fmt: skip
                 parts.counters["spawn_taken"] += 1
                 self.let_go(uuid, build.pick.node)
-                return False
-            if renewed and parts.lease.valid():  # renewed before the read: it holds still
-                return True
+                return None
+            if renewed is not None and parts.lease.holds(renewed):
+                return renewed
 
     def _still_ours(self, build: Build) -> bool:
         """Whether the ledger has the build claimed by this host on its node still."""

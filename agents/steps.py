@@ -39,7 +39,9 @@ class Build:
     ``batch``: the multi-create it is a member of; ``permitted``: whether every member
     held its claim when this one was claimed (else the spawn waits, :mod:`agents.permit`);
     ``told``: the claim's ``instance.create.start`` payload under that name, once sent,
-    which ``.end`` is built from (empty: none was sent).
+    which ``.end`` is built from (empty: none was sent). ``term``: the agent's lease term
+    when it claimed (None: its lease did not hold then); while that term holds the
+    claim is its own, after a lapse the ledger must say so again.
     """
 
     request: BootRequest
@@ -47,6 +49,7 @@ class Build:
     batch: str | None = None
     permitted: bool = True
     told: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+    term: int | None = dataclasses.field(default=None, compare=False)  # agents.lease
 
 
 class Builds:

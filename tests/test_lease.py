@@ -45,3 +45,24 @@ def test_wait_returns_once_a_heartbeat_renews_it() -> None:
     assert not lease.wait(0.01)
     threading.Timer(0.05, lease.renew, args=(clock.now,)).start()
     assert lease.wait(5.0)
+
+
+def test_a_heartbeat_after_a_lapse_starts_a_new_term() -> None:
+    """What a term covered may have been taken during the lapse: it holds no more,
+    though the lease holds again."""
+    clock = Clock()
+    lease = Lease(10.0, clock)
+    lease.renew(sent_at=100.0)
+    term = lease.current()
+    clock.now = 105.0
+    lease.renew(sent_at=104.0)  # in time: the same term
+    assert lease.holds(term) and lease.current() == term
+    clock.now = 114.0  # past 104 + 10: it lapsed
+    assert not lease.holds(term) and lease.current() is None
+    lease.renew(sent_at=113.5)  # sent before the end, acknowledged after: a lapse
+    assert lease.valid() and not lease.holds(term) and lease.current() == term + 1
+    lease.end()  # forced down
+    assert lease.current() is None
+    lease.renew(sent_at=114.0)
+    assert lease.current() == term + 2
+    assert not lease.holds(None)

@@ -19,20 +19,24 @@ requests meanwhile, as a starved consumer's would stop reading, so that the requ
 janitor publishes again goes to another agent.
 
 Each test runs on the embedded default (fakeredis, ``memory://``) and on a real Redis
-and RabbitMQ (``real``: required under CI=true, skipped elsewhere without them).
+and RabbitMQ (``real``: required under CI=true, skipped elsewhere without them). The
+last one stops a real agent process mid-spawn (SIGSTOP) behind a real API service and
+its janitor, then lets it go on (SIGCONT).
 """
 
 from __future__ import annotations
 
+import signal
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agents.service import ComputeAgent
-from agents.virt.fake import FakeDriver, FakeNodeSpec
+from agents.virt.fake import FakeDriver, FakeNodeSpec, read_state
 from qsched import janitor
 from qsched.bus.kombu import KombuBus, KombuOptions
 from qsched.conf import AgentOptions, SchedulerOptions
@@ -42,7 +46,8 @@ from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State
 from qsched.periodic import Periodic
-from tests.cloud import transport_url
+from tests.cloud import AMQP_URL, Cloud, require_rabbitmq, transport_url
+from tests.conftest import real_redis
 from tests.helpers import wait_until
 from tests.test_alternates import forget
 
@@ -261,7 +266,6 @@ def test_a_build_taken_from_a_starved_agent_runs_once(
     def boots(instance: str, node: str) -> None:  # the spawn's last step before the VM
         reached.set()
         go.wait(SETTLE_S * 3)
-        starved.fed.wait(SETTLE_S * 3)
 
     a = Watched(hypervisors, "cn-a", boots)
     agents.append(start_agent(conf, stores, bus, "cn-a", a, starved))
@@ -269,14 +273,15 @@ def test_a_build_taken_from_a_starved_agent_runs_once(
     assert reached.wait(SETTLE_S)
     claims.start()
     starved.starve()
-    go.set()  # the spawn goes on, up to where the starved agent's VM would start
     assert wait_until(silent(stores, "cn-a"), SETTLE_S)
     b = Watched(hypervisors, "cn-b", lambda i, n: None)
     agents.append(start_agent(conf, stores, bus, "cn-b", b))
     assert wait_until(lambda: stores.instances.get(inst).host == "cn-b", SETTLE_S)
     assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, SETTLE_S)
     assert list(stores.ledger.held_claims("cn-a")) == [inst]  # cn-a's node: still taken
-    starved.feed()
+    starved.feed()  # its heartbeat first (as after a SIGCONT): its lease holds again...
+    assert wait_until(lambda: stores.agents.alive("cn-a"), SETTLE_S)
+    go.set()  # ...then the spawn goes on, to where its VM would start
     agent_a = agents[0]
     assert wait_until(lambda: not agent_a.builds, SETTLE_S)
     assert wait_until(lambda: stores.ledger.held_claims("cn-a") == {}, SETTLE_S)
@@ -300,7 +305,6 @@ def test_a_starved_agent_nobody_took_from_finishes_its_build(
     def boots(instance: str, node: str) -> None:
         reached.set()
         go.wait(SETTLE_S * 3)
-        starved.fed.wait(SETTLE_S * 3)
 
     a = Watched(hypervisors, "cn-a", boots)
     agent_a = start_agent(conf, stores, bus, "cn-a", a, starved)
@@ -309,9 +313,10 @@ def test_a_starved_agent_nobody_took_from_finishes_its_build(
     assert reached.wait(SETTLE_S)
     claims.start()
     starved.starve()
-    go.set()
     assert wait_until(silent(stores, "cn-a"), SETTLE_S)
     starved.feed()
+    assert wait_until(lambda: stores.agents.alive("cn-a"), SETTLE_S)
+    go.set()
     assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, SETTLE_S)
     record = stores.instances.get(inst)
     assert (record.host, record.attempts, running(a)) == ("cn-a", 0, [inst])
@@ -352,4 +357,53 @@ def test_what_a_starved_agent_runs_keeps_its_claims_until_its_vms_are_gone(
     assert claims.stop() == [] and hypervisors.doubles == []
     assert wait_until(lambda: agent_a.index.totals()["VCPU"][0] == 0, SETTLE_S)
     report = audit(stores)
+    assert report.ok, report.to_dict()
+
+
+# -- a real agent process, stopped ------------------------------------------------------
+
+
+@pytest.fixture
+def cloud(tmp_path: Path) -> Iterator[Cloud]:
+    """An API service (its janitor every 0.5 s, a grace of 1 s) and agent processes on
+    a real Redis (flushed) and RabbitMQ; heartbeats every 0.5 s, a TTL of 3 s."""
+    require_rabbitmq()
+    ledger = real_redis()
+    ledger.flushdb()
+    options = {"scheduler": {"janitor_interval_s": 0.5, "janitor_grace_s": 1.0}}
+    cloud = Cloud(tmp_path, AMQP_URL, options=options, agents=0, timeout_s=60)
+    yield cloud
+    for index in list(cloud.agents):
+        cloud.signal_agent(index, signal.SIGCONT)
+    cloud.shutdown()
+    ledger.flushdb()
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_a_stopped_agent_process_does_not_spawn_what_was_placed_again(
+    cloud: Cloud, tmp_path: Path
+) -> None:
+    """SIGSTOP in the middle of a spawn's boot delay, past the TTL and the janitor's
+    grace: the build is placed again; SIGCONT: the stopped agent finds its lease over,
+    starts no VM and lets its claim go. Its VMs file (which records every VM it
+    starts) never names the instance. Before, it started it: two VMs, one instance."""
+    vms = [tmp_path / f"cn{i}.vms" for i in range(2)]
+    cloud.start(api=True)
+    cloud.start_agent(0, {"spawn_delay_s": 6, "fake_state_path": str(vms[0])})
+    cloud.wait_ready(timeout_s=30)
+    inst = cloud.boot()[1]["server"]["id"]
+    stopped, other = cloud.host(0), cloud.host(1)
+    assert wait_until(lambda: cloud.stores.instances.building(stopped) == {inst}, SETTLE_S)
+    cloud.signal_agent(0, signal.SIGSTOP)
+    cloud.start_agent(1, {"fake_state_path": str(vms[1])})
+    assert wait_until(lambda: list(cloud.stores.ledger.held_claims(stopped)) == [inst], 30)
+    cloud.signal_agent(0, signal.SIGCONT)
+    assert wait_until(lambda: cloud.stores.ledger.held_claims(stopped) == {}, 30)
+    cloud.settle([inst], timeout_s=30)
+    record = cloud.stores.instances.get(inst)
+    assert (record.state, record.host) == (State.ACTIVE, other), cloud.tail_logs()
+    assert (read_state(vms[0]), list(read_state(vms[1]))) == ({}, [inst])
+    assert not vms[0].exists() or inst not in vms[0].read_text()  # not even for a while
+    report = audit(cloud.stores)
     assert report.ok, report.to_dict()
