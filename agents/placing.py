@@ -331,6 +331,7 @@ class Placer:
         """
         parts = self.parts
         began = time.perf_counter()
+        term = parts.lease.current()  # before the claim: a lapse after it is seen later
         try:
             with parts.index.writing(pick.node):
                 result = retry.claim(
@@ -343,7 +344,7 @@ class Placer:
                     max_handbacks=self.alternates.max_handbacks,
                     scheduling_class=msg.scheduling_class,
                 )  # fmt: skip
-                build = Build(msg, pick, result.batch, result.permitted)
+                build = Build(msg, pick, result.batch, result.permitted, term=term)
                 parts.builds.add(build)
                 # ``already``: a redelivery after a restart; the index read it from the ledger
                 if not result.already:

@@ -19,17 +19,22 @@ it was silent past its heartbeat TTL):
   (``[agent] release_leaked_allocations``; off: only reported);
 * instances the driver runs that the ledger has deleted or ended, places on another
   host, or does not know are reaped, logged or left (``running_deleted_instance_action``,
-  as Nova's periodic task of that name), unless a spawn of them is in flight here; one
-  reaped whose record waits for a host again (a crash of the ledger lost this host's
-  claim, after the agent had acked its request) has its request left to the outbox,
-  since nothing else on the bus holds it;
-* ACTIVE instances of this host that the driver does not run (listed twice, the
-  record read between) are set ERROR with a fault that says so, their allocations and
-  quota freed, in one atomic step that checks the record still places them there with
-  no task under way (``[agent] lost_instance_action = error``; ``log``: reported only,
-  as Nova's power-state sync leaves such an instance). A hypervisor lost the VM, or a
-  crash of the ledger brought back a server whose delete the agent had done: either
-  way nothing runs, and the owner sees why;
+  as Nova's periodic task of that name), unless a spawn or a delete of them is in flight
+  here; one reaped whose record waits for a host again (a crash of the ledger lost this
+  host's claim, after the agent had acked its request) has its request left to the
+  outbox, since nothing else on the bus holds it;
+* ACTIVE instances of this host that the driver does not run are set ERROR with a fault
+  that says so, their allocations and quota freed, in one atomic step that checks the
+  record still places them there with no task under way (``[agent]
+  lost_instance_action = error``; ``log``: reported only, as Nova's power-state sync
+  leaves such an instance). A hypervisor lost the VM, or a crash of the ledger brought
+  back a server whose delete the agent had done: either way nothing runs, and the owner
+  sees why. A delete in flight here (the driver destroys before the ledger ends the
+  instance) is none of them;
+* either finding is the driver's listing against records read after it, so each is
+  checked again (a new listing, and a new read of a missing one's record) before it
+  counts: a delete or a spawn that ended between the two reads is no finding (a pass
+  of many nodes on a starved process leaves seconds between them);
 * the node views are read again and replace the index's where they differ, unless the
   agent wrote to that node meanwhile (see :mod:`agents.nodes`, "Convergence");
 * the sharing providers the nodes reach are read again (one read of the cell's index of
@@ -92,6 +97,7 @@ class ReconcileReport:
     republished: list[str] = dataclasses.field(default_factory=list)  # reaped, waiting again
     missing: list[str] = dataclasses.field(default_factory=list)
     lost: list[str] = dataclasses.field(default_factory=list)  # missing, set ERROR
+    unheld: list[str] = dataclasses.field(default_factory=list)  # claims held for it, released
     refreshed: list[str] = dataclasses.field(default_factory=list)  # nodes whose view was off
     nodes: int = 0  # nodes looked at
 
@@ -124,22 +130,29 @@ class _Slice:
     consumers: dict[str, set[str]]  # provider uuid -> consumers
     running: dict[str, list[str]]  # node -> instances the driver runs there
     records: dict[str, Placement]
+    held: dict[str, str]  # held consumer -> its instance: claims taken from this host
 
     @classmethod
-    def read(cls, stores: Stores, driver: VirtDriver, index: NodeIndex, names: list[str]) -> _Slice:
+    def read(
+        cls, stores: Stores, driver: VirtDriver, index: NodeIndex, host: str, names: list[str]
+    ) -> _Slice:
         tokens = {name: index.sync_token(name) for name in names}  # before any read
         views = {name: index.node(name) for name in names}
+        # before the consumers: a claim held after this read is one release_unexplained
+        # leaves alone, never one taken for a leak
+        held = {consumer: uuid for uuid, consumer in stores.ledger.held_claims(host).items()}
         uuids = [p.uuid for v in views.values() for p in v.providers]
         consumers = stores.ledger.providers_consumers(uuids)
         running = {name: _running(driver, name) for name in names}
-        wanted = set().union(*consumers.values(), *running.values())
-        return cls(views, tokens, consumers, running, stores.instances.placements(sorted(wanted)))
+        wanted = set().union(*consumers.values(), *running.values()) - set(held)
+        records = stores.instances.placements(sorted(wanted))
+        return cls(views, tokens, consumers, running, records, held)
 
 
 class Reconciler:
     """The periodic reconcile of one agent's nodes; see the module docstring.
 
-    :param building: whether a spawn of an instance is in flight on this agent.
+    :param busy: whether a spawn or a delete of an instance is in flight on this agent.
     :param release_leaked: release unexplained allocations (else only report them).
     :param action: ``reap``, ``log`` or ``noop`` for instances running while deleted.
     :param lost_action: ``error`` or ``log`` for ACTIVE instances the driver does not run.
@@ -152,7 +165,7 @@ class Reconciler:
         driver: VirtDriver,
         host: str,
         index: NodeIndex,
-        building: Callable[[str], bool],
+        busy: Callable[[str], bool],
         batch: int = 1000,
         release_leaked: bool = True,
         action: str = "reap",
@@ -170,7 +183,7 @@ class Reconciler:
         self.driver = driver
         self.host = host
         self.index = index
-        self.building = building
+        self.busy = busy
         self.batch = batch
         self.release_leaked = release_leaked
         self.action = action
@@ -218,12 +231,12 @@ class Reconciler:
         """
         report = ReconcileReport()
         orphans = [u for u in sorted(self.stores.instances.building(self.host))
-                   if not self.building(u)]  # fmt: skip
+                   if not self.busy(u)]  # fmt: skip
         for uuid, inst in self.stores.instances.placements(orphans).items():
             node = inst.node or ""
             if node in self.index and self.index.sync_token(node) is None:
                 continue  # a claim on that node is in flight
-            if self.building(uuid):
+            if self.busy(uuid):
                 continue
             if inst.state == State.BUILD and node and uuid in _running(self.driver, node):
                 self._activate(uuid, node)
@@ -241,7 +254,7 @@ class Reconciler:
         report = ReconcileReport(nodes=len(names))
         if not names:
             return report
-        found = _Slice.read(self.stores, self.driver, self.index, names)
+        found = _Slice.read(self.stores, self.driver, self.index, self.host, names)
         self._check_allocations(found, report)
         self._check_running(found, report)
         report.refreshed += self._apply(found.views, found.tokens)
@@ -290,10 +303,20 @@ class Reconciler:
 
     def _check_allocations(self, found: _Slice, report: ReconcileReport) -> None:
         """Unexplained allocations; released ones are those the atomic re-check confirmed
-        (a claim or a requeue between the two reads is no leak)."""
+        (a claim or a requeue between the two reads is no leak). A claim held for this
+        host (taken while it was silent) is released once the driver does not run its
+        instance, or runs it as the ledger's ACTIVE instance of this node (whose own
+        claim covers it), and nothing of it is in flight here."""
         for view in found.views.values():
             for provider in view.providers:
                 for consumer in sorted(found.consumers.get(provider.uuid, ())):
+                    held = found.held.get(consumer)
+                    if held is not None:
+                        mine = _runs_here(found.records.get(held), self.host, view.name)
+                        gone = held not in found.running[view.name] or mine
+                        if gone and not self.busy(held):
+                            self._release_held(held, report)
+                        continue
                     if _explained(found.records.get(consumer), self.host):
                         continue
                     if not self.release_leaked:
@@ -302,32 +325,68 @@ class Reconciler:
                         report.leaked.append(consumer)
                         report.released.append(consumer)
 
+    def _release_held(self, uuid: str, report: ReconcileReport) -> None:
+        """The claim held for this host of ``uuid`` goes: its VM is not here (once,
+        though the claim shows on each provider it holds)."""
+        if uuid not in report.unheld and self.stores.ledger.release_held(self.host, uuid):
+            report.unheld.append(uuid)
+
     def _check_running(self, found: _Slice, report: ReconcileReport) -> None:
+        """What the driver runs against what the ledger places here. The driver was
+        listed before the records were read, so an instance seen at odds with its record
+        is looked at again (the driver listed anew, a record read anew): a delete that
+        destroyed it in between, or a spawn that ended, is no finding."""
         for name, running in found.running.items():
+            astray = []
             for uuid in running:
                 inst = found.records.get(uuid)
-                if self.building(uuid) or _runs_here(inst, self.host, name):
+                if self.busy(uuid) or _runs_here(inst, self.host, name):
                     continue
                 if _built_here(inst, self.host, name):  # a spawn that finished, unrecorded
                     self._activate(uuid, name)
                     report.activated.append(uuid)
                     continue
-                report.running_deleted.append(uuid)
-                if self.action == "reap":
-                    self.driver.destroy(uuid, name)
-                    report.reaped.append(uuid)
-                    self._republish(uuid, inst, report)
-                elif self.action == "log":
-                    LOG.warning("agent %s: %s runs on %s but the ledger has it %s", self.host,
-                                uuid, name, _where(inst))  # fmt: skip
-            held = found.consumers.get(found.views[name].root.uuid, set())
-            gone = [uuid for uuid in sorted(held - set(running))
+                astray.append(uuid)
+            holders = found.consumers.get(found.views[name].root.uuid, set())
+            gone = [uuid for uuid in sorted(holders - set(running))
                     if _runs_here(found.records.get(uuid), self.host, name)]  # fmt: skip
-            if gone:  # listed before the records were read: a spawn may have ended between
-                now = set(_running(self.driver, name))
-                for uuid in gone:
-                    if uuid not in now:
-                        self._lost(uuid, name, report)
+            if astray or gone:
+                self._check_again(name, found, astray, gone, report)
+
+    def _check_again(
+        self, name: str, found: _Slice, astray: list[str], gone: list[str], report: ReconcileReport
+    ) -> None:
+        """``astray``: listed while the ledger does not place them here; ``gone``: ACTIVE
+        here and not listed. Each is a finding only if it still is after a new listing
+        and, for ``gone``, a new read of its record once no delete of it is in flight
+        (the driver destroys before the ledger ends the instance)."""
+        now = set(_running(self.driver, name))
+        held = set(found.held.values())
+        for uuid in astray:
+            if uuid in now and not self.busy(uuid):
+                self._running_deleted(uuid, name, found.records.get(uuid), report)
+                if uuid in held and uuid in report.reaped:  # its VM gone: so is its claim
+                    self._release_held(uuid, report)
+        gone = [uuid for uuid in gone if uuid not in now and not self.busy(uuid)]
+        if gone:
+            again = self.stores.instances.placements(gone)
+            for uuid in gone:
+                if _runs_here(again.get(uuid), self.host, name):
+                    self._lost(uuid, name, report)
+
+    def _running_deleted(
+        self, uuid: str, name: str, inst: Placement | None, report: ReconcileReport
+    ) -> None:
+        """An instance the driver runs on ``name`` that the ledger has deleted, ended,
+        placed elsewhere or does not know: reaped, logged or left, as the action says."""
+        report.running_deleted.append(uuid)
+        if self.action == "reap":
+            self.driver.destroy(uuid, name)
+            report.reaped.append(uuid)
+            self._republish(uuid, inst, report)
+        elif self.action == "log":
+            LOG.warning("agent %s: %s runs on %s but the ledger has it %s", self.host, uuid,
+                        name, _where(inst))  # fmt: skip
 
     def _republish(self, uuid: str, inst: Placement | None, report: ReconcileReport) -> None:
         """A VM reaped whose record waits for a host: the ledger lost this host's claim of
@@ -409,10 +468,12 @@ def _log(host: str, report: ReconcileReport) -> None:
         "agent %s reconciled %d nodes: %d builds made ACTIVE, %d requeued; %d leaked "
         "allocations (%d released); %d instances running while deleted (%d reaped, %d of "
         "them waiting again: republished); %d ACTIVE instances the driver does not run "
-        "(%d set ERROR); %d node views refreshed",
+        "(%d set ERROR); %d claims taken while it was silent released; %d node views "
+        "refreshed",
         host, report.nodes, len(report.activated), len(report.requeued), len(report.leaked),
         len(report.released), len(report.running_deleted), len(report.reaped),
-        len(report.republished), len(report.missing), len(report.lost), len(report.refreshed),
+        len(report.republished), len(report.missing), len(report.lost), len(report.unheld),
+        len(report.refreshed),
     )  # fmt: skip
 
 

@@ -40,6 +40,7 @@ host queue, finishes its spawns, reconciles and deletes: a maintenance drain, as
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import random
@@ -52,6 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from agents.actions import STUCK_ACTION_S, ActionStep
 from agents.consuming import ClassGate
 from agents.groups import GroupStep
+from agents.lease import Lease
 from agents.metrics import AgentMetrics
 from agents.nodes import NodeIndex, Pick
 from agents.permit import POLL_S, Permit
@@ -59,7 +61,7 @@ from agents.placing import Admission, Alternates, Closed, HandBack, Placer, Unkn
 from agents.reconcile import Reconciler, ReconcileReport, reconcile
 from agents.registration import register_nodes
 from agents.spawning import Spawner
-from agents.steps import AgentParts, Backoff, Builds
+from agents.steps import AgentParts, Backoff, Builds, Deletes
 from agents.virt.base import VirtDriver
 from qsched import exception, message
 from qsched.bus.base import Bus, Consumer, Delivery
@@ -106,6 +108,7 @@ class ComputeAgent:
         self.index = NodeIndex(policy=options.placement_policy, on_change=self._on_change)
         self.consumer: Consumer | None = None
         self.builds = Builds()
+        self.deletes = Deletes()
         self._spawner = ThreadPoolExecutor(options.spawn_workers, f"spawn-{self.host}")
         self._periodic: list[Periodic] = []
         self._reconcile_task: Periodic | None = None
@@ -118,16 +121,17 @@ class ComputeAgent:
         )  # fmt: skip
         self._backoff = Backoff(options.ledger_retry_max_s)
         self.reconciler = Reconciler(
-            stores, bus, driver, self.host, self.index, self.builds.__contains__,
+            stores, bus, driver, self.host, self.index, self._busy,
             batch=options.reconcile_batch,
             release_leaked=options.release_leaked_allocations,
             action=options.running_deleted_instance_action, notifier=notifier,
             lost_action=options.lost_instance_action,
         )  # fmt: skip
+        self.lease = Lease(options.heartbeat_ttl_s)
         parts = AgentParts(
             self.host, stores, bus, driver, self.index, self.builds, self.reconciler,
             self.counters, self._stopped, options.ledger_retry_max_s, self.gate, self.metrics,
-            notifier,
+            self.lease, notifier,
         )  # fmt: skip
         alternates = Alternates(options.max_handbacks, options.handback_pause_s)
         self.placer = Placer(parts, claim_retries, alternates)
@@ -214,6 +218,10 @@ class ComputeAgent:
             first_after_s=random.uniform(0.5, 1.0) * interval_s, jitter=RECONCILE_JITTER,
         ))  # fmt: skip
 
+    def _busy(self, uuid: str) -> bool:
+        """Whether a spawn or a delete of the instance is in flight here."""
+        return uuid in self.builds or uuid in self.deletes
+
     def _reap(self) -> None:
         self.metrics.no_valid_host("deadline", reap_expired(self.stores, notifier=self.notifier))
 
@@ -258,7 +266,8 @@ class ComputeAgent:
             LOG.warning("agent %s: could not clear its heartbeat", self.host)
 
     def heartbeat(self) -> None:
-        """Say this agent lives; notice when it was silent past its TTL (frozen, cut off).
+        """Say this agent lives, renewing its lease; notice when it was silent past its
+        TTL (starved, frozen, cut off).
 
         While it was silent the API may have deleted its instances locally and a
         janitor taken back its claims: the next reconcile then covers every node.
@@ -279,6 +288,10 @@ class ComputeAgent:
             resources={rc: {"used": used, "capacity": cap} for rc, (used, cap) in totals.items()},
             index_digest=self.index.digest(),
         )  # fmt: skip
+        if service is not None and service.forced_down:
+            self.lease.end()  # forced down is down: its builds are anyone's to take
+        else:
+            self.lease.renew(started)
         self.apply_service(service)
         self._watch_aggregates()
         last, self._last_beat = self._last_beat, started
@@ -368,7 +381,7 @@ class ComputeAgent:
         self.counters["reconcile_passes"] += 1
         self.counters["reconcile_ms"] += round((time.perf_counter() - began) * 1000)
         for name in ("released", "reaped", "running_deleted", "missing", "refreshed",
-                     "requeued", "activated", "republished", "lost"):  # fmt: skip
+                     "requeued", "activated", "republished", "lost", "unheld"):  # fmt: skip
             self.counters[f"reconcile_{name}"] += len(getattr(report, name))
         return report
 
@@ -497,8 +510,14 @@ class ComputeAgent:
             inst: Instance | None = self.stores.instances.get(msg.instance_uuid)
         except exception.InstanceNotFound:
             inst = None
+        if inst is not None and inst.state == State.DELETED and inst.host == self.host:
+            # done (a redelivery), or ended while this agent was silent (a claim held for
+            # it here): whatever of it still runs here goes now, and that claim with it
+            self._destroy(msg.instance_uuid, inst.node or msg.node, inst)
+            delivery.ack()
+            return
         if inst is None or inst.state == State.DELETED:
-            self.counters["dropped"] += 1  # done already (a redelivery), or archived since
+            self.counters["dropped"] += 1  # archived since, or ended on another host
             delivery.ack()
             return
         why = _not_asked(msg, inst, self.host)
@@ -512,21 +531,36 @@ class ComputeAgent:
         """Destroy an instance of this host, then release its claim and quota; ``inst``:
         its record, if the caller read it."""
         before = self._deleting(uuid, inst)
-        ended: Instance | None = None
-        if node in self.index:
-            self.driver.destroy(uuid, node)
-            with self.index.writing(node):
-                allocations = self.stores.ledger.get_allocations(uuid).allocations
-                with contextlib.suppress(exception.InstanceNotFound):
-                    ended = self.stores.instances.delete(uuid)
-                if allocations:
-                    self.index.release(node, allocations)
-        else:
-            with contextlib.suppress(exception.InstanceNotFound):
-                ended = self.stores.instances.delete(uuid)
+        with self.deletes.destroying(uuid):
+            ended = self._destroy_and_end(uuid, node)
         self.counters["deleted"] += 1
         if before is not None and ended is not None:
             self.notifier.notify("instance.delete.end", payloads.deleted(ended))
+
+    def _destroy_and_end(self, uuid: str, node: str) -> Instance | None:
+        """The driver's destroy, then the ledger's end: the record after (None: gone).
+
+        The end also releases a claim of it held for this host (taken while this agent
+        was silent: the API deleted it locally, or a janitor): its VM is gone now. The
+        node is then read again, as the index did not hold that claim as the
+        instance's.
+        """
+        ended: Instance | None = None
+        end = functools.partial(self.stores.instances.delete, uuid, destroyed_on=self.host)
+        if node not in self.index:
+            with contextlib.suppress(exception.InstanceNotFound):
+                ended = end()
+            return ended
+        self.driver.destroy(uuid, node)
+        with self.index.writing(node):
+            allocations = self.stores.ledger.get_allocations(uuid).allocations
+            with contextlib.suppress(exception.InstanceNotFound):
+                ended = end()
+            if allocations:
+                self.index.release(node, allocations)
+        if not allocations:  # released before, or held for this host until now
+            self.reconciler.refresh_nodes([node])
+        return ended
 
     def _deleting(self, uuid: str, inst: Instance | None = None) -> Instance | None:
         """With notifications on: send ``instance.delete.start`` from the record (read

@@ -1,10 +1,13 @@
 """After the claim: spawn, settle, or give back. Runs in the agent's spawn workers.
 
 =========  ==========================================================================
-spawn      The virt driver builds the instance on the claimed node.
+spawn      The virt driver builds the instance on the claimed node. Its VM starts
+           only while the agent's lease holds (:mod:`agents.lease`): past it, the
+           build waits for a heartbeat and goes on only if its claim is still its own.
 settle     The record says ACTIVE and the build ends. If the ledger no longer lets
            it (deleted, past its deadline, taken back by a janitor while it
-           spawned), the instance is destroyed and the node read again.
+           spawned), the instance is destroyed, a claim of it held for this host
+           released, and the node read again.
 give back  The spawn failed: the claim is released and the request requeued as
            its next attempt (a reschedule), or ended in NoValidHost once
            ``max_attempts`` is used up.
@@ -16,11 +19,12 @@ an outage (:meth:`~agents.steps.AgentParts.persist`) instead of giving up.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
 from agents.steps import AgentParts, Build
-from agents.virt.base import SpawnFailed
+from agents.virt.base import SpawnFailed, SpawnFenced
 from qsched import exception
 from qsched.ledger.base import Instance, State
 from qsched.notifications import payloads
@@ -28,6 +32,9 @@ from qsched.notifications.base import ERROR
 from qsched.scheduling.records import details
 
 LOG = logging.getLogger(__name__)
+
+#: How often a build waiting for its agent's lease reads whether its claim was taken.
+LEASE_POLL_S = 0.5
 
 
 class Spawner:
@@ -37,20 +44,75 @@ class Spawner:
         self.parts = parts
 
     def spawn(self, uuid: str) -> None:
-        """Spawn a held build, then settle it or give it back."""
+        """Spawn a held build, then settle it or give it back.
+
+        The VM starts only while the agent's lease has held without a lapse since the
+        claim was known to be this host's (the driver's ``fence``): after a lapse, the
+        build waits for a heartbeat to renew the lease, and goes on only if the ledger
+        says its claim is still this host's (:meth:`leased`).
+        """
         build = self.parts.builds.get(uuid)
         if build is None:
             return
-        try:
-            self.parts.driver.spawn(uuid, build.pick.node, build.request.to_flavor())
-        except SpawnFailed as exc:
-            self.give_back(build, str(exc))
+        parts, node, term = self.parts, build.pick.node, build.term
+        while (term := self.leased(build, term)) is not None:
+            try:
+                parts.driver.spawn(uuid, node, build.request.to_flavor(),
+                                   fence=functools.partial(parts.lease.holds, term))  # fmt: skip
+            except SpawnFenced:
+                parts.counters["spawn_fenced"] += 1  # nothing started: again, if still ours
+                continue
+            except SpawnFailed as exc:
+                self.give_back(build, str(exc))
+            except Exception as exc:  # a driver bug must not leak the claim
+                LOG.exception("agent %s: spawn of %s crashed", parts.host, uuid)
+                self.give_back(build, f"spawn crashed: {exc}")
+            else:
+                self.settle(build)
             return
-        except Exception as exc:  # a driver bug must not leak the claim
-            LOG.exception("agent %s: spawn of %s crashed", self.parts.host, uuid)
-            self.give_back(build, f"spawn crashed: {exc}")
-            return
-        self.settle(build)
+
+    def leased(self, build: Build, term: int | None) -> int | None:
+        """The lease term under which the build's claim is known to be this host's, or
+        None: let go (the claim was taken; nothing of it runs here, :meth:`let_go`) or
+        left to the ledger (the agent stops: its next start, or a janitor).
+
+        While the lease has held since ``term`` (the claim's), at once, nothing read.
+        After a lapse (a heartbeat overdue, the service forced down) a janitor may
+        have taken the claim: the build waits, reading its record every
+        :data:`LEASE_POLL_S` (this path only), until the lease holds again with the
+        claim still this host's, read after the renewal.
+        """
+        parts, uuid = self.parts, build.request.instance_uuid
+        if parts.lease.holds(term):
+            return term
+        LOG.warning("agent %s: its lease lapsed (heartbeat overdue or service forced "
+                    "down); the spawn of %s waits", parts.host, uuid)  # fmt: skip
+        while True:
+            parts.lease.wait(LEASE_POLL_S)
+            renewed = parts.lease.current()  # before the read: the read must come after
+            if parts.stopped.is_set():
+                self.forget(uuid)
+                return None
+            try:
+                ours = self._still_ours(build)
+            except exception.BackendUnavailable:
+                continue
+            if not ours:
+                LOG.warning("agent %s: the claim of %s was taken while its lease lapsed; "
+                            "nothing of it was started here", parts.host, uuid)  # fmt: skip
+                parts.counters["spawn_taken"] += 1
+                self.let_go(uuid, build.pick.node)
+                return None
+            if renewed is not None and parts.lease.holds(renewed):
+                return renewed
+
+    def _still_ours(self, build: Build) -> bool:
+        """Whether the ledger has the build claimed by this host on its node still."""
+        parts, uuid = self.parts, build.request.instance_uuid
+        inst = parts.stores.instances.placements([uuid]).get(uuid)
+        if inst is None:
+            return False
+        return (inst.state, inst.host, inst.node) == (State.BUILD, parts.host, build.pick.node)
 
     def settle(self, build: Build) -> None:
         """Record the spawned instance ACTIVE and end the build."""
@@ -66,10 +128,10 @@ class Spawner:
             LOG.info("[%s global %s] instance %s ACTIVE on %s", msg.request_id,
                      msg.global_request_id or "-", uuid, node)  # fmt: skip
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
-            # The ledger released its claim: the index reads the node again.
+            # The ledger took its claim (deleted, past its deadline, taken while this
+            # agent was silent): the VM goes, then a claim held for it here.
             parts.driver.destroy(uuid, node)
-            self.forget(uuid)
-            parts.reconciler.refresh_nodes([node])
+            self.let_go(uuid, node)
             parts.republish_if_waiting(uuid, f"the ledger no longer held the claim of "
                                        f"{parts.host} when its spawn ended")  # fmt: skip
             return
@@ -87,8 +149,7 @@ class Spawner:
                 )
                 self.forget(uuid, release=True)
         except (exception.InstanceNotWaiting, exception.InstanceNotFound):
-            self.forget(uuid)  # its claim was released under it: read the node again
-            parts.reconciler.refresh_nodes([node])
+            self.let_go(uuid, node)  # its claim was taken under it; nothing of it runs
             parts.republish_if_waiting(uuid, f"the ledger no longer held the claim of "
                                        f"{parts.host} when its spawn failed")  # fmt: skip
             return
@@ -133,6 +194,21 @@ class Spawner:
             payload["nova_object.data"].update(host=self.parts.host, node=build.pick.node)
             notifier.notify("instance.create.error", payload, ERROR,
                             payloads.context(build.request))  # fmt: skip
+
+    def let_go(self, uuid: str, node: str) -> None:
+        """End a build whose claim the ledger took while nothing of it runs here (any
+        more): a claim held for this host of it is released (one script, on this path
+        only; if the ledger does not answer, the next reconcile does it), and the node
+        is read again; the build ends last, so that whoever sees it gone sees the node
+        as the ledger has it."""
+        parts = self.parts
+        try:
+            parts.stores.ledger.release_held(parts.host, uuid)
+        except exception.BackendUnavailable:
+            LOG.warning("agent %s: the claim held for it of %s stays until a reconcile",
+                        parts.host, uuid)  # fmt: skip
+        parts.reconciler.refresh_nodes([node])
+        self.forget(uuid)
 
     def forget(self, uuid: str, release: bool = False) -> None:
         """End a build; ``release``: the agent released its claim, free it here too."""

@@ -9,14 +9,16 @@ spawn) is a new step or a change to one, not a longer loop in the service.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from agents.consuming import ClassGate
+from agents.lease import Lease
 from agents.metrics import AgentMetrics
 from agents.nodes import NodeIndex, Pick
 from agents.reconcile import Reconciler
@@ -39,7 +41,9 @@ class Build:
     ``batch``: the multi-create it is a member of; ``permitted``: whether every member
     held its claim when this one was claimed (else the spawn waits, :mod:`agents.permit`);
     ``told``: the claim's ``instance.create.start`` payload under that name, once sent,
-    which ``.end`` is built from (empty: none was sent).
+    which ``.end`` is built from (empty: none was sent). ``term``: the agent's lease term
+    when it claimed (None: its lease did not hold then); while that term holds the
+    claim is its own, after a lapse the ledger must say so again.
     """
 
     request: BootRequest
@@ -47,6 +51,7 @@ class Build:
     batch: str | None = None
     permitted: bool = True
     told: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+    term: int | None = dataclasses.field(default=None, compare=False)  # agents.lease
 
 
 class Builds:
@@ -77,6 +82,35 @@ class Builds:
             return len(self._builds)
 
 
+class Deletes:
+    """The instances this agent is destroying now, from the driver's destroy to the
+    ledger's end; thread-safe (a delete request and the sweep may meet), O(1) per call.
+
+    Between the two the VM is gone while the record still says ACTIVE: a reconcile
+    must not take that for an instance the driver lost.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._uuids: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def destroying(self, uuid: str) -> Iterator[None]:
+        with self._lock:
+            self._uuids[uuid] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._uuids[uuid] -= 1
+                if not self._uuids[uuid]:
+                    del self._uuids[uuid]
+
+    def __contains__(self, uuid: object) -> bool:
+        with self._lock:
+            return uuid in self._uuids
+
+
 @dataclasses.dataclass
 class AgentParts:
     """One agent's host name and the parts its steps share."""
@@ -93,6 +127,7 @@ class AgentParts:
     retry_max_s: float  # [agent] ledger_retry_max_s
     gate: ClassGate  # the classes the consumer takes (a hand-back pauses one)
     metrics: AgentMetrics
+    lease: Lease  # until when the ledger counts this agent alive (agents.lease)
     notifier: Notifier = NULL  # versioned notifications (docs/notifications.rst)
 
     def no_valid_host(self, uuid: str, reason: str, due_only: bool = False) -> bool:

@@ -763,7 +763,9 @@ class ComputeAPI:
         boot request is dropped by the agent that meets it. Placed on a host whose
         agent is alive: marked deleting and a delete request published to that host,
         whose agent destroys it and releases everything. Placed on a host whose
-        agent's heartbeat expired: released here, as Nova does for a down compute.
+        agent's heartbeat expired: deleted here, as Nova does for a down compute, its
+        quota returned; its claim stays held for that host until its agent, back,
+        reaps the VM (Nova releases it at once, under a VM that may still run).
 
         :raises InstanceNotFound: as :meth:`get`.
         :raises Forbidden: ``os_compute_api:servers:delete`` refuses the caller.
@@ -785,9 +787,13 @@ class ComputeAPI:
                     instance, functools.partial(self.stores.instances.delete, instance.uuid)
                 )
             if not self.stores.agents.alive(host):
-                return self._end_here(
-                    instance, functools.partial(self._release_locally, instance, host)
-                )
+                try:
+                    return self._end_here(
+                        instance, functools.partial(self._release_locally, instance, host)
+                    )
+                except exception.AgentAlive:  # it beat again meanwhile: decide again
+                    instance = self.stores.instances.get(instance.uuid)
+                    continue
             try:
                 instance = self.stores.instances.mark_deleting(instance.uuid)
             except exception.InstanceNotWaiting:
@@ -1105,7 +1111,9 @@ class ComputeAPI:
             instance.uuid, "local_delete", host=host, reason="agent heartbeat expired"
         )
         LOG.info("instance %s: agent on %s is down; deleted locally", instance.uuid, host)
-        return self.stores.instances.delete(instance.uuid)
+        # its VM may still run (a starved agent): the claim stays held for that host
+        # until its agent reaps the VM
+        return self.stores.instances.delete(instance.uuid, take_over=True)
 
 
 def flavors_from_config(lines: Sequence[str], spec_lines: Sequence[str] = ()) -> list[Flavor]:

@@ -145,6 +145,12 @@ class InstanceNotWaiting(Conflict):
     msg_fmt = "Instance {instance} is not waiting to be placed (state {state}, host {host})."
 
 
+class AgentAlive(Conflict):
+    """A take-over of a silent host's instance found its agent beating again."""
+
+    msg_fmt = "The agent of host {host} is alive: its instances are not taken from it."
+
+
 class InstanceInvalidState(Conflict):
     """A server action the instance's state refuses (Nova's 409 words)."""
 

@@ -4,8 +4,15 @@ An agent acks a boot request once its claim is in the ledger, then spawns. If it
 dies in between, nothing on the bus remembers the request: the claim is the only
 trace. Every claimed, not yet ACTIVE instance is in its host's ``building`` set,
 so once the host's heartbeat has expired the janitor finds those instances
-without scanning, releases their claims and publishes their requests again.
+without scanning, takes their claims and publishes their requests again.
 A restarting agent does the same for itself (:mod:`agents.reconcile`).
+
+A heartbeat that expired says the agent is silent, not that its VMs are gone: a
+starved or cut-off agent may still be spawning. So a claim the janitor takes (or
+the API, deleting locally) stays on the host's providers, held for it, until its
+agent says the VM is gone; and that agent spawns nothing once its own heartbeat is
+overdue (its lease, :mod:`agents.lease`), so that a build taken from it is not
+started twice.
 
 The janitor also empties the outbox (:mod:`qsched.outbox`): boot requests recorded
 and never confirmed by the broker (a front door killed in between) are published
@@ -65,20 +72,25 @@ def requeue_orphan(
     host: str,
     reason: str,
     released: Callable[[], object] | None = None,
+    take_over: bool = False,
 ) -> bool:
     """Release a claim nobody will finish and publish the request again.
 
     ``released`` is called once the ledger released the claim, before the request
     goes out (the agent that held it brings its view of the node up to date there,
     while no claim of that request can race with it).
+    ``take_over`` (the janitor's): ``host`` is not the caller and is silent; its VM
+    may still run, so its claim is held for it rather than released
+    (:meth:`~qsched.ledger.base.InstanceStore.requeue`).
     Returns False when the instance had ended meanwhile (nothing to publish).
     :raises BusUnavailable: the request could not be published; the instance
         waits in BUILD and its deadline ends it if nobody publishes it again.
+    :raises AgentAlive: ``take_over``, and ``host``'s agent beats again: nothing done.
     A record that cannot be rebuilt into a request (not made by a front door) is
     logged and left to its deadline, like one whose publish failed.
     """
     try:
-        inst = stores.instances.requeue(uuid, host, reason, claimed_only=True)
+        inst = stores.instances.requeue(uuid, host, reason, True, take_over)
     except (exception.InstanceNotWaiting, exception.InstanceNotFound):
         return False
     if released is not None:
@@ -109,8 +121,12 @@ def run(
 ) -> JanitorReport:
     """Finish the work of every agent whose heartbeat has been expired for ``grace_s``.
 
-    Its unfinished claims are released and their requests published again; the
-    deletes it was asked for are done here, as Nova does for a down compute.
+    Its unfinished builds are requeued and their requests published again; the
+    deletes it was asked for are done here, as Nova does for a down compute. A silent
+    agent may only be starved or cut off, its VMs still running: each take-over
+    checks in the same atomic step that it is still silent (an agent that beats again
+    keeps its work), and its claims are not released but held for its host until its
+    agent says the VM is gone (:meth:`~qsched.ledger.base.Ledger.held_claims`).
     Reads the agents seen in the cell (an admin-sized list) and, per dead agent,
     only its building and deleting sets. ``dry_run`` (or no ``bus``) only reports.
 
@@ -139,13 +155,32 @@ def run(
         if not building and not deleting:
             continue
         report.dead_agents.append(agent.host)
-        for uuid in building:
-            _requeue(stores, bus, report, uuid, agent.host)
-        for uuid in deleting:
-            if not report.dry_run:
-                stores.instances.delete(uuid)
-            report.deleted.append(uuid)
+        try:
+            _take_over(stores, bus, report, agent.host, building, deleting)
+        except exception.AgentAlive:
+            LOG.info("janitor: agent %s beats again; it keeps the rest of its work",
+                     agent.host)  # fmt: skip
     return report
+
+
+def _take_over(
+    stores: Stores,
+    bus: BootPublisher | None,
+    report: JanitorReport,
+    host: str,
+    building: list[str],
+    deleting: list[str],
+) -> None:
+    """Requeue a silent host's builds and end its deletes, its claims held for it.
+
+    :raises AgentAlive: its agent beats again (what was done before stays done).
+    """
+    for uuid in building:
+        _requeue(stores, bus, report, uuid, host)
+    for uuid in deleting:
+        if not report.dry_run:
+            stores.instances.delete(uuid, take_over=True)
+        report.deleted.append(uuid)
 
 
 def _requeue(
@@ -155,7 +190,7 @@ def _requeue(
         report.requeued.append(uuid)
         return
     try:
-        done = requeue_orphan(stores, bus, uuid, host, f"agent {host} is down")
+        done = requeue_orphan(stores, bus, uuid, host, f"agent {host} is down", take_over=True)
     except exception.BackendUnavailable as exc:
         LOG.error("janitor: could not publish %s again: %s", uuid, exc)
         report.failed.append(uuid)

@@ -58,12 +58,12 @@ def bus(request: pytest.FixtureRequest) -> Iterator[KombuBus]:
     forget(bus)
 
 
-def forget(bus: KombuBus) -> None:
-    """Delete what the test declared on a shared broker."""
+def forget(bus: KombuBus, hosts: tuple[str, ...] = HOSTS) -> None:
+    """Delete what the test declared on a shared broker (the queues of ``hosts``)."""
     bus.close()
     wire, names = bus.wire, bus.names
     queues = [names.dead_queue, *map(names.boot_queue, bus.boot_classes()),
-              *map(names.host_queue, HOSTS)]  # fmt: skip
+              *map(names.host_queue, hosts)]  # fmt: skip
     with wire.channel() as channel:
         for name in queues:
             if not wire.amqp:

@@ -363,9 +363,33 @@ class TestDelete:
         inst = boot(compute)
         rp = place(stores, inst.uuid, "cn2")
         assert compute.delete(ALICE, inst.uuid).state == State.DELETED
-        assert bus.deletes == [] and nothing_held(stores)
-        assert stores.ledger.get_provider(rp).usages == {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 0}
+        assert bus.deletes == [] and nothing_held(stores)  # the user has the quota back
         assert "local_delete" in [e.event for e in stores.instances.events(inst.uuid)]
+        # its VM may still run on cn2: the claim stays there until its agent reaps it
+        assert stores.ledger.get_provider(rp).usages == {"VCPU": 1, "MEMORY_MB": 2048,
+                                                         "DISK_GB": 20}  # fmt: skip
+        assert list(stores.ledger.held_claims("cn2")) == [inst.uuid]
+        stores.instances.delete(inst.uuid, destroyed_on="cn2")
+        assert stores.ledger.get_provider(rp).usages == {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 0}
+
+    def test_a_host_that_beats_again_is_asked_to_delete(self, compute, stores, bus) -> None:
+        """Silent when the API looked, beating when the ledger would take its claim: the
+        ledger refuses the local delete, and the API asks the host instead."""
+        inst = boot(compute)
+        place(stores, inst.uuid, "cn2")
+        stores.agents.heartbeat("cn2", ttl_s=60)
+        looks: list[str] = []
+        alive = stores.agents.alive
+
+        def first_silent(host: str) -> bool:  # it beat again right after the first look
+            looks.append(host)
+            return len(looks) > 1 and alive(host)
+
+        stores.agents.alive = first_silent  # type: ignore[method-assign]
+        after = compute.delete(ALICE, inst.uuid)
+        assert (after.state, after.task_state) == (State.ACTIVE, TaskState.DELETING)
+        assert [h for h, _ in bus.deletes] == ["cn2"] and looks == ["cn2", "cn2"]
+        assert stores.ledger.held_claims("cn2") == {}
 
     def test_bus_down_keeps_it_deleting_and_a_retry_publishes(self, compute, stores, bus) -> None:
         inst = boot(compute)

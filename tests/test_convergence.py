@@ -110,12 +110,15 @@ def test_an_agent_comes_back_to_find_its_instances_deleted(
                                   for u in (kept, gone)), 10)  # fmt: skip
     stores.agents.forget("cn0")  # silent past its TTL, as a frozen agent is
     assert api.delete(USER, gone).state == State.DELETED  # deleted locally, as Nova does
-    # the agent was not told: only its reconcile (every 0.2 s) finds it out
+    # the agent was not told: only its reconcile (every 0.2 s) finds it out; until it
+    # reaps the VM, the claim stays held for it, not released under its VM
+    assert list(stores.ledger.held_claims("cn0")) == [gone] or gone not in read_state(state)
     assert wait_until(lambda: sorted(read_state(state)) == [kept], 5), read_state(state)
     assert wait_until(lambda: converged(stores, agent), 5)
     assert agent.index.totals()["VCPU"][0] == 2
     # the pass counts what it did once it returns, which may be after the above
     assert wait_until(lambda: agent.counters["reconcile_reaped"] == 1, 5)
+    assert agent.counters["reconcile_unheld"] == 1 and stores.ledger.held_claims("cn0") == {}
     assert audit(stores).ok
 
 
@@ -166,6 +169,90 @@ def test_a_claim_taken_back_under_a_spawn_is_given_back_to_the_index(
     release.set()
     assert wait_until(lambda: not agent.builds, 10)
     assert agent.index.totals()["VCPU"][0] == 0 and converged(stores, agent)
+
+
+class _Interleaved(FakeDriver):
+    """A driver that runs ``between`` once, right after its next destroy or listing
+    (``when``), as another thread of a starved agent would get the interpreter there."""
+
+    when = ""
+    between: object = None
+
+    def _then(self, what: str) -> None:
+        if self.when == what:
+            self.when = ""
+            self.between()  # type: ignore[operator]
+
+    def destroy(self, instance_uuid: str, node: str) -> bool:
+        done = super().destroy(instance_uuid, node)
+        self._then("destroy")
+        return done
+
+    def list_instances(self, node: str) -> list[str]:
+        found = super().list_instances(node)
+        self._then("list")
+        return found
+
+
+def _active(conf, stores, bus, api, agents) -> tuple[ComputeAgent, str]:
+    """An agent with no periodic pass in time, and one instance ACTIVE on it."""
+    agent = start(conf, stores, bus, "cn0", _Interleaved(1, SPEC, host="cn0"), interval_s=3600)
+    agents.append(agent)
+    inst = api.boot(USER, "vm", "medium").uuid
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    assert wait_until(lambda: not agent.builds, 5)
+    return agent, inst
+
+
+def test_a_delete_in_flight_is_not_an_instance_the_driver_lost(
+    conf, stores, bus, api, agents, medium
+) -> None:
+    """A pass between the driver's destroy and the ledger's end of a delete (issue 31:
+    "1 ACTIVE instances the driver does not run" on starved agents) finds nothing."""
+    agent, inst = _active(conf, stores, bus, api, agents)
+    found = []
+    driver = agent.driver
+    assert isinstance(driver, _Interleaved)
+    driver.between = lambda: found.append(agent.reconciler.reconcile_nodes(["cn0-0"]))
+    driver.when = "destroy"
+    api.delete(USER, inst)
+    assert wait_until(lambda: stores.instances.get(inst).state == State.DELETED, 10)
+    assert len(found) == 1 and not found[0].found_anything(), found[0]
+
+
+def test_a_vm_deleted_after_the_listing_is_not_running_while_deleted(
+    conf, stores, bus, api, agents, medium
+) -> None:
+    """A delete that runs whole between the listing and the records read (issue 31:
+    "1 instances running while deleted (1 reaped)") is no finding either."""
+    agent, inst = _active(conf, stores, bus, api, agents)
+    driver = agent.driver
+    assert isinstance(driver, _Interleaved)
+    driver.between = lambda: agent._destroy(inst, "cn0-0")  # its delete request, handled
+    stores.instances.mark_deleting(inst)
+    driver.when = "list"
+    report = agent.reconciler.reconcile_nodes(["cn0-0"])
+    assert stores.instances.get(inst).state == State.DELETED
+    assert not report.running_deleted and not report.missing, report
+
+
+def test_a_claim_held_for_an_instance_that_runs_here_as_its_own_again_is_released(
+    conf, stores, bus, api, agents, medium
+) -> None:
+    """Taken while the agent was silent, then claimed and made ACTIVE by that agent
+    again on the VM it still ran: the held claim only counts that VM twice."""
+    agent, inst = _active(conf, stores, bus, api, agents)
+    freeze(agent)
+    stores.agents.forget("cn0")
+    allocations = stores.ledger.get_allocations(inst).allocations
+    _roll_back_to_claimed(stores, inst, "cn0")
+    stores.instances.requeue(inst, "cn0", "cn0 is down", True, take_over=True)
+    stores.ledger.claim(inst, allocations, "cn0", "cn0-0")
+    stores.instances.set_active(inst, "cn0", "cn0-0")
+    assert agent.index.node("cn0-0").root.uuid in allocations
+    report = agent.reconciler.reconcile_nodes(["cn0-0"])
+    assert report.unheld == [inst] and stores.ledger.held_claims("cn0") == {}
+    assert converged(stores, agent) and agent.index.totals()["VCPU"][0] == 2
 
 
 def test_leaked_allocations_are_released_without_a_restart(conf, stores, bus, api, agents) -> None:

@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from agents.virt.base import NodeNotFound, SpawnFailed, VirtDriver
-from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec
+from agents.virt.base import NodeNotFound, SpawnFailed, SpawnFenced, VirtDriver
+from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec, read_state
 from qsched import exception
 from qsched.flavors import Flavor
 from qsched.scheduling.fit import Refusal, Request, fit_request
@@ -163,6 +163,22 @@ def test_spawn_delay_uses_the_clock() -> None:
     assert slept == [2.5]
     FakeDriver(1, sleep=slept.append).spawn(uuids(1)[0], "fake-0", FLAVOR)
     assert slept == [2.5]
+
+
+def test_a_fence_that_says_no_starts_nothing(tmp_path) -> None:
+    """Asked after the delay and the hook, right before the VM starts."""
+    asked: list[str] = []
+    state = tmp_path / "vms"
+    driver = FakeDriver(1, spawn_hook=lambda i, n: asked.append("hook"), state_path=state)
+    instance = uuids(1)[0]
+    with pytest.raises(SpawnFenced):
+        driver.spawn(instance, "fake-0", FLAVOR, fence=lambda: bool(asked.append("fence")))
+    assert asked == ["hook", "fence"]
+    assert driver.list_instances("fake-0") == [] and read_state(state) == {}
+    driver.spawn(instance, "fake-0", FLAVOR, fence=lambda: True)
+    assert driver.list_instances("fake-0") == [instance]
+    driver.spawn(instance, "fake-0", FLAVOR, fence=lambda: False)  # running: nothing to start
+    assert driver.list_instances("fake-0") == [instance]
 
 
 def test_hook_that_raises_leaves_nothing_behind() -> None:

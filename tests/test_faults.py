@@ -6,6 +6,7 @@ tests/test_faults_real.py kills real processes and restarts real servers.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -83,6 +84,8 @@ def test_the_janitor_requeues_what_a_dead_agent_claimed(conf, stores, bus, api, 
     record = stores.instances.get(inst)
     assert (record.host, record.attempts) == ("cn-live", 1)
     assert stores.instances.building("cn-dying") == set()
+    # silent is not gone: its claim stays held on its node until its agent says so
+    assert list(stores.ledger.held_claims("cn-dying")) == [inst]
     release.set()
     assert audit(stores).ok, audit(stores).to_dict()
 
@@ -238,7 +241,31 @@ def test_the_janitor_finishes_a_dead_agents_deletes(conf, stores, bus, api, agen
     report = janitor.run(stores, bus)
     assert (report.dead_agents, report.deleted) == (["cn0"], [inst])
     assert stores.instances.get(inst).state == State.DELETED
+    assert list(stores.ledger.held_claims("cn0")) == [inst]  # its VM may still run there
     assert audit(stores).ok
+    # back, on the same hypervisor: it reaps the VM, then lets its claim go
+    again = ComputeAgent(AgentOptions.from_conf(conf), stores, bus, agent.driver)
+    again.start(ready_timeout_s=5)
+    agents.append(again)
+    assert again.reconciled.reaped == [inst] and again.reconciled.unheld == [inst]
+    assert stores.ledger.held_claims("cn0") == {}
+    assert again.index.totals()["VCPU"][0] == 0
+
+
+def test_the_janitor_leaves_an_agent_that_beats_again_its_work(
+    conf, stores, bus, api, agents
+) -> None:
+    """It read the agent silent, the agent beat before the take-over: nothing is taken."""
+    agent = start_agent(conf, stores, bus, "cn0", hook=lambda i, n: time.sleep(0.5))
+    agents.append(agent)
+    inst = api.boot(USER, "vm", "small").uuid
+    assert wait_until(lambda: stores.instances.building("cn0") == {inst}, 10)
+    seen = stores.agents.list()
+    stores.agents.list = lambda: [dataclasses.replace(a, alive=False) for a in seen]  # type: ignore[method-assign]
+    report = janitor.run(stores, bus)
+    assert report.dead_agents == ["cn0"] and report.requeued == []
+    assert wait_until(lambda: stores.instances.get(inst).state == State.ACTIVE, 10)
+    assert stores.instances.get(inst).host == "cn0" and stores.ledger.held_claims("cn0") == {}
 
 
 def test_a_request_released_under_a_running_spawn_is_not_dropped(

@@ -16,6 +16,7 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -122,9 +123,9 @@ def test_a_forged_boot_is_dead_lettered_and_its_instance_placed_with_its_own_fla
     spawned: dict[str, Flavor] = {}
     spawn = agent.driver.spawn
 
-    def spawn_noting(instance_uuid: str, node: str, flavor: Flavor) -> None:
+    def spawn_noting(instance_uuid: str, node: str, flavor: Flavor, **kwargs: Any) -> None:
         spawned[instance_uuid] = flavor
-        spawn(instance_uuid, node, flavor)
+        spawn(instance_uuid, node, flavor, **kwargs)
 
     agent.driver.spawn = spawn_noting  # type: ignore[method-assign]
     own = boot_held(api, bus, monkeypatch, "big")

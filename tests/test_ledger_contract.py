@@ -8,6 +8,7 @@ import pytest
 
 from qsched import exception
 from qsched.ledger import Stores, placement
+from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, Inventory, MapChange, ProviderSpec, State
 from qsched.ledger.redis import canonical_json
 from qsched.ledger.retry import claim as claim_with_retries
@@ -434,6 +435,74 @@ class TestTheRecordIsTheTruth:
         assert record.fault["details"] == {"reason": "lost"}
         assert stores.ledger.get_allocations(other).allocations == {}
         assert stores.ledger.get_provider(rp).usages == {VCPU: 1}  # the other's only
+
+
+class TestHeldClaims:
+    """A claim taken from a silent host stays on its providers until its agent lets go."""
+
+    def claimed(self, stores: Stores, host: str = "h1") -> tuple[str, str]:
+        rp, inst = make_provider(stores), make_instance(stores)
+        stores.ledger.claim(inst, {rp: {VCPU: 1, RAM: 512}}, host, "n1")
+        return rp, inst
+
+    def test_a_take_over_holds_the_claim_and_frees_the_instance(self, stores: Stores) -> None:
+        rp, inst = self.claimed(stores)
+        record = stores.instances.requeue(inst, "h1", "h1 is down", True, take_over=True)
+        assert (record.state, record.host, record.attempts) == (State.BUILD, None, 1)
+        held = stores.ledger.held_claims("h1")
+        assert list(held) == [inst]
+        assert stores.ledger.provider_consumers(rp) == {held[inst]}
+        assert stores.ledger.get_provider(rp).usages == {VCPU: 1, RAM: 512}  # still taken
+        assert stores.ledger.get_allocations(inst).generation is None  # free to claim again
+        other = make_provider(stores)
+        stores.ledger.claim(inst, {other: {VCPU: 1}}, "h2", "n2")
+        assert not stores.ledger.release_unexplained(held[inst], "h1", rp)  # held: explained
+        assert audit(stores).ok, audit(stores).to_dict()
+        assert stores.ledger.release_held("h1", inst)
+        assert not stores.ledger.release_held("h1", inst)  # idempotent
+        assert stores.ledger.get_provider(rp).usages == {VCPU: 0, RAM: 0}
+        assert stores.ledger.held_claims("h1") == {}
+        assert stores.instances.get(inst).host == "h2"
+
+    def test_a_take_over_is_refused_while_the_agent_beats(self, stores: Stores) -> None:
+        rp, inst = self.claimed(stores)
+        stores.agents.register_service("h1")
+        stores.agents.heartbeat("h1", ttl_s=60)
+        with pytest.raises(exception.AgentAlive):
+            stores.instances.requeue(inst, "h1", "h1 is down", True, take_over=True)
+        with pytest.raises(exception.AgentAlive):
+            stores.instances.delete(inst, take_over=True)
+        assert stores.instances.get(inst).host == "h1"
+        assert stores.ledger.get_allocations(inst).allocations == {rp: {VCPU: 1, RAM: 512}}
+        stores.agents.update_service("h1", forced_down=True)  # an operator says it is down
+        assert stores.instances.delete(inst, take_over=True).state == State.DELETED
+        assert list(stores.ledger.held_claims("h1")) == [inst]
+
+    def test_a_local_delete_holds_until_the_host_destroys_it(self, stores: Stores) -> None:
+        rp, inst = self.claimed(stores)
+        stores.instances.set_active(inst, "h1", "n1")
+        assert stores.instances.delete(inst, take_over=True).state == State.DELETED
+        assert stores.quota.get_usage("p1").instances == 0  # the user has it back
+        assert stores.ledger.get_provider(rp).usages == {VCPU: 1, RAM: 512}
+        stores.instances.delete(inst, destroyed_on="h1")  # the agent destroyed its VM
+        assert stores.ledger.get_provider(rp).usages == {VCPU: 0, RAM: 0}
+        assert stores.ledger.held_claims("h1") == {}
+
+    def test_a_claim_taken_twice_from_a_host_is_held_once(self, stores: Stores) -> None:
+        rp, inst = self.claimed(stores)
+        stores.instances.requeue(inst, "h1", "h1 is down", True, take_over=True)
+        stores.ledger.claim(inst, {rp: {VCPU: 1}}, "h1", "n1")  # back, and claimed it again
+        stores.instances.requeue(inst, "h1", "h1 is down", True, take_over=True)
+        held = stores.ledger.held_claims("h1")
+        assert stores.ledger.get_allocations(held[inst]).allocations == {rp: {VCPU: 2, RAM: 512}}
+        assert stores.ledger.release_held("h1", inst)
+        assert stores.ledger.get_provider(rp).usages == {VCPU: 0, RAM: 0}
+
+    def test_without_a_take_over_the_claim_is_released(self, stores: Stores) -> None:
+        rp, inst = self.claimed(stores)
+        stores.instances.requeue(inst, "h1", "spawn failed")
+        assert stores.ledger.get_provider(rp).usages == {VCPU: 0, RAM: 0}
+        assert stores.ledger.held_claims("h1") == {}
 
 
 #: an instance's extra with what a JSON decoder would not give back as it was: empty

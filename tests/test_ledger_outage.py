@@ -75,6 +75,8 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     "RedisLedger.claim": lambda s: s.ledger.claim(U, {U: {"VCPU": 1}}, "h1", "n1"),
     "RedisLedger.release_unexplained": lambda s: s.ledger.release_unexplained(U, "h1", U),
     "RedisLedger.release": lambda s: s.ledger.release(U),
+    "RedisLedger.held_claims": lambda s: s.ledger.held_claims("h1"),
+    "RedisLedger.release_held": lambda s: s.ledger.release_held("h1", U),
     "RedisQuota.get_limits": lambda s: s.quota.get_limits("p1"),
     "RedisQuota.set_limits": lambda s: s.quota.set_limits("p1", instances=1),
     "RedisQuota.get_usage": lambda s: s.quota.get_usage("p1"),

@@ -109,10 +109,12 @@ def record_spawns(cell: Cell) -> list[tuple[str, float]]:
     for agent in cell.agents:
         spawn = agent.driver.spawn
 
-        def hooked(uuid: str, node: str, flavor: Any, spawn: Any = spawn) -> None:
+        def hooked(
+            uuid: str, node: str, flavor: Any, fence: Any = None, spawn: Any = spawn
+        ) -> None:
             with lock:
                 spawned.append((uuid, time.time()))
-            spawn(uuid, node, flavor)
+            spawn(uuid, node, flavor, fence)
 
         agent.driver.spawn = hooked  # type: ignore[method-assign]
     return spawned

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from qsched import exception
 from qsched.flavors import Flavor
@@ -22,6 +22,14 @@ class SpawnFailed(exception.QschedError):
     """The instance did not start; nothing of it is left on the node. Reschedule it."""
 
     msg_fmt = "Spawning instance {instance} on node {node} failed: {reason}"
+
+
+class SpawnFenced(exception.QschedError):
+    """The spawn's fence said no right before the instance would start: nothing of it
+    runs (the agent's lease had ended, :mod:`agents.lease`). Not a failure: try again
+    once the fence allows it."""
+
+    msg_fmt = "Spawning instance {instance} on node {node} was fenced off before it started"
 
 
 class NodeNotFound(exception.NotFound):
@@ -77,13 +85,25 @@ class VirtDriver(abc.ABC):
         """Every node this driver drives, sorted by name, with its provider tree."""
 
     @abc.abstractmethod
-    def spawn(self, instance_uuid: str, node: str, flavor: Flavor) -> None:
+    def spawn(
+        self,
+        instance_uuid: str,
+        node: str,
+        flavor: Flavor,
+        fence: Callable[[], bool] | None = None,
+    ) -> None:
         """Start an instance on a node and return once it runs.
 
         Idempotent: spawning an instance already running on ``node`` returns at once.
 
+        ``fence`` is asked right before the instance starts to run (its VM created and
+        started, after whatever preparation comes first): False, and nothing is started.
+        The agent's lease (:mod:`agents.lease`): past it, the instance may have been
+        placed again elsewhere.
+
         :raises SpawnFailed: the instance could not start (unknown node, already running on
             another node, hypervisor error); nothing of it is left behind.
+        :raises SpawnFenced: ``fence`` said no; nothing of it is left behind.
         """
 
     @abc.abstractmethod

@@ -15,6 +15,8 @@ Features
 - ``spawn_hook(instance_uuid, node)``: called when a spawn has done everything but record the
   instance. A test can raise there (the spawn records nothing) or block there (the spawn stays
   in flight) to inject faults at a known point. It may be set or cleared at any time.
+- A spawn's ``fence`` is asked after the hook, under the lock, right before the instance is
+  recorded (where a real driver would start the VM).
 - Power: :meth:`FakeDriver.power_off`, ``power_on`` and ``reboot`` turn a VM off and on;
   ``reboots`` counts the reboots of each instance, :meth:`FakeDriver.is_running` says
   whether it runs. A state file keeps the power too (``off <uuid> <node>`` and ``on <uuid>
@@ -41,7 +43,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO
 
-from agents.virt.base import NodeInfo, NodeNotFound, ProviderInfo, SpawnFailed, VirtDriver
+from agents.virt.base import (
+    NodeInfo,
+    NodeNotFound,
+    ProviderInfo,
+    SpawnFailed,
+    SpawnFenced,
+    VirtDriver,
+)
 from qsched import exception
 from qsched.flavors import Flavor
 from qsched.ledger.base import Inventory
@@ -214,8 +223,15 @@ class FakeDriver(VirtDriver):
             )
         return NodeInfo(name, tuple(providers))
 
-    def spawn(self, instance_uuid: str, node: str, flavor: Flavor) -> None:
-        """Simulate a spawn: delay, maybe fail, call the hook, record. See VirtDriver."""
+    def spawn(
+        self,
+        instance_uuid: str,
+        node: str,
+        flavor: Flavor,
+        fence: Callable[[], bool] | None = None,
+    ) -> None:
+        """Simulate a spawn: delay, maybe fail, call the hook, ask the fence, record (the
+        VM starts there). See VirtDriver."""
         if node not in self._instances:
             raise SpawnFailed(instance=instance_uuid, node=node, reason="no such node")
         with self._lock:
@@ -233,6 +249,8 @@ class FakeDriver(VirtDriver):
         if hook is not None:
             hook(instance_uuid, node)
         with self._lock:
+            if fence is not None and not fence():
+                raise SpawnFenced(instance=instance_uuid, node=node)
             if not self._placed(instance_uuid, node):
                 self._where[instance_uuid] = node
                 self._instances[node].add(instance_uuid)

@@ -269,8 +269,21 @@ class Ledger(abc.ABC):
     def release_unexplained(self, consumer_uuid: str, host: str, provider_uuid: str) -> bool:
         """Release a consumer's allocations found on ``host``'s provider, in one atomic
         step with the check that no live instance of ``host`` explains them (its record
-        is gone, ended, or names another host). False if they are explained or moved.
+        is gone, ended, or names another host). False if they are explained or moved,
+        or are a claim held for a host (:meth:`release_held` ends those).
         """
+
+    @abc.abstractmethod
+    def held_claims(self, host: str) -> dict[str, str]:
+        """The claims taken from ``host`` while its agent was silent and held for it
+        (:meth:`InstanceStore.requeue` and :meth:`InstanceStore.delete` with
+        ``take_over``): instance uuid -> the consumer holding them on the same
+        providers. O(claims held for the host)."""
+
+    @abc.abstractmethod
+    def release_held(self, host: str, instance_uuid: str) -> bool:
+        """Release the claim held for ``host`` of an instance: its agent says the
+        instance no longer runs there. False if none was held. Idempotent."""
 
     @abc.abstractmethod
     def release(self, instance_uuid: str, host: str | None = None, reason: str = "") -> bool:
@@ -509,16 +522,28 @@ class InstanceStore(abc.ABC):
 
     @abc.abstractmethod
     def requeue(
-        self, uuid: str, host: str | None, reason: str, claimed_only: bool = False
+        self,
+        uuid: str,
+        host: str | None,
+        reason: str,
+        claimed_only: bool = False,
+        take_over: bool = False,
     ) -> Instance:
         """Count one attempt and put the instance back to waiting (no host).
 
         Releases any allocation the instance holds. An instance marked deleting
         ends DELETED instead, with its quota returned. Returns the record after.
 
+        ``take_over`` (the janitor's, with ``claimed_only``): ``host``'s agent is
+        silent and did not give the claim up, so its VM may still run there: the
+        allocations are not released but held for ``host`` (:meth:`Ledger.held_claims`)
+        until its agent says the VM is gone.
+
         :raises InstanceNotWaiting: not BUILD, claimed by another host than
             ``host``, or (``claimed_only``) not claimed by ``host`` at all: two
             janitors taking back the same orphan requeue it once.
+        :raises AgentAlive: ``take_over``, and ``host``'s agent beats again (checked
+            in the same atomic step); nothing is done.
         """
 
     @abc.abstractmethod
@@ -559,10 +584,20 @@ class InstanceStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def delete(self, uuid: str) -> Instance:
+    def delete(
+        self, uuid: str, destroyed_on: str | None = None, take_over: bool = False
+    ) -> Instance:
         """Mark DELETED and release its allocations and quota. Idempotent.
 
+        ``destroyed_on``: the host whose agent destroyed the VM; a claim held for that
+        host of the instance is released too (even if the instance was DELETED
+        already). ``take_over``: the instance's host is silent and its VM may still run
+        there (the API's local delete, the janitor): the allocations are held for that
+        host (:meth:`Ledger.held_claims`) instead of released.
+
         :raises InstanceNotFound:
+        :raises AgentAlive: ``take_over``, and the host's agent beats again (checked
+            in the same atomic step); nothing is done.
         """
 
     @abc.abstractmethod

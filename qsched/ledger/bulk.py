@@ -153,7 +153,7 @@ def _one(
                  node.node)  # fmt: skip
     instances.set_active(uuid_, node.host, node.node)
     if not alive:
-        instances._run("instance_end", uuid_, "DELETED", "", "")
+        instances._end(uuid_, "DELETED", "")
     return uuid_
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -213,11 +214,17 @@ class RedisInstances(InstanceStore):
         return not self._run("instance_active", uuid, host, node).get("already")
 
     def requeue(
-        self, uuid: str, host: str | None, reason: str, claimed_only: bool = False
+        self,
+        uuid: str,
+        host: str | None,
+        reason: str,
+        claimed_only: bool = False,
+        take_over: bool = False,
     ) -> Instance:
         result = self._run(
-            "instance_requeue", uuid, host or "", reason, "1" if claimed_only else ""
-        )
+            "instance_requeue", uuid, host or "", reason, "1" if claimed_only else "",
+            _held(take_over),
+        )  # fmt: skip
         return dataclasses.replace(self.get(uuid), outbox=result.get("outbox"))
 
     def park(self, uuid: str, host: str, reason: str) -> bool:
@@ -227,22 +234,23 @@ class RedisInstances(InstanceStore):
         self, uuid: str, message: str, details: Mapping[str, Any], due_only: bool = False
     ) -> bool:
         fault = self._fault(message, details)
-        result = self._run("instance_end", uuid, "ERROR", fault, "due" if due_only else "")
+        result = self._end(uuid, "ERROR", fault, "due" if due_only else "")
         return bool(result["changed"])
 
     def set_lost(
         self, uuid: str, host: str, node: str, message: str, details: Mapping[str, Any]
     ) -> bool:
         where = canonical_json({"host": host, "node": node})
-        return bool(self._run("instance_end", uuid, "ERROR", self._fault(message, details),
-                              where)["changed"])  # fmt: skip
+        return bool(self._end(uuid, "ERROR", self._fault(message, details), where)["changed"])
 
     def _fault(self, message: str, details: Mapping[str, Any]) -> str:
         return canonical_json({"code": 500, "message": message, "details": dict(details),
                                "created": self.store.now()})  # fmt: skip
 
-    def delete(self, uuid: str) -> Instance:
-        self._run("instance_end", uuid, "DELETED", "", "")
+    def delete(
+        self, uuid: str, destroyed_on: str | None = None, take_over: bool = False
+    ) -> Instance:
+        self._end(uuid, "DELETED", "", "", destroyed_on or "", _held(take_over))
         return self.get(uuid)
 
     def mark_deleting(self, uuid: str) -> Instance:
@@ -326,10 +334,22 @@ class RedisInstances(InstanceStore):
         now = self.store.server_time()
         return [(text(uuid), max(0.0, now - float(score))) for uuid, score in oldest]
 
+    def _end(
+        self, uuid: str, state: str, fault: str, condition: str = "", destroyed_on: str = "",
+        held: str = "",
+    ) -> dict[str, Any]:  # fmt: skip
+        """Run ``instance_end.lua`` (its arguments are named there)."""
+        return self._run("instance_end", uuid, state, fault, condition, destroyed_on, held)
+
     def _run(self, script: str, uuid: str, *args: Any) -> dict[str, Any]:
         return self.store.run(
             script, self.keys.instance(uuid), uuid, *args, self.store.now(), self.store.max_events
         )
+
+
+def _held(take_over: bool) -> str:
+    """The consumer a take-over holds the claim under (a new UUID), or "" (none)."""
+    return str(uuidlib.uuid4()) if take_over else ""
 
 
 def _record(

@@ -168,6 +168,9 @@ class Keyspace:
     def host_deleting(self, host: str) -> str:
         return f"{self.prefix}host:{host}:deleting"
 
+    def host_held(self, host: str) -> str:
+        return f"{self.prefix}host:{host}:held"
+
     def host_actions(self, host: str) -> str:
         return f"{self.prefix}host:{host}:actions"
 

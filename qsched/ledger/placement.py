@@ -322,6 +322,14 @@ class RedisLedger(Ledger):
         )  # fmt: skip
         return bool(result["released"])
 
+    def held_claims(self, host: str) -> dict[str, str]:
+        """What ``host:<host>:held`` holds: instance uuid -> its held consumer."""
+        return text_map(self.store.client.hgetall(self.keys.host_held(host)))
+
+    def release_held(self, host: str, instance_uuid: str) -> bool:
+        result = self.store.run("release_held", self.keys.host_held(host), host, instance_uuid)
+        return bool(result["released"])
+
     def release(self, instance_uuid: str, host: str | None = None, reason: str = "") -> bool:
         result = self.store.run(
             "release",

@@ -123,6 +123,7 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "instance_exists": exception.InstanceExists,
         "flavor_changed": exception.FlavorChanged,
         "not_waiting": exception.InstanceNotWaiting,
+        "agent_alive": exception.AgentAlive,
         "item_limit": exception.ItemLimitExceeded,
         "tried_host": exception.TriedHost,
         "service_disabled": exception.ServiceDisabled,

@@ -101,6 +101,53 @@ local function drop_allocations(consumer)
     return true
 end
 
+-- Take the claim of an instance from a host whose agent did not give it up (silent past
+-- its heartbeat, its service forced down): its VM may still run there, so its
+-- allocations stay on the same providers, held for that host under the consumer
+-- ``held`` (a new UUID from the caller), and the instance's own consumer is free to claim
+-- elsewhere. Only that host's agent releases a held claim, once its driver does not run
+-- the instance (release_held.lua). A claim taken from the same host twice is held as
+-- one. Returns true if the instance held anything.
+local function hold_claim(uuid, host, held)
+    local ckey = K.consumer(uuid)
+    local cur = redis.call("HMGET", ckey, "allocs", "project", "user")
+    if not cur[1] then return false end
+    local hkey = K.host_held(host)
+    held = redis.call("HGET", hkey, uuid) or held
+    local hold = K.consumer(held)
+    local before = redis.call("HGET", hold, "allocs")
+    local allocs = before and cjson.decode(before) or {}
+    for rp, amounts in pairs(cjson.decode(cur[1])) do
+        allocs[rp] = allocs[rp] or {}
+        for rc, n in pairs(amounts) do allocs[rp][rc] = (allocs[rp][rc] or 0) + n end
+        redis.call("SREM", K.provider_consumers(rp), uuid)
+        redis.call("SADD", K.provider_consumers(rp), held)
+    end
+    redis.call("HSET", hold, "allocs", cjson.encode(allocs), "project", cur[2], "user", cur[3],
+               "held_for", host, "instance", uuid)
+    redis.call("HINCRBY", hold, "generation", 1)
+    redis.call("DEL", ckey)
+    redis.call("HSET", hkey, uuid, held)
+    return true
+end
+
+-- Release the claim held for a host of an instance (hold_claim), if any: its agent
+-- says the instance no longer runs there. Returns true if one was held.
+local function drop_held(host, uuid)
+    local held = redis.call("HGET", K.host_held(host), uuid)
+    if not held then return false end
+    drop_allocations(held)
+    redis.call("HDEL", K.host_held(host), uuid)
+    return true
+end
+
+-- Whether a host's agent is silent: its heartbeat expired, or an operator forced its
+-- service down (Nova's "down"). Only then may others take its claims.
+local function agent_silent(host)
+    return redis.call("EXISTS", K.agent(host)) == 0
+        or redis.call("HGET", K.service(host), "forced_down") == "1"
+end
+
 -- A project's limits on names: its own (os-quota-sets), else the default quota class's
 -- (os-quota-class-sets), else the configured defaults (as script arguments).
 local function quota_limits(project, names, defaults)
