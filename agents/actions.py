@@ -2,7 +2,7 @@
 
 The API checked the instance's states and set the action's task_state in the ledger
 in one atomic step (:meth:`qsched.ledger.base.InstanceStore.start_action`), then
-published an :class:`~qsched.message.ActionRequest` to this host's queue. Here:
+published an :class:`~qsched.scheduling.message.ActionRequest` to this host's queue. Here:
 
 1. *admit*: the record must still be ACTIVE on this host in that task_state (a
    delete or a newer action took over otherwise: the request is dropped, nothing
@@ -50,9 +50,9 @@ from qsched import exception
 from qsched.bus.base import describe
 from qsched.ledger import Stores
 from qsched.ledger.base import Instance, State, TaskState
-from qsched.message import ActionRequest
 from qsched.notifications import NULL, Notifier, payloads
 from qsched.notifications.base import ERROR
+from qsched.scheduling.message import ActionRequest
 
 LOG = logging.getLogger(__name__)
 

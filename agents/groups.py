@@ -46,8 +46,8 @@ from agents.steps import AgentParts
 from qsched import exception
 from qsched.bus.base import Delivery, Names
 from qsched.ledger.records import AFFINITY, HostRule
-from qsched.message import BootRequest
 from qsched.scheduling.fit import Refusal, RefusalKind
+from qsched.scheduling.message import BootRequest
 
 LOG = logging.getLogger(__name__)
 

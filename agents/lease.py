@@ -16,7 +16,7 @@ agent's (``fence``, :meth:`~agents.virt.base.VirtDriver.spawn`); after a lapse a
 asks the ledger whether its claim is still its own before it starts the VM. So a
 build a janitor took from a starved agent is not started a second time there; and
 what the janitor or the API took is held for the host until its agent says the VM is
-gone (:mod:`qsched.janitor`).
+gone (:mod:`qsched.recovery.janitor`).
 
 A lease starts with the first heartbeat: before it, the agent consumes nothing. An
 operator forcing the host's service down ends it at once (forced down is down: the

@@ -35,8 +35,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from qsched import exception
-from qsched.message import BootRequest
 from qsched.metrics import NO_VALID_HOST
+from qsched.scheduling.message import BootRequest
 
 #: Plain counts read from the agent's counters: name (without ``_total``), help, key.
 COUNTERS = (

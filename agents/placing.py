@@ -58,10 +58,10 @@ from qsched.bus.base import Delivery
 from qsched.flavors import Constraints
 from qsched.ledger import retry
 from qsched.ledger.base import ClaimGuard, State
-from qsched.message import BootRequest
 from qsched.notifications import payloads
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.fit import Refusal, RefusalKind
+from qsched.scheduling.message import BootRequest
 from qsched.scheduling.records import request_for
 
 LOG = logging.getLogger(__name__)

@@ -68,10 +68,10 @@ from agents.nodes import NodeIndex
 from agents.virt.base import VirtDriver
 from qsched import exception
 from qsched.bus.base import Bus
-from qsched.janitor import requeue_orphan
 from qsched.ledger import Stores
 from qsched.ledger.base import Placement, State
 from qsched.notifications import NULL, Notifier, payloads
+from qsched.recovery.janitor import requeue_orphan
 from qsched.scheduling.views import NodeView, ProviderView, same_usage
 
 LOG = logging.getLogger(__name__)

@@ -63,14 +63,15 @@ from agents.registration import register_nodes
 from agents.spawning import Spawner
 from agents.steps import AgentParts, Backoff, Builds, Deletes
 from agents.virt.base import VirtDriver
-from qsched import exception, message
+from qsched import exception
 from qsched.bus.base import Bus, Consumer, Delivery
 from qsched.conf import AgentOptions
 from qsched.ledger import Stores, retry
 from qsched.ledger.base import Instance, Service, State, TaskState
 from qsched.notifications import NULL, Notifier, payloads
 from qsched.periodic import Periodic
-from qsched.reaper import reap_expired
+from qsched.recovery.reaper import reap_expired
+from qsched.scheduling import message
 
 LOG = logging.getLogger(__name__)
 

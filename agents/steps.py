@@ -26,9 +26,9 @@ from agents.virt.base import VirtDriver
 from qsched import exception
 from qsched.bus.base import Bus
 from qsched.ledger import Stores
-from qsched.message import BootRequest
 from qsched.notifications import NULL, Notifier
-from qsched.reaper import fail_no_valid_host
+from qsched.recovery.reaper import fail_no_valid_host
+from qsched.scheduling.message import BootRequest
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -132,7 +132,7 @@ class AgentParts:
 
     def no_valid_host(self, uuid: str, reason: str, due_only: bool = False) -> bool:
         """End a waiting instance in ERROR NoValidHost for ``reason``, counted and told;
-        False if it was not waiting any more (:func:`qsched.reaper.fail_no_valid_host`).
+        False if it was not waiting any more (:func:`qsched.recovery.reaper.fail_no_valid_host`).
 
         :raises NotItsRequest: ``due_only`` and the record's deadline has not passed.
         """

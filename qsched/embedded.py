@@ -17,11 +17,12 @@ from typing import Any
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import conf as qconf
-from qsched import exception, janitor
+from qsched import exception
 from qsched.api import app as api_app
 from qsched.bus.kombu import KombuBus
+from qsched.cells.housekeeping import start_periodic_tasks
 from qsched.cmd.api import ThreadingWSGIServer, make_server
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.conf import Options
 from qsched.conf.bus import KOMBU
 from qsched.ledger import Stores, embedded, open_stores
@@ -137,7 +138,7 @@ def start_stack(
         )  # fmt: skip
         agent.start()
         running.append(agent)
-    housekeeping = janitor.start_periodic_tasks(
+    housekeeping = start_periodic_tasks(
         options.scheduler.replace(reap_interval_s=EMBEDDED_REAP_INTERVAL_S),
         stores, bus, notifier=notifier,
     )  # fmt: skip

@@ -81,7 +81,7 @@ class BootsNotServedHere(Conflict):
         "This cell is one of several behind one front door ([cells]): the deployment's "
         "quota is held in the API keyspace, which a boot straight into the cell would not "
         "reserve. Boot through the front door: qsched-api with [cells] naming the cells, "
-        "or qsched.cells.CellsCompute.boot_many."
+        "or qsched.cells.router.CellsCompute.boot_many."
     )
 
 

@@ -7,7 +7,7 @@ counters, ``_seconds`` on durations); ``docs/metrics.rst`` lists them with the a
 * ``qsched_api_requests_total`` and ``qsched_api_request_duration_seconds``: every
   response, by route template, method (and status), in :mod:`qsched.api.metrics`;
 * ``qsched_api_boots_accepted_total`` and ``qsched_api_boots_refused_total`` (by
-  reason): every create, by :class:`qsched.compute.ComputeAPI`;
+  reason): every create, by :class:`qsched.compute.api.ComputeAPI`;
 * ``qsched_api_publish_failures_total`` (by kind): publishes the broker did not
   confirm, by the front door's bus (:class:`CountedPublisher`);
 * ``qsched_no_valid_host_total`` (by reason): ``deadline`` for the reaper's ends,
@@ -16,7 +16,7 @@ counters, ``_seconds`` on durations); ``docs/metrics.rst`` lists them with the a
   ``qsched_outbox_published_total``, and with ``[cells]`` named
   ``qsched_cells_quota_moved_total``, ``qsched_cells_boots_settled_total`` and
   ``qsched_cells_passed_over_total``: the
-  housekeeping runs (:func:`qsched.janitor.start_periodic_tasks`).
+  housekeeping runs (:func:`qsched.cells.housekeeping.start_periodic_tasks`).
 
 Label values come from fixed sets, so the number of series stays bounded whatever the
 traffic: ``route`` is the route's URI template (``/v2.1/servers/{server_id}``, or
@@ -248,7 +248,7 @@ class NoMetrics(APIMetrics):
 
 
 class Publisher(Protocol):
-    """What :class:`CountedPublisher` counts of a bus (:class:`qsched.compute.Publisher`)."""
+    """What :class:`CountedPublisher` counts of a bus (:class:`qsched.compute.api.Publisher`)."""
 
     def publish_boot(self, msg: Any) -> None: ...
 

@@ -17,7 +17,7 @@ import redis
 from agents.service import ComputeAgent
 from qsched import conf as qconf
 from qsched.bus.kombu import KombuBus
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores

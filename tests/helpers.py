@@ -8,7 +8,7 @@ from typing import Any
 
 from agents.nodes import Pick
 from agents.service import ComputeAgent
-from qsched.message import BootRequest
+from qsched.scheduling.message import BootRequest
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, interval_s: float = 0.01) -> bool:

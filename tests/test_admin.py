@@ -22,13 +22,13 @@ from click.testing import CliRunner, Result
 from agents.virt.fake import FakeNodeSpec
 from qsched.admin import queries, schemas
 from qsched.admin.cli import cli
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.context import RequestContext
 from qsched.embedded import Stack, embedded_options, start_stack
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.message import BootRequest
-from qsched.reaper import reap_expired
+from qsched.recovery.reaper import reap_expired
+from qsched.scheduling.message import BootRequest
 from qsched.scheduling.records import record_for
 from tests.conftest import DURABILITY_LINE
 from tests.helpers import wait_until

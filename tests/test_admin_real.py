@@ -1,6 +1,6 @@
 """qsched-admin on real servers: RabbitMQ, Redis, and two live ``qsched-agent`` processes.
 
-The test process boots through :class:`~qsched.compute.ComputeAPI` (what the API
+The test process boots through :class:`~qsched.compute.api.ComputeAPI` (what the API
 service does on POST) and runs qsched-admin with the same config file the
 agents read. Database 9 of Redis is flushed before and after; the bus uses a
 prefix of its own, and its queues and exchanges are deleted at the end.
@@ -22,11 +22,11 @@ from click.testing import CliRunner, Result
 from qsched.admin import schemas
 from qsched.admin.cli import cli
 from qsched.bus.kombu import KombuBus
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.reaper import reap_expired
+from qsched.recovery.reaper import reap_expired
 from tests.cloud import Cloud, transport_url
 from tests.conftest import real_redis
 from tests.helpers import wait_until

@@ -7,15 +7,15 @@ import pytest
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import exception
-from qsched.compute import FlavorRefNotFound
+from qsched.compute.api import FlavorRefNotFound
 from qsched.conf import AgentOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, Usage
-from qsched.message import BootRequest
-from qsched.reaper import NO_VALID_HOST, reap_expired
+from qsched.recovery.reaper import NO_VALID_HOST, reap_expired
+from qsched.scheduling.message import BootRequest
 from tests.helpers import RecordingDelivery, wait_until
 
 USER = RequestContext.for_project("u1", "p1")

@@ -18,9 +18,9 @@ from qsched.conf import AgentOptions
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.message import BootRequest
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.fit import Refusal
+from qsched.scheduling.message import BootRequest
 from qsched.scheduling.records import record_for
 
 SMALL, HUGE = Flavor("small", 1, 1024), Flavor("huge", 64, 1024)

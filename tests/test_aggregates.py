@@ -20,7 +20,7 @@ from agents.service import ComputeAgent
 from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec
 from qsched.aggregates import NoHostsForTenant
 from qsched.bus.kombu import KombuBus
-from qsched.compute import AvailabilityZoneNotAvailable, ComputeAPI
+from qsched.compute.api import AvailabilityZoneNotAvailable, ComputeAPI
 from qsched.conf import AgentOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor

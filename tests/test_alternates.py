@@ -21,14 +21,14 @@ from agents.consuming import ClassGate
 from agents.service import ComputeAgent
 from agents.virt.base import SpawnFailed
 from agents.virt.fake import FakeDriver, FakeNodeSpec
-from qsched import janitor
 from qsched.bus.kombu import KombuBus, KombuOptions
 from qsched.conf import AgentOptions
 from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State
-from qsched.message import BootRequest
+from qsched.recovery import janitor
+from qsched.scheduling.message import BootRequest
 from tests.cloud import BUS_REDIS_URL, transport_url
 from tests.helpers import wait_until
 

@@ -321,7 +321,7 @@ class TestBadInput:
         assert snap.unchanged()
 
     def test_unexpected_error_is_a_nova_500(self, app, client, monkeypatch) -> None:
-        from qsched.compute import ComputeAPI
+        from qsched.compute.api import ComputeAPI
 
         def broken(*args, **kwargs):
             raise RuntimeError("a bug")

@@ -13,7 +13,7 @@ from typing import Any
 import falcon.testing
 import pytest
 
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.conf import APIOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.ledger import Stores

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from qsched import exception
 from qsched.admin import schemas
+from qsched.admin.archive import archive_deleted, parse_before
 from qsched.admin.cli import cli
-from qsched.archive import archive_deleted, parse_before
 from qsched.ledger import Stores
 from qsched.ledger import instances as instances_module
 from qsched.ledger.base import Instance, Inventory, State

@@ -37,7 +37,7 @@ from qsched.bus.kombu_wire import KombuWire
 from qsched.bus.oslo import OsloBus
 from qsched.conf import BusOptions
 from qsched.flavors import Flavor
-from qsched.message import BootRequest, DeleteRequest, PoisonMessage, decode
+from qsched.scheduling.message import BootRequest, DeleteRequest, PoisonMessage, decode
 from tests.cloud import rabbit_failover_url
 from tests.conftest import BUS_REDIS_URL
 

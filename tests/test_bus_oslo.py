@@ -23,7 +23,7 @@ import pytest
 
 from qsched.bus import Delivery
 from qsched.bus.base import BusUnavailable
-from qsched.message import decode
+from qsched.scheduling.message import decode
 from tests.test_bus import (
     AMQP_URL,
     FAST,

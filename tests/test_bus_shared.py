@@ -20,7 +20,7 @@ from qsched import exception
 from qsched.bus import Delivery
 from qsched.bus.base import BusUnavailable
 from qsched.bus.kombu import KombuBus
-from qsched.message import DeleteRequest
+from qsched.scheduling.message import DeleteRequest
 from tests.conftest import BUS_REDIS_URL
 from tests.test_bus import (
     AMQP_URL,

@@ -1,5 +1,5 @@
 """``qsched-admin cells adopt``: the server groups, aggregates and hosts a cell made
-before it was served with others, carried over (:mod:`qsched.cells_adopt`), on
+before it was served with others, carried over (:mod:`qsched.cells.adopt`), on
 fakeredis, a real Redis and a real three-master Redis Cluster.
 
 The deployment is the one of tests/test_cells_api.py (one host in each cell,
@@ -22,11 +22,12 @@ import jsonschema
 import pytest
 from click.testing import CliRunner, Result
 
-from qsched import cells as qcells
-from qsched import cells_adopt, cells_aggregates
 from qsched.admin import schemas
 from qsched.admin.cli import cli
-from qsched.cells_aggregates import aggregate_lock
+from qsched.cells import adopt as cells_adopt
+from qsched.cells import aggregates as cells_aggregates
+from qsched.cells.aggregates import aggregate_lock
+from qsched.cells.audit import audit_cells
 from qsched.ledger import Stores
 from qsched.ledger.base import ServerGroup, State
 from qsched.ledger.cellmap import RedisCellMap
@@ -107,7 +108,7 @@ def test_a_group_an_aggregate_and_hosts_a_cell_made_alone_are_adopted(
     front.map.map_host("cell1-cn0", "cell2")  # a mapping the host left
     shown = client.simulate_get(f"/v2.1/os-server-groups/{group.uuid}", headers=API_USER)
     assert shown.status_code == 404  # listed, but not found
-    before = qcells.audit(front)["problems"]
+    before = audit_cells(front)["problems"]
     assert f"group {group.uuid} (p1): in cell2, mapped to None" in before
     assert f"aggregate {solo.id}: not in cell1" in before
     conf_file = config(deployment, tmp_path)
@@ -120,7 +121,7 @@ def test_a_group_an_aggregate_and_hosts_a_cell_made_alone_are_adopted(
     assert (copy["id"], copy["source"], copy["into"], copy["result"]) == (
         solo.id, "cell2", ["cell1"], "would copy")  # fmt: skip
     assert [(c["cell"], c["hosts_mapped"]) for c in dry["cells"]] == [("cell1", 1), ("cell2", 1)]
-    assert qcells.audit(front)["problems"] == before  # nothing written
+    assert audit_cells(front)["problems"] == before  # nothing written
     assert front.map.host_cell("cell2-cn0") is None and front.map.aggregate_seq() == 0
 
     done = adopted(conf_file)
@@ -287,7 +288,7 @@ def test_a_group_deleted_while_it_is_adopted_keeps_no_mapping(
     assert [g["uuid"] for g in report.groups] == [kept.uuid]
     assert deployment.front.map.group_mapping(gone.uuid) is None
     assert deployment.front.map.counted_groups("p1") == {kept.uuid}
-    assert qcells.audit(deployment.front)["ok"]
+    assert audit_cells(deployment.front)["ok"]
 
 
 def test_a_cell_down_is_reported_and_passed_over_and_the_api_keyspace_down_stops_it(

@@ -1,4 +1,4 @@
-"""Host aggregates over two cells (:mod:`qsched.cells_aggregates`), over HTTP, on
+"""Host aggregates over two cells (:mod:`qsched.cells.aggregates`), over HTTP, on
 fakeredis, a real Redis and a real three-master Redis Cluster: every aggregate is in
 every cell with one id and uuid, each cell's copy with that cell's hosts; a host's
 changes go to its cell by its host mapping; a boot into an aggregate's zone goes to a
@@ -15,7 +15,7 @@ from typing import Any
 
 import falcon.testing
 
-from qsched import cells as qcells
+from qsched.cells.audit import audit_cells
 from qsched.ledger.base import State
 from tests.helpers import wait_until
 from tests.raw import DeadClient, redis_store
@@ -55,7 +55,7 @@ def copies(deployment: Deployment, aggregate: int) -> dict[str, Any]:
 
 def audited(deployment: Deployment) -> None:
     clean(deployment)
-    assert qcells.audit(deployment.front)["problems"] == []
+    assert audit_cells(deployment.front)["problems"] == []
 
 
 def test_an_aggregate_over_http_holds_hosts_of_both_cells_and_steers_boots(
@@ -156,7 +156,7 @@ def test_aggregate_refusals_answer_as_one_cell_and_leave_every_cell_alike(
     audited(deployment)
     # an id a cell gave itself alone is never given again to every cell
     solo = deployment.stores("cell2").aggregates.create("solo")
-    problems = qcells.audit(deployment.front)["problems"]
+    problems = audit_cells(deployment.front)["problems"]
     assert f"aggregate {solo.id}: not in cell1" in problems
     after = made(client, "after")["id"]
     assert after > solo.id

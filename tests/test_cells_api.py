@@ -3,7 +3,7 @@ and instance mappings, on fakeredis, a real Redis and a real three-master Redis
 Cluster (where the API keyspace and each cell are three slots, on masters of
 their own or shared, and no script spans two).
 
-The front door is built from ``[cells]`` options (:func:`qsched.cells.open_cells`):
+The front door is built from ``[cells]`` options (:func:`qsched.cells.opening.open_cells`):
 each cell has its own stores, in-process bus and agents; zone ``az1`` is served by
 ``cell1``, ``az2`` by ``cell2``. The janitor runs the quota mover when cells are named.
 """
@@ -21,13 +21,17 @@ from collections.abc import Iterator
 import pytest
 
 from agents.service import ComputeAgent
-from qsched import cells as qcells
 from qsched import conf as qconf
-from qsched import exception, janitor
+from qsched import exception
 from qsched.api import app as api_app
 from qsched.bus.base import BusUnavailable
 from qsched.bus.kombu import KombuBus
-from qsched.compute import ComputeAPI, MarkerNotFound
+from qsched.cells import housekeeping, router
+from qsched.cells.audit import audit_cells
+from qsched.cells.mover import QuotaMover
+from qsched.cells.opening import open_cells
+from qsched.cells.router import CellsCompute
+from qsched.compute.api import ComputeAPI, MarkerNotFound
 from qsched.conf import APIOptions, BusOptions, CellsOptions, LedgerOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
@@ -64,7 +68,7 @@ def cells_options(ledger_url: str, prefix: str, **others) -> CellsOptions:
 
 
 class Buses:
-    """``open_bus`` for :func:`qsched.cells.open_cells`: in-process buses, kept by prefix;
+    """``open_bus`` for :func:`qsched.cells.opening.open_cells`: in-process buses, kept by prefix;
     the bus of prefix ``refused`` does not open."""
 
     def __init__(self, refused: str | None = None) -> None:
@@ -90,8 +94,8 @@ class Buses:
 class Deployment:
     options: CellsOptions
     buses: Buses
-    front: qcells.CellsCompute
-    mover: qcells.QuotaMover
+    front: CellsCompute
+    mover: QuotaMover
     agents: list[ComputeAgent]
 
     @property
@@ -130,7 +134,7 @@ class Deployment:
     def housekeeping(self, metrics: APIMetrics, interval_s: float = 0.05) -> list:
         """The janitor's periodic tasks, only the cells' mover on, every ``interval_s``."""
         cells = self.options.replace(mover_interval_s=interval_s)
-        return janitor.start_periodic_tasks(NO_HOUSEKEEPING, self.stores("cell1"),
+        return housekeeping.start_periodic_tasks(NO_HOUSEKEEPING, self.stores("cell1"),
                                             self.bus("cell1"), metrics, front=self.front,
                                             cells=cells)  # fmt: skip
 
@@ -140,12 +144,12 @@ def deployment(conf, ledger_url: str) -> Iterator[Deployment]:
     conf.set_override("build_timeout_s", 30, group="scheduler")
     options = cells_options(ledger_url, f"t{uuid.uuid4().hex[:8]}")
     buses = Buses()
-    front = qcells.open_cells(
+    front = open_cells(
         options, LedgerOptions.from_conf(conf), BusOptions.from_conf(conf), buses,
         scheduler=SchedulerOptions.from_conf(conf), api=APIOptions.from_conf(conf),
     )  # fmt: skip
     front.api.quota.set_limits("p1", instances=5, cores=-1, ram_mb=-1)
-    running = Deployment(options, buses, front, qcells.QuotaMover(front, 60.0), [])
+    running = Deployment(options, buses, front, QuotaMover(front, 60.0), [])
     try:
         for zone, name in ZONES.items():
             running.cells[name].flavors.create(Flavor("small", 1, 512, 0))
@@ -199,7 +203,7 @@ def test_the_quota_is_the_deployments_and_comes_back_through_the_mover(
     for cell in deployment.cells:
         report = audit(deployment.stores(cell))
         assert report.ok, report.to_dict()
-    assert qcells.audit(deployment.front)["ok"]
+    assert audit_cells(deployment.front)["ok"]
 
 
 def test_the_audit_finds_a_release_not_moved_and_a_holder_of_one_side(
@@ -207,18 +211,18 @@ def test_the_audit_finds_a_release_not_moved_and_a_holder_of_one_side(
 ) -> None:
     vm = deployment.boot("az2")
     deployment.placed([vm])
-    assert qcells.audit(deployment.front)["ok"]
+    assert audit_cells(deployment.front)["ok"]
     deployment.front.delete(USER, vm)
     ended = deployment.stores("cell2")
     assert wait_until(lambda: ended.instances.get(vm).state == State.DELETED, 10)
-    waiting = qcells.audit(deployment.front)
+    waiting = audit_cells(deployment.front)
     assert not waiting["ok"] and waiting["ends_waiting"] == 1
     assert waiting["problems"] == [f"{vm} (p1): held by the API, by no cell"]
     deployment.mover.run_once()
-    assert qcells.audit(deployment.front)["ok"]
+    assert audit_cells(deployment.front)["ok"]
     deployment.api.quota.reserve("p1", "stray", 1, 512)  # a holder no cell has
     ended.quota.reserve("p1", "other", 1, 512)  # and one the API does not
-    found = qcells.audit(deployment.front)
+    found = audit_cells(deployment.front)
     assert sorted(found["problems"]) == ["other (p1): held by cell2, not by the API",
                                          "stray (p1): held by the API, by no cell"]  # fmt: skip
 
@@ -245,7 +249,7 @@ def test_a_project_at_its_limit_cannot_pass_it_by_booting_into_both_cells(
     deployment.placed(accepted)
     assert deployment.live("cell1") + deployment.live("cell2") == 5
     assert deployment.api.quota.get_usage("p1").instances == 5
-    assert qcells.audit(deployment.front)["ok"]
+    assert audit_cells(deployment.front)["ok"]
 
 
 def test_a_boot_whose_api_died_before_its_cell_is_settled_by_the_mover(
@@ -278,7 +282,7 @@ def test_a_boot_the_cell_refuses_holds_nothing(deployment: Deployment) -> None:
         deployment.front.boot_many(USER, "vm", "small", min_count=3, max_count=2)
     assert deployment.api.quota.get_usage("p1").instances == 0
     assert deployment.front.map.pending_count() == 0
-    assert qcells.audit(deployment.front)["ok"]
+    assert audit_cells(deployment.front)["ok"]
 
 
 def test_without_a_zone_a_cell_is_drawn_by_the_room_it_has(
@@ -287,7 +291,7 @@ def test_without_a_zone_a_cell_is_drawn_by_the_room_it_has(
     """Both cells' agents have room for 8 of the flavor: draws go to both. With a host of
     room for some thousands more in cell2, nearly all go there; once cell2's agents
     stopped, its cell holds nothing and every draw, and a boot, goes to cell1."""
-    monkeypatch.setattr(qcells, "FREE_READ_S", 0.0)  # each draw reads what was just beaten
+    monkeypatch.setattr(router, "FREE_READ_S", 0.0)  # each draw reads what was just beaten
     small = deployment.front.flavor_cell.get_flavor("small")
     for agent in deployment.agents:
         agent.heartbeat()
@@ -323,7 +327,7 @@ def test_a_burst_of_draws_reads_each_cells_free_capacity_once_a_second(
     big = deployment.stores("cell2").agents
     big.register_service("big")
     big.heartbeat("big", 30, free={"VCPU": 4000, "MEMORY_MB": 4000 * 512})
-    monkeypatch.setattr(qcells, "FREE_READ_S", 0.05)
+    monkeypatch.setattr(router, "FREE_READ_S", 0.05)
     time.sleep(0.05)
     draws = Counter(deployment.front.choose(None, small) for _ in range(100))
     assert draws["cell2"] >= 90 and reads["cell2"] >= 2  # read again: the big host counts
@@ -451,7 +455,7 @@ def test_the_janitor_moves_a_release_to_the_api_keyspace(deployment: Deployment)
     samples, _families = parse(metrics.exposition())
     assert value(samples, "qsched_cells_quota_moved_total") == 1
     assert value(samples, "qsched_cells_boots_settled_total") == 0
-    assert qcells.audit(deployment.front)["ok"]
+    assert audit_cells(deployment.front)["ok"]
 
 
 def test_a_failed_pass_of_the_mover_is_logged_and_the_next_one_moves(
@@ -480,7 +484,7 @@ def test_a_failed_pass_of_the_mover_is_logged_and_the_next_one_moves(
         for task in tasks:
             task.stop()
     assert all(record.exc_info is None for record in _outages(caplog))
-    assert qcells.audit(deployment.front)["ok"]
+    assert audit_cells(deployment.front)["ok"]
 
 
 def _outages(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -495,9 +499,9 @@ def test_one_cell_has_no_mover_nor_front_door(conf) -> None:
     stores = open_stores(options.ledger, url=f"fakeredis://test-{uuid.uuid4().hex}")
     bus = KombuBus("memory://", prefix=f"t{uuid.uuid4().hex[:8]}")
     try:
-        assert janitor.start_periodic_tasks(NO_HOUSEKEEPING, stores, bus) == []
+        assert housekeeping.start_periodic_tasks(NO_HOUSEKEEPING, stores, bus) == []
         with pytest.raises(exception.Invalid, match=r"\[cells\] names no cell"):
-            qcells.open_cells(options.cells, options.ledger, options.bus, Buses())
+            open_cells(options.cells, options.ledger, options.bus, Buses())
     finally:
         bus.close()
 
@@ -508,7 +512,7 @@ def test_a_bus_that_does_not_open_fails_the_build_and_closes_what_opened(conf) -
     options = cells_options(f"fakeredis://test-{uuid.uuid4().hex}", prefix)
     buses = Buses(refused=f"{prefix}-cell2")
     with pytest.raises(exception.BackendUnavailable):
-        qcells.open_cells(options, LedgerOptions.from_conf(conf), BusOptions.from_conf(conf),
+        open_cells(options, LedgerOptions.from_conf(conf), BusOptions.from_conf(conf),
                           buses)  # fmt: skip
     assert list(buses.opened) == [f"{prefix}-cell1"] and buses.closed == [f"{prefix}-cell1"]
 
@@ -532,12 +536,12 @@ def test_the_api_service_starts_the_mover_when_cells_are_named(
         return []
 
     monkeypatch.setattr(qconf, "setup_logging", lambda conf: None)  # the test's own logging
-    monkeypatch.setattr(janitor, "start_periodic_tasks", start_periodic_tasks)
+    monkeypatch.setattr(housekeeping, "start_periodic_tasks", start_periodic_tasks)
     buses = Buses()
     _app, bus = api_app.serve(conf, buses, ["127.0.0.1"])
     ((*_single_cell, front, cells),) = started
     try:
-        assert isinstance(front, qcells.CellsCompute) and list(front.cells) == ["cell1", "cell2"]
+        assert isinstance(front, CellsCompute) and list(front.cells) == ["cell1", "cell2"]
         assert cells == options
         assert sorted(buses.opened) == sorted([*(s.bus_prefix for s in options.specs()),
                                                "qsched"])  # fmt: skip

@@ -19,8 +19,8 @@ from click.testing import CliRunner, Result
 
 from qsched import exception
 from qsched.admin import schemas
+from qsched.admin.archive import archive_deleted
 from qsched.admin.cli import cli
-from qsched.archive import archive_deleted
 from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.cellmap import RedisCellMap, cell_map

@@ -1,4 +1,4 @@
-"""Server groups over two cells (:mod:`qsched.cells_groups`), over HTTP, on fakeredis, a
+"""Server groups over two cells (:mod:`qsched.cells.groups`), over HTTP, on fakeredis, a
 real Redis and a real three-master Redis Cluster: a group lives in the cell drawn at its
 creation, found by its mapping in the API keyspace; its members boot there under its
 policy; a project's ``server_groups`` limit holds across the cells and its
@@ -19,8 +19,8 @@ from typing import Any
 import falcon.testing
 import pytest
 
-from qsched import cells as qcells
 from qsched import exception
+from qsched.cells.audit import audit_cells
 from qsched.ledger.base import ServerGroup, State
 from tests.helpers import wait_until
 from tests.raw import DeadClient, redis_store
@@ -259,16 +259,16 @@ def test_the_audit_finds_a_group_without_its_mapping_and_a_mapping_without_its_g
     deployment: Deployment, client: falcon.testing.TestClient, drawn: str
 ) -> None:
     group = group_of(client)
-    assert qcells.audit(deployment.front)["ok"]
+    assert audit_cells(deployment.front)["ok"]
     deployment.front.map.unmap_group(group, "p1")
-    found = qcells.audit(deployment.front)
+    found = audit_cells(deployment.front)
     assert not found["ok"] and f"group {group} (p1): in cell1, mapped to None" in found["problems"]
     deployment.front.map.map_group(group, "cell1", "p1")
     deployment.front.map.confirm_groups([group])
-    assert qcells.audit(deployment.front)["ok"]
+    assert audit_cells(deployment.front)["ok"]
     deployment.stores("cell1").groups.delete(group)
-    found = qcells.audit(deployment.front)
+    found = audit_cells(deployment.front)
     assert f"group {group} (p1): mapped to cell1, in no cell" in found["problems"]
     gone = client.simulate_delete(f"/v2.1/os-server-groups/{group}", headers=API_USER)
     assert gone.status_code == 404  # a delete cut short after its cell's step: completed
-    assert qcells.audit(deployment.front)["ok"]
+    assert audit_cells(deployment.front)["ok"]

@@ -1,5 +1,5 @@
 """qsched-api over two cells (:func:`qsched.api.app.create_cells_app`,
-:mod:`qsched.cells_api`): every route answers across the cells as one cell would,
+:mod:`qsched.cells.front_door`): every route answers across the cells as one cell would,
 on fakeredis, a real Redis and a real three-master Redis Cluster.
 
 The deployment is the one of tests/test_cells_api.py (built by ``open_cells`` from
@@ -16,11 +16,12 @@ from typing import Any
 import falcon.testing
 import pytest
 
-from qsched import cells as qcells
 from qsched import conf as qconf
-from qsched import exception, janitor
+from qsched import exception
 from qsched.api import app as api_app
-from qsched.cells_api import ID_BITS
+from qsched.cells import housekeeping, router
+from qsched.cells.audit import audit_cells
+from qsched.cells.parts import ID_BITS
 from qsched.conf import APIOptions
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State
@@ -77,7 +78,7 @@ def clean(deployment: Deployment) -> None:
     for cell in deployment.cells:
         report = audit(deployment.stores(cell))
         assert report.ok, report.to_dict()
-    found = qcells.audit(deployment.front)
+    found = audit_cells(deployment.front)
     assert found["ok"], found
 
 
@@ -495,8 +496,8 @@ def test_a_requested_host_goes_to_its_cell_found_by_its_host_mapping(
     """Microversion 2.74's ``host``: the first boot asks the cells which has the host and
     maps it (host-map); the next reads the mapping alone."""
     asked: list[str] = []
-    has_host = qcells.has_host
-    monkeypatch.setattr(qcells, "has_host", lambda compute, host: asked.append(host)
+    has_host = router.has_host
+    monkeypatch.setattr(router, "has_host", lambda compute, host: asked.append(host)
                         or has_host(compute, host))  # fmt: skip
     headers = {"OpenStack-API-Version": "compute 2.74", **ADMIN}
     body = {"server": {"name": "vm", "flavorRef": "small", "imageRef": str(uuid.uuid4()),
@@ -528,8 +529,8 @@ def test_a_requested_host_whose_mapping_is_stale_is_looked_up_again_once(
         return client.simulate_post("/v2.1/servers", headers=headers, json={"server": body})
 
     asked: list[str] = []
-    has_host = qcells.has_host
-    monkeypatch.setattr(qcells, "has_host", lambda compute, host: asked.append(host)
+    has_host = router.has_host
+    monkeypatch.setattr(router, "has_host", lambda compute, host: asked.append(host)
                         or has_host(compute, host))  # fmt: skip
     servers = []
     for more in ({}, {"availability_zone": "az2"}):
@@ -568,8 +569,8 @@ def test_a_requested_node_goes_to_its_cell_found_by_its_node_mapping(
     body = {"server": {"name": "vm", "flavorRef": "small", "imageRef": str(uuid.uuid4()),
                        "hypervisor_hostname": node, "networks": "none"}}  # fmt: skip
     asked: list[str] = []
-    has_node = qcells.has_node
-    monkeypatch.setattr(qcells, "has_node", lambda compute, node: asked.append(node)
+    has_node = router.has_node
+    monkeypatch.setattr(router, "has_node", lambda compute, node: asked.append(node)
                         or has_node(compute, node))  # fmt: skip
     servers = []
 
@@ -622,7 +623,9 @@ def test_the_api_service_serves_the_cells_when_cells_are_named(
     conf.set_override("flavor", ["m1.tiny:1:512:0:1"], group="api")
     started: list[tuple] = []
     monkeypatch.setattr(qconf, "setup_logging", lambda conf: None)
-    monkeypatch.setattr(janitor, "start_periodic_tasks", lambda *args: started.append(args) or [])
+    monkeypatch.setattr(
+        housekeeping, "start_periodic_tasks", lambda *args: started.append(args) or []
+    )
     app, bus = api_app.serve(conf, Buses(), ["127.0.0.1"])
     ((*_single_cell, front, _cells),) = started
     try:

@@ -17,19 +17,25 @@ from collections.abc import Iterator
 
 import pytest
 
-from qsched import cells as qcells
-from qsched import exception, janitor, reaper
+from qsched import exception
 from qsched.aggregates import Aggregate
-from qsched.cells_aggregates import CellsAggregates
+from qsched.cells import housekeeping
+from qsched.cells.aggregates import CellsAggregates
+from qsched.cells.audit import audit_cells
+from qsched.cells.join import CellNotJoined
+from qsched.cells.mover import QuotaMover
+from qsched.cells.opening import open_cells
+from qsched.cells.router import CellsCompute
+from qsched.compute.keypairs import InvalidKeyName
 from qsched.conf import APIOptions, BusOptions, LedgerOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
-from qsched.keypairs import InvalidKeyName
 from qsched.ledger.base import State
 from qsched.ledger.keypairs import Keypair
 from qsched.ledger.redis import connect
 from qsched.metrics import APIMetrics
 from qsched.net import free_port
+from qsched.recovery import reaper
 from qsched.scheduling.records import ServerFields
 from tests.helpers import wait_until
 from tests.raw import DeadClient, redis_store
@@ -125,9 +131,7 @@ def test_the_api_keyspace_down_still_fails_the_pass(deployment: Deployment) -> N
 
 
 @pytest.fixture
-def half_down(
-    conf, ledger_url: str, caplog: pytest.LogCaptureFixture
-) -> Iterator[qcells.CellsCompute]:
+def half_down(conf, ledger_url: str, caplog: pytest.LogCaptureFixture) -> Iterator[CellsCompute]:
     """The front door of cell1 (on the test's ledger) and cell2, whose ledger does not
     answer when it opens (nothing listens on its port); cell1 has flavor small."""
     conf.set_override("connect_timeout_s", 0.2, group="ledger")
@@ -138,7 +142,7 @@ def half_down(
         cell=(f"cell1 {ledger_url} {prefix}-cell1", f"cell2 {down} {prefix}-cell2")
     )
     with caplog.at_level(logging.WARNING, logger="qsched.cells"):
-        front = qcells.open_cells(
+        front = open_cells(
             options, LedgerOptions.from_conf(conf), BusOptions.from_conf(conf), Buses(),
             scheduler=SchedulerOptions.from_conf(conf), api=APIOptions.from_conf(conf),
         )  # fmt: skip
@@ -150,13 +154,13 @@ def half_down(
         front.close()
 
 
-def comes_back(front: qcells.CellsCompute, ledger_url: str) -> None:
+def comes_back(front: CellsCompute, ledger_url: str) -> None:
     """cell2's ledger answers from now on: its keyspace on the test's ledger."""
     redis_store(front.cells["cell2"].stores).client = connect(ledger_url)
 
 
 def test_a_cell_down_at_the_start_gets_no_boot_until_a_pass_joins_it(
-    half_down: qcells.CellsCompute, ledger_url: str, caplog: pytest.LogCaptureFixture
+    half_down: CellsCompute, ledger_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The front door opens with cell1 alone joined, and says so; a boot into cell2's
     zone is refused (503) and holds nothing, one without a zone goes to cell1. A pass
@@ -167,12 +171,12 @@ def test_a_cell_down_at_the_start_gets_no_boot_until_a_pass_joins_it(
     opening = caplog.get_records("setup")
     (said,) = [r.getMessage() for r in opening if "not joined" in r.getMessage()]
     assert said.startswith("cells: cell cell2 is not joined: ") and "janitor joins it" in said
-    with pytest.raises(qcells.CellNotJoined, match="Cell cell2 is not joined yet"):
+    with pytest.raises(CellNotJoined, match="Cell cell2 is not joined yet"):
         front.boot_many(USER, "vm", "small", availability_zone="az2")
     assert front.api.quota.get_usage("p1").instances == 0 and front.map.pending_count() == 0
     drawn = [front.boot_many(USER, "vm", "small").instances[0].uuid for _ in range(3)]
     assert {front.cell_of(u) for u in drawn} == {"cell1"}
-    mover = qcells.QuotaMover(front, 60.0)
+    mover = QuotaMover(front, 60.0)
     assert mover.run_once() == {
         "moved": 0,
         "settled": 0,
@@ -208,17 +212,17 @@ def test_a_cell_down_at_the_start_gets_no_boot_until_a_pass_joins_it(
                         server=ServerFields(key_name="nosuch"))  # fmt: skip
     assert front.api.quota.get_usage("p1").instances == 4  # the refused one holds nothing
     assert mover.run_once()["joined"] == []  # joined once
-    assert qcells.audit(front)["ok"]
+    assert audit_cells(front)["ok"]
 
 
-def a_host(front: qcells.CellsCompute, cell: str) -> None:
+def a_host(front: CellsCompute, cell: str) -> None:
     """Host ``<cell>-cn0`` in ``cell``, as its agent registers and beats it."""
     agents = front.cells[cell].stores.agents
     agents.register_service(f"{cell}-cn0")
     agents.heartbeat(f"{cell}-cn0", 30)
 
 
-def made_while_away(front: qcells.CellsCompute, name: str, **metadata: str) -> Aggregate:
+def made_while_away(front: CellsCompute, name: str, **metadata: str) -> Aggregate:
     """An aggregate in cell1 alone, with the id and uuid the front door would give it
     (a cell whose ledger comes back without it, restored from before it was made or new,
     lacks it as cell2 does here)."""
@@ -229,7 +233,7 @@ def made_while_away(front: qcells.CellsCompute, name: str, **metadata: str) -> A
 
 
 def test_a_cell_joined_late_gets_the_aggregates_of_the_joined_cells_at_its_join(
-    half_down: qcells.CellsCompute, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+    half_down: CellsCompute, ledger_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An aggregate made while cell2 was away, with a zone, more metadata and a host of
     cell1, is written into cell2 by the pass that joins it, before it is joined: its id,
@@ -246,7 +250,7 @@ def test_a_cell_joined_late_gets_the_aggregates_of_the_joined_cells_at_its_join(
     put, joined_then = into.put, []
     monkeypatch.setattr(into, "put", lambda a: joined_then.append("cell2" not in front.unjoined)
                         or put(a))  # fmt: skip
-    assert qcells.QuotaMover(front, 60.0).run_once()["joined"] == ["cell2"]
+    assert QuotaMover(front, 60.0).run_once()["joined"] == ["cell2"]
     assert joined_then == [False]  # written before a boot could go there
     copy = into.get(agg.id)
     assert (copy.uuid, copy.name, dict(copy.metadata), copy.hosts) == (
@@ -258,11 +262,11 @@ def test_a_cell_joined_late_gets_the_aggregates_of_the_joined_cells_at_its_join(
     assert into.get(agg.id).hosts == {"cell2-cn0"}
     assert front.map.host_cell("cell2-cn0") == "cell2"
     assert front._copy_aggregates("cell2") == 0  # a repeat writes nothing
-    assert qcells.audit(front)["problems"] == [] and qcells.audit(front)["ok"]
+    assert audit_cells(front)["problems"] == [] and audit_cells(front)["ok"]
 
 
 def test_an_aggregate_in_the_way_in_a_cell_joined_late_is_named_not_overwritten(
-    half_down: qcells.CellsCompute, ledger_url: str, caplog: pytest.LogCaptureFixture
+    half_down: CellsCompute, ledger_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """cell2 comes back holding an aggregate of its own under the name of one made while
     it was away: that one is not written there, cell2's is left as it was, a warning
@@ -274,7 +278,7 @@ def test_an_aggregate_in_the_way_in_a_cell_joined_late_is_named_not_overwritten(
     comes_back(front, ledger_url)
     own = front.cells["cell2"].aggregates.store.create("taken", "az9", 50)
     with caplog.at_level(logging.WARNING, logger="qsched.cells"):
-        assert qcells.QuotaMover(front, 60.0).run_once()["joined"] == ["cell2"]
+        assert QuotaMover(front, 60.0).run_once()["joined"] == ["cell2"]
     (warned,) = [r.getMessage() for r in caplog.records if "not written into" in r.getMessage()]
     assert warned.startswith(f"cells: aggregate {taken.id} (taken, uuid {taken.uuid}) is "
                              "not written into cell cell2, joined now")  # fmt: skip
@@ -282,21 +286,21 @@ def test_an_aggregate_in_the_way_in_a_cell_joined_late_is_named_not_overwritten(
     cell2 = front.cells["cell2"].aggregates.store
     assert cell2.get(kept.id).uuid == kept.uuid
     assert cell2.get(50) == own
-    problems = qcells.audit(front)["problems"]
+    problems = audit_cells(front)["problems"]
     assert f"aggregate {taken.id}: not in cell2" in problems
     assert "aggregate 50: not in cell1" in problems
 
 
 def test_with_the_mover_off_a_task_of_its_own_joins_the_cell(
-    half_down: qcells.CellsCompute, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+    half_down: CellsCompute, ledger_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """[cells] mover_interval_s = 0 in this process: the janitor still joins cell2 once it
     answers, else no boot of this process would ever go there."""
-    monkeypatch.setattr(janitor, "JOIN_INTERVAL_S", 0.05)
+    monkeypatch.setattr(housekeeping, "JOIN_INTERVAL_S", 0.05)
     front = half_down
     off = cells_options(ledger_url, "x").replace(mover_interval_s=0)
     stores, bus = front.cells["cell1"].stores, front.cells["cell1"].bus
-    tasks = janitor.start_periodic_tasks(NO_HOUSEKEEPING, stores, bus, front=front, cells=off)
+    tasks = housekeeping.start_periodic_tasks(NO_HOUSEKEEPING, stores, bus, front=front, cells=off)
     try:
         assert [task.name for task in tasks] == ["cells-join"]
         comes_back(front, ledger_url)
@@ -304,7 +308,10 @@ def test_with_the_mover_off_a_task_of_its_own_joins_the_cell(
     finally:
         for task in tasks:
             task.stop()
-    assert janitor.start_periodic_tasks(NO_HOUSEKEEPING, stores, bus, front=front, cells=off) == []
+    started = housekeeping.start_periodic_tasks(
+        NO_HOUSEKEEPING, stores, bus, front=front, cells=off
+    )
+    assert started == []
 
 
 def test_the_housekeeping_serves_every_cell_and_passes_over_one_that_does_not_answer(
@@ -320,12 +327,12 @@ def test_the_housekeeping_serves_every_cell_and_passes_over_one_that_does_not_an
     waiting = {cell: boot(USER, "vm", "huge", availability_zone=zone).instances[0].uuid
                for zone, cell in (("az1", "cell1"), ("az2", "cell2"))}  # fmt: skip
     passed = functools.partial(reaper.reap_expired, now=time.time() + 3600)
-    monkeypatch.setattr(janitor, "reap_expired", passed)
+    monkeypatch.setattr(housekeeping, "reap_expired", passed)
     options = NO_HOUSEKEEPING.replace(reap_interval_s=3600, janitor_interval_s=3600,
                                       outbox_interval_s=3600)  # fmt: skip
     cells = deployment.options.replace(mover_interval_s=3600)
     metrics = APIMetrics()
-    tasks = janitor.start_periodic_tasks(options, deployment.stores("cell1"),
+    tasks = housekeeping.start_periodic_tasks(options, deployment.stores("cell1"),
                                          deployment.bus("cell1"), metrics,
                                          front=deployment.front, cells=cells)  # fmt: skip
     try:
@@ -334,12 +341,12 @@ def test_the_housekeeping_serves_every_cell_and_passes_over_one_that_does_not_an
         def state(cell: str) -> State:
             return deployment.stores(cell).instances.get(waiting[cell]).state
 
-        with down("cell1", deployment), caplog.at_level(logging.WARNING, "qsched.janitor"):
+        with down("cell1", deployment), caplog.at_level(logging.WARNING, housekeeping.__name__):
             tasks[0].fn()
             tasks[3].fn()
         assert (state("cell1"), state("cell2")) == (State.BUILD, State.ERROR)
-        (warned,) = [r.getMessage() for r in caplog.records
-                     if r.name == "qsched.janitor" and "passed over" in r.getMessage()]  # fmt: skip
+        (warned,) = [r.getMessage() for r in caplog.records if r.name == housekeeping.__name__
+                     and "passed over" in r.getMessage()]  # fmt: skip
         assert warned.startswith("periodic task reaper: cell cell1 passed over: ")
         tasks[0].fn()
         assert state("cell1") == State.ERROR
@@ -373,10 +380,10 @@ def test_each_cell_raises_a_single_cells_outage_as_it_is() -> None:
     """One cell (no [cells]): its outage is the run's, with no warning of its own."""
     outage = exception.BackendUnavailable(backend="ledger", url="redis://", reason="down")
 
-    def step(cell: janitor.Cell) -> None:
+    def step(cell: housekeeping.Cell) -> None:
         raise outage
 
-    run = janitor.each_cell("reaper", [janitor.Cell("", None, None)], step)  # type: ignore[arg-type]
+    run = housekeeping.each_cell("reaper", [housekeeping.Cell("", None, None)], step)  # type: ignore[arg-type]
     with pytest.raises(exception.BackendUnavailable) as raised:
         run()
     assert raised.value is outage
@@ -385,7 +392,7 @@ def test_each_cell_raises_a_single_cells_outage_as_it_is() -> None:
 def test_a_boot_into_a_cell_gone_down_since_its_room_was_read_makes_the_next_draws_pass_it_over(
     deployment: Deployment,
 ) -> None:
-    """The draws use a cell's free capacity for a second (qsched.cells.FREE_READ_S): a
+    """The draws use a cell's free capacity for a second (qsched.cells.router.FREE_READ_S): a
     cell whose ledger went down meanwhile can be drawn, and that boot fails (503, its
     quota settled by the mover); the draws after it read the cell again and pass it over."""
     deployment.api.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)

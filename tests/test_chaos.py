@@ -256,7 +256,7 @@ class TestChecks:
         self, cloud: Stores
     ) -> None:
         from qsched.bus.base import DeadLetter
-        from qsched.message import BootRequest
+        from qsched.scheduling.message import BootRequest
 
         inst = boot(cloud)
         valid = BootRequest.create(inst, "p1", "u1", _flavor()).encode()
@@ -279,7 +279,7 @@ class TestChecks:
 
     def test_a_forged_message_may_be_dropped_but_never_obeyed(self, cloud: Stores) -> None:
         from qsched.bus.base import DeadLetter
-        from qsched.message import DeleteRequest
+        from qsched.scheduling.message import DeleteRequest
 
         placed, deleted, asked = boot(cloud), boot(cloud), boot(cloud)
         cloud.instances.delete(deleted)  # as an obeyed forged delete would leave it

@@ -1,4 +1,4 @@
-"""The front door's domain (qsched.compute) without HTTP, on fakeredis and a real Redis."""
+"""The front door's domain (qsched.compute.api) without HTTP, on fakeredis and a real Redis."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import uuid
 import falcon
 import pytest
 
-from qsched import compute as compute_module
 from qsched import exception
 from qsched.api import app as api_app
 from qsched.bus.base import BusUnavailable
-from qsched.compute import (
+from qsched.compute import api as compute_module
+from qsched.compute.api import (
     AvailabilityZoneNotAvailable,
     ComputeAPI,
     FlavorExtraSpecNotFound,
@@ -28,9 +28,9 @@ from qsched.flavors import Constraints, Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Inventory, State, TaskState, Usage
-from qsched.message import ActionRequest, BootRequest, DeleteRequest
 from qsched.scheduling.classes import class_name
 from qsched.scheduling.fit import Request
+from qsched.scheduling.message import ActionRequest, BootRequest, DeleteRequest
 from qsched.scheduling.records import details
 from tests.raw import redis_store
 

@@ -19,14 +19,14 @@ import pytest
 from agents.reconcile import LOST_MESSAGE
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec, read_state
-from qsched import janitor
 from qsched.conf import AgentOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State
-from qsched.message import BootRequest
+from qsched.recovery import janitor
+from qsched.scheduling.message import BootRequest
 from qsched.scheduling.views import ProviderView, usage_digest
 from tests.helpers import wait_until
 from tests.raw import redis_store

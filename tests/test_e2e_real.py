@@ -18,7 +18,7 @@ import pytest
 from qsched.bus.kombu import KombuBus
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, Usage
-from qsched.reaper import NO_VALID_HOST
+from qsched.recovery.reaper import NO_VALID_HOST
 from tests.cloud import BUILD_TIMEOUT_S, Cloud, running_cloud
 from tests.helpers import wait_until
 

@@ -13,15 +13,15 @@ import uuid
 
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
-from qsched import janitor
 from qsched.conf import AgentOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, State
-from qsched.message import BootRequest
-from qsched.reaper import reap_expired
+from qsched.recovery import janitor
+from qsched.recovery.reaper import reap_expired
 from qsched.scheduling.classes import SchedulingClass
+from qsched.scheduling.message import BootRequest
 from tests.helpers import before_claim, wait_until
 
 USER = RequestContext.for_project("u1", "p1")

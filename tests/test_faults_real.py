@@ -22,7 +22,7 @@ import redis
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched.bus.kombu import KombuBus, KombuOptions
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.conf import AgentOptions, APIOptions, LedgerOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor

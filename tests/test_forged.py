@@ -28,7 +28,7 @@ from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, TaskState
-from qsched.message import BootRequest, DeleteRequest
+from qsched.scheduling.message import BootRequest, DeleteRequest
 from qsched.stack.cleanup import forget_bus
 from tests.cloud import transport_url
 from tests.helpers import wait_until

@@ -15,12 +15,12 @@ import pytest
 from qsched import conf as qconf
 from qsched.api import app as api_app
 from qsched.api import auth
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.conf import APIOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
-from qsched.glance import GlanceImages, ImageServiceUnavailable, _root
-from qsched.images import OpaqueImages
+from qsched.images.base import OpaqueImages
+from qsched.images.glance import GlanceImages, ImageServiceUnavailable, _root
 from qsched.ledger import Stores
 from qsched.net import LOOPBACK, free_port
 from qsched.stack.config import ini_text

@@ -24,7 +24,7 @@ from qsched.admin.cli import cli
 from qsched.api import app as api_app
 from qsched.bus.kombu import KombuBus
 from qsched.cmd.api import make_server
-from qsched.glance import GlanceImages
+from qsched.images.glance import GlanceImages
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import State, Usage
 from qsched.stack.config import ini_text

@@ -1,6 +1,6 @@
 """Host rules: ``same_host``, ``different_host`` and 2.74's host and node, held by the claim.
 
-The rule is made once, when the create is accepted (:mod:`qsched.host_rules`), kept in
+The rule is made once, when the create is accepted (:mod:`qsched.compute.host_rules`), kept in
 the record, and checked by the claim script (``allocate.lua``) in the step that takes
 the resources: the ledger tests below call the claim straight, as agents would, and
 the cell tests boot through real agents on kombu's ``memory://`` with fakeredis and on
@@ -19,13 +19,13 @@ import pytest
 
 from qsched import exception
 from qsched.admin import queries
+from qsched.compute.host_rules import MAX_NAMED_SERVERS, HostRequest, RequestedHostNotFound
 from qsched.context import RequestContext
-from qsched.host_rules import MAX_NAMED_SERVERS, HostRequest, RequestedHostNotFound
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import HostRule, Instance, State
-from qsched.message import BootRequest, decode
-from qsched.reaper import NO_VALID_HOST
+from qsched.recovery.reaper import NO_VALID_HOST
+from qsched.scheduling.message import BootRequest, decode
 from qsched.scheduling.records import record_for, request_for
 from tests.raw import redis_store
 from tests.test_group_ledger import claim

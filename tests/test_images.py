@@ -12,11 +12,11 @@ import pytest
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import exception
 from qsched.admin import queries
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.conf import AgentOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
-from qsched.images import (
+from qsched.images.base import (
     FlavorDiskTooSmall,
     FlavorMemoryTooSmall,
     Image,

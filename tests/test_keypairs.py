@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from qsched import exception
+from qsched.compute.keypairs import generate_ssh_key, generate_x509_cert, ssh_fingerprint
 from qsched.conf import LedgerOptions, QuotaOptions
-from qsched.keypairs import generate_ssh_key, generate_x509_cert, ssh_fingerprint
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.keypairs import Keypair, RedisKeypairs
 from tests.raw import redis_store

@@ -17,27 +17,32 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Floors, lowest first. A module may import modules on its floor or below, never above.
-#: The longest matching prefix gives a module's floor.
+#: Floors, lowest first, by package. A module may import modules on its floor or below,
+#: never above. The longest matching prefix gives a module's floor.
 FLOORS: list[tuple[str, ...]] = [
+    # support: what every part uses (errors, options, request context, the network)
     ("qsched", "qsched.exception", "qsched.resources", "qsched.conf", "qsched.net",
-     "qsched.context", "qsched.policies", "qsched.urls"),
-    # the ledger's interfaces and values, which everything above may name
-    ("qsched.flavors", "qsched.ledger.base", "qsched.ledger.records", "qsched.ledger.keys",
-     "qsched.ledger.backend", "qsched.ledger.inspection", "qsched.ledger.archive",
-     "qsched.policy", "qsched.images", "qsched.aggregates", "qsched.metrics"),
-    ("qsched.scheduling", "qsched.message"),  # the contract between front door and agents
-    ("qsched.ledger", "qsched.bus", "qsched.glance", "qsched.notifications"),  # the backends
-    ("qsched.reaper", "qsched.outbox", "qsched.janitor", "qsched.compute", "qsched.aggregate_api",
-     "qsched.services", "qsched.server_groups", "qsched.quotas", "qsched.hypervisors",
-     "qsched.zones", "qsched.keypairs", "qsched.server_list", "qsched.server_actions",
-     "qsched.host_rules", "qsched.archive", "qsched.cells", "qsched.cells_api",
-     "qsched.cells_groups", "qsched.cells_aggregates", "qsched.cells_adopt", "agents"),
+     "qsched.context", "qsched.policies", "qsched.urls", "qsched.periodic"),
+    # vocabulary: the words everything above may name (the ledger's interfaces and
+    # records, the images interface, flavors, aggregates, policy, metrics)
+    ("qsched.flavors", "qsched.aggregates", "qsched.policy", "qsched.metrics",
+     "qsched.images", "qsched.ledger.base", "qsched.ledger.records", "qsched.ledger.keys",
+     "qsched.ledger.backend", "qsched.ledger.inspection", "qsched.ledger.archive"),
+    ("qsched.scheduling",),  # the contract between the front door and the agents
+    ("qsched.ledger", "qsched.bus", "qsched.images.glance", "qsched.notifications"),  # backends
+    ("qsched.recovery",),  # what the API service and the agents both run
+    ("qsched.compute", "agents"),  # the front door of a cell | the compute agent (APART)
+    ("qsched.cells",),  # several cells behind one front door
     ("qsched.api", "qsched.admin"),  # the edges
     # entry points and harnesses: they read the configuration and build the rest
     ("agents.main", "qsched.embedded", "qsched.cmd", "qsched.stack", "qsched.bench",
      "qsched.chaos"),
 ]  # fmt: skip
+#: Packages that never import each other, whatever their floors: the compute agent
+#: (its entry point too) runs below the front door and knows nothing of it.
+APART: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("agents", ("qsched.compute", "qsched.cells", "qsched.api", "qsched.admin")),
+)
 #: Where oslo.config may be used: the options themselves and the entry points.
 CONFIG_READERS = ("qsched.conf", "qsched.admin.context")
 
@@ -61,12 +66,18 @@ def resolve(name: str) -> str | None:
 
 
 @functools.cache
-def imports(module: str) -> frozenset[str]:
-    """The project modules ``module`` names in its import statements."""
+def imports(module: str, typing_too: bool = True) -> frozenset[str]:
+    """The project modules ``module`` names in its import statements; without
+    ``typing_too``, those that run (not the ones under ``if TYPE_CHECKING:``)."""
     path = modules()[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    typing_only = {id(node) for block in ast.walk(tree) if _typing_block(block)
+                   for node in ast.walk(block)}  # fmt: skip
+    for node in ast.walk(tree):
+        if not typing_too and id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -79,6 +90,15 @@ def imports(module: str) -> frozenset[str]:
             continue
         found |= {target for name in names if (target := resolve(name)) and target != module}
     return frozenset(found)
+
+
+def _typing_block(node: ast.AST) -> bool:
+    """An ``if TYPE_CHECKING:`` block: what it imports names types, nothing runs."""
+    return (
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and (node.test.id == "TYPE_CHECKING")
+    )
 
 
 def floor(module: str) -> int:
@@ -96,7 +116,7 @@ def runs(module: str) -> set[str]:
     but not the packages ``module`` is itself in."""
     own = {module.rsplit(".", n)[0] for n in range(1, module.count(".") + 1)}
     found = set()
-    for target in imports(module):
+    for target in imports(module, typing_too=False):
         parts = target.split(".")
         found |= {".".join(parts[:n]) for n in range(1, len(parts) + 1)} - own - {module}
     return found
@@ -115,6 +135,40 @@ def test_no_module_imports_one_above_its_floor() -> None:
         if floor(target) > floor(module)
     ]
     assert not upward, "\n".join(upward)
+
+
+def crossings() -> list[str]:
+    """The imports that :data:`APART` forbids."""
+    return [
+        f"{module} imports {target}"
+        for package, forbidden in APART
+        for module in sorted(modules())
+        if module == package or module.startswith(package + ".")
+        for target in sorted(imports(module))
+        if target.startswith(tuple(f"{f}." for f in forbidden)) or target in forbidden
+    ]
+
+
+def test_the_agent_imports_no_front_door() -> None:
+    """Nothing under agents/ imports the compute front door, cells or the edges: what
+    the agent shares with the API service (requeueing an orphan, the reaper) lives in
+    qsched.recovery or below."""
+    found = crossings()
+    assert not found, "\n".join(found)
+
+
+def test_the_apart_check_would_see_a_planted_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    """agents.reconcile importing the janitor when the janitor imported cells (the chain
+    agents.reconcile -> janitor -> cells -> compute of before), put back: it must fail."""
+    real = imports.__wrapped__
+
+    def planted(module: str, typing_too: bool = True) -> frozenset[str]:
+        extra = {"qsched.cells.router"} if module == "agents.reconcile" else set()
+        return real(module, typing_too) | extra
+
+    monkeypatch.setattr(f"{__name__}.imports", planted)
+    with pytest.raises(AssertionError, match=r"agents\.reconcile imports qsched\.cells\.router"):
+        test_the_agent_imports_no_front_door()
 
 
 def test_no_import_circle() -> None:
@@ -143,9 +197,9 @@ def test_the_circle_check_would_see_one(monkeypatch: pytest.MonkeyPatch) -> None
     """The old kombu.py <-> kombu_consumer.py pair, put back: the check must fail."""
     real = imports.__wrapped__
 
-    def with_circle(module: str) -> frozenset[str]:
+    def with_circle(module: str, typing_too: bool = True) -> frozenset[str]:
         extra = {"qsched.bus.kombu"} if module == "qsched.bus.kombu_consumer" else set()
-        return real(module) | extra
+        return real(module, typing_too) | extra
 
     monkeypatch.setattr(f"{__name__}.imports", with_circle)
     with pytest.raises(pytest.fail.Exception, match="import circle"):

@@ -35,7 +35,7 @@ from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
 from qsched.ledger.redis import RedisBackend, unavailable
 from qsched.ledger.scan import RedisInspector
-from qsched.message import DeleteRequest
+from qsched.scheduling.message import DeleteRequest
 from qsched.stack import free_port
 from tests.helpers import wait_until
 from tests.raw import redis_store

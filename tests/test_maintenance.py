@@ -13,14 +13,14 @@ import pytest
 
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
-from qsched import janitor
 from qsched.conf import AgentOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State
-from qsched.message import BootRequest
+from qsched.recovery import janitor
+from qsched.scheduling.message import BootRequest
 from tests.helpers import RecordingDelivery, wait_until
 
 pytestmark = pytest.mark.timeout(60)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from qsched import exception
 from qsched.flavors import Constraints, Flavor
-from qsched.message import (
+from qsched.scheduling.message import (
     MAX_MESSAGE_BYTES,
     BootRequest,
     DeleteRequest,

@@ -24,21 +24,22 @@ from prometheus_client.parser import text_string_to_metric_families
 from agents.metrics import AgentMetrics
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
-from qsched import exception, janitor
+from qsched import exception
 from qsched.api import app as api_app
 from qsched.bus.base import BusUnavailable
 from qsched.bus.kombu import KombuBus
+from qsched.cells import housekeeping
 from qsched.cmd.api import make_server
-from qsched.compute import ComputeAPI, FlavorRefNotFound
+from qsched.compute.api import ComputeAPI, FlavorRefNotFound
 from qsched.conf import AgentOptions, APIOptions, LedgerOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import State
-from qsched.message import BootRequest
 from qsched.metrics import APIMetrics, NoMetrics, refusal_reason
 from qsched.net import free_port
 from qsched.scheduling.fit import RefusalKind
+from qsched.scheduling.message import BootRequest
 from qsched.scheduling.records import record_for, request_for
 from qsched.stack.processes import http_call
 from tests.cloud import Cloud, transport_url
@@ -265,7 +266,7 @@ def test_the_reaper_and_the_janitor_count_what_they_did() -> None:
         reap_interval_s=0.05, janitor_interval_s=0.05, outbox_interval_s=0
     )
     metrics = APIMetrics()
-    tasks = janitor.start_periodic_tasks(options, stores, bus, metrics)
+    tasks = housekeeping.start_periodic_tasks(options, stores, bus, metrics)
     try:
         assert wait_until(lambda: stores.instances.get(late.instance_uuid).state == State.ERROR,
                           10)  # fmt: skip

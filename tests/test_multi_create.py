@@ -19,7 +19,7 @@ import pytest
 
 from qsched.admin import queries
 from qsched.ledger.base import State, Usage
-from qsched.reaper import NO_VALID_HOST
+from qsched.recovery.reaper import NO_VALID_HOST
 from tests.helpers import wait_until
 from tests.test_api import USER, app, bus, client, fault, server_body
 from tests.test_server_groups import (  # noqa: F401  (narrow is a fixture)

@@ -30,10 +30,10 @@ from qsched.embedded import Stack, embedded_options, start_stack
 from qsched.exception import InstanceNotFound
 from qsched.flavors import Flavor
 from qsched.ledger.base import State
-from qsched.message import BootRequest
 from qsched.notifications import NULL, Notifier, open_notifier, payloads, updates
 from qsched.notifications.base import RecordingNotifier
-from qsched.reaper import NO_VALID_HOST
+from qsched.recovery.reaper import NO_VALID_HOST
+from qsched.scheduling.message import BootRequest
 from tests.cloud import AMQP_URL, require_rabbitmq
 from tests.helpers import RecordingDelivery, before_claim, wait_until
 

@@ -16,16 +16,17 @@ from typing import Any
 
 import pytest
 
-from qsched import exception, janitor
+from qsched import exception
 from qsched.chaos.servers import RedisServer
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, State, Usage
-from qsched.message import BootRequest
+from qsched.recovery import janitor
+from qsched.scheduling.message import BootRequest
 from qsched.scheduling.records import record_for
 from tests.conftest import require_server
 from tests.helpers import wait_until

@@ -28,12 +28,12 @@ from qsched.admin import deadletters, schemas, views
 from qsched.admin.cli_bus import LETTER_COLUMNS
 from qsched.bus import base, kombu_message
 from qsched.bus.kombu import KombuBus
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.context import RequestContext
 from qsched.embedded import Stack, embedded_options, start_stack
 from qsched.flavors import Flavor
 from qsched.ledger.base import State
-from qsched.message import ActionRequest, BootRequest, PoisonMessage, decode
+from qsched.scheduling.message import ActionRequest, BootRequest, PoisonMessage, decode
 from qsched.stack.cleanup import forget_bus
 from tests.cloud import transport_url
 from tests.conftest import IN_CI

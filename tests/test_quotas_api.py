@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from qsched import exception
+from qsched.compute.quotas import QuotaAPI
 from qsched.conf import LedgerOptions, QuotaOptions
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import QUOTA_LIMITS
 from qsched.policy import Policy
-from qsched.quotas import QuotaAPI
 from tests.samples import mismatches, needs_samples, samples_dir
 from tests.test_api import (
     ADMIN,

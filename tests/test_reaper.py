@@ -7,7 +7,7 @@ import uuid
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Instance, State, Usage
-from qsched.reaper import NO_VALID_HOST, reap_expired
+from qsched.recovery.reaper import NO_VALID_HOST, reap_expired
 from tests.raw import redis_store
 
 FLAVOR = {"name": "huge", "vcpus": 4, "ram_mb": 4096}

@@ -16,7 +16,7 @@ from qsched import conf as qconf
 from qsched.api import app as api_app
 from qsched.api import auth
 from qsched.bus import kombu
-from qsched.glance import GlanceImages
+from qsched.images.glance import GlanceImages
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,13 +8,14 @@ import uuid as uuidlib
 
 import pytest
 
-from qsched import exception, janitor
+from qsched import exception
 from qsched.flavors import Constraints, Flavor
 from qsched.ledger import Stores
 from qsched.ledger.base import Inventory, State
-from qsched.message import BootRequest
+from qsched.recovery import janitor
 from qsched.resources import MEMORY_MB, VCPU
 from qsched.scheduling.classes import SchedulingClass, class_name
+from qsched.scheduling.message import BootRequest
 from qsched.scheduling.records import BootDetails, details, record_for, request_for
 
 FLAVOR = Flavor("m1.small", 1, 2048, 20, "small-id", {"trait:HW_CPU_X86_AVX2": "required"})

@@ -20,7 +20,8 @@ from agents.virt.fake import FakeDriver, read_state
 from qsched import conf as qconf
 from qsched import exception
 from qsched.bus.base import BusUnavailable
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
+from qsched.compute.server_actions import ActionFilter, AgentDown, ServerActions, actions_of
 from qsched.conf import APIOptions, SchedulerOptions
 from qsched.conf.policy import policy_enforcer
 from qsched.context import RequestContext
@@ -28,11 +29,10 @@ from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Inventory, State, TaskState, Usage
-from qsched.message import ActionRequest, PoisonMessage, decode
 from qsched.notifications import updates
 from qsched.notifications.base import RecordingNotifier
 from qsched.policy import Policy
-from qsched.server_actions import ActionFilter, AgentDown, ServerActions, actions_of
+from qsched.scheduling.message import ActionRequest, PoisonMessage, decode
 from tests.helpers import RecordingDelivery, wait_until
 from tests.samples import SAMPLES, mismatches, needs_samples, samples_dir, shape
 from tests.test_agent import make_agent, settled

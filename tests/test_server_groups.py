@@ -27,16 +27,16 @@ from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import conf as qconf
 from qsched.admin import queries
 from qsched.bus.kombu import KombuBus
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.conf import AgentOptions, LedgerOptions, QuotaOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import ServerGroup, State
-from qsched.outbox import publish_stranded
 from qsched.periodic import Periodic
-from qsched.reaper import NO_VALID_HOST, reap_expired
+from qsched.recovery.outbox import publish_stranded
+from qsched.recovery.reaper import NO_VALID_HOST, reap_expired
 from qsched.scheduling.classes import SchedulingClass
 from qsched.stack.cleanup import forget_bus
 from tests.cloud import transport_url

@@ -13,7 +13,7 @@ import pytest
 
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State
-from qsched.reaper import NO_VALID_HOST
+from qsched.recovery.reaper import NO_VALID_HOST
 from tests.cloud import BUILD_TIMEOUT_S, IMAGE, Cloud, running_cloud
 from tests.helpers import wait_until
 

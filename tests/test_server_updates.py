@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from qsched import exception
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.conf import APIOptions, SchedulerOptions
 from qsched.ledger import Stores
 from qsched.scheduling.records import details, server_change

@@ -29,7 +29,7 @@ from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched.admin import queries, sharing
 from qsched.bench.contention import ClaimTimer, contention_report
 from qsched.bus.kombu import KombuBus
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.conf import AgentOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor

@@ -37,8 +37,8 @@ import pytest
 
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec, read_state
-from qsched import janitor
 from qsched.bus.kombu import KombuBus, KombuOptions
+from qsched.cells.housekeeping import start_periodic_tasks
 from qsched.conf import AgentOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
@@ -219,7 +219,7 @@ def housekeeping(stores: Stores, bus: KombuBus) -> Iterator[list[Periodic]]:
     options = SchedulerOptions.defaults().replace(
         janitor_interval_s=0.2, janitor_grace_s=0.5, reap_interval_s=0, outbox_interval_s=0
     )
-    tasks = janitor.start_periodic_tasks(options, stores, bus)
+    tasks = start_periodic_tasks(options, stores, bus)
     yield tasks
     for task in tasks:
         task.stop()

@@ -17,7 +17,7 @@ from agents.registration import register_nodes
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec
 from qsched.api import app as api_app
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.conf import APIOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.ledger import Stores

@@ -16,7 +16,6 @@ from typing import Any
 
 import click
 
-from qsched import janitor as qjanitor
 from qsched.admin import (
     cli_archive,
     cli_bus,
@@ -32,6 +31,7 @@ from qsched.admin import (
 from qsched.admin.cli_ledger import PLACEMENT_CLASSES
 from qsched.admin.context import Admin, admin_command, config_option, output_option
 from qsched.admin.views import SHOWS, echo
+from qsched.recovery import janitor as qjanitor
 
 LIST_SERVERS = "List a project's servers with: qsched-admin server list --project PROJECT."
 

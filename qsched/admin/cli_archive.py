@@ -1,6 +1,6 @@
 """``qsched-admin archive-deleted``: ended servers out of the ledger, their history kept.
 
-The command parses and renders; :func:`qsched.archive.archive_deleted` does the work.
+The command parses and renders; :func:`qsched.admin.archive.archive_deleted` does the work.
 With ``[cells]`` cell lines it archives one of those cells (``--cell``, default the
 ``[ledger] cell``), or every one in turn (``--all-cells``), on its line's ledger
 URL, and drops the archived servers' instance mappings in the API keyspace
@@ -17,8 +17,8 @@ from typing import Any, NamedTuple, TextIO
 
 import click
 
-from qsched import archive, exception
-from qsched.admin import views
+from qsched import exception
+from qsched.admin import archive, views
 from qsched.admin.context import (
     Admin,
     AdminError,

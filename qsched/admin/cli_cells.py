@@ -2,7 +2,7 @@
 several cells behind one API (``[cells]`` cell lines).
 
 The command opens the API keyspace and every cell its configuration names, then
-:func:`qsched.cells_adopt.adopt` does the work; it parses and renders.
+:func:`qsched.cells.adopt.adopt` does the work; it parses and renders.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from typing import Any
 
 import click
 
-from qsched import cells as qcells
-from qsched import cells_adopt, exception
+from qsched import exception
 from qsched.admin import views
 from qsched.admin.context import Admin, AdminError, AdminUsageError, admin_command, output_option
 from qsched.admin.views import SHOWS
+from qsched.cells import adopt as cells_adopt
+from qsched.cells.join import cell_ledger
 from qsched.ledger import Stores, open_stores
 from qsched.urls import masked
 
@@ -41,7 +42,7 @@ def _open(admin: Admin) -> tuple[dict[str, Stores], dict[str, str]]:
     opened: dict[str, Stores] = {}
     down: dict[str, str] = {}
     for spec in admin.options.cells.specs():
-        ledger = qcells.cell_ledger(admin.options.cells, admin.options.ledger, spec.name)
+        ledger = cell_ledger(admin.options.cells, admin.options.ledger, spec.name)
         try:
             opened[spec.name] = open_stores(ledger, admin.options.quota)
         except exception.BackendUnavailable as exc:

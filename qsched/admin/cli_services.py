@@ -15,7 +15,7 @@ import click
 from qsched.admin import views
 from qsched.admin.context import ADMIN_CONTEXT, Admin, AdminUsageError, admin_command, output_option
 from qsched.admin.views import SHOWS, echo
-from qsched.services import COMPUTE_BINARY, Change, ServiceAPI, ServiceView
+from qsched.compute.services import COMPUTE_BINARY, Change, ServiceAPI, ServiceView
 
 SERVICE_COLUMNS = (
     views.number("seq", "id"),

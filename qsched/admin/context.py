@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 import click
 from oslo_config import cfg
 
-from qsched import cells as qcells
 from qsched import conf as qconf
 from qsched import exception
 from qsched.admin import views
 from qsched.bus import Bus, BusUnavailable, open_bus
-from qsched.compute import ComputeAPI
+from qsched.cells.join import UnknownCell, api_ledger, cell_ledger
+from qsched.compute.api import ComputeAPI
 from qsched.context import ADMIN, MEMBER, READER, RequestContext
 from qsched.ledger import Stores, open_stores
 from qsched.urls import masked
@@ -87,8 +87,8 @@ class Admin:
             self._stores.backend.close()
             self._stores = None
         try:
-            ledger = qcells.cell_ledger(self.options.cells, self.options.ledger, name)
-        except qcells.UnknownCell:
+            ledger = cell_ledger(self.options.cells, self.options.ledger, name)
+        except UnknownCell:
             known = ", ".join(spec.name for spec in self.options.cells.specs())
             asked = (
                 f"--cell {name}"
@@ -108,7 +108,7 @@ class Admin:
         """
         if self._api_stores is None:
             try:
-                ledger = qcells.api_ledger(self.options.cells, self.options.ledger)
+                ledger = api_ledger(self.options.cells, self.options.ledger)
             except exception.Invalid as exc:
                 raise AdminUsageError(str(exc)) from None
             self._api_stores = open_stores(ledger, self.options.quota)

@@ -24,7 +24,7 @@ from qsched import exception
 from qsched.bus import Bus, base, kombu_message
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.message import ActionRequest, DeleteRequest, Message, PoisonMessage, decode
+from qsched.scheduling.message import ActionRequest, DeleteRequest, Message, PoisonMessage, decode
 
 DEFAULT_LIMIT = 1000
 NOT_SELECTED = "not selected"

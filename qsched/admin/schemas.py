@@ -272,7 +272,7 @@ TOP_FRAME = obj(
                   "required": [*QUEUE_ROW["required"], "rate_per_s"]}),
 )  # fmt: skip
 
-# The janitor's report is qsched.janitor's: its known keys, and room for more.
+# The janitor's report is qsched.recovery.janitor's: its known keys, and room for more.
 JANITOR = {
     "type": "object",
     "properties": {
@@ -306,7 +306,7 @@ ARCHIVE = obj(
 ARCHIVE_CELLS = obj(
     cells=array(obj(cell=STRING, report=maybe(ARCHIVE), error=maybe(STRING))),
 )
-#: cells adopt (qsched.cells_adopt.AdoptReport.to_dict); what became of an aggregate's copy
+#: cells adopt (qsched.cells.adopt.AdoptReport.to_dict); what became of an aggregate's copy
 ADOPT_RESULTS = ("would copy", "copied", "busy", "changed meanwhile", "passed over")
 _ADOPT_AGGREGATE = obj(cell=STRING, id=INT, uuid=STRING, name=STRING)
 ADOPT = obj(
@@ -351,7 +351,7 @@ ADOPT = obj(
     complete=BOOL,
     seconds=NUMBER,
 )
-#: one line of archive-deleted's history (qsched.archive.history_line)
+#: one line of archive-deleted's history (qsched.admin.archive.history_line)
 HISTORY_LINE = obj(
     uuid=STRING,
     project_id=STRING,

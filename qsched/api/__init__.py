@@ -2,8 +2,8 @@
 
 :mod:`qsched.api.app` builds the application; the handlers in
 :mod:`~qsched.api.servers` and :mod:`~qsched.api.flavors` parse a request, call one
-method of the front door (:data:`FrontDoor`: a :class:`qsched.compute.ComputeAPI`
-for one cell, a :class:`qsched.cells_api.CellsComputeAPI` over several) and render
+method of the front door (:data:`FrontDoor`: a :class:`qsched.compute.api.ComputeAPI`
+for one cell, a :class:`qsched.cells.front_door.CellsComputeAPI` over several) and render
 Nova's shapes. The helpers below are what every handler shares.
 """
 
@@ -16,8 +16,8 @@ import falcon
 
 from qsched import exception
 from qsched.api import jsonbody
-from qsched.cells_api import CellsComputeAPI
-from qsched.compute import ComputeAPI
+from qsched.cells.front_door import CellsComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.context import RequestContext
 
 API_VERSION = "2.1"

@@ -7,7 +7,7 @@ already there or in another zone, 400 for other refused changes, 404 for an
 unknown aggregate or host.
 
 Over several cells the front door's ``aggregates`` is
-:class:`qsched.cells_aggregates.CellsAggregates`: the same calls, every aggregate in
+:class:`qsched.cells.aggregates.CellsAggregates`: the same calls, every aggregate in
 every cell.
 """
 

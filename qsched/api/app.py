@@ -31,7 +31,7 @@ from typing import Any
 import falcon
 
 from qsched import conf as qconf
-from qsched import exception, janitor
+from qsched import exception
 from qsched.api import (
     API_VERSION,
     PREFIX,
@@ -54,15 +54,17 @@ from qsched.api import server_groups as group_handlers
 from qsched.api import servers as server_handlers
 from qsched.api import services as service_handlers
 from qsched.bus.base import Bus
-from qsched.cells import CellsCompute, open_cells
-from qsched.cells_api import CellsComputeAPI
-from qsched.compute import ComputeAPI, Publisher
+from qsched.cells import housekeeping
+from qsched.cells.front_door import CellsComputeAPI
+from qsched.cells.opening import open_cells
+from qsched.cells.router import CellsCompute
+from qsched.compute.api import ComputeAPI, Publisher
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
 from qsched.conf.glance import set_options as glance_set_options
 from qsched.conf.keystone import auth_token_conf
 from qsched.conf.policy import policy_enforcer
 from qsched.context import global_request_id, start_request
-from qsched.images import ImageService, OpaqueImages
+from qsched.images.base import ImageService, OpaqueImages
 from qsched.ledger import Stores, open_stores
 from qsched.metrics import MULTIPROC_ENV, APIMetrics, NoMetrics
 from qsched.notifications import NULL, Notifier, open_notifier
@@ -144,10 +146,10 @@ def create_cells_app(
     conf: Any = None,
     metrics: APIMetrics | None = None,
 ) -> falcon.App:
-    """The qsched-api WSGI application over several cells (:mod:`qsched.cells_api`);
+    """The qsched-api WSGI application over several cells (:mod:`qsched.cells.front_door`);
     writes the configured flavors to every joined cell.
 
-    ``front``: the cells (:func:`qsched.cells.open_cells`, whose cells' ComputeAPIs
+    ``front``: the cells (:func:`qsched.cells.opening.open_cells`, whose cells' ComputeAPIs
     carry the scheduler options, policy, images, metrics and notifier); ``api``,
     ``conf``, ``metrics``: as :func:`create_app`'s.
 
@@ -231,7 +233,7 @@ def _routes(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Rou
 
 def _grouping_routes(args: tuple[FrontDoor, str | None, int]) -> list[Route]:
     """Aggregates and server groups, for one cell and over several
-    (:mod:`qsched.cells_aggregates`, :mod:`qsched.cells_groups`)."""
+    (:mod:`qsched.cells.aggregates`, :mod:`qsched.cells.groups`)."""
     aggregate = f"{PREFIX}/os-aggregates/{{aggregate_id}}"
     return [
         (f"{PREFIX}/os-aggregates", aggregate_handlers.Aggregates(*args)),
@@ -544,7 +546,7 @@ def serve(
         )  # fmt: skip
     else:  # every route across the cells [cells] names (docs/scale.rst)
         app = create_cells_app(front, options.api, conf, metrics)
-    janitor.start_periodic_tasks(options.scheduler, stores, bus, metrics, notifier, front,
+    housekeeping.start_periodic_tasks(options.scheduler, stores, bus, metrics, notifier, front,
                                  options.cells)  # fmt: skip
     return authenticated(app, options.api, conf), bus
 
@@ -585,7 +587,7 @@ def image_service(api: APIOptions, conf: Any) -> ImageService:
     if api.image_service != "glance":
         return OpaqueImages()
     from qsched.conf.glance import image_adapter  # keystoneauth's loaders
-    from qsched.glance import GlanceImages
+    from qsched.images.glance import GlanceImages
 
     return GlanceImages(image_adapter(conf))
 

@@ -4,7 +4,7 @@ Nova's shapes, the same at every microversion from 2.1 to 2.79: ``availabilityZo
 with ``zoneName``, ``zoneState.available`` and ``hosts`` (null in the list; in the
 detail, host -> ``nova-compute`` -> ``available``, ``active``, ``updated_at``
 for an available zone). Query parameters are refused with a 400, where Nova
-drops them. The domain is :class:`qsched.zones.ZoneAPI`.
+drops them. The domain is :class:`qsched.compute.zones.ZoneAPI`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import falcon
 
 from qsched.api import FrontDoor, Handler, context_of, microversion, usage_time
 from qsched.api.query import refuse_unknown
-from qsched.services import ServiceView
-from qsched.zones import Zone
+from qsched.compute.services import ServiceView
+from qsched.compute.zones import Zone
 
 
 class _Handler(Handler):

@@ -19,7 +19,7 @@ than ``default``. It also refuses what it cannot honour: signed-image certificat
   none, and qsched's fake driver ignores them;
 * ``adminPass`` given or generated: returned once, never kept;
 * ``host`` and ``hypervisor_hostname`` (2.74): handed on, for the host rule the claim
-  holds (:mod:`qsched.host_rules`).
+  holds (:mod:`qsched.compute.host_rules`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 from qsched import exception
 from qsched.api import schemas
-from qsched.quotas import FileLimits
+from qsched.compute.quotas import FileLimits
 from qsched.scheduling.records import ServerFields
 
 #: what an image block device may say; anything else is about a disk qsched has not

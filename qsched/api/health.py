@@ -43,7 +43,7 @@ _LEFT_OUT = "qsched.healthcheck.left_out"
 class Healthcheck:
     """The ``/healthcheck`` resource: ``GET`` and ``HEAD``, answered by :class:`OsloHealthcheck`.
 
-    ``check``: :meth:`qsched.compute.ComputeAPI.check_health` (what each check
+    ``check``: :meth:`qsched.compute.api.ComputeAPI.check_health` (what each check
     costs and sees); ``conf``: the entry point's parsed configuration, which
     oslo.middleware reads ``[healthcheck]`` from.
     """

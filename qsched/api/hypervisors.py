@@ -7,7 +7,7 @@ root provider's), the ``hypervisor_hostname_pattern`` and ``with_servers`` query
 parameters instead of ``/{pattern}/search`` and ``/{pattern}/servers`` (gone, 404),
 and from 2.75 ``servers`` always present (maybe empty) when asked for. Query
 parameters a version does not define are refused with a 400, where Nova before
-2.53 drops them. The domain is :class:`qsched.hypervisors.HypervisorAPI`.
+2.53 drops them. The domain is :class:`qsched.compute.hypervisors.HypervisorAPI`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from qsched import exception
 from qsched.api import PREFIX, FrontDoor, Handler, context_of, microversion, schemas
 from qsched.api.microversion import Version
 from qsched.api.query import refuse_unknown
-from qsched.hypervisors import (
+from qsched.compute.hypervisors import (
     HYPERVISOR_TYPE,
     HYPERVISOR_VERSION,
     HypervisorNotFound,

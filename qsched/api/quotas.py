@@ -9,7 +9,7 @@ used counts in limits; ``fixed_ips``, ``floating_ips``, ``security_groups``,
 2.75 a query parameter these routes do not read is refused (400) instead of ignored.
 Quota classes show the network quotas until 2.50, and the server group quotas from
 2.50 on (before, Nova left them out).
-What each quota means here and what qsched enforces: :mod:`qsched.quotas`.
+What each quota means here and what qsched enforces: :mod:`qsched.compute.quotas`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import falcon
 
 from qsched.api import Handler, context_of, microversion, read_json, schemas
 from qsched.api.query import refuse_unknown
-from qsched.quotas import NETWORK, PerUserQuotasUnsupported, QuotaUsage
+from qsched.compute.quotas import NETWORK, PerUserQuotasUnsupported, QuotaUsage
 
 #: Nova's names in ``limits.absolute`` for each quota (views/limits.py)
 ABSOLUTE = {

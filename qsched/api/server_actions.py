@@ -27,8 +27,8 @@ from qsched.api import (
     schemas,
     usage_time,
 )
-from qsched.server_actions import Action, ActionEvent, ActionFilter
-from qsched.server_list import query_time
+from qsched.compute.list_query import query_time
+from qsched.compute.server_actions import Action, ActionEvent, ActionFilter
 
 #: the actions served, as the 400 for any other names them
 SERVED = tuple(schemas.SERVER_ACTIONS)

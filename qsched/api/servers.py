@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 import falcon
 
-from qsched import exception, server_list
+from qsched import exception
 from qsched.api import (
     PREFIX,
     FrontDoor,
@@ -27,13 +27,14 @@ from qsched.api import (
     usage_time,
 )
 from qsched.api.query import refuse_unknown
+from qsched.compute import list_query as server_list
+from qsched.compute.host_rules import HostRequest
+from qsched.compute.list_query import hostname
+from qsched.compute.server_actions import power_state, status, vm_state
 from qsched.context import RequestContext
-from qsched.host_rules import HostRequest
 from qsched.ledger.base import Instance, State
 from qsched.policies import server_metadata as metadata_policy
 from qsched.scheduling.records import BootDetails, ServerFields, details
-from qsched.server_actions import power_state, status, vm_state
-from qsched.server_list import hostname
 
 _VM_STATES = {
     State.BUILD: "building",
@@ -235,7 +236,7 @@ def list_query(req: falcon.Request) -> tuple[dict[str, list[str]], int | None]:
 
 def list_params(req: falcon.Request) -> dict[str, list[str]]:
     """The list's query, each parameter's values in order
-    (:func:`qsched.server_list.parse` reads them)."""
+    (:func:`qsched.compute.list_query.parse` reads them)."""
     return {k: v if isinstance(v, list) else [v] for k, v in req.params.items()}
 
 
@@ -413,7 +414,7 @@ def embedded_flavor(flavor: Mapping[str, Any], extra_specs: bool) -> dict[str, A
     return shown
 
 
-#: a PUT body's fields -> what :meth:`qsched.compute.ComputeAPI.update` changes
+#: a PUT body's fields -> what :meth:`qsched.compute.api.ComputeAPI.update` changes
 _UPDATE_FIELDS = {"name": "name", "description": "description", "accessIPv4": "access_ip_v4",
                   "accessIPv6": "access_ip_v6", "OS-DCF:diskConfig": "disk_config"}  # fmt: skip
 #: the keys of Nova's update answer before 2.75 (as the show's after)

@@ -6,7 +6,7 @@ change is 2.53): before 2.53 a service is named by host and binary in the body o
 the ``forced_down`` field from 2.11), its id an integer; from 2.53 by its UUID,
 ``PUT /os-services/{service_id}`` with ``status``, ``disabled_reason`` and
 ``forced_down``. A host in an aggregate's zone shows that zone, as in Nova. The
-domain is :class:`qsched.services.ServiceAPI`.
+domain is :class:`qsched.compute.services.ServiceAPI`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from qsched import exception
 from qsched.api import FrontDoor, Handler, context_of, microversion, read_json, schemas, usage_time
 from qsched.api.microversion import Version
 from qsched.api.query import refuse_unknown
-from qsched.services import Change, ServiceView
+from qsched.compute.services import Change, ServiceView
 
 FORCED_DOWN: Version = (2, 11)  # force-down, and forced_down in every view
 UUID_IDS: Version = (2, 53)  # services named by UUID

@@ -3,7 +3,7 @@
 ``python -m qsched.bench.cells --cells 1,2,4 --calls 2000`` measures the calls of
 the HTTP layer's front door (the library, no HTTP) first on one cell as
 ``qsched-api`` serves it without ``[cells]`` (``ComputeAPI``), then behind the
-front door of several cells (``CellsComputeAPI`` over :func:`qsched.cells.open_cells`)
+front door of several cells (``CellsComputeAPI`` over :func:`qsched.cells.opening.open_cells`)
 for each number of cells given. Every keyspace, the API keyspace and each cell, is
 on a ``redis-server`` of its own started for the run (no persistence), so that the
 CPU each server spends per call is told apart (``INFO cpu``): the API keyspace is
@@ -42,9 +42,9 @@ import click
 from qsched import conf as qconf
 from qsched.bench.measure import percentiles
 from qsched.bus.kombu import KombuBus
-from qsched.cells import open_cells
-from qsched.cells_api import CellsComputeAPI
-from qsched.compute import ComputeAPI
+from qsched.cells.front_door import CellsComputeAPI
+from qsched.cells.opening import open_cells
+from qsched.compute.api import ComputeAPI
 from qsched.conf import BusOptions, CellsOptions, LedgerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from qsched.archive import archive_deleted
+from qsched.admin.archive import archive_deleted
 from qsched.bench import measure
 from qsched.bench.load import LibrarySubmitter, Sent, open_loop
 from qsched.bench.phase import run_phase, summarize

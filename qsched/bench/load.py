@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from http import client
 from urllib.parse import urlsplit
 
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
+from qsched.compute.host_rules import HostRequest
 from qsched.context import RequestContext
-from qsched.host_rules import HostRequest
 
 IMAGE = "6b9f3c1e-58f4-4f0e-9d4b-0c7f3a1d2e55"  # any UUID: the fake driver boots no image
 PROJECT = USER = "bench"

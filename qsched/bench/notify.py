@@ -36,10 +36,10 @@ import kombu
 
 from qsched.conf.transport import parse_transport_url
 from qsched.flavors import Flavor
-from qsched.message import BootRequest
 from qsched.notifications import NULL, payloads
 from qsched.notifications.base import Notifier
 from qsched.notifications.rabbit import RabbitNotifier
+from qsched.scheduling.message import BootRequest
 
 
 def boot_request(flavor: Flavor) -> BootRequest:

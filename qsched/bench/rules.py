@@ -36,8 +36,8 @@ from qsched.bench.packing import BenchFlavor
 from qsched.bench.phase import PhaseResult, Say, run_phase, summarize
 from qsched.bench.runner import SCALE_FLAVOR, Runner, brief
 from qsched.bench.stack import Cloud, CloudSpec
+from qsched.compute.host_rules import HostRequest
 from qsched.context import ADMIN, RequestContext
-from qsched.host_rules import HostRequest
 from qsched.ledger.base import State
 
 #: A nested flavor: the sweep's sizes, plus a VGPU from the node's GPU child provider.

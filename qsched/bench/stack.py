@@ -27,7 +27,7 @@ from qsched.bench.packing import BenchFlavor
 from qsched.bench.switch import flip
 from qsched.bench.timing import peak_rss_kb
 from qsched.bus.kombu import KombuBus
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
 from qsched.conf import Options as ServiceOptions
 from qsched.ledger import Stores, open_stores
 from qsched.metrics import APIMetrics

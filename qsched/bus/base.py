@@ -42,7 +42,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from qsched import exception
-from qsched.message import ActionRequest, BootRequest, DeleteRequest
+from qsched.scheduling.message import ActionRequest, BootRequest, DeleteRequest
 
 DEFAULT_PREFIX = "qsched"
 DEAD_ROUTING_KEY = "dead"

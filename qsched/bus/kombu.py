@@ -92,7 +92,7 @@ from qsched.bus.kombu_consumer import KombuConsumer
 from qsched.bus.kombu_loop import ConsumerLoop
 from qsched.bus.kombu_wire import SCHEMES, KombuOptions, KombuWire, kombu_options
 from qsched.conf import BusOptions
-from qsched.message import ActionRequest, BootRequest, DeleteRequest
+from qsched.scheduling.message import ActionRequest, BootRequest, DeleteRequest
 
 __all__ = ["SCHEMES", "KombuBus", "KombuOptions"]
 

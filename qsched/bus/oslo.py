@@ -75,7 +75,7 @@ from qsched.bus.kombu_wire import KombuOptions, kombu_options
 from qsched.bus.oslo_consumer import OsloConsumer
 from qsched.bus.oslo_wire import OsloNames, OsloWire, Undecodable, body_of
 from qsched.conf import BusOptions
-from qsched.message import ActionRequest, BootRequest, DeleteRequest
+from qsched.scheduling.message import ActionRequest, BootRequest, DeleteRequest
 
 __all__ = ["OsloBus", "OsloNames"]
 

@@ -16,7 +16,7 @@ dead letters are the kombu bus's own ``<prefix>.dead`` (see :mod:`qsched.bus.osl
 
 The envelope: an oslo.messaging notification (priority ``info``, message format
 2.0) whose payload is ``{"body": BASE64}``, the body the kombu bus sends as it is
-(msgpack of a :mod:`qsched.message` request). :func:`body_of` reads it back
+(msgpack of a :mod:`qsched.scheduling.message` request). :func:`body_of` reads it back
 without trusting it.
 """
 

@@ -24,8 +24,8 @@ from qsched.chaos.load import Call
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit, flavor_demand
 from qsched.ledger.base import Usage
-from qsched.message import PoisonMessage, decode
 from qsched.resources import SHARES_VIA_AGGREGATE
+from qsched.scheduling.message import PoisonMessage, decode
 from qsched.scheduling.views import usage_term
 
 HOLDING = ("BUILD", "ACTIVE")  # the states that hold quota (and, once claimed, allocations)

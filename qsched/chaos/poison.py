@@ -29,7 +29,7 @@ from qsched.bus.oslo_wire import OsloWire, envelope
 from qsched.chaos.stack import FLAVORS, Stack
 from qsched.flavors import Flavor
 from qsched.ledger.base import State
-from qsched.message import MAX_MESSAGE_BYTES, BootRequest, DeleteRequest
+from qsched.scheduling.message import MAX_MESSAGE_BYTES, BootRequest, DeleteRequest
 
 
 def _stray(token: str) -> bytes:

@@ -5,7 +5,7 @@ adapter options (``service_type``, ``valid_interfaces``, ``region_name``,
 ``endpoint_override``, the retries), as every OpenStack service's client
 sections do; keystoneauth reads them, so the section has no frozen value:
 :func:`image_adapter` turns them into the adapter an entry point hands to
-:class:`qsched.glance.GlanceImages`. There are no credentials here: every image
+:class:`qsched.images.glance.GlanceImages`. There are no credentials here: every image
 lookup carries the token of the caller whose boot it is, so Glance itself
 decides what the caller may see.
 
@@ -68,7 +68,7 @@ def set_options(conf: cfg.ConfigOpts) -> tuple[str, ...]:
 
 def image_adapter(conf: cfg.ConfigOpts) -> adapter.Adapter:
     """A keystoneauth adapter to Glance from ``conf``'s ``[glance]``, with no auth of
-    its own: each request passes the caller's (:mod:`qsched.glance`)."""
+    its own: each request passes the caller's (:mod:`qsched.images.glance`)."""
     section = conf[GROUP]
     return adapter.Adapter(
         ks_loading.load_session_from_conf_options(conf, GROUP),

@@ -1,7 +1,7 @@
 """The [quota] section: default limits per project (Nova's option names and defaults).
 
 A project's own limits, set through ``os-quota-sets``, override these
-(:class:`qsched.quotas.QuotaAPI`).
+(:class:`qsched.compute.quotas.QuotaAPI`).
 """
 
 from __future__ import annotations

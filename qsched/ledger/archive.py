@@ -12,7 +12,7 @@ the caller has written it where operators keep history and clears it
 (:meth:`ArchiveStore.clear`); a caller that stops in between leaves it there for
 the next one (:meth:`ArchiveStore.staged`). Once out, the instance is unknown to
 the ledger: reads raise ``InstanceNotFound``, and the API answers 404, as Nova does
-for a purged server. :mod:`qsched.archive` drives the steps.
+for a purged server. :mod:`qsched.admin.archive` drives the steps.
 """
 
 from __future__ import annotations

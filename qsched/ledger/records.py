@@ -138,7 +138,7 @@ class TaskState(enum.StrEnum):
     SCHEDULING = "scheduling"
     SPAWNING = "spawning"
     DELETING = "deleting"
-    # the server actions (qsched/server_actions.py), in Nova's words
+    # the server actions (qsched/compute/server_actions.py), in Nova's words
     POWERING_OFF = "powering-off"
     POWERING_ON = "powering-on"
     REBOOTING = "rebooting"

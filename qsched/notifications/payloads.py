@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from qsched.ledger.records import Instance, State, TaskState
-from qsched.message import BootRequest
+from qsched.scheduling.message import BootRequest
 
 CREATE_VERSION = "1.13"
 ACTION_VERSION = "1.9"
@@ -65,7 +65,7 @@ def flavor(flavor_dict: Mapping[str, Any]) -> dict:
     })  # fmt: skip
 
 
-def fault(message: str, exception_name: str = "NoValidHost", module: str = "qsched.reaper",
+def fault(message: str, exception_name: str = "NoValidHost", module: str = "qsched.recovery.reaper",
           function: str = "fail_no_valid_host") -> dict:  # fmt: skip
     """``ExceptionPayload`` 1.1: the fault an instance ended in ERROR with."""
     return envelope("ExceptionPayload", EXCEPTION_VERSION, {

@@ -6,7 +6,7 @@ the request from the record (:func:`request_for`) when nothing on the bus holds
 it any more. The rebuilt request must ask for exactly what the first one asked
 for, or a requeue would silently drop a constraint.
 
-Where each field of a :class:`~qsched.message.BootRequest` lives in the record:
+Where each field of a :class:`~qsched.scheduling.message.BootRequest` lives in the record:
 
 =====================  ================================================================
 request field          record
@@ -46,7 +46,7 @@ from typing import Any
 from qsched import exception
 from qsched.flavors import Constraints
 from qsched.ledger.base import Instance, MapChange, State
-from qsched.message import BootRequest, constraint_fields, host_rule_fields
+from qsched.scheduling.message import BootRequest, constraint_fields, host_rule_fields
 
 
 @dataclasses.dataclass(frozen=True)

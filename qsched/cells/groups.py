@@ -14,11 +14,11 @@ Quota, so that a project's limits hold across cells (invariant 3):
   mapping (``group_map``) checks the project's mapped groups against the
   deployment's limit and adds the new one in the same step, so two creates racing in
   two cells cannot both pass the last place. A joined cell counts no group
-  (:data:`qsched.cells.CELL_UNLIMITED`).
+  (:data:`qsched.cells.join.CELL_UNLIMITED`).
 * ``server_group_members`` is counted by the group's cell: every member is there, so
   its count of the group's members is the group's. The limit is the deployment's,
   read from the API keyspace and given to the cell's create script as final
-  (:meth:`qsched.compute.ComputeAPI._members_limit`), which checks it against the
+  (:meth:`qsched.compute.api.ComputeAPI._members_limit`), which checks it against the
   members in the step that records the server.
 
 A create maps (and counts) the group first, pending, then has the cell write it,
@@ -39,14 +39,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from qsched import exception
-from qsched.compute import ComputeAPI
+from qsched.compute.api import ComputeAPI
+from qsched.compute.server_groups import GroupRefNotFound, ServerGroups
 from qsched.context import RequestContext
 from qsched.ledger.base import ServerGroup
 from qsched.resources import VCPU
-from qsched.server_groups import GroupRefNotFound, ServerGroups
 
 if TYPE_CHECKING:
-    from qsched.cells import CellsCompute
+    from qsched.cells.router import CellsCompute
 
 #: what a group's cell is drawn by: its members' flavors are not known at its creation
 GROUP_DEMAND = {VCPU: 1}
@@ -54,7 +54,7 @@ GROUP_DEMAND = {VCPU: 1}
 
 class CellsGroups:
     """The server groups of several cells with the surface of
-    :class:`~qsched.server_groups.ServerGroups` that :mod:`qsched.api` uses (see the
+    :class:`~qsched.compute.server_groups.ServerGroups` that :mod:`qsched.api` uses (see the
     module docstring). ``front``: the cells."""
 
     def __init__(self, front: CellsCompute) -> None:

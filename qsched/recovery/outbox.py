@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from qsched import exception
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.message import BootRequest
+from qsched.scheduling.message import BootRequest
 from qsched.scheduling.records import request_for
 
 LOG = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """qsched-api over several cells: what the HTTP routes ask of a ComputeAPI, over a
-:class:`~qsched.cells.CellsCompute` (docs/scale.rst, "Serving it over HTTP").
+:class:`~qsched.cells.router.CellsCompute` (docs/scale.rst, "Serving it over HTTP").
 
 :func:`qsched.api.app.create_cells_app` gives :class:`CellsComputeAPI` to the same
 routes that serve one cell; route by route:
@@ -13,10 +13,10 @@ routes that serve one cell; route by route:
   the boot is refused while it is stale.
 * quotas, quota classes and limits: the API keyspace's, the deployment's limits;
   each cell reads from there the limits it checks in code (``key_pairs``,
-  ``metadata_items``, ``injected_file*``; :func:`~qsched.cells.open_cells`), and its
+  ``metadata_items``, ``injected_file*``; :func:`~qsched.cells.opening.open_cells`), and its
   own ``instances``, ``cores`` and ``ram`` stay unlimited.
 * flavors, their extra specs and access: every write goes to every cell
-  (:func:`qsched.cells.write_every_cell`); reads come from the first joined cell
+  (:func:`qsched.cells.fanout.write_every_cell`); reads come from the first joined cell
   that answers (:meth:`CellsCompute.read`).
 * keypairs: made once (a generated private key too) and the same key written to
   every cell, deleted from every cell; read as flavors are.
@@ -30,10 +30,10 @@ routes that serve one cell; route by route:
   cell's. The uuids of 2.53 on are unique as they are.
 * server groups: each in one cell, found by its group mapping in the API keyspace;
   a create draws its cell, a boot with a ``group`` hint goes to the group's cell
-  (:mod:`qsched.cells_groups`, which says where their quotas are counted).
+  (:mod:`qsched.cells.groups`, which says where their quotas are counted).
 * aggregates: every aggregate in every cell with one id and uuid, each cell's copy
   with that cell's hosts; a host's changes go to its cell, found by its host mapping
-  (:mod:`qsched.cells_aggregates`).
+  (:mod:`qsched.cells.aggregates`).
 
 A write to every cell that a cell does not answer fails with 503 once the other
 cells were written; every such write is idempotent (a flavor by its id, a keypair
@@ -52,49 +52,33 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from qsched import exception
-from qsched.cells import CellNotJoined, CellsCompute, gone, take_back, write_every_cell
-from qsched.cells_aggregates import CellsAggregates
-from qsched.cells_groups import CellsGroups
-from qsched.compute import ComputeAPI, FlavorExtraSpecNotFound, Reservation, check_counts
+from qsched.cells.aggregates import CellsAggregates
+from qsched.cells.fanout import gone, take_back, write_every_cell
+from qsched.cells.groups import CellsGroups
+from qsched.cells.join import CellNotJoined
+from qsched.cells.parts import (
+    CellsHypervisors,
+    CellsKeypairs,
+    CellsServerActions,
+    CellsServices,
+    CellsZones,
+)
+from qsched.cells.router import CellsCompute
+from qsched.compute.api import ComputeAPI, FlavorExtraSpecNotFound, Reservation, check_counts
+from qsched.compute.host_rules import HostRequest
+from qsched.compute.quotas import FileLimits, QuotaAPI
 from qsched.context import RequestContext
 from qsched.flavors import Flavor, FlavorAccessExists, FlavorAccessNotFound, FlavorQuery
-from qsched.host_rules import HostRequest
-from qsched.hypervisors import (
-    HypervisorNotFound,
-    HypervisorView,
-    MarkerNotFound,
-    NoHypervisorMatches,
-    Statistics,
-)
-from qsched.keypairs import SSH
 from qsched.ledger.backend import LedgerUnavailable
 from qsched.ledger.base import Instance
-from qsched.ledger.keypairs import Keypair
 from qsched.policies import server_metadata as metadata_policy
-from qsched.quotas import FileLimits, QuotaAPI
 from qsched.scheduling.records import ServerFields
-from qsched.server_actions import Action, ActionFilter
-from qsched.services import Change, ServiceView
-from qsched.zones import Zone
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
+
 #: an integer id shown over several cells: the cell's place above its own id's bits
-ID_BITS = 24
-_ID_MASK = (1 << ID_BITS) - 1
-
-
-def shown_id(place: int, own: int) -> int:
-    """The id a client sees of cell number ``place``'s id ``own`` (see the module docstring)."""
-    return place << ID_BITS | own
-
-
-def own_id(shown: int) -> tuple[int, int]:
-    """The cell's place and its own id of an id a client sent (:func:`shown_id`'s inverse)."""
-    return shown >> ID_BITS, shown & _ID_MASK
-
-
 class CellsComputeAPI:
     """The front door of several cells with the surface of :class:`ComputeAPI` that
     :mod:`qsched.api` uses (see the module docstring). ``front``: the cells."""
@@ -166,7 +150,7 @@ class CellsComputeAPI:
         """As :meth:`ComputeAPI.boot_many`, into the cell :meth:`hinted_cell` names or
         :meth:`CellsCompute.choose` draws; the quota is the API keyspace's.
 
-        A ``group`` hint sends them to the group's cell (:mod:`qsched.cells_groups`).
+        A ``group`` hint sends them to the group's cell (:mod:`qsched.cells.groups`).
 
         A host (2.74) whose host mapping names a cell that no longer has it (the host
         moved) is refused there, or by the hints' checks: its cell is then looked up
@@ -381,7 +365,7 @@ class CellsComputeAPI:
         write: Callable[[ComputeAPI], T],
         done: Callable[[ComputeAPI, Exception], bool] = lambda compute, exc: False,
     ) -> T:
-        """:func:`~qsched.cells.write_every_cell` of this front door's cells."""
+        """:func:`~qsched.cells.fanout.write_every_cell` of this front door's cells."""
         return write_every_cell(self.front.cells, write, done)
 
     # -- the rest --
@@ -415,294 +399,3 @@ def _has_flavor(compute: ComputeAPI, flavor: Flavor) -> bool:
         return compute.flavors.get(flavor.id) == flavor
     except exception.FlavorNotFound:
         return False
-
-
-class CellsKeypairs:
-    """Keypairs over several cells: the same key in every cell (see the module docstring)."""
-
-    def __init__(self, cells: CellsComputeAPI) -> None:
-        self.cells = cells
-
-    def create(
-        self, context: RequestContext, name: str, key_type: str = SSH, user_id: str | None = None
-    ) -> tuple[Keypair, str]:
-        """As :meth:`KeypairAPI.create`: generated once, kept in every cell.
-
-        :raises BackendUnavailable: a cell did not answer (503); the cells that kept
-            the key give it back first (a retry makes a new key).
-        """
-        keypair, private_key = self.cells.reader.keypairs.generate(context, name, key_type,
-                                                                   user_id)  # fmt: skip
-        return self._keep(context, keypair, undo=True), private_key
-
-    def import_public_key(
-        self,
-        context: RequestContext,
-        name: str,
-        public_key: str,
-        key_type: str = SSH,
-        user_id: str | None = None,
-    ) -> Keypair:
-        """As :meth:`KeypairAPI.import_public_key`, kept in every cell; a cell that has
-        the very key under that name already counts as written (a retry)."""
-        keypair = self.cells.reader.keypairs.imported(context, name, public_key, key_type,
-                                                      user_id)  # fmt: skip
-        return self._keep(context, keypair, undo=False)
-
-    def _keep(self, context: RequestContext, keypair: Keypair, undo: bool) -> Keypair:
-        kept: list[ComputeAPI] = []
-
-        def keep(compute: ComputeAPI) -> Keypair:
-            found = compute.keypairs.keep(context, keypair)
-            kept.append(compute)
-            return found
-
-        def same(compute: ComputeAPI, exc: Exception) -> bool:
-            if not isinstance(exc, exception.KeypairExists):
-                return False
-            there = compute.stores.keypairs.get(keypair.user_id, keypair.name)
-            return (there.public_key, there.type) == (keypair.public_key, keypair.type)
-
-        try:
-            return self.cells._everywhere(keep, same)
-        except exception.BackendUnavailable:
-            if undo:
-                take_back(kept, lambda c: c.stores.keypairs.delete(keypair.user_id, keypair.name))
-            raise
-
-    def get(self, context: RequestContext, name: str, user_id: str | None = None) -> Keypair:
-        return self.cells.front.read(lambda compute: compute.keypairs.get(context, name, user_id))
-
-    def list(
-        self,
-        context: RequestContext,
-        user_id: str | None = None,
-        limit: int | None = None,
-        marker: str | None = None,
-    ) -> builtins.list[Keypair]:
-        return self.cells.front.read(
-            lambda compute: compute.keypairs.list(context, user_id, limit, marker)
-        )
-
-    def delete(self, context: RequestContext, name: str, user_id: str | None = None) -> None:
-        """Delete from every cell; KeypairNotFound only when no cell had it."""
-        self.cells._everywhere(lambda c: c.keypairs.delete(context, name, user_id),
-                               gone(exception.KeypairNotFound))  # fmt: skip
-
-
-class CellsServerActions:
-    """Stop, start, reboot and instance actions, in the server's cell (its mapping)."""
-
-    def __init__(self, cells: CellsComputeAPI) -> None:
-        self.front = cells.front
-        self.cells = cells
-        self.max_limit = cells.max_limit  # the most actions one list returns
-
-    def stop(self, context: RequestContext, uuid: str) -> None:
-        self.front.compute_of(uuid).actions.stop(context, uuid)
-
-    def start(self, context: RequestContext, uuid: str) -> None:
-        self.front.compute_of(uuid).actions.start(context, uuid)
-
-    def reboot(self, context: RequestContext, uuid: str, hard: bool) -> None:
-        self.front.compute_of(uuid).actions.reboot(context, uuid, hard)
-
-    def list_actions(
-        self,
-        context: RequestContext,
-        uuid: str,
-        deleted: bool = False,
-        filters: ActionFilter | None = None,
-    ) -> tuple[Instance, list[Action]]:
-        return self.front.compute_of(uuid).actions.list_actions(context, uuid, deleted, filters)
-
-    def get_action(
-        self, context: RequestContext, uuid: str, request_id: str, deleted: bool = False
-    ) -> tuple[Instance, Action]:
-        return self.front.compute_of(uuid).actions.get_action(context, uuid, request_id, deleted)
-
-    def shows_events(self, context: RequestContext, instance: Instance) -> bool:
-        return self.cells.reader.actions.shows_events(context, instance)
-
-
-class CellsHypervisors:
-    """Every cell's hypervisors, ordered by the id a client sees (:func:`shown_id`):
-    the first cell's, then the next one's. A page reads from the marker's cell on."""
-
-    def __init__(self, cells: CellsComputeAPI) -> None:
-        self.cells = cells
-
-    def authorize(self, context: RequestContext, rule: str) -> None:
-        self.cells.reader.hypervisors.authorize(context, rule)
-
-    def page(
-        self,
-        limit: int | None,
-        marker: int | str | None = None,
-        with_servers: bool = False,
-    ) -> builtins.list[HypervisorView]:
-        """As :meth:`HypervisorAPI.page` over every cell.
-
-        :raises MarkerNotFound: no hypervisor is ``marker`` (400).
-        """
-        start, own = (0, None) if marker is None else self._locate(marker)
-        views: builtins.list[HypervisorView] = []
-        for place, compute in enumerate(self.cells.cells):
-            if place < start:
-                continue
-            want = None if limit is None else limit - len(views)
-            if want is not None and want <= 0:
-                break
-            found = compute.hypervisors.page(want, own if place == start else None,
-                                             with_servers)  # fmt: skip
-            views += [_shown(place, view) for view in found]
-        return views
-
-    def search(self, pattern: str, with_servers: bool = False) -> builtins.list[HypervisorView]:
-        """:raises NoHypervisorMatches: no cell has one (404)."""
-        views: builtins.list[HypervisorView] = []
-        for place, compute in enumerate(self.cells.cells):
-            try:
-                found = compute.hypervisors.search(pattern, with_servers)
-            except NoHypervisorMatches:
-                continue
-            views += [_shown(place, view) for view in found]
-        if not views:
-            raise NoHypervisorMatches(pattern=pattern)
-        return views
-
-    def get(self, ref: int | str, with_servers: bool = False) -> HypervisorView:
-        """By the id a client sees, or from 2.53 by uuid (asked of each cell in turn).
-
-        :raises HypervisorNotFound: (404).
-        """
-        cells = self.cells.cells
-        if isinstance(ref, int):
-            place, own = own_id(ref)
-            if place >= len(cells):
-                raise HypervisorNotFound(id=ref)
-            try:
-                return _shown(place, cells[place].hypervisors.get(own, with_servers))
-            except HypervisorNotFound:
-                raise HypervisorNotFound(id=ref) from None
-        for place, compute in enumerate(cells):
-            try:
-                return _shown(place, compute.hypervisors.get(ref, with_servers))
-            except HypervisorNotFound:
-                continue
-        raise HypervisorNotFound(id=ref)
-
-    def statistics(self) -> Statistics:
-        """The sums of every cell's."""
-        found = [compute.hypervisors.statistics() for compute in self.cells.cells]
-        fields = [f.name for f in dataclasses.fields(Statistics)]
-        return Statistics(**{name: sum(getattr(s, name) for s in found) for name in fields})
-
-    def _locate(self, marker: int | str) -> tuple[int, int | str]:
-        """The marker's cell (its place) and its id there."""
-        cells = self.cells.cells
-        if isinstance(marker, int):
-            place, own = own_id(marker)
-            if place >= len(cells):
-                raise MarkerNotFound(marker=marker)
-            return place, own
-        for place, compute in enumerate(cells):
-            if compute.stores.ledger.hypervisor_ids([marker]):
-                return place, marker
-        raise MarkerNotFound(marker=marker)
-
-
-def _shown(place: int, view: HypervisorView) -> HypervisorView:
-    """A cell's hypervisor with the ids a client sees (its own and its service's)."""
-    return dataclasses.replace(view, id=shown_id(place, view.id),
-                               service=_shown_service(place, view.service))  # fmt: skip
-
-
-def _shown_service(place: int, service: Any) -> Any:
-    return dataclasses.replace(service, seq=shown_id(place, service.seq))
-
-
-def _shown_view(place: int, view: ServiceView) -> ServiceView:
-    return dataclasses.replace(view, service=_shown_service(place, view.service))
-
-
-class CellsServices:
-    """Every cell's compute services, by cell then id; a change goes to the cell that
-    has the service (asked of each cell in turn: O(cells))."""
-
-    def __init__(self, cells: CellsComputeAPI) -> None:
-        self.cells = cells
-
-    def list(
-        self, context: RequestContext, host: str | None = None, binary: str | None = None
-    ) -> builtins.list[ServiceView]:
-        return [
-            _shown_view(place, view)
-            for place, compute in enumerate(self.cells.cells)
-            for view in compute.services.list(context, host, binary)
-        ]
-
-    def views(self) -> builtins.list[ServiceView]:
-        return [
-            _shown_view(place, view)
-            for place, compute in enumerate(self.cells.cells)
-            for view in compute.services.views()
-        ]
-
-    def authorize_update(self, context: RequestContext) -> None:
-        self.cells.reader.services.authorize_update(context)
-
-    def update(
-        self, context: RequestContext, host: str, binary: str, change: Change
-    ) -> ServiceView:
-        """:raises HostBinaryNotFound: no cell has the service (404)."""
-        missing: exception.HostBinaryNotFound | None = None
-        for place, compute in enumerate(self.cells.cells):
-            try:
-                return _shown_view(place, compute.services.update(context, host, binary, change))
-            except exception.HostBinaryNotFound as exc:
-                missing = exc
-        assert missing is not None
-        raise missing
-
-    def update_by_id(self, context: RequestContext, service_id: str, change: Change) -> ServiceView:
-        """:raises ServiceNotFound: no cell has the service (404)."""
-        missing: exception.ServiceNotFound | None = None
-        for place, compute in enumerate(self.cells.cells):
-            try:
-                view = compute.services.update_by_id(context, service_id, change)
-            except exception.ServiceNotFound as exc:
-                missing = exc
-                continue
-            return _shown_view(place, view)
-        assert missing is not None
-        raise missing
-
-
-class CellsZones:
-    """Every cell's availability zones merged by name: available if it is in one cell;
-    the detail's hosts are every cell's."""
-
-    def __init__(self, cells: CellsComputeAPI) -> None:
-        self.cells = cells
-
-    def list(self, context: RequestContext) -> builtins.list[Zone]:
-        return _merged([compute.zones.list(context) for compute in self.cells.cells])
-
-    def detail(self, context: RequestContext) -> builtins.list[Zone]:
-        return _merged([compute.zones.detail(context) for compute in self.cells.cells])
-
-
-def _merged(found: Sequence[Sequence[Zone]]) -> builtins.list[Zone]:
-    zones: dict[str, Zone] = {}
-    for zone in (z for cell in found for z in cell):
-        known = zones.get(zone.name)
-        if known is None:
-            zones[zone.name] = zone
-            continue
-        hosts = None
-        if known.hosts is not None or zone.hosts is not None:
-            hosts = {**(known.hosts or {}), **(zone.hosts or {})}
-        available = known.available or zone.available
-        zones[zone.name] = Zone(zone.name, available, hosts if available else None)
-    return sorted(zones.values(), key=lambda zone: (not zone.available, zone.name))

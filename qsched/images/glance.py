@@ -25,7 +25,7 @@ from keystoneauth1.access import service_catalog
 
 from qsched import exception
 from qsched.context import RequestContext
-from qsched.images import Image, ImageNotFound, ImageService
+from qsched.images.base import Image, ImageNotFound, ImageService
 
 _VERSIONED = re.compile(r"/v2(\.[0-9]+)?$")
 #: Glance answers these for a lookup the caller may not make; Nova says "not found".

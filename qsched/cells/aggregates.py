@@ -26,7 +26,7 @@ whether *any* aggregate names the project, and the isolating filter which aggreg
   (``agg-lock:<id>``, :func:`aggregate_lock`: two more round trips), so
   that two writers of one aggregate never interleave their cells: another call, or
   ``qsched-admin cells adopt`` copying it into the cells it is missing from
-  (:mod:`qsched.cells_adopt`), which then never undoes a rename or a delete. A
+  (:mod:`qsched.cells.adopt`), which then never undoes a rename or a delete. A
   writer waits for the lock a few seconds at most, then answers 409.
 * add_host and remove_host: in the host's cell only, found by the **host mapping**
   (``host-map:<host>`` in the API keyspace, Nova's ``host_mappings``): the first time
@@ -37,9 +37,9 @@ whether *any* aggregate names the project, and the isolating filter which aggreg
   that cell, which holds every aggregate of the host.
 * a cell joined late (its ledger did not answer when the API started) gets every
   aggregate of the joined cells, without their hosts, at its join
-  (:meth:`qsched.cells.CellsCompute.join_waiting`); one of its own in the way is
+  (:meth:`qsched.cells.router.CellsCompute.join_waiting`); one of its own in the way is
   left as it is and named.
-* a boot's cell (:meth:`qsched.cells.CellsCompute.choose`): among the cells where the
+* a boot's cell (:meth:`qsched.cells.router.CellsCompute.choose`): among the cells where the
   aggregates its request filters ask for have hosts (:func:`serves`), one read of
   each cell's aggregate version; a boot the filters leave alone reads nothing.
 
@@ -64,8 +64,9 @@ from qsched.aggregates import (
     AggregateNotFound,
     InvalidAggregateAction,
 )
-from qsched.cells import CellsCompute, gone, take_back, write_every_cell
-from qsched.compute import ComputeAPI
+from qsched.cells.fanout import gone, take_back, write_every_cell
+from qsched.cells.router import CellsCompute
+from qsched.compute.api import ComputeAPI
 from qsched.context import RequestContext
 from qsched.ledger.cellmap import RedisCellMap
 from qsched.policies import aggregates as aggregates_policy
@@ -90,7 +91,7 @@ def aggregate_lock(
     """Hold aggregate ``aggregate_id``'s lock in the API keyspace (``agg-lock:<id>``)
     while writing it to the cells, so that no two writers of one aggregate interleave:
     the front door's writes and the copies of ``qsched-admin cells adopt``
-    (:mod:`qsched.cells_adopt`). It expires after :data:`AGGREGATE_LOCK_S`, should its
+    (:mod:`qsched.cells.adopt`). It expires after :data:`AGGREGATE_LOCK_S`, should its
     holder die. Two round trips, and a wait while another holds it.
 
     :raises AggregateBusy: another writer held it for ``wait_s`` (None:
@@ -114,7 +115,7 @@ def aggregate_lock(
 
 class CellsAggregates:
     """The aggregates of several cells with the surface of
-    :class:`~qsched.aggregate_api.AggregateAPI` that :mod:`qsched.api` uses (see the
+    :class:`~qsched.compute.aggregates.AggregateAPI` that :mod:`qsched.api` uses (see the
     module docstring). ``front``: the cells."""
 
     def __init__(self, front: CellsCompute) -> None:
@@ -264,7 +265,7 @@ class CellsAggregates:
         return self._get(aggregate_id)
 
     def _everywhere(self, write: Callable[[ComputeAPI], T], absent: bool = False) -> T:
-        """:func:`~qsched.cells.write_every_cell`; ``absent``: a cell without the
+        """:func:`~qsched.cells.fanout.write_every_cell`; ``absent``: a cell without the
         aggregate (a call cut short before) is passed over, unless none has it."""
         never = lambda compute, exc: False  # noqa: E731
         return write_every_cell(self.front.cells, write,

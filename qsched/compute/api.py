@@ -30,10 +30,19 @@ import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, Protocol
 
-from qsched import exception, server_list
-from qsched.aggregate_api import AggregateAPI, Route
+from qsched import exception
 from qsched.aggregates import FilterOptions
 from qsched.bus.base import BusUnavailable
+from qsched.compute import list_query as server_list
+from qsched.compute.aggregates import AggregateAPI, Route
+from qsched.compute.host_rules import HostRequest, HostRules
+from qsched.compute.hypervisors import HypervisorAPI
+from qsched.compute.keypairs import KeypairAPI
+from qsched.compute.quotas import FileLimits, QuotaAPI
+from qsched.compute.server_actions import ServerActions, record_delete
+from qsched.compute.server_groups import ServerGroups
+from qsched.compute.services import ServiceAPI
+from qsched.compute.zones import ZoneAPI, aggregate_zones
 from qsched.conf import APIOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.exception import FlavorNotFound
@@ -51,25 +60,21 @@ from qsched.flavors import (
     revoke,
     select,
 )
-from qsched.host_rules import HostRequest, HostRules
-from qsched.hypervisors import HypervisorAPI
-from qsched.images import Image, ImageService, OpaqueImages
-from qsched.keypairs import KeypairAPI
+from qsched.images.base import Image, ImageService, OpaqueImages
 from qsched.ledger import Stores
 from qsched.ledger.backend import LedgerUnavailable
 from qsched.ledger.base import HostRule, Instance, ServerGroup, State
-from qsched.message import ActionRequest, BootRequest, DeleteRequest
 from qsched.metrics import APIMetrics, NoMetrics
 from qsched.notifications import NULL, Notifier, payloads
-from qsched.outbox import Abandoner, Confirmations
 from qsched.policies import flavors as flavors_policy
 from qsched.policies import server_metadata as metadata_policy
 from qsched.policies import servers as servers_policy
 from qsched.policy import Policy
-from qsched.quotas import FileLimits, QuotaAPI
-from qsched.reaper import NO_VALID_HOST
+from qsched.recovery.outbox import Abandoner, Confirmations
+from qsched.recovery.reaper import NO_VALID_HOST
 from qsched.resources import check_uuid
 from qsched.scheduling.classes import SchedulingClass
+from qsched.scheduling.message import ActionRequest, BootRequest, DeleteRequest
 from qsched.scheduling.records import (
     ServerFields,
     details,
@@ -77,10 +82,6 @@ from qsched.scheduling.records import (
     record_for,
     server_change,
 )
-from qsched.server_actions import ServerActions, record_delete
-from qsched.server_groups import ServerGroups
-from qsched.services import ServiceAPI
-from qsched.zones import ZoneAPI, aggregate_zones
 
 LOG = logging.getLogger(__name__)
 
@@ -311,7 +312,7 @@ class ComputeAPI:
 
         ``group``: the server group they join (the ``group`` scheduler hint); a member
         of an affinity group with a host is published to that host's queue
-        (:meth:`qsched.server_groups.ServerGroups.route`).
+        (:meth:`qsched.compute.server_groups.ServerGroups.route`).
 
         ``min_count`` and ``max_count``: a multi-create, as Nova's. As many as the
         quota allows between them are recorded in one atomic step, named
@@ -324,7 +325,7 @@ class ComputeAPI:
         the records keep for the agent.
 
         ``hosts``: the servers to share a host with or keep away from, and the host
-        and node asked for (:mod:`qsched.host_rules`); the claim holds the rule they
+        and node asked for (:mod:`qsched.compute.host_rules`); the claim holds the rule they
         make. One that no host can satisfy ends the servers in ERROR NoValidHost at once.
 
         ``uuids``: the servers' uuids, ``max_count`` of them (None: new ones); the
@@ -639,7 +640,7 @@ class ComputeAPI:
         """Servers as Nova's ``GET /servers`` lists them, newest first unless sorted.
 
         ``params``: the query, each parameter's values in order, read as
-        :func:`qsched.server_list.parse` says for ``version``; the keywords are
+        :func:`qsched.compute.list_query.parse` says for ``version``; the keywords are
         short forms of the same parameters (``project_id`` asks for ``all_tenants``).
         A member's list reads their project's records only; an admin's list of
         every project pages the cell's index of live servers (a sort other than
@@ -647,13 +648,14 @@ class ComputeAPI:
 
         :raises Forbidden: ``os_compute_api:servers:index`` (``:detail``) refuses them,
             or ``...:get_all_tenants`` refuses ``all_tenants``; see also
-            :func:`~qsched.server_list.parse`.
-        ``after``: list what sorts after this :meth:`~qsched.server_list.ServerQuery.sort_key`
-        instead of after the marker (the marker is then another cell's: the front door
-        of several cells, :mod:`qsched.cells`, passes it).
+            :func:`~qsched.compute.list_query.parse`.
+        ``after``: list what sorts after this
+        :meth:`~qsched.compute.list_query.ServerQuery.sort_key` instead of after the
+        marker (the marker is then another cell's: the front door of several cells,
+        :mod:`qsched.cells`, passes it).
 
         :raises MarkerNotFound: ``marker`` is not among them.
-        :raises Invalid: a negative ``limit``; see :func:`~qsched.server_list.parse`.
+        :raises Invalid: a negative ``limit``; see :func:`~qsched.compute.list_query.parse`.
         """
         query = self.list_query(context, project_id, status, limit, marker, detail,
                                 reservation_id, params, version)  # fmt: skip
@@ -827,7 +829,7 @@ class ComputeAPI:
         Whether or not its create ran (see :meth:`InstanceStore.abandon`); one the
         janitor published and an agent placed meanwhile is deleted.
 
-        :raises BackendUnavailable: try again (:class:`~qsched.outbox.Abandoner` does).
+        :raises BackendUnavailable: try again (:class:`~qsched.recovery.outbox.Abandoner` does).
         """
         state, host = self.stores.instances.abandon(uuid, reason)
         if host is not None and state in (State.BUILD, State.ACTIVE):

@@ -2,7 +2,7 @@
 
 A zone is one an agent registered (its ``[agent] availability_zone``) or one an
 aggregate's ``availability_zone`` metadata makes. A host serves its agent's zone
-and its aggregate's, as boots are routed (:meth:`qsched.aggregate_api.AggregateAPI.route`).
+and its aggregate's, as boots are routed (:meth:`qsched.compute.aggregates.AggregateAPI.route`).
 A zone is available while one host serving it is up and its service enabled and
 not forced down (:meth:`qsched.ledger.base.AgentRegistry.zones_available`).
 
@@ -19,13 +19,13 @@ from __future__ import annotations
 import builtins
 import dataclasses
 
-from qsched.aggregate_api import AggregateAPI
 from qsched.aggregates import AggregateIndex
+from qsched.compute.aggregates import AggregateAPI
+from qsched.compute.services import ServiceAPI, ServiceView
 from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.policies import availability_zone as zone_policy
 from qsched.policy import Policy
-from qsched.services import ServiceAPI, ServiceView
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,51 +1,10 @@
-"""Several cells behind one API: Nova's cells v2 on qsched's ledger (docs/scale.rst).
+"""Which cell a call targets, and a boot into it: :class:`CellsCompute`.
 
-Each cell is its own keyspace (one hash slot: one Redis Cluster shard) with its own
-agents and queues, served by its own :class:`~qsched.compute.ComputeAPI`. Next to
-the cells, the **API keyspace** (a keyspace of its own, of the cell name ``api``, as
-Nova's API database beside its cell databases) holds what must be global:
-
-* the quota of every project (``quota:<project>:*``, the same records and scripts
-  as a single cell's), so that a project's limit holds across cells in one atomic
-  step per instance (invariant 3);
-* the instance mapping (``inst-map:<uuid>``: its cell), written before the
-  instance is created in its cell, so that GET, DELETE and every action find the
-  cell in one read;
-* ``inst-map-pending``: the boots whose quota is reserved and whose cell record is
-  not confirmed yet;
-* the server group mappings (``group-map:<uuid>``: the group's cell) and each
-  project's mapped groups, which its ``server_groups`` limit counts
-  (:mod:`qsched.cells_groups`); the host mappings (``host-map:<host>``) and the last
-  aggregate id given to every cell (:mod:`qsched.cells_aggregates`); the node mappings
-  (``node-map:<node>``: the cell of a compute node a boot names).
-
-A cell that :func:`join` made part of such a deployment (``quota-home`` set) leaves
-its own quota unlimited and indexes every release of quota in ``quota-ends``, in
-the script that releases it: ending an instance in ERROR or DELETED, whoever does
-it (agent, janitor, reaper, API). No script can write two slots, so the API's
-release is a second step: :class:`QuotaMover` applies each indexed release to the
-API keyspace (idempotent: a holder is released once) and only then drops it from
-the index; a crash between the two repeats a harmless release. The same mover
-settles ``inst-map-pending``: a boot whose API process died between the
-reservation and the cell's record is abandoned in its cell (a late create then
-refuses) and its quota returned; and the server groups left pending the same way.
-
-:func:`open_cells` builds the front door from the ``[cells]`` options (a service's
-entry point calls it; :func:`qsched.janitor.start_periodic_tasks` runs its mover;
-:mod:`qsched.cells_api` serves it over HTTP, flavors and keypairs written to every
-cell by one call). Each cell's :class:`ComputeAPI` refuses a boot that does not come
-through the front door, and reads the limits it checks in code from the API keyspace.
-A cell whose ledger does not answer then is not joined: no boot goes there (it
-would be counted twice) until a pass of the mover joins it, writing there first the
-flavors and aggregates of the joined cells. A pass passes over a cell whose ledger
-does not answer and moves the others' releases.
-
-A boot goes to its availability zone's cell (``[cells] zone``), else to a cell drawn
-in proportion to how many of its flavor the cell's free capacity holds (``cell-free``,
-kept by its agents' heartbeats), among the cells with hosts in the aggregates its
-request filters ask for (an aggregate's zone, say): one read a cell, O(cells); or to
-the cell its caller names (the cell of the servers, host or server group its hints
-name, :mod:`qsched.cells_api`).
+The cell of an instance (its mapping in the API keyspace), of a host or a node (their
+mappings, looked up in every cell the first time), of a zone (``[cells] zone``), or a
+cell drawn in proportion to how many of the flavor its free capacity holds, among the
+cells with hosts in the aggregates the boot asks for; a boot into the chosen cell
+(quota reserved and mapped in the API keyspace first); a listing merged over cells.
 """
 
 from __future__ import annotations
@@ -59,62 +18,32 @@ import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypeVar
 
 from qsched import exception
-from qsched.aggregates import Aggregate, AggregateIndex
-from qsched.bus.base import Bus
-from qsched.compute import ComputeAPI, FlavorRefNotFound, MarkerNotFound, Reservation, check_counts
-from qsched.conf import BusOptions, CellsOptions, LedgerOptions, QuotaOptions
-from qsched.conf.cells import API_CELL
+from qsched.aggregates import AggregateIndex
+from qsched.cells.join import CellNotJoined, UnknownCell, join
+from qsched.compute.api import (
+    ComputeAPI,
+    FlavorRefNotFound,
+    MarkerNotFound,
+    Reservation,
+    check_counts,
+)
+from qsched.compute.list_query import ServerQuery
 from qsched.context import RequestContext
 from qsched.flavors import Constraints, Flavor, ref_id, request_groups
-from qsched.ledger import Stores, open_stores
+from qsched.ledger import Stores
 from qsched.ledger.base import Instance, QuotaStore
 from qsched.ledger.cellmap import RedisCellMap, cell_map
-from qsched.policy import Policy
-from qsched.quotas import QuotaAPI
-from qsched.server_list import ServerQuery
 
 LOG = logging.getLogger(__name__)
 
-#: quota limits a joined cell leaves unlimited in its own keyspace: the API keyspace
-#: counts instances, cores, RAM and a project's server groups (each group mapped there)
-CELL_UNLIMITED = {"instances": -1, "cores": -1, "ram_mb": -1, "server_groups": -1}
-MOVE_BATCH = 500  # releases read from one cell per round trip
+
 #: How long a cell's free capacity read for a boot's draw is used again: half the
 #: agents' default heartbeat (``[agent] heartbeat_interval_s``, 2 s), which it lags anyway.
 FREE_READ_S = 1.0
 T = TypeVar("T")
-
-
-class UnknownCell(exception.Invalid):
-    msg_fmt = "No cell named {cell}: the cells are {known}"
-
-
-class CellNotJoined(exception.BackendUnavailable):
-    """A boot asked for a cell (by its zone) that is not joined yet: its ledger has not
-    answered since this API process started (503: try again)."""
-
-    msg_fmt = (
-        "Cell {cell} is not joined yet: its ledger has not answered since this API "
-        "process started; no boot goes there until the janitor joins it"
-    )
-
-
-def join(cell: Stores) -> None:
-    """Make a cell's quota the API keyspace's: its own limits unlimited (the default
-    quota class; a project's own limits in the cell must not be set) and each of its
-    releases indexed for :class:`QuotaMover`. Idempotent.
-
-    Until then a boot there would be counted twice (by the API keyspace and by the
-    cell's own limits) and its release would never reach the API keyspace: no boot
-    goes to a cell :class:`CellsCompute` has not joined.
-
-    :raises BackendUnavailable: the cell's ledger did not answer.
-    """
-    cell.quota.update_default_limits(CELL_UNLIMITED)
-    cell_map(cell).join()
 
 
 class CellsCompute:
@@ -157,14 +86,14 @@ class CellsCompute:
 
     def close(self) -> None:
         """Close the buses and ledger connections :func:`open_cells` opened."""
-        _close(self._opened)
+        close_all(self._opened)
 
     @property
     def flavor_cell(self) -> ComputeAPI:
         """The first joined cell (one not joined may be one whose ledger does not
         answer), the first cell when none is: where :meth:`read` reads first what every
         cell holds alike (the same flavors: ``[api] flavor`` and those written through
-        :mod:`qsched.cells_api`, which writes every cell), and where the callers' rights
+        :mod:`qsched.cells.front_door`, which writes every cell), and where the callers' rights
         are asked (every cell has the same rules)."""
         return next(iter(self.joined().values()), next(iter(self.cells.values())))
 
@@ -247,7 +176,7 @@ class CellsCompute:
     def _copy_aggregates(self, name: str) -> int:
         """Write into cell ``name``, not joined yet, every aggregate of the joined cells
         it lacks (:meth:`read`), with their id, uuid, name and metadata and none of
-        their hosts (a cell's copy holds its own hosts only; :mod:`qsched.cells_aggregates`);
+        their hosts (a cell's copy holds its own hosts only; :mod:`qsched.cells.aggregates`);
         how many were written. Nothing when no cell is joined. One read, and a script an
         aggregate (one that is there already writes nothing).
 
@@ -267,7 +196,7 @@ class CellsCompute:
             except exception.Conflict as exc:
                 LOG.warning("cells: aggregate %d (%s, uuid %s) is not written into cell %s, "
                             "joined now, which holds another in its place: %s; boots there do "
-                            "not see it (qsched.cells.audit names it)",
+                            "not see it (qsched.cells.audit.audit_cells names it)",
                             aggregate.id, aggregate.name, aggregate.uuid, name, exc)  # fmt: skip
         return written
 
@@ -621,58 +550,6 @@ class CellsCompute:
         return self.compute_of(uuid).delete(context, uuid)
 
 
-def write_every_cell(
-    cells: Mapping[str, ComputeAPI],
-    write: Callable[[ComputeAPI], T],
-    done: Callable[[ComputeAPI, Exception], bool] = lambda compute, exc: False,
-) -> T:
-    """``write`` to every cell, in order; the first cell's answer (the front doors of
-    :mod:`qsched.cells_api` and :mod:`qsched.cells_aggregates` write so).
-
-    ``done``: whether an error of a cell says the write is there already (a retry's,
-    or a call cut short before); when every cell says so the first cell's error is
-    raised, as one cell answers a repeated write. Any other error stops at the cell
-    that raised it: the same rules and checks run in every cell, so it is the first
-    cell's.
-
-    :raises BackendUnavailable: a cell did not answer (503), once every other cell
-        was written: the client's retry completes the write.
-    """
-    results: list[T] = []
-    repeated: list[Exception] = []
-    down: exception.BackendUnavailable | None = None
-    for name, compute in cells.items():
-        try:
-            results.append(write(compute))
-        except exception.BackendUnavailable as exc:
-            LOG.warning("cells: a write to every cell did not reach cell %s: %s", name, exc)
-            down = down or exc
-        except exception.QschedError as exc:
-            if not done(compute, exc):
-                raise
-            repeated.append(exc)
-    if down is not None:
-        raise down
-    if not results:
-        raise repeated[0]
-    return results[0]
-
-
-def gone(error: type[Exception]) -> Callable[[ComputeAPI, Exception], bool]:
-    """A ``done`` of :func:`write_every_cell`: ``error`` says it is done."""
-    return lambda compute, exc: isinstance(exc, error)
-
-
-def take_back(cells: Sequence[ComputeAPI], undo: Callable[[ComputeAPI], object]) -> None:
-    """Take back what a write to every cell made or changed, where it did (logged if it
-    fails: the client's error stands)."""
-    for compute in cells:
-        try:
-            undo(compute)
-        except Exception:
-            LOG.exception("cells: taking back a write to every cell failed")
-
-
 def flavor_demand(flavor: Flavor) -> dict[str, int]:
     """What ``flavor`` asks in all, by resource class, over its request groups."""
     demand: dict[str, int] = {}
@@ -680,336 +557,6 @@ def flavor_demand(flavor: Flavor) -> dict[str, int]:
         for rc, n in group.resources.items():
             demand[rc] = demand.get(rc, 0) + n
     return demand
-
-
-def cell_ledger(
-    options: CellsOptions, ledger: LedgerOptions, name: str | None = None
-) -> LedgerOptions:
-    """The ledger options of cell ``name`` (None: ``ledger.cell``, the ``[ledger]``
-    one): its ``[cells] cell`` line's URL under its name, ``ledger``'s other options.
-
-    :raises UnknownCell: no ``[cells] cell`` line names it.
-    """
-    name = ledger.cell if name is None else name
-    for spec in options.specs():
-        if spec.name == name:
-            return ledger.replace(cell=spec.name, url=spec.ledger_url)
-    raise UnknownCell(cell=repr(name), known=", ".join(s.name for s in options.specs()) or "none")
-
-
-def api_ledger(options: CellsOptions, ledger: LedgerOptions) -> LedgerOptions:
-    """The ledger options of the API keyspace: ``[cells] api_url`` under the cell name
-    ``api``, ``ledger``'s other options.
-
-    :raises Invalid: ``options`` names no cell (one cell has no API keyspace).
-    """
-    if not options.enabled or not options.api_url:
-        raise exception.Invalid(reason="[cells] names no cell: one cell has no API keyspace")
-    return ledger.replace(cell=API_CELL, url=options.api_url)
-
-
-def open_cells(
-    options: CellsOptions,
-    ledger: LedgerOptions,
-    bus: BusOptions,
-    open_bus: Callable[[BusOptions], Bus],
-    quota: QuotaOptions | None = None,
-    **compute: Any,
-) -> CellsCompute:
-    """The front door of the cells ``options`` names, each :func:`join`-ed (idempotent).
-
-    A cell whose ledger does not answer its join is left out of the boots, logged,
-    until a pass of the janitor joins it (:meth:`CellsCompute.join_waiting`): the
-    API starts with the cells that answer.
-
-    The API keyspace's stores at ``api_url``, under the cell name ``api``; each cell's
-    at its ledger URL, under its name, and its bus: ``open_bus`` of ``bus`` with the
-    cell's prefix. ``ledger``: the options every keyspace opens with (its ``url`` and
-    ``cell`` are replaced); ``quota``: the default limits, the deployment's in the API
-    keyspace (a cell's own instances, cores, RAM and server groups are left
-    unlimited, the API keyspace counting them; ``key_pairs``, ``metadata_items``,
-    ``injected_file*`` and ``server_group_members`` are the API keyspace's too, which
-    each cell reads when it checks them); ``compute``: the other
-    arguments of each cell's :class:`ComputeAPI` (``scheduler``, ``api``, ``policy``,
-    ...), which refuses a boot not given its uuids by the front door
-    (``serves_boots`` off). Nothing else is opened or read; :meth:`CellsCompute.close`
-    closes it all.
-
-    :raises Invalid: ``options`` names no cell (one cell needs none of this).
-    :raises BackendUnavailable: a ledger did not answer its opening (a Redis Cluster
-        none of whose nodes answers, a ``[ledger] durability`` that must ask the
-        server), or a bus did not open; what was opened is closed.
-    """
-    specs = options.specs()
-    if not specs or not options.api_url:
-        raise exception.Invalid(reason="[cells] names no cell: one cell needs no front door")
-    opened: list[Callable[[], object]] = []
-    try:
-        api = open_stores(api_ledger(options, ledger), quota)
-        opened.append(api.backend.close)
-        # the limits a cell checks in code (key_pairs, metadata_items...): the deployment's
-        deployment = QuotaAPI(api, compute.get("policy") or Policy())
-        cells = {}
-        for spec in specs:
-            stores = open_stores(cell_ledger(options, ledger, spec.name), quota)
-            opened.append(stores.backend.close)
-            cell_bus = open_bus(bus.replace(prefix=spec.bus_prefix))
-            opened.append(cell_bus.close)
-            cells[spec.name] = ComputeAPI(stores, cell_bus, serves_boots=False,
-                                          quotas=deployment, **compute)  # fmt: skip
-        unjoined = [name for name, cell in cells.items() if not _joined(name, cell.stores)]
-        return CellsCompute(api, cells, options.zones(), opened, unjoined)
-    except BaseException:
-        _close(opened)
-        raise
-
-
-def _joined(name: str, cell: Stores) -> bool:
-    """Join a cell at the start; False, logged, when its ledger did not answer."""
-    try:
-        join(cell)
-    except exception.BackendUnavailable as exc:
-        LOG.warning("cells: cell %s is not joined: %s; no boot goes there until a pass of "
-                    "the janitor joins it", name, str(exc).rstrip("."))  # fmt: skip
-        return False
-    return True
-
-
-def _close(opened: Sequence[Callable[[], object]]) -> None:
-    for close in reversed(opened):
-        try:
-            close()
-        except Exception:  # the others still close
-            LOG.exception("cells: closing %s failed", close)
-
-
-class MoverReport(TypedDict):
-    """What one pass of :class:`QuotaMover` did."""
-
-    moved: int  # releases applied to the API keyspace
-    settled: int  # pending boots settled
-    groups_settled: int  # pending server groups settled
-    joined: list[str]  # cells joined by this pass (:meth:`CellsCompute.join_waiting`)
-    skipped: list[str]  # cells passed over: their ledger did not answer
-
-
-class _CellDown(Exception):
-    """A cell's ledger did not answer the mover: the pass goes on without that cell."""
-
-    def __init__(self, cell: str, cause: exception.BackendUnavailable) -> None:
-        super().__init__(f"{cell}: {str(cause).rstrip('.')}")
-        self.cell = cell
-        self.cause = cause
-
-
-def _in_cell(cell: str, call: Callable[..., T], *args: Any) -> T:
-    """``call(*args)``, a call to cell ``cell``'s keyspace: its outage is :class:`_CellDown`
-    (a call to the API keyspace is made bare: its outage fails the pass)."""
-    try:
-        return call(*args)
-    except exception.BackendUnavailable as exc:
-        raise _CellDown(cell, exc) from exc
-
-
-class QuotaMover:
-    """Applies the cells' quota releases to the API keyspace, and settles boots left
-    pending by an API process that died (see the module docstring). Run by the
-    deployment's janitor; each pass is O(what it moves).
-
-    A pass first joins the cells not joined yet. A cell whose ledger does not answer
-    is passed over for the rest of the pass (its releases and pending boots wait in
-    it, none is lost), logged once a pass; the other cells' releases are moved. The
-    API keyspace not answering fails the pass: nothing can be moved.
-    """
-
-    def __init__(self, cells: CellsCompute, pending_grace_s: float) -> None:
-        self.cells = cells
-        self.pending_grace_s = pending_grace_s
-
-    def run_once(self) -> MoverReport:
-        """One pass: which cells were joined, how many releases were moved and pending
-        boots settled, and which cells were passed over.
-
-        :raises BackendUnavailable: the API keyspace did not answer.
-        """
-        joined, failed = self.cells.join_waiting()
-        report = MoverReport(moved=0, settled=0, groups_settled=0, joined=joined, skipped=[])
-        down = {name: _CellDown(name, exc) for name, exc in failed.items()}
-        for name in self.cells.cells:
-            if name in down:
-                continue
-            try:
-                self._move(name, report)
-            except _CellDown as exc:
-                down[name] = exc
-        self._settle_pending(report, down)
-        self._settle_groups(report, down)
-        report["skipped"] = list(down)
-        if down:
-            waiting = ", ".join(sorted(self.cells.unjoined))
-            LOG.warning("cells: the quota mover passed over %s; their releases and pending "
-                        "boots wait in them for a pass they answer%s",
-                        "; ".join(str(exc) for exc in down.values()),
-                        f"; not joined yet (no boot goes there): {waiting}" if waiting else "",
-                        )  # fmt: skip
-        if report["moved"] or report["settled"] or report["groups_settled"]:
-            LOG.info("cells: %d releases of quota moved to the API keyspace, %d pending boots "
-                     "and %d pending server groups settled", report["moved"], report["settled"],
-                     report["groups_settled"])  # fmt: skip
-        return report
-
-    def _move(self, name: str, report: MoverReport) -> None:
-        """Apply cell ``name``'s indexed releases, a batch a round trip to each keyspace.
-
-        :raises _CellDown: the cell did not answer (what was applied stays applied: a
-            release applied again is applied once).
-        """
-        records = self.cells.maps[name]
-        while True:
-            ends = _in_cell(name, records.ends, MOVE_BATCH)
-            if not ends:
-                return
-            for _entry, project, holder in ends:
-                self.cells.quota.release(project, holder)
-            report["moved"] += len(ends)
-            _in_cell(name, records.drop_ends, [entry for entry, _project, _holder in ends])
-
-    def _settle_pending(self, report: MoverReport, down: dict[str, _CellDown]) -> None:
-        """Pending boots older than the grace: confirmed if their cell has the record,
-        else abandoned there (so a create still on its way refuses) and their quota
-        and mapping dropped. Those of a cell in ``down`` wait; a cell that fails here
-        joins it."""
-        for uuid in self.cells.map.pending_before(time.time() - self.pending_grace_s):
-            try:
-                cell, project = self.cells.mapping(uuid)
-            except exception.InstanceNotFound:
-                self.cells.map.confirm([uuid])  # nothing mapped: nothing to settle
-                continue
-            if cell in down:
-                continue
-            if cell not in self.cells.cells:
-                LOG.warning("cells: boot %s is pending in %s, a cell no [cells] cell line "
-                            "names now; it waits for that cell's line", uuid, cell)  # fmt: skip
-                continue
-            try:
-                self._settle(uuid, cell, project)
-            except _CellDown as exc:
-                down[cell] = exc
-                continue
-            report["settled"] += 1
-
-    def _settle_groups(self, report: MoverReport, down: dict[str, _CellDown]) -> None:
-        """Server groups pending past the grace (their API process died, or was told 503,
-        between the mapping and the cell's create): kept if their cell has them, else
-        abandoned there (a late create refuses) and their mapping and count dropped."""
-        groups = self.cells.map
-        for uuid in groups.groups_pending_before(time.time() - self.pending_grace_s):
-            found = groups.group_mapping(uuid)
-            if found is None:
-                groups.confirm_groups([uuid])  # nothing mapped: nothing to settle
-                continue
-            cell, project = found
-            if cell in down:
-                continue
-            if cell not in self.cells.cells:
-                LOG.warning("cells: server group %s is pending in %s, a cell no [cells] "
-                            "cell line names now; it waits for that line", uuid, cell)  # fmt: skip
-                continue
-            try:
-                present = _in_cell(cell, self.cells.cells[cell].stores.groups.abandon, uuid)
-            except _CellDown as exc:
-                down[cell] = exc
-                continue
-            if present:
-                groups.confirm_groups([uuid])
-            else:
-                groups.unmap_group(uuid, project)
-                LOG.warning("cells: server group %s never reached its cell %s; its mapping "
-                            "and count are dropped", uuid, cell)  # fmt: skip
-            report["groups_settled"] += 1
-
-    def _settle(self, uuid: str, cell: str, project: str) -> None:
-        compute = self.cells.cells[cell]
-        try:
-            record = _in_cell(cell, compute.stores.instances.get, uuid)
-        except exception.InstanceNotFound:
-            record = None
-        if record is None:
-            why = "its API process died before its cell held it"
-            _in_cell(cell, compute.abandon, uuid, why)
-            self.cells._unmap(project, [uuid])
-            LOG.warning("cells: boot %s never reached its cell; its quota is returned", uuid)
-        else:
-            self.cells.map.confirm([uuid])
-
-
-def audit(front: CellsCompute) -> dict[str, Any]:
-    """The API keyspace's quota against the cells', once the mover ran and no boot is
-    on its way (an admin scan of every keyspace): every holder of the API's quota is
-    held by the cell its mapping names, for the same amounts, and every holder of a
-    cell's quota by the API's; no release waits in a cell and no boot is pending. Every
-    server group is in the cell its mapping names and counted there; every aggregate
-    is in every cell alike, each copy with hosts of its cell only
-    (:func:`_aggregate_problems`).
-
-    ``ok`` and what was found: ``problems`` (the first 20), ``ends_waiting``,
-    ``pending``, ``groups_pending``.
-    """
-    problems: list[str] = []
-    held_by_cells: dict[tuple[str, str], tuple[str, Any]] = {}
-    waiting = 0
-    for name, compute in front.cells.items():
-        for project, holders in compute.stores.inspector.quota_held().items():
-            for holder, usage in holders.items():
-                held_by_cells[(project, holder)] = (name, usage)
-        waiting += front.maps[name].ends_waiting()
-    for project, holders in front.api.inspector.quota_held().items():
-        for holder, usage in holders.items():
-            found = held_by_cells.pop((project, holder), None)
-            if found is None:
-                problems.append(f"{holder} ({project}): held by the API, by no cell")
-                continue
-            cell, amounts = found
-            try:
-                mapped = front.cell_of(holder)
-            except exception.InstanceNotFound:
-                mapped = None
-            if mapped != cell:
-                problems.append(f"{holder} ({project}): held in {cell}, mapped to {mapped}")
-            if amounts != usage:
-                problems.append(f"{holder} ({project}): {usage} in the API, {amounts} in {cell}")
-    for (project, holder), (cell, _usage) in held_by_cells.items():
-        problems.append(f"{holder} ({project}): held by {cell}, not by the API")
-    problems += _group_problems(front)
-    problems += _aggregate_problems(front)
-    pending = front.map.pending_count()
-    groups_pending = front.map.groups_pending_count()
-    return {"ok": not problems and not waiting and not pending and not groups_pending,
-            "problems": problems[:20], "ends_waiting": waiting, "pending": pending,
-            "groups_pending": groups_pending}  # fmt: skip
-
-
-def _group_problems(front: CellsCompute) -> list[str]:
-    """Every server group is mapped to the cell that holds it, for its project, and
-    counted there; every mapping's group is in its cell (an admin scan)."""
-    problems: list[str] = []
-    mapped = front.map.group_mappings()
-    counted: dict[str, set[str]] = {}  # project: its counted groups, read once
-    for name, compute in front.cells.items():
-        for group in compute.stores.groups.list_all():
-            project = group.project_id
-            found = mapped.pop(group.uuid, None)
-            if found != (name, project):
-                problems.append(f"group {group.uuid} ({project}): in {name}, "
-                                f"mapped to {found}")  # fmt: skip
-                continue
-            if project not in counted:
-                counted[project] = front.map.counted_groups(project)
-            if group.uuid not in counted[project]:
-                problems.append(f"group {group.uuid} ({project}): not counted")
-    for uuid, (cell, project) in mapped.items():
-        problems.append(f"group {uuid} ({project}): mapped to {cell}, in no cell")
-    return problems
 
 
 def serves(wanted: Sequence[frozenset[str]], index: AggregateIndex) -> bool:
@@ -1045,25 +592,11 @@ def has_node(compute: ComputeAPI, node: str) -> bool:
     return compute.stores.ledger.find_provider(node) is not None
 
 
-def _aggregate_problems(front: CellsCompute) -> list[str]:
-    """Every aggregate is in every cell with the same uuid, name and metadata, and each
-    cell's copy holds hosts of that cell only, as their host mappings say (an admin
-    scan: O(cells x aggregates))."""
-    problems: list[str] = []
-    copies: dict[int, dict[str, Aggregate]] = {}
-    for name, compute in front.cells.items():
-        for found in compute.aggregates.store.list():
-            copies.setdefault(found.id, {})[name] = found
-            for host in sorted(found.hosts):
-                mapped = front.map.host_cell(host)
-                if mapped not in (None, name) or not has_host(compute, host):
-                    problems.append(f"aggregate {found.id}: host {host} in {name}'s copy, "
-                                    f"mapped to {mapped}")  # fmt: skip
-    for aggregate_id, in_cells in sorted(copies.items()):
-        missing = sorted(set(front.cells) - set(in_cells))
-        if missing:
-            problems.append(f"aggregate {aggregate_id}: not in {', '.join(missing)}")
-        shapes = {(a.uuid, a.name, tuple(sorted(a.metadata.items()))) for a in in_cells.values()}
-        if len(shapes) > 1:
-            problems.append(f"aggregate {aggregate_id}: the cells' copies differ: {shapes}")
-    return problems
+def close_all(opened: Sequence[Callable[[], object]]) -> None:
+    """Call each of ``opened`` (what opening the cells opened), last first; one that
+    fails is logged and the others still close."""
+    for close in reversed(opened):
+        try:
+            close()
+        except Exception:  # the others still close
+            LOG.exception("cells: closing %s failed", close)

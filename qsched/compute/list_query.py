@@ -3,7 +3,7 @@
 :func:`parse` reads a ``GET /servers`` (``/servers/detail``) query as Nova's
 ``_get_servers`` does, for one microversion and one caller; :class:`ServerQuery`
 says which records match and in what order. No I/O here: :meth:`ComputeAPI.list
-<qsched.compute.ComputeAPI.list>` reads the records (a project's, or an admin's
+<qsched.compute.api.ComputeAPI.list>` reads the records (a project's, or an admin's
 page of every project's) and applies it.
 
 What Nova does and this does too:
@@ -37,10 +37,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from qsched import exception
+from qsched.compute.server_actions import has_status, power_state, vm_state
 from qsched.flavors import ref_id
 from qsched.ledger.base import Instance, State
 from qsched.scheduling.records import details
-from qsched.server_actions import has_status, power_state, vm_state
 
 #: Nova's server status names (nova/api/openstack/common.py's state map)
 STATUSES = frozenset({

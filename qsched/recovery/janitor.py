@@ -14,12 +14,12 @@ agent says the VM is gone; and that agent spawns nothing once its own heartbeat 
 overdue (its lease, :mod:`agents.lease`), so that a build taken from it is not
 started twice.
 
-The janitor also empties the outbox (:mod:`qsched.outbox`): boot requests recorded
+The janitor also empties the outbox (:mod:`qsched.recovery.outbox`): boot requests recorded
 and never confirmed by the broker (a front door killed in between) are published
 once they have waited ``[scheduler] outbox_grace_s``. With several cells behind one
 API (``[cells]``), its tasks (the deadline reaper, the dead agents' pass and the
 outbox) go through every cell in turn, passing over a cell whose ledger or bus does
-not answer, and it runs their :class:`~qsched.cells.QuotaMover` too.
+not answer, and it runs their :class:`~qsched.cells.mover.QuotaMover` too.
 """
 
 from __future__ import annotations
@@ -27,19 +27,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any
 
 from qsched import exception
-from qsched.cells import CellsCompute, MoverReport, QuotaMover
-from qsched.conf import CellsOptions, SchedulerOptions
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.metrics import APIMetrics, NoMetrics
-from qsched.notifications import NULL, Notifier
-from qsched.outbox import RETRY_MAX_S, BootPublisher, publish_stranded
-from qsched.periodic import Periodic
-from qsched.reaper import reap_expired
+from qsched.recovery.outbox import RETRY_MAX_S, BootPublisher, publish_stranded
 from qsched.scheduling.records import request_for
 
 LOG = logging.getLogger(__name__)
@@ -47,8 +41,6 @@ LOG = logging.getLogger(__name__)
 #: The ledger must answer this long after an outage before the outbox is published:
 #: three times the longest pause of a front door's abandon retries.
 OUTBOX_SETTLE_S = 3 * RETRY_MAX_S
-#: With the cells' mover off in this process, how often a cell not joined is asked again.
-JOIN_INTERVAL_S = 5.0
 
 
 @dataclasses.dataclass
@@ -226,121 +218,3 @@ class OutboxPass:
         if self._up_since is None:
             self._up_since = now
         return []
-
-
-class Cell(NamedTuple):
-    """A cell the housekeeping serves: its name (empty for the one cell), stores and bus."""
-
-    name: str
-    stores: Stores
-    bus: BootPublisher
-
-
-def start_periodic_tasks(
-    options: SchedulerOptions,
-    stores: Stores,
-    bus: BootPublisher,
-    metrics: APIMetrics | None = None,
-    notifier: Notifier = NULL,
-    front: CellsCompute | None = None,
-    cells: CellsOptions | None = None,
-) -> list[Periodic]:
-    """The API service's housekeeping: the deadline reaper (which tells ``notifier`` of
-    what it ends), this janitor and the outbox, of ``stores`` and ``bus`` (the
-    ``[ledger]`` cell); with ``front`` (the cells ``cells`` names,
-    :func:`qsched.cells.open_cells`) of every cell it names instead, each in turn
-    (:func:`each_cell`), and their quota mover, every ``[cells] mover_interval_s``.
-    ``metrics`` count what each run did, summed over the cells (None: nowhere)."""
-    counts = metrics or NoMetrics()
-    served = [Cell("", stores, bus)]
-    if front is not None:
-        served = [Cell(name, c.stores, c.bus) for name, c in front.cells.items()]
-    tasks = []
-    if options.reap_interval_s:
-
-        def reap(cell: Cell) -> None:
-            counts.no_valid_host("deadline", reap_expired(cell.stores, notifier=notifier))
-
-        tasks.append(Periodic("reaper", options.reap_interval_s,
-                              each_cell("reaper", served, reap, counts)))  # fmt: skip
-    if options.janitor_interval_s:
-        suspects: dict[str, dict[str, float]] = {cell.name: {} for cell in served}
-        grace_s = options.janitor_grace_s
-
-        def janitor(cell: Cell) -> None:
-            report = run(cell.stores, cell.bus, grace_s=grace_s, suspects=suspects[cell.name])
-            counts.janitor_ran(len(report.requeued), len(report.failed))
-
-        tasks.append(Periodic("janitor", options.janitor_interval_s,
-                              each_cell("janitor", served, janitor, counts)))  # fmt: skip
-    if options.outbox_interval_s:
-        outboxes = {cell.name: OutboxPass(cell.stores, cell.bus, options.outbox_grace_s,
-                                          OUTBOX_SETTLE_S) for cell in served}  # fmt: skip
-
-        def outbox_pass(cell: Cell) -> None:
-            counts.outbox_published(len(outboxes[cell.name]()))
-
-        tasks.append(Periodic("outbox", options.outbox_interval_s,
-                              each_cell("outbox", served, outbox_pass, counts)))  # fmt: skip
-    if front is not None:
-        tasks += _cells_tasks(front, cells or CellsOptions.defaults(), counts)
-    for task in tasks:
-        task.start()
-    return tasks
-
-
-def each_cell(
-    task: str,
-    cells: Sequence[Cell],
-    step: Callable[[Cell], None],
-    counts: APIMetrics | None = None,
-) -> Callable[[], None]:
-    """A periodic task's run: ``step`` of each cell in turn. Over several cells, a cell
-    whose ledger or bus does not answer is passed over (logged, and counted in
-    ``counts``) and the others served; the run raises its outage only when no cell
-    answered. One cell's outage is the run's, as :class:`~qsched.periodic.Periodic`
-    logs it."""
-    counted = counts or NoMetrics()
-
-    def run_each() -> None:
-        down: list[exception.BackendUnavailable] = []
-        for cell in cells:
-            try:
-                step(cell)
-            except exception.BackendUnavailable as exc:
-                if len(cells) > 1:
-                    LOG.warning("periodic task %s: cell %s passed over: %s", task, cell.name,
-                                exc)  # fmt: skip
-                    counted.cell_passed_over(task, cell.name)
-                down.append(exc)
-        if len(down) == len(cells):
-            raise down[0]
-
-    return run_each
-
-
-def _cells_tasks(front: CellsCompute, cells: CellsOptions, counts: APIMetrics) -> list[Periodic]:
-    """The cells' quota mover, unless ``[cells] mover_interval_s`` is 0; then, while a
-    cell is not joined (its ledger did not answer at the start), a task that only joins
-    it, every :data:`JOIN_INTERVAL_S`: else no boot of this process would go there."""
-    if not cells.mover_interval_s:
-        if not front.unjoined:
-            return []
-
-        def join_cells() -> list[str]:
-            joined, failed = front.join_waiting()
-            for name, exc in failed.items():
-                LOG.warning("cells: cell %s is still not joined: %s", name, exc)
-            return joined
-
-        return [Periodic("cells-join", JOIN_INTERVAL_S, join_cells)]
-    mover = QuotaMover(front, cells.pending_grace_s)
-
-    def quota_mover() -> MoverReport:
-        done = mover.run_once()
-        counts.cells_mover_ran(done["moved"], done["settled"])
-        for cell in done["skipped"]:
-            counts.cell_passed_over("quota-mover", cell)
-        return done
-
-    return [Periodic("cells-quota-mover", cells.mover_interval_s, quota_mover)]

@@ -3,7 +3,7 @@ cells adopt`` (docs/admin.rst, docs/scale.rst), as Nova's ``nova-manage cell_v2
 discover_hosts`` and its online data migrations.
 
 A cell that ran alone and is then served with others by one front door
-(:class:`qsched.cells.CellsCompute`) holds what the front door does not know:
+(:class:`qsched.cells.router.CellsCompute`) holds what the front door does not know:
 
 * server groups without a **group mapping** (listed, but not found, not counted):
   each is mapped to its cell and project in the API keyspace and counted in the
@@ -26,7 +26,7 @@ Safe while the API serves. A group is mapped, then looked up in its cell again: 
 deleted meanwhile has its mapping dropped again (a delete that found the mapping
 drops it too). An aggregate is copied under its lock in the API keyspace
 (``agg-lock:<id>``), which every write of the front door to it holds too
-(:func:`qsched.cells_aggregates.aggregate_lock`): its copies are read again under the
+(:func:`qsched.cells.aggregates.aggregate_lock`): its copies are read again under the
 lock, so a create, rename or delete going through the cells is never met half way
 nor undone; one deleted or whose id or name was taken since the first read is not
 copied, and the report says to run again, as for one whose lock stayed taken.
@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 
 from qsched import exception
 from qsched.aggregates import Aggregate, AggregateNotFound
-from qsched.cells_aggregates import AGGREGATE_WAIT_S, AggregateBusy, aggregate_lock
+from qsched.cells.aggregates import AGGREGATE_WAIT_S, AggregateBusy, aggregate_lock
 from qsched.ledger import Stores
 from qsched.ledger.base import ServerGroup
 from qsched.ledger.cellmap import RedisCellMap, cell_map

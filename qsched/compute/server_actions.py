@@ -30,11 +30,11 @@ from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.ledger.base import Event, Instance, State, TaskState
 from qsched.ledger.records import PowerState
-from qsched.message import ActionRequest
 from qsched.policies import instance_actions as actions_policy
 from qsched.policies import server_actions as server_policy
 from qsched.policy import Policy
 from qsched.resources import check_uuid
+from qsched.scheduling.message import ActionRequest
 from qsched.scheduling.records import details
 
 #: the task_state each action sets, to settle it again when its publish fails
@@ -134,7 +134,7 @@ class ServerActions:
     def stop(self, context: RequestContext, uuid: str) -> None:
         """``os-stop``: power an ACTIVE server off; it keeps its host, claim and quota.
 
-        :raises InstanceNotFound: as :meth:`qsched.compute.ComputeAPI.get`.
+        :raises InstanceNotFound: as :meth:`qsched.compute.api.ComputeAPI.get`.
         :raises Forbidden: ``os_compute_api:servers:stop`` refuses the caller.
         :raises InstanceNotReady, InstanceInvalidState: its state refuses it (409).
         :raises AgentDown: its host's agent is down (409).
@@ -184,7 +184,7 @@ class ServerActions:
     ) -> tuple[Instance, list[Action]]:
         """A server's actions, newest first; ``deleted``: a deleted server's too (2.21).
 
-        :raises InstanceNotFound: as :meth:`qsched.compute.ComputeAPI.get`.
+        :raises InstanceNotFound: as :meth:`qsched.compute.api.ComputeAPI.get`.
         :raises Forbidden: ``os_compute_api:os-instance-actions:list`` refuses the caller.
         :raises ActionMarkerNotFound: ``filters.marker`` is none of them (400).
         """

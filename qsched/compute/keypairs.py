@@ -30,12 +30,12 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from qsched import exception
+from qsched.compute.quotas import QuotaAPI
 from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.ledger.keypairs import SSH, X509, Keypair
 from qsched.policies import keypairs as keypairs_policy
 from qsched.policy import Policy
-from qsched.quotas import QuotaAPI
 from qsched.scheduling.records import ServerFields
 
 TYPES = (SSH, X509)
