@@ -19,8 +19,8 @@ from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import conf as qconf
 from qsched import exception, janitor
 from qsched.api import app as api_app
+from qsched.api.wsgi import ThreadingWSGIServer, make_server
 from qsched.bus.kombu import KombuBus
-from qsched.cmd.api import ThreadingWSGIServer, make_server
 from qsched.compute import ComputeAPI
 from qsched.conf import Options
 from qsched.conf.bus import KOMBU

@@ -26,9 +26,9 @@ from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import exception, janitor
 from qsched.api import app as api_app
+from qsched.api.wsgi import make_server
 from qsched.bus.base import BusUnavailable
 from qsched.bus.kombu import KombuBus
-from qsched.cmd.api import make_server
 from qsched.compute import ComputeAPI, FlavorRefNotFound
 from qsched.conf import AgentOptions, APIOptions, LedgerOptions, SchedulerOptions
 from qsched.context import RequestContext
