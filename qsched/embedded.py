@@ -19,9 +19,9 @@ from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import conf as qconf
 from qsched import exception
 from qsched.api import app as api_app
+from qsched.api.wsgi import ThreadingWSGIServer, make_server
 from qsched.bus.kombu import KombuBus
 from qsched.cells.housekeeping import start_periodic_tasks
-from qsched.cmd.api import ThreadingWSGIServer, make_server
 from qsched.compute.api import ComputeAPI
 from qsched.conf import Options
 from qsched.conf.bus import KOMBU

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from qsched.api import app as api_app
-from qsched.cmd.api import make_server
+from qsched.api.wsgi import make_server
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, TaskState, Usage

@@ -22,8 +22,8 @@ from click.testing import CliRunner
 from qsched import conf as qconf
 from qsched.admin.cli import cli
 from qsched.api import app as api_app
+from qsched.api.wsgi import make_server
 from qsched.bus.kombu import KombuBus
-from qsched.cmd.api import make_server
 from qsched.images.glance import GlanceImages
 from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import State, Usage

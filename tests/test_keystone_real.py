@@ -25,9 +25,9 @@ from oslo_context import context as oslo_context
 
 from qsched import conf as qconf
 from qsched.api import app as api_app
+from qsched.api.wsgi import ThreadingWSGIServer, make_server
 from qsched.bench import tokens as tokens_bench
 from qsched.bus.kombu import KombuBus
-from qsched.cmd.api import ThreadingWSGIServer, make_server
 from qsched.conf.policy import policy_enforcer
 from qsched.context import RequestContext
 from qsched.ledger import open_stores

@@ -209,7 +209,7 @@ def test_qsched_api_logs_at_debug_when_told(
     (access,) = [line for line in logged if '"GET /v2.1/flavors"' in line]
     assert f" INFO qsched.api.app [{global_id} {request_id} alice pa " in access
     # the WSGI server's line of each request is a DEBUG one
-    server_lines = [line for line in logged if " DEBUG qsched.cmd.api " in line]
+    server_lines = [line for line in logged if " DEBUG qsched.api.wsgi " in line]
     assert bool(server_lines) == debug, logged
 
 

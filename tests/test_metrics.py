@@ -26,10 +26,11 @@ from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import exception
 from qsched.api import app as api_app
+from qsched.api import routes
+from qsched.api.wsgi import make_server
 from qsched.bus.base import BusUnavailable
 from qsched.bus.kombu import KombuBus
 from qsched.cells import housekeeping
-from qsched.cmd.api import make_server
 from qsched.compute.api import ComputeAPI, FlavorRefNotFound
 from qsched.conf import AgentOptions, APIOptions, LedgerOptions, SchedulerOptions
 from qsched.context import RequestContext
@@ -120,9 +121,9 @@ def cell() -> Iterator[Cell]:
         driver = FakeDriver(2, FakeNodeSpec(vcpus=8, ram_mb=16384, disk_gb=0), host=f"m{i}")
         agents.append(ComputeAgent(options, stores, bus, driver))
         agents[-1].start(ready_timeout_s=30)
-    routes = frozenset(t for t, _r in api_app._routes(ComputeAPI(stores, bus), None, 1024))
+    templates = frozenset(t for t, _r in routes.table(ComputeAPI(stores, bus), None, 1024))
     ports = [a.opts.metrics_port for a in agents]
-    yield Cell(stores, server.server_port, agents, ports, routes | {"/metrics"})
+    yield Cell(stores, server.server_port, agents, ports, templates | {"/metrics"})
     server.shutdown()
     server.server_close()
     for agent in agents:

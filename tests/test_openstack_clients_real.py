@@ -28,8 +28,8 @@ import pytest
 from qsched import conf as qconf
 from qsched.api import app as api_app
 from qsched.api import microversion
+from qsched.api.wsgi import make_server
 from qsched.bus.kombu import KombuBus
-from qsched.cmd.api import make_server
 from qsched.ledger import Stores, open_stores
 from qsched.stack.keystone import User
 from tests.conftest import GlanceCloud, KeystoneCloud

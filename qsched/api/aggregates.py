@@ -23,8 +23,11 @@ from qsched.aggregates import (
     AggregateHostNotFound,
     InvalidAggregateAction,
 )
-from qsched.api import Handler, context_of, microversion, read_json, schemas, usage_time
+from qsched.api import Handler, context_of, microversion, read_json, usage_time
 from qsched.api.microversion import Version
+from qsched.api.schemas import aggregates as schema
+from qsched.api.schemas.parameter_types import MAX_INT
+from qsched.api.schemas.validation import validate
 
 UUID_SHOWN: Version = (2, 41)  # the aggregate's uuid in every view
 
@@ -35,7 +38,7 @@ def _id(aggregate_id: str) -> int:
         value = int(aggregate_id)
     except ValueError:
         value = -1
-    if value < 0 or value > schemas.MAX_INT or not aggregate_id.strip().isdigit():
+    if value < 0 or value > MAX_INT or not aggregate_id.strip().isdigit():
         raise exception.Invalid(message=f"Invalid input received: id must be an integer, not "
                                 f"{aggregate_id[:40]!r}.")  # fmt: skip
     return value
@@ -49,7 +52,7 @@ class Aggregates(Handler):
         resp.media = {"aggregates": [view(a, microversion.current(req)) for a in found]}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = schemas.validate(schemas.AGGREGATE_CREATE, read_json(req, self.max_body))
+        body = validate(schema.AGGREGATE_CREATE, read_json(req, self.max_body))
         wanted = body["aggregate"]
         made = self.compute.aggregates.create(
             context_of(req), wanted["name"], wanted.get("availability_zone")
@@ -67,7 +70,7 @@ class AggregateItem(Handler):
         resp.media = {"aggregate": view(found, microversion.current(req))}
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, aggregate_id: str) -> None:
-        body = schemas.validate(schemas.AGGREGATE_UPDATE, read_json(req, self.max_body))
+        body = validate(schema.AGGREGATE_UPDATE, read_json(req, self.max_body))
         changed = self.compute.aggregates.update(
             context_of(req), _id(aggregate_id), body["aggregate"]
         )
@@ -83,12 +86,12 @@ class AggregateAction(Handler):
     def on_post(self, req: falcon.Request, resp: falcon.Response, aggregate_id: str) -> None:
         body = read_json(req, self.max_body)
         action = next(iter(body), None) if isinstance(body, dict) and len(body) == 1 else None
-        validator = schemas.AGGREGATE_ACTIONS.get(str(action))
+        validator = schema.AGGREGATE_ACTIONS.get(str(action))
         if validator is None:
             raise exception.Invalid(
                 message="Invalid action: send one of add_host, remove_host, set_metadata."
             )
-        body = schemas.validate(validator, body)
+        body = validate(validator, body)
         acted = self._act(req, str(action), _id(aggregate_id), body)
         resp.media = {"aggregate": view(acted, microversion.current(req))}
 

@@ -1,11 +1,11 @@
-"""The WSGI application: routes, middleware and Nova-format errors.
+"""The WSGI application: its assembly, middleware, Nova-format errors and loading.
 
 :func:`create_app` builds it from the ledger stores, a bus and the ``[api]`` and
 ``[scheduler]`` options (tests and the embedded demo pass their own);
 :func:`create_cells_app` from the front door of several cells (``[cells]``,
-docs/scale.rst), every route across them. For a WSGI server, ``wsgi_app`` in this
-module is the application itself, built on its first request from the files named in
-``QSCHED_CONFIG`` (``os.pathsep``-separated)::
+docs/scale.rst), every route across them (the table of :mod:`qsched.api.routes`).
+For a WSGI server, ``wsgi_app`` in this module is the application itself, built on
+its first request from the files named in ``QSCHED_CONFIG`` (``os.pathsep``-separated)::
 
     QSCHED_CONFIG=/etc/qsched/qsched.conf gunicorn qsched.api.app:wsgi_app
 
@@ -17,7 +17,6 @@ also refuses to start on such a bind.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -32,27 +31,9 @@ import falcon
 
 from qsched import conf as qconf
 from qsched import exception
-from qsched.api import (
-    API_VERSION,
-    PREFIX,
-    FrontDoor,
-    auth,
-    base_url,
-    health,
-    keystone,
-    microversion,
-)
-from qsched.api import aggregates as aggregate_handlers
-from qsched.api import availability_zones as zone_handlers
-from qsched.api import flavors as flavor_handlers
-from qsched.api import hypervisors as hypervisor_handlers
-from qsched.api import keypairs as keypair_handlers
+from qsched.api import PREFIX, FrontDoor, auth, health, keystone, microversion, routes
 from qsched.api import metrics as metrics_edge
-from qsched.api import quotas as quota_handlers
-from qsched.api import server_actions as action_handlers
-from qsched.api import server_groups as group_handlers
-from qsched.api import servers as server_handlers
-from qsched.api import services as service_handlers
+from qsched.api.versions import LEGACY_PREFIX
 from qsched.bus.base import Bus
 from qsched.cells import housekeeping
 from qsched.cells.front_door import CellsComputeAPI
@@ -162,11 +143,11 @@ def create_cells_app(
 
 def _app(compute: FrontDoor, api: APIOptions, metrics: APIMetrics, conf: Any) -> falcon.App:
     compute.seed_flavors()
-    routes = _routes(compute, api.public_endpoint, api.max_request_body_bytes)
-    routes += metrics_edge.routes(metrics)
+    table = routes.table(compute, api.public_endpoint, api.max_request_body_bytes)
+    table += metrics_edge.routes(metrics)
     middleware: list[Any] = [
         *metrics_edge.middleware(metrics),
-        RequestMiddleware(collections(template for template, _ in routes)),
+        RequestMiddleware(routes.collections(template for template, _ in table)),
         _auth_middleware(api, compute.policy),
     ]
     app = falcon.App(middleware=middleware)
@@ -178,7 +159,7 @@ def _app(compute: FrontDoor, api: APIOptions, metrics: APIMetrics, conf: Any) ->
     app.add_error_handler(tuple(_STATUS), _domain_error)
     healthcheck = health.Healthcheck(compute.check_health, qconf.load() if conf is None else conf)
     app.add_route("/healthcheck", healthcheck)
-    for template, resource in routes:
+    for template, resource in table:
         app.add_route(template, resource)
     return app
 
@@ -191,89 +172,11 @@ def _auth_middleware(api: APIOptions, policy: Policy) -> Any:
     return auth.NoAuthMiddleware(policy, any_peer=api.allow_noauth2_on_public_address)
 
 
-#: a route: its URI template and the resource that answers it
-Route = tuple[str, object]
-
-
-def _routes(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Route]:
-    """Every route the application serves: the one table (:func:`collections` reads it too)."""
-    args = (compute, endpoint, max_body)
-    server, flavor = f"{PREFIX}/servers/{{server_id}}", f"{PREFIX}/flavors/{{flavor_id}}"
-    quota_set = f"{PREFIX}/os-quota-sets/{{project_id}}"
-    return [
-        ("/", Versions(endpoint)),
-        (LEGACY_PREFIX, Versions(endpoint, single=LEGACY)),
-        (PREFIX, Versions(endpoint, single=CURRENT)),
-        (f"{PREFIX}/servers", server_handlers.Servers(*args)),
-        (f"{PREFIX}/servers/detail", server_handlers.ServersDetail(*args)),
-        (server, server_handlers.Server(*args)),
-        (f"{server}/metadata", server_handlers.Metadata(*args)),
-        (f"{server}/metadata/{{key}}", server_handlers.MetadataItem(*args)),
-        (f"{server}/action", action_handlers.ServerAction(*args)),
-        (f"{server}/os-instance-actions", action_handlers.InstanceActions(*args)),
-        (f"{server}/os-instance-actions/{{request_id}}", action_handlers.InstanceAction(*args)),
-        (f"{PREFIX}/flavors", flavor_handlers.Flavors(*args)),
-        (f"{PREFIX}/flavors/detail", flavor_handlers.FlavorsDetail(*args)),
-        (flavor, flavor_handlers.FlavorItem(*args)),
-        (f"{flavor}/action", flavor_handlers.FlavorAction(*args)),
-        (f"{flavor}/os-flavor-access", flavor_handlers.FlavorAccess(*args)),
-        (f"{flavor}/os-extra_specs", flavor_handlers.ExtraSpecs(*args)),
-        (f"{flavor}/os-extra_specs/{{key}}", flavor_handlers.ExtraSpec(*args)),
-        (f"{PREFIX}/os-services", service_handlers.Services(*args)),
-        (f"{PREFIX}/os-services/{{service_id}}", service_handlers.ServiceItem(*args)),
-        *_grouping_routes(args),
-        (f"{PREFIX}/limits", quota_handlers.Limits(*args)),
-        (quota_set, quota_handlers.QuotaSet(*args)),
-        (f"{quota_set}/detail", quota_handlers.QuotaSetDetail(*args)),
-        (f"{quota_set}/defaults", quota_handlers.QuotaSetDefaults(*args)),
-        (f"{PREFIX}/os-quota-class-sets/{{quota_class}}", quota_handlers.QuotaClassSet(*args)),
-        *_view_routes(args),
-    ]
-
-
-def _grouping_routes(args: tuple[FrontDoor, str | None, int]) -> list[Route]:
-    """Aggregates and server groups, for one cell and over several
-    (:mod:`qsched.cells.aggregates`, :mod:`qsched.cells.groups`)."""
-    aggregate = f"{PREFIX}/os-aggregates/{{aggregate_id}}"
-    return [
-        (f"{PREFIX}/os-aggregates", aggregate_handlers.Aggregates(*args)),
-        (aggregate, aggregate_handlers.AggregateItem(*args)),
-        (f"{aggregate}/action", aggregate_handlers.AggregateAction(*args)),
-        (f"{PREFIX}/os-server-groups", group_handlers.ServerGroups(*args)),
-        (f"{PREFIX}/os-server-groups/{{group_id}}", group_handlers.ServerGroup(*args)),
-    ]
-
-
-def _view_routes(args: tuple[FrontDoor, str | None, int]) -> list[Route]:
-    """The operators' read-only views (availability zones, hypervisors) and keypairs."""
-    zones, hypervisors = f"{PREFIX}/os-availability-zone", f"{PREFIX}/os-hypervisors"
-    item = f"{hypervisors}/{{hypervisor_id}}"  # a pattern in /search and /servers
-    return [
-        (zones, zone_handlers.AvailabilityZones(*args)),
-        (f"{zones}/detail", zone_handlers.AvailabilityZonesDetail(*args)),
-        (hypervisors, hypervisor_handlers.Hypervisors(*args)),
-        (f"{hypervisors}/detail", hypervisor_handlers.HypervisorsDetail(*args)),
-        (f"{hypervisors}/statistics", hypervisor_handlers.HypervisorStatistics(*args)),
-        (item, hypervisor_handlers.HypervisorItem(*args)),
-        (f"{item}/search", hypervisor_handlers.HypervisorSearch(*args)),
-        (f"{item}/servers", hypervisor_handlers.HypervisorServers(*args)),
-        (f"{item}/uptime", hypervisor_handlers.HypervisorUptime(*args)),
-        (f"{PREFIX}/os-keypairs", keypair_handlers.Keypairs(*args)),
-        (f"{PREFIX}/os-keypairs/{{keypair_name}}", keypair_handlers.KeypairItem(*args)),
-    ]
-
-
-def collections(templates: Iterable[str]) -> frozenset[str]:
-    """The first path segments of the templates under ``/v2.1`` (``servers``,
-    ``os-keypairs``...): what a project id in a URL may precede, and never replaces."""
-    under = PREFIX + "/"
-    return frozenset(t[len(under) :].split("/", 1)[0] for t in templates if t.startswith(under))
-
-
 class RequestMiddleware:
     """A request id on every response and log line; API version headers; an access log.
 
-    ``collections``: the first path segments of the v2.1 routes (:func:`collections`).
+    ``collections``: the first path segments of the v2.1 routes
+    (:func:`qsched.api.routes.collections`).
     The log lines name the request through the thread's current context
     (:func:`qsched.context.start_request`, then the caller's once authenticated).
     """
@@ -349,58 +252,6 @@ def _check_microversion(req: falcon.Request) -> None:
     version = microversion.requested(req)
     req.context.microversion = version
     microversion.answer(req, version)
-
-
-LEGACY_PREFIX = "/v2"
-
-
-@dataclasses.dataclass(frozen=True)
-class APIVersion:
-    """One entry of the version documents."""
-
-    id: str
-    path: str
-    status: str
-    version: str
-    min_version: str
-    updated: str
-    media_version: str
-
-    def document(self, base: str, single: bool) -> dict[str, Any]:
-        links = [{"rel": "self", "href": f"{base}{self.path}/"}]
-        doc: dict[str, Any] = {"id": self.id, "links": links, "status": self.status,
-                               "version": self.version, "min_version": self.min_version,
-                               "updated": self.updated}  # fmt: skip
-        if single:
-            links.append({"rel": "describedby", "type": "text/html",
-                          "href": "http://docs.openstack.org/"})  # fmt: skip
-            doc["media-types"] = [
-                {"base": "application/json",
-                 "type": f"application/vnd.openstack.compute+json;version={self.media_version}"}
-            ]  # fmt: skip
-        return doc
-
-
-LEGACY = APIVersion("v2.0", LEGACY_PREFIX, "DEPRECATED", "", "", "2025-07-04T12:00:00Z", "2")
-CURRENT = APIVersion(
-    "v2.1", PREFIX, "CURRENT", microversion.text(microversion.MAX),
-    microversion.text(microversion.MIN), "2013-07-23T11:33:21Z", API_VERSION,
-)  # fmt: skip
-
-
-class Versions:
-    """``/`` (every version), ``/v2`` and ``/v2.1`` (one): discovery, no token needed."""
-
-    def __init__(self, public_endpoint: str | None, single: APIVersion | None = None) -> None:
-        self.public_endpoint = public_endpoint
-        self.single = single
-
-    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        base = base_url(req, self.public_endpoint)
-        if self.single is None:
-            resp.media = {"versions": [v.document(base, False) for v in (LEGACY, CURRENT)]}
-        else:
-            resp.media = {"version": self.single.document(base, True)}
 
 
 # -- errors --

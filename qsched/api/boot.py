@@ -1,7 +1,7 @@
 """The server create body, past its schema: what qsched can serve of it, and the fields
 the record keeps.
 
-:func:`parse` reads a body :data:`qsched.api.schemas.SERVER_CREATE` accepted at the
+:func:`parse` reads a body :data:`qsched.api.schemas.servers.SERVER_CREATE` accepted at the
 request's microversion. qsched boots one image on the host's local disk, sized by the
 flavor, and has no block storage and no networking, so it refuses with a clear 400
 what would need them (rather than ignore it): a volume, snapshot or blank block device,
@@ -31,7 +31,9 @@ from collections.abc import Callable
 from typing import Any
 
 from qsched import exception
-from qsched.api import schemas
+from qsched.api.schemas import servers as schema
+from qsched.api.schemas.parameter_types import to_bool
+from qsched.api.schemas.validation import field_error
 from qsched.compute.quotas import FileLimits
 from qsched.scheduling.records import ServerFields
 
@@ -92,7 +94,7 @@ def parse(
         description=server.get("description") if version >= (2, 19) else server["name"],
         tags=tuple(dict.fromkeys(server.get("tags") or ())),
         user_data=server.get("user_data"),
-        config_drive=schemas.to_bool(server.get("config_drive", False)),
+        config_drive=to_bool(server.get("config_drive", False)),
         networks=_networks(server.get("networks")),
     )
     password = server["adminPass"] if "adminPass" in server else generate_password()
@@ -107,7 +109,7 @@ def image_of(bdms: list[dict[str, Any]], image_ref: str | None) -> str:
     """
     if not bdms:
         if not image_ref:
-            raise schemas.field_error(
+            raise field_error(
                 ["server", "imageRef"], image_ref, "It is required: qsched boots from an image "
                 "(imageRef, or a block_device_mapping_v2 entry with source_type image).",
             )  # fmt: skip
@@ -120,7 +122,7 @@ def image_of(bdms: list[dict[str, Any]], image_ref: str | None) -> str:
         )
     image = _image_device(bdms[0])
     if image_ref and image_ref != image:
-        raise schemas.field_error(
+        raise field_error(
             ["server", "imageRef"], image_ref,
             f"It must be the image of block_device_mapping_v2 ({image}) when both are given.",
         )  # fmt: skip
@@ -144,18 +146,18 @@ def _image_device(bdm: dict[str, Any]) -> str:
             f"remove {others} from the block device."
         )
     if str(bdm.get("boot_index")) != "0":
-        raise schemas.field_error(
+        raise field_error(
             ["server", "block_device_mapping_v2", 0, "boot_index"], bdm.get("boot_index"),
             "The image block device must be the boot device: boot_index 0.",
         )  # fmt: skip
-    if not schemas.to_bool(bdm.get("delete_on_termination", True)):
+    if not to_bool(bdm.get("delete_on_termination", True)):
         raise exception.Invalid(
             message=f"{_NO_BLOCK_STORAGE}a local disk is deleted with its server; "
             "delete_on_termination false needs a volume."
         )
     image = bdm.get("uuid") or bdm.get("image_id")
-    if not isinstance(image, str) or not schemas.UUID_LIKE.is_valid(image):
-        raise schemas.field_error(
+    if not isinstance(image, str) or not schema.UUID_LIKE.is_valid(image):
+        raise field_error(
             ["server", "block_device_mapping_v2", 0, "uuid"], image,
             "It must be the UUID of the image to boot.",
         )  # fmt: skip

@@ -15,8 +15,11 @@ from urllib.parse import urlencode
 import falcon
 
 from qsched import exception
-from qsched.api import PREFIX, Handler, context_of, links, microversion, read_json, schemas
+from qsched.api import PREFIX, Handler, context_of, links, microversion, read_json
 from qsched.api.query import refuse_unknown
+from qsched.api.schemas import flavors as schema
+from qsched.api.schemas.parameter_types import TRUE
+from qsched.api.schemas.validation import query_int, validate
 from qsched.flavors import SORT_KEYS, UNRECORDED_SORT_KEYS, Flavor, FlavorQuery
 
 _QUERY_KEYS = frozenset(
@@ -69,8 +72,8 @@ class Flavors(_FlavorHandler):
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         version = microversion.current(req)
-        validator = next(v for since, v in schemas.FLAVOR_CREATE if version >= since)
-        body = schemas.validate(validator, read_json(req, self.max_body))
+        validator = next(v for since, v in schema.FLAVOR_CREATE if version >= since)
+        body = validate(validator, read_json(req, self.max_body))
         flavor = self.compute.create_flavor(context_of(req), flavor_from_body(body["flavor"]))
         resp.media = {"flavor": self.shown(req, flavor)}
 
@@ -94,7 +97,7 @@ class FlavorItem(_FlavorHandler):
     def on_put(self, req: falcon.Request, resp: falcon.Response, flavor_id: str) -> None:
         if not microversion.at_least(req, (2, 55)):
             raise falcon.HTTPNotFound()  # Nova: no such method before 2.55
-        body = schemas.validate(schemas.FLAVOR_UPDATE, read_json(req, self.max_body))
+        body = validate(schema.FLAVOR_UPDATE, read_json(req, self.max_body))
         description = body["flavor"]["description"]
         flavor = self.compute.update_flavor(context_of(req), flavor_id, description)
         resp.media = {"flavor": self.shown(req, flavor)}
@@ -112,10 +115,10 @@ class FlavorAction(Handler):
         if not isinstance(body, dict) or len(body) != 1:
             raise exception.Invalid(message="Malformed request body")
         action = str(next(iter(body)))
-        validator = schemas.FLAVOR_ACTIONS.get(action)
+        validator = schema.FLAVOR_ACTIONS.get(action)
         if validator is None:
             raise exception.Invalid(message=f"There is no such action: {action}")
-        tenant = schemas.validate(validator, body)[action]["tenant"]
+        tenant = validate(validator, body)[action]["tenant"]
         context = context_of(req)
         if action == "addTenantAccess":
             refuse_public = microversion.at_least(req, (2, 7))
@@ -140,7 +143,7 @@ class ExtraSpecs(Handler):
         resp.media = {"extra_specs": dict(specs)}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, flavor_id: str) -> None:
-        body = schemas.validate(schemas.EXTRA_SPECS_SET, read_json(req, self.max_body))
+        body = validate(schema.EXTRA_SPECS_SET, read_json(req, self.max_body))
         specs = _strings(body["extra_specs"])
         self.compute.set_flavor_extra_specs(context_of(req), flavor_id, specs)
         resp.media = {"extra_specs": specs}
@@ -154,7 +157,7 @@ class ExtraSpec(Handler):
         resp.media = {key: self.compute.flavor_extra_spec(context_of(req), flavor_id, key)}
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, flavor_id: str, key: str) -> None:
-        body = schemas.validate(schemas.EXTRA_SPEC_UPDATE, read_json(req, self.max_body))
+        body = validate(schema.EXTRA_SPEC_UPDATE, read_json(req, self.max_body))
         if key not in body:
             raise exception.Invalid(message="Request body and URI mismatch")
         value = _strings(body)[key]
@@ -178,7 +181,7 @@ def flavor_from_body(body: dict[str, Any]) -> Flavor:
         disk_gb=int(body["disk"]),
         id="" if flavor_id is None else str(flavor_id),
         extra_specs=_strings(body.get("extra_specs") or {}),
-        is_public=public in schemas.TRUE,
+        is_public=public in TRUE,
         swap_mb=int(body.get("swap", 0)),
         ephemeral_gb=int(body.get("OS-FLV-EXT-DATA:ephemeral", 0)),
         rxtx_factor=float(body.get("rxtx_factor", 1.0)),
@@ -208,7 +211,7 @@ def list_query(req: falcon.Request, admin: bool) -> FlavorQuery:
         min_disk_gb=_minimum(req, "minDisk"),
         sort_key=sort_key,
         sort_dir=sort_dir,
-        limit=None if limit is None else schemas.query_int("limit", limit),
+        limit=None if limit is None else query_int("limit", limit),
         marker=_param(req, "marker"),
     )
 

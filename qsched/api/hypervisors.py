@@ -19,9 +19,11 @@ from urllib.parse import urlencode
 import falcon
 
 from qsched import exception
-from qsched.api import PREFIX, FrontDoor, Handler, context_of, microversion, schemas
+from qsched.api import PREFIX, FrontDoor, Handler, context_of, microversion
 from qsched.api.microversion import Version
 from qsched.api.query import refuse_unknown
+from qsched.api.schemas.parameter_types import FALSE, TRUE, to_bool
+from qsched.api.schemas.validation import query_int
 from qsched.compute.hypervisors import (
     HYPERVISOR_TYPE,
     HYPERVISOR_VERSION,
@@ -206,12 +208,12 @@ def query_bool(req: falcon.Request, name: str) -> bool:
     value = _single(req, name)
     if value is None:
         return False
-    if value not in (*schemas.TRUE, *schemas.FALSE):
+    if value not in (*TRUE, *FALSE):
         raise exception.Invalid(
             message=f"Invalid input for query parameters {name}. Value: {value}. "
             "It must be a boolean (true or false)."
         )
-    return schemas.to_bool(value)
+    return to_bool(value)
 
 
 def query_limit(req: falcon.Request) -> int | None:
@@ -219,7 +221,7 @@ def query_limit(req: falcon.Request) -> int | None:
     value = _single(req, "limit")
     if value is None:
         return None
-    return schemas.query_int("limit", value) or None
+    return query_int("limit", value) or None
 
 
 def marker_of(req: falcon.Request, version: Version) -> int | str | None:

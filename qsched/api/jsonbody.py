@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from qsched import exception
-from qsched.api import schemas
+from qsched.api.schemas.validation import field_error
 
 MAX_DEPTH = 32  # levels of arrays and objects; no request needs more than 4
 MAX_DIGITS = 1000  # digits of one number; no field takes a number of more than 255
@@ -120,7 +120,7 @@ def _check_text(document: Any) -> None:
     for path, text, is_key in _strings(document):
         if _SURROGATE.search(text):
             what = "The key" if is_key else "It"
-            raise schemas.field_error(
+            raise field_error(
                 path, text, f"{what} contains a lone UTF-16 surrogate, which is not a "
                 "character; send valid Unicode text (a surrogate escape such as \\ud83d "
                 "only in a pair, as in \\ud83d\\ude00)."

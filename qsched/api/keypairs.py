@@ -17,8 +17,10 @@ from urllib.parse import urlencode
 import falcon
 
 from qsched import exception
-from qsched.api import PREFIX, Handler, context_of, microversion, read_json, schemas, usage_time
+from qsched.api import PREFIX, Handler, context_of, microversion, read_json, usage_time
 from qsched.api.query import refuse_unknown
+from qsched.api.schemas import keypairs as schema
+from qsched.api.schemas.validation import query_int, validate
 from qsched.ledger.keypairs import SSH, Keypair
 
 #: the query parameters each call reads, and the microversion each needs
@@ -33,7 +35,7 @@ class Keypairs(Handler):
         version = microversion.current(req)
         query = _query(req, _LIST_QUERY)
         limit = query.get("limit")
-        size = self.compute.page_size(None if limit is None else schemas.query_int("limit", limit))
+        size = self.compute.page_size(None if limit is None else query_int("limit", limit))
         found = self.compute.keypairs.list(
             context_of(req), query.get("user_id"), size, query.get("marker")
         )
@@ -46,8 +48,8 @@ class Keypairs(Handler):
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         version = microversion.current(req)
-        validator = next(v for since, v in schemas.KEYPAIR_CREATE if version >= since)
-        body = schemas.validate(validator, read_json(req, self.max_body))["keypair"]
+        validator = next(v for since, v in schema.KEYPAIR_CREATE if version >= since)
+        body = validate(validator, read_json(req, self.max_body))["keypair"]
         context, name = context_of(req), body["name"]
         key_type, user_id = body.get("type", SSH), body.get("user_id")
         if "public_key" in body:

@@ -19,8 +19,11 @@ from typing import Any
 
 import falcon
 
-from qsched.api import Handler, context_of, microversion, read_json, schemas
+from qsched.api import Handler, context_of, microversion, read_json
 from qsched.api.query import refuse_unknown
+from qsched.api.schemas import quotas as schema
+from qsched.api.schemas.parameter_types import MAX_INT, to_bool
+from qsched.api.schemas.validation import field_error, validate
 from qsched.compute.quotas import NETWORK, PerUserQuotasUnsupported, QuotaUsage
 
 #: Nova's names in ``limits.absolute`` for each quota (views/limits.py)
@@ -69,9 +72,9 @@ class QuotaSet(Handler):
         version = microversion.current(req)
         refuse_unknown(req, ("user_id",))
         _refuse_user(req)
-        validator = next(v for since, v in schemas.QUOTA_SET_UPDATE if version >= since)
-        body = dict(schemas.validate(validator, read_json(req, self.max_body))["quota_set"])
-        force = schemas.to_bool(body.pop("force", False))
+        validator = next(v for since, v in schema.QUOTA_SET_UPDATE if version >= since)
+        body = dict(validate(validator, read_json(req, self.max_body))["quota_set"])
+        force = to_bool(body.pop("force", False))
         changes = {name: _limit(name, value) for name, value in body.items()}
         limits = self.compute.quotas.update(context_of(req), project_id, changes, force)
         resp.media = {"quota_set": _shown(limits, req)}  # no id, as Nova's
@@ -113,8 +116,8 @@ class QuotaClassSet(Handler):
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, quota_class: str) -> None:
         version = microversion.current(req)
-        validator = next(v for since, v in schemas.QUOTA_CLASS_UPDATE if version >= since)
-        body = schemas.validate(validator, read_json(req, self.max_body))["quota_class_set"]
+        validator = next(v for since, v in schema.QUOTA_CLASS_UPDATE if version >= since)
+        body = validate(validator, read_json(req, self.max_body))["quota_class_set"]
         changes = {name: _limit(name, value, "quota_class_set") for name, value in body.items()}
         limits = self.compute.quotas.update_class(context_of(req), quota_class, changes)
         resp.media = {"quota_class_set": _class_shown(limits, req)}  # no id, as Nova's
@@ -166,10 +169,10 @@ def _limit(name: str, value: int | str, key: str = "quota_set") -> int:
     :raises Invalid: a string out of range (the schema bounds only numbers).
     """
     number = int(value)
-    if not -1 <= number <= schemas.MAX_INT:
-        raise schemas.field_error(
+    if not -1 <= number <= MAX_INT:
+        raise field_error(
             [key, name], value, f"It must be a whole number from -1 (no limit) to "
-            f"{schemas.MAX_INT}.",
+            f"{MAX_INT}.",
         )  # fmt: skip
     return number
 

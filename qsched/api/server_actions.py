@@ -17,21 +17,14 @@ from urllib.parse import urlencode
 import falcon
 
 from qsched import exception
-from qsched.api import (
-    PREFIX,
-    FrontDoor,
-    Handler,
-    context_of,
-    microversion,
-    read_json,
-    schemas,
-    usage_time,
-)
+from qsched.api import PREFIX, FrontDoor, Handler, context_of, microversion, read_json, usage_time
+from qsched.api.schemas import server_actions as schema
+from qsched.api.schemas.validation import query_int, validate
 from qsched.compute.list_query import query_time
 from qsched.compute.server_actions import Action, ActionEvent, ActionFilter
 
 #: the actions served, as the 400 for any other names them
-SERVED = tuple(schemas.SERVER_ACTIONS)
+SERVED = tuple(schema.SERVER_ACTIONS)
 
 
 class _Handler(Handler):
@@ -46,7 +39,7 @@ class ServerAction(_Handler):
     def on_post(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
         body = read_json(req, self.max_body)
         name = _action_name(body)
-        schemas.validate(schemas.SERVER_ACTIONS[name], body)
+        validate(schema.SERVER_ACTIONS[name], body)
         context = context_of(req)
         if name == "os-stop":
             self.actions.stop(context, server_id)
@@ -64,10 +57,10 @@ def _action_name(body: Any) -> str:
         raise exception.Invalid(
             message=f"The action body must be a JSON object naming one of {list(SERVED)}."
         )
-    named = [key for key in body if key in schemas.SERVER_ACTIONS]
+    named = [key for key in body if key in schema.SERVER_ACTIONS]
     if len(body) == 1 and named:
         return named[0]
-    others = sorted(str(key) for key in body if key not in schemas.SERVER_ACTIONS)
+    others = sorted(str(key) for key in body if key not in schema.SERVER_ACTIONS)
     if others:
         raise exception.Invalid(
             message=f"There is no such action: {', '.join(others)}. qsched serves the "
@@ -146,7 +139,7 @@ def _list_filters(req: falcon.Request) -> ActionFilter:
             message="The value of changes-since must be less than or equal to changes-before."
         )
     return ActionFilter(
-        limit=None if limit is None else schemas.query_int("limit", limit),
+        limit=None if limit is None else query_int("limit", limit),
         marker=req.get_param("marker"),
         changes_since=since,
         changes_before=before,

@@ -16,7 +16,9 @@ from typing import Any
 
 import falcon
 
-from qsched.api import Handler, context_of, microversion, read_json, schemas
+from qsched.api import Handler, context_of, microversion, read_json
+from qsched.api.schemas import server_groups as schema
+from qsched.api.schemas.validation import field_error, query_int, validate
 from qsched.ledger.records import ServerGroup as Group
 
 
@@ -38,8 +40,8 @@ class ServerGroups(Handler):
         version = microversion.current(req)
         raw = read_json(req, self.max_body)
         _check_words(raw, version)
-        validator = next(v for since, v in schemas.SERVER_GROUP_CREATE if version >= since)
-        body = schemas.validate(validator, raw)["server_group"]
+        validator = next(v for since, v in schema.SERVER_GROUP_CREATE if version >= since)
+        body = validate(validator, raw)["server_group"]
         if "policy" in body:
             policy, rules = body["policy"], _rules(body.get("rules") or {})
         else:
@@ -83,12 +85,12 @@ def _check_words(body: Any, version: tuple[int, int]) -> None:
         return  # the schema explains
     later = sorted({"policy", "rules"} & set(group))
     if version < (2, 64) and later:
-        raise schemas.field_error(
+        raise field_error(
             ["server_group"], group, f"{later} need microversion 2.64: send the header "
             "'OpenStack-API-Version: compute 2.64', or give 'policies': [<policy>].",
         )  # fmt: skip
     if version >= (2, 64) and "policies" in group:
-        raise schemas.field_error(
+        raise field_error(
             ["server_group"], group, "From microversion 2.64 a group takes 'policy': "
             "<policy> (and 'rules'), not 'policies'.",
         )  # fmt: skip
@@ -101,4 +103,4 @@ def _rules(rules: dict[str, Any]) -> dict[str, int]:
 
 def _query_count(req: falcon.Request, name: str) -> int | None:
     value = req.get_param(name)
-    return None if value is None else schemas.query_int(name, value)
+    return None if value is None else query_int(name, value)

@@ -23,10 +23,12 @@ from qsched.api import (
     links,
     microversion,
     read_json,
-    schemas,
     usage_time,
 )
 from qsched.api.query import refuse_unknown
+from qsched.api.schemas import servers as schema
+from qsched.api.schemas.parameter_types import TRUE
+from qsched.api.schemas.validation import field_error, for_version, query_int, validate
 from qsched.compute import list_query as server_list
 from qsched.compute.host_rules import HostRequest
 from qsched.compute.list_query import hostname
@@ -77,8 +79,8 @@ class Servers(_Handler):
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         version = microversion.current(req)
-        validator = next(v for since, v in schemas.SERVER_CREATE if version >= since)
-        body = schemas.validate(validator, read_json(req, self.max_body))
+        validator = next(v for since, v in schema.SERVER_CREATE if version >= since)
+        body = validate(validator, read_json(req, self.max_body))
         server, hints = body["server"], scheduler_hints(body)
         context = context_of(req)
         asked = boot.parse(server, version, self.compute.api.enable_instance_password,
@@ -97,7 +99,7 @@ class Servers(_Handler):
             server=asked.fields,
             hosts=HostRequest(hints.same_host, hints.different_host, asked.host, asked.node),
         )
-        if server.get("return_reservation_id", False) in schemas.TRUE:
+        if server.get("return_reservation_id", False) in TRUE:
             resp.status = falcon.HTTP_202
             resp.media = {"reservation_id": found.reservation_id}
             return
@@ -142,8 +144,8 @@ class Server(_Handler):
     def on_put(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
         """Nova's update: the server as GET shows it from 2.75, Nova's fewer keys before."""
         version = microversion.current(req)
-        validator = schemas.for_version(schemas.SERVER_UPDATE, version)
-        body = schemas.validate(validator, read_json(req, self.max_body))["server"]
+        validator = for_version(schema.SERVER_UPDATE, version)
+        body = validate(validator, read_json(req, self.max_body))["server"]
         context = context_of(req)
         instance = self.compute.update(
             context, server_id, {_UPDATE_FIELDS[k]: v for k, v in body.items()}
@@ -191,28 +193,24 @@ def scheduler_hints(body: dict[str, Any]) -> Hints:
     if not given:
         return Hints()
     if len(given) > 1:
-        raise schemas.field_error(
+        raise field_error(
             [given[1]], body[given[1]], f"Give the scheduler hints once, as {given[0]}."
         )
     hints = body[given[0]]
     unknown = sorted(set(hints) - set(HINTS))
     if unknown:
-        raise schemas.field_error(
+        raise field_error(
             [given[0]], hints, f"qsched acts only on the scheduler hints {list(HINTS)}; "
             f"remove {unknown}.",
         )  # fmt: skip
     group = hints.get("group")
-    if group is not None and not schemas.GROUP_HINT.is_valid(group):
-        raise schemas.field_error(
-            [given[0], "group"], group, f"It {schemas.group_hint['x-message']}."
-        )
+    if group is not None and not schema.GROUP_HINT.is_valid(group):
+        raise field_error([given[0], "group"], group, f"It {schema.group_hint['x-message']}.")
     servers = {}
     for hint in ("same_host", "different_host"):
         value = hints.get(hint, [])
-        if not schemas.SERVERS_HINT.is_valid(value):
-            raise schemas.field_error(
-                [given[0], hint], value, f"It {schemas.servers_hint['x-message']}."
-            )
+        if not schema.SERVERS_HINT.is_valid(value):
+            raise field_error([given[0], hint], value, f"It {schema.servers_hint['x-message']}.")
         listed = [value] if isinstance(value, str) else value
         servers[hint] = tuple(str(uuidlib.UUID(u)) for u in listed)
     return Hints(
@@ -246,7 +244,7 @@ def list_limit(req: falcon.Request) -> int | None:
     :raises Invalid: anything else.
     """
     values = list_params(req).get("limit")
-    return None if not values else schemas.query_int("limit", values[-1])
+    return None if not values else query_int("limit", values[-1])
 
 
 def brief(instance: Instance, base: str) -> dict[str, Any]:
@@ -433,12 +431,12 @@ class Metadata(_Handler):
         resp.media = {"metadata": self.compute.metadata(context_of(req), server_id)}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
-        items = schemas.validate(schemas.METADATA_SET, read_json(req, self.max_body))["metadata"]
+        items = validate(schema.METADATA_SET, read_json(req, self.max_body))["metadata"]
         found = self.compute.set_metadata(context_of(req), server_id, items)
         resp.media = {"metadata": found}
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
-        items = schemas.validate(schemas.METADATA_SET, read_json(req, self.max_body))["metadata"]
+        items = validate(schema.METADATA_SET, read_json(req, self.max_body))["metadata"]
         found = self.compute.set_metadata(
             context_of(req), server_id, items, replace=True, rule=metadata_policy.UPDATE_ALL
         )
@@ -452,7 +450,7 @@ class MetadataItem(_Handler):
         resp.media = {"meta": self.compute.metadata(context_of(req), server_id, key)}
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, server_id: str, key: str) -> None:
-        item = schemas.validate(schemas.METADATA_ITEM, read_json(req, self.max_body))["meta"]
+        item = validate(schema.METADATA_ITEM, read_json(req, self.max_body))["meta"]
         if key not in item:
             raise exception.Invalid(message="Request body and URI mismatch")
         self.compute.set_metadata(context_of(req), server_id, item, rule=metadata_policy.UPDATE)

@@ -17,9 +17,12 @@ from typing import Any
 import falcon
 
 from qsched import exception
-from qsched.api import FrontDoor, Handler, context_of, microversion, read_json, schemas, usage_time
+from qsched.api import FrontDoor, Handler, context_of, microversion, read_json, usage_time
 from qsched.api.microversion import Version
 from qsched.api.query import refuse_unknown
+from qsched.api.schemas import services as schema
+from qsched.api.schemas.parameter_types import to_bool
+from qsched.api.schemas.validation import validate
 from qsched.compute.services import Change, ServiceView
 
 FORCED_DOWN: Version = (2, 11)  # force-down, and forced_down in every view
@@ -59,8 +62,8 @@ class ServiceItem(_Handler):
             zone = self.compute.host_zones().get(view.service.host)
             resp.media = {"service": detail(view, version, zone)}
             return
-        old = schemas.SERVICE_UPDATE_V211 if version >= FORCED_DOWN else schemas.SERVICE_UPDATE
-        body = schemas.validate(old, body)
+        old = schema.SERVICE_UPDATE_V211 if version >= FORCED_DOWN else schema.SERVICE_UPDATE
+        body = validate(old, body)
         self.services.authorize_update(context_of(req))  # before the action: 403, not 404
         action = _ACTIONS.get(service_id)
         if action is None or (service_id == "force-down" and version < FORCED_DOWN):
@@ -70,13 +73,13 @@ class ServiceItem(_Handler):
         resp.media = {"service": {"host": body["host"], "binary": body["binary"], **shown}}
 
     def _update_by_id(self, req: falcon.Request, service_id: str, body: Any) -> ServiceView:
-        body = schemas.validate(schemas.SERVICE_UPDATE_V253, body)
+        body = validate(schema.SERVICE_UPDATE_V253, body)
         status = body.get("status")
         forced = body.get("forced_down")
         change = Change(
             disabled=None if status is None else status == "disabled",
             disabled_reason=body.get("disabled_reason"),
-            forced_down=None if forced is None else schemas.to_bool(forced),
+            forced_down=None if forced is None else to_bool(forced),
         )
         return self.services.update_by_id(context_of(req), service_id, change)
 
@@ -100,7 +103,7 @@ def _disable_log_reason(body: dict[str, Any]) -> tuple[Change, dict[str, Any]]:
 def _force_down(body: dict[str, Any]) -> tuple[Change, dict[str, Any]]:
     if "forced_down" not in body:
         raise exception.Invalid(message="Missing forced_down field")
-    forced = schemas.to_bool(body["forced_down"])
+    forced = to_bool(body["forced_down"])
     return Change(forced_down=forced), {"forced_down": forced}
 
 

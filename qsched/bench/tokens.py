@@ -41,9 +41,9 @@ import click
 
 from qsched import conf as qconf
 from qsched.api import app as api_app
+from qsched.api.wsgi import make_server
 from qsched.bench.measure import percentiles
 from qsched.bus.kombu import KombuBus
-from qsched.cmd.api import make_server
 from qsched.ledger import open_stores
 from qsched.net import LOOPBACK
 from qsched.stack.config import ini_text

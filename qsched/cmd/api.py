@@ -1,58 +1,31 @@
 """qsched-api: serve the compute API in this process.
 
 ``qsched-api --config-file /etc/qsched/qsched.conf`` listens on ``[api] host`` and
-``[api] port`` with a threaded WSGI server from the standard library: enough for
-the embedded default and a laptop. In production run the same application under
-gunicorn (``QSCHED_CONFIG=... gunicorn qsched.api.app:wsgi_app``), several workers
-behind a load balancer. SIGTERM or SIGINT stops it after the requests in flight.
-It logs through oslo.log (:mod:`qsched.conf.log`): ``--debug`` or ``[DEFAULT]
-debug = true`` logs at DEBUG, each request's line from the WSGI server too.
+``[api] port`` with the threaded WSGI server of the standard library
+(:mod:`qsched.api.wsgi`): enough for the embedded default and a laptop. In production
+run the same application under gunicorn (``QSCHED_CONFIG=... gunicorn
+qsched.api.app:wsgi_app``), several workers behind a load balancer. SIGTERM or SIGINT
+stops it after the requests in flight. It logs through oslo.log
+(:mod:`qsched.conf.log`): ``--debug`` or ``[DEFAULT] debug = true`` logs at DEBUG,
+each request's line from the WSGI server too.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-import socketserver
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import FrameType
-from typing import Any
-from wsgiref import simple_server
 
 from qsched import conf as qconf
 from qsched.api import app as api_app
 from qsched.api import auth
+from qsched.api.wsgi import make_server
 from qsched.ledger.durability import DurabilityRefused
 
 LOG = logging.getLogger(__name__)
-
-
-class _Handler(simple_server.WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        # The application logs every request with its request id already.
-        LOG.debug("%s " + format, self.address_string(), *args)
-
-
-class ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
-    """One thread per connection; a deep accept backlog so a burst is queued, not refused."""
-
-    daemon_threads = True
-    request_queue_size = 1024
-
-
-def make_server(
-    application: Callable[..., Any], host: str = "127.0.0.1", port: int = 8774
-) -> ThreadingWSGIServer:
-    """A threaded WSGI server bound to ``host:port`` (port 0: any free one, see
-    ``server.server_port``); call ``serve_forever()`` on it, ``shutdown()`` from another
-    thread to stop."""
-    server = simple_server.make_server(
-        host, port, application, server_class=ThreadingWSGIServer, handler_class=_Handler
-    )
-    assert isinstance(server, ThreadingWSGIServer)
-    return server
 
 
 def main(argv: Sequence[str] | None = None) -> int:
