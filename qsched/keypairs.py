@@ -32,7 +32,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from qsched import exception
 from qsched.context import RequestContext
 from qsched.ledger import Stores
-from qsched.ledger.keypairs import SSH, X509, Keypair
+from qsched.ledger.base import SSH, X509, Keypair
 from qsched.policies import keypairs as keypairs_policy
 from qsched.policy import Policy
 from qsched.quotas import QuotaAPI

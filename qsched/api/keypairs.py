@@ -19,7 +19,7 @@ import falcon
 from qsched import exception
 from qsched.api import PREFIX, Handler, context_of, microversion, read_json, schemas, usage_time
 from qsched.api.query import refuse_unknown
-from qsched.ledger.keypairs import SSH, Keypair
+from qsched.ledger.base import SSH, Keypair
 
 #: the query parameters each call reads, and the microversion each needs
 _USER_QUERY = {"user_id": (2, 10)}

@@ -25,6 +25,7 @@ from qsched.ledger.base import (
     FlavorStore,
     GroupStore,
     InstanceStore,
+    KeypairStore,
     Ledger,
     QuotaStore,
     Usage,
@@ -33,7 +34,7 @@ from qsched.ledger.flavors import RedisFlavors
 from qsched.ledger.groups import GroupLimits, RedisGroups
 from qsched.ledger.inspection import Inspector
 from qsched.ledger.instances import RedisInstances
-from qsched.ledger.keypairs import KeypairStore, RedisKeypairs
+from qsched.ledger.keypairs import RedisKeypairs
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
 from qsched.ledger.redis import Durability, RedisBackend, RedisStore, connect

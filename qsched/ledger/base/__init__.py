@@ -23,6 +23,7 @@ module            interface
 ``flavors``       :class:`FlavorStore`: the flavor catalog
 ``aggregates``    :class:`AggregateStore`: host aggregates
 ``groups``        :class:`GroupStore`: server groups
+``keypairs``      :class:`KeypairStore`: each user's keypairs, and :class:`Keypair`
 ================  ===================================================================
 
 The rest of the code imports from this package (``from qsched.ledger.base import
@@ -43,6 +44,7 @@ from qsched.ledger.base.aggregates import AggregateStore
 from qsched.ledger.base.flavors import FlavorStore
 from qsched.ledger.base.groups import GroupStore
 from qsched.ledger.base.instances import InstanceStore
+from qsched.ledger.base.keypairs import SSH, X509, Keypair, KeypairStore
 from qsched.ledger.base.placement import DEFAULT_MAX_HANDBACKS, Ledger
 from qsched.ledger.base.quota import QUOTA_LIMITS, QuotaStore
 from qsched.ledger.records import (
@@ -69,6 +71,8 @@ from qsched.ledger.records import (
 __all__ = [
     "DEFAULT_MAX_HANDBACKS",
     "QUOTA_LIMITS",
+    "SSH",
+    "X509",
     "AgentInfo",
     "AgentRegistry",
     "Aggregate",
@@ -84,6 +88,8 @@ __all__ = [
     "Instance",
     "InstanceStore",
     "Inventory",
+    "Keypair",
+    "KeypairStore",
     "Ledger",
     "MapChange",
     "Placement",
