@@ -67,8 +67,7 @@ from qsched.hypervisors import (
     Statistics,
 )
 from qsched.keypairs import SSH
-from qsched.ledger.backend import LedgerUnavailable
-from qsched.ledger.base import Instance, Keypair
+from qsched.ledger.base import Instance, Keypair, LedgerUnavailable
 from qsched.policies import server_metadata as metadata_policy
 from qsched.quotas import FileLimits, QuotaAPI
 from qsched.scheduling.records import ServerFields

@@ -56,8 +56,7 @@ from qsched.hypervisors import HypervisorAPI
 from qsched.images import Image, ImageService, OpaqueImages
 from qsched.keypairs import KeypairAPI
 from qsched.ledger import Stores
-from qsched.ledger.backend import LedgerUnavailable
-from qsched.ledger.base import HostRule, Instance, ServerGroup, State
+from qsched.ledger.base import HostRule, Instance, LedgerUnavailable, ServerGroup, State
 from qsched.message import ActionRequest, BootRequest, DeleteRequest
 from qsched.metrics import APIMetrics, NoMetrics
 from qsched.notifications import NULL, Notifier, payloads

@@ -24,7 +24,6 @@ FLOORS: list[tuple[str, ...]] = [
      "qsched.context", "qsched.policies", "qsched.urls"),
     # the ledger's interfaces and values, which everything above may name
     ("qsched.flavors", "qsched.ledger.base", "qsched.ledger.records", "qsched.ledger.keys",
-     "qsched.ledger.backend", "qsched.ledger.inspection", "qsched.ledger.archive",
      "qsched.policy", "qsched.images", "qsched.aggregates", "qsched.metrics"),
     ("qsched.scheduling", "qsched.message"),  # the contract between front door and agents
     ("qsched.ledger", "qsched.bus", "qsched.glance", "qsched.notifications"),  # the backends

@@ -3,7 +3,7 @@
 An AST walk over qsched/ and agents/: no module outside the ledger package
 imports ``redis``, ``fakeredis`` or ``lupa``, and none reaches through a
 ``.store`` for its ``.client`` or ``.keys``. Callers use the interfaces of
-qsched.ledger.base, .backend and .inspection.
+qsched.ledger.base.
 """
 
 from __future__ import annotations

@@ -53,7 +53,8 @@ import redis
 
 from qsched import aggregates, exception
 from qsched.ledger import cluster, durability, embedded, sentinel
-from qsched.ledger.backend import ERROR, TIMED_OUT, UNREACHABLE, Backend, LedgerUnavailable
+from qsched.ledger.base import Backend, LedgerUnavailable
+from qsched.ledger.base.backend import ERROR, TIMED_OUT, UNREACHABLE
 from qsched.ledger.durability import Durability
 from qsched.ledger.keys import Keyspace, lua_prelude
 
@@ -425,7 +426,7 @@ _UNLINK_BATCH = 1000  # keys per UNLINK when a cell is forgotten
 
 
 class RedisBackend(Backend):
-    """The Redis connection of a cell's stores (see :class:`~qsched.ledger.backend.Backend`)."""
+    """The Redis connection of a cell's stores (see :class:`~qsched.ledger.base.Backend`)."""
 
     def __init__(self, store: RedisStore) -> None:
         self.store = store

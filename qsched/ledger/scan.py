@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from qsched.ledger import cluster
-from qsched.ledger.inspection import Inspector
+from qsched.ledger.base import Inspector
 from qsched.ledger.records import Consumer, Usage
 from qsched.ledger.redis import RedisStore, glob_escape, maps_errors, read_many, text, text_map
 

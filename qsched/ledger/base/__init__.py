@@ -4,14 +4,13 @@ Ledger, QuotaStore and InstanceStore share one store so that the operations
 that must be atomic across them (reserve quota and record an instance; claim
 resources only for an instance still waiting) can be one atomic step where the
 state lives. AgentRegistry and FlavorStore sit next to them on the same store;
-:class:`~qsched.ledger.backend.Backend` is the connection they share, and
-:class:`~qsched.ledger.inspection.Inspector` reads a whole cell for admin views.
-Every method may also raise :class:`~qsched.exception.BackendUnavailable`: the
-backend did not answer.
+:class:`Backend` is the connection they share, and :class:`Inspector` reads a
+whole cell for admin views. Every method may also raise
+:class:`~qsched.exception.BackendUnavailable`: the backend did not answer.
 
-One module per store, each pairing with the Redis implementation of the same name
-one level up (``base/placement.py``: :class:`Ledger`; ``placement.py``:
-``RedisLedger``):
+One module per role. A store's Redis implementation is the module of the same
+name one level up (``base/placement.py``: :class:`Ledger`; ``placement.py``:
+``RedisLedger``), except where the table says:
 
 ================  ===================================================================
 module            interface
@@ -24,16 +23,20 @@ module            interface
 ``aggregates``    :class:`AggregateStore`: host aggregates
 ``groups``        :class:`GroupStore`: server groups
 ``keypairs``      :class:`KeypairStore`: each user's keypairs, and :class:`Keypair`
+``archive``       :class:`ArchiveStore`: DELETED instances taken out (``archiver.py``)
+``backend``       :class:`Backend`: the connection the stores share (in ``redis.py``)
+``inspection``    :class:`Inspector`: scans of a whole cell (``scan.py``)
 ================  ===================================================================
 
 The rest of the code imports from this package (``from qsched.ledger.base import
-Instance, Ledger, State``), which names every interface and every record of
-:mod:`qsched.ledger.records` the interfaces take and return.
+Instance, Ledger, State``), which names every interface, the records of
+:mod:`qsched.ledger.records` the interfaces take and return, and the few records
+kept beside their one interface (:class:`Keypair`, :class:`ArchiveStep`).
 
 What it may import: the standard library, :mod:`qsched.exception`, and the values
 of :mod:`qsched.ledger.records`, :mod:`qsched.flavors` and :mod:`qsched.aggregates`;
-never a Redis client nor an implementation (``tests/test_layers.py``: the floor of
-the ledger's interfaces and values).
+never a client nor an implementation (``tests/test_layers.py``: the floor of the
+ledger's interfaces and values).
 """
 
 from __future__ import annotations
@@ -41,8 +44,11 @@ from __future__ import annotations
 from qsched.aggregates import Aggregate
 from qsched.ledger.base.agents import AgentRegistry
 from qsched.ledger.base.aggregates import AggregateStore
+from qsched.ledger.base.archive import ArchiveStep, ArchiveStore
+from qsched.ledger.base.backend import Backend, LedgerUnavailable
 from qsched.ledger.base.flavors import FlavorStore
 from qsched.ledger.base.groups import GroupStore
+from qsched.ledger.base.inspection import Inspector
 from qsched.ledger.base.instances import InstanceStore
 from qsched.ledger.base.keypairs import SSH, X509, Keypair, KeypairStore
 from qsched.ledger.base.placement import DEFAULT_MAX_HANDBACKS, Ledger
@@ -78,6 +84,9 @@ __all__ = [
     "Aggregate",
     "AggregateStore",
     "Allocations",
+    "ArchiveStep",
+    "ArchiveStore",
+    "Backend",
     "Claim",
     "ClaimGuard",
     "Consumer",
@@ -85,12 +94,14 @@ __all__ = [
     "FlavorStore",
     "GroupStore",
     "HostRule",
+    "Inspector",
     "Instance",
     "InstanceStore",
     "Inventory",
     "Keypair",
     "KeypairStore",
     "Ledger",
+    "LedgerUnavailable",
     "MapChange",
     "Placement",
     "Provider",
