@@ -35,13 +35,14 @@ from qsched.ledger.base import (
     TaskState,
 )
 from qsched.ledger.cellmap import RedisCellMap, cell_map
+from qsched.ledger.errors import unavailable
 from qsched.ledger.flavors import RedisFlavors
 from qsched.ledger.groups import RedisGroups
 from qsched.ledger.instances import RedisInstances
 from qsched.ledger.keypairs import RedisKeypairs
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
-from qsched.ledger.redis import RedisBackend, unavailable
+from qsched.ledger.redis import RedisBackend
 from qsched.ledger.scan import RedisInspector
 from qsched.message import DeleteRequest
 from qsched.stack import free_port

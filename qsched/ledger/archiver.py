@@ -12,7 +12,8 @@ from typing import Any
 
 from qsched import exception
 from qsched.ledger.base import ArchiveStep, ArchiveStore
-from qsched.ledger.redis import RedisStore, maps_errors, text
+from qsched.ledger.errors import maps_errors
+from qsched.ledger.redis import RedisStore, text
 
 
 @maps_errors

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 
 from qsched import exception
 from qsched.ledger.base import SSH, Keypair, KeypairStore
-from qsched.ledger.redis import RedisStore, maps_errors, text, text_map
+from qsched.ledger.errors import maps_errors
+from qsched.ledger.redis import RedisStore, text, text_map
 
 
 @maps_errors
