@@ -30,8 +30,7 @@ from qsched.compute.keypairs import InvalidKeyName
 from qsched.conf import APIOptions, BusOptions, LedgerOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
-from qsched.ledger.base import State
-from qsched.ledger.keypairs import Keypair
+from qsched.ledger.base import Keypair, State
 from qsched.ledger.redis import connect
 from qsched.metrics import APIMetrics
 from qsched.net import free_port

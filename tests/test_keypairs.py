@@ -21,7 +21,8 @@ from qsched import exception
 from qsched.compute.keypairs import generate_ssh_key, generate_x509_cert, ssh_fingerprint
 from qsched.conf import LedgerOptions, QuotaOptions
 from qsched.ledger import Stores, open_stores
-from qsched.ledger.keypairs import Keypair, RedisKeypairs
+from qsched.ledger.base import Keypair
+from qsched.ledger.keypairs import RedisKeypairs
 from tests.raw import redis_store
 from tests.test_api import ADMIN, OTHER, USER, app, bus, client, fault
 from tests.test_compute import RecordingBus, make_app

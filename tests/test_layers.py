@@ -26,8 +26,7 @@ FLOORS: list[tuple[str, ...]] = [
     # vocabulary: the words everything above may name (the ledger's interfaces and
     # records, the images interface, flavors, aggregates, policy, metrics)
     ("qsched.flavors", "qsched.aggregates", "qsched.policy", "qsched.metrics",
-     "qsched.images", "qsched.ledger.base", "qsched.ledger.records", "qsched.ledger.keys",
-     "qsched.ledger.backend", "qsched.ledger.inspection", "qsched.ledger.archive"),
+     "qsched.images", "qsched.ledger.base", "qsched.ledger.records", "qsched.ledger.keys"),
     ("qsched.scheduling",),  # the contract between the front door and the agents
     ("qsched.ledger", "qsched.bus", "qsched.images.glance", "qsched.notifications"),  # backends
     ("qsched.recovery",),  # what the API service and the agents both run

@@ -25,15 +25,24 @@ from qsched.ledger import Stores, open_stores
 from qsched.ledger.agents import RedisAgents
 from qsched.ledger.aggregates import RedisAggregates
 from qsched.ledger.archiver import RedisArchive
-from qsched.ledger.base import Instance, Inventory, ProviderSpec, ServerGroup, State, TaskState
+from qsched.ledger.base import (
+    Instance,
+    Inventory,
+    Keypair,
+    ProviderSpec,
+    ServerGroup,
+    State,
+    TaskState,
+)
 from qsched.ledger.cellmap import RedisCellMap, cell_map
+from qsched.ledger.errors import unavailable
 from qsched.ledger.flavors import RedisFlavors
 from qsched.ledger.groups import RedisGroups
 from qsched.ledger.instances import RedisInstances
-from qsched.ledger.keypairs import Keypair, RedisKeypairs
+from qsched.ledger.keypairs import RedisKeypairs
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
-from qsched.ledger.redis import RedisBackend, unavailable
+from qsched.ledger.redis import RedisBackend
 from qsched.ledger.scan import RedisInspector
 from qsched.scheduling.message import DeleteRequest
 from qsched.stack import free_port

@@ -12,7 +12,7 @@ import redis
 from qsched import exception
 from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, cluster, open_stores
-from qsched.ledger.backend import LedgerUnavailable
+from qsched.ledger.base import LedgerUnavailable
 from qsched.ledger.durability import DurabilityRefused
 from qsched.ledger.keys import Keyspace
 from qsched.stack.redis_cluster import SLOTS, RedisClusterFailed, RedisClusterServers, slot_ranges

@@ -2,7 +2,7 @@
 
 In the spirit of ``nova-manage db archive_deleted_rows``: DELETED instances that
 ended before a cut-off leave the cell a batch at a time
-(:meth:`~qsched.ledger.archive.ArchiveStore.step`), so that the ledger's memory
+(:meth:`~qsched.ledger.base.ArchiveStore.step`), so that the ledger's memory
 follows the live instances, not every instance there ever was. Their records and
 histories are written as JSON lines (:func:`history_line`) to a file or a stream
 that operators keep and read (``jq``), and only then cleared from the staging area.
@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
-from qsched.ledger.archive import ArchiveStep, ArchiveStore
+from qsched.ledger.base import ArchiveStep, ArchiveStore
 
 #: fields of an instance record that hold JSON, decoded in the history
 JSON_FIELDS = ("flavor", "extra", "fault", "tried_hosts", "hosts")

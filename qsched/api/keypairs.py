@@ -21,7 +21,7 @@ from qsched.api import PREFIX, Handler, context_of, microversion, read_json, usa
 from qsched.api.query import refuse_unknown
 from qsched.api.schemas import keypairs as schema
 from qsched.api.schemas.validation import query_int, validate
-from qsched.ledger.keypairs import SSH, Keypair
+from qsched.ledger.base import SSH, Keypair
 
 #: the query parameters each call reads, and the microversion each needs
 _USER_QUERY = {"user_id": (2, 10)}

@@ -69,8 +69,7 @@ from qsched.compute.host_rules import HostRequest
 from qsched.compute.quotas import FileLimits, QuotaAPI
 from qsched.context import RequestContext
 from qsched.flavors import Flavor, FlavorAccessExists, FlavorAccessNotFound, FlavorQuery
-from qsched.ledger.backend import LedgerUnavailable
-from qsched.ledger.base import Instance
+from qsched.ledger.base import Instance, LedgerUnavailable
 from qsched.policies import server_metadata as metadata_policy
 from qsched.scheduling.records import ServerFields
 

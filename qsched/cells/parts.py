@@ -30,8 +30,7 @@ from qsched.compute.server_actions import Action, ActionFilter
 from qsched.compute.services import Change, ServiceView
 from qsched.compute.zones import Zone
 from qsched.context import RequestContext
-from qsched.ledger.base import Instance
-from qsched.ledger.keypairs import Keypair
+from qsched.ledger.base import Instance, Keypair
 
 if TYPE_CHECKING:  # the front door holds these parts; they name it only in hints
     from qsched.cells.front_door import CellsComputeAPI

@@ -2,7 +2,7 @@
 
 Nothing here asks a service: the checks read the records of the cell as the
 ledger stores them (instance records, consumers, providers and their consumer
-sets, quota counters, through :class:`~qsched.ledger.inspection.Inspector`)
+sets, quota counters, through :class:`~qsched.ledger.base.Inspector`)
 and compare them with the calls the load generator recorded. They
 scan everything, which is fine for a test cell and never done on a request path.
 :func:`qsched.ledger.audit.audit` runs as well, and its findings count.

@@ -62,8 +62,7 @@ from qsched.flavors import (
 )
 from qsched.images.base import Image, ImageService, OpaqueImages
 from qsched.ledger import Stores
-from qsched.ledger.backend import LedgerUnavailable
-from qsched.ledger.base import HostRule, Instance, ServerGroup, State
+from qsched.ledger.base import HostRule, Instance, LedgerUnavailable, ServerGroup, State
 from qsched.metrics import APIMetrics, NoMetrics
 from qsched.notifications import NULL, Notifier, payloads
 from qsched.policies import flavors as flavors_policy

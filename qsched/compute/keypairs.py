@@ -33,7 +33,7 @@ from qsched import exception
 from qsched.compute.quotas import QuotaAPI
 from qsched.context import RequestContext
 from qsched.ledger import Stores
-from qsched.ledger.keypairs import SSH, X509, Keypair
+from qsched.ledger.base import SSH, X509, Keypair
 from qsched.policies import keypairs as keypairs_policy
 from qsched.policy import Policy
 from qsched.scheduling.records import ServerFields

@@ -1,10 +1,9 @@
 """The ledger: providers and allocations, quota and instance records, on Redis.
 
 :func:`open_stores` builds every store of a cell on one connection from the
-``[ledger]`` and ``[quota]`` options. Callers see the
-interfaces of :mod:`qsched.ledger.base`, :mod:`qsched.ledger.backend` and
-:mod:`qsched.ledger.inspection` only: no Redis client, no key. Harnesses also
-use :mod:`qsched.ledger.server` (redis-server processes of their own) and
+``[ledger]`` and ``[quota]`` options. Callers see the interfaces of
+:mod:`qsched.ledger.base` only: no Redis client, no key. Harnesses also use
+:mod:`qsched.ledger.server` (redis-server processes of their own) and
 :mod:`qsched.ledger.embedded` (the in-process ledger served over TCP).
 """
 
@@ -15,25 +14,26 @@ import dataclasses
 from qsched.conf import LedgerOptions, QuotaOptions
 from qsched.ledger.agents import RedisAgents
 from qsched.ledger.aggregates import RedisAggregates
-from qsched.ledger.archive import ArchiveStore
 from qsched.ledger.archiver import RedisArchive
-from qsched.ledger.backend import Backend
 from qsched.ledger.base import (
     QUOTA_LIMITS,
     AgentRegistry,
     AggregateStore,
+    ArchiveStore,
+    Backend,
     FlavorStore,
     GroupStore,
+    Inspector,
     InstanceStore,
+    KeypairStore,
     Ledger,
     QuotaStore,
     Usage,
 )
 from qsched.ledger.flavors import RedisFlavors
 from qsched.ledger.groups import GroupLimits, RedisGroups
-from qsched.ledger.inspection import Inspector
 from qsched.ledger.instances import RedisInstances
-from qsched.ledger.keypairs import KeypairStore, RedisKeypairs
+from qsched.ledger.keypairs import RedisKeypairs
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
 from qsched.ledger.redis import Durability, RedisBackend, RedisStore, connect

@@ -10,7 +10,8 @@ from typing import Any
 
 from qsched import exception
 from qsched.ledger.base import AgentInfo, AgentRegistry, Service
-from qsched.ledger.redis import RedisStore, maps_errors, text, text_map
+from qsched.ledger.errors import maps_errors
+from qsched.ledger.redis import RedisStore, text, text_map
 
 #: The fields of a service record, in the order they are read.
 _SERVICE_FIELDS = ("id", "seq", "disabled", "disabled_reason", "forced_down", "created_at",

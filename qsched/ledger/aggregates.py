@@ -20,7 +20,8 @@ from qsched import aggregates as agg
 from qsched import exception
 from qsched.aggregates import Aggregate, check_metadata
 from qsched.ledger.base import AggregateStore
-from qsched.ledger.redis import RedisStore, canonical_json, maps_errors, text, text_map
+from qsched.ledger.errors import maps_errors
+from qsched.ledger.redis import RedisStore, canonical_json, text, text_map
 
 MIRROR_BATCH = 500  # providers per mirroring script, as registration batches them
 

@@ -1,4 +1,4 @@
-"""RedisArchive: :class:`~qsched.ledger.archive.ArchiveStore` on the cell's Redis.
+"""RedisArchive: :class:`~qsched.ledger.base.ArchiveStore` on the cell's Redis.
 
 A step is the script ``instance_archive``; the staging area is the hash
 ``archive-staged`` (uuid -> the history's JSON text), read with ``HSCAN`` and
@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from qsched import exception
-from qsched.ledger.archive import ArchiveStep, ArchiveStore
-from qsched.ledger.redis import RedisStore, maps_errors, text
+from qsched.ledger.base import ArchiveStep, ArchiveStore
+from qsched.ledger.errors import maps_errors
+from qsched.ledger.redis import RedisStore, text
 
 
 @maps_errors

@@ -1,7 +1,7 @@
 """Check the ledger's invariants from its own records, independently of the services.
 
 An admin view: it scans every provider, consumer, quota record and instance of
-the cell, through :class:`~qsched.ledger.inspection.Inspector` and the
+the cell, through :class:`~qsched.ledger.base.Inspector` and the
 ledger's own reads, so it works on any backend. Use it in tests, the demo
 summary and fault-injection runs, never on a request path.
 """

@@ -26,10 +26,11 @@ from typing import Any
 from qsched import exception
 from qsched.ledger import Stores
 from qsched.ledger import embedded as qembedded
+from qsched.ledger.errors import SCRIPT_ERRORS
 from qsched.ledger.instances import RedisInstances
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.records import Instance, State
-from qsched.ledger.redis import _ERRORS, RedisBackend, RedisStore, connect, text
+from qsched.ledger.redis import RedisBackend, RedisStore, connect, text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +75,7 @@ class _Queued(RedisStore):
             reply = json.loads(raw)
             code = reply.pop("error", None)
             if code is not None:
-                raise _ERRORS[code](**reply)
+                raise SCRIPT_ERRORS[code](**reply)
 
 
 def _store(stores: Stores) -> RedisStore:

@@ -22,9 +22,10 @@ from typing import Any
 
 from qsched import exception
 from qsched.ledger import Stores, cluster
+from qsched.ledger.errors import maps_errors
 from qsched.ledger.groups import GroupLimits, RedisGroups
 from qsched.ledger.quota import RedisQuota
-from qsched.ledger.redis import RedisStore, glob_escape, maps_errors, read_many, text
+from qsched.ledger.redis import RedisStore, glob_escape, read_many, text
 
 #: the value of a cell's ``quota-home`` once the API keyspace holds its quota
 API_HOME = "api"

@@ -24,7 +24,8 @@ from qsched import exception
 from qsched.exception import FlavorExists, FlavorNotFound
 from qsched.flavors import Flavor, check_flavor
 from qsched.ledger.base import FlavorStore
-from qsched.ledger.redis import RedisStore, canonical_json, maps_errors, text, text_map
+from qsched.ledger.errors import maps_errors
+from qsched.ledger.redis import RedisStore, canonical_json, text, text_map
 
 _MAX_WATCH_RETRIES = 20
 

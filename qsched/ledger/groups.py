@@ -13,8 +13,9 @@ from collections.abc import Mapping
 
 from qsched import exception
 from qsched.ledger.base import GroupStore, ServerGroup
+from qsched.ledger.errors import maps_errors
 from qsched.ledger.instances import ABANDON_MARK_S
-from qsched.ledger.redis import RedisStore, canonical_json, maps_errors, read_many, text, text_map
+from qsched.ledger.redis import RedisStore, canonical_json, read_many, text, text_map
 from qsched.resources import check_uuid
 
 

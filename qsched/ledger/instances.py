@@ -21,15 +21,9 @@ from qsched.ledger.base import (
     TaskState,
     Usage,
 )
+from qsched.ledger.errors import maps_errors
 from qsched.ledger.quota import RedisQuota
-from qsched.ledger.redis import (
-    RedisStore,
-    canonical_json,
-    maps_errors,
-    read_many,
-    text,
-    text_map,
-)
+from qsched.ledger.redis import RedisStore, canonical_json, read_many, text, text_map
 from qsched.resources import check_uuid
 
 #: How long a mark left by abandon keeps a late create out. A create can only arrive

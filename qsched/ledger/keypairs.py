@@ -1,4 +1,4 @@
-"""Keypairs, per user: the interface (:class:`KeypairStore`) and RedisKeypairs.
+"""RedisKeypairs: :class:`~qsched.ledger.base.KeypairStore` on the cell's Redis.
 
 A user's keypairs are one hash (name -> the keypair as JSON), so every call is
 a constant number of Redis commands whatever the size of the cloud; a listing
@@ -9,59 +9,14 @@ name and the user's limit and takes Nova's integer id in one script
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 import json
 from collections.abc import Mapping
 
 from qsched import exception
-from qsched.ledger.redis import RedisStore, maps_errors, text, text_map
-
-SSH, X509 = "ssh", "x509"
-
-
-@dataclasses.dataclass(frozen=True)
-class Keypair:
-    """One keypair of a user: what Nova's ``key_pairs`` table keeps (no private key)."""
-
-    user_id: str
-    name: str
-    public_key: str
-    fingerprint: str
-    type: str = SSH
-    id: int = 0  # Nova's integer id, given by the store
-    created_at: float = 0.0
-
-
-class KeypairStore(abc.ABC):
-    """The keypairs of each user."""
-
-    @abc.abstractmethod
-    def create(self, keypair: Keypair, limit: int | None = None) -> Keypair:
-        """Keep ``keypair``; return it with its id and creation time. ``limit``: the
-        most keypairs the user may hold (-1: no limit; None: the store's default).
-
-        :raises KeypairExists: the user has a keypair of that name (409).
-        :raises KeypairLimitExceeded: the user holds their limit of keypairs (403).
-        """
-
-    @abc.abstractmethod
-    def get(self, user_id: str, name: str) -> Keypair:
-        """One keypair of ``user_id``.
-
-        :raises KeypairNotFound: none of that name.
-        """
-
-    @abc.abstractmethod
-    def list_user(self, user_id: str) -> list[Keypair]:
-        """Every keypair of ``user_id``, by name (Nova's order)."""
-
-    @abc.abstractmethod
-    def delete(self, user_id: str, name: str) -> None:
-        """Forget one keypair of ``user_id``.
-
-        :raises KeypairNotFound: none of that name.
-        """
+from qsched.ledger.base import SSH, Keypair, KeypairStore
+from qsched.ledger.errors import maps_errors
+from qsched.ledger.redis import RedisStore, text, text_map
 
 
 @maps_errors

@@ -19,13 +19,8 @@ from qsched.ledger.base import (
     Provider,
     ProviderSpec,
 )
-from qsched.ledger.redis import (
-    RedisStore,
-    canonical_json,
-    maps_errors,
-    text,
-    text_map,
-)
+from qsched.ledger.errors import maps_errors
+from qsched.ledger.redis import RedisStore, canonical_json, text, text_map
 from qsched.resources import (
     DISK_GB,
     MEMORY_MB,

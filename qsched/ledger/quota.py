@@ -16,7 +16,8 @@ from collections.abc import Mapping
 
 from qsched import exception
 from qsched.ledger.base import QUOTA_LIMITS, QuotaStore, Usage
-from qsched.ledger.redis import RedisStore, maps_errors, text_map
+from qsched.ledger.errors import maps_errors
+from qsched.ledger.redis import RedisStore, text_map
 
 
 @maps_errors

@@ -12,9 +12,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from qsched.ledger import cluster
-from qsched.ledger.inspection import Inspector
+from qsched.ledger.base import Inspector
+from qsched.ledger.errors import maps_errors
 from qsched.ledger.records import Consumer, Usage
-from qsched.ledger.redis import RedisStore, glob_escape, maps_errors, read_many, text, text_map
+from qsched.ledger.redis import RedisStore, glob_escape, read_many, text, text_map
 
 _PART = "\0"  # stands for the variable part of a key while its pattern is built
 

@@ -2,7 +2,7 @@
 
 Nothing is flushed: only what is named with the stack's own bus prefix goes.
 Its ledger cell is the ledger's to forget
-(:meth:`~qsched.ledger.backend.Backend.forget_cell`).
+(:meth:`~qsched.ledger.base.Backend.forget_cell`).
 """
 
 from __future__ import annotations

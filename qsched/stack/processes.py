@@ -286,7 +286,7 @@ class ProcessStack:
 
         Call it once the processes stopped. :returns: what could not be deleted.
         :raises: what :func:`~qsched.stack.cleanup.forget_bus` and
-            :meth:`~qsched.ledger.backend.Backend.forget_cell` raise.
+            :meth:`~qsched.ledger.base.Backend.forget_cell` raise.
         """
         hosts = sorted(self._hosts)
         names = None

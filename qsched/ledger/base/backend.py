@@ -1,7 +1,7 @@
 """The connection the stores of a cell share: the health ping and the harness chores.
 
-Kept apart from the record interfaces of :mod:`qsched.ledger.base`: nothing
-here reads or writes a record, except :meth:`Backend.forget_cell`, which drops a
+Kept apart from the record interfaces (the other modules of :mod:`qsched.ledger.base`):
+nothing here reads or writes a record, except :meth:`Backend.forget_cell`, which drops a
 whole cell for a harness that shares a server.
 """
 
