@@ -280,7 +280,7 @@ class Consumer(abc.ABC):
         raises :class:`BusUnavailable`. (The kombu bus rejects them with requeue;
         the oslo.messaging bus publishes a confirmed copy at the tail and acks
         the old one, so that a quorum queue counts no delivery:
-        :mod:`qsched.bus.oslo_listener`.)
+        :mod:`qsched.bus.oslo.listener`.)
         """
 
     @abc.abstractmethod
@@ -318,7 +318,7 @@ class Consumer(abc.ABC):
 class WantingConsumer(Consumer):
     """What every consumer here shares: the host and the classes wanted, changed by a
     thread that subscribes and unsubscribes (:meth:`_later`), its own or one it shares
-    with the consumers of other hosts (:mod:`qsched.bus.kombu_consumer`)."""
+    with the consumers of other hosts (:mod:`qsched.bus.kombu.consumer`)."""
 
     def __init__(self, host: str, on_message: OnMessage, classes: Iterable[str]) -> None:
         self._host = check_host(host)
