@@ -28,12 +28,12 @@ import logging
 import secrets
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Concatenate, ParamSpec, Protocol
+from typing import Any, Concatenate, ParamSpec
 
 from qsched import exception, server_list
 from qsched.aggregate_api import AggregateAPI, Route
 from qsched.aggregates import FilterOptions
-from qsched.bus.base import BusUnavailable
+from qsched.bus.base import BusUnavailable, Publisher
 from qsched.conf import APIOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.exception import FlavorNotFound
@@ -58,7 +58,7 @@ from qsched.keypairs import KeypairAPI
 from qsched.ledger import Stores
 from qsched.ledger.backend import LedgerUnavailable
 from qsched.ledger.base import HostRule, Instance, ServerGroup, State
-from qsched.message import ActionRequest, BootRequest, DeleteRequest
+from qsched.message import BootRequest, DeleteRequest
 from qsched.metrics import APIMetrics, NoMetrics
 from qsched.notifications import NULL, Notifier, payloads
 from qsched.outbox import Abandoner, Confirmations
@@ -164,20 +164,6 @@ def reservation_id() -> str:
 
 
 _RESERVATION_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
-
-
-class Publisher(Protocol):
-    """What the front door needs of the bus (see :mod:`qsched.bus.base`)."""
-
-    def publish_boot(self, msg: BootRequest) -> None: ...
-
-    def publish_delete(self, host: str, msg: DeleteRequest) -> None: ...
-
-    def publish_action(self, host: str, msg: ActionRequest) -> None: ...
-
-    def publish_to_host(self, host: str, msg: BootRequest) -> None: ...
-
-    def check_health(self) -> None: ...
 
 
 P = ParamSpec("P")

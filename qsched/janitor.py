@@ -31,13 +31,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from qsched import exception
+from qsched.bus.base import BootPublisher
 from qsched.cells import CellsCompute, MoverReport, QuotaMover
 from qsched.conf import CellsOptions, SchedulerOptions
 from qsched.ledger import Stores
 from qsched.ledger.base import State
 from qsched.metrics import APIMetrics, NoMetrics
 from qsched.notifications import NULL, Notifier
-from qsched.outbox import RETRY_MAX_S, BootPublisher, publish_stranded
+from qsched.outbox import RETRY_MAX_S, publish_stranded
 from qsched.periodic import Periodic
 from qsched.reaper import reap_expired
 from qsched.scheduling.records import request_for

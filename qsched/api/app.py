@@ -53,10 +53,10 @@ from qsched.api import server_actions as action_handlers
 from qsched.api import server_groups as group_handlers
 from qsched.api import servers as server_handlers
 from qsched.api import services as service_handlers
-from qsched.bus.base import Bus
+from qsched.bus.base import Bus, Publisher
 from qsched.cells import CellsCompute, open_cells
 from qsched.cells_api import CellsComputeAPI
-from qsched.compute import ComputeAPI, Publisher
+from qsched.compute import ComputeAPI
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
 from qsched.conf.glance import set_options as glance_set_options
 from qsched.conf.keystone import auth_token_conf

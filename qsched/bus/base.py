@@ -39,7 +39,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol
 
 from qsched import exception
 from qsched.message import ActionRequest, BootRequest, DeleteRequest
@@ -497,6 +497,26 @@ class Bus(abc.ABC):
     def requeue(self, delivery: Delivery, new_body: bytes) -> None:
         """Same as ``delivery.requeue(new_body)``: publish the copy, confirmed, then ack."""
         delivery.requeue(new_body)
+
+
+class BootPublisher(Protocol):
+    """What the janitor and the outbox need of a bus: :meth:`Bus.publish_boot`, to publish
+    boot requests again."""
+
+    def publish_boot(self, message: BootRequest) -> None: ...
+
+
+class Publisher(BootPublisher, Protocol):
+    """What a front door needs of a bus (a :class:`Bus`, or one wrapped to count its
+    failures): each method as the :class:`Bus` method of its name."""
+
+    def publish_delete(self, host: str, message: DeleteRequest) -> None: ...
+
+    def publish_action(self, host: str, message: ActionRequest) -> None: ...
+
+    def publish_to_host(self, host: str, message: BootRequest) -> None: ...
+
+    def check_health(self) -> None: ...
 
 
 def describe(exc: BaseException) -> str:
