@@ -12,7 +12,7 @@
 #                            "docker exec rabbitmq rabbitmqctl"
 #
 # qsched declares its queues with these settings as queue arguments already (see
-# qsched/bus/kombu_wire.py). Arguments cannot change once a queue exists, so operators
+# qsched/bus/kombu/wire.py). Arguments cannot change once a queue exists, so operators
 # tune them later with policies, which RabbitMQ applies to existing queues too. Where
 # both set a key, the queue argument wins, except that the lower delivery limit and
 # the policy's overflow apply: a policy can lower the delivery limit, not raise it.

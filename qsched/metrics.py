@@ -32,7 +32,7 @@ Under gunicorn every worker counts in its own files of ``PROMETHEUS_MULTIPROC_DI
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -44,6 +44,7 @@ from prometheus_client import (
 )
 
 from qsched import exception
+from qsched.bus.base import Publisher
 
 #: The environment variable prometheus_client reads for its multiprocess mode.
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -245,20 +246,6 @@ class NoMetrics(APIMetrics):
 
     def exposition(self) -> bytes:
         return b""
-
-
-class Publisher(Protocol):
-    """What :class:`CountedPublisher` counts of a bus (:class:`qsched.compute.api.Publisher`)."""
-
-    def publish_boot(self, msg: Any) -> None: ...
-
-    def publish_delete(self, host: str, msg: Any) -> None: ...
-
-    def publish_action(self, host: str, msg: Any) -> None: ...
-
-    def publish_to_host(self, host: str, msg: Any) -> None: ...
-
-    def check_health(self) -> None: ...
 
 
 class CountedPublisher:

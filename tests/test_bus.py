@@ -33,7 +33,7 @@ from qsched import exception
 from qsched.bus import Delivery, MessageSettled, Names, open_bus
 from qsched.bus.base import BusUnavailable, check_class
 from qsched.bus.kombu import KombuBus, KombuOptions
-from qsched.bus.kombu_wire import KombuWire
+from qsched.bus.kombu.wire import KombuWire
 from qsched.bus.oslo import OsloBus
 from qsched.conf import BusOptions
 from qsched.flavors import Flavor
@@ -318,8 +318,11 @@ def imported(module: str) -> set[str]:
 @pytest.mark.parametrize(
     ("module", "absent"),
     [
-        ("qsched.bus.kombu_consumer", {"qsched.bus.kombu"}),
-        ("qsched.bus.kombu_wire", {"qsched.bus.kombu", "qsched.bus.kombu_consumer"}),
+        ("qsched.bus.kombu.consumer", {"qsched.bus.kombu.bus", "qsched.bus.kombu.KombuBus"}),
+        (
+            "qsched.bus.kombu.wire",
+            {"qsched.bus.kombu.bus", "qsched.bus.kombu.KombuBus", "qsched.bus.kombu.consumer"},
+        ),
     ],
 )
 def test_the_kombu_modules_import_no_circle(module: str, absent: set[str]) -> None:
@@ -836,8 +839,8 @@ def test_open_bus_builds_the_oslo_bus_for_its_driver() -> None:
 def test_the_oslo_bus_refuses_an_oslo_messaging_without_what_it_relies_on() -> None:
     """It uses private parts of oslo.messaging; without them it fails at once, saying
     which, rather than publishing into a void or stopping listeners that give back."""
-    from qsched.bus import oslo_listener
-    from qsched.bus.oslo_wire import OsloWire
+    from qsched.bus.oslo import listener
+    from qsched.bus.oslo.wire import OsloWire
 
     wire = OsloWire(AMQP_URL)
     wire._transport = lambda quorum, limit: types.SimpleNamespace(cleanup=lambda: None)  # type: ignore[method-assign]
@@ -845,7 +848,7 @@ def test_the_oslo_bus_refuses_an_oslo_messaging_without_what_it_relies_on() -> N
         wire.transport("boot")
     server = types.SimpleNamespace(listener=types.SimpleNamespace(cleanup=lambda: None))
     with pytest.raises(RuntimeError, match="_poll_style_listener"):
-        oslo_listener._Hooks(server, threading.Event())
+        listener._Hooks(server, threading.Event())
 
 
 @pytest.mark.real

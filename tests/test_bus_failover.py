@@ -135,7 +135,7 @@ def test_every_host_down_fails_promptly_and_names_them_all(form: str) -> None:
 def test_a_publish_fails_over_when_the_first_host_is_down(
     rabbitmq: tuple[str, int], form: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="qsched.bus.kombu_wire")
+    caplog.set_level(logging.WARNING, logger="qsched.bus.kombu.wire")
     up = f"{rabbitmq[0]}:{rabbitmq[1]}"
     url = two_hosts(form, f"{LOOPBACK}:{free_port()}", up, credentials())
     with harness_on(url) as harness:
@@ -156,7 +156,7 @@ def test_a_publish_fails_over_when_the_first_host_is_down(
 def test_the_bus_moves_on_when_the_host_it_is_on_goes_down(
     rabbitmq: tuple[str, int], strategy: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="qsched.bus.kombu_wire")
+    caplog.set_level(logging.WARNING, logger="qsched.bus.kombu.wire")
     node = NodeStandIn(rabbitmq)
     up = f"{rabbitmq[0]}:{rabbitmq[1]}"
     url = two_hosts("rabbit", f"{LOOPBACK}:{node.port}", up, credentials())

@@ -3,7 +3,7 @@ the quorum queue's delivery limit, and what crashes agents still ends in the dea
 
 RabbitMQ counts every message it gets back without an ack (``x-delivery-count``), and at
 ``[bus] delivery_limit`` of them dead-letters it (docs/pipeline.rst, the oslo.messaging
-bus; :mod:`qsched.bus.oslo_listener`). A count is read with ``basic.get``, which shows it
+bus; :mod:`qsched.bus.oslo.listener`). A count is read with ``basic.get``, which shows it
 before its own return.
 """
 
@@ -84,7 +84,7 @@ def delivery_counts(harness: Harness) -> list[tuple[Any, int]]:
 
 def _qsched_body(raw: bytes) -> Any:
     from qsched.bus.base import DeadLetter
-    from qsched.bus.oslo import unwrapped
+    from qsched.bus.oslo.bus import unwrapped
 
     return decode(unwrapped(DeadLetter(raw, "", None, None, None)).body)
 

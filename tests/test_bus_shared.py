@@ -66,7 +66,7 @@ def test_hosts_share_one_connection_each_keeps_its_queue_and_prefetch(shared: Ha
     assert len({consumer._loop._thread for consumer in consumers}) == 1  # one thread drains
     connections = {id(consumer._connection) for consumer in consumers}
     assert None not in connections
-    assert len(connections) == (1 if shared.wire.amqp else HOSTS)  # see kombu_loop
+    assert len(connections) == (1 if shared.wire.amqp else HOSTS)  # see qsched.bus.kombu.loop
     sent = [request() for _ in range(HOSTS + 1)]
     for message in sent:
         shared.bus.publish_boot(message)
@@ -176,7 +176,7 @@ def test_the_reconnect_backoff_starts_over_after_a_connection_that_lasted(
     options = dataclasses.replace(FAST, reconnect_max_delay_s=1.0)
     bus = KombuBus("memory://", prefix="qtest-shared-backoff", options=options)
     bus = bus.sharing_consumers()
-    caplog.set_level(logging.WARNING, logger="qsched.bus.kombu_loop")
+    caplog.set_level(logging.WARNING, logger="qsched.bus.kombu.loop")
     try:
         consumer = bus.consumer("cn-1", ack)
         consumer.start()

@@ -28,7 +28,7 @@ from qsched.api import app as api_app
 from qsched.api import health as api_health
 from qsched.bus import base, health
 from qsched.bus.kombu import KombuBus, KombuOptions
-from qsched.bus.kombu_wire import CONNECT, DECLARE, PUBLISH, failure_category
+from qsched.bus.kombu.wire import CONNECT, DECLARE, PUBLISH, failure_category
 from qsched.chaos.servers import ChaosError, RedisServer
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.ledger import Stores, open_stores

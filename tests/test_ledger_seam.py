@@ -54,7 +54,9 @@ def violations(tree: ast.AST, may_import: bool = False) -> Iterator[str]:
 
 def test_the_walk_sees_the_packages() -> None:
     paths = outside_modules()
-    assert ROOT / "qsched" / "compute" / "api.py" in paths and ROOT / "agents" / "service.py" in paths
+    assert (
+        ROOT / "qsched" / "compute" / "api.py" in paths and ROOT / "agents" / "service.py" in paths
+    )
     assert not any(LEDGER in p.parents for p in paths)
 
 

@@ -26,8 +26,9 @@ from agents.service import ComputeAgent
 from agents.virt.fake import FakeNodeSpec
 from qsched.admin import deadletters, schemas, views
 from qsched.admin.cli_bus import LETTER_COLUMNS
-from qsched.bus import base, kombu_message
+from qsched.bus import base
 from qsched.bus.kombu import KombuBus
+from qsched.bus.kombu import message as kombu_message
 from qsched.compute.api import ComputeAPI
 from qsched.context import RequestContext
 from qsched.embedded import Stack, embedded_options, start_stack

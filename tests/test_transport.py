@@ -13,7 +13,7 @@ import pytest
 
 from qsched import exception
 from qsched.bus import open_bus
-from qsched.bus.kombu_wire import KombuOptions, KombuWire
+from qsched.bus.kombu.wire import KombuOptions, KombuWire
 from qsched.conf import BusOptions
 from qsched.conf.transport import (
     HONOURED,

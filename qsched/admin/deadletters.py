@@ -21,7 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from qsched import exception
-from qsched.bus import Bus, base, kombu_message
+from qsched.bus import Bus, base
+from qsched.bus.kombu import message as kombu_message
 from qsched.ledger import Stores
 from qsched.ledger.base import State
 from qsched.scheduling.message import ActionRequest, DeleteRequest, Message, PoisonMessage, decode

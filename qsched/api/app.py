@@ -34,12 +34,12 @@ from qsched import exception
 from qsched.api import PREFIX, FrontDoor, auth, health, keystone, microversion, routes
 from qsched.api import metrics as metrics_edge
 from qsched.api.versions import LEGACY_PREFIX
-from qsched.bus.base import Bus
+from qsched.bus.base import Bus, Publisher
 from qsched.cells import housekeeping
 from qsched.cells.front_door import CellsComputeAPI
 from qsched.cells.opening import open_cells
 from qsched.cells.router import CellsCompute
-from qsched.compute.api import ComputeAPI, Publisher
+from qsched.compute.api import ComputeAPI
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
 from qsched.conf.glance import set_options as glance_set_options
 from qsched.conf.keystone import auth_token_conf

@@ -64,7 +64,7 @@ def table(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Route
 
 def _grouping_routes(args: tuple[FrontDoor, str | None, int]) -> list[Route]:
     """Aggregates and server groups, for one cell and over several
-    (:mod:`qsched.cells_aggregates`, :mod:`qsched.cells_groups`)."""
+    (:mod:`qsched.cells.aggregates`, :mod:`qsched.cells.groups`)."""
     aggregate = f"{PREFIX}/os-aggregates/{{aggregate_id}}"
     return [
         (f"{PREFIX}/os-aggregates", aggregate_handlers.Aggregates(*args)),

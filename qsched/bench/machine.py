@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from qsched.bus.kombu_wire import KombuWire
+from qsched.bus.kombu.wire import KombuWire
 from qsched.ledger import server
 
 PACKAGES = ("qsched", "kombu", "amqp", "redis", "fakeredis", "falcon", "gunicorn", "msgpack")

@@ -1,9 +1,16 @@
 """The message bus: boot requests per scheduling class, deletes per host, dead letters.
 
-:mod:`qsched.bus.base` holds the contract; :mod:`qsched.bus.kombu` implements it on
-kombu's memory, RabbitMQ and Redis transports, :mod:`qsched.bus.oslo` on
-oslo.messaging's notification layer (RabbitMQ). :func:`open_bus` picks one from the
-configuration (``[bus] driver``).
+:mod:`qsched.bus.base` holds the contract (:class:`Bus`, and the narrower
+``Publisher`` and ``BootPublisher`` that the front door and the janitor name);
+:mod:`qsched.bus.health` what both buses' ``check_health`` share. One package per
+technology implements it: :mod:`qsched.bus.kombu` on kombu's memory, RabbitMQ and
+Redis transports, :mod:`qsched.bus.oslo` on oslo.messaging's notification layer
+(RabbitMQ). :func:`open_bus` picks one from the configuration (``[bus] driver``);
+oslo.messaging is imported only for its bus.
+
+What it may import: :mod:`qsched.scheduling.message`, :mod:`qsched.conf` (options as values),
+:mod:`qsched.exception` and the transport libraries, nothing above the backends.
+The contract imports no transport library.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol
 
 from qsched import exception
 from qsched.scheduling.message import ActionRequest, BootRequest, DeleteRequest
@@ -280,7 +280,7 @@ class Consumer(abc.ABC):
         raises :class:`BusUnavailable`. (The kombu bus rejects them with requeue;
         the oslo.messaging bus publishes a confirmed copy at the tail and acks
         the old one, so that a quorum queue counts no delivery:
-        :mod:`qsched.bus.oslo_listener`.)
+        :mod:`qsched.bus.oslo.listener`.)
         """
 
     @abc.abstractmethod
@@ -318,7 +318,7 @@ class Consumer(abc.ABC):
 class WantingConsumer(Consumer):
     """What every consumer here shares: the host and the classes wanted, changed by a
     thread that subscribes and unsubscribes (:meth:`_later`), its own or one it shares
-    with the consumers of other hosts (:mod:`qsched.bus.kombu_consumer`)."""
+    with the consumers of other hosts (:mod:`qsched.bus.kombu.consumer`)."""
 
     def __init__(self, host: str, on_message: OnMessage, classes: Iterable[str]) -> None:
         self._host = check_host(host)
@@ -497,6 +497,26 @@ class Bus(abc.ABC):
     def requeue(self, delivery: Delivery, new_body: bytes) -> None:
         """Same as ``delivery.requeue(new_body)``: publish the copy, confirmed, then ack."""
         delivery.requeue(new_body)
+
+
+class BootPublisher(Protocol):
+    """What the janitor and the outbox need of a bus: :meth:`Bus.publish_boot`, to publish
+    boot requests again."""
+
+    def publish_boot(self, message: BootRequest) -> None: ...
+
+
+class Publisher(BootPublisher, Protocol):
+    """What a front door needs of a bus (a :class:`Bus`, or one wrapped to count its
+    failures): each method as the :class:`Bus` method of its name."""
+
+    def publish_delete(self, host: str, message: DeleteRequest) -> None: ...
+
+    def publish_action(self, host: str, message: ActionRequest) -> None: ...
+
+    def publish_to_host(self, host: str, message: BootRequest) -> None: ...
+
+    def check_health(self) -> None: ...
 
 
 def describe(exc: BaseException) -> str:

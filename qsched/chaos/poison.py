@@ -24,8 +24,8 @@ from typing import Any
 import kombu
 import msgpack
 
-from qsched.bus.kombu_wire import KombuWire, kombu_options
-from qsched.bus.oslo_wire import OsloWire, envelope
+from qsched.bus.kombu.wire import KombuWire, kombu_options
+from qsched.bus.oslo.wire import OsloWire, envelope
 from qsched.chaos.stack import FLAVORS, Stack
 from qsched.flavors import Flavor
 from qsched.ledger.base import State

@@ -28,11 +28,11 @@ import logging
 import secrets
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Concatenate, ParamSpec, Protocol
+from typing import Any, Concatenate, ParamSpec
 
 from qsched import exception
 from qsched.aggregates import FilterOptions
-from qsched.bus.base import BusUnavailable
+from qsched.bus.base import BusUnavailable, Publisher
 from qsched.compute import list_query as server_list
 from qsched.compute.aggregates import AggregateAPI, Route
 from qsched.compute.host_rules import HostRequest, HostRules
@@ -73,7 +73,7 @@ from qsched.recovery.outbox import Abandoner, Confirmations
 from qsched.recovery.reaper import NO_VALID_HOST
 from qsched.resources import check_uuid
 from qsched.scheduling.classes import SchedulingClass
-from qsched.scheduling.message import ActionRequest, BootRequest, DeleteRequest
+from qsched.scheduling.message import BootRequest, DeleteRequest
 from qsched.scheduling.records import (
     ServerFields,
     details,
@@ -164,20 +164,6 @@ def reservation_id() -> str:
 
 
 _RESERVATION_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
-
-
-class Publisher(Protocol):
-    """What the front door needs of the bus (see :mod:`qsched.bus.base`)."""
-
-    def publish_boot(self, msg: BootRequest) -> None: ...
-
-    def publish_delete(self, host: str, msg: DeleteRequest) -> None: ...
-
-    def publish_action(self, host: str, msg: ActionRequest) -> None: ...
-
-    def publish_to_host(self, host: str, msg: BootRequest) -> None: ...
-
-    def check_health(self) -> None: ...
 
 
 P = ParamSpec("P")

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Protocol
 
 from qsched import exception
+from qsched.bus.base import Publisher
 from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.ledger.base import Event, Instance, State, TaskState
@@ -67,12 +67,6 @@ class ActionNotFound(exception.NotFound):
 
 class ActionMarkerNotFound(exception.Invalid):
     msg_fmt = "Marker {marker} could not be found."
-
-
-class ActionPublisher(Protocol):
-    """What server actions need of the bus (see :mod:`qsched.bus.base`)."""
-
-    def publish_action(self, host: str, msg: ActionRequest) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +118,7 @@ class ServerActions:
     actions one list returns (``[api] max_limit``)."""
 
     def __init__(
-        self, stores: Stores, bus: ActionPublisher, policy: Policy, max_limit: int = 1000
+        self, stores: Stores, bus: Publisher, policy: Policy, max_limit: int = 1000
     ) -> None:
         self.stores = stores
         self.bus = bus

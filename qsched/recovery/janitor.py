@@ -31,9 +31,10 @@ from collections.abc import Callable
 from typing import Any
 
 from qsched import exception
+from qsched.bus.base import BootPublisher
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.recovery.outbox import RETRY_MAX_S, BootPublisher, publish_stranded
+from qsched.recovery.outbox import RETRY_MAX_S, publish_stranded
 from qsched.scheduling.records import request_for
 
 LOG = logging.getLogger(__name__)

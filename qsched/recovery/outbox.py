@@ -28,12 +28,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from qsched import exception
+from qsched.bus.base import BootPublisher
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.scheduling.message import BootRequest
 from qsched.scheduling.records import request_for
 
 LOG = logging.getLogger(__name__)
@@ -169,12 +169,6 @@ class Abandoner:
                     break
             with self._lock:
                 self.pending -= 1
-
-
-class BootPublisher(Protocol):
-    """What publishing needs of the bus (see :mod:`qsched.bus.base`)."""
-
-    def publish_boot(self, msg: BootRequest) -> None: ...
 
 
 def publish_stranded(

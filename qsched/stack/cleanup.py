@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from qsched.bus.base import Names
-    from qsched.bus.kombu_wire import KombuWire
+    from qsched.bus.kombu.wire import KombuWire
 
 
 def forget_bus(
@@ -21,12 +21,12 @@ def forget_bus(
     """Remove a stack's queues and exchanges (RabbitMQ) or keys (kombu's Redis transport).
 
     ``names``: the bus's, when its queues are not the kombu bus's (the oslo.messaging
-    bus's :class:`~qsched.bus.oslo_wire.OsloNames`).
+    bus's :class:`~qsched.bus.oslo.wire.OsloNames`).
 
     :returns: what RabbitMQ refused to delete, one line each.
     :raises: one of the wire's errors when the broker cannot be reached at all.
     """
-    from qsched.bus.kombu_wire import KombuWire  # kombu only once a stack ran
+    from qsched.bus.kombu.wire import KombuWire  # kombu only once a stack ran
 
     wire = KombuWire(transport_url, prefix=prefix)
     try:
@@ -47,7 +47,7 @@ def _delete_amqp(wire: KombuWire, classes: list[str], hosts: list[str], names: N
 def forget_amqp(amqp_url: str, queues: list[str], exchanges: list[str]) -> list[str]:
     """Delete these RabbitMQ queues, then exchanges (those a stack's other clients
     declared: its notifications). :returns: what RabbitMQ refused, one line each."""
-    from qsched.bus.kombu_wire import KombuWire
+    from qsched.bus.kombu.wire import KombuWire
 
     wire = KombuWire(amqp_url)
     try:

@@ -291,7 +291,7 @@ class ProcessStack:
         hosts = sorted(self._hosts)
         names = None
         if self.options.bus.driver == OSLO_MESSAGING:
-            from qsched.bus.oslo_wire import OsloNames  # oslo.messaging only for that bus
+            from qsched.bus.oslo.wire import OsloNames  # oslo.messaging only for that bus
 
             names = OsloNames(self.prefix)
         failed = forget_bus(self.transport_url, self.prefix, self.classes(), hosts, names)

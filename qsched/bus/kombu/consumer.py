@@ -1,10 +1,10 @@
 """The consuming half of the kombu bus: a host's consumer on its channel, and its deliveries.
 
 :class:`KombuConsumer` is what :meth:`qsched.bus.kombu.KombuBus.consumer` returns.
-It stands on the :class:`~qsched.bus.kombu_wire.KombuWire` it is handed: it
+It stands on the :class:`~qsched.bus.kombu.wire.KombuWire` it is handed: it
 declares its queues and publishes its requeues and dead letters through it, and
 knows nothing of the producing half. Its channel lives on the connection of a
-:class:`~qsched.bus.kombu_loop.ConsumerLoop`, its own or one it shares with the
+:class:`~qsched.bus.kombu.loop.ConsumerLoop`, its own or one it shares with the
 consumers of other hosts. The transports' features (prefetch, redelivery, dead
 letters) are described in :mod:`qsched.bus.kombu`.
 """
@@ -21,9 +21,10 @@ from typing import Any
 import kombu
 
 from qsched import exception
-from qsched.bus import base, kombu_message
-from qsched.bus.kombu_loop import ConsumerLoop
-from qsched.bus.kombu_wire import KombuWire
+from qsched.bus import base
+from qsched.bus.kombu import message as kombu_message
+from qsched.bus.kombu.loop import ConsumerLoop
+from qsched.bus.kombu.wire import KombuWire
 
 LOG = logging.getLogger(__name__)
 

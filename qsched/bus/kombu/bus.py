@@ -1,80 +1,8 @@
-"""The qsched bus on kombu transports: in memory, RabbitMQ, Redis.
+"""The kombu bus itself: :class:`KombuBus`, the :class:`~qsched.bus.base.Bus` contract.
 
-Features
-========
-``memory://`` (the embedded default: API, agents and tests in one process)
-
-* Everything lives in this process; threads only. No confirms (a put is synchronous).
-* Prefetch 1 per consumer connection (all its queues together).
-* Counts: ready messages only.
-
-``amqp://`` (RabbitMQ, the production path)
-
-* Boot queues are durable quorum queues with ``x-delivery-limit`` and a dead-letter
-  exchange (at-least-once dead lettering), so a message that keeps coming back
-  unacked (say, it crashes every agent that takes it) ends in ``<prefix>.dead``
-  instead of looping forever. Host queues are durable classic queues with the same
-  dead-letter exchange (thousands of hosts: one Raft group each would cost too much),
-  or quorum queues under ``[bus] host_queue_type = quorum``, which a RabbitMQ cluster
-  needs: a classic queue is gone while the one node holding it is.
-* Publisher confirms, and ``mandatory``: a message no queue took comes back, the
-  queue is declared again and the message published once more.
-* Prefetch 1 per queue consumed: quorum queues refuse a channel-wide prefetch, so
-  an agent consuming k classes may hold k + 1 messages at once.
-* Counts: ready and consumers (passive declare); unacked needs the management API.
-
-``redis://`` (kombu's Redis transport)
-
-* Messages go straight to the list named after the queue: kombu's virtual
-  exchanges find a route by scanning every binding of the exchange, which would
-  make each publish O(hosts). The same holds for ``memory://``.
-* A message held unacked longer than ``visibility_timeout_s`` is delivered again,
-  even while its consumer lives; keep it far above any hold (an agent acks right
-  after its claim). A redelivery cannot place twice: the claim is idempotent.
-  A consumer that dies without closing gives its messages back only after it.
-* Prefetch 1 per consumer connection. Counts: ready messages only.
-
-``rabbit://`` (RabbitMQ in oslo.messaging's syntax, several hosts)
-
-* Parsed by oslo.messaging (:mod:`qsched.conf.transport`): one ``amqp://`` URL
-  per host, and the query options of its rabbit driver that mean something here
-  (``ssl``, ``kombu_failover_strategy``, heartbeats...); the others are refused.
-* Every connection (a publisher's, a consumer's, the probe's) tries each host
-  once, starting from the one the last connection reached, then the others in
-  the order listed (``round-robin``) or at random (``shuffle``). A host that
-  fails is logged; a publish fails only when no host answers. oslo.messaging
-  also starts a connection at a random host under ``round-robin``; here the
-  first host listed is the one preferred.
-* Everything else as ``amqp://``.
-
-Connection String
-=================
-.. code-block::
-
-    memory://
-    amqp://USER:PASSWORD@HOST[:5672]/[VHOST]
-    amqp://USER:PASSWORD@HOST1:5672//;amqp://USER:PASSWORD@HOST2:5672//
-    rabbit://USER:PASSWORD@HOST1[:5672][,USER:PASSWORD@HOST2[:5672]...]/[VHOST][?OPTIONS]
-    redis://[:PASSWORD@]HOST[:6379]/[DB]
-
-A ``;`` list of kombu URLs fails over as ``rabbit://`` does; so does oslo's
-``amqp://`` listing several hosts with commas (parsed as ``rabbit://``).
-
-Options are in :class:`KombuOptions` (the ``[bus]`` tunables, see :meth:`KombuBus.from_options`).
-
-Modules
-=======
-* this one: :class:`KombuBus`, the :class:`~qsched.bus.base.Bus` contract and nothing
-  more; it publishes, and builds consumers (each on a connection of its own, or all on
-  one, :meth:`KombuBus.sharing_consumers`);
-* :mod:`qsched.bus.kombu_wire`: connections, queues and exchanges, declares and
-  confirmed publishes (dead letters too), which both halves stand on;
-* :mod:`qsched.bus.kombu_consumer`: a host's consumer and its deliveries; it knows
-  the wire it is handed, not this module;
-* :mod:`qsched.bus.kombu_loop`: the reconnecting connection and thread under one
-  consumer, or under the consumers of several hosts;
-* :mod:`qsched.bus.kombu_message`: what a kombu message holds, read without trusting it;
-* :mod:`qsched.bus.health`: the publish history and probe cache behind ``check_health``.
+It publishes through its :class:`~qsched.bus.kombu.wire.KombuWire` and builds
+consumers (:mod:`qsched.bus.kombu.consumer`), and does nothing more. What each
+transport does, and the connection strings: :mod:`qsched.bus.kombu`.
 """
 
 from __future__ import annotations
@@ -87,25 +15,26 @@ import kombu
 from amqp import exceptions as amqp_exceptions
 
 from qsched import exception
-from qsched.bus import base, health, kombu_message
-from qsched.bus.kombu_consumer import KombuConsumer
-from qsched.bus.kombu_loop import ConsumerLoop
-from qsched.bus.kombu_wire import SCHEMES, KombuOptions, KombuWire, kombu_options
+from qsched.bus import base, health
+from qsched.bus.kombu import message as kombu_message
+from qsched.bus.kombu.consumer import KombuConsumer
+from qsched.bus.kombu.loop import ConsumerLoop
+from qsched.bus.kombu.wire import KombuOptions, KombuWire, kombu_options
 from qsched.conf import BusOptions
 from qsched.scheduling.message import ActionRequest, BootRequest, DeleteRequest
 
-__all__ = ["SCHEMES", "KombuBus", "KombuOptions"]
+__all__ = ["KombuBus"]
 
 
 class KombuBus(base.Bus):
     """The bus on one transport URL, kombu's or oslo.messaging's ``rabbit://``. Thread-safe.
 
     Only the :class:`~qsched.bus.base.Bus` contract is public, and ``wire``: the
-    :class:`~qsched.bus.kombu_wire.KombuWire` it publishes through and hands to
+    :class:`~qsched.bus.kombu.wire.KombuWire` it publishes through and hands to
     its consumers, for tools that must send what qsched never would (chaos runs,
     tests).
 
-    :raises Invalid: as :class:`~qsched.bus.kombu_wire.KombuWire`.
+    :raises Invalid: as :class:`~qsched.bus.kombu.wire.KombuWire`.
     """
 
     def __init__(
@@ -138,7 +67,7 @@ class KombuBus(base.Bus):
         own channel, prefetch, queues and acks, and so every promise of
         :class:`~qsched.bus.base.Consumer`, but they hold one broker connection
         instead of one each, and their callbacks take turns in one thread
-        (:mod:`qsched.bus.kombu_loop`). :meth:`close` closes that connection.
+        (:mod:`qsched.bus.kombu.loop`). :meth:`close` closes that connection.
         """
         bus = KombuBus.on_wire(self.wire)
         bus._loop = ConsumerLoop(self.wire, f"{self.names.prefix}-shared", shared=True)

@@ -1,62 +1,9 @@
-"""The qsched bus on oslo.messaging's notification layer (``[bus] driver = oslo.messaging``).
+"""The oslo.messaging bus itself: :class:`OsloBus`, the :class:`~qsched.bus.base.Bus` contract.
 
-For deployments that run everything through oslo.messaging: the same per-class
-topics and pulling agents as the kombu bus, on oslo.messaging's rabbit driver.
-
-Features
-========
-* Why the notification listener and not the RPC server: oslo.messaging's RPC
-  server acknowledges a message when it receives it, before the endpoint runs, so
-  an agent that dies holding a request would lose it. Its notification listener
-  with ``allow_requeue`` acknowledges after the endpoint returns ``HANDLED`` and
-  gives the message back on ``REQUEUE``: an agent acknowledges a request only once
-  its claim is in the ledger, or its copy is confirmed at the tail (requeue) or in
-  the dead letters (reject), as on the kombu bus.
-* Topics ``<prefix>.boot.<class>`` and ``<prefix>.host.<host>`` on the topic
-  exchange ``<prefix>``, priority ``info``: the queues are
-  ``<prefix>.boot.<class>.info`` and ``<prefix>.host.<host>.info``
-  (:class:`~qsched.bus.oslo_wire.OsloNames`, which admin views use too). Boot
-  queues are durable quorum queues with ``x-delivery-limit`` ``[bus]
-  delivery_limit``; host queues durable classic queues, or quorum queues without a
-  delivery limit under ``[bus] host_queue_type = quorum`` (for a RabbitMQ cluster).
-* No pool: the agents of a class compete on its one queue; prefetch 1 per queue.
-* Publishes are confirmed (the rabbit driver publishes with confirms, after
-  declaring the queue), and a failure raises :class:`~qsched.bus.base.BusUnavailable`
-  (oslo.messaging's Notifier would only log it: see
-  :meth:`~qsched.bus.oslo_wire.OsloWire.publish`).
-* Dead letters: oslo.messaging declares its queues with a delivery limit but no
-  dead-letter exchange, and RabbitMQ drops a message over the limit. The policies
-  of ``deploy/rabbitmq-policies.sh`` give ``<prefix>.boot.*`` and ``<prefix>.host.*``
-  the dead-letter exchange ``<prefix>.dead``; they are required, not optional,
-  with this bus. The dead-letter queue is the kombu bus's ``<prefix>.dead``
-  (quorum, no delivery limit: reviewing letters is no delivery that may drop them),
-  written and read over AMQP through :mod:`qsched.bus.kombu_wire`, so ``qsched-admin``
-  sees one place for both. A letter the broker dead-lettered carries the
-  oslo.messaging envelope; :meth:`OsloBus.take_dead_letters` shows its qsched body.
-* What the contract cannot have here: ``Delivery.redelivered`` is always False and
-  ``Delivery.headers`` empty (oslo.messaging hands its endpoint neither), and a
-  message oslo.messaging cannot decode (not JSON, not an envelope) never reaches
-  the agent: the rabbit driver rejects it, and the broker dead-letters it through
-  the policy with the reason ``rejected``.
-* Counts, purges, dead letters and the health probe go through kombu on the same
-  broker (oslo.messaging has none of them); the probe is the kombu bus's.
-
-Connection String
-=================
-.. code-block::
-
-    rabbit://USER:PASSWORD@HOST1[:5672][,USER:PASSWORD@HOST2[:5672]...]/[VHOST][?OPTIONS]
-    amqp://USER:PASSWORD@HOST[:5672]/[VHOST]     (rewritten as rabbit://)
-
-Query options as for the kombu bus (:mod:`qsched.conf.transport`). The ``[bus]``
-options used: ``prefix``, ``delivery_limit``, ``heartbeat_s`` (the rabbit driver's
-``heartbeat_timeout_threshold``, which also bounds how long a publish waits for its
-confirm), ``reconnect_max_delay_s`` (``rabbit_interval_max``), ``publisher_pool_size``
-(``rpc_conn_pool_size``), and for the AMQP side ``connect_timeout_s`` and
-``confirm_timeout_s``.
-
-Modules: this one (:class:`OsloBus`), :mod:`qsched.bus.oslo_wire` (names,
-transports, envelope, publishes), :mod:`qsched.bus.oslo_consumer` (the listeners).
+It publishes through its :class:`~qsched.bus.oslo.wire.OsloWire`, builds consumers
+(:mod:`qsched.bus.oslo.consumer`), and reads counts and dead letters through the kombu
+bus on the same broker. What it does and does not do, and the connection strings:
+:mod:`qsched.bus.oslo`.
 """
 
 from __future__ import annotations
@@ -71,13 +18,13 @@ from amqp import exceptions as amqp_exceptions
 from qsched import exception
 from qsched.bus import base, health
 from qsched.bus.kombu import KombuBus
-from qsched.bus.kombu_wire import KombuOptions, kombu_options
-from qsched.bus.oslo_consumer import OsloConsumer
-from qsched.bus.oslo_wire import OsloNames, OsloWire, Undecodable, body_of
+from qsched.bus.kombu.wire import KombuOptions, kombu_options
+from qsched.bus.oslo.consumer import OsloConsumer
+from qsched.bus.oslo.wire import OsloNames, OsloWire, Undecodable, body_of
 from qsched.conf import BusOptions
 from qsched.scheduling.message import ActionRequest, BootRequest, DeleteRequest
 
-__all__ = ["OsloBus", "OsloNames"]
+__all__ = ["SCHEMES", "OsloBus", "unwrapped"]
 
 SCHEMES = frozenset({"rabbit", "amqp", "pyamqp"})
 
@@ -85,10 +32,10 @@ SCHEMES = frozenset({"rabbit", "amqp", "pyamqp"})
 class OsloBus(base.Bus):
     """The bus on oslo.messaging's notification layer, RabbitMQ only. Thread-safe.
 
-    ``wire`` is its :class:`~qsched.bus.oslo_wire.OsloWire`, for tools that must
+    ``wire`` is its :class:`~qsched.bus.oslo.wire.OsloWire`, for tools that must
     send what qsched never would (chaos runs, tests).
 
-    :raises Invalid: as :class:`~qsched.bus.oslo_wire.OsloWire`.
+    :raises Invalid: as :class:`~qsched.bus.oslo.wire.OsloWire`.
     """
 
     def __init__(

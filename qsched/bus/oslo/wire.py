@@ -1,7 +1,7 @@
 """The wire under the oslo.messaging bus: its names, transports, envelope and publishes.
 
 :class:`OsloWire` is what both halves of :mod:`qsched.bus.oslo` stand on: the bus
-publishes through it and its consumers (:mod:`qsched.bus.oslo_consumer`) listen on
+publishes through it and its consumers (:mod:`qsched.bus.oslo.consumer`) listen on
 its transports and publish their requeues and dead letters through it.
 
 Two oslo.messaging notification transports on one broker, because the rabbit
@@ -11,7 +11,7 @@ classic queues: thousands of hosts, one Raft group each would cost too much; quo
 queues without a delivery limit under ``[bus] host_queue_type = quorum``). Both
 set ``rabbit_qos_prefetch_count`` 1 and durable queues. The dead letters, queue
 counts, purges and the health probe need what oslo.messaging does not have; they
-go through a :class:`~qsched.bus.kombu_wire.KombuWire` on the same broker, and the
+go through a :class:`~qsched.bus.kombu.wire.KombuWire` on the same broker, and the
 dead letters are the kombu bus's own ``<prefix>.dead`` (see :mod:`qsched.bus.oslo`).
 
 The envelope: an oslo.messaging notification (priority ``info``, message format
@@ -35,7 +35,7 @@ from typing import Any
 import oslo_messaging
 
 from qsched.bus import base
-from qsched.bus.kombu_wire import KombuOptions, KombuWire
+from qsched.bus.kombu.wire import KombuOptions, KombuWire
 from qsched.conf.transport import oslo_notification_transport, oslo_rabbit_url
 
 PRIORITY = "info"  # oslo.messaging names the queue <topic>.<priority>

@@ -11,7 +11,7 @@ targets are fixed when it starts, so a change would mean stopping it, which drop
 consumers on every queue, then connecting and declaring them all again. One listener
 per class touches only that class: adding it costs one connection and a declare (a few
 milliseconds on a local broker), removing it a cancel and a stop
-(:meth:`~qsched.bus.oslo_listener.OsloListener.leave`), in a thread of its own, since
+(:meth:`~qsched.bus.oslo.listener.OsloListener.leave`), in a thread of its own, since
 its close waits as long as a delivery of that class is still in hand, which can still
 be settled.
 
@@ -47,8 +47,8 @@ import oslo_messaging
 
 from qsched import exception
 from qsched.bus import base
-from qsched.bus.oslo_listener import OsloListener
-from qsched.bus.oslo_wire import OsloWire, Route, Undecodable, body_of
+from qsched.bus.oslo.listener import OsloListener
+from qsched.bus.oslo.wire import OsloWire, Route, Undecodable, body_of
 
 LOG = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 A :class:`ConsumerLoop` owns a consumer connection and the only thread that
 touches it (kombu and py-amqp are not thread-safe). Its *members* are consumers
-(:class:`~qsched.bus.kombu_consumer.KombuConsumer`), one per host, each on a
+(:class:`~qsched.bus.kombu.consumer.KombuConsumer`), one per host, each on a
 channel of its own: its prefetch, subscriptions, deliveries and acks stay on its
 channel, so every promise of :mod:`qsched.bus.base` holds per host whether the
 loop has one member or hundreds.
@@ -47,7 +47,7 @@ import kombu
 
 from qsched import exception
 from qsched.bus import base
-from qsched.bus.kombu_wire import KombuWire, drop, release
+from qsched.bus.kombu.wire import KombuWire, drop, release
 
 LOG = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """One oslo.messaging notification listener on one queue, which stops without giving
 anything back to the broker.
 
-:class:`OsloListener` is what :class:`~qsched.bus.oslo_consumer.OsloConsumer` runs per
+:class:`OsloListener` is what :class:`~qsched.bus.oslo.consumer.OsloConsumer` runs per
 queue: prefetch 1, one worker thread, ``allow_requeue`` set, no pool.
 
 Why it does more than ``start()``, ``stop()`` and ``wait()``: on a quorum queue every
@@ -32,7 +32,7 @@ that ack, or :data:`~OsloListener.ACK_GRACE_S` after an ack already sent. What t
 broker sent before its ``cancel-ok`` is dispatched as usual, with ``leaving`` set,
 once the cancel is done, and the consumer passes it on as a fresh copy (see
 :meth:`OsloDelivery.give_back_copy
-<qsched.bus.oslo_consumer.OsloDelivery.give_back_copy>`). :meth:`OsloListener.leave`
+<qsched.bus.oslo.consumer.OsloDelivery.give_back_copy>`). :meth:`OsloListener.leave`
 then stops it, and the close runs every queued ack before the connection goes.
 What is given back afterwards is only what a crash or a lost connection gives back:
 those deliveries count, and a message that keeps crashing agents still ends in the
@@ -60,7 +60,7 @@ from typing import Any
 
 import oslo_messaging
 
-from qsched.bus.oslo_wire import OsloWire, Route
+from qsched.bus.oslo.wire import OsloWire, Route
 
 LOG = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class OsloListener:
         trying while the broker is down.
 
         :raises RuntimeError: oslo.messaging lacks what :mod:`this module
-            <qsched.bus.oslo_listener>` needs; the listener is stopped again.
+            <qsched.bus.oslo.listener>` needs; the listener is stopped again.
         """
         self._server.start(override_pool_size=1)  # prefetch 1: one delivery in hand
         try:

@@ -2,7 +2,7 @@
 
 :class:`KombuWire` is what both halves of the bus stand on: the producer
 (:class:`qsched.bus.kombu.KombuBus`) publishes through it, and the consumer
-(:class:`qsched.bus.kombu_consumer.KombuConsumer`) connects, declares and
+(:class:`qsched.bus.kombu.consumer.KombuConsumer`) connects, declares and
 publishes its requeues and dead letters through it. Neither half knows the
 other. What each transport does is described in :mod:`qsched.bus.kombu`.
 
