@@ -5,19 +5,20 @@ at least one of its nodes can fit right now (its :class:`~agents.nodes.NodeIndex
 says which, and which node to pick, without scanning nodes), plus its own host
 queue for deletes and server actions (:mod:`agents.actions`). This module is the
 service around the steps: its life cycle, periodic tasks and heartbeat, the consumer
-callback and deletes. A boot request
-goes through named steps, each a method of a small class:
+callback, the one dispatch that settles a delivery by the code of its step's
+:class:`~agents.outcome.Outcome`, and deletes. A boot request goes through named
+steps, each a method of a small class:
 
 1. decode (undecodable: dead letter with the reason, go on);
 2. :mod:`agents.placing`: *admit* (drop a redelivery of a build in flight, end
    a request past its deadline in NoValidHost, dead-letter an unknown class),
-   *pick* a node, *claim* it in the ledger (client-driven retries on
-   conflicts), or *refuse*: record why in the instance history and republish
-   the request at the tail of the queue, or *hand back* a request this host
-   already tried while another can take it (alternates), pausing its class here;
+   *pick* a node, *claim* it in the ledger (client-driven retries on conflicts),
+   or *refuse*: record why in the instance history and republish the request at
+   the tail of the queue, or *hand back* a request this host already tried while
+   another can take it (alternates), pausing its class here; what a placement
+   rule refused goes on to :mod:`agents.groups`;
 3. ack, and hand the spawn to a worker, :mod:`agents.spawning`: *spawn*, then
-   *settle* ACTIVE, or *give back* the claim and reschedule until
-   ``max_attempts``.
+   *settle* ACTIVE, or *give back* the claim and reschedule until ``max_attempts``.
 
 A request is acked only once its claim is in the ledger, so a crash before that
 gives it back to the broker; the claim is idempotent per instance, so the
@@ -55,9 +56,10 @@ from agents.consuming import ClassGate
 from agents.groups import GroupStep
 from agents.lease import Lease
 from agents.metrics import AgentMetrics
-from agents.nodes import NodeIndex, Pick
+from agents.nodes import NodeIndex
+from agents.outcome import Code, Outcome, Settle
 from agents.permit import POLL_S, Permit
-from agents.placing import Admission, Alternates, Closed, HandBack, Placer, UnknownClass
+from agents.placing import Alternates, Placer
 from agents.reconcile import Reconciler, ReconcileReport, reconcile
 from agents.registration import register_nodes
 from agents.spawning import Spawner
@@ -139,6 +141,7 @@ class ComputeAgent:
         self.groups = GroupStep(parts)
         self.actions = ActionStep(stores, driver, self.host, self.counters, notifier)
         self.permit = Permit(parts, lambda uuid: self._spawner.submit(self.spawner.spawn, uuid))
+        self.settle = self._settlers()
         self.reconciled = ReconcileReport()  # what the start found
         self._last_beat: float | None = None  # monotonic time of the last heartbeat written
         self._registered: frozenset[str] | None = None  # the classes the ledger has from us
@@ -433,57 +436,44 @@ class ComputeAgent:
             self.boot(msg, delivery)
 
     def boot(self, msg: message.BootRequest, delivery: Delivery) -> None:
-        """Place a boot request through the steps of :mod:`agents.placing`, then hand
-        its spawn to a worker (:mod:`agents.spawning`); settle the delivery once."""
-        try:
-            admission = self.placer.admit(msg)
-            if admission is not Admission.PLACE:
-                self._not_placed(msg, delivery, admission)
-                return
-            placed = self.placer.place(msg)
-        except exception.PlacementRuleRefused as refusal:  # a group's policy, a host rule
-            self.groups.refused(msg, delivery, refusal)
-            return
-        except exception.NotItsRequest as exc:  # the record says otherwise: nothing done
-            self._reject(msg, delivery, "not_its_request", str(exc))
-            return
-        if isinstance(placed, Pick):
-            # The claim is in the ledger: spawn even if the ack fails (a redelivery
-            # then finds the build in flight or done, and is dropped). A member of a
-            # multi-create waits until every member holds its claim.
-            self.permit.spawn_or_wait(msg.instance_uuid)
-            delivery.ack()
-        elif isinstance(placed, HandBack):
-            self.placer.hand_back(msg, delivery, placed)
-        elif isinstance(placed, Closed):
-            self.placer.refuse_closed(msg, delivery, placed)
-        elif placed is not None and self.placer.still_waiting(msg):
-            if not self.groups.no_room(msg, delivery, placed):  # sent to this host only
-                self.placer.refuse(msg, delivery, placed)
-        else:
-            self.counters["dropped"] += 1  # nothing to place any more (deleted, placed)
-            delivery.ack()
+        """Place a boot request through the steps (:mod:`agents.placing`, then
+        :mod:`agents.groups`); settle its delivery once, by the outcome's code."""
+        outcome = self.placer.admit(msg)
+        if outcome.code is Code.ADMITTED:
+            outcome = self.groups.decide(msg, delivery, self.placer.place(msg))
+        self.settle[outcome.code](msg, delivery, outcome)
 
-    def _not_placed(
-        self, msg: message.BootRequest, delivery: Delivery, admission: Admission
-    ) -> None:
-        if admission is Admission.LATER:
-            self._stopped.wait(0.1)
-            delivery.requeue(msg.encode())
-        elif admission is Admission.UNKNOWN_CLASS:
-            reason = str(UnknownClass(name=msg.scheduling_class))
-            self._reject(msg, delivery, "unknown_class", reason)
-        else:
-            if admission is Admission.DROP:
-                self.counters["dropped"] += 1
-            delivery.ack()
+    def _settlers(self) -> dict[Code, Settle]:
+        """How a boot request's delivery is settled by its outcome's code."""
+        return {
+            Code.ENDED: _ack, Code.DROP: self._drop, Code.DEAD_LETTER: self._reject,
+            Code.PLACED: self._placed, Code.LATER: self._later,
+            Code.REFUSED: self.placer.refuse, Code.CLOSED: self.placer.refuse_closed,
+            Code.HAND_BACK: self.placer.hand_back, Code.FORWARD: self.groups.forward,
+            Code.PASS_ON: self.groups.pass_on, Code.PARK: self.groups.park,
+        }  # fmt: skip
 
-    def _reject(self, msg: message.Message, delivery: Delivery, counter: str, reason: str) -> None:
+    def _placed(self, msg: message.BootRequest, delivery: Delivery, outcome: Outcome) -> None:
+        # The claim is in the ledger: spawn even if the ack fails (a redelivery
+        # then finds the build in flight or done, and is dropped). A member of a
+        # multi-create waits until every member holds its claim.
+        self.permit.spawn_or_wait(msg.instance_uuid)
+        delivery.ack()
+
+    def _later(self, msg: message.BootRequest, delivery: Delivery, outcome: Outcome) -> None:
+        self._stopped.wait(0.1)
+        delivery.requeue(msg.encode())
+
+    def _drop(self, msg: message.Message, delivery: Delivery, outcome: Outcome) -> None:
+        self.counters["dropped"] += 1  # nothing to place any more (deleted, placed)
+        delivery.ack()
+
+    def _reject(self, msg: message.Message, delivery: Delivery, outcome: Outcome) -> None:
         """Dead-letter a message that decodes but that this agent must not act on."""
-        self.counters[counter] += 1
+        self.counters[outcome.counter] += 1
         LOG.warning("agent %s: dead-lettering a %s message for %s from %s: %s", self.host,
-                    msg.KIND, msg.instance_uuid, delivery.queue, reason)  # fmt: skip
-        delivery.reject(reason)
+                    msg.KIND, msg.instance_uuid, delivery.queue, outcome.reason)  # fmt: skip
+        delivery.reject(outcome.reason)
 
     # -- server actions -----------------------------------------------------------------
 
@@ -522,7 +512,7 @@ class ComputeAgent:
             return
         why = _not_asked(msg, inst, self.host)
         if why is not None:
-            self._reject(msg, delivery, "not_its_request", why)
+            self._reject(msg, delivery, Outcome.dead_letter("not_its_request", why))
             return
         self._destroy(msg.instance_uuid, msg.node, inst)
         delivery.ack()
@@ -607,3 +597,7 @@ def _not_asked(msg: message.DeleteRequest, inst: Instance, host: str) -> str | N
         return (f"the ledger records no delete of {inst.uuid}: it is {inst.state.value} with "
                 f"task_state {task}")  # fmt: skip
     return None
+
+
+def _ack(msg: message.BootRequest, delivery: Delivery, outcome: Outcome) -> None:
+    delivery.ack()

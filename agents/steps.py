@@ -4,7 +4,9 @@ An agent places a boot request in named steps (:mod:`agents.placing`:
 admit, pick, claim, refuse; :mod:`agents.spawning`: spawn, settle, give back).
 Each step is a method of a small class built on one :class:`AgentParts`, so a new
 rule (a server group's affinity, a gang that must hold all its claims before any
-spawn) is a new step or a change to one, not a longer loop in the service.
+spawn) is a new step or a change to one, not a longer loop in the service. A step
+of the consumer thread says what becomes of the delivery with an
+:class:`~agents.outcome.Outcome`.
 """
 
 from __future__ import annotations
