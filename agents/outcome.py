@@ -15,10 +15,11 @@ Who returns which code:
                             DEAD_LETTER
 :meth:`GroupStep.decide`    for RULE_REFUSED, and REFUSED from the host's own queue: PARK,
                             FORWARD, PASS_ON, ENDED; any other outcome as it is
+:meth:`DeleteStep.delete`   ENDED, DROP, DEAD_LETTER
 ==========================  ===============================================================
 
-(:mod:`agents.placing`, :mod:`agents.groups`.) ADMITTED and RULE_REFUSED are between
-steps: the service never settles a delivery on them.
+(:mod:`agents.placing`, :mod:`agents.groups`, :mod:`agents.deletes`.) ADMITTED and
+RULE_REFUSED are between steps: the service never settles a delivery on them.
 
 Imports: the bus's and the scheduling contract's values, and the node index's pick.
 """
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from agents.nodes import Pick
 from qsched import exception
 from qsched.bus.base import Delivery
-from qsched.message import BootRequest
+from qsched.message import BootRequest, Message
 from qsched.scheduling.fit import Refusal
 
 
@@ -120,3 +121,5 @@ LATER = Outcome(Code.LATER)
 
 #: How the service settles a boot request's delivery for one code.
 Settle = Callable[[BootRequest, Delivery, Outcome], None]
+#: How it settles a delivery of any message, for the codes any step may return.
+SettleAny = Callable[[Message, Delivery, Outcome], None]

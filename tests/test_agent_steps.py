@@ -18,9 +18,10 @@ from qsched.conf import AgentOptions
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.message import BootRequest
+from qsched.message import BootRequest, DeleteRequest
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.records import record_for
+from tests.helpers import RecordingDelivery
 
 SMALL, HUGE = Flavor("small", 1, 1024), Flavor("huge", 64, 1024)
 
@@ -59,8 +60,28 @@ def test_admit(agent: ComputeAgent, stores: Stores) -> None:
 
 def test_every_code_a_step_ends_with_settles_the_delivery(agent: ComputeAgent) -> None:
     """One dispatch on the code: every code that ends the steps has its settle, the two
-    between steps none."""
+    between steps none; a delete ends with one of the codes any message may have."""
     assert set(agent.settle) == set(Code) - {Code.ADMITTED, Code.RULE_REFUSED}
+    assert set(agent.settle_any) == {Code.ENDED, Code.DROP, Code.DEAD_LETTER}
+
+
+def test_a_delete_is_settled_by_its_outcome(agent: ComputeAgent, stores: Stores) -> None:
+    request = waiting(stores, SMALL)
+    agent.placer.admit(request)
+    node = agent.placer.place(request).pick
+    assert node is not None
+    asked = DeleteRequest("req-1", request.instance_uuid, "cn1", node.node)
+    unasked = agent.deletes.delete(asked)  # its record is BUILD: no delete was asked
+    assert unasked.code is Code.DEAD_LETTER and unasked.counter == "not_its_request"
+    assert "the ledger records no delete" in unasked.reason
+    delivery = RecordingDelivery()
+    agent.delete(asked, delivery)
+    assert delivery.settled == [("reject", unasked.reason)]
+    assert agent.counters["not_its_request"] == 1
+    gone = DeleteRequest("req-2", str(uuidlib.uuid4()), "cn1", node.node)
+    assert agent.deletes.delete(gone).code is Code.DROP
+    agent.delete(gone, delivery)
+    assert delivery.settled[1:] == [("ack", None)] and agent.counters["dropped"] == 1
 
 
 def test_a_redelivery_of_a_build_in_flight(agent: ComputeAgent, stores: Stores) -> None:
