@@ -34,6 +34,11 @@ soft policies       the claim passes a member on while it has passes left (count
                     to the queue of the host holding most of them (if its agent is alive).
                     Then any host that fits takes it: soft policies prefer, never refuse.
 ==================  ========================================================================
+
+:meth:`GroupStep.decide` takes what the placing step decided (:mod:`agents.placing`) and
+returns the outcome for the delivery (:mod:`agents.outcome`): PARK, FORWARD, PASS_ON or
+ENDED; the agent then settles it through :meth:`GroupStep.park`, :meth:`GroupStep.forward`
+or :meth:`GroupStep.pass_on`.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import collections
 import logging
 from typing import Any
 
+from agents.outcome import ENDED, Code, Outcome
 from agents.steps import AgentParts
 from qsched import exception
 from qsched.bus.base import Delivery, Names
@@ -83,13 +89,21 @@ class GroupStep:
         """Whether the delivery came from this host's own queue (sent to this host only)."""
         return delivery.routing_key == self._own_key
 
-    def refused(
-        self, msg: BootRequest, delivery: Delivery, refusal: exception.PlacementRuleRefused
-    ) -> None:
-        """The claim refused this host for the group's policy or the host rule: forward
+    def decide(self, msg: BootRequest, delivery: Delivery, outcome: Outcome) -> Outcome:
+        """What becomes of a request the claim refused for a placement rule
+        (RULE_REFUSED), or that no node here fits while it was sent to this host only
+        (REFUSED from its own queue); any other outcome as it is."""
+        if outcome.code is Code.RULE_REFUSED and outcome.rule is not None:
+            return self.refused(msg, outcome.rule)
+        if outcome.code is Code.REFUSED and self.routed_here(delivery):
+            return self.no_room(msg, outcome.refusal)
+        return outcome
+
+    def refused(self, msg: BootRequest, refusal: exception.PlacementRuleRefused) -> Outcome:
+        """The claim refused this host for the group's policy or the host rule: FORWARD
         the request to the host the refusal names (affinity, a host rule's ``only``, and
-        soft-affinity while that host's agent lives), pass it on (anti-affinity,
-        soft-anti-affinity, ``different_host``), or park it (a hard rule, at every
+        soft-affinity while that host's agent lives), PASS_ON it (anti-affinity,
+        soft-anti-affinity, ``different_host``), or PARK it (a hard rule, at every
         :data:`GROUP_TRIES` refusals)."""
         parts, host, reason = self.parts, self.parts.host, str(refusal)
         by_host_rule = isinstance(refusal, exception.HostRuleRefused)
@@ -99,42 +113,26 @@ class GroupStep:
         holder, soft = refusal.kwargs.get("holder"), bool(refusal.kwargs.get("soft"))
         refusals = int(refusal.kwargs.get("refusals") or 0)
         if not soft and refusals % GROUP_TRIES == 0:
-            self.park(msg, delivery, f"{reason}; refused {refusals} times so far")
-            return
+            return Outcome.park(f"{reason}; refused {refusals} times so far")
         if holder and (not soft or parts.stores.agents.alive(holder)):
             parts.stores.instances.add_event(
                 msg.instance_uuid, "forwarded", host=host, to=holder, reason=reason,
                 kind=kind.value,
             )  # fmt: skip
-            parts.bus.publish_to_host(holder, msg.requeued())
-            delivery.ack()
-            return
+            return Outcome.forward(holder)
         self._refused(msg, reason, kind)
-        self._pass_on(msg, delivery)
-        # Let the others take it first: a broker that hands a message to the consumer
-        # that just gave it back, as kombu's memory transport does, would otherwise
-        # keep it going round here (longer when it came back to a host that refused it).
-        parts.stopped.wait(REPICK_PAUSE_S if self._seen_again(msg) else PASS_PAUSE_S)
+        return Outcome.pass_on(give_way=True)
 
-    def park(self, msg: BootRequest, delivery: Delivery, reason: str) -> None:
-        """Leave the request to the janitor's outbox pass for a grace period, then ack."""
-        self.parts.counters["parked"] += 1
-        self.parts.stores.instances.park(msg.instance_uuid, self.parts.host, reason)
-        delivery.ack()
-
-    def no_room(self, msg: BootRequest, delivery: Delivery, why: Refusal | None) -> bool:
-        """A request from this host's own queue that no node here fits: end it (its
-        affinity group is on this host) or send it to its class queue. False for a
-        delivery from a class queue (the usual refusal applies)."""
-        if not self.routed_here(delivery):
-            return False
+    def no_room(self, msg: BootRequest, why: Refusal | None) -> Outcome:
+        """A request from this host's own queue that no node here fits: end it (ENDED:
+        its affinity group is on this host, or the last host of its host rule), FORWARD
+        it to the next host of its host rule, or PASS_ON it to its class queue."""
         parts, host = self.parts, self.parts.host
         what = str(why) if why is not None else "no node of this agent fits the request"
         parts.metrics.refused(why.kind.value if why else "none")  # as a class queue's refusal
         rule = msg.host_rule()
         if rule is not None and rule.only:
-            self._next_host(msg, delivery, rule, what)
-            return True
+            return self._next_host(msg, rule, what)
         if (
             msg.group is not None
             and msg.group_policy == AFFINITY
@@ -143,16 +141,14 @@ class GroupStep:
             self._refused(msg, f"affinity group {msg.group} is on {host}, which has no room: "
                           f"{what}")  # fmt: skip
             parts.no_valid_host(msg.instance_uuid, "affinity")
-            delivery.ack()
-            return True
+            return ENDED
         self._refused(msg, f"sent to {host}, which has no room: {what}")
-        self._pass_on(msg, delivery)
-        return True
+        return Outcome.pass_on(give_way=False)
 
-    def _next_host(self, msg: BootRequest, delivery: Delivery, rule: HostRule, what: str) -> None:
-        """A request that may run on the hosts of ``rule.only`` and has no room here: on
-        to the next of them whose agent lives (:meth:`HostRule.next_host`), or NoValidHost
-        after the last. O(hosts of the rule)."""
+    def _next_host(self, msg: BootRequest, rule: HostRule, what: str) -> Outcome:
+        """A request that may run on the hosts of ``rule.only`` and has no room here:
+        FORWARD it to the next of them whose agent lives (:meth:`HostRule.next_host`), or
+        ENDED in NoValidHost after the last. O(hosts of the rule)."""
         parts, host = self.parts, self.parts.host
         self._refused(msg, f"sent to {host}, which has no room: {what}", RefusalKind.HOST_RULE)
         after = host if host in rule.only else ""  # forwarded here for another rule
@@ -162,12 +158,36 @@ class GroupStep:
                     msg.instance_uuid, "forwarded", host=host, to=following,
                     reason="the next host of its host rule", kind=RefusalKind.HOST_RULE.value,
                 )  # fmt: skip
-                parts.bus.publish_to_host(following, msg.requeued())  # confirmed first
-                delivery.ack()
-                return
+                return Outcome.forward(following)
             after = following
         parts.no_valid_host(msg.instance_uuid, "host rule")
+        return ENDED
+
+    # -- settling the outcomes above (the agent's dispatch on the code) --
+
+    def park(self, msg: BootRequest, delivery: Delivery, outcome: Outcome) -> None:
+        """PARK: leave the request to the janitor's outbox pass for a grace period (for
+        ``outcome.reason``), then ack."""
+        self.parts.counters["parked"] += 1
+        self.parts.stores.instances.park(msg.instance_uuid, self.parts.host, outcome.reason)
         delivery.ack()
+
+    def forward(self, msg: BootRequest, delivery: Delivery, outcome: Outcome) -> None:
+        """FORWARD: publish the request to the queue of ``outcome.host`` (confirmed
+        first), then ack."""
+        self.parts.bus.publish_to_host(outcome.host, msg.requeued())
+        delivery.ack()
+
+    def pass_on(self, msg: BootRequest, delivery: Delivery, outcome: Outcome) -> None:
+        """PASS_ON: give the request to the other agents; with ``outcome.give_way``,
+        pause this consumer a moment after."""
+        self._pass_on(msg, delivery)
+        if outcome.give_way:
+            # Let the others take it first: a broker that hands a message to the consumer
+            # that just gave it back, as kombu's memory transport does, would otherwise
+            # keep it going round here (longer when it came back to a host that refused
+            # it).
+            self.parts.stopped.wait(REPICK_PAUSE_S if self._seen_again(msg) else PASS_PAUSE_S)
 
     def _refused(
         self, msg: BootRequest, reason: str, kind: RefusalKind = RefusalKind.SERVER_GROUP

@@ -33,8 +33,12 @@ The record the front door wrote is the truth, not the message (anyone who can pu
 on the bus can write one): what a claim takes comes from the class the ledger defines,
 the claim script refuses a class other than the one the record names, and the admit
 step refuses a message whose flavor or constraints are not its class's. Either refusal
-raises :class:`~qsched.exception.NotItsRequest` and the message is dead-lettered with
-the reason; the instance waits for its own request.
+(:class:`~qsched.exception.NotItsRequest`) is the step's outcome DEAD_LETTER: the message
+is dead-lettered with the reason; the instance waits for its own request.
+
+Each step returns an :class:`~agents.outcome.Outcome`: its code says what the consumer
+thread does with the delivery, and :class:`~agents.service.ComputeAgent` settles it
+through the methods of this module that take one (refuse, refuse closed, hand back).
 
 Alternates (Nova's alternate hosts and RetryFilter) are such a rule: the ledger's
 claim refuses a host in the record's ``tried_hosts`` while a live agent not in them
@@ -45,13 +49,13 @@ has room for the class, up to ``[agent] max_handbacks`` hand-backs of the reques
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
 import logging
 import time
 from typing import Any
 
 from agents.nodes import Pick
+from agents.outcome import ADMITTED, DROP, ENDED, LATER, Outcome
 from agents.steps import AgentParts, Build
 from qsched import exception
 from qsched.bus.base import Delivery
@@ -78,21 +82,6 @@ class Alternates:
     pause_s: float  # how long a hand-back stops this agent consuming the class
 
 
-@dataclasses.dataclass(frozen=True)
-class Closed:
-    """The claim refused this host: its service takes no new boots (``why``)."""
-
-    why: str
-
-
-@dataclasses.dataclass(frozen=True)
-class HandBack:
-    """The claim refused this host: it tried the request, ``alternate`` can take it."""
-
-    alternate: str
-    handbacks: int  # hand-backs of the request so far, this one included
-
-
 class UnknownClass(exception.Invalid):
     msg_fmt = (
         "scheduling class {name} is not published in the ledger: no front door made it, so "
@@ -112,16 +101,6 @@ class _Defined:
         return msg.flavor == self.flavor and msg.constraints() == self.constraints
 
 
-class Admission(enum.Enum):
-    """What :meth:`Placer.admit` decided about a delivered request."""
-
-    PLACE = "place"  # go on: pick and claim
-    DROP = "drop"  # nothing to place (deleted, placed, or our build of it runs): ack
-    LATER = "later"  # our spawn of it runs but the ledger took the claim back: requeue
-    ENDED = "ended"  # past its deadline: ended here in NoValidHost; ack
-    UNKNOWN_CLASS = "unknown_class"  # the ledger lists no such class: dead-letter
-
-
 class Placer:
     """The consumer thread's steps for one boot request (see the module docstring).
 
@@ -137,28 +116,36 @@ class Placer:
 
     # -- admit --
 
-    def admit(self, msg: BootRequest) -> Admission:
-        """Whether this agent places ``msg`` now; ends it NoValidHost if it is past due.
+    def admit(self, msg: BootRequest) -> Outcome:
+        """Whether this agent places ``msg`` now (ADMITTED); DROP a redelivery of a build
+        in flight, or LATER if the ledger took its claim back; ENDED in NoValidHost if
+        it is past due; DEAD_LETTER a class the ledger does not list, or a message that
+        disagrees with its instance's record (a deadline the record has not reached,
+        another flavor or constraints: ``not_its_request``).
 
         The usual path reads nothing from the ledger: the claim script is the check
         that the instance still waits, and the class's definition, in memory, the
         check of what the message asks.
-
-        :raises NotItsRequest: the message disagrees with its instance's record (a
-            deadline the record has not reached, another flavor or constraints).
         """
+        try:
+            return self._admit(msg)
+        except exception.NotItsRequest as exc:  # the record says otherwise: nothing done
+            return Outcome.dead_letter("not_its_request", str(exc))
+
+    def _admit(self, msg: BootRequest) -> Outcome:
         if msg.instance_uuid in self.parts.builds:
             # A redelivery while our spawn runs: drop it. But if the ledger took our
             # claim back (a janitor thought us dead), the request is due again: once
             # that spawn has given up, we or another agent must take it.
-            return Admission.LATER if self.still_waiting(msg) else Admission.DROP
+            return LATER if self.still_waiting(msg) else DROP
         if msg.expired():
             self.parts.no_valid_host(msg.instance_uuid, "deadline", due_only=True)
-            return Admission.ENDED
+            return ENDED
         if not self.knows_class(msg.scheduling_class):
-            return Admission.UNKNOWN_CLASS
+            reason = str(UnknownClass(name=msg.scheduling_class))
+            return Outcome.dead_letter("unknown_class", reason)
         self.check_asks(msg)
-        return Admission.PLACE
+        return ADMITTED
 
     def check_asks(self, msg: BootRequest) -> None:
         """That ``msg`` asks what its class holds: compared in memory with the class's
@@ -245,9 +232,12 @@ class Placer:
 
     # -- pick and claim --
 
-    def place(self, msg: BootRequest) -> Pick | Refusal | HandBack | Closed | None:
-        """Pick and claim a node: the pick, why nothing fits, that this host must hand
-        the request back or takes no new boots, or None if nothing is to place.
+    def place(self, msg: BootRequest) -> Outcome:
+        """Pick and claim a node: PLACED with the pick; REFUSED with why nothing here
+        fits; HAND_BACK (this host tried it, an alternate can take it) or CLOSED (this
+        host's service takes no new boots); RULE_REFUSED (a group's policy, a host rule:
+        :mod:`agents.groups` decides); DEAD_LETTER a request whose record names another
+        class; DROP if nothing is to place (deleted, placed, or no refusal to tell).
 
         A node the ledger finds fuller than the index thought is read again and the
         next pick tried, up to :data:`MAX_PICKS`. When every pick failed in the ledger
@@ -259,10 +249,10 @@ class Placer:
         for _ in range(MAX_PICKS):
             pick = self.pick(msg)
             if pick is None:
-                return self.why_not(msg)
+                return self._refused(msg, self.why_not(msg))
             try:
                 if not self.claim(msg, pick):
-                    return None
+                    return DROP
             except (
                 exception.CapacityExceeded,
                 exception.ClaimRuleBroken,
@@ -278,11 +268,23 @@ class Placer:
                 failed = exc
                 continue
             except exception.TriedHost as exc:
-                return HandBack(str(exc.kwargs["alternate"]), int(exc.kwargs["handbacks"]))
+                alternate, handbacks = exc.kwargs["alternate"], exc.kwargs["handbacks"]
+                return Outcome.hand_back(str(alternate), int(handbacks))
             except exception.ServiceDisabled as exc:
-                return Closed(str(exc))
-            return pick
-        return self.why_not(msg) or _contended(pick, failed)
+                return Outcome.closed(str(exc))
+            except exception.PlacementRuleRefused as exc:  # a group's policy, a host rule
+                return Outcome.rule_refused(exc)
+            except exception.NotItsRequest as exc:  # the record says otherwise: nothing done
+                return Outcome.dead_letter("not_its_request", str(exc))
+            return Outcome.placed(pick)
+        return self._refused(msg, self.why_not(msg) or _contended(pick, failed))
+
+    def _refused(self, msg: BootRequest, why: Refusal | None) -> Outcome:
+        """REFUSED if there is a refusal to tell and the instance still waits for a host
+        (worth requeueing its request); else DROP: nothing to place any more."""
+        if why is not None and self.still_waiting(msg):
+            return Outcome.refused(why)
+        return DROP
 
     def pick(self, msg: BootRequest) -> Pick | None:
         """The node the index chooses for the request's class (O(1)), or None.
@@ -327,6 +329,7 @@ class Placer:
         :raises ProviderGenerationConflict: still conflicting after ``claim_retries``.
         :raises TriedHost: this host tried the request and another can take it.
         :raises ServiceDisabled: this host's service is disabled or forced down.
+        :raises PlacementRuleRefused: a group's policy or a host rule refuses this host.
         :raises NotItsRequest: the record names another class than the request's.
         """
         parts = self.parts
@@ -400,9 +403,10 @@ class Placer:
         result = self.parts.index.fit(node, msg.scheduling_class)
         return result if isinstance(result, Refusal) else None
 
-    def refuse(self, msg: BootRequest, delivery: Delivery, why: Refusal | None) -> None:
-        """Say why nothing here fits and requeue the request with this host tried."""
-        parts = self.parts
+    def refuse(self, msg: BootRequest, delivery: Delivery, outcome: Outcome) -> None:
+        """REFUSED: say why nothing here fits and requeue the request with this host
+        tried."""
+        parts, why = self.parts, outcome.refusal
         reason = str(why) if why is not None else "no node of this agent fits the request"
         parts.counters["refused"] += 1
         parts.metrics.refused(why.kind.value if why else "none")
@@ -415,8 +419,9 @@ class Placer:
             parts.gate.pause(msg.scheduling_class, self.alternates.pause_s)
         delivery.requeue(msg.requeued().encode())
 
-    def refuse_closed(self, msg: BootRequest, delivery: Delivery, why: Closed) -> None:
-        """This host's service takes no new boots: stop consuming them, requeue this one.
+    def refuse_closed(self, msg: BootRequest, delivery: Delivery, outcome: Outcome) -> None:
+        """CLOSED: this host's service takes no new boots (``outcome.reason``): stop
+        consuming them, requeue this one.
 
         The heartbeat would say so within its interval; the claim said it first.
         """
@@ -425,15 +430,16 @@ class Placer:
         parts.metrics.refused("service")
         parts.gate.enable(False)
         parts.stores.instances.add_event(
-            msg.instance_uuid, "refused", host=parts.host, reason=why.why, kind="service",
+            msg.instance_uuid, "refused", host=parts.host, reason=outcome.reason, kind="service",
             nodes=len(parts.index),
         )  # fmt: skip
         delivery.requeue(msg.requeued().encode())
 
     # -- hand back --
 
-    def hand_back(self, msg: BootRequest, delivery: Delivery, why: HandBack) -> None:
-        """Give a request this host already tried back to the queue, for ``why.alternate``.
+    def hand_back(self, msg: BootRequest, delivery: Delivery, outcome: Outcome) -> None:
+        """HAND_BACK: give a request this host already tried back to the queue, for
+        ``outcome.host`` (the alternate).
 
         The claim recorded the hand-back in the history. The class pauses here first,
         so that the broker gives the copy to another consumer, not back to this one.
@@ -441,7 +447,7 @@ class Placer:
         parts = self.parts
         parts.counters["handed_back"] += 1
         LOG.info("agent %s: handing %s back: tried here before, %s can take it (hand-back "
-                 "%d of %d)", parts.host, msg.instance_uuid, why.alternate, why.handbacks,
+                 "%d of %d)", parts.host, msg.instance_uuid, outcome.host, outcome.handbacks,
                  self.alternates.max_handbacks)  # fmt: skip
         parts.gate.pause(msg.scheduling_class, self.alternates.pause_s)
         delivery.requeue(msg.requeued().encode())

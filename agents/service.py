@@ -3,21 +3,22 @@
 One agent drives one node or many. It consumes only the scheduling classes that
 at least one of its nodes can fit right now (its :class:`~agents.nodes.NodeIndex`
 says which, and which node to pick, without scanning nodes), plus its own host
-queue for deletes and server actions (:mod:`agents.actions`). This module is the
-service around the steps: its life cycle, periodic tasks and heartbeat, the consumer
-callback and deletes. A boot request
-goes through named steps, each a method of a small class:
+queue for deletes (:mod:`agents.deletes`) and server actions (:mod:`agents.actions`).
+This module is the service around the steps: its life cycle, periodic tasks and
+heartbeat, the consumer callback, and the one dispatch that settles a delivery by
+the code of its step's :class:`~agents.outcome.Outcome`. A boot request goes through
+named steps, each a method of a small class:
 
 1. decode (undecodable: dead letter with the reason, go on);
 2. :mod:`agents.placing`: *admit* (drop a redelivery of a build in flight, end
    a request past its deadline in NoValidHost, dead-letter an unknown class),
-   *pick* a node, *claim* it in the ledger (client-driven retries on
-   conflicts), or *refuse*: record why in the instance history and republish
-   the request at the tail of the queue, or *hand back* a request this host
-   already tried while another can take it (alternates), pausing its class here;
+   *pick* a node, *claim* it in the ledger (client-driven retries on conflicts),
+   or *refuse*: record why in the instance history and republish the request at
+   the tail of the queue, or *hand back* a request this host already tried while
+   another can take it (alternates), pausing its class here; what a placement
+   rule refused goes on to :mod:`agents.groups`;
 3. ack, and hand the spawn to a worker, :mod:`agents.spawning`: *spawn*, then
-   *settle* ACTIVE, or *give back* the claim and reschedule until
-   ``max_attempts``.
+   *settle* ACTIVE, or *give back* the claim and reschedule until ``max_attempts``.
 
 A request is acked only once its claim is in the ledger, so a crash before that
 gives it back to the broker; the claim is idempotent per instance, so the
@@ -39,8 +40,6 @@ host queue, finishes its spawns, reconciles and deletes: a maintenance drain, as
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import gc
 import logging
 import random
@@ -52,31 +51,31 @@ from concurrent.futures import ThreadPoolExecutor
 
 from agents.actions import STUCK_ACTION_S, ActionStep
 from agents.consuming import ClassGate
+from agents.deletes import STUCK_DELETE_S, DeleteStep
 from agents.groups import GroupStep
 from agents.lease import Lease
 from agents.metrics import AgentMetrics
-from agents.nodes import NodeIndex, Pick
+from agents.nodes import NodeIndex
+from agents.outcome import Code, Outcome, Settle, SettleAny
 from agents.permit import POLL_S, Permit
-from agents.placing import Admission, Alternates, Closed, HandBack, Placer, UnknownClass
+from agents.placing import Alternates, Placer
 from agents.reconcile import Reconciler, ReconcileReport, reconcile
 from agents.registration import register_nodes
 from agents.spawning import Spawner
-from agents.steps import AgentParts, Backoff, Builds, Deletes
+from agents.steps import AgentParts, Backoff, Builds
 from agents.virt.base import VirtDriver
 from qsched import exception
 from qsched.bus.base import Bus, Consumer, Delivery
 from qsched.conf import AgentOptions
 from qsched.ledger import Stores, retry
-from qsched.ledger.base import Instance, Service, State, TaskState
-from qsched.notifications import NULL, Notifier, payloads
+from qsched.ledger.base import Service
+from qsched.notifications import NULL, Notifier
 from qsched.periodic import Periodic
 from qsched.recovery.reaper import reap_expired
 from qsched.scheduling import message
 
 LOG = logging.getLogger(__name__)
 
-#: A delete marked longer ago than this without its request arriving is done anyway.
-STUCK_DELETE_S = 10.0
 #: A reconcile pass is due within this fraction of ``reconcile_interval_s`` either way
 #: of one interval after the last (qsched.periodic, ``jitter``).
 RECONCILE_JITTER = 0.5
@@ -109,7 +108,6 @@ class ComputeAgent:
         self.index = NodeIndex(policy=options.placement_policy, on_change=self._on_change)
         self.consumer: Consumer | None = None
         self.builds = Builds()
-        self.deletes = Deletes()
         self._spawner = ThreadPoolExecutor(options.spawn_workers, f"spawn-{self.host}")
         self._periodic: list[Periodic] = []
         self._reconcile_task: Periodic | None = None
@@ -140,6 +138,8 @@ class ComputeAgent:
         self.groups = GroupStep(parts)
         self.actions = ActionStep(stores, driver, self.host, self.counters, notifier)
         self.permit = Permit(parts, lambda uuid: self._spawner.submit(self.spawner.spawn, uuid))
+        self.deletes = DeleteStep(parts)
+        self.settle_any, self.settle = self._settlers()
         self.reconciled = ReconcileReport()  # what the start found
         self._last_beat: float | None = None  # monotonic time of the last heartbeat written
         self._registered: frozenset[str] | None = None  # the classes the ledger has from us
@@ -173,7 +173,7 @@ class ComputeAgent:
         self.sync_classes()
         self.heartbeat()
         self.register_classes()
-        self.finish_deletes()  # whatever a previous run of this agent left undone
+        self.deletes.finish()  # whatever a previous run of this agent left undone
         self.actions.finish_stuck()  # and its server actions
         self.consumer = self.gate.open(
             lambda classes: self.bus.consumer(self.host, self.on_message, classes)
@@ -193,7 +193,7 @@ class ComputeAgent:
             # no more often than it heartbeats: a host told to be quiet (hundreds in one
             # process) sweeps its deletes as rarely, a lost one done within two intervals
             ("deletes", max(STUCK_DELETE_S / 2, self.opts.heartbeat_interval_s),
-             lambda: self.finish_deletes(time.time() - STUCK_DELETE_S)),
+             lambda: self.deletes.finish(time.time() - STUCK_DELETE_S)),
             ("actions", STUCK_ACTION_S / 2,
              lambda: self.actions.finish_stuck(time.time() - STUCK_ACTION_S)),
             ("permit", POLL_S, self.permit.check),  # multi-creates waiting for their claims
@@ -221,7 +221,7 @@ class ComputeAgent:
 
     def _busy(self, uuid: str) -> bool:
         """Whether a spawn or a delete of the instance is in flight here."""
-        return uuid in self.builds or uuid in self.deletes
+        return uuid in self.builds or uuid in self.deletes.in_flight
 
     def _reap(self) -> None:
         self.metrics.no_valid_host("deadline", reap_expired(self.stores, notifier=self.notifier))
@@ -434,57 +434,53 @@ class ComputeAgent:
             self.boot(msg, delivery)
 
     def boot(self, msg: message.BootRequest, delivery: Delivery) -> None:
-        """Place a boot request through the steps of :mod:`agents.placing`, then hand
-        its spawn to a worker (:mod:`agents.spawning`); settle the delivery once."""
-        try:
-            admission = self.placer.admit(msg)
-            if admission is not Admission.PLACE:
-                self._not_placed(msg, delivery, admission)
-                return
-            placed = self.placer.place(msg)
-        except exception.PlacementRuleRefused as refusal:  # a group's policy, a host rule
-            self.groups.refused(msg, delivery, refusal)
-            return
-        except exception.NotItsRequest as exc:  # the record says otherwise: nothing done
-            self._reject(msg, delivery, "not_its_request", str(exc))
-            return
-        if isinstance(placed, Pick):
-            # The claim is in the ledger: spawn even if the ack fails (a redelivery
-            # then finds the build in flight or done, and is dropped). A member of a
-            # multi-create waits until every member holds its claim.
-            self.permit.spawn_or_wait(msg.instance_uuid)
-            delivery.ack()
-        elif isinstance(placed, HandBack):
-            self.placer.hand_back(msg, delivery, placed)
-        elif isinstance(placed, Closed):
-            self.placer.refuse_closed(msg, delivery, placed)
-        elif placed is not None and self.placer.still_waiting(msg):
-            if not self.groups.no_room(msg, delivery, placed):  # sent to this host only
-                self.placer.refuse(msg, delivery, placed)
-        else:
-            self.counters["dropped"] += 1  # nothing to place any more (deleted, placed)
-            delivery.ack()
+        """Place a boot request through the steps (:mod:`agents.placing`, then
+        :mod:`agents.groups`); settle its delivery once, by the outcome's code."""
+        outcome = self.placer.admit(msg)
+        if outcome.code is Code.ADMITTED:
+            outcome = self.groups.decide(msg, delivery, self.placer.place(msg))
+        self.settle[outcome.code](msg, delivery, outcome)
 
-    def _not_placed(
-        self, msg: message.BootRequest, delivery: Delivery, admission: Admission
-    ) -> None:
-        if admission is Admission.LATER:
-            self._stopped.wait(0.1)
-            delivery.requeue(msg.encode())
-        elif admission is Admission.UNKNOWN_CLASS:
-            reason = str(UnknownClass(name=msg.scheduling_class))
-            self._reject(msg, delivery, "unknown_class", reason)
-        else:
-            if admission is Admission.DROP:
-                self.counters["dropped"] += 1
-            delivery.ack()
+    def delete(self, msg: message.DeleteRequest, delivery: Delivery) -> None:
+        """Destroy the instance a delete request names if the ledger says its delete was
+        asked (:mod:`agents.deletes`), and settle its delivery once by the outcome's code."""
+        outcome = self.deletes.delete(msg)
+        self.settle_any[outcome.code](msg, delivery, outcome)
 
-    def _reject(self, msg: message.Message, delivery: Delivery, counter: str, reason: str) -> None:
+    def _settlers(self) -> tuple[dict[Code, SettleAny], dict[Code, Settle]]:
+        """How a delivery is settled by its outcome's code: any message's, a boot's."""
+        any_message: dict[Code, SettleAny] = {
+            Code.ENDED: _ack, Code.DROP: self._drop, Code.DEAD_LETTER: self._reject,
+        }  # fmt: skip
+        boot: dict[Code, Settle] = {
+            **any_message, Code.PLACED: self._placed, Code.LATER: self._later,
+            Code.REFUSED: self.placer.refuse, Code.CLOSED: self.placer.refuse_closed,
+            Code.HAND_BACK: self.placer.hand_back, Code.FORWARD: self.groups.forward,
+            Code.PASS_ON: self.groups.pass_on, Code.PARK: self.groups.park,
+        }  # fmt: skip
+        return any_message, boot
+
+    def _placed(self, msg: message.BootRequest, delivery: Delivery, outcome: Outcome) -> None:
+        # The claim is in the ledger: spawn even if the ack fails (a redelivery
+        # then finds the build in flight or done, and is dropped). A member of a
+        # multi-create waits until every member holds its claim.
+        self.permit.spawn_or_wait(msg.instance_uuid)
+        delivery.ack()
+
+    def _later(self, msg: message.BootRequest, delivery: Delivery, outcome: Outcome) -> None:
+        self._stopped.wait(0.1)
+        delivery.requeue(msg.encode())
+
+    def _drop(self, msg: message.Message, delivery: Delivery, outcome: Outcome) -> None:
+        self.counters["dropped"] += 1  # nothing to do any more (deleted, placed, archived)
+        delivery.ack()
+
+    def _reject(self, msg: message.Message, delivery: Delivery, outcome: Outcome) -> None:
         """Dead-letter a message that decodes but that this agent must not act on."""
-        self.counters[counter] += 1
+        self.counters[outcome.counter] += 1
         LOG.warning("agent %s: dead-lettering a %s message for %s from %s: %s", self.host,
-                    msg.KIND, msg.instance_uuid, delivery.queue, reason)  # fmt: skip
-        delivery.reject(reason)
+                    msg.KIND, msg.instance_uuid, delivery.queue, outcome.reason)  # fmt: skip
+        delivery.reject(outcome.reason)
 
     # -- server actions -----------------------------------------------------------------
 
@@ -498,113 +494,6 @@ class ComputeAgent:
         self.actions.run(msg)
         delivery.ack()
 
-    # -- deletes ------------------------------------------------------------------------
 
-    def delete(self, msg: message.DeleteRequest, delivery: Delivery) -> None:
-        """Destroy the instance a delete request names, if the ledger records that its
-        delete was asked (its task_state ``deleting``, on this host and node); drop one
-        done already; dead-letter any other with the reason, touching nothing.
-
-        One read of the record: the message only says which instance to look at.
-        """
-        try:
-            inst: Instance | None = self.stores.instances.get(msg.instance_uuid)
-        except exception.InstanceNotFound:
-            inst = None
-        if inst is not None and inst.state == State.DELETED and inst.host == self.host:
-            # done (a redelivery), or ended while this agent was silent (a claim held for
-            # it here): whatever of it still runs here goes now, and that claim with it
-            self._destroy(msg.instance_uuid, inst.node or msg.node, inst)
-            delivery.ack()
-            return
-        if inst is None or inst.state == State.DELETED:
-            self.counters["dropped"] += 1  # archived since, or ended on another host
-            delivery.ack()
-            return
-        why = _not_asked(msg, inst, self.host)
-        if why is not None:
-            self._reject(msg, delivery, "not_its_request", why)
-            return
-        self._destroy(msg.instance_uuid, msg.node, inst)
-        delivery.ack()
-
-    def _destroy(self, uuid: str, node: str, inst: Instance | None = None) -> None:
-        """Destroy an instance of this host, then release its claim and quota; ``inst``:
-        its record, if the caller read it."""
-        before = self._deleting(uuid, inst)
-        with self.deletes.destroying(uuid):
-            ended = self._destroy_and_end(uuid, node)
-        self.counters["deleted"] += 1
-        if before is not None and ended is not None:
-            self.notifier.notify("instance.delete.end", payloads.deleted(ended))
-
-    def _destroy_and_end(self, uuid: str, node: str) -> Instance | None:
-        """The driver's destroy, then the ledger's end: the record after (None: gone).
-
-        The end also releases a claim of it held for this host (taken while this agent
-        was silent: the API deleted it locally, or a janitor): its VM is gone now. The
-        node is then read again, as the index did not hold that claim as the
-        instance's.
-        """
-        ended: Instance | None = None
-        end = functools.partial(self.stores.instances.delete, uuid, destroyed_on=self.host)
-        if node not in self.index:
-            with contextlib.suppress(exception.InstanceNotFound):
-                ended = end()
-            return ended
-        self.driver.destroy(uuid, node)
-        with self.index.writing(node):
-            allocations = self.stores.ledger.get_allocations(uuid).allocations
-            with contextlib.suppress(exception.InstanceNotFound):
-                ended = end()
-            if allocations:
-                self.index.release(node, allocations)
-        if not allocations:  # released before, or held for this host until now
-            self.reconciler.refresh_nodes([node])
-        return ended
-
-    def _deleting(self, uuid: str, inst: Instance | None = None) -> Instance | None:
-        """With notifications on: send ``instance.delete.start`` from the record (read
-        here unless given), unless it is DELETED already (a delete request delivered
-        again); the record, or None. With them off: nothing read, None."""
-        if not self.notifier.enabled:
-            return None
-        try:
-            inst = inst or self.stores.instances.get(uuid)
-        except exception.InstanceNotFound:
-            return None
-        if inst.state == State.DELETED:
-            return None
-        self.notifier.notify("instance.delete.start", payloads.action_from_record(inst))
-        return inst
-
-    def finish_deletes(self, marked_before: float | None = None) -> int:
-        """Finish deletes of this host's instances marked before ``marked_before``.
-
-        Catches a delete request lost on the bus (or with a previous run of this
-        agent): reads only this host's deleting set.
-        """
-        done = 0
-        for uuid in self.stores.instances.deleting(self.host, marked_before):
-            if uuid in self.builds:
-                continue  # its spawn ends first; its delete request is still due
-            try:
-                node = self.stores.instances.get(uuid).node or ""
-            except exception.InstanceNotFound:
-                continue
-            self._destroy(uuid, node)
-            done += 1
-        return done
-
-
-def _not_asked(msg: message.DeleteRequest, inst: Instance, host: str) -> str | None:
-    """Why the ledger does not back a delete request of ``inst`` on ``host``, or None."""
-    if inst.host != host or inst.node != msg.node:
-        where = f"{inst.host or 'no host'}, node {inst.node or 'none'}"
-        return (f"a delete of {inst.uuid} for host {msg.host}, node {msg.node} reached "
-                f"{host}, but its record places it on {where}")  # fmt: skip
-    if inst.task_state != TaskState.DELETING:
-        task = inst.task_state.value or "none"
-        return (f"the ledger records no delete of {inst.uuid}: it is {inst.state.value} with "
-                f"task_state {task}")  # fmt: skip
-    return None
+def _ack(msg: message.Message, delivery: Delivery, outcome: Outcome) -> None:
+    delivery.ack()

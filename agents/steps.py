@@ -4,17 +4,18 @@ An agent places a boot request in named steps (:mod:`agents.placing`:
 admit, pick, claim, refuse; :mod:`agents.spawning`: spawn, settle, give back).
 Each step is a method of a small class built on one :class:`AgentParts`, so a new
 rule (a server group's affinity, a gang that must hold all its claims before any
-spawn) is a new step or a change to one, not a longer loop in the service.
+spawn) is a new step or a change to one, not a longer loop in the service. A step
+of the consumer thread says what becomes of the delivery with an
+:class:`~agents.outcome.Outcome`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from agents.consuming import ClassGate
@@ -80,35 +81,6 @@ class Builds:
     def __len__(self) -> int:
         with self._lock:
             return len(self._builds)
-
-
-class Deletes:
-    """The instances this agent is destroying now, from the driver's destroy to the
-    ledger's end; thread-safe (a delete request and the sweep may meet), O(1) per call.
-
-    Between the two the VM is gone while the record still says ACTIVE: a reconcile
-    must not take that for an instance the driver lost.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._uuids: Counter[str] = Counter()
-
-    @contextlib.contextmanager
-    def destroying(self, uuid: str) -> Iterator[None]:
-        with self._lock:
-            self._uuids[uuid] += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._uuids[uuid] -= 1
-                if not self._uuids[uuid]:
-                    del self._uuids[uuid]
-
-    def __contains__(self, uuid: object) -> bool:
-        with self._lock:
-            return uuid in self._uuids
 
 
 @dataclasses.dataclass

@@ -9,7 +9,7 @@ import uuid as uuidlib
 import pytest
 
 from agents.nodes import Pick
-from agents.placing import Admission
+from agents.outcome import Code
 from agents.registration import register_nodes
 from agents.service import ComputeAgent
 from agents.steps import Build
@@ -19,9 +19,9 @@ from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.base import State
 from qsched.scheduling.classes import SchedulingClass
-from qsched.scheduling.fit import Refusal
-from qsched.scheduling.message import BootRequest
+from qsched.scheduling.message import BootRequest, DeleteRequest
 from qsched.scheduling.records import record_for
+from tests.helpers import RecordingDelivery
 
 SMALL, HUGE = Flavor("small", 1, 1024), Flavor("huge", 64, 1024)
 
@@ -49,34 +49,61 @@ def waiting(stores: Stores, flavor: Flavor, timeout_s: float = 60) -> BootReques
 
 def test_admit(agent: ComputeAgent, stores: Stores) -> None:
     request = waiting(stores, SMALL)
-    assert agent.placer.admit(request) is Admission.PLACE  # learnt the class from the ledger
+    assert agent.placer.admit(request).code is Code.ADMITTED  # learnt the class from the ledger
     stray = dataclasses.replace(request, scheduling_class="forged")
-    assert agent.placer.admit(stray) is Admission.UNKNOWN_CLASS
+    unknown = agent.placer.admit(stray)
+    assert (unknown.code, unknown.counter) == (Code.DEAD_LETTER, "unknown_class")
     late = waiting(stores, SMALL, timeout_s=-1)
-    assert agent.placer.admit(late) is Admission.ENDED
+    assert agent.placer.admit(late).code is Code.ENDED
     assert stores.instances.get(late.instance_uuid).state == State.ERROR
+
+
+def test_every_code_a_step_ends_with_settles_the_delivery(agent: ComputeAgent) -> None:
+    """One dispatch on the code: every code that ends the steps has its settle, the two
+    between steps none; a delete ends with one of the codes any message may have."""
+    assert set(agent.settle) == set(Code) - {Code.ADMITTED, Code.RULE_REFUSED}
+    assert set(agent.settle_any) == {Code.ENDED, Code.DROP, Code.DEAD_LETTER}
+
+
+def test_a_delete_is_settled_by_its_outcome(agent: ComputeAgent, stores: Stores) -> None:
+    request = waiting(stores, SMALL)
+    agent.placer.admit(request)
+    node = agent.placer.place(request).pick
+    assert node is not None
+    asked = DeleteRequest("req-1", request.instance_uuid, "cn1", node.node)
+    unasked = agent.deletes.delete(asked)  # its record is BUILD: no delete was asked
+    assert unasked.code is Code.DEAD_LETTER and unasked.counter == "not_its_request"
+    assert "the ledger records no delete" in unasked.reason
+    delivery = RecordingDelivery()
+    agent.delete(asked, delivery)
+    assert delivery.settled == [("reject", unasked.reason)]
+    assert agent.counters["not_its_request"] == 1
+    gone = DeleteRequest("req-2", str(uuidlib.uuid4()), "cn1", node.node)
+    assert agent.deletes.delete(gone).code is Code.DROP
+    agent.delete(gone, delivery)
+    assert delivery.settled[1:] == [("ack", None)] and agent.counters["dropped"] == 1
 
 
 def test_a_redelivery_of_a_build_in_flight(agent: ComputeAgent, stores: Stores) -> None:
     request = waiting(stores, SMALL)
-    assert agent.placer.admit(request) is Admission.PLACE
-    pick = agent.placer.place(request)
-    assert not isinstance(pick, Refusal) and pick is not None
-    assert agent.builds.get(request.instance_uuid) == Build(request, pick)
-    assert agent.placer.admit(request) is Admission.DROP  # our spawn of it runs
+    assert agent.placer.admit(request).code is Code.ADMITTED
+    placed = agent.placer.place(request)
+    assert placed.code is Code.PLACED and placed.pick is not None
+    assert agent.builds.get(request.instance_uuid) == Build(request, placed.pick)
+    assert agent.placer.admit(request).code is Code.DROP  # our spawn of it runs
     stores.instances.requeue(request.instance_uuid, "cn1", "taken back")  # a janitor did
-    assert agent.placer.admit(request) is Admission.LATER
+    assert agent.placer.admit(request).code is Code.LATER
 
 
 def test_place_claims_or_says_why_not(agent: ComputeAgent, stores: Stores) -> None:
     huge = waiting(stores, HUGE)
     agent.placer.admit(huge)
-    refusal = agent.placer.place(huge)
-    assert isinstance(refusal, Refusal) and "VCPU" in str(refusal)
+    refused = agent.placer.place(huge)
+    assert refused.code is Code.REFUSED and "VCPU" in str(refused.refusal)
     small = waiting(stores, SMALL)
     agent.placer.admit(small)
-    pick = agent.placer.place(small)
-    assert not isinstance(pick, Refusal) and pick is not None
+    placed = agent.placer.place(small)
+    assert placed.code is Code.PLACED and placed.pick is not None
     assert stores.instances.get(small.instance_uuid).host == "cn1"
     assert agent.index.totals()["VCPU"][0] == 1
 
@@ -116,12 +143,12 @@ def test_a_claim_checks_the_nodes_generation_and_rereads_a_stale_one(
     and the re-read view carries the claims after it without a conflict."""
     first = waiting(stores, SMALL)
     agent.placer.admit(first)
-    assert isinstance(agent.placer.place(first), Pick)
+    assert agent.placer.place(first).code is Code.PLACED
     assert agent.counters["conflicts"] == 0  # the agent's own claim moved its view too
     stores.instances.delete(first.instance_uuid)  # not through this agent
     second = waiting(stores, SMALL)
     agent.placer.admit(second)
-    pick = agent.placer.place(second)
+    pick = agent.placer.place(second).pick
     assert isinstance(pick, Pick)
     assert agent.counters["conflicts"] == 1
     assert [r for r in _conflicts(stores, second) if "generation conflict" in r] != []
@@ -131,7 +158,7 @@ def test_a_claim_checks_the_nodes_generation_and_rereads_a_stale_one(
     for _ in range(3):
         more = waiting(stores, SMALL)
         agent.placer.admit(more)
-        assert isinstance(agent.placer.place(more), Pick)
+        assert agent.placer.place(more).code is Code.PLACED
     assert agent.counters["conflicts"] == 1
 
 
@@ -154,7 +181,7 @@ def test_a_nested_claim_passes_the_generation_of_every_provider_it_takes_from(
     other = str(uuidlib.uuid4())  # another writer comes onto the child and leaves it
     generation = stores.ledger.put_allocations(other, {child.uuid: {"VGPU": 1}}, None, "p9", "u9")
     stores.ledger.put_allocations(other, {}, generation, "p9", "u9")
-    pick = agent.placer.place(request)
+    pick = agent.placer.place(request).pick
     assert isinstance(pick, Pick) and set(pick.allocations) == {root.uuid, child.uuid}
     assert agent.counters["conflicts"] == 1
     assert [r for r in _conflicts(stores, request) if child.uuid in r] != []

@@ -228,7 +228,7 @@ def test_a_vm_deleted_after_the_listing_is_not_running_while_deleted(
     agent, inst = _active(conf, stores, bus, api, agents)
     driver = agent.driver
     assert isinstance(driver, _Interleaved)
-    driver.between = lambda: agent._destroy(inst, "cn0-0")  # its delete request, handled
+    driver.between = lambda: agent.deletes.destroy(inst, "cn0-0")  # its delete request, handled
     stores.instances.mark_deleting(inst)
     driver.when = "list"
     report = agent.reconciler.reconcile_nodes(["cn0-0"])

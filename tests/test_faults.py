@@ -224,8 +224,8 @@ def test_a_lost_delete_request_is_finished_anyway(conf, stores, bus, api, agents
     assert wait_until(lambda: inst not in agent.builds, 5)
     stores.instances.mark_deleting(inst)  # as the API does, but its request never arrives
     assert stores.instances.deleting("cn0") == [inst]
-    assert agent.finish_deletes(marked_before=0.0) == 0  # not stuck yet
-    assert agent.finish_deletes() == 1
+    assert agent.deletes.finish(marked_before=0.0) == 0  # not stuck yet
+    assert agent.deletes.finish() == 1
     assert stores.instances.get(inst).state == State.DELETED
     assert stores.instances.deleting("cn0") == []
     assert agent.index.totals()["VCPU"][0] == 0

@@ -183,9 +183,10 @@ class Starved:
         """Gate the agent's heartbeat, periodic tasks and consumer callback (before it
         starts: its tasks look them up then)."""
         self.agent = agent
-        for name in ("heartbeat", "on_message", "reconcile_pass", "finish_deletes",
-                     "register_classes", "sync_classes"):  # fmt: skip
+        for name in ("heartbeat", "on_message", "reconcile_pass", "register_classes",
+                     "sync_classes"):  # fmt: skip
             setattr(agent, name, self.gated(getattr(agent, name)))
+        agent.deletes.finish = self.gated(agent.deletes.finish)  # type: ignore[method-assign]
         agent.permit.check = self.gated(agent.permit.check)  # type: ignore[method-assign]
 
     def starve(self) -> None:
