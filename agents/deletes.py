@@ -25,9 +25,10 @@ from collections.abc import Iterator
 
 from agents.outcome import DROP, ENDED, Outcome
 from agents.steps import AgentParts
-from qsched import exception, message
+from qsched import exception
 from qsched.ledger.base import Instance, State, TaskState
 from qsched.notifications import payloads
+from qsched.scheduling import message
 
 #: A delete marked longer ago than this without its request arriving is done anyway.
 STUCK_DELETE_S = 10.0

@@ -30,12 +30,11 @@ import dataclasses
 import enum
 from collections.abc import Callable
 
-from qsched.scheduling.message import BootRequest, Message
-
 from agents.nodes import Pick
 from qsched import exception
 from qsched.bus.base import Delivery
 from qsched.scheduling.fit import Refusal
+from qsched.scheduling.message import BootRequest, Message
 
 
 class Code(enum.Enum):
