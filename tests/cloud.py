@@ -30,12 +30,12 @@ from tests.conftest import (
     real_redis,
     require_server,
 )
-from tests.helpers import wait_until
+from tests.helpers import ROOT, wait_until
 
 AMQP_URL = os.environ.get("QSCHED_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 IMAGE = "6b9f3c1e-58f4-4f0e-9d4b-0c7f3a1d2e55"
 BUILD_TIMEOUT_S = 4
-DEPLOY_GUNICORN = Path(__file__).resolve().parent.parent / "deploy" / "gunicorn.conf.py"
+DEPLOY_GUNICORN = ROOT / "deploy" / "gunicorn.conf.py"
 
 OPTIONS: Options = {
     "ledger": {"cpu_allocation_ratio": 1.0, "durability": TEST_DURABILITY},

@@ -27,7 +27,7 @@ from qsched.stack.keystone import KeystoneFailed, KeystoneServer, User
 from qsched.stack.redis_cluster import RedisClusterFailed, RedisClusterServers
 
 #: The shared Redis databases of one test process: the ledger's, and kombu's Redis
-#: transport's (tests/cloud.py, tests/test_bus.py). Tests flush them, so each
+#: transport's (tests/cloud.py, tests/bus/test_bus.py). Tests flush them, so each
 #: pytest-xdist worker (``make test`` runs two) gets its own; the environment still wins.
 WORKER_DATABASES = {"gw0": (9, 6), "gw1": (15, 14), "gw2": (13, 12)}
 #: ``QSCHED_TEST_REDIS_SET=second``: other databases, for a test session run while
@@ -169,7 +169,7 @@ def cluster_url(redis_cluster: RedisClusterServers) -> Iterator[str]:
 
 #: ``[ledger] durability`` of the tests' ledgers: fakeredis keeps nothing and the shared
 #: Redis runs ``appendonly no``, so a test says ``async``, a fixture's choice, where the
-#: default (``disk``) would be refused. tests/test_durability.py checks the others on
+#: default (``disk``) would be refused. tests/ledger/test_durability.py checks the others on
 #: redis-servers of its own.
 TEST_DURABILITY = "async"
 #: the ``[ledger]`` line a test's config file adds for it

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from agents.nodes import Pick
 from agents.service import ComputeAgent
 from qsched.scheduling.message import BootRequest
+
+#: The project's root: tests sit in folders by package, at any depth below it.
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, interval_s: float = 0.01) -> bool:

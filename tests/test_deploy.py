@@ -42,8 +42,8 @@ from qsched.scheduling.classes import class_name
 from qsched.stack.config import ini_text
 from tests.cloud import AMQP_URL, require_rabbitmq
 from tests.conftest import TEST_DURABILITY, require_server
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 API_UNIT = DEPLOY / "systemd/qsched-api.service"
 AGENT_UNIT = DEPLOY / "systemd/qsched-agent@.service"

@@ -130,7 +130,7 @@ def test_a_burst_never_exceeds_quota_or_capacity(cloud: Cloud) -> None:
 def test_garbage_is_dead_lettered_and_placing_goes_on(cloud: Cloud) -> None:
     if cloud.options.bus.driver != "kombu":
         pytest.skip("garbage is published with kombu's names; the oslo.messaging bus's is "
-                    "the chaos run's poison fault (tests/test_chaos.py)")  # fmt: skip
+                    "the chaos run's poison fault (tests/chaos/test_chaos.py)")  # fmt: skip
     token = project(cloud)
     bus = KombuBus(cloud.transport_url, prefix=cloud.prefix)
     try:

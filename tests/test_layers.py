@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
 
 #: Floors, lowest first, by package. A module may import modules on its floor or below,
 #: never above. The longest matching prefix gives a module's floor.

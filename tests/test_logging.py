@@ -30,11 +30,11 @@ from qsched.ledger import Stores
 from qsched.ledger.base import State
 from qsched.net import LOOPBACK, free_port
 from qsched.stack.config import ini_text
+from tests.api.test_api import post_server
+from tests.compute.test_compute import RecordingBus, make_app
 from tests.conftest import TEST_DURABILITY
 from tests.helpers import wait_until
-from tests.test_api import post_server
-from tests.test_compute import RecordingBus, make_app
-from tests.test_images import _agent
+from tests.images.test_images import _agent
 
 BINDIR = Path(sys.executable).parent
 USER = {"X-Auth-Token": "alice:pa"}

@@ -17,8 +17,7 @@ from qsched.api import app as api_app
 from qsched.api import auth
 from qsched.bus import kombu
 from qsched.images.glance import GlanceImages
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
 
 
 def test_sample_config_is_current(tmp_path: Path) -> None:

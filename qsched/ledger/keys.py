@@ -8,7 +8,7 @@ touching a cell runs on one shard.
 the same builders into Lua, prepended to every script, so that the scripts
 never spell a key: ``K.instance(uuid)`` in Lua is ``keys.instance(uuid)`` here,
 ``K.outbox`` is ``keys.outbox``. What each key holds, its type and who writes
-it: the keyspace table of ``docs/ledger.rst``; ``tests/test_keyspace.py``
+it: the keyspace table of ``docs/ledger.rst``; ``tests/ledger/test_keyspace.py``
 keeps that table, this class and the scripts in step.
 """
 

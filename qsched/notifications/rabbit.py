@@ -9,7 +9,7 @@ envelope (``oslo.version``, ``oslo.message``) around ``message_id``,
 ``publisher_id``, ``event_type``, ``priority``, ``payload``, ``timestamp``,
 ``_unique_id`` and the request's context as ``_context_*`` keys, written by orjson:
 compact, and UTF-8 where json writes ``\\u`` escapes. A real oslo.messaging
-notification listener reads it as its own (tests/test_notifications_rabbit.py
+notification listener reads it as its own (tests/notifications/test_notifications_rabbit.py
 compares the two messages byte for byte, oslo.messaging's once written compact).
 
 Why not oslo.messaging's own: its Notifier, driver, connection pool and kombu

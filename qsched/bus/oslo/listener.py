@@ -8,7 +8,7 @@ Why it does more than ``start()``, ``stop()`` and ``wait()``: on a quorum queue 
 message the broker gets back without an ack counts as a delivery, and at ``[bus]
 delivery_limit`` of them the broker dead-letters it as if it had crashed that many
 agents. oslo.messaging's listener, stopped as it is, gives messages back that no agent
-ever saw (measured on RabbitMQ 3.10, ``tests/test_bus.py``):
+ever saw (measured on RabbitMQ 3.10, ``tests/bus/test_bus.py``):
 
 * ``stop()`` only tells the poll thread to end; the consumer stays registered on the
   broker until the connection closes. Once the delivery in hand is acknowledged, the

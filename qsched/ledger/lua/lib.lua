@@ -7,7 +7,7 @@
 -- key with a variable part, K.outbox, K.deadlines, K.flavors, ... for a key of
 -- the whole cell. Every key starts with P, so a cell stays in one cluster slot.
 -- What each key holds and who writes it: the keyspace table in docs/ledger.rst.
--- tests/test_keyspace.py fails on a key fragment spelled in any .lua file.
+-- tests/ledger/test_keyspace.py fails on a key fragment spelled in any .lua file.
 
 local function reply(t)
     return cjson.encode(t)

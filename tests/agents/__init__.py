@@ -1,0 +1,1 @@
+"""Tests of the compute agent (agents/) (tests are laid out as the code is)."""

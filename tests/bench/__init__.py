@@ -1,0 +1,1 @@
+"""Tests of qsched's bench package (tests are laid out as the code is)."""

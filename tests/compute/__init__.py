@@ -1,0 +1,1 @@
+"""Tests of qsched's compute package (tests are laid out as the code is)."""
