@@ -52,8 +52,8 @@ from agents.steps import AgentParts
 from qsched import exception
 from qsched.bus.base import Delivery, Names
 from qsched.ledger.records import AFFINITY, HostRule
-from qsched.scheduling.fit import Refusal, RefusalKind
 from qsched.scheduling.message import BootRequest
+from qsched.scheduling.request import Refusal, RefusalKind
 
 LOG = logging.getLogger(__name__)
 

@@ -75,15 +75,8 @@ from agents.sharing import SharingPool
 from qsched import exception
 from qsched.flavors import Constraints, RequestGroup
 from qsched.ledger.base import Provider
-from qsched.scheduling.fit import (
-    NO_CONSTRAINTS,
-    Allocations,
-    Refusal,
-    Request,
-    fit_request,
-    room,
-    shared_classes,
-)
+from qsched.scheduling.fit import Allocations, fit_request, room, shared_classes
+from qsched.scheduling.request import NO_CONSTRAINTS, Refusal, Request
 from qsched.scheduling.views import NodeView, ProviderView, usage_term
 
 POLICIES = ("pack", "spread")

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from agents.nodes import Pick
 from qsched import exception
 from qsched.bus.base import Delivery
-from qsched.scheduling.fit import Refusal
 from qsched.scheduling.message import BootRequest, Message
+from qsched.scheduling.request import Refusal
 
 
 class Code(enum.Enum):

@@ -64,9 +64,9 @@ from qsched.ledger import retry
 from qsched.ledger.base import ClaimGuard, State
 from qsched.notifications import payloads
 from qsched.scheduling.classes import SchedulingClass
-from qsched.scheduling.fit import Refusal, RefusalKind
 from qsched.scheduling.message import BootRequest
 from qsched.scheduling.records import request_for
+from qsched.scheduling.request import Refusal, RefusalKind
 
 LOG = logging.getLogger(__name__)
 

@@ -39,9 +39,9 @@ from qsched.ledger import Stores, open_stores
 from qsched.ledger.base import State
 from qsched.metrics import APIMetrics, NoMetrics, refusal_reason
 from qsched.net import free_port
-from qsched.scheduling.fit import RefusalKind
 from qsched.scheduling.message import BootRequest
 from qsched.scheduling.records import record_for, request_for
+from qsched.scheduling.request import RefusalKind
 from qsched.stack.processes import http_call
 from tests.cloud import Cloud, transport_url
 from tests.conftest import TEST_DURABILITY, real_redis

@@ -18,7 +18,8 @@ from typing import Any
 from qsched import exception
 from qsched.ledger.base import Provider
 from qsched.resources import SHARES_VIA_AGGREGATE
-from qsched.scheduling.fit import Refusal, RefusalKind, Request, fit_request
+from qsched.scheduling.fit import fit_request
+from qsched.scheduling.request import Refusal, RefusalKind, Request
 from qsched.scheduling.views import NodeView, ProviderView
 
 STANDARD = ("VCPU", "MEMORY_MB", "DISK_GB")

@@ -21,8 +21,8 @@ from qsched.ledger import Stores
 from qsched.ledger.base import AgentInfo, Event, Instance, Provider, State
 from qsched.resources import SHARES_VIA_AGGREGATE
 from qsched.scheduling.classes import SchedulingClass
-from qsched.scheduling.fit import Request
 from qsched.scheduling.records import BootDetails, details
+from qsched.scheduling.request import Request
 from qsched.scheduling.views import ProviderView
 
 CHUNK = 500  # commands per pipeline round trip in scans

@@ -17,7 +17,7 @@ from qsched import exception
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.base import HostRule, State
-from qsched.scheduling.fit import Request
+from qsched.scheduling.request import Request
 
 _HOLDING = (State.BUILD.value, State.ACTIVE.value)
 

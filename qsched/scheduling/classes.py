@@ -5,7 +5,7 @@ constraints; its :attr:`~SchedulingClass.name` is the routing key of the queue t
 request goes on, and its :meth:`~SchedulingClass.definition` is what the create
 script publishes in the ledger's ``classes`` hash. Agents read the definitions
 back with :meth:`~SchedulingClass.from_definition` and compile each into a fit
-:class:`~qsched.scheduling.fit.Request` once. Both ends live here.
+:class:`~qsched.scheduling.request.Request` once. Both ends live here.
 
 A plain flavor's class is its name (or, for a name no queue may carry, its
 :attr:`~qsched.flavors.Flavor.class_key`); constraints add ``+<hash>`` (a short digest,
@@ -21,7 +21,7 @@ from typing import Any
 
 from qsched import exception
 from qsched.flavors import Constraints, Flavor
-from qsched.scheduling.fit import Request
+from qsched.scheduling.request import Request
 
 _NO_CONSTRAINTS = Constraints()
 

@@ -8,7 +8,7 @@ from typing import Any
 from qsched.admin import capacity, views, why
 from qsched.flavors import Flavor
 from qsched.ledger.base import Event, Instance, Inventory, Provider, State, TaskState
-from qsched.scheduling.fit import Request
+from qsched.scheduling.request import Request
 
 XLARGE = {"name": "m1.xlarge", "vcpus": 16, "ram_mb": 1024, "disk_gb": 0}
 

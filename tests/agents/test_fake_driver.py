@@ -11,7 +11,8 @@ from agents.virt.base import NodeNotFound, SpawnFailed, SpawnFenced, VirtDriver
 from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec, read_state
 from qsched import exception
 from qsched.flavors import Flavor
-from qsched.scheduling.fit import Refusal, Request, fit_request
+from qsched.scheduling.fit import fit_request
+from qsched.scheduling.request import Refusal, Request
 
 FLAVOR = Flavor("small", 1, 512)
 

@@ -15,7 +15,8 @@ from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec
 from qsched import exception
 from qsched.flavors import Constraints, Flavor
 from qsched.ledger.base import Inventory
-from qsched.scheduling.fit import Refusal, Request, fit_request, room
+from qsched.scheduling.fit import fit_request, room
+from qsched.scheduling.request import Refusal, Request
 from qsched.scheduling.views import NodeView, ProviderView
 
 SMALL = Flavor("small", 1, 512)

@@ -24,7 +24,8 @@ from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import ClaimGuard, Instance, Inventory, Provider, ProviderSpec, State
 from qsched.resources import DISK_GB, MEMORY_MB, SHARES_VIA_AGGREGATE, VCPU
-from qsched.scheduling.fit import NO_CONSTRAINTS, Refusal, RefusalKind, Request, fit_request, room
+from qsched.scheduling.fit import fit_request, room
+from qsched.scheduling.request import NO_CONSTRAINTS, Refusal, RefusalKind, Request
 from qsched.scheduling.views import NodeView, ProviderView
 from tests.conftest import DURABILITY_LINE
 from tests.raw import redis_store

@@ -23,7 +23,8 @@ from qsched.conf import APIOptions, SchedulerOptions
 from qsched.flavors import GROUP_POLICY_REQUIRED, Flavor, request_groups
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.scheduling.fit import Refusal, RefusalKind, Request, fit_request
+from qsched.scheduling.fit import fit_request
+from qsched.scheduling.request import Refusal, RefusalKind, Request
 from qsched.scheduling.views import NodeView, ProviderView
 from qsched.stack.cleanup import forget_bus
 from tests.cloud import transport_url

@@ -29,9 +29,9 @@ from qsched.ledger import Stores, open_stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import Inventory, State, TaskState, Usage
 from qsched.scheduling.classes import class_name
-from qsched.scheduling.fit import Request
 from qsched.scheduling.message import ActionRequest, BootRequest, DeleteRequest
 from qsched.scheduling.records import details
+from qsched.scheduling.request import Request
 from tests.raw import redis_store
 
 FLAVORS = ["m1.small:1:2048:20", "m1.large:4:8192:40:large-id", "g1.gpu:2:4096"]

@@ -11,14 +11,8 @@ from hypothesis import strategies as st
 from qsched import exception
 from qsched.flavors import Constraints, Flavor, RequestGroup
 from qsched.ledger.base import Inventory, Provider
-from qsched.scheduling.fit import (
-    Refusal,
-    RefusalKind,
-    Request,
-    fit,
-    fit_request,
-    room,
-)
+from qsched.scheduling.fit import fit, fit_request, room
+from qsched.scheduling.request import Refusal, RefusalKind, Request
 from qsched.scheduling.views import NodeView, ProviderView
 
 AGG_A = "11111111-1111-1111-1111-111111111111"
