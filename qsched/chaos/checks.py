@@ -136,23 +136,38 @@ _LOOKED_AT = ("claimed", "refused", "handed_back", "conflict", "parked", "group_
 
 
 def stranded(
-    snap: Snapshot, accepted: dict[str, Call], history: dict[str, list[dict[str, Any]]]
+    snap: Snapshot,
+    accepted: dict[str, Call],
+    history: dict[str, list[dict[str, Any]]],
+    crashes: list[tuple[float, float]],
 ) -> list[dict[str, Any]]:
-    """Accepted instances ended in ERROR by their deadline that no agent had in hand
-    after they last went waiting: a request nothing on the bus held any more (a claim
-    a crash rolled back after its agent acked the request). A run's capacity exceeds
-    its projects' quotas, so a request that no agent refused had room somewhere."""
+    """Accepted instances that were waiting when the ledger lost writes (``crashes``:
+    when each machine crash or master kill began and when the ledger answered again),
+    ended in ERROR by their deadline, and that no agent had in hand after they last went
+    waiting: a request nothing on the bus held any more (a claim a crash rolled back
+    after its agent acked the request). A run's capacity exceeds its projects' quotas,
+    so a request that no agent refused had room somewhere.
+
+    Without a crash nothing is judged: a request can wait out its deadline in a queue
+    whose consumers the bus keeps away (a RabbitMQ node lost for longer than it), held
+    by the bus all along, and the ledger alone cannot tell the two apart.
+    """
+    if not crashes:
+        return []
+    last_back = max(restored for _started, restored in crashes)
     found = []
     for uuid in sorted(accepted):
         record = snap.records.get(uuid, {})
         fault = json.loads(record["fault"]) if record.get("fault") else {}
         if (fault.get("details") or {}).get("reason") != "deadline":
             continue
-        events = [e.get("event") for e in history.get(uuid, [])]
-        waits = [i for i, e in enumerate(events) if e in ("accepted", "requeued", "released")]
-        since = events[waits[-1] + 1 :] if waits else events
-        if not any(event in _LOOKED_AT for event in since):
-            found.append({"instance": uuid, "name": accepted[uuid].name, "events": events,
+        events = history.get(uuid, [])
+        names = [e.get("event") for e in events]
+        waits = [i for i, e in enumerate(names) if e in ("accepted", "requeued", "released")]
+        went_waiting = float(events[waits[-1]].get("t", 0)) if waits else 0.0
+        since = names[waits[-1] + 1 :] if waits else names
+        if went_waiting <= last_back and not any(event in _LOOKED_AT for event in since):
+            found.append({"instance": uuid, "name": accepted[uuid].name, "events": names,
                           "problem": "ended by its deadline, no agent had it in hand"})  # fmt: skip
     return found
 

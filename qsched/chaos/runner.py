@@ -394,7 +394,7 @@ class ChaosRun:
         found = {
             "lost": checks.lost(snap, accepted),
             "stuck": checks.stuck(snap, accepted),
-            "stranded": checks.stranded(snap, accepted, history),
+            "stranded": checks.stranded(snap, accepted, history, self._crashes()),
             "lost_deletes": checks.lost_deletes(snap, [c for c in calls if c.kind == "delete"]),
             "duplicates": checks.duplicates(snap, history),
             "overcommits": checks.overcommits(snap),
@@ -414,6 +414,12 @@ class ChaosRun:
         if self.cluster is not None:
             found["replication"] = self._replication()
         return self._report(calls, snap, history, found, audit_report, accepted)
+
+    def _crashes(self) -> list[tuple[float, float]]:
+        """When each fault that may lose the ledger's writes began, and when the ledger
+        answered again (:data:`qsched.chaos.report.LOSSY`)."""
+        return [(f.started, f.restored or f.started) for f in self.faults
+                if f.kind in report.LOSSY and f.started]  # fmt: skip
 
     def _converged(self, when: str) -> dict[str, list[dict[str, Any]]]:
         """Every agent's index and driver agree with the ledger, within the reconcile's bound.

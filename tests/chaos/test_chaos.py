@@ -77,7 +77,9 @@ def run_all(stores: Stores, accepted_: dict[str, Call], calls: list[Call] = ()) 
     return {
         "lost": checks.lost(snap, accepted_),
         "stuck": checks.stuck(snap, accepted_),
-        "stranded": checks.stranded(snap, accepted_, checks.histories(stores, snap.records)),
+        "stranded": checks.stranded(
+            snap, accepted_, checks.histories(stores, snap.records), [(0.0, time.time() + 60)]
+        ),  # a crash, all along
         "lost_deletes": checks.lost_deletes(snap, [c for c in calls if c.kind == "delete"]),
         "duplicates": checks.duplicates(snap, checks.histories(stores, snap.records)),
         "overcommits": checks.overcommits(snap),
@@ -117,6 +119,10 @@ class TestChecks:
         found = run_all(cloud, accepted(untouched, refused))
         assert broken(found) == {"stranded"}
         assert [f["instance"] for f in found["stranded"]] == [untouched]
+        snap, history = checks.take_snapshot(cloud, HOSTS), checks.histories(cloud, [untouched])
+        # no crash, or one over before it went waiting: held by the bus, for all we know
+        assert checks.stranded(snap, accepted(untouched), history, []) == []
+        assert checks.stranded(snap, accepted(untouched), history, [(0.0, 1.0)]) == []
 
     def test_an_accepted_request_without_a_record_is_lost(self, cloud: Stores) -> None:
         found = run_all(cloud, accepted(str(uuid.uuid4())))
