@@ -32,10 +32,11 @@ from qsched.compute.api import (
 )
 from qsched.compute.list_query import ServerQuery
 from qsched.context import RequestContext
-from qsched.flavors import Constraints, Flavor, ref_id, request_groups
+from qsched.flavors import Constraints, Flavor, ref_id
 from qsched.ledger import Stores
 from qsched.ledger.base import Instance, QuotaStore
 from qsched.ledger.cellmap import RedisCellMap, cell_map
+from qsched.scheduling.request import flavor_demand
 
 LOG = logging.getLogger(__name__)
 
@@ -548,15 +549,6 @@ class CellsCompute:
         """Delete in the instance's cell; its quota comes back in the API keyspace
         through :class:`QuotaMover` once the cell ends it."""
         return self.compute_of(uuid).delete(context, uuid)
-
-
-def flavor_demand(flavor: Flavor) -> dict[str, int]:
-    """What ``flavor`` asks in all, by resource class, over its request groups."""
-    demand: dict[str, int] = {}
-    for group in request_groups(flavor):
-        for rc, n in group.resources.items():
-            demand[rc] = demand.get(rc, 0) + n
-    return demand
 
 
 def serves(wanted: Sequence[frozenset[str]], index: AggregateIndex) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 from qsched.bus.base import DeadLetter
 from qsched.chaos.load import Call
 from qsched.ledger import Stores
-from qsched.ledger.audit import audit, flavor_demand
+from qsched.ledger.audit import audit, stored_demand
 from qsched.ledger.base import Usage
 from qsched.resources import SHARES_VIA_AGGREGATE
 from qsched.scheduling.message import PoisonMessage, decode
@@ -567,7 +567,7 @@ def obeyed(
         if record.get("state") == "DELETED" and not asked:
             return [{**item, "problem": "a forged delete was obeyed: DELETED, never asked"}]
         return []
-    asked_amounts = flavor_demand(record.get("flavor", ""))
+    asked_amounts = stored_demand(record.get("flavor", ""))
     found = []
     for event in events:
         if event.get("event") != "claimed" or asked_amounts is None:

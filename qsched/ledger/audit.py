@@ -17,7 +17,7 @@ from qsched import exception
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.base import HostRule, State
-from qsched.scheduling.request import Request
+from qsched.scheduling.request import flavor_demand
 
 _HOLDING = (State.BUILD.value, State.ACTIVE.value)
 
@@ -232,7 +232,7 @@ def _check_flavors(report: AuditReport, scan: _Scan) -> None:
             continue
         raw = record["flavor"]
         if raw not in demands:
-            demands[raw] = flavor_demand(raw)
+            demands[raw] = stored_demand(raw)
         asked = demands[raw]
         allocated = {rc: n for rc, n in held.items() if n}
         if asked is not None and allocated != asked:
@@ -240,10 +240,10 @@ def _check_flavors(report: AuditReport, scan: _Scan) -> None:
                                              "allocated": allocated, "flavor": asked})  # fmt: skip
 
 
-def flavor_demand(raw: str) -> dict[str, int] | None:
-    """What a flavor (as a record stores it) asks of providers in all; None: unreadable."""
+def stored_demand(raw: str) -> dict[str, int] | None:
+    """What a flavor as a record stores it asks of providers in all
+    (:func:`~qsched.scheduling.request.flavor_demand`); None: unreadable."""
     try:
-        request = Request.from_flavor(Flavor.from_dict(json.loads(raw)))
+        return flavor_demand(Flavor.from_dict(json.loads(raw)))
     except (exception.Invalid, KeyError, TypeError, ValueError):
         return None
-    return {rc: n for rc, n in request.demand if n}

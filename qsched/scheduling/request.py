@@ -166,3 +166,12 @@ def _union(groups: list[RequestGroup], field: str, constraints: Constraints) -> 
     for g in groups:
         traits |= getattr(g, field)
     return frozenset(traits)
+
+
+def flavor_demand(flavor: Flavor) -> dict[str, int]:
+    """What ``flavor`` asks of providers in all, by resource class, over its request
+    groups (classes asked for 0 left out).
+
+    :raises Invalid: malformed extra specs.
+    """
+    return {rc: n for rc, n in Request.from_flavor(flavor).demand if n}

@@ -31,7 +31,7 @@ from qsched.ledger.base import Inventory, State, TaskState, Usage
 from qsched.scheduling.classes import class_name
 from qsched.scheduling.message import ActionRequest, BootRequest, DeleteRequest
 from qsched.scheduling.records import details
-from qsched.scheduling.request import Request
+from qsched.scheduling.request import flavor_demand
 from tests.raw import redis_store
 
 FLAVORS = ["m1.small:1:2048:20", "m1.large:4:8192:40:large-id", "g1.gpu:2:4096"]
@@ -121,7 +121,7 @@ def place(stores: Stores, instance_uuid: str, host: str = "cn1", active: bool = 
     stores.ledger.set_inventory(rp, 0, {"VCPU": Inventory(64), "MEMORY_MB": Inventory(65536),
                                         "DISK_GB": Inventory(10_000)})  # fmt: skip
     flavor = Flavor.from_dict(stores.instances.get(instance_uuid).flavor)
-    demand = {rc: n for rc, n in Request.from_flavor(flavor).demand if n}
+    demand = flavor_demand(flavor)
     stores.ledger.claim(instance_uuid, {rp: demand}, host, f"{host}-n1")
     if active:
         stores.instances.set_active(instance_uuid, host, f"{host}-n1")
