@@ -31,7 +31,8 @@ from qsched.api.wsgi import make_server
 from qsched.bus.base import BusUnavailable
 from qsched.bus.kombu import KombuBus
 from qsched.cells import housekeeping
-from qsched.compute.api import ComputeAPI, FlavorRefNotFound
+from qsched.compute.api import ComputeAPI
+from qsched.compute.boot import FlavorRefNotFound
 from qsched.conf import AgentOptions, APIOptions, LedgerOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor

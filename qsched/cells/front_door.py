@@ -64,7 +64,9 @@ from qsched.cells.parts import (
     CellsZones,
 )
 from qsched.cells.router import CellsCompute
-from qsched.compute.api import ComputeAPI, FlavorExtraSpecNotFound, Reservation, check_counts
+from qsched.compute.api import ComputeAPI
+from qsched.compute.boot import Reservation, check_counts
+from qsched.compute.flavor_catalog import FlavorExtraSpecNotFound
 from qsched.compute.host_rules import HostRequest
 from qsched.compute.quotas import FileLimits, QuotaAPI
 from qsched.context import RequestContext

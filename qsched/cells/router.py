@@ -23,14 +23,10 @@ from typing import Any, TypeVar
 from qsched import exception
 from qsched.aggregates import AggregateIndex
 from qsched.cells.join import CellNotJoined, UnknownCell, join
-from qsched.compute.api import (
-    ComputeAPI,
-    FlavorRefNotFound,
-    MarkerNotFound,
-    Reservation,
-    check_counts,
-)
+from qsched.compute.api import ComputeAPI
+from qsched.compute.boot import FlavorRefNotFound, Reservation, check_counts
 from qsched.compute.list_query import ServerQuery
+from qsched.compute.listing import MarkerNotFound
 from qsched.context import RequestContext
 from qsched.flavors import Constraints, Flavor, ref_id
 from qsched.ledger import Stores

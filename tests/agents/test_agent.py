@@ -7,7 +7,7 @@ import pytest
 from agents.service import ComputeAgent
 from agents.virt.fake import FakeDriver, FakeNodeSpec
 from qsched import exception
-from qsched.compute.api import FlavorRefNotFound
+from qsched.compute.boot import FlavorRefNotFound
 from qsched.conf import AgentOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor

@@ -31,7 +31,8 @@ from qsched.cells.audit import audit_cells
 from qsched.cells.mover import QuotaMover
 from qsched.cells.opening import open_cells
 from qsched.cells.router import CellsCompute
-from qsched.compute.api import ComputeAPI, MarkerNotFound
+from qsched.compute.api import ComputeAPI
+from qsched.compute.listing import MarkerNotFound
 from qsched.conf import APIOptions, BusOptions, CellsOptions, LedgerOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor

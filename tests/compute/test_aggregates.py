@@ -20,7 +20,8 @@ from agents.service import ComputeAgent
 from agents.virt.fake import FakeChild, FakeDriver, FakeNodeSpec
 from qsched.aggregates import NoHostsForTenant
 from qsched.bus.kombu import KombuBus
-from qsched.compute.api import AvailabilityZoneNotAvailable, ComputeAPI
+from qsched.compute.api import ComputeAPI
+from qsched.compute.boot import AvailabilityZoneNotAvailable
 from qsched.conf import AgentOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor

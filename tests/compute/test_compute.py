@@ -12,15 +12,11 @@ import pytest
 from qsched import exception
 from qsched.api import app as api_app
 from qsched.bus.base import BusUnavailable
-from qsched.compute import api as compute_module
-from qsched.compute.api import (
-    AvailabilityZoneNotAvailable,
-    ComputeAPI,
-    FlavorExtraSpecNotFound,
-    FlavorRefNotFound,
-    MarkerNotFound,
-    flavors_from_config,
-)
+from qsched.compute import boot as compute_module
+from qsched.compute.api import ComputeAPI
+from qsched.compute.boot import AvailabilityZoneNotAvailable, FlavorRefNotFound
+from qsched.compute.flavor_catalog import FlavorExtraSpecNotFound, flavors_from_config
+from qsched.compute.listing import MarkerNotFound
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.exception import FlavorExists, FlavorNotFound
