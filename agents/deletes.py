@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from agents.outcome import DROP, ENDED, Outcome
 from agents.steps import AgentParts
 from qsched import exception
-from qsched.ledger.base import Instance, State, TaskState
+from qsched.ledger.base import Instance, Placement, State, TaskState
 from qsched.notifications import payloads
 from qsched.scheduling import message
 
@@ -76,30 +76,27 @@ class DeleteStep:
         delete was asked: ENDED; DROP one done already; DEAD_LETTER any other with the
         reason, touching nothing.
 
-        One read of the record: the message only says which instance to look at.
+        One small read of the record (its state, host, node and task_state): the
+        message only says which instance to look at.
         """
-        host = self.parts.host
-        try:
-            inst: Instance | None = self.parts.stores.instances.get(msg.instance_uuid)
-        except exception.InstanceNotFound:
-            inst = None
+        host, uuid = self.parts.host, msg.instance_uuid
+        inst = self.parts.stores.instances.placements([uuid]).get(uuid)
         if inst is not None and inst.state == State.DELETED and inst.host == host:
             # done (a redelivery), or ended while this agent was silent (a claim held for
             # it here): whatever of it still runs here goes now, and that claim with it
-            self.destroy(msg.instance_uuid, inst.node or msg.node, inst)
+            self.destroy(uuid, inst.node or msg.node)
             return ENDED
         if inst is None or inst.state == State.DELETED:
             return DROP  # archived since, or ended on another host
         why = _not_asked(msg, inst, host)
         if why is not None:
             return Outcome.dead_letter("not_its_request", why)
-        self.destroy(msg.instance_uuid, msg.node, inst)
+        self.destroy(uuid, msg.node)
         return ENDED
 
-    def destroy(self, uuid: str, node: str, inst: Instance | None = None) -> None:
-        """Destroy an instance of this host, then release its claim and quota; ``inst``:
-        its record, if the caller read it."""
-        before = self._deleting(uuid, inst)
+    def destroy(self, uuid: str, node: str) -> None:
+        """Destroy an instance of this host, then release its claim and quota."""
+        before = self._deleting(uuid)
         with self.in_flight.destroying(uuid):
             ended = self._destroy_and_end(uuid, node)
         self.parts.counters["deleted"] += 1
@@ -132,15 +129,15 @@ class DeleteStep:
             parts.reconciler.refresh_nodes([node])
         return ended
 
-    def _deleting(self, uuid: str, inst: Instance | None = None) -> Instance | None:
-        """With notifications on: send ``instance.delete.start`` from the record (read
-        here unless given), unless it is DELETED already (a delete request delivered
-        again); the record, or None. With them off: nothing read, None."""
+    def _deleting(self, uuid: str) -> Instance | None:
+        """With notifications on: read the record and send ``instance.delete.start``,
+        unless it is DELETED already (a delete request delivered again); the record
+        read, or None. With them off: nothing read, None."""
         notifier = self.parts.notifier
         if not notifier.enabled:
             return None
         try:
-            inst = inst or self.parts.stores.instances.get(uuid)
+            inst = self.parts.stores.instances.get(uuid)
         except exception.InstanceNotFound:
             return None
         if inst.state == State.DELETED:
@@ -152,29 +149,31 @@ class DeleteStep:
         """Finish deletes of this host's instances marked before ``marked_before``.
 
         Catches a delete request lost on the bus (or with a previous run of this
-        agent): reads only this host's deleting set.
+        agent): reads only this host's deleting set, and where those instances are
+        in one round trip.
         """
         parts, done = self.parts, 0
-        for uuid in parts.stores.instances.deleting(parts.host, marked_before):
-            if uuid in parts.builds:
-                continue  # its spawn ends first; its delete request is still due
-            try:
-                node = parts.stores.instances.get(uuid).node or ""
-            except exception.InstanceNotFound:
-                continue
-            self.destroy(uuid, node)
+        marked = [
+            u
+            for u in parts.stores.instances.deleting(parts.host, marked_before)
+            if u not in parts.builds
+        ]  # a spawn ends first; its delete is still due
+        for uuid, inst in parts.stores.instances.placements(marked).items():
+            self.destroy(uuid, inst.node or "")
             done += 1
         return done
 
 
-def _not_asked(msg: message.DeleteRequest, inst: Instance, host: str) -> str | None:
-    """Why the ledger does not back a delete request of ``inst`` on ``host``, or None."""
+def _not_asked(msg: message.DeleteRequest, inst: Placement, host: str) -> str | None:
+    """Why the ledger does not back a delete request of an instance placed as ``inst``
+    on ``host``, or None."""
+    uuid = msg.instance_uuid
     if inst.host != host or inst.node != msg.node:
         where = f"{inst.host or 'no host'}, node {inst.node or 'none'}"
-        return (f"a delete of {inst.uuid} for host {msg.host}, node {msg.node} reached "
+        return (f"a delete of {uuid} for host {msg.host}, node {msg.node} reached "
                 f"{host}, but its record places it on {where}")  # fmt: skip
     if inst.task_state != TaskState.DELETING:
         task = inst.task_state.value or "none"
-        return (f"the ledger records no delete of {inst.uuid}: it is {inst.state.value} with "
+        return (f"the ledger records no delete of {uuid}: it is {inst.state.value} with "
                 f"task_state {task}")  # fmt: skip
     return None

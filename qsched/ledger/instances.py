@@ -143,12 +143,10 @@ class RedisInstances(InstanceStore):
 
     def placements(self, uuids: Sequence[str]) -> dict[str, Placement]:
         keys = [self.keys.instance(u) for u in uuids]
-        replies = read_many(self.store.client, "hmget", keys, "state", "host", "node")
-        return {
-            uuid: _placement(state, host, node)
-            for uuid, (state, host, node) in zip(uuids, replies, strict=True)
-            if state is not None
-        }
+        fields = ("state", "host", "node", "task_state")
+        replies = read_many(self.store.client, "hmget", keys, *fields)
+        return {uuid: _placement(*found) for uuid, found in zip(uuids, replies, strict=True)
+                if found[0] is not None}  # fmt: skip
 
     def list_project(self, project_id: str) -> list[Instance]:
         uuids = sorted(text(u) for u in self.store.client.smembers(
@@ -421,8 +419,9 @@ def _instance(fields: dict[str, str]) -> Instance:
     )
 
 
-def _placement(state: Any, host: Any, node: Any) -> Placement:
-    return Placement(State(text(state)), text(host) if host else None, text(node) if node else None)
+def _placement(state: Any, host: Any, node: Any, task_state: Any) -> Placement:
+    return Placement(State(text(state)), text(host) if host else None,
+                     text(node) if node else None, TaskState(text(task_state or b"")))  # fmt: skip
 
 
 def _event(entry: dict[str, Any]) -> Event:

@@ -178,11 +178,13 @@ class Event:
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """Where an instance is, as its record says: three fields, cheap to read in bulk."""
+    """Where an instance is, as its record says, and what is under way there: four
+    fields, cheap to read in bulk."""
 
     state: State
     host: str | None = None
     node: str | None = None
+    task_state: TaskState = TaskState.NONE
 
 
 @dataclasses.dataclass(frozen=True)

@@ -95,8 +95,9 @@ class InstanceStore(abc.ABC):
 
     @abc.abstractmethod
     def placements(self, uuids: Sequence[str]) -> dict[str, Placement]:
-        """State, host and node of those that exist, in few round trips: what a
-        periodic check of thousands of instances needs, without whole records."""
+        """State, host, node and task_state of those that exist, in few round trips:
+        what a periodic check of thousands of instances, or a delete request's check,
+        needs, without whole records."""
 
     @abc.abstractmethod
     def list_project(self, project_id: str) -> list[Instance]:
