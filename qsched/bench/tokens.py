@@ -147,18 +147,7 @@ def _sections(
     return {
         "ledger": {"url": f"fakeredis://tokens-{uuid.uuid4().hex}", "durability": "async"},
         "api": {"auth_strategy": "keystone", "flavor": ["m1.small:1:2048:20"]},
-        "keystone_authtoken": {
-            "www_authenticate_uri": keystone.url,
-            "auth_url": keystone.url,
-            "auth_type": "password",
-            "username": service.name,
-            "password": service.password,
-            "project_name": service.project,
-            "user_domain_id": "default",
-            "project_domain_id": "default",
-            "service_token_roles_required": True,
-            **authtoken,
-        },
+        "keystone_authtoken": keystone.authtoken(service, **authtoken),
     }
 
 

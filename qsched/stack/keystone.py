@@ -173,6 +173,23 @@ class KeystoneServer(WSGIService):
             keystone.roles.grant(keystone.roles.find(name=role), user=user, project=target)
         return User(name, password, project, id=user.id, project_id=target.id)
 
+    def authtoken(self, service: User, **overrides: Any) -> dict[str, Any]:
+        """The ``[keystone_authtoken]`` section of an API that validates tokens here as
+        ``service`` (a user with the service role), ``overrides`` on top (the token
+        cache's options, say)."""
+        return {
+            "www_authenticate_uri": self.url,
+            "auth_url": self.url,
+            "auth_type": "password",
+            "username": service.name,
+            "password": service.password,
+            "project_name": service.project,
+            "user_domain_id": DOMAIN,
+            "project_domain_id": DOMAIN,
+            "service_token_roles_required": True,
+            **overrides,
+        }
+
     def revoke(self, token: str) -> None:
         """Revoke a token (Keystone answers 404 for it from now on)."""
         self.client().tokens.revoke_token(token)

@@ -90,18 +90,7 @@ def keystone_conf(
             {
                 "ledger": {"durability": TEST_DURABILITY},
                 "api": {"auth_strategy": "keystone", "flavor": ["small:1:512:0"], **api},
-                "keystone_authtoken": {
-                    "www_authenticate_uri": cloud.server.url,
-                    "auth_url": cloud.server.url,
-                    "auth_type": "password",
-                    "username": service.name,
-                    "password": service.password,
-                    "project_name": service.project,
-                    "user_domain_id": "default",
-                    "project_domain_id": "default",
-                    "service_token_roles_required": True,
-                    **(authtoken or {}),
-                },
+                "keystone_authtoken": cloud.server.authtoken(service, **(authtoken or {})),
             }
         )
     )
