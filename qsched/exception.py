@@ -56,6 +56,20 @@ class NotItsRequest(Invalid):
     msg_fmt = "Not the request of instance {instance}: {reason}"
 
 
+class MarkerNotFound(Invalid):
+    """A list's marker that names nothing the caller may see (400). Nova's words on the
+    lists of servers, flavors and hypervisors; :class:`MarkerCouldNotBeFound` on those
+    of keypairs and instance actions."""
+
+    msg_fmt = "marker [{marker}] not found"
+
+
+class MarkerCouldNotBeFound(MarkerNotFound):
+    """:class:`MarkerNotFound` in the words of Nova's keypairs and instance actions."""
+
+    msg_fmt = "Marker {marker} could not be found."
+
+
 class NotFound(QschedError):
     msg_fmt = "Not found: {what}"
 

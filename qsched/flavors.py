@@ -467,17 +467,11 @@ def select(
         seen = {f.flavor_id: f for f in catalog if admin or f.visible_to(project_id)}
         marker = seen.get(query.marker)
         if marker is None:
-            raise MarkerNotFound(marker=query.marker)
+            raise exception.MarkerNotFound(marker=query.marker)
         here = (order(marker), marker.flavor_id)
         after = (lambda k: k < here) if query.sort_dir == "desc" else (lambda k: k > here)
         found = [f for f in found if after((order(f), f.flavor_id))]
     return found if query.limit is None else found[: query.limit]
-
-
-class MarkerNotFound(exception.Invalid):
-    """A list marker that names no flavor the caller sees (400, Nova's words)."""
-
-    msg_fmt = "marker [{marker}] not found"
 
 
 def _listed(flavor: Flavor, public: bool | None, project_id: str | None) -> bool:

@@ -203,7 +203,7 @@ def api(conf, stores: Stores, bus: KombuBus) -> ComputeAPI:
     conf.set_override("build_timeout_s", 30, group="scheduler")
     compute = ComputeAPI(stores, bus, SchedulerOptions.from_conf(conf), APIOptions.from_conf(conf))
     for flavor in (Flavor("small", 1, 1024, 0), Flavor("big", 8, 8192, 0)):
-        compute.flavors.create(flavor)
+        compute.cell.flavors.create(flavor)
     stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
     return compute
 

@@ -359,7 +359,7 @@ def test_a_publish_the_broker_did_not_confirm_is_counted_with_the_refusal() -> N
     stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
     metrics = APIMetrics()
     compute = ComputeAPI(stores, bus, metrics=metrics)
-    compute.flavors.create(Flavor("small", 1, 512, 0))
+    compute.cell.flavors.create(Flavor("small", 1, 512, 0))
     context = RequestContext(user_id="u1", project_id="p1", roles=["member", "reader"])
     with pytest.raises(BusUnavailable):
         compute.boot(context, "vm", "small")

@@ -2,9 +2,9 @@
 
 :mod:`qsched.api.app` builds the application; the handlers in
 :mod:`~qsched.api.servers` and :mod:`~qsched.api.flavors` parse a request, call one
-method of the front door (:data:`FrontDoor`: a :class:`qsched.compute.api.ComputeAPI`
-for one cell, a :class:`qsched.cells.front_door.CellsComputeAPI` over several) and render
-Nova's shapes. The helpers below are what every handler shares.
+method of the front door (:class:`~qsched.compute.front_door.FrontDoor`, which
+:class:`qsched.compute.api.ComputeAPI` is over one cell or several) and render Nova's
+shapes. The helpers below are what every handler shares.
 """
 
 from __future__ import annotations
@@ -16,14 +16,11 @@ import falcon
 
 from qsched import exception
 from qsched.api import jsonbody
-from qsched.cells.front_door import CellsComputeAPI
-from qsched.compute.api import ComputeAPI
+from qsched.compute.front_door import FrontDoor
 from qsched.context import RequestContext
 
 API_VERSION = "2.1"
 PREFIX = "/v2.1"
-#: what the routes call: one cell's front door, or that of several cells
-FrontDoor = ComputeAPI | CellsComputeAPI
 
 
 class Handler:

@@ -6,9 +6,8 @@ every success (Nova keeps 200 for compatibility), 409 for a taken name or a host
 already there or in another zone, 400 for other refused changes, 404 for an
 unknown aggregate or host.
 
-Over several cells the front door's ``aggregates`` is
-:class:`qsched.cells.aggregates.CellsAggregates`: the same calls, every aggregate in
-every cell.
+The front door's ``aggregates`` (:class:`qsched.compute.aggregates.Aggregates`) keeps
+every aggregate in every cell, a host's membership in the host's cell.
 """
 
 from __future__ import annotations

@@ -36,8 +36,7 @@ from qsched.api import metrics as metrics_edge
 from qsched.api.versions import LEGACY_PREFIX
 from qsched.bus.base import Bus, Publisher
 from qsched.cells import housekeeping
-from qsched.cells.front_door import CellsComputeAPI
-from qsched.cells.opening import open_cells
+from qsched.cells.opening import front_door, open_cells
 from qsched.cells.router import CellsCompute
 from qsched.compute.api import ComputeAPI
 from qsched.conf import APIOptions, BusOptions, Options, SchedulerOptions
@@ -127,10 +126,10 @@ def create_cells_app(
     conf: Any = None,
     metrics: APIMetrics | None = None,
 ) -> falcon.App:
-    """The qsched-api WSGI application over several cells (:mod:`qsched.cells.front_door`);
+    """The qsched-api WSGI application over several cells (:func:`qsched.cells.opening.front_door`);
     writes the configured flavors to every joined cell.
 
-    ``front``: the cells (:func:`qsched.cells.opening.open_cells`, whose cells' ComputeAPIs
+    ``front``: the cells (:func:`qsched.cells.opening.open_cells`, whose cells
     carry the scheduler options, policy, images, metrics and notifier); ``api``,
     ``conf``, ``metrics``: as :func:`create_app`'s.
 
@@ -138,7 +137,7 @@ def create_cells_app(
     :raises BackendUnavailable: a joined cell's ledger is unreachable.
     """
     api = api or APIOptions.defaults()
-    return _app(CellsComputeAPI(front), api, metrics or api_metrics(api), conf)
+    return _app(front_door(front), api, metrics or api_metrics(api), conf)
 
 
 def _app(compute: FrontDoor, api: APIOptions, metrics: APIMetrics, conf: Any) -> falcon.App:
@@ -408,7 +407,7 @@ def cells_front(
     """The front door of the cells ``[cells]`` names, which the application serves
     (:func:`create_cells_app`) and whose quota mover the janitor runs; None with no
     cell named (one cell: nothing opened, the application serves the ``[ledger]``
-    cell). ``compute``: the cells' ComputeAPI's other arguments.
+    cell). ``compute``: the other arguments of each :class:`~qsched.compute.cell.Cell`.
 
     A cell whose ledger does not answer is not joined yet (:func:`open_cells`): no boot
     goes there until the janitor joins it.

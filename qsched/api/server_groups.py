@@ -6,8 +6,8 @@ policies; 2.64 shows and takes ``policy`` and ``rules`` (``max_server_per_host``
 instead. These routes speak up to 2.64; ask for it with ``OpenStack-API-Version:
 compute 2.64`` (``openstack --os-compute-api-version 2.64 server group create``).
 
-Over several cells the front door's ``groups`` is :class:`qsched.cells.groups.CellsGroups`:
-the same calls, each group in one cell.
+The front door's ``groups`` (:class:`qsched.compute.server_groups.Groups`) keeps each
+group in one cell, found by its group mapping over several.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 ``python -m qsched.bench.cells --cells 1,2,4 --calls 2000`` measures the calls of
 the HTTP layer's front door (the library, no HTTP) first on one cell as
 ``qsched-api`` serves it without ``[cells]`` (``ComputeAPI``), then behind the
-front door of several cells (``CellsComputeAPI`` over :func:`qsched.cells.opening.open_cells`)
+front door of several cells (:func:`qsched.cells.opening.front_door` over
+:func:`qsched.cells.opening.open_cells`)
 for each number of cells given. Every keyspace, the API keyspace and each cell, is
 on a ``redis-server`` of its own started for the run (no persistence), so that the
 CPU each server spends per call is told apart (``INFO cpu``): the API keyspace is
@@ -42,8 +43,7 @@ import click
 from qsched import conf as qconf
 from qsched.bench.measure import percentiles
 from qsched.bus.kombu import KombuBus
-from qsched.cells.front_door import CellsComputeAPI
-from qsched.cells.opening import open_cells
+from qsched.cells.opening import front_door, open_cells
 from qsched.compute.api import ComputeAPI
 from qsched.conf import BusOptions, CellsOptions, LedgerOptions
 from qsched.context import RequestContext
@@ -143,7 +143,7 @@ def many_cells(keyspaces: Keyspaces, count: int) -> Iterator[tuple[Any, list[Sto
     front.api.quota.set_limits(USER.project_id, instances=-1, cores=-1, ram_mb=-1)
     cells = [compute.stores for compute in front.cells.values()]
     try:
-        yield CellsComputeAPI(front), [front.api, *cells]
+        yield front_door(front), [front.api, *cells]
     finally:
         for stores in [front.api, *cells]:
             stores.backend.forget_cell()

@@ -1,7 +1,16 @@
 """Several cells behind one API: Nova's cells v2 on qsched's ledger (docs/scale.rst).
 
 Each cell is its own keyspace (one hash slot: one Redis Cluster shard) with its own
-agents and queues, served by its own :class:`~qsched.compute.api.ComputeAPI`. Next to
+agents and queues, a :class:`~qsched.compute.cell.Cell` of the one front door
+(:class:`~qsched.compute.api.ComputeAPI`, whose every call is written once and targets
+its cell through :class:`~qsched.cells.router.CellsCompute`, this package's
+implementation of :class:`~qsched.compute.target.Cells`). This package holds only what
+is about cells: choosing a cell (:mod:`~qsched.cells.router`, a boot's in
+:mod:`~qsched.cells.booting`), the mappings, writing to every cell, the quota mover
+(:mod:`~qsched.cells.mover`), joining (:mod:`~qsched.cells.join`), adoption
+(:mod:`~qsched.cells.adopt`), the audit (:mod:`~qsched.cells.audit`) and the API
+service's periodic tasks (:mod:`~qsched.cells.housekeeping`). It may import
+:mod:`qsched.compute` and below, never the HTTP edge or the agents. Next to
 the cells, the **API keyspace** (a keyspace of its own, of the cell name ``api``, as
 Nova's API database beside its cell databases) holds what must be global:
 
@@ -30,12 +39,12 @@ settles ``inst-map-pending``: a boot whose API process died between the
 reservation and the cell's record is abandoned in its cell (a late create then
 refuses) and its quota returned; and the server groups left pending the same way.
 
-:func:`~qsched.cells.opening.open_cells` builds the front door from the ``[cells]``
-options (a service's entry point calls it;
-:func:`~qsched.cells.housekeeping.start_periodic_tasks` runs its mover;
-:mod:`qsched.cells.front_door` serves it over HTTP, flavors and keypairs written to
-every cell by one call). Each cell's :class:`ComputeAPI` refuses a boot that does not come
-through the front door, and reads the limits it checks in code from the API keyspace.
+:func:`~qsched.cells.opening.open_cells` opens the cells from the ``[cells]``
+options and :func:`~qsched.cells.opening.front_door` puts the front door over them (a
+service's entry point calls both; :func:`~qsched.cells.housekeeping.start_periodic_tasks`
+runs its mover; flavors and keypairs are written to every cell by one call). Each
+:class:`~qsched.compute.cell.Cell` refuses a boot that does not come through the front
+door, and reads the limits it checks in code from the API keyspace.
 A cell whose ledger does not answer then is not joined: no boot goes there (it
 would be counted twice) until a pass of the mover joins it, writing there first the
 flavors and aggregates of the joined cells. A pass passes over a cell whose ledger
@@ -46,5 +55,5 @@ in proportion to how many of its flavor the cell's free capacity holds (``cell-f
 kept by its agents' heartbeats), among the cells with hosts in the aggregates its
 request filters ask for (an aggregate's zone, say): one read a cell, O(cells); or to
 the cell its caller names (the cell of the servers, host or server group its hints
-name, :mod:`qsched.cells.front_door`).
+name, :mod:`qsched.cells.booting`).
 """

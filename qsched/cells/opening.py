@@ -17,6 +17,7 @@ from qsched.bus.base import Bus
 from qsched.cells.join import api_ledger, cell_ledger, join
 from qsched.cells.router import CellsCompute, close_all
 from qsched.compute.api import ComputeAPI
+from qsched.compute.cell import Cell
 from qsched.compute.quotas import QuotaAPI
 from qsched.conf import BusOptions, CellsOptions, LedgerOptions, QuotaOptions
 from qsched.ledger import Stores, open_stores
@@ -72,8 +73,8 @@ def open_cells(
             opened.append(stores.backend.close)
             cell_bus = open_bus(bus.replace(prefix=spec.bus_prefix))
             opened.append(cell_bus.close)
-            cells[spec.name] = ComputeAPI(stores, cell_bus, serves_boots=False,
-                                          quotas=deployment, **compute)  # fmt: skip
+            cells[spec.name] = Cell(stores, cell_bus, serves_boots=False, quotas=deployment,
+                                    **compute)  # fmt: skip
         unjoined = [name for name, cell in cells.items() if not _joined(name, cell.stores)]
         return CellsCompute(api, cells, options.zones(), opened, unjoined)
     except BaseException:
@@ -90,3 +91,9 @@ def _joined(name: str, cell: Stores) -> bool:
                     "the janitor joins it", name, str(exc).rstrip("."))  # fmt: skip
         return False
     return True
+
+
+def front_door(cells: CellsCompute) -> ComputeAPI:
+    """The front door of ``cells`` (what :func:`qsched.api.app.create_cells_app`
+    serves): each call targets its cell; the quota it reads is the API keyspace's."""
+    return ComputeAPI.over(cells, QuotaAPI(cells.api, cells.reader.policy))

@@ -1,36 +1,37 @@
-"""Which cell a call targets, and a boot into it: :class:`CellsCompute`.
+"""Which cell a call of the front door targets: :class:`CellsCompute`, the
+several-cells :class:`~qsched.compute.target.Cells`.
 
 The cell of an instance (its mapping in the API keyspace), of a host or a node (their
 mappings, looked up in every cell the first time), of a zone (``[cells] zone``), or a
 cell drawn in proportion to how many of the flavor its free capacity holds, among the
 cells with hosts in the aggregates the boot asks for; a boot into the chosen cell
-(quota reserved and mapped in the API keyspace first); a listing merged over cells.
+(quota reserved and mapped in the API keyspace first: :mod:`qsched.cells.booting`);
+the cell of a listing's marker; the joined cells a write to every cell goes to. What
+a call does in its cell is the front door's (:class:`qsched.compute.api.ComputeAPI`),
+written once.
 """
 
 from __future__ import annotations
 
 import contextlib
-import heapq
-import itertools
 import logging
 import random
 import threading
 import time
-import uuid as uuidlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from qsched import exception
 from qsched.aggregates import AggregateIndex
+from qsched.cells.aggregates import aggregate_lock
+from qsched.cells.booting import CellBoots
+from qsched.cells.groups import GroupMappings
 from qsched.cells.join import CellNotJoined, UnknownCell, join
-from qsched.compute.api import ComputeAPI
-from qsched.compute.boot import FlavorRefNotFound, Reservation, check_counts
-from qsched.compute.list_query import ServerQuery
-from qsched.compute.listing import MarkerNotFound
-from qsched.context import RequestContext
-from qsched.flavors import Constraints, Flavor, ref_id
+from qsched.compute.cell import Cell
+from qsched.compute.target import Done, never, write_every_cell
+from qsched.flavors import Constraints, Flavor
 from qsched.ledger import Stores
-from qsched.ledger.base import Instance, QuotaStore
+from qsched.ledger.base import LedgerUnavailable, QuotaStore
 from qsched.ledger.cellmap import RedisCellMap, cell_map
 from qsched.scheduling.request import flavor_demand
 
@@ -43,11 +44,11 @@ FREE_READ_S = 1.0
 T = TypeVar("T")
 
 
-class CellsCompute:
-    """The servers of several cells behind one front door; see the module docstring.
+class CellsCompute(CellBoots, GroupMappings):
+    """The cells behind one front door; see the module docstring.
 
     ``api``: the stores of the API keyspace (its quota is the deployment's);
-    ``cells``: each cell's front door by cell name, every cell :func:`join`-ed but
+    ``cells``: each :class:`~qsched.compute.cell.Cell` by cell name, every cell :func:`join`-ed but
     those of ``unjoined``, which no boot goes to until :meth:`join_waiting` joined
     them; ``zones``: availability zone -> the cell that serves it; ``opened``: what
     :meth:`close` closes (what :func:`open_cells` opened; nothing for given cells).
@@ -56,7 +57,7 @@ class CellsCompute:
     def __init__(
         self,
         api: Stores,
-        cells: Mapping[str, ComputeAPI],
+        cells: Mapping[str, Cell],
         zones: Mapping[str, str] | None = None,
         opened: Sequence[Callable[[], object]] = (),
         unjoined: Iterable[str] = (),
@@ -86,24 +87,15 @@ class CellsCompute:
         close_all(self._opened)
 
     @property
-    def flavor_cell(self) -> ComputeAPI:
+    def reader(self) -> Cell:
         """The first joined cell (one not joined may be one whose ledger does not
         answer), the first cell when none is: where :meth:`read` reads first what every
-        cell holds alike (the same flavors: ``[api] flavor`` and those written through
-        :mod:`qsched.cells.front_door`, which writes every cell), and where the callers' rights
-        are asked (every cell has the same rules)."""
+        cell holds alike (the same flavors: ``[api] flavor`` and those the front door
+        writes to every cell), and where the callers' rights are asked (every cell has
+        the same rules)."""
         return next(iter(self.joined().values()), next(iter(self.cells.values())))
 
-    def get_flavor(self, flavor_id: str, context: RequestContext | None = None) -> Flavor:
-        """Flavor ``flavor_id`` as ``context`` may see it (:meth:`read`): one cell down
-        does not stop the boots of the others.
-
-        :raises FlavorNotFound: the first cell that answers has none.
-        :raises BackendUnavailable: no joined cell answered.
-        """
-        return self.read(lambda compute: compute.get_flavor(flavor_id, context))
-
-    def read(self, call: Callable[[ComputeAPI], T]) -> T:
+    def read(self, call: Callable[[Cell], T]) -> T:
         """``call`` of the first joined cell whose ledger answers (the first cell when
         none is joined), in the order of the ``[cells] cell`` lines: how what every cell
         holds alike, flavors and keypairs, is read, so that one cell down stops no read.
@@ -113,7 +105,7 @@ class CellsCompute:
         :raises BackendUnavailable: no joined cell answered (the first one's outage).
         """
         first: exception.BackendUnavailable | None = None
-        for compute in list(self.joined().values()) or [self.flavor_cell]:
+        for compute in list(self.joined().values()) or [self.reader]:
             try:
                 return call(compute)
             except exception.BackendUnavailable as exc:
@@ -128,7 +120,7 @@ class CellsCompute:
         """The cells no boot goes to yet: their ledger did not answer their join."""
         return frozenset(self._unjoined)
 
-    def joined(self) -> dict[str, ComputeAPI]:
+    def joined(self) -> dict[str, Cell]:
         """The joined cells, the ones boots go to, by name in the order of the ``[cells]
         cell`` lines (in memory: no read)."""
         return {name: c for name, c in self.cells.items() if name not in self._unjoined}
@@ -197,34 +189,6 @@ class CellsCompute:
                             aggregate.id, aggregate.name, aggregate.uuid, name, exc)  # fmt: skip
         return written
 
-    def key_in(self, compute: ComputeAPI, user_id: str, key_name: str | None) -> None:
-        """Make sure the cell of ``compute`` holds keypair ``key_name`` of ``user_id``,
-        which a boot there names: copied from another joined cell when it is missing
-        (a cell joined after it was made, or away when it was); nothing for no key, or
-        a key no cell has (the cell's boot then refuses it, 400). One read when the
-        cell has it.
-        """
-        if key_name is None:
-            return
-        keypairs = compute.stores.keypairs
-        try:
-            keypairs.get(user_id, key_name)
-            return
-        except exception.KeypairNotFound:
-            pass
-        for name, other in self.joined().items():
-            if other is compute:
-                continue
-            try:
-                found = other.stores.keypairs.get(user_id, key_name)
-            except (exception.KeypairNotFound, exception.BackendUnavailable):
-                continue
-            with contextlib.suppress(exception.KeypairExists):  # a boot beside this one
-                keypairs.create(found, limit=-1)  # counted against key_pairs when made
-            LOG.info("cells: keypair %s of user %s copied from cell %s", key_name, user_id,
-                     name)  # fmt: skip
-            return
-
     # -- where an instance is --
 
     def mapping(self, uuid: str) -> tuple[str, str]:
@@ -262,7 +226,7 @@ class CellsCompute:
     def _located(
         self,
         mapped: str | None,
-        has: Callable[[ComputeAPI], bool],
+        has: Callable[[Cell], bool],
         record: Callable[[str], None],
     ) -> str | None:
         """``mapped`` when it names a cell, else the first cell that ``has`` it, which is
@@ -290,10 +254,6 @@ class CellsCompute:
     def cell_of(self, uuid: str) -> str:
         """The cell an instance was booted in (see :meth:`mapping`)."""
         return self.mapping(uuid)[0]
-
-    def compute_of(self, uuid: str) -> ComputeAPI:
-        """The front door of the instance's cell; every call about one server goes there."""
-        return self.cells[self.cell_of(uuid)]
 
     def choose(
         self, availability_zone: str | None, flavor: Flavor, project: str | None = None
@@ -391,160 +351,60 @@ class CellsCompute:
         self._free[name] = (now, free)
         return free
 
-    # -- servers --
+    # -- what a call of the front door targets (qsched.compute.target.Cells) --
 
-    def boot_many(
-        self,
-        context: RequestContext,
-        name: str,
-        flavor_ref: str | int,
-        image_ref: str = "",
-        availability_zone: str | None = None,
-        min_count: int = 1,
-        max_count: int = 1,
-        cell: str | None = None,
-        **asked: Any,
-    ) -> Reservation:
-        """Accept servers in one cell, their quota held in the API keyspace.
+    def each(self) -> list[Cell]:
+        """Every cell, in the order of the ``[cells] cell`` lines."""
+        return list(self.cells.values())
 
-        As :meth:`ComputeAPI.boot_many` (``asked``: its other arguments), which the
-        chosen cell runs with the uuids reserved here. ``cell``: the cell the boot's
-        hints name (the cell of its ``same_host`` servers, of its host or of its
-        server group), None: :meth:`choose` one.
+    def of_instance(self, uuid: str) -> Cell:
+        """The cell an instance was booted in (its mapping: one read); every call about
+        one server goes there.
 
-        :raises QuotaExceeded: not even ``min_count`` fit the project's limits;
-            nothing is held.
-        :raises FlavorRefNotFound: no flavor ``flavor_ref`` the caller may boot (400).
-        :raises Invalid: bad counts, or ``cell`` is not the cell of the zone asked for;
-            nothing is held.
-        :raises CellNotJoined: ``cell`` is not joined yet (503).
+        :raises InstanceNotFound: no mapping (never booted here, or a bad uuid).
         """
-        check_counts(min_count, max_count)  # before max_count uuids are made
-        try:  # its cores and ram count
-            flavor = self.get_flavor(ref_id(flavor_ref), context)
-        except exception.FlavorNotFound:
-            raise FlavorRefNotFound(flavor=ref_id(flavor_ref)) from None
-        project = context.project_id
-        cell = self._asked_cell(cell, availability_zone, project, flavor) or self.choose(
-            availability_zone, flavor, project
-        )
-        compute = self.cells[cell]
-        with self._read_again_if_down(cell):
-            # before anything is held
-            self.key_in(compute, context.user_id, getattr(asked.get("server"), "key_name", None))
-            uuids = [str(uuidlib.uuid4()) for _ in range(max(max_count, 1))]
-            held = self.map.hold(uuids, cell, project, flavor.vcpus, flavor.ram_mb, min_count)
-            try:
-                made = compute.boot_many(
-                    context, name, flavor_ref, image_ref, availability_zone,
-                    min_count=min(min_count, len(held)), max_count=len(held), uuids=held, **asked,
-                )  # fmt: skip
-            except exception.BackendUnavailable:
-                raise  # the create may have run: the mover settles them from the cell
-            except Exception:
-                self._unmap(context.project_id, held)
-                raise
-        self.map.confirm(held)
-        unused = [u for u in held if u not in {i.uuid for i in made.instances}]
-        if unused:
-            self._unmap(context.project_id, unused)
-        return made
+        return self.cells[self.cell_of(uuid)]
 
-    @contextlib.contextmanager
-    def _read_again_if_down(self, cell: str) -> Iterator[None]:
-        """A boot into ``cell`` that a ledger did not answer drops the cell's free
-        capacity kept by :meth:`free`: the next draw reads it again, and passes the cell
-        over if it is down."""
-        try:
-            yield
-        except exception.BackendUnavailable:
-            self._free.pop(cell, None)
-            raise
+    def every(self, write: Callable[[Cell], T], done: Done = never) -> T:
+        """:func:`~qsched.compute.target.write_every_cell` of every cell."""
+        return write_every_cell(self.cells, write, done)
 
-    def _asked_cell(
-        self, cell: str | None, availability_zone: str | None, project: str, flavor: Flavor
-    ) -> str | None:
+    def place_of_marker(self, uuid: str) -> Cell | None:
+        """A list's marker's cell (its mapping), whose record gives its place in the
+        order every cell lists after.
+
+        :raises InstanceNotFound: no mapping.
+        """
+        return self.of_instance(uuid)
+
+    def host_cell(self, host: str, fresh: bool = False) -> Cell:
+        """The cell of ``host``: its mapping (one read), else each cell asked in turn
+        and the one that has it mapped (O(cells), once a host).
+
+        :raises ComputeHostNotFound:
+        """
+        cell = self.cell_of_host(host, fresh)
         if cell is None:
-            return None
-        if cell not in self.cells:
-            raise UnknownCell(cell=repr(cell), known=", ".join(self.cells))
-        serving = self.aggregate_cells(project, availability_zone, flavor)
-        if serving and cell not in serving:
-            raise exception.Invalid(
-                reason=f"the boot's hints name a server, host or server group of cell {cell}, "
-                f"and the aggregates its availability zone or request filters ask for have "
-                f"hosts in {', '.join(sorted(serving))} only"
-            )
-        zoned = self.zones.get(availability_zone or "")
-        if zoned is not None and zoned != cell:
-            raise exception.Invalid(
-                reason=f"the boot's hints name a server, host or server group of cell "
-                f"{cell}, and its availability zone {availability_zone} is served by cell "
-                f"{zoned}"
-            )
-        if cell in self._unjoined:
-            raise CellNotJoined(cell=cell)
-        return cell
+            raise exception.ComputeHostNotFound(host=host)
+        return self.cells[cell]
 
-    def _unmap(self, project: str, uuids: Sequence[str]) -> None:
-        """Give back what was reserved for instances that no cell holds."""
-        for uuid in uuids:
-            self.quota.release(project, uuid)
-        self.map.unmap(uuids)
+    def new_aggregate_id(self, floor: int) -> int:
+        """The next aggregate id of the API keyspace (``agg-seq``), above ``floor``."""
+        return self.map.next_aggregate_id(floor)
 
-    def list(
-        self,
-        context: RequestContext,
-        limit: int | None = None,
-        marker: str | None = None,
-        params: Mapping[str, Sequence[str]] | None = None,
-        version: tuple[int, int] = (2, 1),
-        **asked: Any,
-    ) -> list[Instance]:
-        """The servers of every cell as one cell would list them (the arguments and
-        errors of :meth:`ComputeAPI.list`).
+    def aggregate_writes(self, aggregate_id: int | None) -> contextlib.AbstractContextManager[None]:
+        """The aggregate's lock in the API keyspace (:func:`aggregate_lock`)."""
+        assert aggregate_id is not None  # the API keyspace gave it
+        return aggregate_lock(self.map, aggregate_id)
 
-        Each cell lists its page after the same place in the query's order, and the
-        pages are merged on that order and cut at the limit: O(cells x limit) beyond
-        the cells' own work. A marker may be any cell's: its mapping gives its cell,
-        and its record its place in the order (Nova's cross-cell marker).
-
-        :raises MarkerNotFound: no instance ``marker`` the caller may see.
-        """
-        cells = list(self.cells.values())
-        query = cells[0].list_query(context, limit=limit, marker=marker, params=params,
-                                    version=version, **asked)  # fmt: skip
-        if query.empty:
-            return []
-        after = self._place_of(context, query) if query.marker else None
-        pages = [
-            compute.list(context, limit=limit, marker=marker, params=params, version=version,
-                         after=after, **asked)
-            for compute in cells
-        ]  # fmt: skip
-        merged = heapq.merge(*pages, key=query.sort_key)
-        return list(itertools.islice(merged, cells[0].page_size(query.limit)))
-
-    def _place_of(self, context: RequestContext, query: ServerQuery) -> tuple[Any, ...]:
-        marker = str(query.marker)
+    def keyspace_fault(self) -> str | None:
+        """Why the API keyspace does not answer a PING (None: it does)."""
         try:
-            record = self.compute_of(marker).stores.instances.get(marker)
-        except exception.InstanceNotFound:
-            raise MarkerNotFound(marker=marker) from None
-        if not context.is_admin and record.project_id != context.project_id:
-            raise MarkerNotFound(marker=marker)
-        return query.sort_key(record)
-
-    def get(self, context: RequestContext, uuid: str) -> Any:
-        return self.compute_of(uuid).get(context, uuid)
-
-    def update(self, context: RequestContext, uuid: str, changes: Mapping[str, Any]) -> Any:
-        return self.compute_of(uuid).update(context, uuid, changes)
-
-    def delete(self, context: RequestContext, uuid: str) -> Any:
-        """Delete in the instance's cell; its quota comes back in the API keyspace
-        through :class:`QuotaMover` once the cell ends it."""
-        return self.compute_of(uuid).delete(context, uuid)
+            self.api.backend.ping()
+        except LedgerUnavailable as exc:
+            LOG.warning("healthcheck: the API keyspace does not answer: %s", exc.reason)
+            return exc.category
+        return None
 
 
 def serves(wanted: Sequence[frozenset[str]], index: AggregateIndex) -> bool:
@@ -557,7 +417,7 @@ def serves(wanted: Sequence[frozenset[str]], index: AggregateIndex) -> bool:
     return all(any(u in found and found[u].hosts for u in group) for group in wanted)
 
 
-def _serves(compute: ComputeAPI, wanted: Sequence[frozenset[str]]) -> bool:
+def _serves(compute: Cell, wanted: Sequence[frozenset[str]]) -> bool:
     """:func:`serves` of ``compute``'s aggregates; True when its ledger does not answer
     (not known: see :meth:`CellsCompute.aggregate_cells`)."""
     try:
@@ -566,7 +426,7 @@ def _serves(compute: ComputeAPI, wanted: Sequence[frozenset[str]]) -> bool:
         return True
 
 
-def has_host(compute: ComputeAPI, host: str) -> bool:
+def has_host(compute: Cell, host: str) -> bool:
     """Whether ``compute``'s cell has a compute service on ``host`` (one read)."""
     try:
         compute.stores.agents.service(host)
@@ -575,7 +435,7 @@ def has_host(compute: ComputeAPI, host: str) -> bool:
     return True
 
 
-def has_node(compute: ComputeAPI, node: str) -> bool:
+def has_node(compute: Cell, node: str) -> bool:
     """Whether ``compute``'s cell has a provider named ``node`` (one read)."""
     return compute.stores.ledger.find_provider(node) is not None
 

@@ -1,5 +1,6 @@
-"""Boot and multi-create, step by step (what :class:`~qsched.compute.api.ComputeAPI`
-does for ``POST /servers``).
+"""Boot and multi-create in one cell, step by step (what
+:meth:`qsched.compute.api.ComputeAPI.boot_many` has the cell it chose do for
+``POST /servers``).
 
 Check that a requested availability zone is one an agent registered (kept in memory
 once seen; any other zone would make a scheduling class and a broker queue of its own,
@@ -121,14 +122,14 @@ P = ParamSpec("P")
 
 
 def _counted(
-    boot_many: Callable[Concatenate[Boot, P], Reservation],
+    accept: Callable[Concatenate[Boot, P], Reservation],
 ) -> Callable[Concatenate[Boot, P], Reservation]:
     """Count the servers a create accepted, or why it was refused (:mod:`qsched.metrics`)."""
 
-    @functools.wraps(boot_many)
+    @functools.wraps(accept)
     def counted(self: Boot, *args: P.args, **kwargs: P.kwargs) -> Reservation:
         try:
-            found = boot_many(self, *args, **kwargs)
+            found = accept(self, *args, **kwargs)
         except Exception as exc:
             self.metrics.boot_refused(exc)
             raise
@@ -160,7 +161,7 @@ def check_name(field: str, value: object) -> None:
 
 
 class Boot:
-    """The boot steps of :class:`~qsched.compute.api.ComputeAPI`, which holds what they use
+    """The boot steps of a :class:`~qsched.compute.cell.Cell`, which holds what they use
     (a part of its class, kept apart to be read on its own)."""
 
     stores: Stores
@@ -187,25 +188,10 @@ class Boot:
 
         def abandon(self, uuid: str, reason: str) -> None: ...
 
-        def _sees(self, context: RequestContext, flavor: Flavor) -> bool: ...
-
-    def boot(
-        self,
-        context: RequestContext,
-        name: str,
-        flavor_ref: str | int,
-        image_ref: str = "",
-        availability_zone: str | None = None,
-        metadata: Mapping[str, str] | None = None,
-        group: str | None = None,
-    ) -> Instance:
-        """Accept one server; see :meth:`boot_many`, which raises the same."""
-        found = self.boot_many(context, name, flavor_ref, image_ref, availability_zone,
-                               metadata, group)  # fmt: skip
-        return found.instances[0]
+        def sees(self, context: RequestContext, flavor: Flavor) -> bool: ...
 
     @_counted
-    def boot_many(
+    def accept(
         self,
         context: RequestContext,
         name: str,
@@ -220,7 +206,9 @@ class Boot:
         hosts: HostRequest | None = None,
         uuids: Sequence[str] | None = None,
     ) -> Reservation:
-        """Accept servers: quota reserved, recorded BUILD, boot requests published.
+        """Accept servers into this cell: quota reserved, recorded BUILD, boot requests
+        published (:meth:`qsched.compute.api.ComputeAPI.boot_many` says what the
+        arguments ask).
 
         ``group``: the server group they join (the ``group`` scheduler hint); a member
         of an affinity group with a host is published to that host's queue
@@ -433,7 +421,7 @@ class Boot:
         from before a grant is read again for the project granted it.
         """
         found = None if fresh else self._flavor_cache.get(flavor_id)
-        if found is not None and not self._sees(context, found[0]):
+        if found is not None and not self.sees(context, found[0]):
             found = None  # a grant may be newer than what was kept: one more read
         if found is None:
             try:
@@ -443,7 +431,7 @@ class Boot:
             if len(self._flavor_cache) >= _CACHE_SIZE:
                 self._flavor_cache.clear()
             self._flavor_cache[flavor_id] = found
-        if not self._sees(context, found[0]):
+        if not self.sees(context, found[0]):
             raise FlavorRefNotFound(flavor=flavor_id)
         return found
 

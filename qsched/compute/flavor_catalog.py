@@ -1,6 +1,6 @@
 """The flavor catalog (``/flavors``, ``os-flavor-manage``, ``os-flavor-access``,
-``os-flavor-extra-specs``), as :class:`~qsched.compute.api.ComputeAPI` serves it, and
-the flavors of ``[api] flavor``.
+``os-flavor-extra-specs``), as :class:`~qsched.compute.api.ComputeAPI` serves it over
+its cells, and the flavors of ``[api] flavor``.
 
 Reads are anyone's (a private flavor only for the projects granted it, and admins);
 writes are admins' by default. Every write goes through the ledger's catalog
@@ -14,15 +14,18 @@ import builtins
 import dataclasses
 import logging
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from qsched import exception
+from qsched.compute.target import Done, gone, never, take_back
 from qsched.conf import APIOptions
 from qsched.context import RequestContext
 from qsched.exception import FlavorNotFound
 from qsched.flavors import (
     Flavor,
+    FlavorAccessExists,
+    FlavorAccessNotFound,
     FlavorQuery,
     NoAccessListForPublic,
     check_flavor,
@@ -31,11 +34,12 @@ from qsched.flavors import (
     revoke,
     select,
 )
-from qsched.ledger.base import (
-    FlavorStore,
-)
 from qsched.policies import flavors as flavors_policy
 from qsched.policy import Policy
+
+if TYPE_CHECKING:
+    from qsched.compute.cell import Cell
+    from qsched.compute.target import Cells
 
 LOG = logging.getLogger(__name__)
 
@@ -89,9 +93,18 @@ def _config_flavor(line: str, specs: Mapping[str, Mapping[str, str]]) -> Flavor:
 
 class FlavorCatalog:
     """The flavor calls of :class:`~qsched.compute.api.ComputeAPI`, which holds the
-    catalog, the policy and the options (a part of its class, kept apart)."""
+    cells, the policy and the options (a part of its class, kept apart).
 
-    flavors: FlavorStore
+    Every cell holds every flavor: a read is the first cell's that answers
+    (:meth:`~qsched.compute.target.Cells.read`), so one cell down stops no read; a write
+    goes to every cell (:meth:`~qsched.compute.target.Cells.every`), and one a cell does
+    not answer fails with 503 once the other cells were written: every such write is
+    idempotent (a flavor by its id), so the client's retry completes it. A create whose
+    id this call made is taken back from the cells that took it before the 503, so a
+    retry does not meet a half-made one.
+    """
+
+    cells: Cells
     policy: Policy
     api: APIOptions
 
@@ -104,9 +117,10 @@ class FlavorCatalog:
         its project, or any for an admin), as Nova shows flavors.
 
         :raises FlavorNotFound:
+        :raises BackendUnavailable: no cell answered.
         """
-        flavor = self.flavors.get(flavor_id)
-        if context is not None and not self._sees(context, flavor):
+        flavor = self.cells.read(lambda cell: cell.flavors.get(flavor_id))
+        if context is not None and not self.cells.reader.sees(context, flavor):
             raise FlavorNotFound(flavor=flavor_id)
         return flavor
 
@@ -137,7 +151,7 @@ class FlavorCatalog:
 
         :raises Invalid, MarkerNotFound: a bad query.
         """
-        catalog = self.flavors.list()
+        catalog = self.cells.read(lambda cell: cell.flavors.list())
         if context is None:
             return catalog
         query = query or FlavorQuery()
@@ -152,18 +166,6 @@ class FlavorCatalog:
         """Whether the caller sees a server's flavor's extra specs (2.47)."""
         return self.policy.allows(context, flavors_policy.SPECS_INDEX)
 
-    def update_flavor(
-        self, context: RequestContext, flavor_id: str, description: str | None
-    ) -> Flavor:
-        """``os-flavor-manage:update`` (admin by default): set the description (2.55+).
-
-        :raises Forbidden, FlavorNotFound, Invalid:
-        """
-        self.policy.authorize(context, flavors_policy.MANAGE_UPDATE)
-        return self.flavors.update(
-            flavor_id, lambda f: dataclasses.replace(f, description=description)
-        )
-
     def flavor_access(self, context: RequestContext, flavor_id: str) -> Flavor:
         """``os-flavor-access`` (admin by default): a private flavor, to list its grants.
 
@@ -175,6 +177,18 @@ class FlavorCatalog:
             raise NoAccessListForPublic()
         return flavor
 
+    # -- writes: every cell --
+
+    def update_flavor(
+        self, context: RequestContext, flavor_id: str, description: str | None
+    ) -> Flavor:
+        """``os-flavor-manage:update`` (admin by default): set the description (2.55+).
+
+        :raises Forbidden, FlavorNotFound, Invalid:
+        """
+        self.policy.authorize(context, flavors_policy.MANAGE_UPDATE)
+        return self._update(flavor_id, lambda f: dataclasses.replace(f, description=description))
+
     def add_flavor_access(
         self, context: RequestContext, flavor_id: str, project_id: str, refuse_public: bool
     ) -> Flavor:
@@ -184,7 +198,8 @@ class FlavorCatalog:
         :raises Forbidden, FlavorNotFound, PublicFlavorAccess, FlavorAccessExists:
         """
         self.policy.authorize(context, flavors_policy.ACCESS_ADD, {})
-        return self.flavors.update(flavor_id, lambda f: grant(f, project_id, refuse_public))
+        return self._update(flavor_id, lambda f: grant(f, project_id, refuse_public),
+                            gone(FlavorAccessExists))  # fmt: skip
 
     def remove_flavor_access(
         self, context: RequestContext, flavor_id: str, project_id: str
@@ -196,7 +211,8 @@ class FlavorCatalog:
         :raises Forbidden, FlavorNotFound, FlavorAccessNotFound:
         """
         self.policy.authorize(context, flavors_policy.ACCESS_REMOVE, {})
-        return self.flavors.update(flavor_id, lambda f: revoke(f, project_id))
+        return self._update(flavor_id, lambda f: revoke(f, project_id),
+                            gone(FlavorAccessNotFound))  # fmt: skip
 
     def set_flavor_extra_spec(
         self, context: RequestContext, flavor_id: str, key: str, value: str
@@ -207,21 +223,39 @@ class FlavorCatalog:
         :raises Forbidden, FlavorNotFound, Invalid:
         """
         self.policy.authorize(context, flavors_policy.SPECS_UPDATE, {})
-        return self.flavors.update(
-            flavor_id,
-            lambda f: dataclasses.replace(f, extra_specs={**f.extra_specs, key: value}),
+        return self._update(
+            flavor_id, lambda f: dataclasses.replace(f, extra_specs={**f.extra_specs, key: value})
         )
 
     def create_flavor(self, context: RequestContext, flavor: Flavor) -> Flavor:
         """``os-flavor-manage:create`` (admin by default). A flavor without an id gets a
-        new UUID, as in Nova.
+        new UUID, as in Nova, made once for every cell. A cell that has the very flavor
+        already counts as written (a retry).
 
         :raises Forbidden, FlavorExists, Invalid:
+        :raises BackendUnavailable: a cell did not answer (503); the cells that took
+            the flavor from this call give it back first when its id was made here.
         """
         self.policy.authorize(context, flavors_policy.MANAGE_CREATE)
-        if not flavor.id:
+        made_here = not flavor.id
+        if made_here:
             flavor = dataclasses.replace(flavor, id=str(uuidlib.uuid4()))
-        return self.flavors.create(flavor)
+        created: builtins.list[Cell] = []
+
+        def create(cell: Cell) -> Flavor:
+            found = cell.flavors.create(flavor)
+            created.append(cell)
+            return found
+
+        def same(cell: Cell, exc: Exception) -> bool:
+            return isinstance(exc, exception.FlavorExists) and _has_flavor(cell, flavor)
+
+        try:
+            return self.cells.every(create, same)
+        except exception.BackendUnavailable:
+            if made_here:
+                take_back(created, lambda cell: cell.flavors.delete(flavor.id))
+            raise
 
     def delete_flavor(self, context: RequestContext, flavor_id: str) -> Flavor:
         """``os-flavor-manage:delete`` (admin by default); servers keep the copy they
@@ -230,7 +264,7 @@ class FlavorCatalog:
         :raises Forbidden, FlavorNotFound:
         """
         self.policy.authorize(context, flavors_policy.MANAGE_DELETE)
-        return self.flavors.delete(flavor_id)
+        return self.cells.every(lambda cell: cell.flavors.delete(flavor_id), gone(FlavorNotFound))
 
     def set_flavor_extra_specs(
         self, context: RequestContext, flavor_id: str, specs: Mapping[str, str]
@@ -241,9 +275,8 @@ class FlavorCatalog:
         :raises Forbidden, FlavorNotFound, Invalid:
         """
         self.policy.authorize(context, flavors_policy.SPECS_CREATE)
-        return self.flavors.update(
-            flavor_id,
-            lambda f: dataclasses.replace(f, extra_specs={**f.extra_specs, **specs}),
+        return self._update(
+            flavor_id, lambda f: dataclasses.replace(f, extra_specs={**f.extra_specs, **specs})
         )
 
     def delete_flavor_extra_spec(self, context: RequestContext, flavor_id: str, key: str) -> Flavor:
@@ -259,20 +292,34 @@ class FlavorCatalog:
             specs = {k: v for k, v in flavor.extra_specs.items() if k != key}
             return dataclasses.replace(flavor, extra_specs=specs)
 
-        return self.flavors.update(flavor_id, drop)
+        return self._update(flavor_id, drop, gone(FlavorExtraSpecNotFound))
+
+    def _update(
+        self, flavor_id: str, change: Callable[[Flavor], Flavor], done: Done = never
+    ) -> Flavor:
+        """``change`` flavor ``flavor_id`` in every cell (each cell's catalog checks it)."""
+        return self.cells.every(lambda cell: cell.flavors.update(flavor_id, change), done)
 
     def seed_flavors(self) -> builtins.list[Flavor]:
-        """Create or update the flavors of ``[api] flavor``; return them.
+        """Create or update the flavors of ``[api] flavor`` in every joined cell; return
+        them. A cell not joined is skipped, logged: its ledger did not answer, and it
+        gets them when it joins.
 
         :raises Invalid: a malformed option line, or a flavor that does not check.
         :raises FlavorExists: a configured name is taken by another id.
         """
         seeded = flavors_from_config(self.api.flavor, self.api.flavor_extra_spec)
-        for flavor in seeded:
-            if self.flavors.put(flavor):
-                LOG.info("flavor %s (%s) written from configuration", flavor.name, flavor.id)
+        for name in sorted(self.cells.unjoined):
+            LOG.warning("cells: cell %s is not joined; [api] flavor is not written there", name)
+        for cell in self.cells.joined().values():
+            for flavor in seeded:
+                if cell.flavors.put(flavor):
+                    LOG.info("flavor %s (%s) written from configuration", flavor.name, flavor.id)
         return seeded
 
-    def _sees(self, context: RequestContext, flavor: Flavor) -> bool:
-        """Public, granted to the caller's project, or the caller is an admin (O(1))."""
-        return flavor.visible_to(context.project_id) or self.policy.is_admin(context)
+
+def _has_flavor(cell: Cell, flavor: Flavor) -> bool:
+    try:
+        return cell.flavors.get(flavor.id) == flavor
+    except FlavorNotFound:
+        return False

@@ -20,12 +20,13 @@ would end it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from qsched import exception
+from qsched.compute.visible import may_see
 from qsched.context import RequestContext
 from qsched.ledger import Stores
-from qsched.ledger.base import HostRule, Instance, State
+from qsched.ledger.base import HostRule, State
 from qsched.policies import servers as servers_policy
 from qsched.policy import Policy
 
@@ -65,12 +66,9 @@ class Resolved:
 class HostRules:
     """Turns a :class:`HostRequest` into the rule the claim holds."""
 
-    def __init__(
-        self, stores: Stores, policy: Policy, may_see: Callable[[RequestContext, Instance], bool]
-    ) -> None:
+    def __init__(self, stores: Stores, policy: Policy) -> None:
         self.stores = stores
         self.policy = policy
-        self._may_see = may_see
 
     def resolve(self, context: RequestContext, asked: HostRequest) -> Resolved:
         """The rule for ``asked``; checked before anything is held.
@@ -130,7 +128,7 @@ class HostRules:
         return {
             i.host
             for i in found.values()
-            if i.host and i.state != State.DELETED and self._may_see(context, i)
+            if i.host and i.state != State.DELETED and may_see(context, i)
         }
 
 

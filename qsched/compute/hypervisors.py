@@ -8,9 +8,11 @@ inventories and usages (where Nova's compute node keeps them), and what runs
 there is the provider's consumers (``rp:<uuid>:consumers``), never a scan of
 the instances. ``current_workload`` counts those still building on the host.
 
-No HTTP here: :mod:`qsched.api.hypervisors` calls this. Every call is an admin
-view: a page costs O(its hypervisors and their servers); a pattern search and
-the statistics read every hypervisor, a page of providers at a time.
+No HTTP here: :mod:`qsched.api.hypervisors` calls the front door's
+:class:`qsched.compute.parts.Hypervisors`, which merges this, one cell's, over
+cells. Every call is an admin view: a page costs O(its hypervisors and their
+servers); a pattern search and the statistics read every hypervisor, a page of
+providers at a time.
 """
 
 from __future__ import annotations
@@ -40,10 +42,6 @@ class HypervisorNotFound(exception.NotFound):
 
 class NoHypervisorMatches(exception.NotFound):
     msg_fmt = "No hypervisor matching '{pattern}' could be found."
-
-
-class MarkerNotFound(exception.Invalid):
-    msg_fmt = "marker [{marker}] not found"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +205,7 @@ class HypervisorAPI:
             ids = self.stores.ledger.hypervisor_ids([marker])
             if marker in ids:
                 return ids[marker]
-        raise MarkerNotFound(marker=marker)
+        raise exception.MarkerNotFound(marker=marker)
 
     def _chunks(self) -> Iterator[builtins.list[tuple[int, str]]]:
         after = 0

@@ -1,7 +1,8 @@
 """Keypairs: create (generated), import, list, show and delete, per user, as Nova's.
 
-No HTTP here: :mod:`qsched.api.keypairs` parses, calls one method of
-:class:`KeypairAPI` and renders. Every call is O(1) ledger work (a listing reads
+No HTTP here: :mod:`qsched.api.keypairs` parses, calls one method of the front
+door's :class:`qsched.compute.parts.Keypairs` (which runs :class:`KeypairAPI`, one
+cell's keypairs, in each cell) and renders. Every call is O(1) ledger work (a listing reads
 one user's keypairs, at most ``[quota] key_pairs`` of them). The rules are
 Nova's ``os_compute_api:os-keypairs:*`` on the target ``{"user_id": ...}``:
 the owner, or an admin acting for another user (``user_id``, from 2.10).
@@ -45,10 +46,6 @@ _KEY_BITS = 2048
 _UPN_OID = x509.ObjectIdentifier("1.3.6.1.4.1.311.20.2.3")  # Microsoft's user principal name
 
 
-class MarkerNotFound(exception.Invalid):
-    msg_fmt = "Marker {marker} could not be found."
-
-
 class InvalidKeyName(exception.Invalid):
     """A boot's ``key_name`` is none of the caller's keypairs (Nova's 400)."""
 
@@ -63,27 +60,15 @@ class KeypairAPI:
         self.policy = policy
         self.quotas = quotas or QuotaAPI(stores, policy)
 
-    def create(
-        self, context: RequestContext, name: str, key_type: str = SSH, user_id: str | None = None
-    ) -> tuple[Keypair, str]:
-        """Generate a keypair for ``user_id`` (default: the caller); it and its private key.
-
-        :raises Invalid: a name outside Nova's rules, an unknown type.
-        :raises Forbidden: the rule refuses the caller for that user (403).
-        :raises KeypairExists: the user has one of that name (409).
-        :raises KeypairLimitExceeded: the user holds the ``key_pairs`` quota of the caller's
-            project already (403).
-        """
-        keypair, private_key = self.generate(context, name, key_type, user_id)
-        return self.keep(context, keypair), private_key
-
     def generate(
         self, context: RequestContext, name: str, key_type: str = SSH, user_id: str | None = None
     ) -> tuple[Keypair, str]:
-        """The keypair :meth:`create` would keep, and its private key; nothing is kept
-        (the front door of several cells keeps the one record in every cell).
+        """A new keypair for ``user_id`` (default: the caller) and its private key; nothing
+        is kept here (:meth:`qsched.compute.parts.Keypairs.create` keeps the one record in
+        every cell).
 
-        :raises Invalid, Forbidden: as :meth:`create`.
+        :raises Invalid: a name outside Nova's rules, an unknown type.
+        :raises Forbidden: the rule refuses the caller for that user (403).
         """
         owner = self._authorized(context, "create", user_id)
         _check_name(name)
@@ -94,21 +79,6 @@ class KeypairAPI:
             private_key, public_key, fingerprint = generate_x509_cert(owner)
         return Keypair(owner, name, public_key, fingerprint, key_type), private_key
 
-    def import_public_key(
-        self,
-        context: RequestContext,
-        name: str,
-        public_key: str,
-        key_type: str = SSH,
-        user_id: str | None = None,
-    ) -> Keypair:
-        """Keep a public key (ssh) or certificate (x509, PEM) given by the caller.
-
-        :raises InvalidKeypair: the key does not parse (400, Nova's words).
-        :raises: as :meth:`create` otherwise.
-        """
-        return self.keep(context, self.imported(context, name, public_key, key_type, user_id))
-
     def imported(
         self,
         context: RequestContext,
@@ -117,9 +87,11 @@ class KeypairAPI:
         key_type: str = SSH,
         user_id: str | None = None,
     ) -> Keypair:
-        """The keypair :meth:`import_public_key` would keep; nothing is kept.
+        """The keypair of a public key (ssh) or certificate (x509, PEM) given by the
+        caller; nothing is kept here (:meth:`qsched.compute.parts.Keypairs.import_public_key`).
 
-        :raises InvalidKeypair, Invalid, Forbidden: as :meth:`import_public_key`.
+        :raises InvalidKeypair: the key does not parse (400, Nova's words).
+        :raises Invalid, Forbidden: as :meth:`generate`.
         """
         owner = self._authorized(context, "create", user_id)
         _check_name(name)
@@ -133,7 +105,9 @@ class KeypairAPI:
         """Store ``keypair`` within the ``key_pairs`` quota of the caller's project (its
         own limit, set through ``os-quota-sets``, or the default), as Nova counts it.
 
-        :raises KeypairExists, KeypairLimitExceeded: as :meth:`create`.
+        :raises KeypairExists: the user has one of that name (409).
+        :raises KeypairLimitExceeded: the user holds the ``key_pairs`` quota of the caller's
+            project already (403).
         """
         return self.keypairs.create(keypair, self.quotas.limit_for(context.project_id, "key_pairs"))
 
@@ -171,14 +145,14 @@ class KeypairAPI:
         those after the one named ``marker``.
 
         :raises Forbidden: the rule refuses the caller for that user (403).
-        :raises MarkerNotFound: the user has no keypair named ``marker`` (400).
+        :raises MarkerCouldNotBeFound: the user has no keypair named ``marker`` (400).
         """
         owner = self._authorized(context, "index", user_id)
         found = self.keypairs.list_user(owner)
         if marker is not None:
             names = [k.name for k in found]
             if marker not in names:
-                raise MarkerNotFound(marker=printable(marker))
+                raise exception.MarkerCouldNotBeFound(marker=printable(marker))
             found = found[names.index(marker) + 1 :]
         return found if limit is None else found[:limit]
 

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from qsched import exception
 from qsched.bus.base import Publisher
+from qsched.compute.visible import visible
 from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.ledger.base import Event, Instance, State, TaskState
@@ -33,7 +34,6 @@ from qsched.ledger.records import PowerState
 from qsched.policies import instance_actions as actions_policy
 from qsched.policies import server_actions as server_policy
 from qsched.policy import Policy
-from qsched.resources import check_uuid
 from qsched.scheduling.message import ActionRequest
 from qsched.scheduling.records import details
 
@@ -63,10 +63,6 @@ class AgentDown(exception.Conflict):
 
 class ActionNotFound(exception.NotFound):
     msg_fmt = "Action {request_id} not found"
-
-
-class ActionMarkerNotFound(exception.Invalid):
-    msg_fmt = "Marker {marker} could not be found."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +142,7 @@ class ServerActions:
         self._act(context, uuid, server_policy.REBOOT, "reboot_hard" if hard else "reboot_soft")
 
     def _act(self, context: RequestContext, uuid: str, rule: str, action: str) -> None:
-        instance = self._visible(context, uuid, deleted=False)
+        instance = visible(self.stores.instances, context, uuid)
         self.policy.authorize(context, rule, _target(instance))
         name = action.partition("_")[0]
         placed = instance.host and instance.state == State.ACTIVE
@@ -180,9 +176,9 @@ class ServerActions:
 
         :raises InstanceNotFound: as :meth:`qsched.compute.api.ComputeAPI.get`.
         :raises Forbidden: ``os_compute_api:os-instance-actions:list`` refuses the caller.
-        :raises ActionMarkerNotFound: ``filters.marker`` is none of them (400).
+        :raises MarkerCouldNotBeFound: ``filters.marker`` is none of them (400).
         """
-        instance = self._visible(context, uuid, deleted)
+        instance = visible(self.stores.instances, context, uuid, deleted)
         self.policy.authorize(context, actions_policy.LIST, {"project_id": instance.project_id})
         found = actions_of(instance, self.stores.instances.events(instance.uuid))
         return instance, self._filter(found, filters or ActionFilter())
@@ -196,7 +192,7 @@ class ServerActions:
             (``os_compute_api:os-instance-actions:show``).
         :raises ActionNotFound: no action of it has that request id.
         """
-        instance = self._visible(context, uuid, deleted)
+        instance = visible(self.stores.instances, context, uuid, deleted)
         self.policy.authorize(context, actions_policy.SHOW, {"project_id": instance.project_id})
         for action in actions_of(instance, self.stores.instances.events(instance.uuid)):
             if action.request_id == request_id:
@@ -217,22 +213,10 @@ class ServerActions:
         if filters.marker is not None:
             index = next((n for n, a in enumerate(found) if a.request_id == filters.marker), None)
             if index is None:
-                raise ActionMarkerNotFound(marker=filters.marker)
+                raise exception.MarkerCouldNotBeFound(marker=filters.marker)
             found = found[index + 1 :]
         limit = self.max_limit if filters.limit is None else min(filters.limit, self.max_limit)
         return found[:limit]
-
-    def _visible(self, context: RequestContext, uuid: str, deleted: bool) -> Instance:
-        """A server the caller may see (404 before any rule is asked); DELETED ones only
-        if ``deleted``."""
-        try:
-            instance = self.stores.instances.get(check_uuid(uuid, "Instance UUID"))
-        except exception.InvalidUUID:
-            raise exception.InstanceNotFound(instance=uuid) from None
-        mine = context.is_admin or instance.project_id == context.project_id
-        if not mine or (instance.state == State.DELETED and not deleted):
-            raise exception.InstanceNotFound(instance=uuid)
-        return instance
 
 
 # -- what a server shows --

@@ -17,8 +17,11 @@ hard policies (``docs/server-groups.rst``).
 from __future__ import annotations
 
 import builtins
+import heapq
+import itertools
 import uuid as uuidlib
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from qsched import exception
 from qsched.context import RequestContext
@@ -34,6 +37,9 @@ from qsched.policies import server_groups as rules
 from qsched.policy import Policy
 from qsched.resources import check_uuid
 
+if TYPE_CHECKING:
+    from qsched.compute.target import Cells
+
 
 class RulesNeedAntiAffinity(exception.Invalid):
     msg_fmt = "Only anti-affinity policy supports rules."
@@ -46,27 +52,11 @@ class GroupRefNotFound(exception.Invalid):
 
 
 class ServerGroups:
-    """Server groups for one cell: its stores and the rules of who may do what."""
+    """Server groups in one cell: its stores and the rules of who may do what."""
 
     def __init__(self, stores: Stores, policy: Policy) -> None:
         self.stores = stores
         self.policy = policy
-
-    def create(
-        self,
-        context: RequestContext,
-        name: str,
-        policy: str,
-        rules_: Mapping[str, int] | None = None,
-    ) -> ServerGroup:
-        """A new group of the caller's project.
-
-        :raises Forbidden: ``os-server-groups:create`` refuses the caller (403).
-        :raises RulesNeedAntiAffinity: rules for another policy (400).
-        :raises Invalid: an unknown policy or rule (the API's schema says so first).
-        :raises ServerGroupLimitExceeded: ``[quota] server_groups`` (403).
-        """
-        return self.stores.groups.create(self.checked(context, name, policy, rules_))
 
     def checked(
         self,
@@ -75,11 +65,12 @@ class ServerGroups:
         policy: str,
         rules_: Mapping[str, int] | None = None,
     ) -> ServerGroup:
-        """The group :meth:`create` would write, with a new uuid, once the caller and the
-        request are checked; nothing is written (the front door of several cells maps
-        it first).
+        """The group :meth:`Groups.create` writes, with a new uuid, once the caller and
+        the request are checked; nothing is written.
 
-        :raises Forbidden, RulesNeedAntiAffinity, Invalid: as :meth:`create`.
+        :raises Forbidden: ``os-server-groups:create`` refuses the caller (403).
+        :raises RulesNeedAntiAffinity: rules for another policy (400).
+        :raises Invalid: an unknown policy or rule (the API's schema says so first).
         """
         self.policy.authorize(context, rules.CREATE)
         wanted = dict(rules_ or {})
@@ -167,3 +158,69 @@ class ServerGroups:
         if group.project_id != context.project_id and not context.is_admin:
             raise exception.GroupNotFound(group=uuid)
         return group
+
+
+class Groups:
+    """The server groups of the front door's cells: each group in one cell, whose claim
+    scripts keep its policy and where every member boots (over several cells, its
+    group mapping in the API keyspace names it: :mod:`qsched.cells.groups`)."""
+
+    def __init__(self, cells: Cells) -> None:
+        self.cells = cells
+
+    def create(
+        self,
+        context: RequestContext,
+        name: str,
+        policy: str,
+        rules_: Mapping[str, int] | None = None,
+    ) -> ServerGroup:
+        """A new group of the caller's project, in the cell
+        :meth:`~qsched.compute.target.Cells.new_group` gives it.
+
+        :raises Forbidden: ``os-server-groups:create`` refuses the caller (403).
+        :raises RulesNeedAntiAffinity: rules for another policy (400).
+        :raises Invalid: an unknown policy or rule (the API's schema says so first).
+        :raises ServerGroupLimitExceeded: ``[quota] server_groups`` (403); nothing is held.
+        :raises BackendUnavailable: a ledger did not answer (503).
+        """
+        group = self.cells.reader.groups.checked(context, name, policy, rules_)
+        return self.cells.new_group(group, lambda cell: cell.stores.groups.create(group))
+
+    def get(self, context: RequestContext, uuid: str) -> ServerGroup:
+        """As :meth:`ServerGroups.get`, in the group's cell.
+
+        :raises GroupNotFound: no such group, or as :meth:`ServerGroups.get` (404).
+        """
+        return self.cells.group_cell(uuid).groups.get(context, uuid)
+
+    def list(
+        self,
+        context: RequestContext,
+        all_projects: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> builtins.list[ServerGroup]:
+        """Every cell's groups as one cell lists them (oldest first, then by uuid), the
+        page ``offset``, ``limit``: each cell lists its first ``offset + limit``, and the
+        lists are merged (O(cells x (offset + limit)) beyond the cells' own reads).
+
+        :raises Forbidden: as :meth:`ServerGroups.list`.
+        """
+        most = None if limit is None else offset + limit
+        found = [cell.groups.list(context, all_projects, most) for cell in self.cells.each()]
+        merged = heapq.merge(*found, key=lambda group: (group.created_at, group.uuid))
+        return builtins.list(itertools.islice(merged, offset, most))
+
+    def delete(self, context: RequestContext, uuid: str) -> None:
+        """As :meth:`ServerGroups.delete` in the group's cell; then what was kept of it
+        beside the cell is forgotten (:meth:`~qsched.compute.target.Cells.group_gone`).
+
+        :raises GroupNotFound, Forbidden: as :meth:`ServerGroups.delete`.
+        """
+        try:
+            self.cells.group_cell(uuid).groups.delete(context, uuid)
+        except exception.GroupNotFound:
+            self.cells.group_gone(context, uuid, found=False)
+            raise
+        self.cells.group_gone(context, uuid, found=True)

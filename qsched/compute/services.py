@@ -8,7 +8,9 @@ reason) to drain its host for maintenance, enables it again, or forces it down
 no new boot is claimed there; forced down, the host also counts as down, so the
 API deletes its instances locally and the janitor takes back its claims.
 
-No HTTP here: :mod:`qsched.api.services` and ``qsched-admin service`` call this.
+No HTTP here: :mod:`qsched.api.services` calls the front door's
+:class:`qsched.compute.parts.Services`, which merges this, one cell's, over cells;
+``qsched-admin service`` calls it in its cell.
 Listing scans the cell's services (an admin view); an update is O(1).
 """
 

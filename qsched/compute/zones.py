@@ -11,7 +11,8 @@ aggregate index the API keeps in memory, and one count per zone. The detail is
 an admin view that scans the cell's services. qsched runs no conductor or
 scheduler service, so Nova's ``internal`` zone is never listed.
 
-No HTTP here: :mod:`qsched.api.availability_zones` calls this.
+No HTTP here: :mod:`qsched.api.availability_zones` calls the front door's
+:class:`qsched.compute.parts.Zones`, which merges this, one cell's, over cells.
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, Adm
 def boot(api: ComputeAPI, flavor: str, state: State | None = State.ACTIVE) -> str:
     uuid_ = api.boot(USER, f"vm-{flavor}", flavor).uuid
     if state is not None:
-        assert wait_until(lambda: api.stores.instances.get(uuid_).state == state, 10)
+        assert wait_until(lambda: api.cell.stores.instances.get(uuid_).state == state, 10)
     return uuid_
 
 

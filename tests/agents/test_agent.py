@@ -198,7 +198,7 @@ def test_a_private_flavor_with_a_nova_name_reaches_active(conf, stores, bus, api
     """A name with spaces and non-ASCII routes under its queue-safe class key; only the
     granted project boots it."""
     flavor = Flavor("klein und fein", 1, 512, 0, "kuf", is_public=False, projects=frozenset({"p1"}))
-    api.flavors.create(flavor)
+    api.cell.flavors.create(flavor)
     agents.append(make_agent(conf, stores, bus, "cn0"))
     uuid = api.boot(USER, "vm", "kuf").uuid
     assert wait_until(lambda: settled(stores, [uuid]), timeout_s=20)

@@ -71,8 +71,8 @@ def freeze(agent: ComputeAgent) -> None:
 @pytest.fixture
 def medium(api) -> Flavor:
     flavor = Flavor("medium", 2, 2048, 0)
-    api.flavors.create(flavor)
-    api.flavors.create(Flavor("whole", 4, 4096, 0))  # only an empty node fits it
+    api.cell.flavors.create(flavor)
+    api.cell.flavors.create(Flavor("whole", 4, 4096, 0))  # only an empty node fits it
     return flavor
 
 

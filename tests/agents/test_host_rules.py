@@ -186,11 +186,11 @@ def test_different_host_never_lands_on_its_servers_host(narrow: Cell) -> None:  
     records = narrow.settle(apart)
     assert Counter(r.state for r in records.values()) == {State.ACTIVE: 4}
     assert host not in hosts_of(records) and len(hosts_of(records)) == 2
-    narrow.api.scheduler = narrow.api.scheduler.replace(build_timeout_s=3)
+    narrow.api.cell.scheduler = narrow.api.cell.scheduler.replace(build_timeout_s=3)
     try:
         fifth = boot(narrow, "d5", different_host=(first,))
     finally:
-        narrow.api.scheduler = narrow.api.scheduler.replace(build_timeout_s=60)
+        narrow.api.cell.scheduler = narrow.api.cell.scheduler.replace(build_timeout_s=60)
     ended = narrow.settle([fifth], timeout_s=30)[fifth]
     assert (ended.state, ended.host) == (State.ERROR, None)
     events = narrow.stores.instances.events(fifth)
@@ -206,11 +206,11 @@ def test_the_claim_keeps_a_rule_the_request_lost(narrow: Cell) -> None:  # noqa:
     refuses other hosts, and the agent forwards it to the host of the rule."""
     first = boot(narrow, "a")
     host = narrow.settle([first])[first].host
-    narrow.api.bus, real_bus = _Stripping(narrow.bus), narrow.api.bus
+    narrow.api.cell.bus, real_bus = _Stripping(narrow.bus), narrow.api.cell.bus
     try:
         second = boot(narrow, "b", same_host=(first,))
     finally:
-        narrow.api.bus = real_bus
+        narrow.api.cell.bus = real_bus
     record = narrow.settle([second])[second]
     assert record.state == State.ACTIVE and record.host == host
     narrow.delete_all([first, second])

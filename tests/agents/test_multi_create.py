@@ -127,7 +127,7 @@ def claimed_at(cell: Cell, uuids: list[str]) -> list[float]:
 @pytest.fixture
 def short(narrow: Cell) -> Iterator[Cell]:  # noqa: F811
     """The narrow cell (3 hosts of 2 VCPUs) with a 3 s build deadline."""
-    narrow.api.scheduler = narrow.api.scheduler.replace(build_timeout_s=3)
+    narrow.api.cell.scheduler = narrow.api.cell.scheduler.replace(build_timeout_s=3)
     yield narrow
 
 

@@ -110,7 +110,7 @@ def open_cell(transport: str, ledger_url: str, hosts: int, vcpus: int) -> Cell:
     bus = KombuBus(transport, prefix=f"sg{uuid.uuid4().hex[:10]}")
     scheduler = SchedulerOptions.defaults().replace(build_timeout_s=60)
     api = ComputeAPI(stores, bus, scheduler)
-    api.flavors.create(SMALL)
+    api.cell.flavors.create(SMALL)
     stores.quota.set_limits(OWNER.project_id, instances=-1, cores=-1, ram_mb=-1)
     stores.agents.add_class(SMALL.name, SchedulingClass(SMALL).definition())  # known at start
     with ThreadPoolExecutor(10) as pool:
@@ -197,11 +197,11 @@ def test_anti_affinity_members_booted_at_once_end_on_distinct_hosts(wide: Cell, 
     assert max(hosts_of(records).values()) == 1 and len(hosts_of(records)) == MEMBERS
     assert wide.stores.groups.hosts(group.uuid) == dict.fromkeys(hosts_of(records), 1)
     # a 51st member: every host holds one; it ends NoValidHost at its deadline
-    wide.api.scheduler = wide.api.scheduler.replace(build_timeout_s=4)
+    wide.api.cell.scheduler = wide.api.cell.scheduler.replace(build_timeout_s=4)
     try:
         extra = wide.api.boot(OWNER, "m51", SMALL.name, group=group.uuid).uuid
     finally:
-        wide.api.scheduler = wide.api.scheduler.replace(build_timeout_s=60)
+        wide.api.cell.scheduler = wide.api.cell.scheduler.replace(build_timeout_s=60)
     ended = wide.settle([extra], timeout_s=30)[extra]
     assert (ended.state, ended.fault["message"]) == (State.ERROR, NO_VALID_HOST)
     why = queries.diagnose(wide.stores, extra, now=0.0, max_attempts=3)

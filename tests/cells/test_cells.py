@@ -55,7 +55,7 @@ def open_cell(conf, url: str, name: str) -> Cell:
     stores = open_stores(LedgerOptions.from_conf(conf), url=url)
     bus = KombuBus("memory://", prefix=f"t{uuid.uuid4().hex[:8]}-{name}")
     api = ComputeAPI(stores, bus, SchedulerOptions.from_conf(conf), APIOptions.from_conf(conf))
-    api.flavors.create(Flavor("small", 1, 1024, 0))
+    api.cell.flavors.create(Flavor("small", 1, 1024, 0))
     stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
     return Cell(name, stores, bus, api)
 

@@ -154,8 +154,8 @@ def test_a_group_an_aggregate_and_hosts_a_cell_made_alone_are_adopted(
     assert member.status_code == 202, member.text
     server = member.json["server"]["id"]
     assert front.cell_of(server) == "cell2"
-    assert wait_until(lambda: front.get(USER, server).state == State.ACTIVE, 10)
-    assert front.get(USER, server).host == "cell2-cn0"
+    assert wait_until(lambda: deployment.door.get(USER, server).state == State.ACTIVE, 10)
+    assert deployment.door.get(USER, server).host == "cell2-cn0"
     listed = client.simulate_get(f"/v2.1/os-aggregates/{solo.id}", headers=V241)
     assert (listed.json["aggregate"]["uuid"], listed.json["aggregate"]["hosts"]) == (
         solo.uuid, ["cell2-cn0"])  # fmt: skip

@@ -95,7 +95,7 @@ def test_an_aggregate_over_http_holds_hosts_of_both_cells_and_steers_boots(
     assert wait_until(lambda: zone_hosts() == ["cell1-cn0", "cell2-cn0"], 5), zone_hosts()
     both = [booted(client, "agz") for _ in range(4)]
     deployment.placed(both)
-    assert {deployment.front.get(USER, s).state for s in both} == {State.ACTIVE}
+    assert {deployment.door.get(USER, s).state for s in both} == {State.ACTIVE}
     for server in both:
         deployment.deleted(server)
     deployment.mover.run_once()  # their quota back in the API keyspace
@@ -104,7 +104,7 @@ def test_an_aggregate_over_http_holds_hosts_of_both_cells_and_steers_boots(
     only = [booted(client, "agz") for _ in range(5)]  # cell2 has no host in agz now
     deployment.placed(only)
     assert {deployment.front.cell_of(s) for s in only} == {"cell1"}
-    assert {deployment.front.get(USER, s).host for s in only} == {"cell1-cn0"}
+    assert {deployment.door.get(USER, s).host for s in only} == {"cell1-cn0"}
     for server in only:
         deployment.deleted(server)
     assert act(client, aggregate, "remove_host", {"host": "cell1-cn0"}).status_code == 200

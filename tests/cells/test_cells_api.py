@@ -11,6 +11,7 @@ each cell has its own stores, in-process bus and agents; zone ``az1`` is served 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -29,10 +30,10 @@ from qsched.bus.kombu import KombuBus
 from qsched.cells import housekeeping, router
 from qsched.cells.audit import audit_cells
 from qsched.cells.mover import QuotaMover
-from qsched.cells.opening import open_cells
+from qsched.cells.opening import front_door, open_cells
 from qsched.cells.router import CellsCompute
 from qsched.compute.api import ComputeAPI
-from qsched.compute.listing import MarkerNotFound
+from qsched.compute.cell import Cell
 from qsched.conf import APIOptions, BusOptions, CellsOptions, LedgerOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
@@ -99,12 +100,17 @@ class Deployment:
     mover: QuotaMover
     agents: list[ComputeAgent]
 
+    @functools.cached_property
+    def door(self) -> ComputeAPI:
+        """The front door of the cells."""
+        return front_door(self.front)
+
     @property
     def api(self) -> Stores:
         return self.front.api
 
     @property
-    def cells(self) -> dict[str, ComputeAPI]:
+    def cells(self) -> dict[str, Cell]:
         return self.front.cells
 
     def stores(self, cell: str) -> Stores:
@@ -115,7 +121,7 @@ class Deployment:
         return self.buses.opened[spec.bus_prefix]
 
     def boot(self, zone: str | None = None, name: str = "vm") -> str:
-        made = self.front.boot_many(USER, name, "small", availability_zone=zone)
+        made = self.door.boot_many(USER, name, "small", availability_zone=zone)
         return made.instances[0].uuid
 
     def placed(self, uuids: list[str]) -> None:
@@ -128,7 +134,7 @@ class Deployment:
 
     def deleted(self, uuid: str) -> None:
         """Delete through the front door and wait for the cell to end it."""
-        self.front.delete(USER, uuid)
+        self.door.delete(USER, uuid)
         ended = self.stores(self.front.cell_of(uuid))
         assert wait_until(lambda: ended.instances.get(uuid).state == State.DELETED, 10)
 
@@ -170,14 +176,14 @@ def test_boots_go_to_their_zones_cell_and_are_found_there(deployment: Deployment
     deployment.placed([first, second])
     assert deployment.front.mapping(first) == ("cell1", "p1")
     assert deployment.front.cell_of(second) == "cell2"
-    assert deployment.front.get(USER, first).host == "cell1-cn0"
-    assert deployment.front.get(USER, second).host == "cell2-cn0"
+    assert deployment.door.get(USER, first).host == "cell1-cn0"
+    assert deployment.door.get(USER, second).host == "cell2-cn0"
     with pytest.raises(exception.InstanceNotFound):  # each cell holds its own only
         deployment.stores("cell1").instances.get(second)
-    renamed = deployment.front.update(USER, second, {"name": "renamed"})
+    renamed = deployment.door.update(USER, second, {"name": "renamed"})
     assert renamed.name == "renamed"
     with pytest.raises(exception.InstanceNotFound):
-        deployment.front.get(USER, str(uuid.uuid4()))
+        deployment.door.get(USER, str(uuid.uuid4()))
 
 
 def test_the_quota_is_the_deployments_and_comes_back_through_the_mover(
@@ -192,7 +198,7 @@ def test_the_quota_is_the_deployments_and_comes_back_through_the_mover(
         deployment.boot("az2")
     assert deployment.live("cell1") == 3 and deployment.live("cell2") == 2
     gone = booted[1]
-    deployment.front.delete(USER, gone)
+    deployment.door.delete(USER, gone)
     ended = deployment.stores("cell2")
     assert wait_until(lambda: ended.instances.get(gone).state == State.DELETED, 10)
     with pytest.raises(exception.QuotaExceeded):  # the cell released it; the API not yet
@@ -213,7 +219,7 @@ def test_the_audit_finds_a_release_not_moved_and_a_holder_of_one_side(
     vm = deployment.boot("az2")
     deployment.placed([vm])
     assert audit_cells(deployment.front)["ok"]
-    deployment.front.delete(USER, vm)
+    deployment.door.delete(USER, vm)
     ended = deployment.stores("cell2")
     assert wait_until(lambda: ended.instances.get(vm).state == State.DELETED, 10)
     waiting = audit_cells(deployment.front)
@@ -270,17 +276,17 @@ def test_a_boot_whose_api_died_before_its_cell_is_settled_by_the_mover(
     with pytest.raises(exception.InstanceNotFound):
         deployment.front.cell_of(lost)
     with pytest.raises(exception.InstanceAbandoned):
-        deployment.cells["cell1"].boot_many(USER, "late", "small", uuids=[lost])
+        deployment.cells["cell1"].accept(USER, "late", "small", uuids=[lost])
     assert deployment.stores("cell1").quota.get_usage("p1").instances == 0
 
 
 def test_a_boot_the_cell_refuses_holds_nothing(deployment: Deployment) -> None:
     with pytest.raises(exception.QschedError):
-        deployment.front.boot_many(USER, "vm", "no-such-flavor", availability_zone="az1")
+        deployment.door.boot_many(USER, "vm", "no-such-flavor", availability_zone="az1")
     with pytest.raises(exception.QschedError):  # refused after the reservation
-        deployment.front.boot_many(USER, "", "small", availability_zone="az1")
+        deployment.door.boot_many(USER, "", "small", availability_zone="az1")
     with pytest.raises(exception.Invalid):
-        deployment.front.boot_many(USER, "vm", "small", min_count=3, max_count=2)
+        deployment.door.boot_many(USER, "vm", "small", min_count=3, max_count=2)
     assert deployment.api.quota.get_usage("p1").instances == 0
     assert deployment.front.map.pending_count() == 0
     assert audit_cells(deployment.front)["ok"]
@@ -293,7 +299,7 @@ def test_without_a_zone_a_cell_is_drawn_by_the_room_it_has(
     room for some thousands more in cell2, nearly all go there; once cell2's agents
     stopped, its cell holds nothing and every draw, and a boot, goes to cell1."""
     monkeypatch.setattr(router, "FREE_READ_S", 0.0)  # each draw reads what was just beaten
-    small = deployment.front.flavor_cell.get_flavor("small")
+    small = deployment.front.reader.flavors.get("small")
     for agent in deployment.agents:
         agent.heartbeat()
     draws = Counter(deployment.front.choose(None, small) for _ in range(200))
@@ -315,7 +321,7 @@ def test_without_a_zone_a_cell_is_drawn_by_the_room_it_has(
 def test_a_burst_of_draws_reads_each_cells_free_capacity_once_a_second(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    small = deployment.front.flavor_cell.get_flavor("small")
+    small = deployment.front.reader.flavors.get("small")
     for agent in deployment.agents:
         agent.heartbeat()
     reads: Counter[str] = Counter()
@@ -369,7 +375,7 @@ def test_a_cells_free_capacity_is_what_its_live_open_agents_said(conf, ledger_ur
 def test_a_multi_create_takes_what_the_quota_allows_between_min_and_max(
     deployment: Deployment,
 ) -> None:
-    made = deployment.front.boot_many(USER, "vm", "small", availability_zone="az2",
+    made = deployment.door.boot_many(USER, "vm", "small", availability_zone="az2",
                                       min_count=2, max_count=8)  # fmt: skip
     assert len(made.instances) == 5
     deployment.placed([i.uuid for i in made.instances])
@@ -383,7 +389,7 @@ def pages(deployment: Deployment, context, size: int, **asked) -> list[list[str]
     found: list[list[str]] = []
     marker = None
     while True:
-        page = deployment.front.list(context, limit=size, marker=marker, **asked)
+        page = deployment.door.list(context, limit=size, marker=marker, **asked)
         if not page:
             return found
         found.append([i.uuid for i in page])
@@ -398,7 +404,7 @@ def test_lists_merge_the_cells_and_page_across_them(deployment: Deployment) -> N
     booted = [deployment.boot(zone, name) for zone, name in zip(
         ("az1", "az2", "az1", "az2", "az1"), names, strict=True)]  # fmt: skip
     deployment.placed(booted)
-    records = [deployment.front.get(USER, u) for u in booted]
+    records = [deployment.door.get(USER, u) for u in booted]
     newest = [r.uuid for r in sorted(records, key=lambda r: (r.created_at, r.uuid), reverse=True)]
     got = pages(deployment, USER, 2)
     assert [len(p) for p in got] == [2, 2, 1]
@@ -407,13 +413,13 @@ def test_lists_merge_the_cells_and_page_across_them(deployment: Deployment) -> N
                                                  "sort_dir": ["asc"]})  # fmt: skip
     assert [u for page in by_name for u in page] == [booted[names.index(n)] for n in sorted(names)]
     admin = RequestContext.for_project("admin", "admin", ("admin", "member", "reader"))
-    everyone = deployment.front.list(admin, params={"all_tenants": ["1"]})
+    everyone = deployment.door.list(admin, params={"all_tenants": ["1"]})
     assert [i.uuid for i in everyone] == newest
-    with pytest.raises(MarkerNotFound):
-        deployment.front.list(USER, marker=str(uuid.uuid4()))
+    with pytest.raises(exception.MarkerNotFound):
+        deployment.door.list(USER, marker=str(uuid.uuid4()))
     other = RequestContext.for_project("u9", "p9")
-    with pytest.raises(MarkerNotFound):  # not one of theirs
-        deployment.front.list(other, marker=booted[0])
+    with pytest.raises(exception.MarkerNotFound):  # not one of theirs
+        deployment.door.list(other, marker=booted[0])
 
 
 # -- built from the [cells] options, and the janitor's mover --

@@ -96,14 +96,14 @@ def test_a_groups_members_boot_in_its_cell_under_its_policy(
     members = [s.uuid for s in deployment.stores(home).instances.list_project("p1")]
     assert len(members) == 2
     deployment.placed(members)
-    hosts = sorted(deployment.front.get(USER, m).host or "" for m in members)
+    hosts = sorted(deployment.door.get(USER, m).host or "" for m in members)
     assert hosts == [f"{home}-cn0", f"{home}-cn1"]  # anti-affinity: one a host
     alone = member(client, group)
     assert alone.status_code == 202, alone.text
     third = alone.json["server"]["id"]
     assert deployment.front.cell_of(third) == home
-    wait_until(lambda: deployment.front.get(USER, third).state != State.BUILD, 3)
-    assert deployment.front.get(USER, third).host is None  # no third host in its cell
+    wait_until(lambda: deployment.door.get(USER, third).state != State.BUILD, 3)
+    assert deployment.door.get(USER, third).host is None  # no third host in its cell
     shown = client.simulate_get(f"/v2.1/os-server-groups/{group}", headers={**API_USER, **V264})
     assert shown.status_code == 200, shown.text
     assert sorted(shown.json["server_group"]["members"]) == sorted([*members, third])

@@ -21,7 +21,7 @@ from qsched import exception
 from qsched.api import app as api_app
 from qsched.cells import housekeeping, router
 from qsched.cells.audit import audit_cells
-from qsched.cells.parts import ID_BITS
+from qsched.compute.parts import ID_BITS
 from qsched.conf import APIOptions
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State
@@ -117,7 +117,7 @@ def test_boots_land_in_both_cells_and_every_read_answers_as_one_cell(
         assert shown.json["server"]["OS-EXT-AZ:availability_zone"] == zone
         assert shown.json["server"]["OS-EXT-SRV-ATTR:host"] == f"cell{zone[-1]}-cn0"
         assert shown.json["server"]["host_status"] == "UP"  # its cell's service
-    records = [deployment.front.get(USER, u) for u in uuids]
+    records = [deployment.door.get(USER, u) for u in uuids]
     newest = [r.uuid for r in sorted(records, key=lambda r: (r.created_at, r.uuid), reverse=True)]
     assert pages(client, "/v2.1/servers", 2) == newest
     assert pages(client, "/v2.1/servers/detail", 2) == newest
@@ -254,7 +254,7 @@ def test_a_flavor_created_over_http_is_bootable_in_both_cells(
         )
     servers = [booted(client, zone, flavorRef=flavor_id) for zone in ("az1", "az2")]
     deployment.placed(servers)
-    assert [deployment.front.get(USER, s).state for s in servers] == [State.ACTIVE] * 2
+    assert [deployment.door.get(USER, s).state for s in servers] == [State.ACTIVE] * 2
     assert client.simulate_delete(f"/v2.1/flavors/{flavor_id}", headers=ADMIN).status_code == 202
     for cell in deployment.cells.values():
         with pytest.raises(exception.FlavorNotFound):
@@ -481,7 +481,7 @@ def test_a_same_host_hint_goes_to_its_servers_cell(
     second = hinted.json["server"]["id"]
     deployment.placed([second])
     assert deployment.front.cell_of(second) == "cell2"
-    assert deployment.front.get(USER, second).host == "cell2-cn0"
+    assert deployment.door.get(USER, second).host == "cell2-cn0"
     other_zone = client.simulate_post("/v2.1/servers", headers=API_USER, json={
         "server": {"name": "vm", "flavorRef": "small", "imageRef": str(uuid.uuid4()),
                    "availability_zone": "az1"},
@@ -642,7 +642,7 @@ def test_the_api_service_serves_the_cells_when_cells_are_named(
         assert client.simulate_get(f"/v2.1/servers/{server}", headers=API_USER).status_code == 200
         held = front.cells["cell1"].stores.quota.get_usage("p1")  # 1 if the boot went there
         with pytest.raises(exception.BootsNotServedHere):
-            front.cells["cell1"].boot_many(USER, "vm", "1")
+            front.cells["cell1"].accept(USER, "vm", "1")
         assert front.cells["cell1"].stores.quota.get_usage("p1") == held  # nothing held
     finally:
         front.close()

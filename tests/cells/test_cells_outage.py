@@ -20,11 +20,10 @@ import pytest
 from qsched import exception
 from qsched.aggregates import Aggregate
 from qsched.cells import housekeeping
-from qsched.cells.aggregates import CellsAggregates
 from qsched.cells.audit import audit_cells
 from qsched.cells.join import CellNotJoined
 from qsched.cells.mover import QuotaMover
-from qsched.cells.opening import open_cells
+from qsched.cells.opening import front_door, open_cells
 from qsched.cells.router import CellsCompute
 from qsched.compute.keypairs import InvalidKeyName
 from qsched.conf import APIOptions, BusOptions, LedgerOptions, SchedulerOptions
@@ -166,14 +165,15 @@ def test_a_cell_down_at_the_start_gets_no_boot_until_a_pass_joins_it(
     of the mover while cell2 is down passes over it; once it answers, the next joins
     it (its own limits unlimited) and boots go there, each counted once."""
     front = half_down
+    door = front_door(front)
     assert front.unjoined == {"cell2"}
     opening = caplog.get_records("setup")
     (said,) = [r.getMessage() for r in opening if "not joined" in r.getMessage()]
     assert said.startswith("cells: cell cell2 is not joined: ") and "janitor joins it" in said
     with pytest.raises(CellNotJoined, match="Cell cell2 is not joined yet"):
-        front.boot_many(USER, "vm", "small", availability_zone="az2")
+        door.boot_many(USER, "vm", "small", availability_zone="az2")
     assert front.api.quota.get_usage("p1").instances == 0 and front.map.pending_count() == 0
-    drawn = [front.boot_many(USER, "vm", "small").instances[0].uuid for _ in range(3)]
+    drawn = [door.boot_many(USER, "vm", "small").instances[0].uuid for _ in range(3)]
     assert {front.cell_of(u) for u in drawn} == {"cell1"}
     mover = QuotaMover(front, 60.0)
     assert mover.run_once() == {
@@ -202,12 +202,12 @@ def test_a_cell_down_at_the_start_gets_no_boot_until_a_pass_joins_it(
     with pytest.raises(exception.KeypairNotFound):
         cell2.stores.keypairs.get(USER.user_id, "k1")
     cell2.stores.agents.add_zone("az2")  # as its agents would
-    (vm,) = front.boot_many(USER, "vm", "small", availability_zone="az2",
+    (vm,) = door.boot_many(USER, "vm", "small", availability_zone="az2",
                             server=ServerFields(key_name="k1")).instances  # fmt: skip
     assert front.cell_of(vm.uuid) == "cell2"
     assert cell2.stores.keypairs.get(USER.user_id, "k1").public_key == "ssh-ed25519 AAAA k1"
     with pytest.raises(InvalidKeyName):  # a key no cell has: the cell refuses it
-        front.boot_many(USER, "vm", "small", availability_zone="az2",
+        door.boot_many(USER, "vm", "small", availability_zone="az2",
                         server=ServerFields(key_name="nosuch"))  # fmt: skip
     assert front.api.quota.get_usage("p1").instances == 4  # the refused one holds nothing
     assert mover.run_once()["joined"] == []  # joined once
@@ -254,7 +254,7 @@ def test_a_cell_joined_late_gets_the_aggregates_of_the_joined_cells_at_its_join(
     copy = into.get(agg.id)
     assert (copy.uuid, copy.name, dict(copy.metadata), copy.hosts) == (
         agg.uuid, "agg", {"availability_zone": "agz", "ssd": "true"}, frozenset())  # fmt: skip
-    aggregates = CellsAggregates(front)
+    aggregates = front_door(front).aggregates
     admin = RequestContext.for_project("admin", "admin", roles=("admin",))
     added = aggregates.add_host(admin, agg.id, "cell2-cn0")
     assert (added.uuid, added.hosts) == (agg.uuid, {"cell1-cn0", "cell2-cn0"})
@@ -322,7 +322,7 @@ def test_the_housekeeping_serves_every_cell_and_passes_over_one_that_does_not_an
     the run raises (the periodic task logs it); the janitor and the outbox run the same."""
     for compute in deployment.cells.values():
         compute.flavors.create(Flavor("huge", 64, 512, 0))
-    boot = deployment.front.boot_many
+    boot = deployment.door.boot_many
     waiting = {cell: boot(USER, "vm", "huge", availability_zone=zone).instances[0].uuid
                for zone, cell in (("az1", "cell1"), ("az2", "cell2"))}  # fmt: skip
     passed = functools.partial(reaper.reap_expired, now=time.time() + 3600)
@@ -395,7 +395,7 @@ def test_a_boot_into_a_cell_gone_down_since_its_room_was_read_makes_the_next_dra
     cell whose ledger went down meanwhile can be drawn, and that boot fails (503, its
     quota settled by the mover); the draws after it read the cell again and pass it over."""
     deployment.api.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
-    small = deployment.front.flavor_cell.get_flavor("small")
+    small = deployment.front.reader.flavors.get("small")
     for agent in deployment.agents:
         agent.heartbeat()
     assert {deployment.front.choose(None, small) for _ in range(60)} == {"cell1", "cell2"}
@@ -414,10 +414,10 @@ def test_a_boot_reads_its_flavor_in_the_next_cell_when_the_first_does_not_answer
     deployment: Deployment,
 ) -> None:
     with down("cell1", deployment):
-        assert deployment.front.get_flavor("small").name == "small"
+        assert deployment.door.get_flavor("small").name == "small"
         vm = deployment.boot("az2")
         deployment.placed([vm])
         with down("cell2", deployment), pytest.raises(exception.BackendUnavailable):
-            deployment.front.get_flavor("small")
+            deployment.door.get_flavor("small")
     with pytest.raises(exception.FlavorNotFound):
-        deployment.front.get_flavor("nosuch")
+        deployment.door.get_flavor("nosuch")

@@ -309,7 +309,7 @@ def test_a_request_nothing_here_fits_is_requeued_only_while_it_waits(
     agent = start_agent(conf, stores, bus, "cn0")
     agents.append(agent)
     huge = Flavor("huge", 64, 32768, 0)  # more than any node of cn0 has
-    api.flavors.create(huge)
+    api.cell.flavors.create(huge)
     gone = api.boot(USER, "gone", "huge").uuid
     api.delete(USER, gone)
     kept = api.boot(USER, "kept", "huge").uuid

@@ -191,7 +191,7 @@ def test_a_redis_transport_redelivery_places_and_spawns_once(conf, real_redis_ur
     bus = KombuBus(BUS_REDIS_URL, prefix=f"vis{uuid.uuid4().hex[:8]}",
                    options=KombuOptions(visibility_timeout_s=1.0))  # fmt: skip
     api = ComputeAPI(stores, bus, SchedulerOptions.from_conf(conf), APIOptions.from_conf(conf))
-    api.flavors.create(Flavor("small", 1, 1024, 0))
+    api.cell.flavors.create(Flavor("small", 1, 1024, 0))
     spawns: list[str] = []
     holding, release = threading.Event(), threading.Event()
     started: list[ComputeAgent] = []

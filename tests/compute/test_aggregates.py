@@ -134,8 +134,8 @@ def test_with_tenant_isolation_off_a_named_tenant_is_not_confined(cell: Cell) ->
     """``[scheduler] limit_tenants_to_placement_aggregate = False``: the request filter
     does nothing, as Nova's, so pa goes beyond its aggregate's host. Twelve boots of 1
     VCPU cannot all fit cn-a's 8: with the filter on, four would end NoValidHost."""
-    cell.compute.aggregates.filters = dataclasses.replace(
-        cell.compute.aggregates.filters, limit_tenants_to_placement_aggregate=False
+    cell.compute.cell.aggregates.filters = dataclasses.replace(
+        cell.compute.cell.aggregates.filters, limit_tenants_to_placement_aggregate=False
     )
     cell.aggregate("pa-only", ["cn-a"], filter_tenant_id="pa")
     mine = [cell.boot("pa") for _ in range(12)]
@@ -201,8 +201,8 @@ def test_a_move_reads_the_root_providers_again_and_not_every_node(
 def test_a_tenant_without_an_aggregate_ends_no_valid_host_when_one_is_required(
     cell: Cell,
 ) -> None:
-    cell.compute.aggregates.filters = dataclasses.replace(
-        cell.compute.aggregates.filters, placement_aggregate_required_for_tenants=True
+    cell.compute.cell.aggregates.filters = dataclasses.replace(
+        cell.compute.cell.aggregates.filters, placement_aggregate_required_for_tenants=True
     )
     cell.aggregate("pa-only", ["cn-a"], filter_tenant_id="pa")
     refused = cell.boot("pc")

@@ -16,7 +16,6 @@ from qsched.compute import boot as compute_module
 from qsched.compute.api import ComputeAPI
 from qsched.compute.boot import AvailabilityZoneNotAvailable, FlavorRefNotFound
 from qsched.compute.flavor_catalog import FlavorExtraSpecNotFound, flavors_from_config
-from qsched.compute.listing import MarkerNotFound
 from qsched.conf import APIOptions, LedgerOptions, SchedulerOptions
 from qsched.context import RequestContext
 from qsched.exception import FlavorExists, FlavorNotFound
@@ -136,7 +135,7 @@ class TestBoot:
         inst = boot(compute, caller)
         assert bus.boots[-1].global_request_id == caller.global_request_id
         assert bus.boots[-1].request_id == caller.request_id != caller.global_request_id
-        assert details(compute.stores.instances.get(inst.uuid)).global_request_id == (
+        assert details(compute.cell.stores.instances.get(inst.uuid)).global_request_id == (
             caller.global_request_id
         )
 
@@ -189,7 +188,7 @@ class TestBoot:
         reads = []
         real = stores.agents.has_zone
         monkeypatch.setattr(stores.agents, "has_zone", lambda z: reads.append(z) or real(z))
-        monkeypatch.setattr(compute.flavors, "get_stored", lambda i: reads.append(i))
+        monkeypatch.setattr(compute.cell.flavors, "get_stored", lambda i: reads.append(i))
         with pytest.raises(AvailabilityZoneNotAvailable) as err:
             boot(compute, availability_zone="az2")
         assert str(err.value) == "The requested availability zone is not available"
@@ -315,7 +314,7 @@ class TestShowAndList:
         rest = compute.list(ALICE, marker=first[-1].uuid)
         assert [i.uuid for i in first + rest] == listed
         assert compute.list(ALICE, limit=0) == []
-        with pytest.raises(MarkerNotFound):
+        with pytest.raises(exception.MarkerNotFound):
             compute.list(ALICE, marker=str(uuid.uuid4()))
         with pytest.raises(exception.Invalid):
             compute.list(ALICE, limit=-1)
@@ -479,8 +478,10 @@ class TestFlavors:
         self, compute, stores, bus, conf, monkeypatch
     ) -> None:
         reads = []
-        real = compute.flavors.get_stored
-        monkeypatch.setattr(compute.flavors, "get_stored", lambda i: reads.append(i) or real(i))
+        real = compute.cell.flavors.get_stored
+        monkeypatch.setattr(
+            compute.cell.flavors, "get_stored", lambda i: reads.append(i) or real(i)
+        )
         for _ in range(3):
             boot(compute)
         assert reads == ["m1.small"]

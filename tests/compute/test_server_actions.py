@@ -44,7 +44,7 @@ BOB = RequestContext.for_project("u2", "p2")
 
 
 def actions_for(api: ComputeAPI) -> ServerActions:
-    return ServerActions(api.stores, api.bus, api.policy)
+    return ServerActions(api.cell.stores, api.cell.bus, api.policy)
 
 
 def booted(api: ComputeAPI, stores: Stores, name: str = "vm") -> str:
@@ -220,7 +220,7 @@ class TestStates:
             actions.reboot(ALICE, vm, hard=False)
         actions.reboot(ALICE, vm, hard=True)
         assert stores.instances.get(vm).task_state == TaskState.REBOOTING_HARD
-        assert [m.action for _h, m in api.bus.actions] == ["reboot_soft", "reboot_hard"]
+        assert [m.action for _h, m in api.cell.bus.actions] == ["reboot_soft", "reboot_hard"]
 
     def test_two_stops_at_once_never_both_go(self, api, stores, vm) -> None:
         actions = actions_for(api)
@@ -241,14 +241,14 @@ class TestStates:
         for thread in threads:
             thread.join()
         assert sorted(outcomes) == ["refused"] * 7 + ["stopped"]
-        assert len(api.bus.actions) == 1
+        assert len(api.cell.bus.actions) == 1
 
     def test_another_projects_server_is_not_found(self, api, vm) -> None:
         with pytest.raises(exception.InstanceNotFound):
             actions_for(api).stop(BOB, vm)
 
     def test_a_publish_that_fails_undoes_the_task_state(self, api, stores, vm) -> None:
-        api.bus.fail = True
+        api.cell.bus.fail = True
         with pytest.raises(BusUnavailable):
             actions_for(api).stop(ALICE, vm)
         assert idle(stores, vm) and not stores.instances.get(vm).stopped
@@ -272,7 +272,7 @@ class TestStates:
         """The front door on a recording bus, so published actions can be read."""
         compute = ComputeAPI(stores, RecordingBus(), SchedulerOptions.from_conf(conf),
                              APIOptions.from_conf(conf))  # fmt: skip
-        compute.flavors.create(Flavor("small", 1, 1024, 0))
+        compute.cell.flavors.create(Flavor("small", 1, 1024, 0))
         stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
         return compute
 

@@ -128,7 +128,7 @@ def compute_on(stores: Stores):
     def make(images: GlanceImages) -> tuple[ComputeAPI, RecordingBus]:
         bus = RecordingBus()
         api = ComputeAPI(stores, bus, images=images)
-        api.flavors.create(Flavor("small", 1, 1024, 10))
+        api.cell.flavors.create(Flavor("small", 1, 1024, 10))
         stores.quota.set_limits("pa", instances=-1, cores=-1, ram_mb=-1)
         return api, bus
 

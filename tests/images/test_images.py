@@ -80,7 +80,7 @@ def images() -> Catalog:
 def compute(stores: Stores, bus: RecordingBus, images: Catalog) -> ComputeAPI:
     scheduler = SchedulerOptions.defaults().replace(build_timeout_s=2)
     api = ComputeAPI(stores, bus, scheduler, images=images)
-    api.flavors.create(Flavor("small", 1, 1024, 10))
+    api.cell.flavors.create(Flavor("small", 1, 1024, 10))
     stores.quota.set_limits("pa", instances=-1, cores=-1, ram_mb=-1)
     return api
 
@@ -121,7 +121,7 @@ def test_an_image_trait_lands_only_where_the_trait_is(conf, stores, bus, images,
     real_bus = KombuBus("memory://", prefix=f"img{id(stores):x}")
     api = ComputeAPI(stores, real_bus, SchedulerOptions.defaults().replace(build_timeout_s=3),
                      images=images)  # fmt: skip
-    api.flavors.create(Flavor("small", 1, 1024, 10))
+    api.cell.flavors.create(Flavor("small", 1, 1024, 10))
     stores.quota.set_limits("pa", instances=-1, cores=-1, ram_mb=-1)
     plain_host = _agent(stores, real_bus, "cn-plain", frozenset())
     agents.append(plain_host)

@@ -130,7 +130,7 @@ def test_a_create_whose_reply_was_lost_is_abandoned(
         raise TIMEOUT
 
     _boot_when_create(monkeypatch, api, stores, ran_then_timed_out)
-    assert wait_until(lambda: api.abandoner.pending == 0, 5)
+    assert wait_until(lambda: api.cell.abandoner.pending == 0, 5)
     (record,) = _records(stores)
     assert record.state == State.DELETED
     assert stores.quota.get_usage("p1") == Usage(0, 0, 0)
@@ -149,7 +149,7 @@ def test_a_create_that_runs_after_its_abandon_is_refused(
         raise TIMEOUT
 
     _boot_when_create(monkeypatch, api, stores, stalled)
-    assert wait_until(lambda: api.abandoner.pending == 0, 5)
+    assert wait_until(lambda: api.cell.abandoner.pending == 0, 5)
     ((args, kwargs),) = held
     with pytest.raises(exception.InstanceAbandoned):
         real(*args, **kwargs)  # the server runs it now
@@ -180,7 +180,7 @@ def test_a_stalled_ledger_leaves_no_boot_behind(conf, bus, tmp_path: Path) -> No
         conf.set_override("timeout_s", 0.5, group="ledger")
         stores = open_stores(LedgerOptions.from_conf(conf), url=server.url)
         api = ComputeAPI(stores, bus, SchedulerOptions.from_conf(conf), APIOptions.from_conf(conf))
-        api.flavors.create(Flavor("small", 1, 1024, 0))
+        api.cell.flavors.create(Flavor("small", 1, 1024, 0))
         stores.quota.set_limits("p1", instances=-1, cores=-1, ram_mb=-1)
         first = api.boot(USER, "first", "small").uuid  # the flavor is in memory now
         assert server.proc is not None
@@ -190,11 +190,11 @@ def test_a_stalled_ledger_leaves_no_boot_behind(conf, bus, tmp_path: Path) -> No
                 api.boot(USER, "late", "small")  # its create waits in the server's buffers
         finally:
             server.proc.send_signal(signal.SIGCONT)
-        assert wait_until(lambda: api.abandoner.pending == 0, 30)
+        assert wait_until(lambda: api.cell.abandoner.pending == 0, 30)
         late = [r for r in _records(stores) if r.uuid != first]
         assert all(r.state == State.DELETED for r in late), late
         assert stores.quota.get_usage("p1") == Usage(1, 1, 1024)  # the first one only
-        api.confirmations.flush()
+        api.cell.confirmations.flush()
         assert stores.instances.unpublished() == []
     finally:
         server.stop()

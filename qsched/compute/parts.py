@@ -1,10 +1,18 @@
-"""The front door's parts over several cells: keypairs, server actions, hypervisors,
-services and availability zones (the HTTP routes call them through
-:class:`~qsched.cells.front_door.CellsComputeAPI`).
+"""The front door's parts over its cells: keypairs, server actions, hypervisors,
+services and availability zones (the HTTP routes call them as parts of
+:class:`~qsched.compute.api.ComputeAPI`), each written once over
+:class:`~qsched.compute.target.Cells`; what each does in one cell is that cell's part
+(:class:`~qsched.compute.keypairs.KeypairAPI`, ...).
 
-Keypairs are made once and written to every cell; actions go to the server's cell;
-hypervisors, services and zones are each cell's, merged, their integer ids shown as
-``place << ID_BITS | id`` (:func:`shown_id`) so that cells' counters do not collide.
+Keypairs are made once and written to every cell (a generated private key too); actions
+go to the server's cell; hypervisors, services and zones are each cell's, merged, their
+integer ids shown as ``place << ID_BITS | id`` (:func:`shown_id`) so that cells'
+counters do not collide: the integer ids (a hypervisor's before microversion 2.53, a
+service's ``id`` before 2.53) are each cell's own counters. ``place`` is the cell's
+place among the ``[cells] cell`` lines from 0, so the first cell's ids (and one cell's)
+are its own; a cell's ids thus depend on the order of those lines: append new cells,
+never reorder them; a cell of more than 16,777,215 hypervisors or services would
+overflow into the next cell's. The uuids of 2.53 on are unique as they are.
 """
 
 from __future__ import annotations
@@ -16,24 +24,22 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from qsched import exception
-from qsched.cells.fanout import gone, take_back
-from qsched.compute.api import ComputeAPI
 from qsched.compute.hypervisors import (
     HypervisorNotFound,
     HypervisorView,
-    MarkerNotFound,
     NoHypervisorMatches,
     Statistics,
 )
 from qsched.compute.keypairs import SSH
 from qsched.compute.server_actions import Action, ActionFilter
 from qsched.compute.services import Change, ServiceView
+from qsched.compute.target import Cells, gone, take_back
 from qsched.compute.zones import Zone
 from qsched.context import RequestContext
 from qsched.ledger.base import Instance, Keypair
 
-if TYPE_CHECKING:  # the front door holds these parts; they name it only in hints
-    from qsched.cells.front_door import CellsComputeAPI
+if TYPE_CHECKING:
+    from qsched.compute.cell import Cell
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,17 +59,23 @@ def own_id(shown: int) -> tuple[int, int]:
     return shown >> ID_BITS, shown & _ID_MASK
 
 
-class CellsKeypairs:
-    """Keypairs over several cells: the same key in every cell (see the module docstring)."""
+class Keypairs:
+    """Keypairs: the same key in every cell (see the module docstring)."""
 
-    def __init__(self, cells: CellsComputeAPI) -> None:
+    def __init__(self, cells: Cells) -> None:
         self.cells = cells
 
     def create(
         self, context: RequestContext, name: str, key_type: str = SSH, user_id: str | None = None
     ) -> tuple[Keypair, str]:
-        """As :meth:`KeypairAPI.create`: generated once, kept in every cell.
+        """Generate a keypair for ``user_id`` (default: the caller), kept in every cell;
+        it and its private key.
 
+        :raises Invalid: a name outside Nova's rules, an unknown type.
+        :raises Forbidden: the rule refuses the caller for that user (403).
+        :raises KeypairExists: the user has one of that name (409).
+        :raises KeypairLimitExceeded: the user holds the ``key_pairs`` quota of the caller's
+            project already (403).
         :raises BackendUnavailable: a cell did not answer (503); the cells that kept
             the key give it back first (a retry makes a new key).
         """
@@ -79,35 +91,45 @@ class CellsKeypairs:
         key_type: str = SSH,
         user_id: str | None = None,
     ) -> Keypair:
-        """As :meth:`KeypairAPI.import_public_key`, kept in every cell; a cell that has
-        the very key under that name already counts as written (a retry)."""
+        """Keep a public key (ssh) or certificate (x509, PEM) given by the caller in every
+        cell; a cell that has the very key under that name already counts as written
+        (a retry).
+
+        :raises InvalidKeypair: the key does not parse (400, Nova's words).
+        :raises: as :meth:`create` otherwise.
+        """
         keypair = self.cells.reader.keypairs.imported(context, name, public_key, key_type,
                                                       user_id)  # fmt: skip
         return self._keep(context, keypair, undo=False)
 
     def _keep(self, context: RequestContext, keypair: Keypair, undo: bool) -> Keypair:
-        kept: list[ComputeAPI] = []
+        kept: list[Cell] = []
 
-        def keep(compute: ComputeAPI) -> Keypair:
-            found = compute.keypairs.keep(context, keypair)
-            kept.append(compute)
+        def keep(cell: Cell) -> Keypair:
+            found = cell.keypairs.keep(context, keypair)
+            kept.append(cell)
             return found
 
-        def same(compute: ComputeAPI, exc: Exception) -> bool:
+        def same(cell: Cell, exc: Exception) -> bool:
             if not isinstance(exc, exception.KeypairExists):
                 return False
-            there = compute.stores.keypairs.get(keypair.user_id, keypair.name)
+            there = cell.stores.keypairs.get(keypair.user_id, keypair.name)
             return (there.public_key, there.type) == (keypair.public_key, keypair.type)
 
         try:
-            return self.cells._everywhere(keep, same)
+            return self.cells.every(keep, same)
         except exception.BackendUnavailable:
             if undo:
                 take_back(kept, lambda c: c.stores.keypairs.delete(keypair.user_id, keypair.name))
             raise
 
     def get(self, context: RequestContext, name: str, user_id: str | None = None) -> Keypair:
-        return self.cells.front.read(lambda compute: compute.keypairs.get(context, name, user_id))
+        """One keypair of ``user_id`` (default: the caller).
+
+        :raises Forbidden: the rule refuses the caller for that user (403).
+        :raises KeypairNotFound: none of that name (404).
+        """
+        return self.cells.read(lambda cell: cell.keypairs.get(context, name, user_id))
 
     def list(
         self,
@@ -116,32 +138,40 @@ class CellsKeypairs:
         limit: int | None = None,
         marker: str | None = None,
     ) -> builtins.list[Keypair]:
-        return self.cells.front.read(
-            lambda compute: compute.keypairs.list(context, user_id, limit, marker)
-        )
+        """The keypairs of ``user_id`` (default: the caller) by name: at most ``limit``,
+        those after the one named ``marker``.
+
+        :raises Forbidden: the rule refuses the caller for that user (403).
+        :raises MarkerCouldNotBeFound: the user has no keypair named ``marker`` (400).
+        """
+        return self.cells.read(lambda cell: cell.keypairs.list(context, user_id, limit, marker))
 
     def delete(self, context: RequestContext, name: str, user_id: str | None = None) -> None:
-        """Delete from every cell; KeypairNotFound only when no cell had it."""
-        self.cells._everywhere(lambda c: c.keypairs.delete(context, name, user_id),
-                               gone(exception.KeypairNotFound))  # fmt: skip
+        """Forget one keypair of ``user_id`` (default: the caller) in every cell.
+
+        :raises Forbidden: the rule refuses the caller for that user (403).
+        :raises KeypairNotFound: no cell had it (404).
+        """
+        self.cells.every(lambda cell: cell.keypairs.delete(context, name, user_id),
+                         gone(exception.KeypairNotFound))  # fmt: skip
 
 
-class CellsServerActions:
-    """Stop, start, reboot and instance actions, in the server's cell (its mapping)."""
+class Actions:
+    """Stop, start, reboot and instance actions, in the server's cell
+    (:class:`~qsched.compute.server_actions.ServerActions` says what each does)."""
 
-    def __init__(self, cells: CellsComputeAPI) -> None:
-        self.front = cells.front
+    def __init__(self, cells: Cells) -> None:
         self.cells = cells
-        self.max_limit = cells.max_limit  # the most actions one list returns
+        self.max_limit = cells.reader.max_limit  # the most actions one list returns
 
     def stop(self, context: RequestContext, uuid: str) -> None:
-        self.front.compute_of(uuid).actions.stop(context, uuid)
+        self.cells.of_instance(uuid).actions.stop(context, uuid)
 
     def start(self, context: RequestContext, uuid: str) -> None:
-        self.front.compute_of(uuid).actions.start(context, uuid)
+        self.cells.of_instance(uuid).actions.start(context, uuid)
 
     def reboot(self, context: RequestContext, uuid: str, hard: bool) -> None:
-        self.front.compute_of(uuid).actions.reboot(context, uuid, hard)
+        self.cells.of_instance(uuid).actions.reboot(context, uuid, hard)
 
     def list_actions(
         self,
@@ -150,22 +180,22 @@ class CellsServerActions:
         deleted: bool = False,
         filters: ActionFilter | None = None,
     ) -> tuple[Instance, list[Action]]:
-        return self.front.compute_of(uuid).actions.list_actions(context, uuid, deleted, filters)
+        return self.cells.of_instance(uuid).actions.list_actions(context, uuid, deleted, filters)
 
     def get_action(
         self, context: RequestContext, uuid: str, request_id: str, deleted: bool = False
     ) -> tuple[Instance, Action]:
-        return self.front.compute_of(uuid).actions.get_action(context, uuid, request_id, deleted)
+        return self.cells.of_instance(uuid).actions.get_action(context, uuid, request_id, deleted)
 
     def shows_events(self, context: RequestContext, instance: Instance) -> bool:
         return self.cells.reader.actions.shows_events(context, instance)
 
 
-class CellsHypervisors:
+class Hypervisors:
     """Every cell's hypervisors, ordered by the id a client sees (:func:`shown_id`):
     the first cell's, then the next one's. A page reads from the marker's cell on."""
 
-    def __init__(self, cells: CellsComputeAPI) -> None:
+    def __init__(self, cells: Cells) -> None:
         self.cells = cells
 
     def authorize(self, context: RequestContext, rule: str) -> None:
@@ -183,13 +213,13 @@ class CellsHypervisors:
         """
         start, own = (0, None) if marker is None else self._locate(marker)
         views: builtins.list[HypervisorView] = []
-        for place, compute in enumerate(self.cells.cells):
+        for place, cell in enumerate(self.cells.each()):
             if place < start:
                 continue
             want = None if limit is None else limit - len(views)
             if want is not None and want <= 0:
                 break
-            found = compute.hypervisors.page(want, own if place == start else None,
+            found = cell.hypervisors.page(want, own if place == start else None,
                                              with_servers)  # fmt: skip
             views += [_shown(place, view) for view in found]
         return views
@@ -197,9 +227,9 @@ class CellsHypervisors:
     def search(self, pattern: str, with_servers: bool = False) -> builtins.list[HypervisorView]:
         """:raises NoHypervisorMatches: no cell has one (404)."""
         views: builtins.list[HypervisorView] = []
-        for place, compute in enumerate(self.cells.cells):
+        for place, cell in enumerate(self.cells.each()):
             try:
-                found = compute.hypervisors.search(pattern, with_servers)
+                found = cell.hypervisors.search(pattern, with_servers)
             except NoHypervisorMatches:
                 continue
             views += [_shown(place, view) for view in found]
@@ -212,7 +242,7 @@ class CellsHypervisors:
 
         :raises HypervisorNotFound: (404).
         """
-        cells = self.cells.cells
+        cells = self.cells.each()
         if isinstance(ref, int):
             place, own = own_id(ref)
             if place >= len(cells):
@@ -221,31 +251,31 @@ class CellsHypervisors:
                 return _shown(place, cells[place].hypervisors.get(own, with_servers))
             except HypervisorNotFound:
                 raise HypervisorNotFound(id=ref) from None
-        for place, compute in enumerate(cells):
+        for place, cell in enumerate(cells):
             try:
-                return _shown(place, compute.hypervisors.get(ref, with_servers))
+                return _shown(place, cell.hypervisors.get(ref, with_servers))
             except HypervisorNotFound:
                 continue
         raise HypervisorNotFound(id=ref)
 
     def statistics(self) -> Statistics:
         """The sums of every cell's."""
-        found = [compute.hypervisors.statistics() for compute in self.cells.cells]
+        found = [cell.hypervisors.statistics() for cell in self.cells.each()]
         fields = [f.name for f in dataclasses.fields(Statistics)]
         return Statistics(**{name: sum(getattr(s, name) for s in found) for name in fields})
 
     def _locate(self, marker: int | str) -> tuple[int, int | str]:
         """The marker's cell (its place) and its id there."""
-        cells = self.cells.cells
+        cells = self.cells.each()
         if isinstance(marker, int):
             place, own = own_id(marker)
             if place >= len(cells):
-                raise MarkerNotFound(marker=marker)
+                raise exception.MarkerNotFound(marker=marker)
             return place, own
-        for place, compute in enumerate(cells):
-            if compute.stores.ledger.hypervisor_ids([marker]):
+        for place, cell in enumerate(cells):
+            if cell.stores.ledger.hypervisor_ids([marker]):
                 return place, marker
-        raise MarkerNotFound(marker=marker)
+        raise exception.MarkerNotFound(marker=marker)
 
 
 def _shown(place: int, view: HypervisorView) -> HypervisorView:
@@ -262,11 +292,11 @@ def _shown_view(place: int, view: ServiceView) -> ServiceView:
     return dataclasses.replace(view, service=_shown_service(place, view.service))
 
 
-class CellsServices:
+class Services:
     """Every cell's compute services, by cell then id; a change goes to the cell that
     has the service (asked of each cell in turn: O(cells))."""
 
-    def __init__(self, cells: CellsComputeAPI) -> None:
+    def __init__(self, cells: Cells) -> None:
         self.cells = cells
 
     def list(
@@ -274,15 +304,15 @@ class CellsServices:
     ) -> builtins.list[ServiceView]:
         return [
             _shown_view(place, view)
-            for place, compute in enumerate(self.cells.cells)
-            for view in compute.services.list(context, host, binary)
+            for place, cell in enumerate(self.cells.each())
+            for view in cell.services.list(context, host, binary)
         ]
 
     def views(self) -> builtins.list[ServiceView]:
         return [
             _shown_view(place, view)
-            for place, compute in enumerate(self.cells.cells)
-            for view in compute.services.views()
+            for place, cell in enumerate(self.cells.each())
+            for view in cell.services.views()
         ]
 
     def authorize_update(self, context: RequestContext) -> None:
@@ -293,9 +323,9 @@ class CellsServices:
     ) -> ServiceView:
         """:raises HostBinaryNotFound: no cell has the service (404)."""
         missing: exception.HostBinaryNotFound | None = None
-        for place, compute in enumerate(self.cells.cells):
+        for place, cell in enumerate(self.cells.each()):
             try:
-                return _shown_view(place, compute.services.update(context, host, binary, change))
+                return _shown_view(place, cell.services.update(context, host, binary, change))
             except exception.HostBinaryNotFound as exc:
                 missing = exc
         assert missing is not None
@@ -304,9 +334,9 @@ class CellsServices:
     def update_by_id(self, context: RequestContext, service_id: str, change: Change) -> ServiceView:
         """:raises ServiceNotFound: no cell has the service (404)."""
         missing: exception.ServiceNotFound | None = None
-        for place, compute in enumerate(self.cells.cells):
+        for place, cell in enumerate(self.cells.each()):
             try:
-                view = compute.services.update_by_id(context, service_id, change)
+                view = cell.services.update_by_id(context, service_id, change)
             except exception.ServiceNotFound as exc:
                 missing = exc
                 continue
@@ -315,18 +345,18 @@ class CellsServices:
         raise missing
 
 
-class CellsZones:
+class Zones:
     """Every cell's availability zones merged by name: available if it is in one cell;
     the detail's hosts are every cell's."""
 
-    def __init__(self, cells: CellsComputeAPI) -> None:
+    def __init__(self, cells: Cells) -> None:
         self.cells = cells
 
     def list(self, context: RequestContext) -> builtins.list[Zone]:
-        return _merged([compute.zones.list(context) for compute in self.cells.cells])
+        return _merged([cell.zones.list(context) for cell in self.cells.each()])
 
     def detail(self, context: RequestContext) -> builtins.list[Zone]:
-        return _merged([compute.zones.detail(context) for compute in self.cells.cells])
+        return _merged([cell.zones.detail(context) for cell in self.cells.each()])
 
 
 def _merged(found: Sequence[Sequence[Zone]]) -> builtins.list[Zone]:
