@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import inspect
+import typing
 from pathlib import Path
 
 import pytest
@@ -228,3 +230,81 @@ def test_only_the_options_and_the_entry_points_know_oslo_config() -> None:
     )
     unexpected = [m for m in readers if not m.startswith(CONFIG_READERS)]
     assert not unexpected, f"below the entry points, only options are passed: {unexpected}"
+
+
+def front_door_calls() -> set[str]:
+    """The public calls of the front door: :class:`FrontDoor`'s and those of the parts
+    it declares (``keypairs``, ``aggregates``, ...)."""
+    from qsched.compute.front_door import FrontDoor
+
+    def public(cls: type) -> set[str]:
+        return {n for n, v in inspect.getmembers(cls, callable) if not n.startswith("_")}
+
+    parts = [
+        part
+        for part in typing.get_type_hints(FrontDoor).values()
+        if inspect.isclass(part) and part.__module__.startswith("qsched.compute.")
+    ]
+    assert len(parts) >= 8, parts  # its keypairs, actions, ..., aggregates and quotas
+    return public(FrontDoor).union(*(public(part) for part in parts))
+
+
+def cells_classes() -> dict[str, type]:
+    """Every class the cells package defines, by its qualified name."""
+    found = {}
+    for module in sorted(m for m in modules() if m.startswith("qsched.cells.")):
+        loaded = importlib.import_module(module)
+        for name, cls in vars(loaded).items():
+            if inspect.isclass(cls) and cls.__module__ == module:
+                found[f"{module}.{name}"] = cls
+    return found
+
+
+def twins(classes: dict[str, type]) -> list[str]:
+    """The methods of ``classes`` that repeat a call of the front door by name."""
+    calls = front_door_calls()
+    return [
+        f"{name}.{method} repeats the front door's {method}"
+        for name, cls in sorted(classes.items())
+        for method, value in vars(cls).items()
+        if method in calls and callable(value)
+    ]
+
+
+def test_a_front_door_call_is_written_once() -> None:
+    """One front door over the cells it targets (Nova's cells v2), not a cells class
+    per call (cells v1): the cells package chooses a cell, maps, gathers and writes to
+    every cell, and none of its classes has a method named as a call of the front
+    door; ``boot_many`` is defined once, by the one implementation of the protocol."""
+    from qsched.compute.api import ComputeAPI
+    from qsched.compute.front_door import FrontDoor
+
+    assert typing.Protocol in FrontDoor.__bases__
+    for call in front_door_calls() & {n for n in vars(FrontDoor) if not n.startswith("_")}:
+        declared = inspect.signature(getattr(FrontDoor, call)).parameters
+        assert inspect.signature(getattr(ComputeAPI, call)).parameters.keys() == declared.keys()
+    assert not twins(cells_classes()), "\n".join(twins(cells_classes()))
+    defined = [
+        module
+        for module, path in modules().items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name == "boot_many"
+    ]
+    assert sorted(defined) == ["qsched.compute.api", "qsched.compute.front_door"]
+
+
+def test_the_twin_check_would_see_a_cells_class_with_a_front_door_call() -> None:
+    """CellsComputeAPI of before, a cells class with its own ``get`` and ``boot_many``."""
+
+    class CellsComputeAPI:
+        def get(self) -> None: ...
+
+        def boot_many(self) -> None: ...
+
+        def boot_into(self) -> None: ...  # about cells: not a call of the front door
+
+    found = twins({"qsched.cells.planted.CellsComputeAPI": CellsComputeAPI})
+    assert [line.split(" ")[0] for line in found] == [
+        "qsched.cells.planted.CellsComputeAPI.get",
+        "qsched.cells.planted.CellsComputeAPI.boot_many",
+    ]
