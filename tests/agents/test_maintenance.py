@@ -133,7 +133,10 @@ def test_the_janitor_takes_back_what_a_forced_down_host_was_building(
     record = stores.instances.get(building)
     assert (record.host, record.tried_hosts) == ("cn1", ("cn0",))
     # cn0's spawn goes on: forced down, its lease has ended, so it starts no VM, finds
-    # its claim taken and lets the claim held for it go
+    # its claim taken and lets the claim held for it go. Its lease ends at its next
+    # heartbeat, which a loaded machine may hold back past cn1's spawn: wait for it
+    term = cn0.builds.get(building).term
+    assert wait_until(lambda: not cn0.lease.holds(term), timeout_s=10)
     held.set()
     assert wait_until(lambda: not cn0.builds, timeout_s=10)
     assert cn0.driver.list_instances("cn0-0") == [] and cn0.counters["spawn_taken"] == 1
