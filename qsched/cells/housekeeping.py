@@ -32,7 +32,7 @@ LOG = logging.getLogger(__name__)
 JOIN_INTERVAL_S = 5.0
 
 
-class Cell(NamedTuple):
+class Served(NamedTuple):
     """A cell the housekeeping serves: its name (empty for the one cell), stores and bus."""
 
     name: str
@@ -56,13 +56,13 @@ def start_periodic_tasks(
     (:func:`each_cell`), and their quota mover, every ``[cells] mover_interval_s``.
     ``metrics`` count what each run did, summed over the cells (None: nowhere)."""
     counts = metrics or NoMetrics()
-    served = [Cell("", stores, bus)]
+    served = [Served("", stores, bus)]
     if front is not None:
-        served = [Cell(name, c.stores, c.bus) for name, c in front.cells.items()]
+        served = [Served(name, c.stores, c.bus) for name, c in front.cells.items()]
     tasks = []
     if options.reap_interval_s:
 
-        def reap(cell: Cell) -> None:
+        def reap(cell: Served) -> None:
             counts.no_valid_host("deadline", reap_expired(cell.stores, notifier=notifier))
 
         tasks.append(Periodic("reaper", options.reap_interval_s,
@@ -71,7 +71,7 @@ def start_periodic_tasks(
         suspects: dict[str, dict[str, float]] = {cell.name: {} for cell in served}
         grace_s = options.janitor_grace_s
 
-        def janitor(cell: Cell) -> None:
+        def janitor(cell: Served) -> None:
             report = run(cell.stores, cell.bus, grace_s=grace_s, suspects=suspects[cell.name])
             counts.janitor_ran(len(report.requeued), len(report.failed))
 
@@ -81,7 +81,7 @@ def start_periodic_tasks(
         outboxes = {cell.name: OutboxPass(cell.stores, cell.bus, options.outbox_grace_s,
                                           OUTBOX_SETTLE_S) for cell in served}  # fmt: skip
 
-        def outbox_pass(cell: Cell) -> None:
+        def outbox_pass(cell: Served) -> None:
             counts.outbox_published(len(outboxes[cell.name]()))
 
         tasks.append(Periodic("outbox", options.outbox_interval_s,
@@ -95,8 +95,8 @@ def start_periodic_tasks(
 
 def each_cell(
     task: str,
-    cells: Sequence[Cell],
-    step: Callable[[Cell], None],
+    cells: Sequence[Served],
+    step: Callable[[Served], None],
     counts: APIMetrics | None = None,
 ) -> Callable[[], None]:
     """A periodic task's run: ``step`` of each cell in turn. Over several cells, a cell

@@ -379,10 +379,10 @@ def test_each_cell_raises_a_single_cells_outage_as_it_is() -> None:
     """One cell (no [cells]): its outage is the run's, with no warning of its own."""
     outage = exception.BackendUnavailable(backend="ledger", url="redis://", reason="down")
 
-    def step(cell: housekeeping.Cell) -> None:
+    def step(cell: housekeeping.Served) -> None:
         raise outage
 
-    run = housekeeping.each_cell("reaper", [housekeeping.Cell("", None, None)], step)  # type: ignore[arg-type]
+    run = housekeeping.each_cell("reaper", [housekeeping.Served("", None, None)], step)  # type: ignore[arg-type]
     with pytest.raises(exception.BackendUnavailable) as raised:
         run()
     assert raised.value is outage
