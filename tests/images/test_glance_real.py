@@ -176,7 +176,13 @@ def test_the_lookup_carries_the_callers_token_and_the_global_request_id(glance_a
     assert answer.status_code == 202, answer.text
     user = glance_api.keystone.users["member_a"]
     image = glance_api.glance.images["plain"]
-    lines = [line for line in glance_api.glance.server.requests() if global_id in line]
-    assert lines == [
+
+    def lines() -> list[str]:
+        return [line for line in glance_api.glance.server.requests() if global_id in line]
+
+    # gunicorn writes a request's access-log line once its answer is sent: on a loaded
+    # machine, after the boot that asked has answered
+    assert wait_until(lines, timeout_s=10)
+    assert lines() == [
         f"GET /v2/images/{image} 200 global={global_id} user={user.id} project={user.project_id}"
     ]
