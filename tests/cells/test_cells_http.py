@@ -1,5 +1,5 @@
 """qsched-api over two cells (:func:`qsched.api.app.create_cells_app`,
-:mod:`qsched.cells.front_door`): every route answers across the cells as one cell would,
+:func:`qsched.cells.opening.front_door`): every route answers across the cells as one cell would,
 on fakeredis, a real Redis and a real three-master Redis Cluster.
 
 The deployment is the one of tests/cells/test_cells_api.py (built by ``open_cells`` from
