@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from qsched import exception
 from qsched.compute import list_query as server_list
+from qsched.compute.visible import may_see
 from qsched.context import RequestContext
 from qsched.ledger import Stores
-from qsched.ledger.base import (
-    Instance,
-)
+from qsched.ledger.base import Instance
 from qsched.policies import servers as servers_policy
 from qsched.policy import Policy
 
@@ -32,8 +31,6 @@ if TYPE_CHECKING:
 LOG = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 1000  # records read per round trip when an admin's list scans the cell
-
-
 _PAGE_CHUNK = 100  # the least read per round trip while an admin's filtered page fills
 
 
@@ -112,7 +109,7 @@ class ServerListing:
             record = cell.stores.instances.get(marker)
         except exception.InstanceNotFound:
             raise exception.MarkerNotFound(marker=marker) from None
-        if not context.is_admin and record.project_id != context.project_id:
+        if not may_see(context, record):
             raise exception.MarkerNotFound(marker=marker)
         return query.sort_key(record)
 
