@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from qsched import exception
@@ -49,6 +49,7 @@ from qsched.metrics import APIMetrics
 from qsched.notifications import NULL, Notifier
 from qsched.policies import server_metadata as metadata_policy
 from qsched.policies import servers as servers_policy
+from qsched.policy import Policy
 from qsched.scheduling.records import ServerFields, details, metadata_change, server_change
 
 LOG = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class ComputeAPI(ServerListing, FlavorCatalog):
         bus: Publisher,
         scheduler: SchedulerOptions | None = None,
         api: APIOptions | None = None,
-        policy: Any = None,
+        policy: Policy | None = None,
         images: ImageService | None = None,
         metrics: APIMetrics | None = None,
         notifier: Notifier = NULL,
@@ -158,7 +159,7 @@ class ComputeAPI(ServerListing, FlavorCatalog):
         """
         check_counts(min_count, max_count)
 
-        def accept(cell: Cell, uuids: Any, least: int, most: int) -> Reservation:
+        def accept(cell: Cell, uuids: Sequence[str] | None, least: int, most: int) -> Reservation:
             return cell.accept(context, name, flavor_ref, image_ref, availability_zone,
                                metadata, group, least, most, server, hosts,
                                uuids)  # fmt: skip
