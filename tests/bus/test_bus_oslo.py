@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -106,13 +107,14 @@ def test_a_class_removed_after_an_ack_counts_nothing_against_the_next_request(
     for message in (first, second):
         harness.bus.publish_boot(message)
     holder: dict[str, Any] = {}
+    made: Future[Any] = Future()  # the consumer, once made: it may deliver before that
 
     def claim_then_full(body: bytes, delivery: Delivery) -> None:
         delivery.ack()
-        holder["removed"] = holder["consumer"].remove_class(CLASS)
+        holder["removed"] = made.result(WAIT_S).remove_class(CLASS)
 
     inbox = Inbox(claim_then_full)
-    holder["consumer"] = harness.consumer(inbox, (CLASS,))
+    made.set_result(harness.consumer(inbox, (CLASS,)))
     assert inbox.get()[0] == first
     gone(harness, holder, 1)
     inbox.expect_nothing()
@@ -125,13 +127,14 @@ def test_a_refusal_that_removes_its_class_leaves_one_uncounted_copy(harness: Har
     sent = request(CLASS)
     harness.bus.publish_boot(sent)
     holder: dict[str, Any] = {}
+    made: Future[Any] = Future()  # the consumer, once made: it may deliver before that
 
     def refuse(body: bytes, delivery: Delivery) -> None:
-        holder["removed"] = holder["consumer"].remove_class(CLASS)
+        holder["removed"] = made.result(WAIT_S).remove_class(CLASS)
         delivery.requeue(body)
 
     inbox = Inbox(refuse)
-    holder["consumer"] = harness.consumer(inbox, (CLASS,))
+    made.set_result(harness.consumer(inbox, (CLASS,)))
     assert inbox.get()[0] == sent
     gone(harness, holder, 1)
     assert delivery_counts(harness) == [(sent, 0)]
