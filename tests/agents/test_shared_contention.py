@@ -187,10 +187,18 @@ def _root(cell: Cell, node: str | None) -> str:
 def test_a_shared_provider_taken_out_of_the_aggregate_serves_no_more_claims(cell: Cell) -> None:
     """The agents' views still have it; the claim checks that it still serves the node's
     tree, refuses, and the agent reads the sharing providers again: the boot ends
-    NoValidHost with nothing claimed, never on the provider that left."""
+    NoValidHost with nothing claimed, never on the provider that left.
+
+    A boot of the class is placed and deleted first, so that the agents consume the
+    class before the change and the stranded boot's deadline is not spent learning it:
+    on a loaded machine it once ended NoValidHost with no agent's attempt recorded."""
     ledger = cell.stores.ledger
-    ledger.set_aggregates(cell.shared, ledger.get_provider(cell.shared).generation, [])
     context = RequestContext.for_project("u", "p1")
+    warm = cell.compute.boot(context, "warm", "disk", "").uuid
+    assert wait_until(lambda: cell.stores.instances.get(warm).state == State.ACTIVE, 20)
+    cell.compute.delete(context, warm)
+    assert wait_until(lambda: cell.stores.instances.get(warm).state == State.DELETED, 20)
+    ledger.set_aggregates(cell.shared, ledger.get_provider(cell.shared).generation, [])
     stranded = cell.compute.boot(context, "vm", "disk", "").uuid
     assert wait_until(lambda: cell.stores.instances.get(stranded).state == State.ERROR, 20)
     events = [e.event for e in cell.stores.instances.events(stranded)]
