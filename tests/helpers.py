@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,3 +56,10 @@ class RecordingDelivery:
 
     def reject(self, reason: str) -> None:
         self.settled.append(("reject", reason))
+
+
+def failed_invariants(report: dict[str, Any]) -> str:
+    """The invariants a chaos report failed, every field in full: pytest cuts a long
+    dict's repr in an assertion message, and with it the ``problem`` of a finding."""
+    failed = {k: v for k, v in report["invariants"].items() if not v["ok"]}
+    return json.dumps(failed, indent=1, sort_keys=True, default=str)
