@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from qsched import exception
+from qsched.compute.visible import may_see
 from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.ledger.records import (
@@ -155,7 +156,7 @@ class ServerGroups:
             group = self.stores.groups.get(check_uuid(uuid, "Server group UUID"), members)
         except exception.InvalidUUID:
             raise exception.GroupNotFound(group=uuid) from None
-        if group.project_id != context.project_id and not context.is_admin:
+        if not may_see(context, group):
             raise exception.GroupNotFound(group=uuid)
         return group
 

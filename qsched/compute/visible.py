@@ -9,15 +9,25 @@ is not found either, and a DELETED server only where a call shows deleted ones
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from qsched import exception
 from qsched.context import RequestContext
 from qsched.ledger.base import Instance, InstanceStore, State
 from qsched.resources import check_uuid
 
 
-def may_see(context: RequestContext, instance: Instance) -> bool:
-    """Whether the caller may see a server: its project's, or the caller is an admin."""
-    return context.is_admin or instance.project_id == context.project_id
+class Owned(Protocol):
+    """What belongs to a project: a server, a server group."""
+
+    @property
+    def project_id(self) -> str: ...
+
+
+def may_see(context: RequestContext, owned: Owned) -> bool:
+    """Whether the caller may see a server or a server group: its project's, or the
+    caller is an admin."""
+    return context.is_admin or owned.project_id == context.project_id
 
 
 def visible(
