@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from qsched.bus.base import DeadLetter
@@ -30,6 +30,7 @@ from qsched.scheduling.views import usage_term
 
 HOLDING = ("BUILD", "ACTIVE")  # the states that hold quota (and, once claimed, allocations)
 ENDED = ("ACTIVE", "ERROR", "DELETED")  # where an accepted request may end
+API_DELETES = ("deleting", "local_delete")  # the events of a delete the API took
 
 
 @dataclasses.dataclass
@@ -519,10 +520,11 @@ def dead_letter_findings(
     poison: list[dict[str, Any]],
     records: dict[str, dict[str, str]],
     history: dict[str, list[dict[str, Any]]] | None = None,
+    asked_deletes: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """Every poison message dead-lettered exactly once, a forged one (it names an
     instance of the run: ``instance``) at most once and never obeyed, and no valid
-    request there.
+    request there. ``asked_deletes``: the instances whose delete the API took (204).
 
     A valid request is one that decodes and names an instance of the run, and that
     the run did not forge.
@@ -541,7 +543,8 @@ def dead_letter_findings(
         if count > 1 or (count == 0 and not forged):
             found.append({**item, "problem": f"dead-lettered {count} times, not once"})
         if forged:
-            found += obeyed(item, records, (history or {}).get(item["instance"], []))
+            events = (history or {}).get(item["instance"], [])
+            found += obeyed(item, records, events, item["instance"] in asked_deletes)
     tokens = {item["token"] for item in poison if item["token"] is not None}
     for letter in letters:
         try:
@@ -556,14 +559,24 @@ def dead_letter_findings(
 
 
 def obeyed(
-    item: dict[str, Any], records: dict[str, dict[str, str]], events: list[dict[str, Any]]
+    item: dict[str, Any],
+    records: dict[str, dict[str, str]],
+    events: list[dict[str, Any]],
+    delete_asked: bool = False,
 ) -> list[dict[str, Any]]:
     """Whether the instance a forged message named shows that it was obeyed: a claim of
     other amounts than its flavor asks (a forged boot), or DELETED with no delete asked
-    of the API first, which marks it ``deleting`` (a forged delete)."""
+    of the API (a forged delete).
+
+    A delete was asked when the API answered the load's delete with 204
+    (``delete_asked``; a forged delete obeyed first would have made it 404) or the
+    ledger shows the API took one: it marks the server ``deleting`` for its agent, or
+    deletes it itself (``local_delete``) when that agent's heartbeat has expired: an
+    agent killed by the run, or one starved on a loaded machine.
+    """
     record = records.get(item["instance"], {})
     if item["kind"] == "forged delete":
-        asked = any(e.get("event") == "deleting" for e in events)
+        asked = delete_asked or any(e.get("event") in API_DELETES for e in events)
         if record.get("state") == "DELETED" and not asked:
             return [{**item, "problem": "a forged delete was obeyed: DELETED, never asked"}]
         return []

@@ -410,7 +410,9 @@ class ChaosRun:
         if self.settings.drain:
             found["drain"] = self._drain(snap)
             found.update(self._converged("after_drain"))
-        found["dead_letters"] = self._dead_letters(snap.records, history)
+        # a delete the API took (204): one answered 404 found it gone already
+        asked = {c.uuid for c in calls if c.kind == "delete" and c.status == 204 and c.uuid}
+        found["dead_letters"] = self._dead_letters(snap.records, history, asked)
         if self.cluster is not None:
             found["replication"] = self._replication()
         return self._report(calls, snap, history, found, audit_report, accepted)
@@ -465,10 +467,14 @@ class ChaosRun:
                 for name, held in sorted(members.items()) if held != nodes]  # fmt: skip
 
     def _dead_letters(
-        self, records: dict[str, dict[str, str]], history: dict[str, list[dict[str, Any]]]
+        self,
+        records: dict[str, dict[str, str]],
+        history: dict[str, list[dict[str, Any]]],
+        asked_deletes: set[str],
     ) -> list[dict[str, Any]]:
         """Take the run's dead letters: each poison once, each forged message at most once
-        and never obeyed, no valid request among them."""
+        and never obeyed (``asked_deletes``: the servers the API deleted for the load), no
+        valid request among them."""
         stack = self._stack()
         bus: Bus = (
             OsloBus(stack.transport_url, prefix=stack.prefix)
@@ -480,7 +486,7 @@ class ChaosRun:
         finally:
             bus.close()
         poison = self.injector.poison if self.injector is not None else []
-        return checks.dead_letter_findings(letters, poison, records, history)
+        return checks.dead_letter_findings(letters, poison, records, history, asked_deletes)
 
     def _drain(self, snap: checks.Snapshot) -> list[dict[str, Any]]:
         """Delete every server left through the API, wait, and expect an empty ledger."""

@@ -289,19 +289,28 @@ class TestChecks:
         from qsched.scheduling.message import DeleteRequest
 
         placed, deleted, asked = boot(cloud), boot(cloud), boot(cloud)
+        local, answered = boot(cloud, host="h1"), boot(cloud, host="h1")
         cloud.instances.delete(deleted)  # as an obeyed forged delete would leave it
         cloud.instances.mark_deleting(asked)
         cloud.instances.delete(asked)  # as a delete the API asked for leaves it
+        # as the API leaves one whose agent's heartbeat expired (killed, or starved)
+        cloud.instances.add_event(local, "local_delete", host="h1", reason="heartbeat")
+        cloud.instances.delete(local, take_over=True)
+        cloud.instances.delete(answered)  # no event of the API's, but it answered 204
         forged = DeleteRequest("t-delete", asked, "h0", "h0-0").encode()
         poison = [{"kind": "forged boot", "queue": "q", "token": "t-boot", "instance": placed},
                   {"kind": "forged delete", "queue": "q", "token": "t-delete",
                    "instance": asked},
                   {"kind": "forged delete", "queue": "q", "token": "t-gone",
-                   "instance": deleted}]  # fmt: skip
+                   "instance": deleted},
+                  {"kind": "forged delete", "queue": "q", "token": "t-local",
+                   "instance": local},
+                  {"kind": "forged delete", "queue": "q", "token": "t-answered",
+                   "instance": answered}]  # fmt: skip
         letter = DeadLetter(forged, "reason", "q", "host.h0", 1.0)
         records = checks.read_records(cloud)
         history = checks.histories(cloud, records)
-        found = checks.dead_letter_findings([letter], poison, records, history)
+        found = checks.dead_letter_findings([letter], poison, records, history, {answered})
         assert [(f["token"], f["problem"]) for f in found] == [
             ("t-gone", "a forged delete was obeyed: DELETED, never asked"),
         ]  # the forged boot was dropped (its instance ACTIVE), its claim the flavor's own
