@@ -159,6 +159,28 @@ class InstanceNotWaiting(Conflict):
     msg_fmt = "Instance {instance} is not waiting to be placed (state {state}, host {host})."
 
 
+class ComputeServiceInUse(Invalid):
+    """An evacuation from a host whose compute service is up (Nova answers 400)."""
+
+    msg_fmt = "Compute service of {host} is still in use."
+
+
+class MigrationNotFound(NotFound):
+    msg_fmt = "Migration {migration} could not be found."
+
+
+class MoveNotUnderWay(Conflict):
+    """A step of a move that the move is not at (another step, another host's, ended)."""
+
+    msg_fmt = "Migration {migration} is {status}: {host} cannot take this step of it now."
+
+
+class MoveTriedHost(Conflict):
+    """A destination that could not take a move claims it again: a move never goes back."""
+
+    msg_fmt = "Host {host} tried migration {migration} of instance {instance} already."
+
+
 class AgentAlive(Conflict):
     """A take-over of a silent host's instance found its agent beating again."""
 
@@ -307,6 +329,13 @@ def _host_rule_text(k: dict[str, Any]) -> str:
         return f"{host} is not one of the hosts the server may run on ({hosts})"
     if rule == "never":
         return f"{host} runs a server this one must not share a host with (different_host)"
+    if rule == "own":
+        return (
+            f"{host} is the server's own host: a move goes to another host (a resize "
+            f"stays only with [compute] allow_resize_to_same_host)"
+        )
+    if rule == "hosts":
+        return f"{host} breaks the host rule the server was booted with (same_host, different_host)"
     return f"node {k.get('node')} of {host} is not the node {k.get('requested_node')} asked for"
 
 

@@ -27,6 +27,7 @@ from qsched.ledger.base import (
     InstanceStore,
     KeypairStore,
     Ledger,
+    MigrationStore,
     QuotaStore,
     Usage,
 )
@@ -34,6 +35,7 @@ from qsched.ledger.flavors import RedisFlavors
 from qsched.ledger.groups import GroupLimits, RedisGroups
 from qsched.ledger.instances import RedisInstances
 from qsched.ledger.keypairs import RedisKeypairs
+from qsched.ledger.migrations import RedisMigrations
 from qsched.ledger.placement import RedisLedger
 from qsched.ledger.quota import RedisQuota
 from qsched.ledger.redis import Durability, RedisBackend, RedisStore, connect
@@ -56,6 +58,7 @@ class Stores:
     groups: GroupStore
     keypairs: KeypairStore
     archive: ArchiveStore
+    migrations: MigrationStore
 
 
 def open_stores(
@@ -107,4 +110,5 @@ def _redis_stores(
         RedisGroups(store, groups),
         RedisKeypairs(store, key_pairs),
         RedisArchive(store),
+        RedisMigrations(store, quota.default_args()),
     )

@@ -86,8 +86,8 @@ def audit(stores: Stores) -> AuditReport:
     return report
 
 
-_FIELDS = ("state", "host", "node", "project_id", "group", "group_host", "hosts", "class",
-           "flavor")  # fmt: skip
+_FIELDS = ("state", "host", "node", "project_id", "group", "group_host", "group_move_host",
+           "hosts", "class", "flavor", "migration")  # fmt: skip
 
 
 def _instances(stores: Stores) -> dict[str, dict[str, str]]:
@@ -181,15 +181,17 @@ def _check_quota(stores: Stores, report: AuditReport, scan: _Scan) -> None:
 
 
 def _check_groups(stores: Stores, report: AuditReport, scan: _Scan) -> None:
-    """A group's hosts count its members holding a claim there, and keep its policy."""
+    """A group's hosts count its members holding a claim there, and keep its policy. A
+    member that moves counts on its source and its destination (``group_move_host``)
+    until its move settles; its host is one of them."""
     counted: defaultdict[str, Counter[str]] = defaultdict(Counter)
     for uuid, record in scan.records.items():
-        where = record["group_host"]
+        where = [h for h in (record["group_host"], record["group_move_host"]) if h]
         if not where:
             continue
-        counted[record["group"]][where] += 1
-        if record["state"] not in _HOLDING or record["host"] != where:
-            report.group_mismatches.append({"instance": uuid, "counted_on": where,
+        counted[record["group"]].update(where)
+        if record["state"] not in _HOLDING or record["host"] not in where:
+            report.group_mismatches.append({"instance": uuid, "counted_on": where[0],
                                             "state": record["state"],
                                             "host": record["host"]})  # fmt: skip
     for group in stores.groups.list_all():
@@ -224,11 +226,14 @@ def _check_host_rules(report: AuditReport, scan: _Scan) -> None:
 def _check_flavors(report: AuditReport, scan: _Scan) -> None:
     """A claim holds, summed over its providers, what its record's flavor asks: only for
     the records a front door made (they name their class), the ones claims come from a
-    boot request for. A flavor is compiled once however many instances have it."""
+    boot request for, and not while a move holds another flavor's amounts for them (a
+    resize on its own host holds the larger of two). A flavor is compiled once however
+    many instances have it."""
     demands: dict[str, dict[str, int] | None] = {}
     for uuid, record in scan.records.items():
         held = scan.held.get(uuid)
-        if held is None or not record["class"] or record["state"] not in _HOLDING:
+        moving = record["migration"]
+        if held is None or not record["class"] or record["state"] not in _HOLDING or moving:
             continue
         raw = record["flavor"]
         if raw not in demands:

@@ -416,6 +416,8 @@ def _instance(fields: dict[str, str]) -> Instance:
         hosts=HostRule.from_dict(json.loads(fields["hosts"])) if fields.get("hosts") else None,
         batch=fields.get("batch") or None,
         stopped=fields.get("power") == "off",
+        migration=fields.get("migration") or None,
+        resized=fields.get("resized") == "1",
     )
 
 

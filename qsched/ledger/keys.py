@@ -174,6 +174,24 @@ class Keyspace:
     def host_actions(self, host: str) -> str:
         return f"{self.prefix}host:{host}:actions"
 
+    def host_migrations(self, host: str) -> str:
+        return f"{self.prefix}host:{host}:migrations"
+
+    # moves (resize, migrations, evacuations)
+    def migration(self, uuid: str) -> str:
+        return f"{self.prefix}migration:{uuid}"
+
+    @property
+    def migrations(self) -> str:
+        return f"{self.prefix}migrations"
+
+    @property
+    def migration_seq(self) -> str:
+        return f"{self.prefix}migration-seq"
+
+    def instance_migrations(self, uuid: str) -> str:
+        return f"{self.prefix}inst:{uuid}:migrations"
+
     # services
     def agent(self, host: str) -> str:
         return f"{self.prefix}agent:{host}"

@@ -145,6 +145,13 @@ class TaskState(enum.StrEnum):
     REBOOT_STARTED = "reboot_started"
     REBOOTING_HARD = "rebooting_hard"
     REBOOT_STARTED_HARD = "reboot_started_hard"
+    # moves (docs/moves.rst), in Nova's words
+    RESIZE_PREP = "resize_prep"
+    RESIZE_MIGRATING = "resize_migrating"
+    RESIZE_REVERTING = "resize_reverting"
+    MIGRATING = "migrating"
+    REBUILDING = "rebuilding"
+    REBUILD_SPAWNING = "rebuild_spawning"
     NONE = ""
 
 
@@ -265,6 +272,10 @@ class Instance:
     #: Powered off by a stop: it keeps its host, claim and quota (still ACTIVE in the
     #: ledger's sense), its vm_state is ``stopped``. Only the server actions set it.
     stopped: bool = False
+    #: The move under way (its migration's uuid), if any; ``resized``: a resize or cold
+    #: migration that finished on its new host waits for a confirm (VERIFY_RESIZE).
+    migration: str | None = None
+    resized: bool = False
     # The outbox entry that create or requeue just made (not stored in the record):
     # give it to InstanceStore.outbox_done once the boot request is published.
     outbox: str | None = dataclasses.field(default=None, compare=False)

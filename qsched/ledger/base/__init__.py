@@ -23,6 +23,7 @@ module            interface
 ``aggregates``    :class:`AggregateStore`: host aggregates
 ``groups``        :class:`GroupStore`: server groups
 ``keypairs``      :class:`KeypairStore`: each user's keypairs, and :class:`Keypair`
+``migrations``    :class:`MigrationStore`: moves of placed servers, :class:`Migration`
 ``archive``       :class:`ArchiveStore`: DELETED instances taken out (``archiver.py``)
 ``backend``       :class:`Backend`: the connection the stores share (in ``redis.py``)
 ``inspection``    :class:`Inspector`: scans of a whole cell (``scan.py``)
@@ -51,6 +52,7 @@ from qsched.ledger.base.groups import GroupStore
 from qsched.ledger.base.inspection import Inspector
 from qsched.ledger.base.instances import InstanceStore
 from qsched.ledger.base.keypairs import SSH, X509, Keypair, KeypairStore
+from qsched.ledger.base.migrations import Migration, MigrationStore, MoveRequest
 from qsched.ledger.base.placement import DEFAULT_MAX_HANDBACKS, Ledger
 from qsched.ledger.base.quota import QUOTA_LIMITS, QuotaStore
 from qsched.ledger.records import (
@@ -103,6 +105,9 @@ __all__ = [
     "Ledger",
     "LedgerUnavailable",
     "MapChange",
+    "Migration",
+    "MigrationStore",
+    "MoveRequest",
     "Placement",
     "Provider",
     "ProviderSpec",

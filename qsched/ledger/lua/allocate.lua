@@ -181,33 +181,8 @@ end
 
 local shared = {}  -- the sharing providers the guard checked: usage-only staleness is fine
 if ARGV[14] and ARGV[14] ~= "" then
-    local guard = cjson.decode(ARGV[14])
-    local akey = K.provider_aggregates(guard.root)
-    local function member(a) return redis.call("SISMEMBER", akey, a) == 1 end
-    for _, a in ipairs(guard.all) do
-        if not member(a) then
-            return fail("rule_broken", {provider = guard.root, reason = "not in aggregate " .. a})
-        end
-    end
-    for _, group in ipairs(guard.any) do
-        local found = false
-        for _, a in ipairs(group) do if member(a) then found = true; break end end
-        if not found then
-            return fail("rule_broken", {provider = guard.root,
-                reason = "in none of the aggregates " .. table.concat(group, ", ")})
-        end
-    end
-    for _, a in ipairs(guard.none) do
-        if member(a) then
-            return fail("rule_broken", {provider = guard.root, reason = "in aggregate " .. a})
-        end
-    end
-    -- Sharing providers (docs/shared-providers.rst): each still serves the root's tree.
-    for _, rp in ipairs(guard.sharing or {}) do
-        local broken = sharing_broken(rp, guard.root, guard)
-        if broken then return fail("rule_broken", {provider = rp, reason = broken}) end
-        if claim then shared[rp] = true end
-    end
+    local broken = guard_refusal(cjson.decode(ARGV[14]), claim and shared or nil)
+    if broken then return broken end
 end
 
 local new = cjson.decode(allocs_json)

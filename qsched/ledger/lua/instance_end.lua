@@ -29,8 +29,10 @@ if condition == "due" and tonumber(inst[5] or 0) > tonumber(now) then
     return fail("not_due", {instance = uuid, deadline = inst[5]})
 end
 local detail = {}
-if held ~= "" and inst[3] and inst[3] ~= "" then
-    if not agent_silent(inst[3]) then return fail("agent_alive", {host = inst[3]}) end
+local take_over = held ~= "" and inst[3] and inst[3] ~= ""
+if take_over and not agent_silent(inst[3]) then return fail("agent_alive", {host = inst[3]}) end
+move_end(uuid, inst[3] or "", now)  -- first: its own consumer then holds its host's side
+if take_over then
     if hold_claim(uuid, inst[3], held) then detail.held_for = inst[3] end
 end
 end_instance(uuid, {project = inst[2], host = inst[3], node = inst[4]}, state, fault, now,

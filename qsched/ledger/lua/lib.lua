@@ -101,34 +101,43 @@ local function drop_allocations(consumer)
     return true
 end
 
--- Take the claim of an instance from a host whose agent did not give it up (silent past
--- its heartbeat, its service forced down): its VM may still run there, so its
--- allocations stay on the same providers, held for that host under the consumer
--- ``held`` (a new UUID from the caller), and the instance's own consumer is free to claim
--- elsewhere. Only that host's agent releases a held claim, once its driver does not run
--- the instance (release_held.lua). A claim taken from the same host twice is held as
--- one. Returns true if the instance held anything.
-local function hold_claim(uuid, host, held)
-    local ckey = K.consumer(uuid)
+-- Hold the allocations of consumer ``from`` for a host where instance ``uuid`` may
+-- still run, under the consumer that host already holds for it or else ``held``:
+-- only that host's agent releases a held claim, once its driver does not run the
+-- instance (release_held.lua). ``from`` may be ``held`` itself (a move's consumer
+-- held where it is). Returns true if ``from`` held anything.
+local function hold_consumer(from, uuid, host, held)
+    local ckey = K.consumer(from)
     local cur = redis.call("HMGET", ckey, "allocs", "project", "user")
     if not cur[1] then return false end
     local hkey = K.host_held(host)
     held = redis.call("HGET", hkey, uuid) or held
     local hold = K.consumer(held)
-    local before = redis.call("HGET", hold, "allocs")
-    local allocs = before and cjson.decode(before) or {}
+    local allocs = {}
+    local before = held ~= from and redis.call("HGET", hold, "allocs")
+    if before then allocs = cjson.decode(before) end
     for rp, amounts in pairs(cjson.decode(cur[1])) do
         allocs[rp] = allocs[rp] or {}
         for rc, n in pairs(amounts) do allocs[rp][rc] = (allocs[rp][rc] or 0) + n end
-        redis.call("SREM", K.provider_consumers(rp), uuid)
+        redis.call("SREM", K.provider_consumers(rp), from)
         redis.call("SADD", K.provider_consumers(rp), held)
     end
+    if held ~= from then redis.call("DEL", ckey) end
     redis.call("HSET", hold, "allocs", cjson.encode(allocs), "project", cur[2], "user", cur[3],
                "held_for", host, "instance", uuid)
     redis.call("HINCRBY", hold, "generation", 1)
-    redis.call("DEL", ckey)
     redis.call("HSET", hkey, uuid, held)
     return true
+end
+
+-- Take the claim of an instance from a host whose agent did not give it up (silent past
+-- its heartbeat, its service forced down): its VM may still run there, so its
+-- allocations stay on the same providers, held for that host under the consumer
+-- ``held`` (a new UUID from the caller), and the instance's own consumer is free to claim
+-- elsewhere. A claim taken from the same host twice is held as one. Returns true if
+-- the instance held anything.
+local function hold_claim(uuid, host, held)
+    return hold_consumer(uuid, uuid, host, held)
 end
 
 -- Release the claim held for a host of an instance (hold_claim), if any: its agent
@@ -287,14 +296,43 @@ local function group_claim(uuid, host)
     redis.call("HSET", ikey, "group_host", host)
 end
 
--- A member's claim was dropped: it no longer counts on its host.
-local function group_unclaim(uuid)
+-- One count of a member on a host dropped: ``field`` names the record's field that
+-- says where (group_host, or group_move_host: the destination of its move).
+local function group_count_drop(uuid, field)
     local ikey = K.instance(uuid)
-    local f = redis.call("HMGET", ikey, "group", "group_host")
+    local f = redis.call("HMGET", ikey, "group", field)
     if not f[1] or not f[2] or f[2] == "" then return end
     local hosts = K.group_hosts(f[1])
     if redis.call("HINCRBY", hosts, f[2], -1) <= 0 then redis.call("HDEL", hosts, f[2]) end
-    redis.call("HDEL", ikey, "group_host")
+    redis.call("HDEL", ikey, field)
+end
+
+-- A member's claim was dropped: it no longer counts on its host (nor on the
+-- destination of a move it was making).
+local function group_unclaim(uuid)
+    group_count_drop(uuid, "group_host")
+    group_count_drop(uuid, "group_move_host")
+end
+
+-- A member that moves counts on its destination too, from the destination's claim
+-- until the move is confirmed (then it counts there only) or reverted (at its source
+-- only): two moves can never fill one host past its group's rule.
+local function group_move_claim(uuid, host)
+    local ikey = K.instance(uuid)
+    local group = redis.call("HGET", ikey, "group")
+    if not group or group == "" or redis.call("EXISTS", K.group(group)) == 0 then return end
+    redis.call("HINCRBY", K.group_hosts(group), host, 1)
+    redis.call("HSET", ikey, "group_move_host", host)
+end
+
+-- A move confirmed: the member counts on its destination only.
+local function group_move_settle(uuid)
+    local ikey = K.instance(uuid)
+    local dest = redis.call("HGET", ikey, "group_move_host")
+    if not dest then return end
+    group_count_drop(uuid, "group_host")
+    redis.call("HSET", ikey, "group_host", dest)
+    redis.call("HDEL", ikey, "group_move_host")
 end
 
 -- Batches: the members of one multi-create, placed all or none (docs/server-groups.rst).
@@ -381,11 +419,138 @@ local function deleted_index(key, uuid, now, keep)
     if keep then redis.call("ZREMRANGEBYRANK", key, 0, -(keep + 1)) end
 end
 
+-- Moves (docs/moves.rst) -----------------------------------------------------------
+-- A move (resize, cold or live migration, evacuation) is a migration record,
+-- migration:<uuid>, with Nova's statuses. From the destination's claim on, the
+-- instance's consumer holds the destination's resources and the migration's consumer
+-- (the migration's uuid) the source's, Nova's migration-based allocations; a resize
+-- on its own host holds the larger of the two flavors per class in the instance's
+-- consumer alone. Every step is one script, O(1) in the size of the cloud.
+
+-- The statuses a move waits in for a destination, and the final ones.
+local MOVE_WAITING = {["pre-migrating"] = true, accepted = true}
+local MOVE_FINAL = {confirmed = true, reverted = true, error = true, failed = true,
+                    completed = true, done = true, cancelled = true}
+
+-- Replace a consumer's allocations with ``raw`` (JSON {rp: {rc: n}}; "" or "{}": none)
+-- for project and user: usages and provider sets follow, its generation goes up.
+local function replace_allocations(consumer, raw, project, user)
+    local ckey = K.consumer(consumer)
+    local gen = tonumber(redis.call("HGET", ckey, "generation") or 0)
+    drop_allocations(consumer)
+    local allocs = (raw ~= "" and cjson.decode(raw)) or {}
+    local any = false
+    for rp, amounts in pairs(allocs) do
+        local rkey = K.provider(rp)
+        for rc, n in pairs(amounts) do
+            redis.call("HINCRBY", rkey, "u:" .. rc, n)
+            redis.call("HINCRBY", K.project_usage(project), rc, n)
+        end
+        redis.call("SADD", K.provider_consumers(rp), consumer)
+        redis.call("HINCRBY", rkey, "generation", 1)
+        any = true
+    end
+    if any then
+        redis.call("HSET", ckey, "generation", gen + 1, "allocs", raw, "project", project,
+                   "user", user)
+    end
+    return any
+end
+
+-- Exchange what two consumers hold (usages do not change: one project owns both).
+local function swap_consumers(a, b)
+    local ka, kb = K.consumer(a), K.consumer(b)
+    local fa, fb = redis.call("HGETALL", ka), redis.call("HGETALL", kb)
+    local function rps(flat)
+        for i = 1, #flat, 2 do
+            if flat[i] == "allocs" then return cjson.decode(flat[i + 1]) end
+        end
+        return {}
+    end
+    local ra, rb = rps(fa), rps(fb)
+    for rp in pairs(ra) do redis.call("SREM", K.provider_consumers(rp), a) end
+    for rp in pairs(rb) do redis.call("SREM", K.provider_consumers(rp), b) end
+    for rp in pairs(ra) do redis.call("SADD", K.provider_consumers(rp), b) end
+    for rp in pairs(rb) do redis.call("SADD", K.provider_consumers(rp), a) end
+    redis.call("DEL", ka, kb)
+    if #fb > 0 then redis.call("HSET", ka, unpack(fb)) end
+    if #fa > 0 then redis.call("HSET", kb, unpack(fa)) end
+end
+
+-- A move ends in ``status``: its record says so, its instance makes none, and its
+-- hosts have it no more under way.
+local function move_close(uuid, mig, status, now)
+    local mkey = K.migration(mig)
+    local m = redis.call("HMGET", mkey, "source_compute", "dest_compute")
+    redis.call("HSET", mkey, "status", status, "updated_at", now)
+    redis.call("HDEL", K.instance(uuid), "migration", "move_host", "move_node")
+    if m[1] then redis.call("SREM", K.host_migrations(m[1]), mig) end
+    if m[2] and m[2] ~= "" then redis.call("SREM", K.host_migrations(m[2]), mig) end
+end
+
+-- Give a move's claim back: the instance holds its source's side again (on its own
+-- host, what it held before: ``old_allocs``) and no longer counts on the destination.
+local function move_restore(uuid, mig, same, old_allocs, project, user)
+    if same then
+        replace_allocations(uuid, old_allocs, project, user)
+    else
+        drop_allocations(uuid)
+        swap_consumers(uuid, mig)
+        redis.call("HDEL", K.consumer(uuid), "migration", "instance")
+    end
+    group_count_drop(uuid, "group_move_host")
+end
+
+-- The instance holds ``quota`` ("cores ram_mb") against its project from now on.
+local function move_quota(project, uuid, quota)
+    if not quota or quota == "" then return end
+    local held_key = K.quota_held(project)
+    local before = redis.call("HGET", held_key, uuid)
+    if not before or before == quota then return end
+    local c0, r0 = string.match(before, "(%d+) (%d+)")
+    local c1, r1 = string.match(quota, "(%d+) (%d+)")
+    local used = K.quota_used(project)
+    redis.call("HINCRBY", used, "cores", tonumber(c1) - tonumber(c0))
+    redis.call("HINCRBY", used, "ram_mb", tonumber(r1) - tonumber(r0))
+    redis.call("HSET", held_key, uuid, quota)
+    redis.call("HSET", K.instance(uuid), "quota", quota)
+end
+
+-- An instance ends (``ender``: the host whose side ends with it) while a move of it is
+-- under way: the move fails, and what the other host holds stays held for that host
+-- (under the migration's consumer) until its agent says the VM is gone there. Before
+-- the move finished, the instance's own consumer holds the destination's side: the two
+-- are exchanged first, so that the instance's consumer holds the ender's side, which
+-- ends with the instance as any other claim.
+local function move_end(uuid, ender, now)
+    local mig = redis.call("HGET", K.instance(uuid), "migration")
+    if not mig then return end
+    local mkey = K.migration(mig)
+    local m = redis.call("HMGET", mkey, "status", "source_compute", "dest_compute", "kind")
+    if m[1] and not MOVE_FINAL[m[1]] then
+        local dest = m[3] or ""
+        if dest ~= "" and dest ~= m[2] then
+            local other = dest
+            if ender == dest then
+                other = m[2]
+            else
+                swap_consumers(uuid, mig)
+            end
+            hold_consumer(mig, uuid, other, mig)
+        end
+        local failed = (m[4] == "resize" or m[4] == "migration") and "error" or "failed"
+        move_close(uuid, mig, failed, now)
+        redis.call("HSET", mkey, "fault", "the server ended while it moved")
+    end
+    redis.call("HDEL", K.instance(uuid), "migration")
+end
+
 -- End an instance in ERROR or DELETED: its allocations and quota are released and it
 -- leaves every index. inst = {project=, host=, node=} as the record holds them; detail
 -- goes into the history, marked unpublished when its boot request never went out.
 local function end_instance(uuid, inst, state, fault, now, max_events, detail)
     local ikey = K.instance(uuid)
+    move_end(uuid, inst.host or "", now)
     drop_allocations(uuid)
     group_unclaim(uuid)
     batch_unclaim(uuid)
@@ -491,6 +656,39 @@ local function sharing_broken(rp, root, guard)
     end
     for _, a in ipairs(guard.none) do
         if member(a) then return "in aggregate " .. a end
+    end
+    return nil
+end
+
+-- Why a claim's guard (ClaimGuard: the aggregate rules its node's root provider must
+-- satisfy, and the sharing providers it takes from) refuses it: the failure reply, or
+-- nil. ``shared`` (a table, or nil) gets each sharing provider it checked.
+local function guard_refusal(guard, shared)
+    local akey = K.provider_aggregates(guard.root)
+    local function member(a) return redis.call("SISMEMBER", akey, a) == 1 end
+    for _, a in ipairs(guard.all) do
+        if not member(a) then
+            return fail("rule_broken", {provider = guard.root, reason = "not in aggregate " .. a})
+        end
+    end
+    for _, group in ipairs(guard.any) do
+        local found = false
+        for _, a in ipairs(group) do if member(a) then found = true; break end end
+        if not found then
+            return fail("rule_broken", {provider = guard.root,
+                reason = "in none of the aggregates " .. table.concat(group, ", ")})
+        end
+    end
+    for _, a in ipairs(guard.none) do
+        if member(a) then
+            return fail("rule_broken", {provider = guard.root, reason = "in aggregate " .. a})
+        end
+    end
+    -- Sharing providers (docs/shared-providers.rst): each still serves the root's tree.
+    for _, rp in ipairs(guard.sharing or {}) do
+        local broken = sharing_broken(rp, guard.root, guard)
+        if broken then return fail("rule_broken", {provider = rp, reason = broken}) end
+        if shared then shared[rp] = true end
     end
     return nil
 end

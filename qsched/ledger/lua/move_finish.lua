@@ -1,0 +1,45 @@
+-- A move's host says its part is done (docs/moves.rst). Idempotent: a host that says
+-- it again of a move already past this step gets ``already``.
+--   resize, migration: the destination runs the server; it is there now, with its new
+--       flavor, and waits for a confirm or a revert (VERIFY_RESIZE): both sides held.
+--   live-migration: the source says its VM left for the destination: the source's side
+--       is released, the move completed.
+--   evacuation: the destination rebuilt the server; the source's side stays held for
+--       the source host (its VM may run there still) until its agent says it is gone.
+-- KEYS[1]  the migration key
+-- ARGV     prefix, migration, host, now, max_events
+local mig, host, now, max_events = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local mkey = K.migration(mig)
+local m = redis.call("HMGET", mkey, "status", "instance_uuid", "kind", "source_compute",
+                     "dest_compute", "dest_node", "new_flavor", "new_class")
+if not m[1] then return fail("migration_not_found", {migration = mig}) end
+local uuid, kind, source, dest, dest_node = m[2], m[3], m[4], m[5], m[6]
+local by = kind == "live-migration" and source or dest
+local ending = {migrating = true, preparing = true, running = true, ["post-migrating"] = true}
+if host ~= by or not ending[m[1]] then
+    local done = {finished = true, confirming = true, confirmed = true, completed = true,
+                  done = true}
+    if host == by and done[m[1]] then return reply({already = true, status = m[1]}) end
+    return fail("not_moving", {migration = mig, status = m[1], host = host})
+end
+local ikey = K.instance(uuid)
+redis.call("HSET", ikey, "host", dest, "node", dest_node, "task_state", "", "updated_at", now)
+local status
+if kind == "resize" or kind == "migration" then
+    status = "finished"
+    redis.call("HSET", ikey, "flavor", m[7], "resized", "1")
+    if m[8] ~= "" then redis.call("HSET", ikey, "class", m[8]) end
+    redis.call("HSET", mkey, "status", status, "updated_at", now)
+else
+    status = kind == "evacuation" and "done" or "completed"
+    if kind == "evacuation" then
+        hold_consumer(mig, uuid, source, mig)
+    else
+        drop_allocations(mig)
+    end
+    group_move_settle(uuid)
+    move_close(uuid, mig, status, now)
+end
+add_event(uuid, now, "move_finished", dest, dest_node,
+          {migration = mig, kind = kind, status = status}, max_events)
+return reply({status = status})
