@@ -443,14 +443,14 @@ def _same(view: ProviderView, fresh: ProviderView) -> bool:
 
 
 def _explained(inst: Placement | None, host: str) -> bool:
-    return inst is not None and inst.state in (State.BUILD, State.ACTIVE) and inst.host == host
+    """The instance holds a claim on this host: its own, or one end of its move."""
+    return inst is not None and inst.state in (State.BUILD, State.ACTIVE) and inst.on(host)
 
 
 def _runs_here(inst: Placement | None, host: str, node: str) -> bool:
-    """The ledger agrees that the instance is ACTIVE on this node."""
-    return (
-        inst is not None and inst.state == State.ACTIVE and (inst.host, inst.node) == (host, node)
-    )
+    """The ledger agrees that the instance is ACTIVE on this node: its host, or one end
+    of a move of it under way (docs/moves.rst: its copy there is the move's)."""
+    return inst is not None and inst.state == State.ACTIVE and inst.on(host, node)
 
 
 def _built_here(inst: Placement | None, host: str, node: str) -> bool:

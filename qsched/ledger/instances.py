@@ -143,7 +143,8 @@ class RedisInstances(InstanceStore):
 
     def placements(self, uuids: Sequence[str]) -> dict[str, Placement]:
         keys = [self.keys.instance(u) for u in uuids]
-        fields = ("state", "host", "node", "task_state")
+        fields = ("state", "host", "node", "task_state", "move_from", "move_from_node",
+                  "move_host", "move_node")  # fmt: skip
         replies = read_many(self.store.client, "hmget", keys, *fields)
         return {uuid: _placement(*found) for uuid, found in zip(uuids, replies, strict=True)
                 if found[0] is not None}  # fmt: skip
@@ -421,9 +422,14 @@ def _instance(fields: dict[str, str]) -> Instance:
     )
 
 
-def _placement(state: Any, host: Any, node: Any, task_state: Any) -> Placement:
+def _placement(state: Any, host: Any, node: Any, task_state: Any, *moving: Any) -> Placement:
+    """A placement from its HMGET reply; ``moving``: the move's source host and node,
+    then its destination's (absent: none)."""
+    ends = tuple((text(moving[i]), text(moving[i + 1] or b""))
+                 for i in range(0, len(moving), 2) if moving[i])  # fmt: skip
+    task = TaskState(text(task_state or b""))
     return Placement(State(text(state)), text(host) if host else None,
-                     text(node) if node else None, TaskState(text(task_state or b"")))  # fmt: skip
+                     text(node) if node else None, task, ends)  # fmt: skip
 
 
 def _event(entry: dict[str, Any]) -> Event:

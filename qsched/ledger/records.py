@@ -185,13 +185,21 @@ class Event:
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """Where an instance is, as its record says, and what is under way there: four
-    fields, cheap to read in bulk."""
+    """Where an instance is, as its record says, and what is under way there: a few
+    fields, cheap to read in bulk. ``moving``: the other (host, node) pairs it is on
+    while a move of it is under way (its source, its destination once claimed)."""
 
     state: State
     host: str | None = None
     node: str | None = None
     task_state: TaskState = TaskState.NONE
+    moving: tuple[tuple[str, str], ...] = ()
+
+    def on(self, host: str, node: str | None = None) -> bool:
+        """Whether the record has it on ``host`` (and ``node``, when given): its own
+        host, or one end of its move under way."""
+        pairs = ((self.host, self.node), *self.moving)
+        return any(h == host and (node is None or n == node) for h, n in pairs)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -328,3 +328,21 @@ def test_parallel_moves_of_an_anti_affinity_group_keep_it_apart(stores: Stores) 
     claimed = [m for m in moves if stores.migrations.get(m).status == "migrating"]
     assert len(claimed) == 5  # only the five free hosts could take one
     assert sum(counts.values()) == 25
+
+
+def test_both_sides_of_a_move_are_explained_to_the_agents(cloud: Cloud) -> None:
+    """An agent's reconcile must leave a move alone: the records place the server on
+    both of its hosts, and neither side's allocations is a leak."""
+    stores, server = cloud.stores, cloud.server("h0")
+    mig = cloud.start(server)
+    cloud.claim(mig, "h1")
+    placed = stores.instances.placements([server])[server]
+    assert placed.on("h0", "h0-0") and placed.on("h1", "h1-0") and not placed.on("h2")
+    for host in ("h0", "h1"):
+        for consumer in (server, mig):
+            assert not stores.ledger.release_unexplained(consumer, host, cloud.rps[host])
+    assert cloud.used("h0") == amounts(SMALL) and cloud.used("h1") == amounts(SMALL)
+    stores.migrations.finish(mig, "h1")
+    stores.migrations.confirm(mig, "ask")
+    stores.migrations.confirm(mig, "done", "h0")
+    assert stores.instances.placements([server])[server].moving == ()

@@ -483,7 +483,8 @@ local function move_close(uuid, mig, status, now)
     local mkey = K.migration(mig)
     local m = redis.call("HMGET", mkey, "source_compute", "dest_compute")
     redis.call("HSET", mkey, "status", status, "updated_at", now)
-    redis.call("HDEL", K.instance(uuid), "migration", "move_host", "move_node")
+    redis.call("HDEL", K.instance(uuid), "migration", "move_host", "move_node", "move_from",
+               "move_from_node")
     if m[1] then redis.call("SREM", K.host_migrations(m[1]), mig) end
     if m[2] and m[2] ~= "" then redis.call("SREM", K.host_migrations(m[2]), mig) end
 end
@@ -542,7 +543,8 @@ local function move_end(uuid, ender, now)
         move_close(uuid, mig, failed, now)
         redis.call("HSET", mkey, "fault", "the server ended while it moved")
     end
-    redis.call("HDEL", K.instance(uuid), "migration")
+    redis.call("HDEL", K.instance(uuid), "migration", "move_host", "move_node", "move_from",
+               "move_from_node")
 end
 
 -- End an instance in ERROR or DELETED: its allocations and quota are released and it

@@ -90,7 +90,8 @@ redis.call("HSET", K.migration(mig), "id", id, "uuid", mig, "instance_uuid", uui
 redis.call("ZADD", K.migrations, id, mig)
 redis.call("ZADD", K.instance_migrations(uuid), id, mig)
 redis.call("SADD", K.host_migrations(host), mig)
-redis.call("HSET", ikey, "migration", mig, "task_state", task_states[kind], "updated_at", now)
+redis.call("HSET", ikey, "migration", mig, "task_state", task_states[kind], "move_from", host,
+           "move_from_node", node, "updated_at", now)
 add_event(uuid, now, "move_requested", host, node,
           {kind = kind, migration = mig, request_id = request_id, target = target},
           max_events)
