@@ -167,7 +167,11 @@ class GroupStep:
 
     def park(self, msg: BootRequest, delivery: Delivery, outcome: Outcome) -> None:
         """PARK: leave the request to the janitor's outbox pass for a grace period (for
-        ``outcome.reason``), then ack."""
+        ``outcome.reason``), then ack. A move has no outbox entry (its server runs): it
+        is passed on with a pause instead, until a host takes it or its deadline."""
+        if msg.moves:
+            self.pass_on(msg, delivery, Outcome.pass_on(give_way=True))
+            return
         self.parts.counters["parked"] += 1
         self.parts.stores.instances.park(msg.instance_uuid, self.parts.host, outcome.reason)
         delivery.ack()

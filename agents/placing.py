@@ -44,10 +44,16 @@ Alternates (Nova's alternate hosts and RetryFilter) are such a rule: the ledger'
 claim refuses a host in the record's ``tried_hosts`` while a live agent not in them
 has room for the class, up to ``[agent] max_handbacks`` hand-backs of the request
 (docs/pipeline.rst, "Alternates").
+
+A move's request (``BootRequest.moves``, docs/moves.rst) meets the same steps; its
+claim is the migration's (:meth:`~qsched.ledger.base.MigrationStore.claim`), which
+refuses the server's own host (unless a resize may stay there) and every destination
+that could not take it before: both hand the request back, for another agent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -63,6 +69,7 @@ from qsched.flavors import Constraints
 from qsched.ledger import retry
 from qsched.ledger.base import ClaimGuard, State
 from qsched.notifications import payloads
+from qsched.recovery.reaper import MOVE_NO_VALID_HOST
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.message import BootRequest
 from qsched.scheduling.records import request_for
@@ -139,6 +146,8 @@ class Placer:
             # that spawn has given up, we or another agent must take it.
             return LATER if self.still_waiting(msg) else DROP
         if msg.expired():
+            if msg.moves:
+                return self._move_expired(msg)
             self.parts.no_valid_host(msg.instance_uuid, "deadline", due_only=True)
             return ENDED
         if not self.knows_class(msg.scheduling_class):
@@ -196,8 +205,37 @@ class Placer:
             return "its constraints are not the ones its record was made with"
         return None
 
+    def _move_expired(self, msg: BootRequest) -> Outcome:
+        """A move past its deadline: it ends (the server stays on its source) unless a
+        destination holds it already; ENDED either way."""
+        return self._end_move(msg, MOVE_NO_VALID_HOST, "deadline")
+
+    def _move_elsewhere(self, msg: BootRequest, alternate: str) -> Outcome:
+        """A move this host may not take: HAND_BACK for ``alternate``, a live agent that
+        may; with none, it ends (ENDED): no host can take it now, as Nova's scheduler
+        answers NoValidHost at once."""
+        if alternate:
+            return Outcome.hand_back(alternate, 0)
+        reason = "No valid host was found: no other host can take the move now."
+        return self._end_move(msg, reason, "no_alternate")
+
+    def _end_move(self, msg: BootRequest, reason: str, why: str) -> Outcome:
+        """End a move that waits for a destination, counted under ``why``: ENDED (also
+        when it waits no more)."""
+        assert msg.migration is not None
+        with contextlib.suppress(exception.MoveNotUnderWay, exception.MigrationNotFound):
+            self.parts.stores.migrations.fail(msg.migration, "", reason, retry=False)
+            self.parts.metrics.no_valid_host(why)
+        return ENDED
+
     def still_waiting(self, msg: BootRequest) -> bool:
-        """Whether the instance still waits for a host: worth requeueing its request."""
+        """Whether the instance (a move: its migration) still waits for a host: worth
+        requeueing its request."""
+        if msg.migration is not None:
+            try:
+                return self.parts.stores.migrations.get(msg.migration).waiting
+            except exception.MigrationNotFound:
+                return False
         try:
             inst = self.parts.stores.instances.get(msg.instance_uuid)
         except exception.InstanceNotFound:
@@ -270,6 +308,12 @@ class Placer:
             except exception.TriedHost as exc:
                 alternate, handbacks = exc.kwargs["alternate"], exc.kwargs["handbacks"]
                 return Outcome.hand_back(str(alternate), int(handbacks))
+            except exception.MoveTriedHost as exc:  # never back to a host that failed it
+                return self._move_elsewhere(msg, str(exc.kwargs.get("alternate") or ""))
+            except exception.HostRuleRefused as exc:
+                if exc.kwargs.get("rule") == "own":  # a move leaves its host
+                    return self._move_elsewhere(msg, str(exc.kwargs.get("alternate") or ""))
+                return Outcome.rule_refused(exc)
             except exception.ServiceDisabled as exc:
                 return Outcome.closed(str(exc))
             except exception.PlacementRuleRefused as exc:  # a group's policy, a host rule
@@ -331,7 +375,10 @@ class Placer:
         :raises ServiceDisabled: this host's service is disabled or forced down.
         :raises PlacementRuleRefused: a group's policy or a host rule refuses this host.
         :raises NotItsRequest: the record names another class than the request's.
+        :raises MoveTriedHost: a move this host could not take before.
         """
+        if msg.migration is not None:
+            return self._claim_move(msg, msg.migration, pick)
         parts = self.parts
         began = time.perf_counter()
         term = parts.lease.current()  # before the claim: a lapse after it is seen later
@@ -358,6 +405,44 @@ class Placer:
         parts.metrics.claimed(msg, time.perf_counter() - began)
         if not result.already and parts.notifier.enabled:
             self._notify_claimed(build)
+        return True
+
+    def _claim_move(self, msg: BootRequest, migration: str, pick: Pick) -> bool:
+        """Claim ``pick`` as the destination of a move and hold the build; False if the
+        move waits for no destination any more. Raises as :meth:`claim`.
+
+        On its own host (a resize that may stay), the ledger holds the larger of the two
+        flavors on the node: the node is read again rather than counted here.
+        """
+        parts = self.parts
+        began = time.perf_counter()
+        term = parts.lease.current()
+        try:
+            with parts.index.writing(pick.node):
+                claimed = retry.claim_move(
+                    parts.stores.migrations, parts.stores.ledger, migration, pick.allocations,
+                    parts.host, pick.node,
+                    provider_generations=parts.index.generations(pick.node, pick.allocations),
+                    max_retries=self.claim_retries,
+                    on_conflict=functools.partial(self._note_conflict, msg, pick),
+                    guard=self._guard(msg, pick),
+                    on_reread=functools.partial(parts.index.reread, pick.node),
+                    scheduling_class=msg.scheduling_class,
+                )  # fmt: skip
+                parts.builds.add(Build(msg, pick, term=term))
+                in_place = msg.source_host == parts.host
+                if not claimed.already and not in_place:
+                    parts.index.claim(pick.node, pick.allocations)
+        except (
+            exception.InstanceNotWaiting,
+            exception.InstanceNotFound,
+            exception.MigrationNotFound,
+        ):
+            return False
+        if in_place:
+            parts.reconciler.refresh_nodes([pick.node])
+        parts.counters["move_claimed"] += 1
+        parts.metrics.claimed(msg, time.perf_counter() - began)
         return True
 
     def _notify_claimed(self, build: Build) -> None:

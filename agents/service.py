@@ -55,6 +55,7 @@ from agents.deletes import STUCK_DELETE_S, DeleteStep
 from agents.groups import GroupStep
 from agents.lease import Lease
 from agents.metrics import AgentMetrics
+from agents.moves import STUCK_MOVE_S, MoveSteps
 from agents.nodes import NodeIndex
 from agents.outcome import Code, Outcome, Settle, SettleAny
 from agents.permit import POLL_S, Permit
@@ -139,6 +140,7 @@ class ComputeAgent:
         self.actions = ActionStep(stores, driver, self.host, self.counters, notifier)
         self.permit = Permit(parts, lambda uuid: self._spawner.submit(self.spawner.spawn, uuid))
         self.deletes = DeleteStep(parts)
+        self.moves = MoveSteps(parts)
         self.settle_any, self.settle = self._settlers()
         self.reconciled = ReconcileReport()  # what the start found
         self._last_beat: float | None = None  # monotonic time of the last heartbeat written
@@ -175,6 +177,7 @@ class ComputeAgent:
         self.register_classes()
         self.deletes.finish()  # whatever a previous run of this agent left undone
         self.actions.finish_stuck()  # and its server actions
+        self.moves.finish_stuck()  # and its steps of moves
         self.consumer = self.gate.open(
             lambda classes: self.bus.consumer(self.host, self.on_message, classes)
         )
@@ -196,6 +199,8 @@ class ComputeAgent:
              lambda: self.deletes.finish(time.time() - STUCK_DELETE_S)),
             ("actions", STUCK_ACTION_S / 2,
              lambda: self.actions.finish_stuck(time.time() - STUCK_ACTION_S)),
+            ("moves", STUCK_MOVE_S / 2,
+             lambda: self.moves.finish_stuck(time.time() - STUCK_MOVE_S)),
             ("permit", POLL_S, self.permit.check),  # multi-creates waiting for their claims
         ]  # fmt: skip
         if self.opts.reap_interval_s:
@@ -430,6 +435,8 @@ class ComputeAgent:
             self.delete(msg, delivery)
         elif isinstance(msg, message.ActionRequest):
             self.action(msg, delivery)
+        elif isinstance(msg, message.MoveStep):
+            self.move_step(msg, delivery)
         else:
             self.boot(msg, delivery)
 
@@ -492,6 +499,16 @@ class ComputeAgent:
             delivery.reject(f"a server action for host {msg.host} reached {self.host}")
             return
         self.actions.run(msg)
+        delivery.ack()
+
+    def move_step(self, msg: message.MoveStep, delivery: Delivery) -> None:
+        """Confirm or revert a move on this host (:mod:`agents.moves`); one for another
+        host is dead-lettered."""
+        if msg.host != self.host:
+            self.counters["poison"] += 1
+            delivery.reject(f"a move's {msg.step} for host {msg.host} reached {self.host}")
+            return
+        self.moves.run(msg)
         delivery.ack()
 
 

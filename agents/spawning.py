@@ -15,6 +15,12 @@ give back  The spawn failed: the claim is released and the request requeued as
 
 A worker holds a claim nobody else finishes, so each ledger write retries through
 an outage (:meth:`~agents.steps.AgentParts.persist`) instead of giving up.
+
+A move's build (docs/moves.rst) is the destination's part of the move: the driver
+receives the server (:meth:`~agents.virt.base.VirtDriver.receive`), the settle is the
+migration's finish (a resize or a cold migration then waits for a confirm), and a
+failure gives the claim back to the migration, which waits for another destination
+(never this one) while attempts are left, or ends with the server on its source.
 """
 
 from __future__ import annotations
@@ -54,11 +60,15 @@ class Spawner:
         build = self.parts.builds.get(uuid)
         if build is None:
             return
-        parts, node, term = self.parts, build.pick.node, build.term
+        parts, node, term, msg = self.parts, build.pick.node, build.term, build.request
         while (term := self.leased(build, term)) is not None:
+            fence = functools.partial(parts.lease.holds, term)
             try:
-                parts.driver.spawn(uuid, node, build.request.to_flavor(),
-                                   fence=functools.partial(parts.lease.holds, term))  # fmt: skip
+                if msg.moves:
+                    parts.driver.receive(uuid, node, msg.to_flavor(), msg.source_host or "",
+                                         fence=fence)  # fmt: skip
+                else:
+                    parts.driver.spawn(uuid, node, msg.to_flavor(), fence=fence)
             except SpawnFenced:
                 parts.counters["spawn_fenced"] += 1  # nothing started: again, if still ours
                 continue
@@ -108,16 +118,26 @@ class Spawner:
 
     def _still_ours(self, build: Build) -> bool:
         """Whether the ledger has the build claimed by this host on its node still."""
-        parts, uuid = self.parts, build.request.instance_uuid
+        parts, uuid, migration = self.parts, build.request.instance_uuid, build.request.migration
+        if migration is not None:
+            try:
+                move = parts.stores.migrations.get(migration)
+            except exception.MigrationNotFound:
+                return False
+            mine = (move.dest_compute, move.dest_node) == (parts.host, build.pick.node)
+            return mine and not move.waiting and not move.final
         inst = parts.stores.instances.placements([uuid]).get(uuid)
         if inst is None:
             return False
         return (inst.state, inst.host, inst.node) == (State.BUILD, parts.host, build.pick.node)
 
     def settle(self, build: Build) -> None:
-        """Record the spawned instance ACTIVE and end the build."""
+        """Record the spawned instance ACTIVE (a move: finished here) and end the build."""
         parts, msg, node = self.parts, build.request, build.pick.node
         uuid = msg.instance_uuid
+        if msg.migration is not None:
+            self._finish_move(build, msg.migration)
+            return
         try:
             went = parts.persist(
                 msg, lambda: parts.stores.instances.set_active(uuid, parts.host, node)
@@ -137,8 +157,30 @@ class Spawner:
             return
         self.forget(uuid)
 
+    def _finish_move(self, build: Build, migration: str) -> None:
+        """The server runs here: the move's finish in the ledger. A move that ended
+        meanwhile (the server deleted) leaves nothing of it here."""
+        parts, msg, node = self.parts, build.request, build.pick.node
+        uuid = msg.instance_uuid
+        try:
+            status = parts.persist(
+                msg, lambda: parts.stores.migrations.finish(migration, parts.host)
+            )
+        except (exception.MoveNotUnderWay, exception.MigrationNotFound):
+            if (msg.source_host or "") != parts.host:  # a resize in place is the server
+                parts.driver.destroy(uuid, node)
+            self.let_go(uuid, node)
+            return
+        parts.counters["moved_in"] += 1
+        LOG.info("[%s] instance %s moved to %s (%s, migration %s)", msg.request_id, uuid, node,
+                 status, migration)  # fmt: skip
+        self.forget(uuid)
+
     def give_back(self, build: Build, reason: str) -> None:
         """Release the claim of a failed spawn and reschedule the request."""
+        if build.request.migration is not None:
+            self._give_back_move(build, build.request.migration, reason)
+            return
         parts, msg, node = self.parts, build.request, build.pick.node
         uuid = msg.instance_uuid
         parts.counters["spawn_failed"] += 1
@@ -168,6 +210,33 @@ class Spawner:
         except exception.BackendUnavailable:
             LOG.error("agent %s: could not reschedule %s; the janitor publishes it from the "
                       "outbox", parts.host, uuid)  # fmt: skip
+
+    def _give_back_move(self, build: Build, migration: str, reason: str) -> None:
+        """A move that could not come up here: the claim goes back to the migration,
+        which waits for another destination (published again) or ended (attempts used
+        up: the server stays on its source)."""
+        parts, msg, node = self.parts, build.request, build.pick.node
+        parts.counters["move_failed"] += 1
+        try:
+            with parts.index.writing(node):
+                again = parts.persist(
+                    msg, lambda: parts.stores.migrations.fail(migration, parts.host, reason, True)
+                )
+                self.forget(msg.instance_uuid, release=(msg.source_host or "") != parts.host)
+        except (exception.MoveNotUnderWay, exception.MigrationNotFound):
+            self.let_go(msg.instance_uuid, node)
+            return
+        if (msg.source_host or "") == parts.host:
+            parts.reconciler.refresh_nodes([node])
+        if not again:
+            LOG.warning("agent %s: move %s of %s ended: %s", parts.host, migration,
+                        msg.instance_uuid, reason)  # fmt: skip
+            return
+        try:
+            parts.persist(msg, lambda: parts.bus.publish_boot(msg.next_attempt(parts.host)))
+        except exception.BackendUnavailable:
+            LOG.error("agent %s: could not publish move %s again; it ends at its deadline",
+                      parts.host, migration)  # fmt: skip
 
     def _notify_active(self, build: Build) -> None:
         """``instance.create.end``: from the claim's ``.start`` when it was sent here,

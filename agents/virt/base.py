@@ -106,6 +106,24 @@ class VirtDriver(abc.ABC):
         :raises SpawnFenced: ``fence`` said no; nothing of it is left behind.
         """
 
+    def receive(
+        self,
+        instance_uuid: str,
+        node: str,
+        flavor: Flavor,
+        source: str,
+        fence: Callable[[], bool] | None = None,
+    ) -> None:
+        """Bring up on ``node`` a server that moves here from host ``source`` with
+        ``flavor`` (docs/moves.rst): a cold migration's or a resize's finish, an
+        evacuation's rebuild; ``source`` is this driver's host for a resize in place,
+        which resizes the server where it runs. The source's copy is the source's
+        driver's. Returns once it runs here. The default spawns it.
+
+        :raises SpawnFailed, SpawnFenced: as :meth:`spawn`; the server is left as it was.
+        """
+        self.spawn(instance_uuid, node, flavor, fence)
+
     @abc.abstractmethod
     def destroy(self, instance_uuid: str, node: str) -> bool:
         """Stop an instance and free what it used; False if it was not on ``node``.

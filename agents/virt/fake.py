@@ -237,14 +237,7 @@ class FakeDriver(VirtDriver):
         with self._lock:
             if self._placed(instance_uuid, node):
                 return
-            failures = self._failures.get(instance_uuid, 0)
-        if self.spawn_delay_s:
-            self._sleep(self.spawn_delay_s)
-        if self._roll(instance_uuid, node, failures) < self.failure_rate:
-            with self._lock:
-                self._failures[instance_uuid] = failures + 1
-            reason = f"injected failure (failure_rate={self.failure_rate})"
-            raise SpawnFailed(instance=instance_uuid, node=node, reason=reason)
+        self._work(instance_uuid, node)
         hook = self.spawn_hook
         if hook is not None:
             hook(instance_uuid, node)
@@ -256,6 +249,41 @@ class FakeDriver(VirtDriver):
                 self._instances[node].add(instance_uuid)
                 self._failures.pop(instance_uuid, None)
                 self._note("+", instance_uuid, node)
+
+    def receive(
+        self,
+        instance_uuid: str,
+        node: str,
+        flavor: Flavor,
+        source: str,
+        fence: Callable[[], bool] | None = None,
+    ) -> None:
+        """Simulate a move's arrival: a spawn; a resize in place (the server on ``node``
+        already) takes the spawn's delay and may fail as a spawn does, and leaves the
+        server running there. See VirtDriver."""
+        with self._lock:
+            in_place = self._where.get(instance_uuid) == node
+        if not in_place:
+            self.spawn(instance_uuid, node, flavor, fence)
+            return
+        self._work(instance_uuid, node)
+        if fence is not None and not fence():
+            raise SpawnFenced(instance=instance_uuid, node=node)
+
+    def _work(self, instance_uuid: str, node: str) -> None:
+        """The spawn delay, then an injected failure as the failure rate draws it.
+
+        :raises SpawnFailed: the draw failed it (counted, so that a retry draws anew).
+        """
+        with self._lock:
+            failures = self._failures.get(instance_uuid, 0)
+        if self.spawn_delay_s:
+            self._sleep(self.spawn_delay_s)
+        if self._roll(instance_uuid, node, failures) < self.failure_rate:
+            with self._lock:
+                self._failures[instance_uuid] = failures + 1
+            reason = f"injected failure (failure_rate={self.failure_rate})"
+            raise SpawnFailed(instance=instance_uuid, node=node, reason=reason)
 
     def destroy(self, instance_uuid: str, node: str) -> bool:
         """Forget an instance. See VirtDriver."""

@@ -25,7 +25,14 @@ from qsched.bus import Bus, base
 from qsched.bus.kombu import message as kombu_message
 from qsched.ledger import Stores
 from qsched.ledger.base import State
-from qsched.scheduling.message import ActionRequest, DeleteRequest, Message, PoisonMessage, decode
+from qsched.scheduling.message import (
+    ActionRequest,
+    DeleteRequest,
+    Message,
+    MoveStep,
+    PoisonMessage,
+    decode,
+)
 
 DEFAULT_LIMIT = 1000
 NOT_SELECTED = "not selected"
@@ -163,7 +170,7 @@ class DeadLetterBox:
         if isinstance(msg, DeleteRequest):
             self.bus.publish_delete(msg.host, msg)
             return None
-        if isinstance(msg, ActionRequest):  # its agent drops it unless the action still waits
+        if isinstance(msg, ActionRequest | MoveStep):  # dropped unless it still waits
             self.bus.publish_action(msg.host, msg)
             return None
         try:

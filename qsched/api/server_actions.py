@@ -1,4 +1,6 @@
-"""/v2.1/servers/{id}/action (``os-stop``, ``os-start``, ``reboot``) and
+"""/v2.1/servers/{id}/action (``os-stop``, ``os-start``, ``reboot``; the moves
+``resize``, ``confirmResize``, ``revertResize``, ``migrate``, ``evacuate``:
+docs/moves.rst) and
 /v2.1/servers/{id}/os-instance-actions, in Nova's shapes by microversion.
 
 Instance actions: a deleted server's from 2.21; events for every reader of the
@@ -39,15 +41,38 @@ class ServerAction(_Handler):
     def on_post(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
         body = read_json(req, self.max_body)
         name = _action_name(body)
-        validate(schema.SERVER_ACTIONS[name], body)
-        context = context_of(req)
+        if name == "migrate" and microversion.at_least(req, (2, 56)):
+            validate(schema.MIGRATE_V256, body)
+        elif name == "evacuate":
+            since = max(v for v in schema.EVACUATE if microversion.at_least(req, v))
+            validate(schema.EVACUATE[since], body)
+        else:
+            validate(schema.SERVER_ACTIONS[name], body)
+        context, moves = context_of(req), self.compute.moves
         if name == "os-stop":
             self.actions.stop(context, server_id)
         elif name == "os-start":
             self.actions.start(context, server_id)
-        else:
+        elif name == "reboot":
             hard = body["reboot"]["type"].upper() == "HARD"
             self.actions.reboot(context, server_id, hard)
+        elif name == "resize":
+            moves.resize(context, server_id, str(body["resize"]["flavorRef"]))
+        elif name == "confirmResize":
+            moves.confirm(context, server_id)
+            resp.status = falcon.HTTP_204  # Nova answers a confirm with 204
+            return
+        elif name == "revertResize":
+            moves.revert(context, server_id)
+        elif name == "evacuate":
+            # No guest takes a password (a boot's adminPass is dropped too): 200 and no
+            # body, as Nova's with enable_instance_password off. onSharedStorage and
+            # force: the destination's claim checks every rule whatever they say.
+            moves.evacuate(context, server_id, body["evacuate"].get("host"))
+            resp.status = falcon.HTTP_200
+            return
+        else:
+            moves.migrate(context, server_id, (body["migrate"] or {}).get("host"))
         resp.status = falcon.HTTP_202
 
 

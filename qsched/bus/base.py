@@ -42,7 +42,7 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 from qsched import exception
-from qsched.scheduling.message import ActionRequest, BootRequest, DeleteRequest
+from qsched.scheduling.message import BootRequest, DeleteRequest, HostAction
 
 DEFAULT_PREFIX = "qsched"
 DEAD_ROUTING_KEY = "dead"
@@ -406,9 +406,9 @@ class Bus(abc.ABC):
         """Publish to ``host.<host>``, confirmed. Raises as :meth:`publish_boot`."""
 
     @abc.abstractmethod
-    def publish_action(self, host: str, message: ActionRequest) -> None:
-        """Publish a server action to ``host.<host>``, confirmed. Raises as
-        :meth:`publish_boot`."""
+    def publish_action(self, host: str, message: HostAction) -> None:
+        """Publish a server action or a move's step to ``host.<host>``, confirmed.
+        Raises as :meth:`publish_boot`."""
 
     @abc.abstractmethod
     def publish_to_host(self, host: str, message: BootRequest) -> None:
@@ -512,7 +512,7 @@ class Publisher(BootPublisher, Protocol):
 
     def publish_delete(self, host: str, message: DeleteRequest) -> None: ...
 
-    def publish_action(self, host: str, message: ActionRequest) -> None: ...
+    def publish_action(self, host: str, message: HostAction) -> None: ...
 
     def publish_to_host(self, host: str, message: BootRequest) -> None: ...
 

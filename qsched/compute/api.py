@@ -34,7 +34,7 @@ from qsched.compute.cell import Cell
 from qsched.compute.flavor_catalog import FlavorCatalog
 from qsched.compute.host_rules import HostRequest
 from qsched.compute.listing import ServerListing
-from qsched.compute.parts import Actions, Hypervisors, Keypairs, Services, Zones
+from qsched.compute.parts import Actions, Hypervisors, Keypairs, Moves, Services, Zones
 from qsched.compute.quotas import FileLimits, QuotaAPI
 from qsched.compute.server_actions import record_delete
 from qsched.compute.server_groups import Groups
@@ -108,6 +108,7 @@ class ComputeAPI(ServerListing, FlavorCatalog):
         self.quotas = quotas
         self.keypairs = Keypairs(cells)
         self.actions = Actions(cells)
+        self.moves = Moves(cells, self.get_flavor)
         self.hypervisors = Hypervisors(cells)
         self.services = Services(cells)
         self.zones = Zones(cells)

@@ -26,6 +26,7 @@ from qsched.compute.boot import Boot
 from qsched.compute.host_rules import HostRules
 from qsched.compute.hypervisors import HypervisorAPI
 from qsched.compute.keypairs import KeypairAPI
+from qsched.compute.moves import ServerMoves
 from qsched.compute.quotas import QuotaAPI
 from qsched.compute.server_actions import ServerActions
 from qsched.compute.server_groups import ServerGroups
@@ -111,6 +112,7 @@ class Cell(Boot):
         self.services = ServiceAPI(stores, self.policy)
         self.zones = ZoneAPI(stores, self.policy, self.aggregates)
         self.actions = ServerActions(stores, self.bus, self.policy, self.max_limit)
+        self.moves = ServerMoves(stores, self.bus, self.policy, self.scheduler)
 
     # -- a server of this cell --
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from qsched import exception
@@ -36,6 +36,7 @@ from qsched.compute.services import Change, ServiceView
 from qsched.compute.target import Cells, gone, take_back
 from qsched.compute.zones import Zone
 from qsched.context import RequestContext
+from qsched.flavors import Flavor
 from qsched.ledger.base import Instance, Keypair
 
 if TYPE_CHECKING:
@@ -189,6 +190,33 @@ class Actions:
 
     def shows_events(self, context: RequestContext, instance: Instance) -> bool:
         return self.cells.reader.actions.shows_events(context, instance)
+
+
+class Moves:
+    """Resize, its confirm and revert, cold migration and evacuation, in the server's cell (a move
+    stays in its cell; :class:`~qsched.compute.moves.ServerMoves` says what each does).
+
+    ``get_flavor``: the flavor of an id the caller may see (the front door's catalog).
+    """
+
+    def __init__(self, cells: Cells, get_flavor: Callable[[str, RequestContext], Flavor]) -> None:
+        self.cells = cells
+        self.get_flavor = get_flavor
+
+    def resize(self, context: RequestContext, uuid: str, flavor_ref: str) -> None:
+        self.cells.of_instance(uuid).moves.resize(context, uuid, flavor_ref, self.get_flavor)
+
+    def confirm(self, context: RequestContext, uuid: str) -> None:
+        self.cells.of_instance(uuid).moves.confirm(context, uuid)
+
+    def revert(self, context: RequestContext, uuid: str) -> None:
+        self.cells.of_instance(uuid).moves.revert(context, uuid)
+
+    def migrate(self, context: RequestContext, uuid: str, host: str | None = None) -> None:
+        self.cells.of_instance(uuid).moves.migrate(context, uuid, host)
+
+    def evacuate(self, context: RequestContext, uuid: str, host: str | None = None) -> None:
+        self.cells.of_instance(uuid).moves.evacuate(context, uuid, host)
 
 
 class Hypervisors:

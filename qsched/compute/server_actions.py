@@ -221,30 +221,47 @@ class ServerActions:
 
 # -- what a server shows --
 
+#: the task states of a move that show in its status, whatever its power
+_MOVE_STATUS = {
+    TaskState.RESIZE_PREP: "RESIZE",
+    TaskState.RESIZE_MIGRATING: "RESIZE",
+    TaskState.RESIZE_REVERTING: "REVERT_RESIZE",
+    TaskState.MIGRATING: "MIGRATING",
+    TaskState.REBUILDING: "REBUILD",
+    TaskState.REBUILD_SPAWNING: "REBUILD",
+}
 #: the task states of an ACTIVE server that show in its status (Nova's _STATE_MAP)
 _ACTIVE_STATUS = {
     TaskState.REBOOTING: "REBOOT",
     TaskState.REBOOT_STARTED: "REBOOT",
     TaskState.REBOOTING_HARD: "HARD_REBOOT",
     TaskState.REBOOT_STARTED_HARD: "HARD_REBOOT",
+    **_MOVE_STATUS,
 }
 
 
 def vm_state(instance: Instance, otherwise: str) -> str:
-    """Nova's vm_state: ``stopped`` for a server a stop powered off, else ``otherwise``
-    (what its state shows)."""
+    """Nova's vm_state: ``resized`` for a server whose move waits for a confirm,
+    ``stopped`` for a server a stop powered off, else ``otherwise`` (what its state
+    shows)."""
+    if instance.state == State.ACTIVE and instance.resized:
+        return "resized"
     if instance.state == State.ACTIVE and instance.stopped:
         return "stopped"
     return otherwise
 
 
 def status(instance: Instance) -> str:
-    """Nova's status from the vm_state and task_state: ``SHUTOFF`` when stopped (a
-    hard reboot of it included), ``REBOOT`` and ``HARD_REBOOT`` while one runs."""
+    """Nova's status from the vm_state and task_state: ``VERIFY_RESIZE`` while a move
+    waits for a confirm, ``RESIZE``, ``REVERT_RESIZE``, ``MIGRATING`` while one runs,
+    ``SHUTOFF`` when stopped (a hard reboot of it included), ``REBOOT`` and
+    ``HARD_REBOOT`` while one runs."""
     if instance.state != State.ACTIVE:
         return instance.state.value
+    if instance.resized:
+        return _MOVE_STATUS.get(instance.task_state, "VERIFY_RESIZE")
     if instance.stopped:
-        return "SHUTOFF"
+        return _MOVE_STATUS.get(instance.task_state, "SHUTOFF")
     return _ACTIVE_STATUS.get(instance.task_state, "ACTIVE")
 
 
@@ -255,7 +272,8 @@ def has_status(instance: Instance, wanted: str) -> bool:
     wanted = wanted.upper()
     if status(instance) == wanted:
         return True
-    return wanted == "ACTIVE" and instance.state == State.ACTIVE and not instance.stopped
+    plain = not (instance.stopped or instance.resized)
+    return wanted == "ACTIVE" and instance.state == State.ACTIVE and plain
 
 
 def power_state(instance: Instance) -> int:

@@ -79,6 +79,14 @@ scheduler_opts = [
         "for tenant): set it when every project must be confined to aggregates.",
     ),
     cfg.BoolOpt(
+        "allow_resize_to_same_host",
+        default=False,
+        help="Let a resize stay on the server's own host when it has room (Nova's "
+        "[DEFAULT] allow_resize_to_same_host). The host then holds the larger of the two "
+        "flavors per resource class until the resize is confirmed or reverted, never "
+        "both (docs/moves.rst).",
+    ),
+    cfg.BoolOpt(
         "enable_isolated_aggregate_filtering",
         default=False,
         help="Keep aggregates to the boots that ask for them: an aggregate whose metadata "
@@ -103,4 +111,5 @@ class SchedulerOptions(Section):
     max_attempts: int
     limit_tenants_to_placement_aggregate: bool
     placement_aggregate_required_for_tenants: bool
+    allow_resize_to_same_host: bool
     enable_isolated_aggregate_filtering: bool

@@ -189,6 +189,10 @@ class Keyspace:
     def migration_seq(self) -> str:
         return f"{self.prefix}migration-seq"
 
+    @property
+    def move_deadlines(self) -> str:
+        return f"{self.prefix}move-deadlines"
+
     def instance_migrations(self, uuid: str) -> str:
         return f"{self.prefix}inst:{uuid}:migrations"
 

@@ -10,7 +10,14 @@ from typing import Any
 from qsched import exception
 from qsched.ledger.agents import class_json
 from qsched.ledger.base import Allocations, ClaimGuard
-from qsched.ledger.base.migrations import KINDS, RESIZE, Migration, MigrationStore, MoveRequest
+from qsched.ledger.base.migrations import (
+    KINDS,
+    RESIZE,
+    Migration,
+    MigrationStore,
+    MoveClaim,
+    MoveRequest,
+)
 from qsched.ledger.errors import maps_errors
 from qsched.ledger.placement import check_allocations
 from qsched.ledger.redis import RedisStore, canonical_json, read_many, text, text_map
@@ -48,6 +55,12 @@ class RedisMigrations(MigrationStore):
         refused = result.get("refused")
         if refused == "source_up":
             raise exception.ComputeServiceInUse(host=result["state"])
+        if refused == "quota_home":
+            raise exception.Conflict(
+                reason="a resize that changes cores or RAM is not served behind the front "
+                "door of several cells yet (the deployment's quota lives in the API "
+                "keyspace): migrate the server, or resize to a flavor of the same cores and RAM"
+            )
         if refused is not None:
             raise exception.InstanceInvalidState(
                 action=request.kind, instance=uuid, attr=_REFUSED[refused],
@@ -64,7 +77,7 @@ class RedisMigrations(MigrationStore):
         provider_generations: Mapping[str, int] | None = None,
         guard: ClaimGuard | None = None,
         scheduling_class: str | None = None,
-    ) -> str:
+    ) -> MoveClaim:
         clean = check_allocations(allocations)
         if not clean:
             raise exception.Invalid(reason="a claim must allocate something")
@@ -76,7 +89,7 @@ class RedisMigrations(MigrationStore):
             host, node, self.store.now(), self.store.max_events,
             canonical_json(guard.to_json()) if guard else "", scheduling_class or "",
         )  # fmt: skip
-        return str(result["status"])
+        return MoveClaim(str(result["status"]), bool(result.get("already")))
 
     def finish(self, migration_uuid: str, host: str) -> str:
         result = self._step("move_finish", migration_uuid, host)
@@ -97,6 +110,13 @@ class RedisMigrations(MigrationStore):
             script, self.keys.migration(migration_uuid), migration_uuid, *args,
             self.store.now(), self.store.max_events,
         )  # fmt: skip
+
+    def expired(self, now: float, limit: int = 100) -> builtins.list[str]:
+        found = self.store.client.zrangebyscore(self.keys.move_deadlines, "-inf", now, 0, limit)
+        return [text(u) for u in found]
+
+    def forget_deadline(self, migration_uuid: str) -> None:
+        self.store.client.zrem(self.keys.move_deadlines, migration_uuid)
 
     def get(self, migration_uuid: str) -> Migration:
         fields = text_map(self.store.client.hgetall(self.keys.migration(migration_uuid)))

@@ -11,7 +11,15 @@ import dataclasses
 from collections.abc import Callable, Mapping
 
 from qsched import exception
-from qsched.ledger.base import DEFAULT_MAX_HANDBACKS, Allocations, ClaimGuard, Ledger, Provider
+from qsched.ledger.base import (
+    DEFAULT_MAX_HANDBACKS,
+    Allocations,
+    ClaimGuard,
+    Ledger,
+    MigrationStore,
+    MoveClaim,
+    Provider,
+)
 
 #: Re-reads after conflicts before a claim gives up (``[ledger] max_conflict_retries``).
 DEFAULT_RETRIES = 10
@@ -81,15 +89,67 @@ def claim(
             # over with the generation just read; the claim marks the instance this time.
             consumer_generation, last = ledger.get_allocations(instance_uuid).generation, exc
         except exception.ProviderGenerationConflict as exc:
-            provider = ledger.get_provider(exc.kwargs["provider"])
-            if on_reread is not None:
-                on_reread(provider)
-            _check_still_fits(provider, allocations)
-            gens[provider.uuid], last = provider.generation, exc
+            last = _reread(ledger, exc, allocations, gens, on_reread)
         if on_conflict is not None:
             on_conflict(last)
     assert last is not None
     raise last
+
+
+def claim_move(
+    migrations: MigrationStore,
+    ledger: Ledger,
+    migration_uuid: str,
+    allocations: Allocations,
+    host: str,
+    node: str,
+    provider_generations: Mapping[str, int] | None = None,
+    max_retries: int = DEFAULT_RETRIES,
+    on_conflict: Callable[[exception.Conflict], None] | None = None,
+    guard: ClaimGuard | None = None,
+    on_reread: Callable[[Provider], object] | None = None,
+    scheduling_class: str | None = None,
+) -> MoveClaim:
+    """A destination's claim of a move (:meth:`MigrationStore.claim`), its provider
+    generation conflicts resolved as :func:`claim` resolves them.
+
+    :raises CapacityExceeded: the re-read shows the claim no longer fits.
+    :raises Conflict: still conflicting after ``max_retries`` re-reads; any other
+        refusal of :meth:`MigrationStore.claim` as it is.
+    """
+    gens = dict(provider_generations or {})
+    last: exception.Conflict | None = None
+    for _ in range(max_retries + 1):
+        try:
+            return migrations.claim(
+                migration_uuid, allocations, host, node, gens or None, guard, scheduling_class
+            )
+        except exception.ProviderGenerationConflict as exc:
+            last = _reread(ledger, exc, allocations, gens, on_reread)
+        if on_conflict is not None:
+            on_conflict(last)
+    assert last is not None
+    raise last
+
+
+def _reread(
+    ledger: Ledger,
+    exc: exception.ProviderGenerationConflict,
+    allocations: Allocations,
+    gens: dict[str, int],
+    on_reread: Callable[[Provider], object] | None,
+) -> exception.ProviderGenerationConflict:
+    """Read the provider a conflict names again; go on with its generation only if the
+    claim still fits it.
+
+    :raises CapacityExceeded: it does not.
+    """
+    provider = ledger.get_provider(exc.kwargs["provider"])
+    if on_reread is not None:
+        on_reread(provider)
+    _check_still_fits(provider, allocations)
+    gens[provider.uuid] = provider.generation
+    return exc
 
 
 def _check_still_fits(provider: Provider, allocations: Allocations) -> None:

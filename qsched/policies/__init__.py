@@ -17,6 +17,7 @@ from qsched.policies import (
     hypervisors,
     instance_actions,
     keypairs,
+    moves,
     quotas,
     server_actions,
     server_groups,
@@ -36,4 +37,5 @@ def list_rules() -> list[policy.RuleDefault]:
         *keypairs.list_rules(),
         *server_metadata.list_rules(),
         *server_actions.list_rules(), *instance_actions.list_rules(),
+        *moves.list_rules(),
     ]  # fmt: skip

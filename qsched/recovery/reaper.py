@@ -53,11 +53,35 @@ def fail_no_valid_host(
     return ended
 
 
+#: the fault of a move no destination took before its deadline (docs/moves.rst)
+MOVE_NO_VALID_HOST = "No valid host was found: no destination took the move before its deadline."
+
+
+def reap_expired_moves(stores: Stores, now: float | None = None, batch: int = 500) -> int:
+    """End up to ``batch`` moves still waiting for a destination past their deadline (the
+    server stays where it is); forget those a destination holds. Return how many ended."""
+    now = time.time() if now is None else now
+    ended = 0
+    for migration in stores.migrations.expired(now, batch):
+        try:
+            waiting = stores.migrations.get(migration).waiting
+            if waiting and not stores.migrations.fail(migration, "", MOVE_NO_VALID_HOST, False):
+                LOG.info("migration %s: no destination took it before its deadline", migration)
+                ended += 1
+                continue
+        except (exception.MigrationNotFound, exception.MoveNotUnderWay):
+            pass
+        stores.migrations.forget_deadline(migration)
+    return ended
+
+
 def reap_expired(
     stores: Stores, now: float | None = None, batch: int = 500, notifier: Notifier = NULL
 ) -> int:
-    """End up to ``batch`` waiting instances whose deadline has passed; return how many."""
+    """End up to ``batch`` waiting instances whose deadline has passed, then as many moves
+    (:func:`reap_expired_moves`); return how many instances ended."""
     now = time.time() if now is None else now
+    reap_expired_moves(stores, now, batch)
     ended = 0
     for uuid in stores.instances.expired(now, batch):
         try:

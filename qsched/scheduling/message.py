@@ -1,7 +1,8 @@
-"""The messages on the bus: boot requests per scheduling class; deletes and server
-actions per host.
+"""The messages on the bus: boot requests per scheduling class (a move's too); deletes,
+server actions and the steps of moves per host.
 
-Wire format: a msgpack map with a ``kind`` ("boot", "delete" or "action") and a ``version``
+Wire format: a msgpack map with a ``kind`` ("boot", "delete", "action" or "move") and a
+``version``
 ("MAJOR.MINOR"). A reader accepts every minor of the majors it knows; fields it
 does not know (added by a newer minor) are kept aside in ``extra`` and written
 back on :meth:`encode`, so an older agent that requeues a newer message does not
@@ -31,10 +32,12 @@ from qsched.ledger.records import HostRule
 from qsched.scheduling.classes import class_name
 
 MAJOR_VERSION = 1
-BOOT_VERSION = "1.3"  # 1.1: global_request_id; 1.2: aggregate groups, server group;
-# 1.3: host rules (same_host, different_host, the 2.74 host and node)
+BOOT_VERSION = "1.4"  # 1.1: global_request_id; 1.2: aggregate groups, server group;
+# 1.3: host rules (same_host, different_host, the 2.74 host and node); 1.4: moves
+# (migration, source_host)
 DELETE_VERSION = "1.0"
 ACTION_VERSION = "1.0"
+MOVE_VERSION = "1.0"
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_NAME_CHARS = 255
 MAX_LIST_ITEMS = 1024
@@ -192,7 +195,14 @@ class _Message:
 
 @dataclasses.dataclass(frozen=True)
 class BootRequest(_Message):
-    """Place one instance: published on ``boot.<scheduling_class>``, pulled by an agent."""
+    """Place one instance: published on ``boot.<scheduling_class>``, pulled by an agent.
+
+    A move's request (``migration`` set, docs/moves.rst) places a server that runs on
+    ``source_host``: its destination claims it with the migration's claim, never on the
+    source (unless a resize may stay there) nor on a host in ``tried_hosts``. An agent
+    that reads no 1.4 takes it for a boot, whose claim finds no instance waiting and
+    drops it: agents are upgraded before the API serves moves.
+    """
 
     KIND: ClassVar[str] = "boot"
 
@@ -219,6 +229,8 @@ class BootRequest(_Message):
     only_hosts: tuple[str, ...] = ()  # its host rule (HostRule): the hosts it may run on,
     never_hosts: tuple[str, ...] = ()  # those it must not run on,
     requested_node: str | None = None  # and the node it must run on
+    migration: str | None = None  # a move's migration uuid (None: a boot)
+    source_host: str | None = None  # the host a move's server runs on
     version: str = BOOT_VERSION
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
@@ -247,7 +259,14 @@ class BootRequest(_Message):
         ("only_hosts", _names, False),
         ("never_hosts", _names, False),
         ("requested_node", _optional_name, False),
+        ("migration", _optional_uuid, False),
+        ("source_host", _optional_name, False),
     )
+
+    @property
+    def moves(self) -> bool:
+        """Whether it places a move of a running server, not a boot."""
+        return self.migration is not None
 
     @classmethod
     def create(
@@ -398,6 +417,36 @@ class ActionRequest(_HostMessage):
     )
 
 
+#: the steps of a move its hosts take from their queue (:mod:`agents.moves`)
+MOVE_STEPS = ("confirm", "revert")
+
+
+def _move_step(value: Any) -> str:
+    if type(value) is str and value in MOVE_STEPS:
+        return value
+    raise _Bad(f"one of {', '.join(MOVE_STEPS)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveStep(_HostMessage):
+    """A step of a move for the agent of one of its hosts, published on ``host.<host>``
+    once the ledger holds it: ``confirm`` to the source (its copy goes), ``revert`` to
+    the destination (its copy goes, the server is back on its source)."""
+
+    KIND: ClassVar[str] = "move"
+
+    migration: str
+    step: str  # one of MOVE_STEPS
+    version: str = MOVE_VERSION
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+
+    FIELDS: ClassVar[tuple[tuple[str, Callable[[Any], Any], bool], ...]] = (
+        *_HostMessage.FIELDS,
+        ("migration", _uuid, True),
+        ("step", _move_step, True),
+    )
+
+
 def constraint_fields(constraints: Constraints) -> dict[str, Any]:
     """The fields of a boot request that carry ``constraints`` (names sorted)."""
     wire = constraints.to_dict()
@@ -419,9 +468,12 @@ _KINDS: dict[str, type[_Message]] = {
     BootRequest.KIND: BootRequest,
     DeleteRequest.KIND: DeleteRequest,
     ActionRequest.KIND: ActionRequest,
+    MoveStep.KIND: MoveStep,
 }
 
-Message = BootRequest | DeleteRequest | ActionRequest
+Message = BootRequest | DeleteRequest | ActionRequest | MoveStep
+#: what goes to one host's agent besides deletes: a server action or a move's step
+HostAction = ActionRequest | MoveStep
 
 
 def decode(data: Any) -> Message:

@@ -45,7 +45,7 @@ from typing import Any
 
 from qsched import exception
 from qsched.flavors import Constraints
-from qsched.ledger.base import Instance, MapChange, State
+from qsched.ledger.base import Instance, MapChange, Migration, State
 from qsched.scheduling.message import BootRequest, constraint_fields, host_rule_fields
 
 
@@ -230,4 +230,28 @@ def request_for(instance: Instance, now: float | None = None) -> BootRequest:
         group=instance.group,
         group_policy=boot.group_policy,
         **host_rule_fields(instance.hosts),
+    )
+
+
+def move_request_for(
+    instance: Instance, migration: Migration, now: float | None = None
+) -> BootRequest:
+    """The request of a move of ``instance`` (docs/moves.rst), published ``now``: the
+    boot's constraints, group and host rule from its record, the flavor and class the
+    migration moves it with, the migration's attempts, tried hosts and deadline.
+
+    :raises Invalid: the record was not made by :func:`record_for`.
+    """
+    now = time.time() if now is None else now
+    return dataclasses.replace(
+        request_for(instance, now),
+        request_id=migration.request_id or details(instance).request_id,
+        flavor=dict(migration.new_flavor),
+        scheduling_class=migration.new_class,
+        deadline=migration.deadline if migration.deadline is not None else now,
+        attempt=migration.attempts + 1,
+        max_attempts=migration.max_attempts,
+        tried_hosts=tuple(migration.tried),
+        migration=migration.uuid,
+        source_host=migration.source_compute,
     )

@@ -12,7 +12,6 @@ import uuid
 from collections import Counter
 from typing import Any
 
-import falcon.testing
 import pytest
 
 from agents.actions import ActionStep
@@ -35,7 +34,7 @@ from qsched.policy import Policy
 from qsched.scheduling.message import ActionRequest, PoisonMessage, decode
 from tests.agents.test_agent import make_agent, settled
 from tests.api.test_api import ADMIN, IMAGE, OTHER, USER, fault
-from tests.compute.test_compute import RecordingBus, make_app, place
+from tests.compute.test_compute import RecordingBus, place
 from tests.helpers import RecordingDelivery, wait_until
 from tests.samples import SAMPLES, mismatches, needs_samples, samples_dir, shape
 
@@ -416,18 +415,6 @@ def test_action_requests_round_trip_and_refuse_bad_fields() -> None:
 # -- HTTP ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def rbus() -> RecordingBus:
-    """The bus of the HTTP tests: what the API published, read back. Not tests.api.test_api's
-    ``bus``: here that name is the conftest's, which the agents of the other tests use."""
-    return RecordingBus()
-
-
-@pytest.fixture
-def client(conf, stores: Stores, rbus: RecordingBus) -> falcon.testing.TestClient:
-    return falcon.testing.TestClient(make_app(conf, stores, rbus))
-
-
 def http_server(client, stores: Stores, host: str = "cn1") -> str:
     body = {"server": {"name": "vm1", "flavorRef": "m1.small", "imageRef": IMAGE}}
     result = client.simulate_post("/v2.1/servers", json=body, headers=USER)
@@ -491,7 +478,10 @@ class TestHTTP:
         ("body", "words"),
         [
             ({"pause": None}, "There is no such action: pause. qsched serves the server actions "
-                              "os-stop, os-start, reboot."),
+                              "os-stop, os-start, reboot, resize, confirmResize, revertResize, "
+                              "migrate, evacuate."),
+            ({"resize": {}}, "Invalid input for field/attribute resize"),
+            ({"confirmResize": {}}, "Invalid input for field/attribute confirmResize"),
             ({"os-stop": None, "os-start": None}, "Name one action per request"),
             ({"reboot": {"type": "WARM"}}, "Invalid input for field/attribute reboot/type"),
             ({"reboot": {}}, "Invalid input for field/attribute reboot"),

@@ -54,7 +54,7 @@ class Cloud:
 
     def claim(self, mig: str, host: str, flavor: dict = SMALL) -> str:
         rp = self.rps[host]
-        return self.stores.migrations.claim(mig, {rp: amounts(flavor)}, host, f"{host}-0")
+        return self.stores.migrations.claim(mig, {rp: amounts(flavor)}, host, f"{host}-0").status
 
     def used(self, host: str) -> dict[str, int]:
         return dict(self.stores.ledger.get_provider(self.rps[host]).usages)

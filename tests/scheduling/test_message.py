@@ -19,6 +19,7 @@ from qsched.scheduling.message import (
     MAX_MESSAGE_BYTES,
     BootRequest,
     DeleteRequest,
+    MoveStep,
     PoisonMessage,
     UnsupportedVersion,
     decode,
@@ -86,8 +87,26 @@ class TestRoundTrip:
     def test_wire_has_kind_and_version(self) -> None:
         data = wire(boot())
         assert data["kind"] == "boot"
-        # 1.1: global_request_id; 1.2: aggregate groups, group; 1.3: host rules
-        assert data["version"] == "1.3"
+        # 1.1: global_request_id; 1.2: aggregate groups, group; 1.3: host rules; 1.4: moves
+        assert data["version"] == "1.4"
+
+    def test_a_move_round_trips_and_a_1_3_request_is_a_boot(self) -> None:
+        move = dataclasses.replace(boot(), migration=str(uuid.uuid4()), source_host="cn1")
+        decoded = decode(move.encode())
+        assert decoded == move and isinstance(decoded, BootRequest) and decoded.moves
+        data = wire(boot())
+        data["version"] = "1.3"
+        del data["migration"], data["source_host"]
+        old = decode(msgpack.packb(data, use_bin_type=True))
+        assert isinstance(old, BootRequest) and not old.moves
+
+    def test_a_move_step_round_trips_and_refuses_an_unknown_step(self) -> None:
+        step = MoveStep("req-1", str(uuid.uuid4()), "cn1", "cn1-0", str(uuid.uuid4()), "confirm")
+        assert decode(step.encode()) == step
+        data = wire(step)
+        data["step"] = "abort"
+        with pytest.raises(PoisonMessage, match="field 'step' must be one of confirm, revert"):
+            decode(msgpack.packb(data, use_bin_type=True))
 
     def test_a_1_0_request_reads_with_no_global_request_id(self) -> None:
         data = wire(boot())

@@ -11,12 +11,18 @@ import pytest
 from qsched import exception
 from qsched.flavors import Constraints, Flavor
 from qsched.ledger import Stores
-from qsched.ledger.base import Inventory, State
+from qsched.ledger.base import Inventory, Migration, State
 from qsched.recovery import janitor
 from qsched.resources import MEMORY_MB, VCPU
 from qsched.scheduling.classes import SchedulingClass, class_name
 from qsched.scheduling.message import BootRequest
-from qsched.scheduling.records import BootDetails, details, record_for, request_for
+from qsched.scheduling.records import (
+    BootDetails,
+    details,
+    move_request_for,
+    record_for,
+    request_for,
+)
 
 FLAVOR = Flavor("m1.small", 1, 2048, 20, "small-id", {"trait:HW_CPU_X86_AVX2": "required"})
 AGGREGATE = "6f9619ff-8b86-d011-b42d-00c04fc964ff"
@@ -124,7 +130,27 @@ FIELD_VALUES = {
 
 def test_every_field_of_a_request_is_covered() -> None:
     fields = {name for name, _check, _required in BootRequest.FIELDS}
-    assert fields - set(FIELD_VALUES) == {"version", "published_at"}  # published when rebuilt
+    # published when rebuilt; a move's fields come from its migration record
+    # (test_a_move_request_is_its_boots_with_the_migrations_flavor_and_class)
+    assert fields - set(FIELD_VALUES) == {"version", "published_at", "migration", "source_host"}
+
+
+def test_a_move_request_is_its_boots_with_the_migrations_flavor_and_class() -> None:
+    request = a_request(**FIELD_VALUES)
+    record = dataclasses.replace(record_for(request, "vm"), state=State.ACTIVE, host="cn1")
+    big = {"name": "big", "vcpus": 8, "ram_mb": 8192, "disk_gb": 0, "extra_specs": {}}
+    migration = Migration(
+        7, str(uuidlib.uuid4()), record.uuid, "resize", "pre-migrating", "cn1", "cn1-0", None,
+        None, "p1", "u1", dict(record.flavor), big, 1.0, 1.0, request_id="req-move",
+        new_class="big", max_attempts=5, tried=("cn2",), deadline=2e9,
+    )  # fmt: skip
+    moved = move_request_for(record, migration, now=10.0)
+    assert (moved.migration, moved.source_host) == (migration.uuid, "cn1")
+    assert (moved.flavor, moved.scheduling_class, moved.request_id) == (big, "big", "req-move")
+    assert (moved.attempt, moved.max_attempts, moved.tried_hosts, moved.deadline) == (
+        1, 5, ("cn2",), 2e9)  # fmt: skip
+    assert moved.constraints() == request.constraints() and moved.group == request.group
+    assert moved.host_rule() == request.host_rule()
 
 
 @pytest.mark.parametrize("field", sorted(FIELD_VALUES))

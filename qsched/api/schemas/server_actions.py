@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from qsched.api.schemas.parameter_types import fqdn
+from qsched.api.schemas.servers import flavor_ref
 from qsched.api.schemas.validation import compiled
 
 #: ``{"reboot": {"type": "SOFT"}}``, Nova's spellings of the type
@@ -24,6 +26,72 @@ server_reboot = {
 }  # fmt: skip
 
 
+#: ``{"resize": {"flavorRef": "2"}}`` (docs/moves.rst)
+server_resize = {
+    "type": "object",
+    "properties": {
+        "resize": {
+            "type": "object",
+            "properties": {
+                "flavorRef": flavor_ref,
+                "OS-DCF:diskConfig": {"type": "string", "enum": ["AUTO", "MANUAL"]},
+            },
+            "required": ["flavorRef"],
+            "additionalProperties": False,
+        }
+    },
+    "required": ["resize"],
+    "additionalProperties": False,
+}
+
+
+def _null_action(name: str) -> dict[str, Any]:
+    """``{"confirmResize": null}``: Nova's schema takes null only."""
+    return {"type": "object", "properties": {name: {"type": "null"}}, "required": [name],
+            "additionalProperties": False}  # fmt: skip
+
+
+#: ``{"migrate": {"host": "cn1"}}`` from 2.56 (null, or no host: any host)
+server_migrate_v256 = {
+    "type": "object",
+    "properties": {
+        "migrate": {
+            "type": ["object", "null"],
+            "properties": {"host": {"anyOf": [fqdn, {"type": "null"}]}},
+            "additionalProperties": False,
+        }
+    },
+    "required": ["migrate"],
+    "additionalProperties": False,
+}
+
+
+_ADMIN_PASS = {"type": "string", "maxLength": 255}
+
+
+def _evacuate(**fields: Any) -> dict[str, Any]:
+    """``{"evacuate": {"host": "cn2"}}``: Nova's host (optional) and adminPass, and what
+    each range of microversions adds (``fields``; ``required`` says what must be there)."""
+    required = fields.pop("required", [])
+    inner = {"type": "object", "properties": {"host": fqdn, "adminPass": _ADMIN_PASS, **fields},
+             "required": required, "additionalProperties": False}  # fmt: skip
+    return {"type": "object", "properties": {"evacuate": inner}, "required": ["evacuate"],
+            "additionalProperties": False}  # fmt: skip
+
+
+_BOOLEAN = {
+    "type": ["boolean", "string"],
+    "enum": [True, False, "True", "False", "true", "false", "1", "0", "yes", "no"],
+}
+#: ``evacuate`` by microversion: onSharedStorage up to 2.13, force from 2.29 to 2.67
+EVACUATE = {
+    (2, 1): compiled(_evacuate(onSharedStorage=_BOOLEAN, required=["onSharedStorage"])),
+    (2, 14): compiled(_evacuate()),
+    (2, 29): compiled(_evacuate(force=_BOOLEAN)),
+    (2, 68): compiled(_evacuate()),
+}
+
+
 def _bare_action(name: str) -> dict[str, Any]:
     """``{"os-stop": null}``: Nova takes any value there and reads none."""
     return {"type": "object", "properties": {name: {}}, "required": [name],
@@ -34,4 +102,11 @@ SERVER_ACTIONS = {
     "os-stop": compiled(_bare_action("os-stop")),
     "os-start": compiled(_bare_action("os-start")),
     "reboot": compiled(server_reboot),
+    "resize": compiled(server_resize),
+    "confirmResize": compiled(_null_action("confirmResize")),
+    "revertResize": compiled(_null_action("revertResize")),
+    "migrate": compiled(_null_action("migrate")),
+    "evacuate": EVACUATE[(2, 14)],
 }
+#: ``migrate`` from 2.56, which may name a host
+MIGRATE_V256 = compiled(server_migrate_v256)

@@ -21,7 +21,7 @@ from qsched.bus.kombu.consumer import KombuConsumer
 from qsched.bus.kombu.loop import ConsumerLoop
 from qsched.bus.kombu.wire import KombuOptions, KombuWire, kombu_options
 from qsched.conf import BusOptions
-from qsched.scheduling.message import ActionRequest, BootRequest, DeleteRequest
+from qsched.scheduling.message import BootRequest, DeleteRequest, HostAction
 
 __all__ = ["KombuBus"]
 
@@ -94,7 +94,7 @@ class KombuBus(base.Bus):
         entity = self.wire.host_entity(host)
         self.wire.publish(entity, message.encode(), message_id=message.request_id)
 
-    def publish_action(self, host: str, message: ActionRequest) -> None:
+    def publish_action(self, host: str, message: HostAction) -> None:
         entity = self.wire.host_entity(host)
         self.wire.publish(entity, message.encode(), message_id=message.request_id)
 

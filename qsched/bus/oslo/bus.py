@@ -22,7 +22,7 @@ from qsched.bus.kombu.wire import KombuOptions, kombu_options
 from qsched.bus.oslo.consumer import OsloConsumer
 from qsched.bus.oslo.wire import OsloNames, OsloWire, Undecodable, body_of
 from qsched.conf import BusOptions
-from qsched.scheduling.message import ActionRequest, BootRequest, DeleteRequest
+from qsched.scheduling.message import BootRequest, DeleteRequest, HostAction
 
 __all__ = ["SCHEMES", "OsloBus", "unwrapped"]
 
@@ -68,7 +68,7 @@ class OsloBus(base.Bus):
     def publish_delete(self, host: str, message: DeleteRequest) -> None:
         self.wire.publish(self.wire.host_route(host), message.encode())
 
-    def publish_action(self, host: str, message: ActionRequest) -> None:
+    def publish_action(self, host: str, message: HostAction) -> None:
         self.wire.publish(self.wire.host_route(host), message.encode())
 
     def publish_to_host(self, host: str, message: BootRequest) -> None:

@@ -52,7 +52,7 @@ from qsched.ledger.base.groups import GroupStore
 from qsched.ledger.base.inspection import Inspector
 from qsched.ledger.base.instances import InstanceStore
 from qsched.ledger.base.keypairs import SSH, X509, Keypair, KeypairStore
-from qsched.ledger.base.migrations import Migration, MigrationStore, MoveRequest
+from qsched.ledger.base.migrations import Migration, MigrationStore, MoveClaim, MoveRequest
 from qsched.ledger.base.placement import DEFAULT_MAX_HANDBACKS, Ledger
 from qsched.ledger.base.quota import QUOTA_LIMITS, QuotaStore
 from qsched.ledger.records import (
@@ -107,6 +107,7 @@ __all__ = [
     "MapChange",
     "Migration",
     "MigrationStore",
+    "MoveClaim",
     "MoveRequest",
     "Placement",
     "Provider",

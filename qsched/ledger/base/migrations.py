@@ -65,6 +65,15 @@ class Migration:
 
 
 @dataclasses.dataclass(frozen=True)
+class MoveClaim:
+    """A destination's claim of a move: the status after, and whether the ledger held
+    exactly this claim already (a redelivery)."""
+
+    status: str
+    already: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class MoveRequest:
     """What the API asks of :meth:`MigrationStore.start`.
 
@@ -103,6 +112,8 @@ class MigrationStore(abc.ABC):
         :raises InstanceInvalidState: its vm_state or task_state refuses the move, or
             (an evacuation) the compute service of its host is up (409).
         :raises QuotaExceeded: a larger flavor would pass the project's limits.
+        :raises Conflict: a resize that changes cores or RAM in a cell whose quota the
+            API keyspace of several cells holds (not served yet).
         """
 
     @abc.abstractmethod
@@ -115,9 +126,9 @@ class MigrationStore(abc.ABC):
         provider_generations: Mapping[str, int] | None = None,
         guard: ClaimGuard | None = None,
         scheduling_class: str | None = None,
-    ) -> str:
+    ) -> MoveClaim:
         """A destination's claim: the server's new resources there, its source's held by
-        the migration, checked as a boot's claim is, in one step. Returns the status.
+        the migration, checked as a boot's claim is, in one step.
 
         :raises HostRuleRefused: another host was asked for, its own host (unless a
             resize may stay), or its boot's host rule refuses this one.
@@ -162,6 +173,14 @@ class MigrationStore(abc.ABC):
 
         :raises MoveNotUnderWay, MigrationNotFound:
         """
+
+    @abc.abstractmethod
+    def expired(self, now: float, limit: int = 100) -> builtins.list[str]:
+        """Moves under way whose deadline is before ``now``, oldest first (O(log n + limit))."""
+
+    @abc.abstractmethod
+    def forget_deadline(self, migration_uuid: str) -> None:
+        """Take a move out of the deadline index (a destination holds it)."""
 
     @abc.abstractmethod
     def get(self, migration_uuid: str) -> Migration:

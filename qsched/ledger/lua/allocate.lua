@@ -24,27 +24,6 @@ local max_handbacks = tonumber(ARGV[13]) or 0
 local claimed_class = ARGV[15] or ""
 local ckey = K.consumer(consumer)
 
--- Members of a class's consumer set looked at beyond the tried hosts: the whole set
--- when it is that small, a random sample of it otherwise.
-local SAMPLE = 4
-
--- An agent that consumes class cls now, is alive, takes new boots and is not among the
--- tried hosts, or nil. O(tried hosts + SAMPLE): a member whose heartbeat expired is
--- dropped. (SRANDMEMBER before writes is fine: Redis replicates a script's effects.)
-local function alternate(cls, tried, ntried)
-    local key = K.class_consumers(cls)
-    for _, other in ipairs(redis.call("SRANDMEMBER", key, ntried + SAMPLE)) do
-        if not tried[other] then
-            if redis.call("EXISTS", K.agent(other)) == 0 then
-                redis.call("SREM", key, other)
-            elseif not service_closed(other) then
-                return other
-            end
-        end
-    end
-    return nil
-end
-
 -- The first host of a host rule's ``only`` that is not among the tried hosts, is alive
 -- and takes new boots, or nil: the alternates of a request that may run there only.
 local function alternate_of(only, tried)

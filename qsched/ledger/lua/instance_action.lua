@@ -9,13 +9,15 @@
 local uuid, action, request_id, user_id, project_id, now, max_events =
     ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local ikey = K.instance(uuid)
-local inst = redis.call("HMGET", ikey, "state", "host", "node", "task_state", "power")
+local inst = redis.call("HMGET", ikey, "state", "host", "node", "task_state", "power",
+                        "resized")
 if not inst[1] or inst[1] == "DELETED" then
     return fail("instance_not_found", {instance = uuid})
 end
 local host, node, task = inst[2] or "", inst[3] or "", inst[4] or ""
 if host == "" then return reply({refused = "not_ready"}) end
 local vm = ({BUILD = "building", ACTIVE = "active", ERROR = "error"})[inst[1]]
+if vm == "active" and inst[6] == "1" then vm = "resized" end  -- a move waits for a confirm
 if vm == "active" and inst[5] == "off" then vm = "stopped" end
 local reboot_states = {[""] = true, rebooting = true, reboot_started = true,
                        rebooting_hard = true, reboot_started_hard = true}

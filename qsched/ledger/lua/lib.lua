@@ -483,6 +483,7 @@ local function move_close(uuid, mig, status, now)
     local mkey = K.migration(mig)
     local m = redis.call("HMGET", mkey, "source_compute", "dest_compute")
     redis.call("HSET", mkey, "status", status, "updated_at", now)
+    redis.call("ZREM", K.move_deadlines, mig)
     redis.call("HDEL", K.instance(uuid), "migration", "move_host", "move_node", "move_from",
                "move_from_node")
     if m[1] then redis.call("SREM", K.host_migrations(m[1]), mig) end
@@ -615,6 +616,28 @@ local function service_closed(host)
     local f = redis.call("HMGET", K.service(host), "disabled", "forced_down", "disabled_reason")
     if f[2] == "1" then return "forced down" end
     if f[1] == "1" then return "disabled" .. (f[3] and (": " .. f[3]) or "") end
+    return nil
+end
+
+-- Members of a class's consumer set looked at beyond the tried hosts: the whole set
+-- when it is that small, a random sample of it otherwise.
+local SAMPLE = 4
+
+-- An agent that consumes class cls now, is alive, takes new boots and is not among the
+-- tried hosts, or nil. O(tried hosts + SAMPLE): a member whose heartbeat expired is
+-- dropped. (SRANDMEMBER before writes is fine: Redis replicates a script's effects.)
+-- Used by claims (allocate.lua) and moves (move_claim.lua).
+local function alternate(cls, tried, ntried)
+    local key = K.class_consumers(cls)
+    for _, other in ipairs(redis.call("SRANDMEMBER", key, ntried + SAMPLE)) do
+        if not tried[other] then
+            if redis.call("EXISTS", K.agent(other)) == 0 then
+                redis.call("SREM", key, other)
+            elseif not service_closed(other) then
+                return other
+            end
+        end
+    end
     return nil
 end
 

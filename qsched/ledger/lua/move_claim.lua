@@ -31,6 +31,18 @@ if claimed_class ~= "" and m[9] ~= "" and m[9] ~= claimed_class then
     return fail("not_its_request", {instance = uuid, recorded = m[9], claimed = claimed_class})
 end
 local why = {instance = uuid, host = host, node = node, migration = mig}
+
+-- A live agent other than this host that consumes the move's class and is neither its
+-- source (unless a resize may stay there) nor a host that tried it, or "": a refusal
+-- names it, and with none the move can go nowhere now.
+local function move_alternate()
+    local tried, ntried = {[host] = true}, 1
+    if m[7] ~= "1" and source ~= host then tried[source], ntried = true, 2 end
+    for _, seen in ipairs(cjson.decode(m[8] or "[]")) do
+        if not tried[seen] then tried[seen], ntried = true, ntried + 1 end
+    end
+    return alternate(m[9], tried, ntried) or ""
+end
 -- where it may go: the host asked for, never its own unless a resize may stay there,
 -- never a host that tried it, and the host rule its boot asked for
 if m[5] and m[5] ~= "" and m[5] ~= host then
@@ -39,11 +51,14 @@ if m[5] and m[5] ~= "" and m[5] ~= host then
 end
 local same = host == source
 if same and m[7] ~= "1" then
-    why.rule = "own"
+    why.rule, why.alternate = "own", move_alternate()
     return fail("host_rule", why)
 end
 for _, seen in ipairs(cjson.decode(m[8] or "[]")) do
-    if seen == host then return fail("move_tried_host", why) end
+    if seen == host then
+        why.alternate = move_alternate()
+        return fail("move_tried_host", why)
+    end
 end
 local closed = service_closed(host)
 if closed then return fail("service_disabled", {host = host, why = closed}) end

@@ -11,7 +11,7 @@
 --          request_id, user_id, project_id (of the caller), now, max_events,
 --          max_attempts, deadline
 -- Reply    {id, source_compute, source_node} once started, or {refused = "vm_state"
---          | "task_state" | "source_up", state = <what refuses it>}
+--          | "task_state" | "source_up" | "quota_home", state = <what refuses it>}
 local uuid, mig, kind = ARGV[2], ARGV[3], ARGV[4]
 local new_flavor, new_class, class_definition = ARGV[5], ARGV[6], ARGV[7]
 local new_cores, new_ram = tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -53,6 +53,11 @@ local new_quota = old_quota
 if new_flavor ~= "" and old_quota ~= "" then
     local cores, ram = string.match(old_quota, "(%d+) (%d+)")
     cores, ram = tonumber(cores), tonumber(ram)
+    -- behind the front door of several cells the deployment's quota lives in the API
+    -- keyspace, which a resize does not change yet: refused rather than drifting
+    if redis.call("EXISTS", K.quota_home) == 1 and (new_cores ~= cores or new_ram ~= ram) then
+        return reply({refused = "quota_home", state = ""})
+    end
     local want_cores, want_ram = math.max(cores, new_cores), math.max(ram, new_ram)
     local add = {0, want_cores - cores, want_ram - ram}
     if add[2] > 0 or add[3] > 0 then
@@ -88,6 +93,7 @@ redis.call("HSET", K.migration(mig), "id", id, "uuid", mig, "instance_uuid", uui
            "caller_project_id", project_id, "attempts", 0, "max_attempts", max_attempts,
            "tried", "[]", "deadline", deadline, "created_at", now, "updated_at", now)
 redis.call("ZADD", K.migrations, id, mig)
+redis.call("ZADD", K.move_deadlines, deadline, mig)
 redis.call("ZADD", K.instance_migrations(uuid), id, mig)
 redis.call("SADD", K.host_migrations(host), mig)
 redis.call("HSET", ikey, "migration", mig, "task_state", task_states[kind], "move_from", host,

@@ -1,0 +1,229 @@
+"""Moves of placed servers in one cell: resize, its confirm and revert, cold migration,
+evacuation (docs/moves.rst).
+
+No HTTP here: :mod:`qsched.api.server_actions` parses and renders. A move is checked
+and started in the ledger in one step (:meth:`~qsched.ledger.base.MigrationStore.start`:
+Nova's vm_state and task_state rules, the quota a larger flavor adds), then its request
+is published on the queue of its class (the new flavor's, for a resize), carrying
+every constraint of the server's boot, for a destination to claim. A confirm or a
+revert is asked of the ledger, then published to the host whose copy goes. Each call
+costs O(1) ledger work, whatever the size of the cloud.
+
+As for the server actions, a move whose source host's agent is down is refused up
+front (409): nothing would let go of the source. An evacuation is the other way round:
+only from a host whose compute service is down (Nova's 400 otherwise). A move never
+published (the broker did not confirm) is ended at once, with the server back as it
+was, and the caller gets 503.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid as uuidlib
+from collections.abc import Callable
+
+from qsched import exception
+from qsched.bus.base import Publisher
+from qsched.compute.server_actions import AgentDown
+from qsched.compute.visible import visible
+from qsched.conf import SchedulerOptions
+from qsched.context import RequestContext
+from qsched.flavors import Flavor
+from qsched.ledger import Stores
+from qsched.ledger.base import Instance, Migration, MoveRequest
+from qsched.ledger.base.migrations import EVACUATION, MIGRATION, RESIZE
+from qsched.policies import moves as moves_policy
+from qsched.policy import Policy
+from qsched.scheduling.classes import SchedulingClass
+from qsched.scheduling.message import MoveStep
+from qsched.scheduling.records import details, move_request_for
+
+#: Nova's instance action of each move
+ACTIONS = {RESIZE: "resize", MIGRATION: "migrate", EVACUATION: "evacuate"}
+
+
+class CannotResizeToSameFlavor(exception.Invalid):
+    msg_fmt = "When resizing, instances must change flavor!"
+
+
+class CannotResizeDisk(exception.Invalid):
+    msg_fmt = "Resizing to a smaller disk flavor is not allowed."
+
+
+class SameHost(exception.Invalid):
+    msg_fmt = "The target host can't be the same one."
+
+
+class ServerMoves:
+    """Resize, confirm, revert and cold-migrate the servers of one cell."""
+
+    def __init__(
+        self,
+        stores: Stores,
+        bus: Publisher,
+        policy: Policy,
+        scheduler: SchedulerOptions | None = None,
+    ) -> None:
+        self.stores = stores
+        self.bus = bus
+        self.policy = policy
+        self.scheduler = scheduler or SchedulerOptions.defaults()
+
+    def resize(
+        self,
+        context: RequestContext,
+        uuid: str,
+        flavor_ref: str,
+        get_flavor: Callable[[str, RequestContext], Flavor],
+    ) -> Migration:
+        """``resize``: place the server again with the flavor ``flavor_ref``, which
+        ``get_flavor`` finds among those the caller may see.
+
+        :raises InstanceNotFound: the caller cannot see it.
+        :raises Forbidden: ``os_compute_api:servers:resize`` refuses the caller.
+        :raises Invalid: no such flavor (Nova's 400 "Unable to locate requested flavor.").
+        :raises CannotResizeToSameFlavor, CannotResizeDisk: Nova's 400s.
+        :raises InstanceInvalidState: its states refuse a move (409).
+        :raises AgentDown: its host's agent is down (409).
+        :raises QuotaExceeded: the larger flavor passes the project's limits (403).
+        :raises BusUnavailable: not published (503); the move ended, nothing changed.
+        """
+        instance = self._placed(context, uuid, moves_policy.RESIZE, "resize")
+        try:
+            flavor = get_flavor(flavor_ref, context)
+        except exception.FlavorNotFound:
+            raise exception.Invalid(message="Unable to locate requested flavor.") from None
+        old = Flavor.from_dict(instance.flavor)
+        if flavor.flavor_id == old.flavor_id:
+            raise CannotResizeToSameFlavor()
+        if flavor.disk_gb < old.disk_gb:
+            raise CannotResizeDisk()
+        scheduling_class = SchedulingClass(flavor, details(instance).constraints)
+        request = self._move(context, instance, RESIZE)
+        request = dataclasses.replace(
+            request, new_flavor=flavor.to_dict(), new_class=scheduling_class.name,
+            class_definition=scheduling_class.definition(), cores=flavor.vcpus,
+            ram_mb=flavor.ram_mb, same_host=self.scheduler.allow_resize_to_same_host,
+        )  # fmt: skip
+        return self._start(instance, request)
+
+    def migrate(self, context: RequestContext, uuid: str, host: str | None = None) -> Migration:
+        """``migrate``: place the server on another host (``host``: that one, 2.56).
+        Raises as :meth:`resize` (``os_compute_api:os-migrate-server:migrate``), and
+        ComputeHostNotFound for a host with no compute service."""
+        instance = self._placed(context, uuid, moves_policy.MIGRATE, "migrate")
+        if host is not None:
+            self.stores.agents.service(host)  # ComputeHostNotFound
+        request = dataclasses.replace(self._move(context, instance, MIGRATION), host=host)
+        return self._start(instance, request)
+
+    def evacuate(self, context: RequestContext, uuid: str, host: str | None = None) -> Migration:
+        """``evacuate``: rebuild the server of a host whose compute service is down
+        (its heartbeat expired, or forced down) on another host (``host``: that one).
+        The source's side stays held for its host until its agent, back, says the VM is
+        gone there.
+
+        :raises InstanceNotFound, Forbidden: as :meth:`resize` (``os_compute_api:os-evacuate``).
+        :raises ComputeServiceInUse: its host's service is up (400).
+        :raises ComputeHostNotFound: ``host`` has no compute service (404).
+        :raises SameHost: ``host`` is its own (400).
+        :raises InstanceInvalidState: its states refuse a move (409).
+        :raises BusUnavailable: not published (503); the move ended, nothing changed.
+        """
+        instance = visible(self.stores.instances, context, uuid)
+        self.policy.authorize(context, moves_policy.EVACUATE, _target(instance))
+        if host is not None:
+            if host == instance.host:
+                raise SameHost()
+            self.stores.agents.service(host)  # ComputeHostNotFound
+        request = dataclasses.replace(self._move(context, instance, EVACUATION), host=host)
+        return self._start(instance, request)
+
+    def confirm(self, context: RequestContext, uuid: str) -> None:
+        """``confirmResize``: keep a resized or migrated server where it is now; its
+        source's copy goes.
+
+        :raises InstanceNotFound, Forbidden: as :meth:`resize`
+            (``os_compute_api:servers:confirm_resize``).
+        :raises InstanceInvalidState: no move of it waits for a confirm (409).
+        :raises BusUnavailable: not published (503); the source's agent finishes it
+            when it sweeps its moves.
+        """
+        self._settle(context, uuid, moves_policy.CONFIRM_RESIZE, "confirmResize", "confirm")
+
+    def revert(self, context: RequestContext, uuid: str) -> None:
+        """``revertResize``: put a resized or migrated server back as it was, where it
+        was; its new copy goes. Raises as :meth:`confirm`
+        (``os_compute_api:servers:revert_resize``)."""
+        self._settle(context, uuid, moves_policy.REVERT_RESIZE, "revertResize", "revert")
+
+    # -- the steps --
+
+    def _settle(
+        self, context: RequestContext, uuid: str, rule: str, action: str, step: str
+    ) -> None:
+        """Ask the ledger to confirm or revert (``step``) the server's move that waits
+        for it; when a host's copy must go first (the source's for a confirm, the
+        destination's for a revert), publish the step to that host."""
+        instance, migration = self._resized(context, uuid, rule, action)
+        confirm = step == "confirm"
+        ask = self.stores.migrations.confirm if confirm else self.stores.migrations.revert
+        asked = ask(migration, "ask")
+        if asked["status"] in ("confirming", "reverting"):
+            end = "source" if confirm else "dest"
+            message = MoveStep(context.request_id, instance.uuid, asked[f"{end}_compute"],
+                               asked[f"{end}_node"], migration, step)  # fmt: skip
+            self.bus.publish_action(message.host, message)
+
+    def _placed(self, context: RequestContext, uuid: str, rule: str, action: str) -> Instance:
+        """The server, the caller allowed, its host's agent up."""
+        instance = visible(self.stores.instances, context, uuid)
+        self.policy.authorize(context, rule, _target(instance))
+        if instance.host and not self.stores.agents.alive(instance.host):
+            raise AgentDown(action=action, instance=instance.uuid)
+        return instance
+
+    def _resized(
+        self, context: RequestContext, uuid: str, rule: str, action: str
+    ) -> tuple[Instance, str]:
+        """The server and its move that waits for a confirm or a revert."""
+        instance = visible(self.stores.instances, context, uuid)
+        self.policy.authorize(context, rule, _target(instance))
+        if not instance.resized or instance.migration is None:
+            state = "stopped" if instance.stopped else instance.state.value.lower()
+            raise exception.InstanceInvalidState(
+                action=action, instance=instance.uuid, attr="vm_state", state=state
+            )
+        return instance, instance.migration
+
+    def _move(self, context: RequestContext, instance: Instance, kind: str) -> MoveRequest:
+        return MoveRequest(
+            instance.uuid, str(uuidlib.uuid4()), kind, context.request_id, context.user_id,
+            context.project_id, time.time() + self.scheduler.build_timeout_s,
+            max_attempts=self.scheduler.max_attempts,
+        )  # fmt: skip
+
+    def _start(self, instance: Instance, request: MoveRequest) -> Migration:
+        """Start the move in the ledger and publish its request: to the host asked for,
+        else the queue of its class."""
+        migration = self.stores.migrations.start(request)
+        message = move_request_for(instance, migration)
+        try:
+            if request.host is not None:
+                self.bus.publish_to_host(request.host, message)
+            else:
+                self.bus.publish_boot(message)
+        except exception.BackendUnavailable as exc:
+            self.stores.migrations.fail(migration.uuid, "", f"not published: {exc}", False)
+            raise
+        self.stores.instances.add_event(
+            instance.uuid, "action", action=ACTIONS[request.kind], request_id=request.request_id,
+            user_id=request.user_id, project_id=request.project_id,
+            migration=migration.uuid,
+        )  # fmt: skip
+        return migration
+
+
+def _target(instance: Instance) -> dict[str, str]:
+    return {"project_id": instance.project_id, "user_id": instance.user_id}
