@@ -1,14 +1,20 @@
 """The steps of a move a host takes from its own queue: confirm at the source, revert
-at the destination (docs/moves.rst).
+at the destination, a live migration's send at the source (docs/moves.rst).
 
-The API asked the ledger for the step (``confirming``, ``reverting``) and published a
-:class:`~qsched.scheduling.message.MoveStep` to the host whose copy of the server goes:
+The API asked the ledger for the step (``confirming``, ``reverting``), or a live
+migration's destination said it is ready (``running``), and published a
+:class:`~qsched.scheduling.message.MoveStep` to the host that acts:
 
 =========  ==========================================================================
 confirm    The source's copy is destroyed, then the ledger releases the source's side
            (the migration's consumer) and the move is ``confirmed``.
 revert     The destination's copy is destroyed, then the ledger gives the server back
            its source's side, old flavor and quota, and the move is ``reverted``.
+live       The source's driver sends the server to the destination
+           (:meth:`~agents.virt.base.VirtDriver.live_migrate`), then the ledger
+           releases the source's side and the move is ``completed``. If the driver
+           could not, the server stays and the move ``failed`` (Nova's rollback):
+           the destination's side is released, its copy left to its reconcile.
 =========  ==========================================================================
 
 A resize in place has one copy, which stays: its revert gives the ledger back what the
@@ -32,6 +38,7 @@ import contextlib
 import logging
 
 from agents.steps import AgentParts
+from agents.virt.base import MigrationFailed
 from qsched import exception
 from qsched.ledger.base import Migration
 from qsched.scheduling.message import MoveStep
@@ -42,10 +49,10 @@ LOG = logging.getLogger(__name__)
 #: A step of a move left this long without its message settling it is taken again.
 STUCK_MOVE_S = 60.0
 #: the statuses of a move a destination claimed and has not finished
-_CLAIMED = frozenset({"migrating", "preparing", "running", "post-migrating"})
+_CLAIMED = frozenset({"migrating", "preparing", "post-migrating"})
 
 #: the migration's status a step is taken from
-_FROM = {"confirm": "confirming", "revert": "reverting"}
+_FROM = {"confirm": "confirming", "revert": "reverting", "live": "running"}
 
 
 class MoveSteps:
@@ -67,8 +74,8 @@ class MoveSteps:
             return self._dropped(msg, "no such migration")
         confirm = msg.step == "confirm"
         host, node = (
-            (move.source_compute, move.source_node) if confirm
-            else (move.dest_compute, move.dest_node or "")
+            (move.dest_compute, move.dest_node or "") if msg.step == "revert"
+            else (move.source_compute, move.source_node)
         )  # fmt: skip
         if (
             move.status != _FROM[msg.step]
@@ -76,6 +83,8 @@ class MoveSteps:
             or move.instance_uuid != (msg.instance_uuid)
         ):
             return self._dropped(msg, f"the move is {move.status}")
+        if msg.step == "live":
+            return self._send(move)
         in_place = move.source_compute == move.dest_compute
         consumer = move.uuid if confirm else move.instance_uuid
         held = parts.stores.ledger.get_allocations(consumer).allocations
@@ -93,6 +102,34 @@ class MoveSteps:
                  move.instance_uuid)  # fmt: skip
         return "done"
 
+    def _send(self, move: Migration) -> str:
+        """A live migration's send at its source: ``done`` (completed) or ``failed``
+        (rolled back: the server stays here)."""
+        parts, uuid, node = self.parts, move.instance_uuid, move.source_node
+        held = parts.stores.ledger.get_allocations(move.uuid).allocations
+        here = node in parts.index
+        if here and uuid in parts.driver.list_instances(node):
+            try:
+                parts.driver.live_migrate(uuid, node, move.dest_compute or "",
+                                          move.block_migration)  # fmt: skip
+            except MigrationFailed as exc:
+                LOG.warning("agent %s: live migration %s of %s failed: %s", parts.host,
+                            move.uuid, uuid, exc)  # fmt: skip
+                with contextlib.suppress(exception.MoveNotUnderWay):
+                    parts.stores.migrations.fail(move.uuid, parts.host, str(exc), retry=False)
+                parts.counters["live_migrations_failed"] += 1
+                return "failed"
+        with parts.index.writing(node) if here else contextlib.nullcontext():
+            try:
+                parts.stores.migrations.finish(move.uuid, parts.host)
+            except exception.MoveNotUnderWay:
+                LOG.info("agent %s: move %s moved on meanwhile", parts.host, move.uuid)
+            else:
+                if here:
+                    parts.index.release(node, held)
+        parts.counters["live_migrations"] += 1
+        return "done"
+
     def finish_stuck(self, before: float | None = None) -> int:
         """Take again the steps of this host's moves last changed before ``before`` (None:
         every one, at start) that no message settled; finish or give back its claims
@@ -108,6 +145,9 @@ class MoveSteps:
             elif move.status == "reverting" and move.dest_compute == parts.host:
                 step = MoveStep(move.request_id or f"req-{uuid}", uuid, parts.host,
                                 move.dest_node or "", move.uuid, "revert")  # fmt: skip
+            elif move.status == "running" and move.source_compute == parts.host:
+                step = MoveStep(move.request_id or f"req-{uuid}", uuid, parts.host,
+                                move.source_node, move.uuid, "live")  # fmt: skip
             elif move.status in _CLAIMED and move.dest_compute == parts.host:
                 if uuid in parts.builds:
                     continue
@@ -130,9 +170,19 @@ class MoveSteps:
         runs = node in parts.index and uuid in parts.driver.list_instances(node)
         try:
             if runs:
-                parts.stores.migrations.finish(move.uuid, parts.host)
+                status = parts.stores.migrations.finish(move.uuid, parts.host)
                 LOG.warning("agent %s: move %s of %s had come up here; finished", parts.host,
                             move.uuid, uuid)  # fmt: skip
+                if status == "running":  # a live migration: its source sends it now
+                    step = MoveStep(
+                        move.request_id or f"req-{uuid}",
+                        uuid,
+                        move.source_compute,
+                        move.source_node,
+                        move.uuid,
+                        "live",
+                    )
+                    parts.bus.publish_action(step.host, step)  # fmt: skip
                 return
             why = f"its destination {parts.host} restarted before the server came up there"
             again = parts.stores.migrations.fail(move.uuid, parts.host, why, retry=True)

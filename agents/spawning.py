@@ -35,6 +35,7 @@ from qsched import exception
 from qsched.ledger.base import Instance, State
 from qsched.notifications import payloads
 from qsched.notifications.base import ERROR
+from qsched.scheduling.message import MoveStep
 from qsched.scheduling.records import details
 
 LOG = logging.getLogger(__name__)
@@ -171,10 +172,26 @@ class Spawner:
                 parts.driver.destroy(uuid, node)
             self.let_go(uuid, node)
             return
+        if status == "running":  # a live migration: its source sends the server now
+            self._send_for(build, migration)
         parts.counters["moved_in"] += 1
         LOG.info("[%s] instance %s moved to %s (%s, migration %s)", msg.request_id, uuid, node,
                  status, migration)  # fmt: skip
         self.forget(uuid)
+
+    def _send_for(self, build: Build, migration: str) -> None:
+        """A live migration whose destination is ready here: its source's agent sends the
+        server (a ``live`` move step to its queue); if the broker does not take it, the
+        source's sweep of its moves does it."""
+        parts, msg = self.parts, build.request
+        source = msg.source_host or ""
+        node = parts.stores.migrations.get(migration).source_node
+        step = MoveStep(msg.request_id, msg.instance_uuid, source, node, migration, "live")
+        try:
+            parts.bus.publish_action(source, step)
+        except exception.BackendUnavailable:
+            LOG.warning("agent %s: the send of move %s was not published; %s's sweep of its "
+                        "moves sends it", parts.host, migration, source)  # fmt: skip
 
     def give_back(self, build: Build, reason: str) -> None:
         """Release the claim of a failed spawn and reschedule the request."""

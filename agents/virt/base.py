@@ -32,6 +32,12 @@ class SpawnFenced(exception.QschedError):
     msg_fmt = "Spawning instance {instance} on node {node} was fenced off before it started"
 
 
+class MigrationFailed(exception.QschedError):
+    """A live migration did not happen: the server still runs on its source node."""
+
+    msg_fmt = "Live-migrating instance {instance} from node {node} to {dest} failed: {reason}"
+
+
 class NodeNotFound(exception.NotFound):
     msg_fmt = "Node {node} is not driven by this agent."
 
@@ -123,6 +129,19 @@ class VirtDriver(abc.ABC):
         :raises SpawnFailed, SpawnFenced: as :meth:`spawn`; the server is left as it was.
         """
         self.spawn(instance_uuid, node, flavor, fence)
+
+    def live_migrate(
+        self, instance_uuid: str, node: str, dest: str, block_migration: bool | None = None
+    ) -> None:
+        """Send a running server from ``node`` to host ``dest``, whose driver received it
+        (:meth:`receive`), and return once it runs there and no longer here. Its disks go
+        along when ``block_migration`` (None: as the driver finds best, Nova's ``auto``).
+        The default cannot.
+
+        :raises MigrationFailed: it still runs here, as it did.
+        """
+        raise MigrationFailed(instance=instance_uuid, node=node, dest=dest,
+                              reason=f"{type(self).__name__} cannot live-migrate")  # fmt: skip
 
     @abc.abstractmethod
     def destroy(self, instance_uuid: str, node: str) -> bool:

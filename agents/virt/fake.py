@@ -44,6 +44,7 @@ from types import MappingProxyType
 from typing import IO
 
 from agents.virt.base import (
+    MigrationFailed,
     NodeInfo,
     NodeNotFound,
     ProviderInfo,
@@ -195,6 +196,8 @@ class FakeDriver(VirtDriver):
         self._failures: dict[str, int] = {}
         self._off: set[str] = set()  # instances powered off
         self.reboots: dict[str, int] = {}  # instance -> reboots done
+        #: instance -> (the host it was sent to, block_migration as asked)
+        self.live_migrations: dict[str, tuple[str, bool | None]] = {}
         self._lock = threading.Lock()
         self._root_inventories = self.node_spec.root_inventories()
         check_children(self.node_spec.children)
@@ -269,6 +272,23 @@ class FakeDriver(VirtDriver):
         self._work(instance_uuid, node)
         if fence is not None and not fence():
             raise SpawnFenced(instance=instance_uuid, node=node)
+
+    def live_migrate(
+        self, instance_uuid: str, node: str, dest: str, block_migration: bool | None = None
+    ) -> None:
+        """Simulate sending a server away: the spawn's delay, a failure drawn as a spawn's
+        (then it stays), else it no longer runs here; ``block_migration`` is recorded
+        (``live_migrations``: instance -> (dest, block_migration)). See VirtDriver."""
+        with self._lock:
+            self._check_on(instance_uuid, node)
+        try:
+            self._work(instance_uuid, node)
+        except SpawnFailed as exc:
+            raise MigrationFailed(instance=instance_uuid, node=node, dest=dest,
+                                  reason=str(exc.kwargs.get("reason"))) from None  # fmt: skip
+        with self._lock:
+            self.live_migrations[instance_uuid] = (dest, block_migration)
+        self.destroy(instance_uuid, node)
 
     def _work(self, instance_uuid: str, node: str) -> None:
         """The spawn delay, then an injected failure as the failure rate draws it.

@@ -1,5 +1,6 @@
 """/v2.1/servers/{id}/action (``os-stop``, ``os-start``, ``reboot``; the moves
-``resize``, ``confirmResize``, ``revertResize``, ``migrate``, ``evacuate``:
+``resize``, ``confirmResize``, ``revertResize``, ``migrate``, ``os-migrateLive``,
+``evacuate``:
 docs/moves.rst) and
 /v2.1/servers/{id}/os-instance-actions, in Nova's shapes by microversion.
 
@@ -43,9 +44,10 @@ class ServerAction(_Handler):
         name = _action_name(body)
         if name == "migrate" and microversion.at_least(req, (2, 56)):
             validate(schema.MIGRATE_V256, body)
-        elif name == "evacuate":
-            since = max(v for v in schema.EVACUATE if microversion.at_least(req, v))
-            validate(schema.EVACUATE[since], body)
+        elif name in _BY_VERSION:
+            by_version = _BY_VERSION[name]
+            since = max(v for v in by_version if microversion.at_least(req, v))
+            validate(by_version[since], body)
         else:
             validate(schema.SERVER_ACTIONS[name], body)
         context, moves = context_of(req), self.compute.moves
@@ -64,6 +66,9 @@ class ServerAction(_Handler):
             return
         elif name == "revertResize":
             moves.revert(context, server_id)
+        elif name == "os-migrateLive":
+            live = body["os-migrateLive"]
+            moves.live_migrate(context, server_id, live["host"], _auto(live["block_migration"]))
         elif name == "evacuate":
             # No guest takes a password (a boot's adminPass is dropped too): 200 and no
             # body, as Nova's with enable_instance_password off. onSharedStorage and
@@ -74,6 +79,16 @@ class ServerAction(_Handler):
         else:
             moves.migrate(context, server_id, (body["migrate"] or {}).get("host"))
         resp.status = falcon.HTTP_202
+
+
+#: the actions whose body's schema changes with the microversion
+_BY_VERSION = {"evacuate": schema.EVACUATE, "os-migrateLive": schema.MIGRATE_LIVE}
+_TRUE = {True, "True", "true", "1", "yes"}
+
+
+def _auto(value: Any) -> bool | None:
+    """A block_migration as the driver takes it: None for ``auto``."""
+    return None if value == "auto" else value in _TRUE
 
 
 def _action_name(body: Any) -> str:

@@ -32,7 +32,7 @@ from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.base import Instance, Migration, MoveRequest
-from qsched.ledger.base.migrations import EVACUATION, MIGRATION, RESIZE
+from qsched.ledger.base.migrations import EVACUATION, LIVE_MIGRATION, MIGRATION, RESIZE
 from qsched.policies import moves as moves_policy
 from qsched.policy import Policy
 from qsched.scheduling.classes import SchedulingClass
@@ -40,7 +40,8 @@ from qsched.scheduling.message import MoveStep
 from qsched.scheduling.records import details, move_request_for
 
 #: Nova's instance action of each move
-ACTIONS = {RESIZE: "resize", MIGRATION: "migrate", EVACUATION: "evacuate"}
+ACTIONS = {RESIZE: "resize", MIGRATION: "migrate", LIVE_MIGRATION: "live-migration",
+           EVACUATION: "evacuate"}  # fmt: skip
 
 
 class CannotResizeToSameFlavor(exception.Invalid):
@@ -53,6 +54,10 @@ class CannotResizeDisk(exception.Invalid):
 
 class SameHost(exception.Invalid):
     msg_fmt = "The target host can't be the same one."
+
+
+class UnableToMigrateToSelf(exception.Invalid):
+    msg_fmt = "Unable to migrate instance ({instance}) to current host ({host})."
 
 
 class ServerMoves:
@@ -116,6 +121,29 @@ class ServerMoves:
         if host is not None:
             self.stores.agents.service(host)  # ComputeHostNotFound
         request = dataclasses.replace(self._move(context, instance, MIGRATION), host=host)
+        return self._start(instance, request)
+
+    def live_migrate(
+        self,
+        context: RequestContext,
+        uuid: str,
+        host: str | None = None,
+        block_migration: bool | None = None,
+    ) -> Migration:
+        """``os-migrateLive``: send a running server to another host without stopping it
+        (``host``: that one); ``block_migration``: its disks go along (None: Nova's
+        ``auto``, as the driver finds best). Raises as :meth:`migrate`
+        (``os_compute_api:os-migrate-server:migrate_live``), and UnableToMigrateToSelf
+        for its own host (400)."""
+        instance = self._placed(context, uuid, moves_policy.MIGRATE_LIVE, "os-migrateLive")
+        if host is not None:
+            if host == instance.host:
+                raise UnableToMigrateToSelf(instance=instance.uuid, host=host)
+            self.stores.agents.service(host)  # ComputeHostNotFound
+        request = dataclasses.replace(
+            self._move(context, instance, LIVE_MIGRATION), host=host,
+            block_migration=block_migration,
+        )  # fmt: skip
         return self._start(instance, request)
 
     def evacuate(self, context: RequestContext, uuid: str, host: str | None = None) -> Migration:

@@ -218,6 +218,15 @@ class Moves:
     def evacuate(self, context: RequestContext, uuid: str, host: str | None = None) -> None:
         self.cells.of_instance(uuid).moves.evacuate(context, uuid, host)
 
+    def live_migrate(
+        self,
+        context: RequestContext,
+        uuid: str,
+        host: str | None = None,
+        block_migration: bool | None = None,
+    ) -> None:
+        self.cells.of_instance(uuid).moves.live_migrate(context, uuid, host, block_migration)
+
 
 class Hypervisors:
     """Every cell's hypervisors, ordered by the id a client sees (:func:`shown_id`):

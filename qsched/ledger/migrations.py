@@ -51,6 +51,7 @@ class RedisMigrations(MigrationStore):
             request.host or "", "1" if request.same_host else "", request.request_id,
             request.user_id, request.project_id, self.store.now(), self.store.max_events,
             int(request.max_attempts), repr(float(request.deadline)),
+            {None: "", True: "1", False: "0"}[request.block_migration],
         )  # fmt: skip
         refused = result.get("refused")
         if refused == "source_up":
@@ -146,6 +147,11 @@ class RedisMigrations(MigrationStore):
             uuids = client.zrangebyscore(key, f"({after}", "+inf", 0, limit)
         return self._read([text(u) for u in uuids])
 
+    def newest(self, below: int | None = None, limit: int = 100) -> builtins.list[Migration]:
+        top = "+inf" if below is None else f"({below}"
+        uuids = self.store.client.zrevrangebyscore(self.keys.migrations, top, "-inf", 0, limit)
+        return self._read([text(u) for u in uuids])
+
     def _read(self, uuids: builtins.list[str]) -> builtins.list[Migration]:
         keys = [self.keys.migration(u) for u in uuids]
         return [_migration(text_map(f)) for f in read_many(self.store.client, "hgetall", keys) if f]
@@ -182,4 +188,6 @@ def _migration(fields: dict[str, str]) -> Migration:
         tried=tuple(json.loads(fields.get("tried") or "[]")),
         fault=fields.get("fault") or None,
         deadline=float(fields["deadline"]) if fields.get("deadline") else None,
+        caller_project_id=fields.get("caller_project_id", ""),
+        block_migration={"1": True, "0": False}.get(fields.get("block_migration", "")),
     )

@@ -1,5 +1,5 @@
 """Nova's rules of the moves qsched serves (docs/moves.rst): resize, its confirm and
-revert, cold migration and evacuation."""
+revert, cold and live migration, and evacuation."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ CONFIRM_RESIZE = "os_compute_api:servers:confirm_resize"
 REVERT_RESIZE = "os_compute_api:servers:revert_resize"
 MIGRATE = "os_compute_api:os-migrate-server:migrate"
 EVACUATE = "os_compute_api:os-evacuate"
+MIGRATE_LIVE = "os_compute_api:os-migrate-server:migrate_live"
 
 _ACTION = "/servers/{server_id}/action (%s)"
 
@@ -22,6 +23,8 @@ _RULES = [
     rule(REVERT_RESIZE, PROJECT_MEMBER_OR_ADMIN, "Revert a server resize", "POST",
          _ACTION % "revertResize"),
     rule(MIGRATE, ADMIN, "Cold migrate a server to a host", "POST", _ACTION % "migrate"),
+    rule(MIGRATE_LIVE, ADMIN, "Live migrate a server to a new host without a reboot", "POST",
+         _ACTION % "os-migrateLive"),
     rule(EVACUATE, ADMIN, "Evacuate a server from a failed host to a new host", "POST",
          _ACTION % "evacuate"),
 ]  # fmt: skip

@@ -418,7 +418,7 @@ class ActionRequest(_HostMessage):
 
 
 #: the steps of a move its hosts take from their queue (:mod:`agents.moves`)
-MOVE_STEPS = ("confirm", "revert")
+MOVE_STEPS = ("confirm", "revert", "live")
 
 
 def _move_step(value: Any) -> str:
@@ -431,7 +431,8 @@ def _move_step(value: Any) -> str:
 class MoveStep(_HostMessage):
     """A step of a move for the agent of one of its hosts, published on ``host.<host>``
     once the ledger holds it: ``confirm`` to the source (its copy goes), ``revert`` to
-    the destination (its copy goes, the server is back on its source)."""
+    the destination (its copy goes, the server is back on its source), ``live`` to a
+    live migration's source once its destination is ready (the source sends it)."""
 
     KIND: ClassVar[str] = "move"
 

@@ -307,3 +307,59 @@ class TestEvacuateHTTP:
         assert request.source_host == "cn1"
         view = get(client, f"/servers/{server}", ADMIN_HEADERS).json["server"]
         assert (view["status"], view["OS-EXT-STS:task_state"]) == ("REBUILD", "rebuilding")
+
+
+def test_a_live_migration_sends_the_server_without_a_confirm(
+    stores: Stores, api: ComputeAPI, two: dict[str, ComputeAgent]
+) -> None:
+    vm = booted(api, stores)
+    source = stores.instances.get(vm).host
+    assert source is not None
+    dest = next(h for h in two if h != source)
+    api.moves.live_migrate(ADMIN, vm, block_migration=True)
+    assert wait_until(lambda: stores.instances.get(vm).migration is None, timeout_s=10)
+    record = stores.instances.get(vm)
+    assert (record.host, status(record)) == (dest, "ACTIVE")
+    (migration,) = stores.migrations.of_instance(vm)
+    assert (migration.status, migration.kind) == ("completed", "live-migration")
+    assert two[source].driver.live_migrations[vm] == (dest, True)
+    assert not runs(two[source], vm) and runs(two[dest], vm)
+    assert two[source].index.totals()["VCPU"][0] == 0 and audit(stores).ok
+    quiet(list(two.values()))
+
+
+def test_a_live_migration_its_source_cannot_send_leaves_the_server_where_it_was(
+    conf, stores: Stores, bus, api: ComputeAPI, agents: list[ComputeAgent]
+) -> None:
+    agents.append(make_agent(conf, stores, bus, "cn0", nodes=1))
+    vm = booted(api, stores)
+    agents[0].driver.failure_rate = 1.0  # its sends fail from now on
+    agents.append(make_agent(conf, stores, bus, "cn1", nodes=1))
+    api.moves.live_migrate(ADMIN, vm)
+    assert wait_until(lambda: stores.instances.get(vm).migration is None, timeout_s=10)
+    (migration,) = stores.migrations.of_instance(vm)
+    assert migration.status == "failed"
+    record = stores.instances.get(vm)
+    assert (record.host, status(record)) == ("cn0", "ACTIVE") and runs(agents[0], vm)
+    agents[1].reconciler.run_all()  # the destination's copy, left to its reconcile, goes
+    assert not runs(agents[1], vm) and agents[1].index.totals()["VCPU"][0] == 0
+    assert audit(stores).ok
+
+
+class TestLiveMigrateHTTP:
+    def test_shapes_by_microversion(self, client, stores, rbus) -> None:
+        server = http_server(client, stores)
+        auto = {"os-migrateLive": {"host": None, "block_migration": "auto"}}
+        fault(act(client, server, auto, version="2.25"), 403, "forbidden")  # admins'
+        fault(act(client, server, auto, ADMIN_HEADERS, "2.24"), 400, "badRequest")
+        older = {"os-migrateLive": {"host": None, "block_migration": False,
+                                    "disk_over_commit": False}}  # fmt: skip
+        fault(act(client, server, older, ADMIN_HEADERS, "2.25"), 400, "badRequest")
+        to_self = {"os-migrateLive": {"host": "cn1", "block_migration": "auto"}}
+        message = fault(act(client, server, to_self, ADMIN_HEADERS, "2.25"), 400, "badRequest")
+        assert message == f"Unable to migrate instance ({server}) to current host (cn1)."
+        assert act(client, server, auto, ADMIN_HEADERS, "2.25").status_code == 202
+        (request,) = [m for m in rbus.boots if m.moves]
+        assert stores.migrations.get(request.migration).block_migration is None
+        view = get(client, f"/servers/{server}", ADMIN_HEADERS).json["server"]
+        assert (view["status"], view["OS-EXT-STS:task_state"]) == ("MIGRATING", "migrating")

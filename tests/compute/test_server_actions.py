@@ -479,7 +479,7 @@ class TestHTTP:
         [
             ({"pause": None}, "There is no such action: pause. qsched serves the server actions "
                               "os-stop, os-start, reboot, resize, confirmResize, revertResize, "
-                              "migrate, evacuate."),
+                              "migrate, evacuate, os-migrateLive."),
             ({"resize": {}}, "Invalid input for field/attribute resize"),
             ({"confirmResize": {}}, "Invalid input for field/attribute confirmResize"),
             ({"os-stop": None, "os-start": None}, "Name one action per request"),

@@ -260,15 +260,32 @@ def test_a_confirm_with_the_source_silent_holds_its_side(cloud: Cloud) -> None:
     assert stores.ledger.held_claims("h0") == {server: mig}
 
 
-def test_a_live_migration_completes_when_its_source_says_the_vm_left(cloud: Cloud) -> None:
+def test_a_live_migration_runs_once_its_destination_is_ready(cloud: Cloud) -> None:
     stores, server = cloud.stores, cloud.server("h0")
     mig = cloud.start(server, LIVE_MIGRATION)
     assert cloud.claim(mig, "h1") == "preparing"
     with pytest.raises(exception.MoveNotUnderWay):
-        stores.migrations.finish(mig, "h1")  # the source finishes a live migration
+        stores.migrations.finish(mig, "h0")  # the source sends it once h1 is ready
+    assert stores.migrations.finish(mig, "h1") == "running"
+    assert stores.migrations.finish(mig, "h1") == "running"  # said again: the same
+    assert stores.instances.get(server).task_state.value == "migrating"
     assert stores.migrations.finish(mig, "h0") == "completed"
     assert cloud.used("h0") == {VCPU: 0, RAM: 0} and cloud.used("h1") == amounts(SMALL)
-    assert stores.instances.get(server).host == "h1"
+    record = stores.instances.get(server)
+    assert (record.host, record.migration, record.task_state.value) == ("h1", None, "")
+    assert audit(stores).ok
+
+
+def test_a_live_migration_its_source_could_not_send_rolls_back(cloud: Cloud) -> None:
+    stores, server = cloud.stores, cloud.server("h0")
+    mig = cloud.start(server, LIVE_MIGRATION)
+    cloud.claim(mig, "h1")
+    stores.migrations.finish(mig, "h1")
+    assert stores.migrations.fail(mig, "h0", "the copy failed", retry=True) is False
+    found = stores.migrations.get(mig)
+    assert (found.status, found.tried) == ("failed", ())  # rolled back, not retried
+    assert cloud.used("h0") == amounts(SMALL) and cloud.used("h1") == {VCPU: 0, RAM: 0}
+    assert stores.instances.get(server).host == "h0" and audit(stores).ok
 
 
 def group(stores: Stores, policy: str) -> str:

@@ -105,7 +105,7 @@ class TestRoundTrip:
         assert decode(step.encode()) == step
         data = wire(step)
         data["step"] = "abort"
-        with pytest.raises(PoisonMessage, match="field 'step' must be one of confirm, revert"):
+        with pytest.raises(PoisonMessage, match="'step' must be one of confirm, revert, live"):
             decode(msgpack.packb(data, use_bin_type=True))
 
     def test_a_1_0_request_reads_with_no_global_request_id(self) -> None:

@@ -92,6 +92,30 @@ EVACUATE = {
 }
 
 
+def _migrate_live(block_migration: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """``{"os-migrateLive": {"host": null, "block_migration": "auto"}}`` (host and
+    block_migration required, as Nova's; ``fields``: what a microversion adds)."""
+    required = ["host", "block_migration", *fields.pop("required", [])]
+    inner = {"type": "object",
+             "properties": {"host": {"anyOf": [fqdn, {"type": "null"}]},
+                            "block_migration": block_migration, **fields},
+             "required": required, "additionalProperties": False}  # fmt: skip
+    return {"type": "object", "properties": {"os-migrateLive": inner},
+            "required": ["os-migrateLive"], "additionalProperties": False}  # fmt: skip
+
+
+_AUTO_OR_BOOLEAN = {"anyOf": [_BOOLEAN, {"type": "string", "enum": ["auto"]}]}
+#: ``os-migrateLive`` by microversion: disk_over_commit up to 2.24, ``auto`` from 2.25,
+#: force from 2.30 to 2.67
+MIGRATE_LIVE = {
+    (2, 1): compiled(_migrate_live(_BOOLEAN, disk_over_commit=_BOOLEAN,
+                                   required=["disk_over_commit"])),
+    (2, 25): compiled(_migrate_live(_AUTO_OR_BOOLEAN)),
+    (2, 30): compiled(_migrate_live(_AUTO_OR_BOOLEAN, force=_BOOLEAN)),
+    (2, 68): compiled(_migrate_live(_AUTO_OR_BOOLEAN)),
+}  # fmt: skip
+
+
 def _bare_action(name: str) -> dict[str, Any]:
     """``{"os-stop": null}``: Nova takes any value there and reads none."""
     return {"type": "object", "properties": {name: {}}, "required": [name],
@@ -107,6 +131,7 @@ SERVER_ACTIONS = {
     "revertResize": compiled(_null_action("revertResize")),
     "migrate": compiled(_null_action("migrate")),
     "evacuate": EVACUATE[(2, 14)],
+    "os-migrateLive": MIGRATE_LIVE[(2, 25)],
 }
 #: ``migrate`` from 2.56, which may name a host
 MIGRATE_V256 = compiled(server_migrate_v256)

@@ -53,6 +53,8 @@ class Migration:
     tried: tuple[str, ...] = ()
     fault: str | None = None
     deadline: float | None = None
+    caller_project_id: str = ""  # the project of who asked for it (Nova's project_id)
+    block_migration: bool | None = None  # a live migration's, as asked (None: auto)
 
     @property
     def waiting(self) -> bool:
@@ -97,6 +99,7 @@ class MoveRequest:
     class_definition: Mapping[str, Any] | None = None
     cores: int = 0
     ram_mb: int = 0
+    block_migration: bool | None = None  # a live migration's (None: the driver decides)
 
 
 class MigrationStore(abc.ABC):
@@ -141,8 +144,9 @@ class MigrationStore(abc.ABC):
 
     @abc.abstractmethod
     def finish(self, migration_uuid: str, host: str) -> str:
-        """The host doing a move's last part says it is done (the destination; for a
-        live migration the source). Returns the status after.
+        """The host doing a move's part says it is done: the destination (a live
+        migration's: it is ready, ``running``; then its source: the VM left it,
+        ``completed``). Returns the status after.
 
         :raises MoveNotUnderWay: the move is not at that step, or not that host's.
         :raises MigrationNotFound:
@@ -168,8 +172,9 @@ class MigrationStore(abc.ABC):
     @abc.abstractmethod
     def fail(self, migration_uuid: str, host: str, reason: str, retry: bool) -> bool:
         """A destination could not take the move (``host``; "" for the API giving up on
-        one that waits): its claim is given back. True when the move waits again for
-        another destination, False when it ended.
+        one that waits; a live migration's source that could not send it, which ends
+        it): its claim is given back. True when the move waits again for another
+        destination, False when it ended.
 
         :raises MoveNotUnderWay, MigrationNotFound:
         """
@@ -197,3 +202,8 @@ class MigrationStore(abc.ABC):
     @abc.abstractmethod
     def list(self, after: int = 0, limit: int | None = None) -> builtins.list[Migration]:
         """The cell's moves by id after ``after`` (an admin view, paged)."""
+
+    @abc.abstractmethod
+    def newest(self, below: int | None = None, limit: int = 100) -> builtins.list[Migration]:
+        """The cell's moves by id, newest first: those whose id is below ``below`` (None:
+        from the newest), at most ``limit`` (an admin view, paged: O(log n + limit))."""

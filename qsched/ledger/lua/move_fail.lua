@@ -1,6 +1,7 @@
 -- A move that did not happen where it was claimed (docs/moves.rst): the destination
--- (``host``) could not spawn or receive it and cleaned up, or the API gives up on one
--- still waiting (``host`` ""). What the destination took is given back and the
+-- (``host``) could not spawn or receive it and cleaned up, the source of a live
+-- migration could not send it (its rollback: the destination's copy is left to that
+-- host's reconcile), or the API gives up on one still waiting (``host`` ""). What the destination took is given back and the
 -- instance holds its source's side again. With ``retry`` and attempts left, the move
 -- waits for another destination, never one that tried it; otherwise it ends (Nova's
 -- ``error``, ``failed`` for a live migration or an evacuation) and the server stays
@@ -20,7 +21,8 @@ local uuid, kind, source, dest = m[2], m[3], m[4], m[6] or ""
 local claimed = {migrating = true, preparing = true, running = true,
                  ["post-migrating"] = true}
 local waiting = MOVE_WAITING[m[1]]
-if not ((host == "" and waiting) or (claimed[m[1]] and host == dest)) then
+local rollback = kind == "live-migration" and host == source and m[1] == "running"
+if not ((host == "" and waiting) or (claimed[m[1]] and host == dest) or rollback) then
     return fail("not_moving", {migration = mig, status = m[1], host = host})
 end
 local ikey = K.instance(uuid)
@@ -32,7 +34,8 @@ if claimed[m[1]] then
 end
 local attempts = tonumber(m[9] or 0) + (host ~= "" and 1 or 0)
 local tried = cjson.decode(m[11] or "[]")
-if host ~= "" then tried[#tried + 1] = host end
+if host ~= "" and not rollback then tried[#tried + 1] = host end
+if rollback then retry = false end
 redis.call("HSET", mkey, "attempts", attempts, "tried", cjson.encode(tried), "updated_at", now)
 local detail = {migration = mig, kind = kind, reason = reason, attempts = attempts}
 if retry and host ~= "" and attempts < tonumber(m[10] or 1) then

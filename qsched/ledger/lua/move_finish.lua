@@ -2,8 +2,9 @@
 -- it again of a move already past this step gets ``already``.
 --   resize, migration: the destination runs the server; it is there now, with its new
 --       flavor, and waits for a confirm or a revert (VERIFY_RESIZE): both sides held.
---   live-migration: the source says its VM left for the destination: the source's side
---       is released, the move completed.
+--   live-migration: the destination says it is ready to receive the server (``running``:
+--       the source may send it); then the source says its VM left for the destination:
+--       the source's side is released, the move completed.
 --   evacuation: the destination rebuilt the server; the source's side stays held for
 --       the source host (its VM may run there still) until its agent says it is gone.
 -- KEYS[1]  the migration key
@@ -14,12 +15,20 @@ local m = redis.call("HMGET", mkey, "status", "instance_uuid", "kind", "source_c
                      "dest_compute", "dest_node", "new_flavor", "new_class")
 if not m[1] then return fail("migration_not_found", {migration = mig}) end
 local uuid, kind, source, dest, dest_node = m[2], m[3], m[4], m[5], m[6]
+if kind == "live-migration" and host == dest and m[1] == "preparing" then
+    redis.call("HSET", mkey, "status", "running", "updated_at", now)
+    add_event(uuid, now, "move_running", dest, dest_node, {migration = mig}, max_events)
+    return reply({status = "running", source_compute = source})
+end
 local by = kind == "live-migration" and source or dest
-local ending = {migrating = true, preparing = true, running = true, ["post-migrating"] = true}
+local ending = {migrating = true, running = true, ["post-migrating"] = true}
 if host ~= by or not ending[m[1]] then
     local done = {finished = true, confirming = true, confirmed = true, completed = true,
                   done = true}
     if host == by and done[m[1]] then return reply({already = true, status = m[1]}) end
+    if kind == "live-migration" and host == dest and m[1] == "running" then
+        return reply({already = true, status = m[1], source_compute = source})
+    end
     return fail("not_moving", {migration = mig, status = m[1], host = host})
 end
 local ikey = K.instance(uuid)

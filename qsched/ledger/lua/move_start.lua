@@ -9,7 +9,7 @@
 --          flavor's cores and ram_mb, default instances, cores and ram_mb limits, the
 --          host asked for ("" = any), "1" if the destination may be its own host,
 --          request_id, user_id, project_id (of the caller), now, max_events,
---          max_attempts, deadline
+--          max_attempts, deadline, block_migration ("1", "0"; "": as the driver decides)
 -- Reply    {id, source_compute, source_node} once started, or {refused = "vm_state"
 --          | "task_state" | "source_up" | "quota_home", state = <what refuses it>}
 local uuid, mig, kind = ARGV[2], ARGV[3], ARGV[4]
@@ -19,6 +19,7 @@ local defaults = {ARGV[10], ARGV[11], ARGV[12]}
 local target, same_host, request_id, user_id, project_id = ARGV[13], ARGV[14], ARGV[15],
     ARGV[16], ARGV[17]
 local now, max_events, max_attempts, deadline = ARGV[18], ARGV[19], ARGV[20], ARGV[21]
+local block_migration = ARGV[22] or ""
 local ikey = K.instance(uuid)
 local inst = redis.call("HMGET", ikey, "state", "host", "node", "task_state", "power",
                         "migration", "resized", "project_id", "flavor", "class", "quota")
@@ -91,7 +92,8 @@ redis.call("HSET", K.migration(mig), "id", id, "uuid", mig, "instance_uuid", uui
            "old_quota", old_quota, "new_quota", new_quota, "power", inst[5] or "",
            "request_id", request_id, "user_id", user_id, "project_id", project,
            "caller_project_id", project_id, "attempts", 0, "max_attempts", max_attempts,
-           "tried", "[]", "deadline", deadline, "created_at", now, "updated_at", now)
+           "tried", "[]", "deadline", deadline, "block_migration", block_migration,
+           "created_at", now, "updated_at", now)
 redis.call("ZADD", K.migrations, id, mig)
 redis.call("ZADD", K.move_deadlines, deadline, mig)
 redis.call("ZADD", K.instance_migrations(uuid), id, mig)
