@@ -192,6 +192,28 @@ def test_server_set_name_stop_start_and_reboot(cloud: Cloud) -> None:
     cloud.run("member_a", "server", "delete", "--wait", shown["id"])
 
 
+def test_server_resize_confirm_migrate_revert_and_live_migrate(cloud: Cloud) -> None:
+    """The moves (docs/moves.rst) as users and operators type them."""
+    shown = boot(cloud, "member_a", "vm-moves")
+    source = cloud.json("admin", "server", "show", shown["id"])["OS-EXT-SRV-ATTR:host"]
+    cloud.run("member_a", "server", "resize", "--flavor", "m1.medium", "--wait", shown["id"])
+    resized = cloud.wait_for("member_a", shown["id"], "VERIFY_RESIZE")
+    assert resized["flavor"]["original_name"] == "m1.medium"
+    cloud.run("member_a", "server", "resize", "confirm", shown["id"])
+    cloud.wait_for("member_a", shown["id"], "ACTIVE")
+    moved = cloud.json("admin", "server", "show", shown["id"])["OS-EXT-SRV-ATTR:host"]
+    assert moved != source
+    cloud.run("admin", "server", "migrate", "--wait", shown["id"])  # cold, back again
+    cloud.wait_for("admin", shown["id"], "VERIFY_RESIZE")
+    cloud.run("admin", "server", "resize", "revert", shown["id"])
+    cloud.wait_for("admin", shown["id"], "ACTIVE")
+    assert cloud.json("admin", "server", "show", shown["id"])["OS-EXT-SRV-ATTR:host"] == moved
+    cloud.run("admin", "server", "migrate", "--live-migration", "--wait", shown["id"])
+    cloud.wait_for("admin", shown["id"], "ACTIVE")
+    assert cloud.json("admin", "server", "show", shown["id"])["OS-EXT-SRV-ATTR:host"] == source
+    cloud.run("member_a", "server", "delete", "--wait", shown["id"])
+
+
 def test_keypair_create_list_boot_with_it_and_delete(cloud: Cloud, tmp_path: Path) -> None:
     private = tmp_path / "kp.pem"
     made = cloud.json("member_a", "keypair", "create", "--private-key", str(private), "kp-osc")
