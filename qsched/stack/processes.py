@@ -51,12 +51,16 @@ def http_call(
     body: Any = None,
     token: str | None = None,
     timeout_s: float = 30.0,
+    version: str | None = None,
 ) -> tuple[int, dict[str, Any]]:
-    """One call to the API at 127.0.0.1:``port``: (status, JSON body or {})."""
+    """One call to the API at 127.0.0.1:``port``: (status, JSON body or {});
+    ``version``: the compute microversion asked for (None: the default, 2.1)."""
     conn = client.HTTPConnection(LOOPBACK, port, timeout=timeout_s)
     headers = {"Content-Type": "application/json"}
     if token:
         headers["X-Auth-Token"] = token
+    if version:
+        headers["OpenStack-API-Version"] = f"compute {version}"
     try:
         conn.request(method, path, json.dumps(body) if body is not None else None, headers)
         response = conn.getresponse()
@@ -268,10 +272,16 @@ class ProcessStack:
         return all(self.stores.agents.alive(self.host(i)) for i in self.agents)
 
     def request(
-        self, method: str, path: str, body: Any = None, token: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str | None = None,
+        version: str | None = None,
     ) -> tuple[int, dict[str, Any]]:
-        """One HTTP call to the stack's API; (status, JSON body or {})."""
-        return http_call(self.port, method, path, body, token)
+        """One HTTP call to the stack's API (``version``: its compute microversion);
+        (status, JSON body or {})."""
+        return http_call(self.port, method, path, body, token, version=version)
 
     def tail_logs(self, chars: int = 2000) -> str:
         return "\n".join(
