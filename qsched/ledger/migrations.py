@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import uuid as uuidlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -102,8 +103,15 @@ class RedisMigrations(MigrationStore):
     def revert(self, migration_uuid: str, phase: str, host: str = "") -> dict[str, Any]:
         return self._step("move_revert", migration_uuid, _phase(phase), host)
 
-    def fail(self, migration_uuid: str, host: str, reason: str, retry: bool) -> bool:
-        result = self._step("move_fail", migration_uuid, host, reason, "1" if retry else "")
+    def fail(
+        self, migration_uuid: str, host: str, reason: str, retry: bool, take_over: bool = False
+    ) -> bool:
+        held = str(uuidlib.uuid4()) if take_over else ""
+        result = self.store.run(
+            "move_fail", self.keys.migration(migration_uuid), migration_uuid, host, reason,
+            "1" if retry else "", self.store.now(), self.store.max_events,
+            "1" if take_over else "", held,
+        )  # fmt: skip
         return bool(result.get("retry"))
 
     def _step(self, script: str, migration_uuid: str, *args: Any) -> dict[str, Any]:
@@ -158,8 +166,8 @@ class RedisMigrations(MigrationStore):
 
 
 def _phase(phase: str) -> str:
-    if phase not in ("ask", "done"):
-        raise exception.Invalid(reason=f"phase {phase!r} is ask or done")
+    if phase not in ("ask", "done", "take_over"):
+        raise exception.Invalid(reason=f"phase {phase!r} is ask, done or take_over")
     return phase
 
 

@@ -33,9 +33,9 @@ from typing import Any
 from qsched import exception
 from qsched.bus.base import BootPublisher
 from qsched.ledger import Stores
-from qsched.ledger.base import State
+from qsched.ledger.base import Migration, State
 from qsched.recovery.outbox import RETRY_MAX_S, publish_stranded
-from qsched.scheduling.records import request_for
+from qsched.scheduling.records import move_request_for, request_for
 
 LOG = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class JanitorReport:
     ended: list[str] = dataclasses.field(default_factory=list)  # deleted or ended meanwhile
     failed: list[str] = dataclasses.field(default_factory=list)  # republish failed
     published: list[str] = dataclasses.field(default_factory=list)  # stranded in the outbox
+    moves: list[str] = dataclasses.field(default_factory=list)  # moves whose step it took
     dry_run: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,11 +146,13 @@ def run(
             continue
         building = sorted(stores.instances.building(agent.host))
         deleting = stores.instances.deleting(agent.host)
-        if not building and not deleting:
+        moves = stores.migrations.on_host(agent.host)
+        if not building and not deleting and not moves:
             continue
         report.dead_agents.append(agent.host)
         try:
             _take_over(stores, bus, report, agent.host, building, deleting)
+            _take_over_moves(stores, bus, report, agent.host, moves)
         except exception.AgentAlive:
             LOG.info("janitor: agent %s beats again; it keeps the rest of its work",
                      agent.host)  # fmt: skip
@@ -174,6 +177,44 @@ def _take_over(
         if not report.dry_run:
             stores.instances.delete(uuid, take_over=True)
         report.deleted.append(uuid)
+
+
+def _take_over_moves(
+    stores: Stores,
+    bus: BootPublisher | None,
+    report: JanitorReport,
+    host: str,
+    moves: list[Migration],
+) -> None:
+    """Take the steps a silent host owes its moves (docs/moves.rst), its side of each held
+    for it: a destination's claim is given back to the migration (published again for
+    another destination while attempts are left), a confirm or a revert it was asked
+    for ends here. A live migration being sent waits for its hosts: only they know
+    where the server runs.
+
+    :raises AgentAlive: its agent beats again.
+    """
+    migrations = stores.migrations
+    for move in moves:
+        claimed = move.status in ("migrating", "preparing") and move.dest_compute == host
+        confirming = move.status == "confirming" and move.source_compute == host
+        reverting = move.status == "reverting" and move.dest_compute == host
+        if not (claimed or confirming or reverting):
+            continue
+        report.moves.append(move.uuid)
+        if report.dry_run or bus is None:
+            continue
+        try:
+            if confirming:
+                migrations.confirm(move.uuid, "take_over", host)
+            elif reverting:
+                migrations.revert(move.uuid, "take_over", host)
+            elif migrations.fail(move.uuid, host, f"its destination {host} is down",
+                                 retry=True, take_over=True):  # fmt: skip
+                again = migrations.get(move.uuid)
+                bus.publish_boot(move_request_for(stores.instances.get(again.instance_uuid), again))
+        except (exception.MoveNotUnderWay, exception.MigrationNotFound):
+            continue  # it moved on meanwhile
 
 
 def _requeue(

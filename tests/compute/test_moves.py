@@ -20,6 +20,7 @@ from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, Usage
+from qsched.recovery import janitor
 from qsched.recovery.reaper import reap_expired_moves
 from tests.agents.test_agent import make_agent, settled
 from tests.api.test_api import ADMIN as ADMIN_HEADERS
@@ -363,3 +364,25 @@ class TestLiveMigrateHTTP:
         assert stores.migrations.get(request.migration).block_migration is None
         view = get(client, f"/servers/{server}", ADMIN_HEADERS).json["server"]
         assert (view["status"], view["OS-EXT-STS:task_state"]) == ("MIGRATING", "migrating")
+
+
+def test_a_destination_down_mid_move_is_taken_over_and_lets_go_when_it_is_done(
+    conf, stores: Stores, bus, api: ComputeAPI, agents: list[ComputeAgent]
+) -> None:
+    agents.append(make_agent(conf, stores, bus, "cn0", nodes=1))
+    vm = booted(api, stores)
+    agents.append(make_agent(conf, stores, bus, "cn1", nodes=1, spawn_delay_s=3.0))
+    move = api.cell.moves.migrate(ADMIN, vm)
+    assert wait_until(lambda: stores.migrations.get(move.uuid).status == "migrating", 10)
+    stores.agents.update_service("cn1", forced_down=True)  # silent to the janitor
+    report = janitor.run(stores, bus, grace_s=0.0)
+    assert report.moves == [move.uuid]
+    # the move waits again, cn1 tried; cn1's side held for it while its VM may come up
+    assert stores.migrations.get(move.uuid).tried == ("cn1",)
+    assert list(stores.ledger.held_claims("cn1")) == [vm]
+    assert wait_until(lambda: stores.migrations.get(move.uuid).final, timeout_s=10)
+    record = stores.instances.get(vm)  # no other host: it ended, the server where it was
+    assert (record.host, status(record)) == ("cn0", "ACTIVE")
+    # its spawn done, cn1 finds the move gone: its copy goes, and what it held
+    assert wait_until(lambda: stores.ledger.held_claims("cn1") == {}, timeout_s=15)
+    assert not runs(agents[1], vm) and audit(stores).ok

@@ -363,3 +363,35 @@ def test_both_sides_of_a_move_are_explained_to_the_agents(cloud: Cloud) -> None:
     stores.migrations.confirm(mig, "ask")
     stores.migrations.confirm(mig, "done", "h0")
     assert stores.instances.placements([server])[server].moving == ()
+
+
+def test_a_silent_destination_is_taken_over_its_side_held_and_the_move_goes_on(
+    cloud: Cloud,
+) -> None:
+    stores, server = cloud.stores, cloud.server("h0")
+    mig = cloud.start(server)
+    cloud.claim(mig, "h1")
+    with pytest.raises(exception.AgentAlive):
+        stores.migrations.fail(mig, "h1", "down", retry=True, take_over=True)
+    stores.agents.forget("h1")
+    assert stores.migrations.fail(mig, "h1", "down", retry=True, take_over=True) is True
+    held = stores.ledger.held_claims("h1")
+    assert list(held) == [server] and held[server] != mig  # the move may go on: its own id
+    assert cloud.used("h1") == amounts(SMALL)  # its VM may run there
+    assert stores.ledger.get_allocations(server).allocations == {cloud.rps["h0"]: amounts(SMALL)}
+    assert cloud.claim(mig, "h2") == "migrating" and audit(stores).ok
+    assert stores.ledger.get_allocations(held[server]).allocations == {
+        cloud.rps["h1"]: amounts(SMALL)}  # fmt: skip
+    stores.ledger.release_held("h1", server)
+    assert cloud.used("h1") == {VCPU: 0, RAM: 0} and audit(stores).ok
+
+
+def test_a_confirm_whose_source_fell_silent_is_taken_over(cloud: Cloud) -> None:
+    stores, server = cloud.stores, cloud.server("h0")
+    mig = cloud.start(server)
+    cloud.claim(mig, "h1")
+    stores.migrations.finish(mig, "h1")
+    stores.migrations.confirm(mig, "ask")
+    stores.agents.forget("h0")
+    assert stores.migrations.confirm(mig, "take_over", "h0")["status"] == "confirmed"
+    assert stores.ledger.held_claims("h0") == {server: mig} and audit(stores).ok

@@ -155,28 +155,36 @@ class MigrationStore(abc.ABC):
     @abc.abstractmethod
     def confirm(self, migration_uuid: str, phase: str, host: str = "") -> dict[str, Any]:
         """Confirm a move that waits for it: ``ask`` (the API), then ``done`` (its
-        source's agent, its copy destroyed). Returns the status and the source.
+        source's agent, its copy destroyed) or ``take_over`` (a janitor: the source's
+        agent fell silent; its side stays held for it). Returns the status and the
+        source.
 
         :raises MoveNotUnderWay, MigrationNotFound:
+        :raises AgentAlive: ``take_over`` of a source that beats again.
         """
 
     @abc.abstractmethod
     def revert(self, migration_uuid: str, phase: str, host: str = "") -> dict[str, Any]:
         """Revert a move that waits for a confirm: ``ask`` (the API), then ``done`` (its
-        destination's agent, its copy destroyed). Returns the status and the
-        destination.
+        destination's agent, its copy destroyed) or ``take_over`` (as for
+        :meth:`confirm`). Returns the status and the destination.
 
         :raises MoveNotUnderWay, MigrationNotFound:
+        :raises AgentAlive: ``take_over`` of a destination that beats again.
         """
 
     @abc.abstractmethod
-    def fail(self, migration_uuid: str, host: str, reason: str, retry: bool) -> bool:
+    def fail(
+        self, migration_uuid: str, host: str, reason: str, retry: bool, take_over: bool = False
+    ) -> bool:
         """A destination could not take the move (``host``; "" for the API giving up on
         one that waits; a live migration's source that could not send it, which ends
         it): its claim is given back. True when the move waits again for another
-        destination, False when it ended.
+        destination, False when it ended. ``take_over``: a janitor's, for a destination
+        whose agent fell silent: its side stays held for it (its VM may run there).
 
         :raises MoveNotUnderWay, MigrationNotFound:
+        :raises AgentAlive: ``take_over`` of a destination that beats again.
         """
 
     @abc.abstractmethod

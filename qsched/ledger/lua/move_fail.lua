@@ -8,10 +8,14 @@
 -- on its source with its old flavor and quota; an evacuation that ends so leaves the
 -- server in ERROR, its source's side held for that silent host.
 -- KEYS[1]  the migration key
--- ARGV     prefix, migration, host ("" = the API), reason, retry ("1"), now, max_events
+-- ARGV     prefix, migration, host ("" = the API), reason, retry ("1"), now, max_events,
+--          take_over ("1": a janitor's, the destination ``host`` silent: its side stays
+--          held for it, as its VM may run there, refused if it beats again), the
+--          consumer UUID it is held under (a take-over's: the move may go on elsewhere)
 -- Reply    {retry = true, status} waiting again, or {status} ended
 local mig, host, reason, retry, now, max_events = ARGV[2], ARGV[3], ARGV[4], ARGV[5] == "1",
     ARGV[6], ARGV[7]
+local take_over, held_as = ARGV[8] == "1", ARGV[9] or ""
 local mkey = K.migration(mig)
 local m = redis.call("HMGET", mkey, "status", "instance_uuid", "kind", "source_compute",
                      "source_node", "dest_compute", "old_allocs", "old_quota", "attempts",
@@ -25,9 +29,18 @@ local rollback = kind == "live-migration" and host == source and m[1] == "runnin
 if not ((host == "" and waiting) or (claimed[m[1]] and host == dest) or rollback) then
     return fail("not_moving", {migration = mig, status = m[1], host = host})
 end
+if take_over and not (claimed[m[1]] and host == dest and agent_silent(dest)) then
+    return fail("agent_alive", {host = host})
+end
 local ikey = K.instance(uuid)
 local inst = redis.call("HMGET", ikey, "project_id", "user_id")
-if claimed[m[1]] then
+if take_over and dest ~= source then
+    swap_consumers(uuid, mig)  -- the source's side back to the instance
+    hold_consumer(mig, uuid, dest, held_as)  -- the destination's, held for it
+    group_count_drop(uuid, "group_move_host")
+    redis.call("HDEL", ikey, "move_host", "move_node")
+    redis.call("SREM", K.host_migrations(dest), mig)
+elseif claimed[m[1]] then
     move_restore(uuid, mig, dest == source, m[7], inst[1], inst[2])
     redis.call("HDEL", ikey, "move_host", "move_node")
     redis.call("SREM", K.host_migrations(dest), mig)

@@ -6,10 +6,13 @@
 --   done (the destination's agent, its copy destroyed): the destination's side is
 --        released and the instance holds its source's again (on its own host, what it
 --        held before), back on its source with its old flavor and quota.
+--   take_over (a janitor: the destination's agent fell silent while reverting): as
+--        ``done``, the destination's side held for it instead (refused if it beats
+--        again).
 -- Idempotent.
 -- KEYS[1]  the migration key
--- ARGV     prefix, migration, phase (ask, done), host (done: the destination), now,
---          max_events
+-- ARGV     prefix, migration, phase (ask, done, take_over), host (done, take_over: the
+--          destination), now, max_events
 local mig, phase, host, now, max_events = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local mkey = K.migration(mig)
 local m = redis.call("HMGET", mkey, "status", "instance_uuid", "source_compute",
@@ -19,10 +22,13 @@ if not m[1] then return fail("migration_not_found", {migration = mig}) end
 local uuid, source, dest = m[2], m[3], m[5]
 if m[1] == "reverted" then return reply({already = true, status = m[1]}) end
 local ready = phase == "ask" and m[1] == "finished"
-    or phase == "done" and m[1] == "reverting" and host == dest
+    or phase ~= "ask" and m[1] == "reverting" and host == dest
 if not ready then return fail("not_moving", {migration = mig, status = m[1], host = host}) end
+if phase == "take_over" and not agent_silent(dest) then
+    return fail("agent_alive", {host = dest})
+end
 local ikey = K.instance(uuid)
-local silent = phase == "ask" and agent_silent(dest)
+local silent = phase == "take_over" or (phase == "ask" and agent_silent(dest))
 if phase == "ask" and not silent then
     redis.call("HSET", mkey, "status", "reverting", "updated_at", now)
     redis.call("HSET", ikey, "task_state", "resize_reverting", "updated_at", now)
