@@ -1,12 +1,13 @@
 """qsched-admin commands on compute services (os-services), through the API's domain.
 
 ``service set`` is ``openstack compute service set``: disable a host's agent for
-maintenance (it drains: no new boots, what runs stays), enable it again, force it
-down or up.
+maintenance (no new boots, what runs stays), enable it again, force it down or up.
+``service drain`` then empties the disabled host (:mod:`qsched.admin.drain`).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ import click
 
 from qsched.admin import views
 from qsched.admin.context import ADMIN_CONTEXT, Admin, AdminUsageError, admin_command, output_option
+from qsched.admin.drain import Drain
 from qsched.admin.views import SHOWS, echo
 from qsched.compute.services import COMPUTE_BINARY, Change, ServiceAPI, ServiceView
 
@@ -32,9 +34,20 @@ SERVICE_COLUMNS = (
 SERVICE_NOT_FOUND = "List services with: qsched-admin service list."
 
 
+DRAIN_COLUMNS = (
+    views.Column("name", "name"),
+    views.Column("uuid", "uuid"),
+    views.Column("kind", "move"),
+    views.Column("outcome", "outcome"),
+    views.Column("host", "host now"),
+    views.Column("why", "why"),
+)
+
+
 @click.group()
 def service() -> None:
-    """Compute services: list them, disable or enable one, force one down or up."""
+    """Compute services: list them, disable or enable one, force one down or up, drain
+    one."""
 
 
 def service_row(view: ServiceView) -> dict[str, Any]:
@@ -103,6 +116,41 @@ def service_set(
         forced_down=None if up is None else not up,
     )
     _show([ServiceAPI(admin.stores).update(ADMIN_CONTEXT, host, binary, change)], fmt, True)
+
+
+@service.command("drain")
+@click.argument("host")
+@click.option("--concurrency", type=click.IntRange(1, 100), default=4, show_default=True,
+              help="How many servers move at once.")  # fmt: skip
+@click.option("--timeout", "timeout_s", type=click.FloatRange(1.0), default=600.0,
+              show_default=True, help="Seconds to wait for every move to end.")  # fmt: skip
+@output_option(*views.FORMATS)
+@admin_command(not_found=SERVICE_NOT_FOUND)
+def service_drain(admin: Admin, host: str, concurrency: int, timeout_s: float, fmt: str) -> None:
+    """Empty HOST, whose compute service must be disabled, by moving its servers away:
+    a running one by live migration, a stopped one by cold migration (confirmed once
+    it is up elsewhere), CONCURRENCY at a time, through the queues as any move. Shows
+    progress on stderr, then each server: moved (and where), failed or refused (and
+    why: no host could take it, a task under way, a server in ERROR), or still moving
+    when TIMEOUT ran out. Exit code 1 unless every server moved.
+
+    \b
+    Example:
+      qsched-admin service set cn7 --disable --disable-reason "new disks"
+      qsched-admin service drain cn7 --concurrency 8
+    """
+    drain = Drain(admin.compute.cell, ADMIN_CONTEXT)
+    servers = drain.servers(host)
+    if not servers:
+        click.echo(f"{host} holds no server: nothing to move", err=True)
+        return
+    with click.progressbar(length=len(servers), label=f"draining {host}", file=sys.stderr) as bar:
+        results = drain.run(servers, concurrency, timeout_s, lambda _done: bar.update(1))
+    echo(views.render_rows([r.to_dict() for r in results], DRAIN_COLUMNS, fmt))
+    left = [r for r in results if r.outcome != "moved"]
+    click.echo(f"{len(results) - len(left)} of {len(results)} servers moved off {host}", err=True)
+    if left:
+        raise click.exceptions.Exit(1)
 
 
 COMMANDS = (service,)

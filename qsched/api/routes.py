@@ -15,6 +15,7 @@ from qsched.api import availability_zones as zone_handlers
 from qsched.api import flavors as flavor_handlers
 from qsched.api import hypervisors as hypervisor_handlers
 from qsched.api import keypairs as keypair_handlers
+from qsched.api import migrations as migration_handlers
 from qsched.api import quotas as quota_handlers
 from qsched.api import server_actions as action_handlers
 from qsched.api import server_groups as group_handlers
@@ -43,6 +44,8 @@ def table(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Route
         (f"{server}/action", action_handlers.ServerAction(*args)),
         (f"{server}/os-instance-actions", action_handlers.InstanceActions(*args)),
         (f"{server}/os-instance-actions/{{request_id}}", action_handlers.InstanceAction(*args)),
+        (f"{server}/migrations", migration_handlers.ServerMigrations(*args)),
+        (f"{server}/migrations/{{migration_id}}", migration_handlers.ServerMigration(*args)),
         (f"{PREFIX}/flavors", flavor_handlers.Flavors(*args)),
         (f"{PREFIX}/flavors/detail", flavor_handlers.FlavorsDetail(*args)),
         (flavor, flavor_handlers.FlavorItem(*args)),
@@ -76,7 +79,8 @@ def _grouping_routes(args: tuple[FrontDoor, str | None, int]) -> list[Route]:
 
 
 def _view_routes(args: tuple[FrontDoor, str | None, int]) -> list[Route]:
-    """The operators' read-only views (availability zones, hypervisors) and keypairs."""
+    """The operators' read-only views (availability zones, hypervisors, migrations) and
+    keypairs."""
     zones, hypervisors = f"{PREFIX}/os-availability-zone", f"{PREFIX}/os-hypervisors"
     item = f"{hypervisors}/{{hypervisor_id}}"  # a pattern in /search and /servers
     return [
@@ -89,6 +93,7 @@ def _view_routes(args: tuple[FrontDoor, str | None, int]) -> list[Route]:
         (f"{item}/search", hypervisor_handlers.HypervisorSearch(*args)),
         (f"{item}/servers", hypervisor_handlers.HypervisorServers(*args)),
         (f"{item}/uptime", hypervisor_handlers.HypervisorUptime(*args)),
+        (f"{PREFIX}/os-migrations", migration_handlers.Migrations(*args)),
         (f"{PREFIX}/os-keypairs", keypair_handlers.Keypairs(*args)),
         (f"{PREFIX}/os-keypairs/{{keypair_name}}", keypair_handlers.KeypairItem(*args)),
     ]

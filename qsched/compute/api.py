@@ -34,7 +34,7 @@ from qsched.compute.cell import Cell
 from qsched.compute.flavor_catalog import FlavorCatalog
 from qsched.compute.host_rules import HostRequest
 from qsched.compute.listing import ServerListing
-from qsched.compute.parts import Actions, Hypervisors, Keypairs, Moves, Services, Zones
+from qsched.compute.parts import Actions, Hypervisors, Keypairs, Migrations, Moves, Services, Zones
 from qsched.compute.quotas import FileLimits, QuotaAPI
 from qsched.compute.server_actions import record_delete
 from qsched.compute.server_groups import Groups
@@ -109,6 +109,7 @@ class ComputeAPI(ServerListing, FlavorCatalog):
         self.keypairs = Keypairs(cells)
         self.actions = Actions(cells)
         self.moves = Moves(cells, self.get_flavor)
+        self.migrations = Migrations(cells)
         self.hypervisors = Hypervisors(cells)
         self.services = Services(cells)
         self.zones = Zones(cells)

@@ -26,6 +26,7 @@ from qsched.compute.boot import Boot
 from qsched.compute.host_rules import HostRules
 from qsched.compute.hypervisors import HypervisorAPI
 from qsched.compute.keypairs import KeypairAPI
+from qsched.compute.migrations import MigrationsAPI
 from qsched.compute.moves import ServerMoves
 from qsched.compute.quotas import QuotaAPI
 from qsched.compute.server_actions import ServerActions
@@ -113,6 +114,7 @@ class Cell(Boot):
         self.zones = ZoneAPI(stores, self.policy, self.aggregates)
         self.actions = ServerActions(stores, self.bus, self.policy, self.max_limit)
         self.moves = ServerMoves(stores, self.bus, self.policy, self.scheduler)
+        self.migrations = MigrationsAPI(stores, self.policy)
 
     # -- a server of this cell --
 

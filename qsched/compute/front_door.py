@@ -16,7 +16,7 @@ from qsched.compute.aggregates import Aggregates
 from qsched.compute.boot import Reservation
 from qsched.compute.host_rules import HostRequest
 from qsched.compute.list_query import ServerQuery
-from qsched.compute.parts import Actions, Hypervisors, Keypairs, Moves, Services, Zones
+from qsched.compute.parts import Actions, Hypervisors, Keypairs, Migrations, Moves, Services, Zones
 from qsched.compute.quotas import FileLimits, QuotaAPI
 from qsched.compute.server_groups import Groups
 from qsched.conf import APIOptions
@@ -38,6 +38,7 @@ class FrontDoor(Protocol):
     keypairs: Keypairs
     actions: Actions
     moves: Moves
+    migrations: Migrations
     hypervisors: Hypervisors
     services: Services
     zones: Zones

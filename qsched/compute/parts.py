@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import heapq
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,13 +33,14 @@ from qsched.compute.hypervisors import (
     Statistics,
 )
 from qsched.compute.keypairs import SSH
+from qsched.compute.migrations import MigrationFilter, order
 from qsched.compute.server_actions import Action, ActionFilter
 from qsched.compute.services import Change, ServiceView
 from qsched.compute.target import Cells, gone, take_back
 from qsched.compute.zones import Zone
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
-from qsched.ledger.base import Instance, Keypair
+from qsched.ledger.base import Instance, Keypair, Migration
 
 if TYPE_CHECKING:
     from qsched.compute.cell import Cell
@@ -409,3 +412,65 @@ def _merged(found: Sequence[Sequence[Zone]]) -> builtins.list[Zone]:
         available = known.available or zone.available
         zones[zone.name] = Zone(zone.name, available, hosts if available else None)
     return sorted(zones.values(), key=lambda zone: (not zone.available, zone.name))
+
+
+class Migrations:
+    """Every cell's migrations, newest first (``os-migrations``), and a server's live
+    migrations in progress, in its cell (:class:`~qsched.compute.migrations.MigrationsAPI`
+    says what each reads).
+
+    A migration's integer ``id`` is its cell's own, as in Nova (each cell's database
+    counts its own): it names a migration of one server, whose cell is known. Pages go
+    by uuid: each cell gives up to a page from the marker's place in Nova's order
+    (:func:`~qsched.compute.migrations.order`), merged in that order. The marker's own
+    cell reads on from it; any other cell reads past the migrations it has that are
+    newer than the marker, so a deep page costs those reads there.
+    """
+
+    def __init__(self, cells: Cells) -> None:
+        self.cells = cells
+        self.max_limit = cells.reader.max_limit  # the most migrations one list returns
+
+    def list(
+        self,
+        context: RequestContext,
+        wanted: MigrationFilter | None = None,
+        limit: int | None = None,
+        marker: str | None = None,
+    ) -> builtins.list[Migration]:
+        """Those ``wanted`` finds, newest first: at most ``limit`` (``[api] max_limit``
+        at most and when None; 0: none, as Nova), after the one whose uuid is ``marker``.
+
+        :raises Forbidden: ``os_compute_api:os-migrations:index`` refuses the caller.
+        :raises MarkerCouldNotBeFound: no cell has a migration ``marker`` (400).
+        """
+        self.cells.reader.migrations.authorize(context)
+        wanted = wanted or MigrationFilter()
+        size = self.max_limit if limit is None else min(limit, self.max_limit)
+        cells = self.cells.each()
+        place, after = (-1, None) if marker is None else _marker_place(cells, marker)
+        pages = [
+            cell.migrations.page(wanted, size, None, after.id)
+            if after is not None and n == place
+            else cell.migrations.page(wanted, size, after)
+            for n, cell in enumerate(cells)
+        ]
+        return builtins.list(itertools.islice(heapq.merge(*pages, key=order), size))
+
+    def list_live(self, context: RequestContext, uuid: str) -> builtins.list[Migration]:
+        return self.cells.of_instance(uuid).migrations.live(context, uuid)
+
+    def get_live(self, context: RequestContext, uuid: str, migration_id: str) -> Migration:
+        return self.cells.of_instance(uuid).migrations.live_one(context, uuid, migration_id)
+
+
+def _marker_place(cells: Sequence[Cell], marker: str) -> tuple[int, Migration]:
+    """The place of the cell that has the migration ``marker``, and that migration.
+
+    :raises MarkerCouldNotBeFound: no cell has it.
+    """
+    for place, cell in enumerate(cells):
+        found = cell.migrations.find(marker)
+        if found is not None:
+            return place, found
+    raise exception.MarkerCouldNotBeFound(marker=marker)

@@ -17,6 +17,7 @@ from qsched.policies import (
     hypervisors,
     instance_actions,
     keypairs,
+    migrations,
     moves,
     quotas,
     server_actions,
@@ -37,5 +38,5 @@ def list_rules() -> list[policy.RuleDefault]:
         *keypairs.list_rules(),
         *server_metadata.list_rules(),
         *server_actions.list_rules(), *instance_actions.list_rules(),
-        *moves.list_rules(),
+        *moves.list_rules(), *migrations.list_rules(),
     ]  # fmt: skip

@@ -211,6 +211,13 @@ def test_server_resize_confirm_migrate_revert_and_live_migrate(cloud: Cloud) -> 
     cloud.run("admin", "server", "migrate", "--live-migration", "--wait", shown["id"])
     cloud.wait_for("admin", shown["id"], "ACTIVE")
     assert cloud.json("admin", "server", "show", shown["id"])["OS-EXT-SRV-ATTR:host"] == source
+    listed = cloud.json("admin", "--os-compute-api-version", "2.59", "server", "migration",
+                        "list", "--server", shown["id"])  # fmt: skip
+    assert sorted((m.get("Type"), m["Status"]) for m in listed) == [
+        ("live-migration", "completed"),
+        ("migration", "reverted"),
+        ("resize", "confirmed"),
+    ]
     cloud.run("member_a", "server", "delete", "--wait", shown["id"])
 
 

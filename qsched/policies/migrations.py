@@ -1,0 +1,31 @@
+"""Nova's rules of the migration listings (docs/api.rst, "Migrations"): every cell's
+migrations (``os-migrations``) and a server's live migrations in progress.
+
+Nova's defaults before its project manager persona: admin only. (Nova 2026.1 opens
+``index`` to a project manager and adds ``index:all_projects`` and ``index:host``,
+admin, for the rest; qsched has no manager persona, :mod:`qsched.policies.base`.)
+"""
+
+from __future__ import annotations
+
+from oslo_policy import policy
+
+from qsched.policies.base import ADMIN, rule
+
+INDEX = "os_compute_api:os-migrations:index"
+SERVER_INDEX = "os_compute_api:servers:migrations:index"
+SERVER_SHOW = "os_compute_api:servers:migrations:show"
+
+_SERVER = "/servers/{server_id}/migrations"
+
+_RULES = [
+    rule(INDEX, ADMIN, "List migrations", "GET", "/os-migrations"),
+    rule(SERVER_SHOW, ADMIN, "Show details for an in-progress live migration for a given server",
+         "GET", _SERVER + "/{migration_id}"),
+    rule(SERVER_INDEX, ADMIN, "Lists in-progress live migrations for a given server", "GET",
+         _SERVER),
+]  # fmt: skip
+
+
+def list_rules() -> list[policy.RuleDefault]:
+    return _RULES
