@@ -198,6 +198,10 @@ class ServerMoves:
         confirm = step == "confirm"
         ask = self.stores.migrations.confirm if confirm else self.stores.migrations.revert
         asked = ask(migration, "ask")
+        self.stores.instances.add_event(  # once asked: a refused one leaves no trace
+            instance.uuid, "action", action=action, request_id=context.request_id,
+            user_id=context.user_id, project_id=context.project_id, migration=migration,
+        )  # fmt: skip
         if asked["status"] in ("confirming", "reverting"):
             end = "source" if confirm else "dest"
             message = MoveStep(context.request_id, instance.uuid, asked[f"{end}_compute"],

@@ -301,6 +301,8 @@ def actions_of(instance: Instance, history: Sequence[Event]) -> list[Action]:
         name, request_id = str(detail.get("action", "")), str(detail.get("request_id", ""))
         if name == "delete":
             events = _delete_events(entry, history)
+        elif name in MOVE_EVENTS:
+            events = _move_events(name, entry, history)
         else:
             events = _agent_events(name, request_id, entry, history[n + 1 :])
         message = "Error" if any(e.result == "Error" for e in events) else None
@@ -344,6 +346,53 @@ def _agent_events(
                 entry.detail.get("result"), entry.detail.get("message"), entry.host,
             ),)  # fmt: skip
     return ()
+
+
+#: a move's instance action -> Nova's events for it, each (name, the ledger's event that
+#: starts it, "" for the action's own, and the events that end it: Success, Error)
+MOVE_EVENTS: dict[str, tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...]] = {
+    "resize": (
+        ("compute_prep_resize", "", ("move_claimed",), ("move_failed",)),
+        ("compute_finish_resize", "move_claimed", ("move_finished",), ("move_failed",
+                                                                         "move_retried")),
+    ),
+    "live-migration": (
+        ("compute_live_migration", "move_claimed", ("move_finished",), ("move_failed",)),
+    ),
+    "evacuate": (
+        ("compute_rebuild_instance", "move_claimed", ("move_finished",), ("move_failed",)),
+    ),
+    "confirmResize": (("compute_confirm_resize", "", ("move_confirmed",), ()),),
+    "revertResize": (("compute_revert_resize", "", ("move_reverted",), ()),),
+}  # fmt: skip
+MOVE_EVENTS["migrate"] = MOVE_EVENTS["resize"]
+
+
+def _move_events(name: str, started: Event, history: Sequence[Event]) -> tuple[ActionEvent, ...]:
+    """A move's events from the ledger's history of its migration (the ``action``
+    event names it): each starts at its starting event (the last one: a destination
+    that failed is followed by another) or at the action, and finishes at the first
+    event that ends it, after its start, ``Success`` or ``Error`` (none yet: running).
+    An event the action starts ends anywhere in the migration's history: a confirm on
+    the server's own host ends before its action is written."""
+    migration = started.detail.get("migration")
+    mine = [e for e in history if e.detail.get("migration") == migration and e is not started]
+    events = []
+    for event, begins, succeeds, fails in MOVE_EVENTS[name]:
+        starts = [e for e in mine if e.event == begins]
+        start = started if not begins else (starts[-1] if starts else None)
+        if start is None:
+            break
+        after = start.time if begins else float("-inf")
+        end = next((e for e in mine if e.time >= after and e.event in succeeds + fails), None)
+        result = None if end is None else ("Success" if end.event in succeeds else "Error")
+        why = end.detail.get("reason") if end is not None and result == "Error" else None
+        host = (end or start).host or started.host
+        events.append(ActionEvent(event, start.time, end.time if end else None, result,
+                                  str(why) if why else None, host))  # fmt: skip
+        if result != "Success":
+            break
+    return tuple(events)
 
 
 def _delete_events(started: Event, history: Sequence[Event]) -> tuple[ActionEvent, ...]:

@@ -82,6 +82,14 @@ def test_a_cold_migration_confirmed_leaves_the_server_on_its_new_host_only(
     (migration,) = stores.migrations.of_instance(vm)
     assert (migration.status, migration.dest_compute) == ("confirmed", dest)
     assert two[source].index.totals()["VCPU"][0] == 0
+    _instance, actions = api.actions.list_actions(ADMIN, vm)  # newest first
+    assert [a.action for a in actions] == ["confirmResize", "migrate", "create"]
+    assert [(e.event, e.result) for e in actions[0].events] == [
+        ("compute_confirm_resize", "Success")]  # fmt: skip
+    assert [(e.event, e.result, e.host) for e in actions[1].events] == [
+        ("compute_prep_resize", "Success", dest),
+        ("compute_finish_resize", "Success", dest),
+    ]
     assert audit(stores).ok
     quiet(list(two.values()))
 
