@@ -199,7 +199,8 @@ class ComputeAgent:
              lambda: self.deletes.finish(time.time() - STUCK_DELETE_S)),
             ("actions", STUCK_ACTION_S / 2,
              lambda: self.actions.finish_stuck(time.time() - STUCK_ACTION_S)),
-            ("moves", STUCK_MOVE_S / 2,
+            # as rarely as it heartbeats, for the same reason as its deletes
+            ("moves", max(STUCK_MOVE_S / 2, self.opts.heartbeat_interval_s),
              lambda: self.moves.finish_stuck(time.time() - STUCK_MOVE_S)),
             ("permit", POLL_S, self.permit.check),  # multi-creates waiting for their claims
         ]  # fmt: skip
