@@ -23,7 +23,7 @@ from qsched.notifications import NULL, Notifier
 from qsched.periodic import Periodic
 from qsched.recovery.janitor import OUTBOX_SETTLE_S, OutboxPass, run
 from qsched.recovery.outbox import BootPublisher
-from qsched.recovery.reaper import reap_expired
+from qsched.recovery.reaper import confirm_unconfirmed, reap_expired
 
 LOG = logging.getLogger(__name__)
 
@@ -64,6 +64,8 @@ def start_periodic_tasks(
 
         def reap(cell: Served) -> None:
             counts.no_valid_host("deadline", reap_expired(cell.stores, notifier=notifier))
+            if options.resize_confirm_window:
+                confirm_unconfirmed(cell.stores, options.resize_confirm_window)
 
         tasks.append(Periodic("reaper", options.reap_interval_s,
                               each_cell("reaper", served, reap, counts)))  # fmt: skip

@@ -86,6 +86,15 @@ scheduler_opts = [
         "flavors per resource class until the resize is confirmed or reverted, never "
         "both (docs/moves.rst).",
     ),
+    cfg.IntOpt(
+        "resize_confirm_window",
+        default=0,
+        min=0,
+        help="Seconds after which a resize or cold migration that waits for a confirm "
+        "(VERIFY_RESIZE) is confirmed by the API service's reaper (Nova's [DEFAULT] "
+        "resize_confirm_window); 0: never, the user confirms or reverts. The source's "
+        "copy then goes within two minutes, when its agent sweeps its moves.",
+    ),
     cfg.BoolOpt(
         "enable_isolated_aggregate_filtering",
         default=False,
@@ -112,4 +121,5 @@ class SchedulerOptions(Section):
     limit_tenants_to_placement_aggregate: bool
     placement_aggregate_required_for_tenants: bool
     allow_resize_to_same_host: bool
+    resize_confirm_window: int
     enable_isolated_aggregate_filtering: bool

@@ -193,6 +193,10 @@ class Keyspace:
     def move_deadlines(self) -> str:
         return f"{self.prefix}move-deadlines"
 
+    @property
+    def moves_finished(self) -> str:
+        return f"{self.prefix}moves-finished"
+
     def instance_migrations(self, uuid: str) -> str:
         return f"{self.prefix}inst:{uuid}:migrations"
 

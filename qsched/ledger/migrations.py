@@ -124,6 +124,10 @@ class RedisMigrations(MigrationStore):
         found = self.store.client.zrangebyscore(self.keys.move_deadlines, "-inf", now, 0, limit)
         return [text(u) for u in found]
 
+    def finished_before(self, before: float, limit: int = 100) -> builtins.list[str]:
+        found = self.store.client.zrangebyscore(self.keys.moves_finished, "-inf", before, 0, limit)
+        return [text(u) for u in found]
+
     def forget_deadline(self, migration_uuid: str) -> None:
         self.store.client.zrem(self.keys.move_deadlines, migration_uuid)
 

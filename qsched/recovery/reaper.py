@@ -75,6 +75,25 @@ def reap_expired_moves(stores: Stores, now: float | None = None, batch: int = 50
     return ended
 
 
+def confirm_unconfirmed(
+    stores: Stores, window_s: float, now: float | None = None, batch: int = 500
+) -> int:
+    """Confirm up to ``batch`` moves that have waited for a confirm longer than
+    ``window_s`` (``[scheduler] resize_confirm_window``, as Nova's periodic task): the
+    ledger's confirm, whose step the source's agent takes when it sweeps its moves
+    (:mod:`agents.moves`). Return how many were confirmed or are confirming now."""
+    now = time.time() if now is None else now
+    done = 0
+    for migration in stores.migrations.finished_before(now - window_s, batch):
+        try:
+            stores.migrations.confirm(migration, "ask")
+        except (exception.MoveNotUnderWay, exception.MigrationNotFound):
+            continue  # confirming already, or it moved on
+        LOG.info("migration %s: confirmed after the resize confirm window", migration)
+        done += 1
+    return done
+
+
 def reap_expired(
     stores: Stores, now: float | None = None, batch: int = 500, notifier: Notifier = NULL
 ) -> int:

@@ -21,7 +21,7 @@ from qsched.ledger import Stores
 from qsched.ledger.audit import audit
 from qsched.ledger.base import State, Usage
 from qsched.recovery import janitor
-from qsched.recovery.reaper import reap_expired_moves
+from qsched.recovery.reaper import confirm_unconfirmed, reap_expired_moves
 from tests.agents.test_agent import make_agent, settled
 from tests.api.test_api import ADMIN as ADMIN_HEADERS
 from tests.api.test_api import fault
@@ -394,3 +394,18 @@ def test_a_destination_down_mid_move_is_taken_over_and_lets_go_when_it_is_done(
     # its spawn done, cn1 finds the move gone: its copy goes, and what it held
     assert wait_until(lambda: stores.ledger.held_claims("cn1") == {}, timeout_s=15)
     assert not runs(agents[1], vm) and audit(stores).ok
+
+
+def test_a_move_past_the_resize_confirm_window_is_confirmed(
+    stores: Stores, api: ComputeAPI, two: dict[str, ComputeAgent]
+) -> None:
+    vm = booted(api, stores)
+    source = stores.instances.get(vm).host
+    move = api.cell.moves.migrate(ADMIN, vm)
+    assert wait_until(lambda: status_of(stores, vm) == "VERIFY_RESIZE", timeout_s=10)
+    assert confirm_unconfirmed(stores, window_s=3600) == 0  # not waited long enough
+    assert confirm_unconfirmed(stores, window_s=0, now=time.time() + 1) == 1
+    assert stores.migrations.get(move.uuid).status == "confirming"
+    assert two[source].moves.finish_stuck() == 1  # its source's sweep takes the step
+    assert stores.migrations.get(move.uuid).status == "confirmed"
+    assert not runs(two[source], vm) and audit(stores).ok

@@ -192,6 +192,11 @@ class MigrationStore(abc.ABC):
         """Moves under way whose deadline is before ``now``, oldest first (O(log n + limit))."""
 
     @abc.abstractmethod
+    def finished_before(self, before: float, limit: int = 100) -> builtins.list[str]:
+        """Moves that wait for a confirm since before ``before``, oldest first
+        (O(log n + limit))."""
+
+    @abc.abstractmethod
     def forget_deadline(self, migration_uuid: str) -> None:
         """Take a move out of the deadline index (a destination holds it)."""
 

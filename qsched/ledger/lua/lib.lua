@@ -484,6 +484,7 @@ local function move_close(uuid, mig, status, now)
     local m = redis.call("HMGET", mkey, "source_compute", "dest_compute")
     redis.call("HSET", mkey, "status", status, "updated_at", now)
     redis.call("ZREM", K.move_deadlines, mig)
+    redis.call("ZREM", K.moves_finished, mig)
     redis.call("HDEL", K.instance(uuid), "migration", "move_host", "move_node", "move_from",
                "move_from_node")
     if m[1] then redis.call("SREM", K.host_migrations(m[1]), mig) end

@@ -39,6 +39,7 @@ if kind == "resize" or kind == "migration" then
     redis.call("HSET", ikey, "flavor", m[7], "resized", "1")
     if m[8] ~= "" then redis.call("HSET", ikey, "class", m[8]) end
     redis.call("HSET", mkey, "status", status, "updated_at", now)
+    redis.call("ZADD", K.moves_finished, now, mig)  -- until confirmed or reverted
 else
     status = kind == "evacuation" and "done" or "completed"
     if kind == "evacuation" then
