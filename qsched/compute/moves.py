@@ -56,12 +56,21 @@ class SameHost(exception.Invalid):
     msg_fmt = "The target host can't be the same one."
 
 
+class CannotMigrateToSameHost(exception.Invalid):
+    msg_fmt = "Cannot migrate to the host where the server exists."
+
+
+class ComputeServiceUnavailable(exception.Invalid):
+    msg_fmt = "Compute service of {host} is unavailable at this time."
+
+
 class UnableToMigrateToSelf(exception.Invalid):
     msg_fmt = "Unable to migrate instance ({instance}) to current host ({host})."
 
 
 class ServerMoves:
-    """Resize, confirm, revert and cold-migrate the servers of one cell."""
+    """Resize (confirm, revert), cold- and live-migrate, and evacuate the servers of
+    one cell."""
 
     def __init__(
         self,
@@ -115,11 +124,14 @@ class ServerMoves:
 
     def migrate(self, context: RequestContext, uuid: str, host: str | None = None) -> Migration:
         """``migrate``: place the server on another host (``host``: that one, 2.56).
-        Raises as :meth:`resize` (``os_compute_api:os-migrate-server:migrate``), and
-        ComputeHostNotFound for a host with no compute service."""
+        Raises as :meth:`resize` (``os_compute_api:os-migrate-server:migrate``),
+        ComputeHostNotFound for a host with no compute service (404) and
+        CannotMigrateToSameHost for its own (400)."""
         instance = self._placed(context, uuid, moves_policy.MIGRATE, "migrate")
         if host is not None:
-            self.stores.agents.service(host)  # ComputeHostNotFound
+            if host == instance.host:
+                raise CannotMigrateToSameHost()
+            self._check_target(host)
         request = dataclasses.replace(self._move(context, instance, MIGRATION), host=host)
         return self._start(instance, request)
 
@@ -139,7 +151,7 @@ class ServerMoves:
         if host is not None:
             if host == instance.host:
                 raise UnableToMigrateToSelf(instance=instance.uuid, host=host)
-            self.stores.agents.service(host)  # ComputeHostNotFound
+            self._check_target(host)
         request = dataclasses.replace(
             self._move(context, instance, LIVE_MIGRATION), host=host,
             block_migration=block_migration,
@@ -164,7 +176,7 @@ class ServerMoves:
         if host is not None:
             if host == instance.host:
                 raise SameHost()
-            self.stores.agents.service(host)  # ComputeHostNotFound
+            self._check_target(host)
         request = dataclasses.replace(self._move(context, instance, EVACUATION), host=host)
         return self._start(instance, request)
 
@@ -228,6 +240,17 @@ class ServerMoves:
                 action=action, instance=instance.uuid, attr="vm_state", state=state
             )
         return instance, instance.migration
+
+    def _check_target(self, host: str) -> None:
+        """A host asked for must take new work now, or the move could go nowhere.
+
+        :raises ComputeHostNotFound: it has no compute service (404).
+        :raises ComputeServiceUnavailable: its service is disabled, forced down, or its
+            agent silent (Nova's 400).
+        """
+        service = self.stores.agents.service(host)
+        if not service.schedulable or not self.stores.agents.alive(host):
+            raise ComputeServiceUnavailable(host=host)
 
     def _move(self, context: RequestContext, instance: Instance, kind: str) -> MoveRequest:
         return MoveRequest(

@@ -202,7 +202,8 @@ def test_a_move_no_destination_took_ends_at_its_deadline(
     stores: Stores, api: ComputeAPI, two: dict[str, ComputeAgent]
 ) -> None:
     vm = booted(api, stores)
-    stores.agents.register_service("cn9", None)  # a host whose agent never runs
+    stores.agents.register_service("cn9", None)  # a host that beats but consumes nothing
+    stores.agents.heartbeat("cn9", 3600)
     move = api.cell.moves.migrate(ADMIN, vm, host="cn9")  # waits on its queue
     assert reap_expired_moves(stores, now=time.time() + 3600) == 1
     assert stores.migrations.get(move.uuid).status == "error"
@@ -266,7 +267,14 @@ class TestHTTP:
         fault(act(client, server, {"migrate": None}), 403, "forbidden")
         body = {"migrate": {"host": "cn2"}}
         fault(act(client, server, body, ADMIN_HEADERS, "2.55"), 400, "badRequest")
+        same = act(client, server, {"migrate": {"host": "cn1"}}, ADMIN_HEADERS, "2.56")
+        assert (
+            fault(same, 400, "badRequest") == "Cannot migrate to the host where the server exists."
+        )
         stores.agents.register_service("cn2", None)
+        down = fault(act(client, server, body, ADMIN_HEADERS, "2.56"), 400, "badRequest")
+        assert down == "Compute service of cn2 is unavailable at this time."  # no heartbeat
+        stores.agents.heartbeat("cn2", 3600)
         assert act(client, server, body, ADMIN_HEADERS, "2.56").status_code == 202
         ((host, request),) = rbus.host_boots
         assert host == "cn2" and request.migration is not None
