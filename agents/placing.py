@@ -87,6 +87,9 @@ class Alternates:
 
     max_handbacks: int  # hand-backs of one request before a tried host may claim it
     pause_s: float  # how long a hand-back stops this agent consuming the class
+    #: how long a move may find no other agent of its class before it ends: the
+    #: agents that fit a new class register as its consumers within a few heartbeats
+    move_grace_s: float = 2.0
 
 
 class UnknownClass(exception.Invalid):
@@ -210,12 +213,17 @@ class Placer:
         destination holds it already; ENDED either way."""
         return self._end_move(msg, MOVE_NO_VALID_HOST, "deadline")
 
-    def _move_elsewhere(self, msg: BootRequest, alternate: str) -> Outcome:
-        """A move this host may not take: HAND_BACK for ``alternate``, a live agent that
-        may; with none, it ends (ENDED): no host can take it now, as Nova's scheduler
-        answers NoValidHost at once."""
+    def _move_elsewhere(self, msg: BootRequest, refusal: dict[str, Any]) -> Outcome:
+        """A move this host may not take: HAND_BACK for the refusal's ``alternate``, a
+        live agent that may. With none once the move is older than
+        ``Alternates.move_grace_s`` (the agents that fit a class new to them register
+        as its consumers within a few heartbeats), it ends (ENDED): no host can take
+        it now, as Nova's scheduler answers NoValidHost at once."""
+        alternate = str(refusal.get("alternate") or "")
         if alternate:
             return Outcome.hand_back(alternate, 0)
+        if float(refusal.get("age") or 0.0) < self.alternates.move_grace_s:
+            return Outcome.hand_back("an agent still learning its class", 0)
         reason = "No valid host was found: no other host can take the move now."
         return self._end_move(msg, reason, "no_alternate")
 
@@ -309,10 +317,10 @@ class Placer:
                 alternate, handbacks = exc.kwargs["alternate"], exc.kwargs["handbacks"]
                 return Outcome.hand_back(str(alternate), int(handbacks))
             except exception.MoveTriedHost as exc:  # never back to a host that failed it
-                return self._move_elsewhere(msg, str(exc.kwargs.get("alternate") or ""))
+                return self._move_elsewhere(msg, exc.kwargs)
             except exception.HostRuleRefused as exc:
                 if exc.kwargs.get("rule") == "own":  # a move leaves its host
-                    return self._move_elsewhere(msg, str(exc.kwargs.get("alternate") or ""))
+                    return self._move_elsewhere(msg, exc.kwargs)
                 return Outcome.rule_refused(exc)
             except exception.ServiceDisabled as exc:
                 return Outcome.closed(str(exc))

@@ -133,7 +133,12 @@ class ComputeAgent:
             self.counters, self._stopped, options.ledger_retry_max_s, self.gate, self.metrics,
             self.lease, notifier,
         )  # fmt: skip
-        alternates = Alternates(options.max_handbacks, options.handback_pause_s)
+        alternates = Alternates(
+            options.max_handbacks, options.handback_pause_s,
+            # a class new to them is learnt and registered within these two intervals
+            move_grace_s=max(2.0, 5 * (options.heartbeat_interval_s
+                                       + options.class_poll_interval_s)),
+        )  # fmt: skip
         self.placer = Placer(parts, claim_retries, alternates)
         self.spawner = Spawner(parts)
         self.groups = GroupStep(parts)

@@ -51,8 +51,9 @@ class Moving:
         return self.cloud.request("GET", f"/v2.1/servers/{uuid}", token=ADMIN)[1]["server"]
 
     def wait_status(self, uuid: str, status: str) -> dict[str, Any]:
+        moves = self.cloud.stores.migrations.of_instance
         assert wait_until(lambda: self.show(uuid)["status"] == status, 30), (
-            self.show(uuid), self.cloud.tail_logs())  # fmt: skip
+            self.show(uuid)["status"], moves(uuid), self.cloud.tail_logs())  # fmt: skip
         return self.show(uuid)
 
     def index(self, host: str) -> int:

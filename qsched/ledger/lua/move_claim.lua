@@ -14,7 +14,7 @@ local guard_json, claimed_class = ARGV[10], ARGV[11]
 local mkey, ikey = K.migration(mig), K.instance(uuid)
 local m = redis.call("HMGET", mkey, "status", "instance_uuid", "source_compute",
                      "source_node", "dest_compute", "dest_node", "same_host", "tried",
-                     "new_class", "kind", "new_allocs")
+                     "new_class", "kind", "new_allocs", "created_at")
 if not m[1] or m[2] ~= uuid then return fail("migration_not_found", {migration = mig}) end
 local inst = redis.call("HMGET", ikey, "state", "migration", "project_id", "user_id", "hosts")
 if inst[1] ~= "ACTIVE" or inst[2] ~= mig then
@@ -30,7 +30,8 @@ end
 if claimed_class ~= "" and m[9] ~= "" and m[9] ~= claimed_class then
     return fail("not_its_request", {instance = uuid, recorded = m[9], claimed = claimed_class})
 end
-local why = {instance = uuid, host = host, node = node, migration = mig}
+local why = {instance = uuid, host = host, node = node, migration = mig,
+             age = tonumber(now) - tonumber(m[12] or now)}
 
 -- A live agent other than this host that consumes the move's class and is neither its
 -- source (unless a resize may stay there) nor a host that tried it, or "": a refusal
