@@ -169,38 +169,8 @@ local old = cur[2] and cjson.decode(cur[2]) or {}
 local gens = gens_json ~= "" and cjson.decode(gens_json) or {}
 
 -- Check everything before writing anything: all of it happens or none.
-for rp, amounts in pairs(new) do
-    local rkey = K.provider(rp)
-    local state = redis.call("HMGET", rkey, "generation", "inventory_generation")
-    local gen = state[1]
-    if not gen then return fail("provider_not_found", {provider = rp}) end
-    local seen = gens[rp] and tonumber(gens[rp])
-    if seen and seen ~= tonumber(gen)
-            and not (shared[rp] and seen >= (tonumber(state[2]) or 0)) then
-        return fail("provider_conflict", {provider = rp, expected = gens[rp],
-                                          current = tonumber(gen)})
-    end
-    for rc, n in pairs(amounts) do
-        local fields = redis.call("HMGET", rkey, "i:" .. rc, "u:" .. rc)
-        local inv = parse_inventory(fields[1])
-        if not inv then
-            return fail("invalid_amount", {provider = rp, resource_class = rc, amount = n,
-                        reason = "the provider has no inventory of " .. rc})
-        end
-        if n < inv.min_unit or n > inv.max_unit or n % inv.step_size ~= 0 then
-            return fail("invalid_amount", {provider = rp, resource_class = rc, amount = n,
-                        reason = string.format("must be within %d..%d in steps of %d",
-                                               inv.min_unit, inv.max_unit, inv.step_size)})
-        end
-        local used = tonumber(fields[2] or 0)
-        local mine = old[rp] and old[rp][rc] or 0
-        local cap = capacity(inv)
-        if used - mine + n > cap then
-            return fail("capacity", {provider = rp, resource_class = rc, requested = n,
-                                     used = used - mine, capacity = cap})
-        end
-    end
-end
+local refused = allocation_refusal(new, new, old, gens, shared)
+if refused then return refused end
 
 -- The last check of a claim: the hard policy of the instance's server group.
 if claim then

@@ -287,13 +287,14 @@ local function group_refusal(uuid, host)
     return nil
 end
 
--- Count a claimed member of a group on its host.
-local function group_claim(uuid, host)
+-- Count a claimed member of a group on its host; ``field`` (default group_host) names
+-- the record's field that says where (group_move_host: the destination of its move).
+local function group_claim(uuid, host, field)
     local ikey = K.instance(uuid)
     local group = redis.call("HGET", ikey, "group")
     if not group or group == "" or redis.call("EXISTS", K.group(group)) == 0 then return end
     redis.call("HINCRBY", K.group_hosts(group), host, 1)
-    redis.call("HSET", ikey, "group_host", host)
+    redis.call("HSET", ikey, field or "group_host", host)
 end
 
 -- One count of a member on a host dropped: ``field`` names the record's field that
@@ -312,17 +313,6 @@ end
 local function group_unclaim(uuid)
     group_count_drop(uuid, "group_host")
     group_count_drop(uuid, "group_move_host")
-end
-
--- A member that moves counts on its destination too, from the destination's claim
--- until the move is confirmed (then it counts there only) or reverted (at its source
--- only): two moves can never fill one host past its group's rule.
-local function group_move_claim(uuid, host)
-    local ikey = K.instance(uuid)
-    local group = redis.call("HGET", ikey, "group")
-    if not group or group == "" or redis.call("EXISTS", K.group(group)) == 0 then return end
-    redis.call("HINCRBY", K.group_hosts(group), host, 1)
-    redis.call("HSET", ikey, "group_move_host", host)
 end
 
 -- A move confirmed: the member counts on its destination only.
@@ -715,6 +705,48 @@ local function guard_refusal(guard, shared)
         local broken = sharing_broken(rp, guard.root, guard)
         if broken then return fail("rule_broken", {provider = rp, reason = broken}) end
         if shared then shared[rp] = true end
+    end
+    return nil
+end
+
+-- Why allocating ``new`` ({rp: {rc: n}}) is refused, or nil, checked before anything
+-- is written: each provider exists at the generation seen (``gens``; a sharing
+-- provider in ``shared`` may have moved its usage only since, as the capacity check
+-- reads that), each amount suits its inventory's units, and ``held`` (what the
+-- consumer will hold, by provider and class) fits beside what others use there
+-- (``old``: what the consumer holds now, given back first).
+local function allocation_refusal(new, held, old, gens, shared)
+    for rp, amounts in pairs(new) do
+        local rkey = K.provider(rp)
+        local state = redis.call("HMGET", rkey, "generation", "inventory_generation")
+        local gen = state[1]
+        if not gen then return fail("provider_not_found", {provider = rp}) end
+        local seen = gens[rp] and tonumber(gens[rp])
+        if seen and seen ~= tonumber(gen)
+                and not (shared[rp] and seen >= (tonumber(state[2]) or 0)) then
+            return fail("provider_conflict", {provider = rp, expected = gens[rp],
+                                              current = tonumber(gen)})
+        end
+        for rc, n in pairs(amounts) do
+            local fields = redis.call("HMGET", rkey, "i:" .. rc, "u:" .. rc)
+            local inv = parse_inventory(fields[1])
+            if not inv then
+                return fail("invalid_amount", {provider = rp, resource_class = rc, amount = n,
+                            reason = "the provider has no inventory of " .. rc})
+            end
+            if n < inv.min_unit or n > inv.max_unit or n % inv.step_size ~= 0 then
+                return fail("invalid_amount", {provider = rp, resource_class = rc, amount = n,
+                            reason = string.format("must be within %d..%d in steps of %d",
+                                                   inv.min_unit, inv.max_unit, inv.step_size)})
+            end
+            local used = tonumber(fields[2] or 0)
+            local mine = old[rp] and old[rp][rc] or 0
+            local cap = capacity(inv)
+            if used - mine + held[rp][rc] > cap then
+                return fail("capacity", {provider = rp, resource_class = rc, requested = n,
+                                         used = used - mine, capacity = cap})
+            end
+        end
     end
     return nil
 end

@@ -96,35 +96,9 @@ if same then
     end
 end
 local gens = gens_json ~= "" and cjson.decode(gens_json) or {}
-for rp, amounts in pairs(new) do
-    local rkey = K.provider(rp)
-    local gen = redis.call("HGET", rkey, "generation")
-    if not gen then return fail("provider_not_found", {provider = rp}) end
-    if gens[rp] and tonumber(gens[rp]) ~= tonumber(gen) then
-        return fail("provider_conflict", {provider = rp, expected = gens[rp],
-                                          current = tonumber(gen)})
-    end
-    for rc, n in pairs(amounts) do
-        local fields = redis.call("HMGET", rkey, "i:" .. rc, "u:" .. rc)
-        local inv = parse_inventory(fields[1])
-        if not inv then
-            return fail("invalid_amount", {provider = rp, resource_class = rc, amount = n,
-                        reason = "the provider has no inventory of " .. rc})
-        end
-        if n < inv.min_unit or n > inv.max_unit or n % inv.step_size ~= 0 then
-            return fail("invalid_amount", {provider = rp, resource_class = rc, amount = n,
-                        reason = string.format("must be within %d..%d in steps of %d",
-                                               inv.min_unit, inv.max_unit, inv.step_size)})
-        end
-        local used = tonumber(fields[2] or 0)
-        local mine = same and (old[rp] and old[rp][rc] or 0) or 0
-        local cap = capacity(inv)
-        if used - mine + held[rp][rc] > cap then
-            return fail("capacity", {provider = rp, resource_class = rc, requested = n,
-                                     used = used - mine, capacity = cap})
-        end
-    end
-end
+-- on its own host, what the instance holds there now makes room for what it will hold
+local refused = allocation_refusal(new, held, same and old or {}, gens, {})
+if refused then return refused end
 -- the hard policy of its server group, on the destination (on its own host it counts
 -- there already)
 if not same then
@@ -139,7 +113,9 @@ else
     swap_consumers(uuid, mig)  -- the migration's consumer holds the source's side
     redis.call("HSET", K.consumer(mig), "migration", mig, "instance", uuid)
     replace_allocations(uuid, allocs_json, project, user)
-    group_move_claim(uuid, host)
+    -- it counts on its destination too until the move settles: two moves can never
+    -- fill one host past its group's rule
+    group_claim(uuid, host, "group_move_host")
 end
 local status = (kind == "live-migration" and "preparing") or "migrating"
 local task = ({resize = "resize_migrating", migration = "resize_migrating",
