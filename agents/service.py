@@ -80,6 +80,9 @@ LOG = logging.getLogger(__name__)
 #: A reconcile pass is due within this fraction of ``reconcile_interval_s`` either way
 #: of one interval after the last (qsched.periodic, ``jitter``).
 RECONCILE_JITTER = 0.5
+#: How long a stop waits, in all, for the periodic tasks under way (a heartbeat that
+#: lands after the goodbye would show the host's room for another TTL)
+PERIODIC_STOP_S = 10.0
 
 
 class ComputeAgent:
@@ -265,8 +268,9 @@ class ComputeAgent:
         deadline = time.monotonic() + timeout_s
         while self.builds and time.monotonic() < deadline:
             time.sleep(0.05)
-        for task in self._periodic:
-            task.stop()
+        stop_by = time.monotonic() + PERIODIC_STOP_S
+        for task in self._periodic:  # a heartbeat under way must not outlive the goodbye
+            task.stop(max(0.0, stop_by - time.monotonic()))
         self.metrics.stop()
         if self.builds:
             LOG.warning("agent %s: %d builds unfinished at exit; the janitor requeues them",

@@ -133,6 +133,7 @@ class Periodic:
         self.first_after_s = interval_s if first_after_s is None else first_after_s
         self._timer = timer or _TIMER
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # a run under way ended
         self._turn = 0  # the one turn in the timer's heap that counts; older ones are dropped
         self._due_at = 0.0  # when that turn is due (monotonic)
         self._started = self._running = self._woken = self._stopped = False
@@ -154,11 +155,13 @@ class Periodic:
             elif self._due_at > time.monotonic():  # else its turn is due already
                 self._due_in(0.0)
 
-    def stop(self) -> None:
-        """Run no more; a run under way finishes."""
+    def stop(self, wait_s: float = 0.0) -> bool:
+        """Run no more; a run under way finishes, waited for up to ``wait_s`` (what it
+        writes then lands before what the caller writes next). False if it still runs."""
         with self._lock:
             self._stopped = True
             self._turn += 1
+            return self._idle.wait_for(lambda: not self._running, timeout=wait_s)
 
     def _due_in(self, delay_s: float) -> None:
         """With the lock held: the next turn, ``delay_s`` from now."""
@@ -184,6 +187,7 @@ class Periodic:
         finally:
             with self._lock:
                 self._running = False
+                self._idle.notify_all()
                 if not self._stopped:
                     self._due_in(0.0 if self._woken else self.next_interval_s())
 

@@ -33,6 +33,24 @@ def test_a_task_runs_every_interval_after_its_first_delay() -> None:
     assert all(gap >= 0.05 for gap in gaps), gaps
 
 
+def test_a_stop_may_wait_for_the_run_under_way() -> None:
+    """An agent's goodbye must land after its last heartbeat, not before it."""
+    running, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def fn() -> None:
+        running.set()
+        release.wait(10)
+        finished.set()
+
+    task = Periodic("t", 0.01, fn, first_after_s=0.0, timer=Timer())
+    task.start()
+    assert running.wait(5)
+    assert task.stop(wait_s=0.05) is False and not finished.is_set()  # it still runs
+    threading.Timer(0.1, release.set).start()
+    assert task.stop(wait_s=10) is True and finished.is_set()
+    assert Periodic("idle", 1, fn, timer=Timer()).stop() is True  # nothing under way
+
+
 def test_a_stopped_task_runs_no_more() -> None:
     calls: list[float] = []
     task = Periodic("t", 0.02, counting(calls), timer=Timer())
