@@ -224,6 +224,19 @@ def test_a_server_deleted_while_it_moves_leaves_the_other_side_held(cloud: Cloud
     assert cloud.used("h1") == {VCPU: 0, RAM: 0}
 
 
+def test_a_server_deleted_while_its_move_to_a_named_host_waits_holds_nothing_there(
+    cloud: Cloud,
+) -> None:
+    """No destination claimed it: the host asked for holds nothing of it, and its source's
+    side ends with it as any claim does."""
+    stores, server = cloud.stores, cloud.server("h0")
+    mig = cloud.start(server, host="h1")
+    stores.instances.delete(server, destroyed_on="h0")
+    assert cloud.used("h0") == {VCPU: 0, RAM: 0} and not any(cloud.used("h1").values())
+    assert stores.ledger.held_claims("h1") == {} and stores.ledger.held_claims("h0") == {}
+    assert stores.migrations.get(mig).status == "error" and audit(stores).ok
+
+
 def test_a_server_deleted_after_it_moved_leaves_the_source_held(cloud: Cloud) -> None:
     stores, server = cloud.stores, cloud.server("h0")
     mig = cloud.start(server)

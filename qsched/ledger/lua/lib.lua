@@ -521,8 +521,8 @@ local function move_end(uuid, ender, now)
     local mkey = K.migration(mig)
     local m = redis.call("HMGET", mkey, "status", "source_compute", "dest_compute", "kind")
     if m[1] and not MOVE_FINAL[m[1]] then
-        local dest = m[3] or ""
-        if dest ~= "" and dest ~= m[2] then
+        local dest = m[3] or ""  -- the host asked for, while it waits: nothing there yet
+        if dest ~= "" and dest ~= m[2] and not MOVE_WAITING[m[1]] then
             local other = dest
             if ender == dest then
                 other = m[2]
