@@ -1,4 +1,5 @@
-"""Server actions on this agent's host: stop, start and reboot through the virt driver.
+"""Server actions on this agent's host through the virt driver: stop, start, reboot,
+shelve, shelve_offload and the unshelve of a server shelved here.
 
 The API checked the instance's states and set the action's task_state in the ledger
 in one atomic step (:meth:`qsched.ledger.base.InstanceStore.start_action`), then
@@ -12,9 +13,18 @@ published an :class:`~qsched.scheduling.message.ActionRequest` to this host's qu
    a redelivery after a crash does it again harmlessly.
 3. *settle*: task_state back to none and the power with it (off after a stop, on
    after a start or a reboot), with an event named as Nova's (``compute_stop_instance``,
-   ``compute_start_instance``, ``compute_reboot_instance``) and its result. A driver
-   failure settles with ``Error`` and the power as it was, as Nova reverts the
-   task_state of a failed action.
+   ``compute_start_instance``, ``compute_reboot_instance``, ``compute_shelve_instance``,
+   ``compute_shelve_offload_instance``, ``compute_unshelve_instance``) and its result.
+   A driver failure settles with ``Error`` and the power as it was, as Nova reverts
+   the task_state of a failed action.
+
+Shelving (docs/moves.rst, "Shelve"): a shelve powers the server off and marks it
+shelved on this host; with ``[DEFAULT] shelved_offload_time`` 0 its settle goes on to
+``shelving_offloading`` in the same step, and the offload runs at once: the driver
+destroys the VM, then the ledger releases its claim and its host (the ``offload``
+step, only while the record is still there in that task_state). A server shelved
+longer than a positive ``shelved_offload_time`` is offloaded by the agent's sweep
+(:meth:`ActionStep.offload_due`). An unshelve of a server shelved here powers it on.
 
 Each step is a conditional write of one record (O(1)); the consumer thread does
 them inline, so an instance's actions and deletes on one host keep their order.
@@ -29,8 +39,9 @@ arrives after all finds the action settled and is dropped.
 The reconcile never reads the power: a stopped instance is ACTIVE in the ledger
 and listed by the driver, so nothing there undoes a stop.
 
-Notifications (when a notifier is on): ``instance.power_off``, ``instance.power_on``
-and ``instance.reboot``, ``.start`` then ``.end``, as Nova's compute sends them,
+Notifications (when a notifier is on): ``instance.power_off``, ``instance.power_on``,
+``instance.reboot``, ``instance.shelve``, ``instance.shelve_offload`` and
+``instance.unshelve``, ``.start`` then ``.end``, as Nova's compute sends them,
 with ``InstanceActionPayload`` of the instance before and after. They are sent
 when the settle's conditional step succeeds, so once per action however often its
 request is delivered (``.start`` thus leaves with ``.end``, after the driver ran). A
@@ -43,8 +54,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import uuid as uuidlib
 from collections import Counter
 
+from agents.nodes import NodeIndex
 from agents.virt.base import VirtDriver
 from qsched import exception
 from qsched.bus.base import describe
@@ -63,23 +76,35 @@ STUCK_ACTION_S = 60.0
 @dataclasses.dataclass(frozen=True)
 class _Plan:
     """One action: the task_state the API set, the one the agent sets while it runs
-    (None: none of its own), the power after, Nova's event name, and its notification
-    (``instance.<notice>.start`` ...)."""
+    (None: none of its own), the power after, Nova's event name, its notification
+    (``instance.<notice>.start`` ...), the vm_state after, and whether it is shelved
+    after (None: as it was)."""
 
     expect: TaskState
     started: TaskState | None
     power: str
     event: str
     notice: str
+    after: str
+    shelved: bool | None = None
 
 
 _PLANS = {
-    "stop": _Plan(TaskState.POWERING_OFF, None, "off", "compute_stop_instance", "power_off"),
-    "start": _Plan(TaskState.POWERING_ON, None, "on", "compute_start_instance", "power_on"),
+    "stop": _Plan(TaskState.POWERING_OFF, None, "off", "compute_stop_instance", "power_off",
+                  "stopped"),
+    "start": _Plan(TaskState.POWERING_ON, None, "on", "compute_start_instance", "power_on",
+                   "active"),
     "reboot_soft": _Plan(TaskState.REBOOTING, TaskState.REBOOT_STARTED, "on",
-                         "compute_reboot_instance", "reboot"),
+                         "compute_reboot_instance", "reboot", "active"),
     "reboot_hard": _Plan(TaskState.REBOOTING_HARD, TaskState.REBOOT_STARTED_HARD, "on",
-                         "compute_reboot_instance", "reboot"),
+                         "compute_reboot_instance", "reboot", "active"),
+    "shelve": _Plan(TaskState.SHELVING, None, "off", "compute_shelve_instance", "shelve",
+                    "shelved", True),
+    "shelve_offload": _Plan(TaskState.SHELVING_OFFLOADING, None, "off",
+                            "compute_shelve_offload_instance", "shelve_offload",
+                            "shelved_offloaded"),
+    "unshelve": _Plan(TaskState.UNSHELVING, None, "on", "compute_unshelve_instance",
+                      "unshelve", "active", False),
 }  # fmt: skip
 
 
@@ -98,12 +123,18 @@ class ActionStep:
         host: str,
         counters: Counter[str],
         notifier: Notifier = NULL,
+        shelved_offload_time: int = 0,
+        index: NodeIndex | None = None,
     ) -> None:
         self.stores = stores
         self.driver = driver
         self.host = host
         self.counters = counters
         self.notifier = notifier
+        #: Nova's: 0 offloads a shelved server at once, -1 never, else after that long
+        self.shelved_offload_time = shelved_offload_time
+        #: the agent's view of its nodes: what an offload releases leaves it too
+        self.index = index
 
     def run(self, msg: ActionRequest) -> str:
         """Do one action: ``done``, ``failed`` (the driver refused), or ``dropped``
@@ -129,10 +160,37 @@ class ActionStep:
                 self._tell(msg, plan, expect, inst, failed=(type(exc).__name__, why))
             self.counters["actions_failed"] += 1
             return "failed"
-        if self._settle(msg, plan, expect, plan.power, "Success", started_s, None):
+        offload = msg.action == "shelve" and self.shelved_offload_time == 0
+        if self._settle(msg, plan, expect, plan.power, "Success", started_s, None, offload):
             self._tell(msg, plan, expect, inst)
         self.counters["actions_done"] += 1
+        if offload:  # Nova's shelved_offload_time 0: at once, as the same request
+            return self.run(dataclasses.replace(msg, action="shelve_offload"))
         return "done"
+
+    def offload_due(self, now: float | None = None) -> int:
+        """Offload the servers shelved on this host longer than ``shelved_offload_time``
+        (positive; Nova's periodic ``_poll_shelved_instances``); returns how many. Each
+        starts as an admin's ``shelveOffload`` would, in one checked step, so one
+        unshelved or deleted meanwhile is left alone."""
+        if self.shelved_offload_time <= 0:
+            return 0
+        before = (time.time() if now is None else now) - self.shelved_offload_time
+        done = 0
+        for uuid in self.stores.instances.shelved_on(self.host, before):
+            request_id = f"req-{uuidlib.uuid4()}"
+            try:
+                host, node = self.stores.instances.start_action(
+                    uuid, "shelve_offload", request_id, "", ""
+                )
+            except (exception.InstanceNotFound, exception.InstanceInvalidState,
+                    exception.InstanceNotReady):  # fmt: skip
+                continue  # unshelved, offloaded or deleted meanwhile
+            if host != self.host:
+                continue
+            self.run(ActionRequest(request_id, uuid, host, node, "shelve_offload"))
+            done += 1
+        return done
 
     def _tell(
         self,
@@ -153,7 +211,7 @@ class ActionStep:
         if failed is None:
             stopped = plan.power == "off"
             after = payloads.action_from_record(
-                inst, task_state=None, state="stopped" if stopped else "active",
+                inst, task_state=None, state=plan.after,
                 power_state="shutdown" if stopped else "running", **asked,
             )  # fmt: skip
             self.notifier.notify(f"{name}.end", after, context=asked)
@@ -215,12 +273,26 @@ class ActionStep:
 
     def _drive(self, msg: ActionRequest) -> None:
         uuid, node = msg.instance_uuid, msg.node
-        if msg.action == "stop":
+        if msg.action in ("stop", "shelve"):
             self.driver.power_off(uuid, node)
-        elif msg.action == "start":
+        elif msg.action in ("start", "unshelve"):
             self.driver.power_on(uuid, node)
+        elif msg.action == "shelve_offload":
+            self.driver.destroy(uuid, node)  # idempotent: a redelivery finds it gone
         else:
             self.driver.reboot(uuid, node, hard=msg.action == "reboot_hard")
+
+    def _offload(self, msg: ActionRequest, event: str, detail: dict[str, object]) -> bool:
+        """The ledger's offload, and the index releases what it released."""
+        uuid, node, index = msg.instance_uuid, msg.node, self.index
+        if index is None or node not in index:
+            return self.stores.instances.offload(uuid, self.host, event, **detail)
+        with index.writing(node):
+            allocations = self.stores.ledger.get_allocations(uuid).allocations
+            settled = self.stores.instances.offload(uuid, self.host, event, **detail)
+            if settled and allocations:
+                index.release(node, allocations)
+        return settled
 
     def _settle(
         self,
@@ -231,12 +303,21 @@ class ActionStep:
         result: str,
         started_s: float,
         message: str | None,
+        offload: bool = False,
     ) -> bool:
-        """Settle the action; whether this call did (not: it moved on meanwhile)."""
-        settled = self.stores.instances.step_action(
-            msg.instance_uuid, self.host, expect, TaskState.NONE, power, plan.event,
-            request_id=msg.request_id, result=result, start=started_s, message=message,
-        )  # fmt: skip
+        """Settle the action (``offload``: on to the offload of a shelved server);
+        whether this call did (not: it moved on meanwhile)."""
+        detail = {"request_id": msg.request_id, "result": result, "start": started_s,
+                  "message": message}  # fmt: skip
+        uuid, ok = msg.instance_uuid, result == "Success"
+        if msg.action == "shelve_offload" and ok:
+            settled = self._offload(msg, plan.event, detail)
+        else:
+            to = TaskState.SHELVING_OFFLOADING if offload else TaskState.NONE
+            shelved = plan.shelved if ok else None
+            settled = self.stores.instances.step_action(
+                uuid, self.host, expect, to, power, plan.event, shelved, **detail
+            )
         if not settled:
             LOG.info("agent %s: %s of %s done, but the instance moved on meanwhile",
                      self.host, msg.action, msg.instance_uuid)  # fmt: skip

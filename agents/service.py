@@ -145,7 +145,8 @@ class ComputeAgent:
         self.placer = Placer(parts, claim_retries, alternates)
         self.spawner = Spawner(parts)
         self.groups = GroupStep(parts)
-        self.actions = ActionStep(stores, driver, self.host, self.counters, notifier)
+        self.actions = ActionStep(stores, driver, self.host, self.counters, notifier,
+                                  options.shelved_offload_time, self.index)  # fmt: skip
         self.permit = Permit(parts, lambda uuid: self._spawner.submit(self.spawner.spawn, uuid))
         self.deletes = DeleteStep(parts)
         self.moves = MoveSteps(parts)
@@ -214,6 +215,8 @@ class ComputeAgent:
         ]  # fmt: skip
         if self.opts.reap_interval_s:
             tasks.append(("reaper", self.opts.reap_interval_s, self._reap))
+        if self.opts.shelved_offload_time > 0 and self.opts.shelved_poll_interval > 0:
+            tasks.append(("shelved", self.opts.shelved_poll_interval, self.actions.offload_due))
         for name, interval_s, fn in tasks:
             # heartbeats have workers of their own: a process of many hosts reading their
             # nodes at once must not fall silent past the TTL (qsched.periodic)

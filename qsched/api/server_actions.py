@@ -1,7 +1,6 @@
 """/v2.1/servers/{id}/action (``os-stop``, ``os-start``, ``reboot``; the moves
 ``resize``, ``confirmResize``, ``revertResize``, ``migrate``, ``os-migrateLive``,
-``evacuate``:
-docs/moves.rst) and
+``evacuate``, and ``shelve``, ``shelveOffload``, ``unshelve``: docs/moves.rst) and
 /v2.1/servers/{id}/os-instance-actions, in Nova's shapes by microversion.
 
 Instance actions: a deleted server's from 2.21; events for every reader of the
@@ -24,6 +23,7 @@ from qsched.api import PREFIX, FrontDoor, Handler, context_of, microversion, rea
 from qsched.api.schemas import server_actions as schema
 from qsched.api.schemas.validation import query_int, validate
 from qsched.compute.list_query import query_time
+from qsched.compute.moves import NOT_GIVEN
 from qsched.compute.server_actions import Action, ActionEvent, ActionFilter
 
 #: the actions served, as the 400 for any other names them
@@ -69,6 +69,15 @@ class ServerAction(_Handler):
         elif name == "os-migrateLive":
             live = body["os-migrateLive"]
             moves.live_migrate(context, server_id, live["host"], _auto(live["block_migration"]))
+        elif name == "shelve":
+            self.actions.shelve(context, server_id)
+        elif name == "shelveOffload":
+            self.actions.shelve_offload(context, server_id)
+        elif name == "unshelve":
+            asked = body["unshelve"] if microversion.at_least(req, (2, 77)) else None
+            asked = asked if isinstance(asked, dict) else {}
+            zone = asked.get("availability_zone", NOT_GIVEN)
+            moves.unshelve(context, server_id, zone, asked.get("host"))
         elif name == "evacuate":
             # No guest takes a password (a boot's adminPass is dropped too): 200 and no
             # body, as Nova's with enable_instance_password off. onSharedStorage and
@@ -82,7 +91,11 @@ class ServerAction(_Handler):
 
 
 #: the actions whose body's schema changes with the microversion
-_BY_VERSION = {"evacuate": schema.EVACUATE, "os-migrateLive": schema.MIGRATE_LIVE}
+_BY_VERSION = {
+    "evacuate": schema.EVACUATE,
+    "os-migrateLive": schema.MIGRATE_LIVE,
+    "unshelve": schema.UNSHELVE,
+}
 _TRUE = {True, "True", "true", "1", "yes"}
 
 

@@ -113,7 +113,7 @@ class Cell(Boot):
         self.services = ServiceAPI(stores, self.policy)
         self.zones = ZoneAPI(stores, self.policy, self.aggregates)
         self.actions = ServerActions(stores, self.bus, self.policy, self.max_limit)
-        self.moves = ServerMoves(stores, self.bus, self.policy, self.scheduler)
+        self.moves = ServerMoves(stores, self.bus, self.policy, self.scheduler, self.actions)
         self.migrations = MigrationsAPI(stores, self.policy)
 
     # -- a server of this cell --

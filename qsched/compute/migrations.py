@@ -24,7 +24,7 @@ from qsched.compute.visible import visible
 from qsched.context import RequestContext
 from qsched.ledger import Stores
 from qsched.ledger.base import Migration
-from qsched.ledger.base.migrations import LIVE_MIGRATION
+from qsched.ledger.base.migrations import LISTED_KINDS, LIVE_MIGRATION
 from qsched.policies import migrations as migrations_policy
 from qsched.policy import Policy
 
@@ -152,7 +152,8 @@ class MigrationsAPI:
         only the moves of server ``instance_uuid`` when it is given."""
         if instance_uuid is not None:
             moves = self.stores.migrations.of_instance(instance_uuid)
-            yield from (m for m in moves if below is None or m.id < below)
+            yield from (m for m in moves if (below is None or m.id < below)
+                        and m.kind in LISTED_KINDS)  # fmt: skip
             return
         while True:
             chunk = self.stores.migrations.newest(below, self.chunk)
@@ -196,4 +197,5 @@ class MigrationsAPI:
         """A server's moves, newest first, once ``rule`` lets the caller read them."""
         instance = visible(self.stores.instances, context, uuid)
         self.policy.authorize(context, rule, {"project_id": instance.project_id})
-        return self.stores.migrations.of_instance(instance.uuid)
+        return [m for m in self.stores.migrations.of_instance(instance.uuid)
+                if m.kind in LISTED_KINDS]  # fmt: skip

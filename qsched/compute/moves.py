@@ -1,5 +1,5 @@
-"""Moves of placed servers in one cell: resize, its confirm and revert, cold migration,
-evacuation (docs/moves.rst).
+"""Moves of placed servers in one cell: resize, its confirm and revert, cold and live
+migration, evacuation, and the unshelve of a server shelved and offloaded (docs/moves.rst).
 
 No HTTP here: :mod:`qsched.api.server_actions` parses and renders. A move is checked
 and started in the ledger in one step (:meth:`~qsched.ledger.base.MigrationStore.start`:
@@ -25,15 +25,16 @@ from collections.abc import Callable
 
 from qsched import exception
 from qsched.bus.base import Publisher
-from qsched.compute.server_actions import AgentDown
+from qsched.compute.server_actions import AgentDown, ServerActions, vm_state
 from qsched.compute.visible import visible
 from qsched.conf import SchedulerOptions
 from qsched.context import RequestContext
 from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.base import Instance, Migration, MoveRequest
-from qsched.ledger.base.migrations import EVACUATION, LIVE_MIGRATION, MIGRATION, RESIZE
+from qsched.ledger.base.migrations import EVACUATION, LIVE_MIGRATION, MIGRATION, RESIZE, UNSHELVE
 from qsched.policies import moves as moves_policy
+from qsched.policies import shelve as shelve_policy
 from qsched.policy import Policy
 from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.message import MoveStep
@@ -41,7 +42,9 @@ from qsched.scheduling.records import details, move_request_for
 
 #: Nova's instance action of each move
 ACTIONS = {RESIZE: "resize", MIGRATION: "migrate", LIVE_MIGRATION: "live-migration",
-           EVACUATION: "evacuate"}  # fmt: skip
+           EVACUATION: "evacuate", UNSHELVE: "unshelve"}  # fmt: skip
+#: an unshelve's ``availability_zone`` not given (None unpins the server from its zone)
+NOT_GIVEN = object()
 
 
 class CannotResizeToSameFlavor(exception.Invalid):
@@ -68,6 +71,24 @@ class UnableToMigrateToSelf(exception.Invalid):
     msg_fmt = "Unable to migrate instance ({instance}) to current host ({host})."
 
 
+class UnshelveInstanceInvalidState(exception.Conflict):
+    msg_fmt = ("Specifying an availability zone or a host when unshelving server "
+               '"{instance}" with status "{state}" is not supported. The server status '
+               "must be SHELVED_OFFLOADED.")  # fmt: skip
+
+
+class UnshelveHostNotInAZ(exception.Conflict):
+    msg_fmt = 'Host "{host}" is not in the availability zone "{zone}".'
+
+
+class UnshelveToZoneNotServed(exception.Conflict):
+    msg_fmt = (
+        "qsched does not move a shelved server to another availability zone yet: server "
+        "{instance} keeps the zone {zone}; unshelve it without availability_zone (or with "
+        "its own), optionally with a host of that zone."
+    )
+
+
 class ServerMoves:
     """Resize (confirm, revert), cold- and live-migrate, and evacuate the servers of
     one cell."""
@@ -78,11 +99,13 @@ class ServerMoves:
         bus: Publisher,
         policy: Policy,
         scheduler: SchedulerOptions | None = None,
+        actions: ServerActions | None = None,
     ) -> None:
         self.stores = stores
         self.bus = bus
         self.policy = policy
         self.scheduler = scheduler or SchedulerOptions.defaults()
+        self.actions = actions or ServerActions(stores, bus, policy)
 
     def resize(
         self,
@@ -179,6 +202,52 @@ class ServerMoves:
             self._check_target(host)
         request = dataclasses.replace(self._move(context, instance, EVACUATION), host=host)
         return self._start(instance, request)
+
+    def unshelve(
+        self, context: RequestContext, uuid: str, zone: object = NOT_GIVEN, host: str | None = None
+    ) -> None:
+        """``unshelve``: a server SHELVED on its host is powered on there; one
+        SHELVED_OFFLOADED is placed again through the queues of its class, as a move from
+        no host (to ``host``, 2.91), and runs wherever a destination claims it. Nova's
+        ``zone`` (2.77; None unpins it): only its own zone is served yet.
+
+        :raises InstanceNotFound: the caller cannot see it.
+        :raises Forbidden: ``os_compute_api:os-shelve:unshelve`` refuses the caller (or
+            ``unshelve_to_host``, with a ``host``).
+        :raises UnshelveInstanceInvalidState: a zone or a host for a server that is not
+            offloaded (409).
+        :raises UnshelveToZoneNotServed: another zone (409).
+        :raises Invalid: ``host`` has no compute service (Nova's 400 here), or takes no
+            new work (400).
+        :raises UnshelveHostNotInAZ: ``host`` is not in the server's zone (409).
+        :raises InstanceInvalidState: its states refuse it (409).
+        :raises AgentDown: a server shelved on a host whose agent is down (409).
+        :raises BusUnavailable: not published (503); nothing changed.
+        """
+        instance = visible(self.stores.instances, context, uuid)
+        self.policy.authorize(context, shelve_policy.UNSHELVE, {"project_id": instance.project_id})
+        if host is not None:
+            self.policy.authorize(context, shelve_policy.UNSHELVE_TO_HOST, _target(instance))
+        if (zone is not NOT_GIVEN or host is not None) and not instance.offloaded:
+            state = vm_state(instance, instance.state.value.lower())
+            raise UnshelveInstanceInvalidState(instance=instance.uuid, state=state)
+        own_zone = details(instance).availability_zone
+        if zone is not NOT_GIVEN and zone != own_zone:
+            raise UnshelveToZoneNotServed(instance=instance.uuid, zone=own_zone or "(none)")
+        if not instance.offloaded:
+            self.actions.unshelve_here(context, instance)
+            return
+        if host is not None:
+            try:
+                service = self.stores.agents.service(host)
+            except exception.ComputeHostNotFound as exc:
+                raise exception.Invalid(message=str(exc)) from None  # Nova's 400 here
+            if own_zone is not None and service.zone != own_zone:
+                raise UnshelveHostNotInAZ(host=host, zone=own_zone)
+            self._check_target(host)
+        self._start(
+            instance, dataclasses.replace(self._move(context, instance, UNSHELVE), host=host)
+        )
 
     def confirm(self, context: RequestContext, uuid: str) -> None:
         """``confirmResize``: keep a resized or migrated server where it is now; its

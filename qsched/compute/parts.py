@@ -34,6 +34,7 @@ from qsched.compute.hypervisors import (
 )
 from qsched.compute.keypairs import SSH
 from qsched.compute.migrations import MigrationFilter, order
+from qsched.compute.moves import NOT_GIVEN
 from qsched.compute.server_actions import Action, ActionFilter
 from qsched.compute.services import Change, ServiceView
 from qsched.compute.target import Cells, gone, take_back
@@ -177,6 +178,12 @@ class Actions:
     def reboot(self, context: RequestContext, uuid: str, hard: bool) -> None:
         self.cells.of_instance(uuid).actions.reboot(context, uuid, hard)
 
+    def shelve(self, context: RequestContext, uuid: str) -> None:
+        self.cells.of_instance(uuid).actions.shelve(context, uuid)
+
+    def shelve_offload(self, context: RequestContext, uuid: str) -> None:
+        self.cells.of_instance(uuid).actions.shelve_offload(context, uuid)
+
     def list_actions(
         self,
         context: RequestContext,
@@ -229,6 +236,11 @@ class Moves:
         block_migration: bool | None = None,
     ) -> None:
         self.cells.of_instance(uuid).moves.live_migrate(context, uuid, host, block_migration)
+
+    def unshelve(
+        self, context: RequestContext, uuid: str, zone: object = NOT_GIVEN, host: str | None = None
+    ) -> None:
+        self.cells.of_instance(uuid).moves.unshelve(context, uuid, zone, host)
 
 
 class Hypervisors:

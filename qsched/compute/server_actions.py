@@ -1,4 +1,5 @@
-"""Server actions (stop, start, reboot) and the instance actions that record them.
+"""Server actions (stop, start, reboot, shelve, shelveOffload, the unshelve of a server
+shelved on its host) and the instance actions that record them.
 
 No HTTP here: :mod:`qsched.api.server_actions` parses and renders. An action is
 checked and started in the ledger in one atomic step (the vm_state and task_state
@@ -33,6 +34,7 @@ from qsched.ledger.base import Event, Instance, State, TaskState
 from qsched.ledger.records import PowerState
 from qsched.policies import instance_actions as actions_policy
 from qsched.policies import server_actions as server_policy
+from qsched.policies import shelve as shelve_policy
 from qsched.policy import Policy
 from qsched.scheduling.message import ActionRequest
 from qsched.scheduling.records import details
@@ -43,6 +45,9 @@ _TASK_STATES = {
     "start": TaskState.POWERING_ON,
     "reboot_soft": TaskState.REBOOTING,
     "reboot_hard": TaskState.REBOOTING_HARD,
+    "shelve": TaskState.SHELVING,
+    "shelve_offload": TaskState.SHELVING_OFFLOADING,
+    "unshelve": TaskState.UNSHELVING,
 }
 #: Nova's name of the event an agent records for each action
 EVENT_NAMES = {
@@ -50,7 +55,12 @@ EVENT_NAMES = {
     "start": "compute_start_instance",
     "reboot": "compute_reboot_instance",
     "delete": "compute_terminate_instance",
+    "shelve": "compute_shelve_instance",
+    "shelveOffload": "compute_shelve_offload_instance",
+    "unshelve": "compute_unshelve_instance",
 }
+#: Nova's instance action of each server action (its first word, where not named here)
+ACTION_NAMES = {"shelve_offload": "shelveOffload"}
 _SCHEDULE_EVENT = "conductor_schedule_and_build_instances"
 _BUILD_EVENT = "compute__do_build_and_run_instance"
 
@@ -141,10 +151,31 @@ class ServerActions:
         reboot in progress). Raises as :meth:`stop`."""
         self._act(context, uuid, server_policy.REBOOT, "reboot_hard" if hard else "reboot_soft")
 
+    def shelve(self, context: RequestContext, uuid: str) -> None:
+        """``shelve``: power an ACTIVE or stopped server off and keep it on its host,
+        SHELVED; with ``shelved_offload_time`` 0 (the default) its agent offloads it at
+        once (SHELVED_OFFLOADED: its claim released, its quota kept). Raises as
+        :meth:`stop` (``os_compute_api:os-shelve:shelve``)."""
+        self._act(context, uuid, shelve_policy.SHELVE, "shelve")
+
+    def shelve_offload(self, context: RequestContext, uuid: str) -> None:
+        """``shelveOffload``: destroy a SHELVED server's VM on its host and release its
+        claim (SHELVED_OFFLOADED). Raises as :meth:`stop`
+        (``os_compute_api:os-shelve:shelve_offload``)."""
+        self._act(context, uuid, shelve_policy.SHELVE_OFFLOAD, "shelve_offload")
+
+    def unshelve_here(self, context: RequestContext, instance: Instance) -> None:
+        """Power a server SHELVED on its host on again, there (the caller checked the
+        ``unshelve`` rule). Raises as :meth:`stop`."""
+        self._start(context, instance, "unshelve")
+
     def _act(self, context: RequestContext, uuid: str, rule: str, action: str) -> None:
         instance = visible(self.stores.instances, context, uuid)
         self.policy.authorize(context, rule, _target(instance))
-        name = action.partition("_")[0]
+        self._start(context, instance, action)
+
+    def _start(self, context: RequestContext, instance: Instance, action: str) -> None:
+        name = ACTION_NAMES.get(action, action.partition("_")[0])
         placed = instance.host and instance.state == State.ACTIVE
         if placed and not self.stores.agents.alive(instance.host or ""):
             raise AgentDown(action=name, instance=instance.uuid)
@@ -242,10 +273,12 @@ _ACTIVE_STATUS = {
 
 def vm_state(instance: Instance, otherwise: str) -> str:
     """Nova's vm_state: ``resized`` for a server whose move waits for a confirm,
-    ``stopped`` for a server a stop powered off, else ``otherwise`` (what its state
-    shows)."""
+    ``shelved`` or ``shelved_offloaded`` for a shelved one, ``stopped`` for a server a
+    stop powered off, else ``otherwise`` (what its state shows)."""
     if instance.state == State.ACTIVE and instance.resized:
         return "resized"
+    if instance.state == State.ACTIVE and instance.shelved:
+        return "shelved_offloaded" if instance.offloaded else "shelved"
     if instance.state == State.ACTIVE and instance.stopped:
         return "stopped"
     return otherwise
@@ -260,6 +293,8 @@ def status(instance: Instance) -> str:
         return instance.state.value
     if instance.resized:
         return _MOVE_STATUS.get(instance.task_state, "VERIFY_RESIZE")
+    if instance.shelved:  # Nova's status shows no task of a shelved server
+        return "SHELVED_OFFLOADED" if instance.offloaded else "SHELVED"
     if instance.stopped:
         return _MOVE_STATUS.get(instance.task_state, "SHUTOFF")
     return _ACTIVE_STATUS.get(instance.task_state, "ACTIVE")
@@ -272,13 +307,14 @@ def has_status(instance: Instance, wanted: str) -> bool:
     wanted = wanted.upper()
     if status(instance) == wanted:
         return True
-    plain = not (instance.stopped or instance.resized)
+    plain = not (instance.stopped or instance.resized or instance.shelved)
     return wanted == "ACTIVE" and instance.state == State.ACTIVE and plain
 
 
 def power_state(instance: Instance) -> int:
-    """Nova's power_state: RUNNING (1) once ACTIVE, SHUTDOWN (4) when stopped, else 0."""
-    if instance.state != State.ACTIVE:
+    """Nova's power_state: RUNNING (1) once ACTIVE, SHUTDOWN (4) when stopped or shelved
+    on its host, else 0 (offloaded: no hypervisor holds it)."""
+    if instance.state != State.ACTIVE or instance.offloaded:
         return PowerState.NOSTATE.value
     return (PowerState.SHUTDOWN if instance.stopped else PowerState.RUNNING).value
 
@@ -301,7 +337,7 @@ def actions_of(instance: Instance, history: Sequence[Event]) -> list[Action]:
         name, request_id = str(detail.get("action", "")), str(detail.get("request_id", ""))
         if name == "delete":
             events = _delete_events(entry, history)
-        elif name in MOVE_EVENTS:
+        elif name in MOVE_EVENTS and "migration" in detail:  # an unshelve here has none
             events = _move_events(name, entry, history)
         else:
             events = _agent_events(name, request_id, entry, history[n + 1 :])
@@ -361,6 +397,11 @@ MOVE_EVENTS: dict[str, tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], 
     ),
     "evacuate": (
         ("compute_rebuild_instance", "move_claimed", ("move_finished",), ("move_failed",)),
+    ),
+    "unshelve": (  # of a server offloaded: placed again as a move from no host
+        ("conductor_unshelve_instance", "", ("move_claimed",), ("move_failed",)),
+        ("compute_unshelve_instance", "move_claimed", ("move_finished",), ("move_failed",
+                                                                           "move_retried")),
     ),
     "confirmResize": (("compute_confirm_resize", "", ("move_confirmed",), ()),),
     "revertResize": (("compute_revert_resize", "", ("move_reverted",), ()),),

@@ -1,4 +1,5 @@
-"""Options of the compute agent: the [agent] section."""
+"""Options of the compute agent: the [agent] section, and Nova's ``[DEFAULT]`` options of
+shelving that the compute service reads."""
 
 from __future__ import annotations
 
@@ -8,6 +9,28 @@ import socket
 from oslo_config import cfg
 
 from qsched.conf.base import Section
+
+#: [DEFAULT] shelved_offload_time and shelved_poll_interval, as Nova's compute reads them.
+shelve_opts = [
+    cfg.IntOpt(
+        "shelved_offload_time",
+        default=0,
+        min=-1,
+        help="Time in seconds before a shelved server is offloaded from its host "
+        '(docs/moves.rst, "Shelve"): its VM destroyed and its claim released, its '
+        "quota kept (SHELVED_OFFLOADED); an unshelve then places it again through the "
+        "queues. 0: at once, as part of the shelve. -1: never (an admin's shelveOffload "
+        "still does). As Nova's [DEFAULT] option of that name.",
+    ),
+    cfg.IntOpt(
+        "shelved_poll_interval",
+        default=3600,
+        min=-1,
+        help="Interval in seconds at which an agent offloads the servers shelved on its "
+        "host longer than shelved_offload_time (when that is positive). 0 or -1: never. "
+        "As Nova's [DEFAULT] option of that name.",
+    ),
+]
 
 agent_opts = [
     cfg.StrOpt(
@@ -225,7 +248,7 @@ agent_opts = [
 class AgentOptions(Section):
     """The ``[agent]`` options."""
 
-    GROUPS = (("agent", agent_opts),)
+    GROUPS = (("agent", agent_opts), (None, shelve_opts))
 
     host: str
     node_count: int
@@ -257,3 +280,5 @@ class AgentOptions(Section):
     metrics_host: str
     metrics_port: int
     shutdown_timeout_s: float
+    shelved_offload_time: int
+    shelved_poll_interval: int

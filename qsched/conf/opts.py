@@ -20,7 +20,7 @@ from qsched.conf import (
 def list_opts() -> list[tuple[str | None, list[Any]]]:
     """The options by section, in the order the sample config shows them."""
     return [
-        (None, [*bus.default_opts, *notifications.exchange_opts]),
+        (None, [*bus.default_opts, *notifications.exchange_opts, *agent.shelve_opts]),
         ("api", api.api_opts),
         ("scheduler", scheduler.scheduler_opts),
         ("agent", agent.agent_opts),

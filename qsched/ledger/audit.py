@@ -87,7 +87,7 @@ def audit(stores: Stores) -> AuditReport:
 
 
 _FIELDS = ("state", "host", "node", "project_id", "group", "group_host", "group_move_host",
-           "hosts", "class", "flavor", "migration")  # fmt: skip
+           "hosts", "class", "flavor", "migration", "shelved")  # fmt: skip
 
 
 def _instances(stores: Stores) -> dict[str, dict[str, str]]:
@@ -148,10 +148,16 @@ def _check_projects(stores: Stores, report: AuditReport, scan: _Scan) -> None:
 
 
 def _check_instances(report: AuditReport, scan: _Scan) -> None:
-    """ACTIVE holds allocations on its host; BUILD holds some only while claimed."""
+    """ACTIVE holds allocations on its host, unless shelved and offloaded: then none,
+    but what an unshelve under way claimed; BUILD holds some only while claimed."""
     for uuid, record in scan.records.items():
         holds = uuid in scan.placed_on
-        if record["state"] == State.ACTIVE.value and not holds:
+        if record["shelved"] == "offloaded":
+            if holds and not record["migration"]:
+                report.instance_mismatches.append(
+                    {"instance": uuid, "problem": "offloaded with allocations"}
+                )
+        elif record["state"] == State.ACTIVE.value and not holds:
             report.instance_mismatches.append(
                 {"instance": uuid, "problem": "ACTIVE without allocations"}
             )

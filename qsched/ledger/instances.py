@@ -258,7 +258,7 @@ class RedisInstances(InstanceStore):
         if refused == "not_ready":
             raise exception.InstanceNotReady(instance=uuid)
         if refused is not None:
-            name = action.partition("_")[0]
+            name = "shelveOffload" if action == "shelve_offload" else action.partition("_")[0]
             raise exception.InstanceInvalidState(
                 action=name, instance=uuid, attr=refused, state=result["state"] or None
             )
@@ -272,11 +272,21 @@ class RedisInstances(InstanceStore):
         to: TaskState,
         power: str = "",
         event: str = "",
+        shelved: bool | None = None,
         **detail: Any,
     ) -> bool:
+        mark = "" if shelved is None else ("1" if shelved else "0")
         result = self._run("instance_action_step", uuid, host, expect.value, to.value, power,
-                           event, json.dumps(detail))  # fmt: skip
+                           event, json.dumps(detail), mark)  # fmt: skip
         return not result["moved"]
+
+    def offload(self, uuid: str, host: str, event: str, **detail: Any) -> bool:
+        result = self._run("instance_offload", uuid, host, event, json.dumps(detail))
+        return not result["moved"]
+
+    def shelved_on(self, host: str, before: float) -> list[str]:
+        found = self.store.client.zrangebyscore(self.keys.host_shelved(host), "-inf", before)
+        return [text(u) for u in found]
 
     def acting(self, host: str, started_before: float | None = None) -> list[str]:
         until = "+inf" if started_before is None else started_before
@@ -419,6 +429,8 @@ def _instance(fields: dict[str, str]) -> Instance:
         stopped=fields.get("power") == "off",
         migration=fields.get("migration") or None,
         resized=fields.get("resized") == "1",
+        shelved=bool(fields.get("shelved")),
+        offloaded=fields.get("shelved") == "offloaded",
     )
 
 

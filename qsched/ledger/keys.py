@@ -177,6 +177,9 @@ class Keyspace:
     def host_migrations(self, host: str) -> str:
         return f"{self.prefix}host:{host}:migrations"
 
+    def host_shelved(self, host: str) -> str:
+        return f"{self.prefix}host:{host}:shelved"
+
     # moves (resize, migrations, evacuations)
     def migration(self, uuid: str) -> str:
         return f"{self.prefix}migration:{uuid}"

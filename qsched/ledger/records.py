@@ -152,6 +152,10 @@ class TaskState(enum.StrEnum):
     MIGRATING = "migrating"
     REBUILDING = "rebuilding"
     REBUILD_SPAWNING = "rebuild_spawning"
+    # shelving (docs/moves.rst, "Shelve"), in Nova's words
+    SHELVING = "shelving"
+    SHELVING_OFFLOADING = "shelving_offloading"
+    UNSHELVING = "unshelving"
     NONE = ""
 
 
@@ -284,6 +288,11 @@ class Instance:
     #: migration that finished on its new host waits for a confirm (VERIFY_RESIZE).
     migration: str | None = None
     resized: bool = False
+    #: Shelved: powered off (``stopped`` too), vm_state ``shelved``; ``offloaded`` as
+    #: well: its VM destroyed and its claim released, it has no host
+    #: (``shelved_offloaded``) until an unshelve places it again. Its quota stays held.
+    shelved: bool = False
+    offloaded: bool = False
     # The outbox entry that create or requeue just made (not stored in the record):
     # give it to InstanceStore.outbox_done once the boot request is published.
     outbox: str | None = dataclasses.field(default=None, compare=False)

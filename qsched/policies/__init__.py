@@ -25,6 +25,7 @@ from qsched.policies import (
     server_metadata,
     servers,
     services,
+    shelve,
 )
 
 
@@ -38,5 +39,5 @@ def list_rules() -> list[policy.RuleDefault]:
         *keypairs.list_rules(),
         *server_metadata.list_rules(),
         *server_actions.list_rules(), *instance_actions.list_rules(),
-        *moves.list_rules(), *migrations.list_rules(),
+        *moves.list_rules(), *migrations.list_rules(), *shelve.list_rules(),
     ]  # fmt: skip

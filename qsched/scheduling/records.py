@@ -253,5 +253,5 @@ def move_request_for(
         max_attempts=migration.max_attempts,
         tried_hosts=tuple(migration.tried),
         migration=migration.uuid,
-        source_host=migration.source_compute,
+        source_host=migration.source_compute or None,  # an unshelve has none
     )

@@ -235,10 +235,19 @@ def meta_item_requests() -> st.SearchStrategy[dict[str, Any]]:
 
 
 def server_actions() -> st.SearchStrategy[dict[str, Any]]:
-    """``os-stop``, ``os-start`` and ``reboot`` bodies as Nova's samples send them."""
+    """The server actions' bodies as Nova's samples send them: ``os-stop``, ``os-start``,
+    ``reboot``, the moves and shelving."""
+    bare = ["os-stop", "os-start", "shelve", "shelveOffload", "unshelve", "confirmResize",
+            "revertResize", "migrate"]  # fmt: skip
+    zone = st.sampled_from(["az1", "nova", "elsewhere"])
+    host = st.sampled_from(["cn1", "cn2", "nowhere"]) | st.none()
     return st.one_of(
-        st.builds(lambda name: {name: None}, st.sampled_from(["os-stop", "os-start"])),
+        st.builds(lambda name: {name: None}, st.sampled_from(bare)),
         st.builds(lambda kind: {"reboot": {"type": kind}}, st.sampled_from(["SOFT", "HARD"])),
+        st.builds(lambda z: {"unshelve": {"availability_zone": z}}, zone),
+        st.builds(lambda f: {"resize": {"flavorRef": f}}, st.sampled_from(["1", "2", "42"])),
+        st.builds(lambda h: {"os-migrateLive": {"host": h, "block_migration": "auto"}}, host),
+        st.builds(lambda h: {"evacuate": {} if h is None else {"host": h}}, host),
     )
 
 

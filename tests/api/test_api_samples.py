@@ -337,7 +337,19 @@ REQUESTS: dict[tuple[str, str], Call] = {
         admin=False,
         values=(("type", "SOFT"),),
     ),
-}
+    ("os-shelve", "os-shelve"): Call(
+        "POST", "/v2.1/servers/{server}/action", "os-shelve", 202, admin=False,
+        values=(("action", "shelve"),),
+    ),
+    ("os-shelve", "os-shelve-offload"): Call(
+        "POST", "/v2.1/servers/{server}/action", "os-shelve-offload", 202, setup="shelved",
+        values=(("action", "shelveOffload"),),
+    ),
+    ("os-shelve", "os-unshelve"): Call(
+        "POST", "/v2.1/servers/{server}/action", "os-unshelve", 202, admin=False,
+        setup="shelved", values=(("action", "unshelve"),),
+    ),
+}  # fmt: skip
 
 #: templates of served resources qsched does not answer, and why
 NOT_SERVED: dict[tuple[str, str], str] = {
@@ -357,6 +369,8 @@ NOT_SERVED: dict[tuple[str, str], str] = {
     ("servers", "server-groups-post-req"): "a server group sample kept with the servers' (2.71)",
     ("servers", "server-groups-post-resp"): "a server group sample kept with the servers' (2.71)",
     ("servers", "lock-server-with-reason"): "no lock action",
+    ("os-shelve", "os-unshelve-az"): "an unshelve to another availability zone (409: not "
+    "served yet, docs/moves.rst)",
     ("os-hypervisors", "hypervisors-uptime-resp"): "answered 501, as Nova does for a virt driver "
     "that keeps no uptime",
     ("os-quota-sets", "user-quotas-show-get-resp"): "quotas are per project (user_id: 400)",
@@ -548,6 +562,21 @@ class Scenario:
             "compute_stop_instance",
             result="Success",
         )  # fmt: skip, as the host's agent settles a stop
+
+    def shelved(self) -> None:
+        """The server shelved on its host, as its agent would leave it after ``shelve``
+        with ``shelved_offload_time`` -1."""
+        self._post(f"/v2.1/servers/{self.server}/action", {"shelve": None}, USER)
+        self.stores.instances.step_action(
+            self.server,
+            "cn1",
+            TaskState.SHELVING,
+            TaskState.NONE,
+            "off",
+            "compute_shelve_instance",
+            True,
+            result="Success",
+        )  # fmt: skip, as the host's agent settles a shelve
 
     def _values(self) -> dict[str, str]:
         return {

@@ -108,6 +108,8 @@ CALLS: dict[str, Callable[[Stores], Any]] = {
     ),
     "RedisInstances.acting": lambda s: s.instances.acting("h1"),
     "RedisInstances.forget_action": lambda s: s.instances.forget_action("h1", U),
+    "RedisInstances.offload": lambda s: s.instances.offload(U, "h1", "e"),
+    "RedisInstances.shelved_on": lambda s: s.instances.shelved_on("h1", 0.0),
     "RedisKeypairs.create": lambda s: s.keypairs.create(KEYPAIR),
     "RedisKeypairs.get": lambda s: s.keypairs.get("u1", "kp"),
     "RedisKeypairs.list_user": lambda s: s.keypairs.list_user("u1"),

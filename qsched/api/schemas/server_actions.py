@@ -122,6 +122,24 @@ def _bare_action(name: str) -> dict[str, Any]:
             "additionalProperties": False}  # fmt: skip
 
 
+def _unshelve(inner: dict[str, Any]) -> dict[str, Any]:
+    """``{"unshelve": null}`` or ``{"unshelve": {...}}`` with ``inner``'s fields."""
+    body = {"type": ["object", "null"], "additionalProperties": False, **inner}
+    return {"type": "object", "properties": {"unshelve": body}, "required": ["unshelve"],
+            "additionalProperties": False}  # fmt: skip
+
+
+_ZONE = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^\S(.*\S)?$"}
+#: ``unshelve`` by microversion: any value up to 2.76, a zone from 2.77 (then required
+#: in an object), a host from 2.91 (and a null zone: unpinned)
+UNSHELVE = {
+    (2, 1): compiled(_bare_action("unshelve")),
+    (2, 77): compiled(_unshelve({"properties": {"availability_zone": _ZONE},
+                                 "required": ["availability_zone"]})),
+    (2, 91): compiled(_unshelve({"properties": {
+        "availability_zone": {"anyOf": [_ZONE, {"type": "null"}]}, "host": fqdn}})),
+}  # fmt: skip
+
 SERVER_ACTIONS = {
     "os-stop": compiled(_bare_action("os-stop")),
     "os-start": compiled(_bare_action("os-start")),
@@ -132,6 +150,9 @@ SERVER_ACTIONS = {
     "migrate": compiled(_null_action("migrate")),
     "evacuate": EVACUATE[(2, 14)],
     "os-migrateLive": MIGRATE_LIVE[(2, 25)],
+    "shelve": compiled(_bare_action("shelve")),
+    "shelveOffload": compiled(_bare_action("shelveOffload")),
+    "unshelve": UNSHELVE[(2, 1)],
 }
 #: ``migrate`` from 2.56, which may name a host
 MIGRATE_V256 = compiled(server_migrate_v256)

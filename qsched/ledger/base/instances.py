@@ -253,7 +253,9 @@ class InstanceStore(abc.ABC):
 
         ``action``: ``stop`` (from vm_state active), ``start`` (from stopped),
         ``reboot_soft`` (from active) or ``reboot_hard`` (from active or stopped, also
-        over a reboot in progress); each only with no task_state, as Nova's.
+        over a reboot in progress), ``shelve`` (from active or stopped),
+        ``shelve_offload`` and ``unshelve`` (from shelved, on its host); each only
+        with no task_state, as Nova's.
 
         :raises InstanceNotFound: unknown or DELETED.
         :raises InstanceNotReady: no host holds it.
@@ -269,16 +271,35 @@ class InstanceStore(abc.ABC):
         to: TaskState,
         power: str = "",
         event: str = "",
+        shelved: bool | None = None,
         **detail: Any,
     ) -> bool:
         """Move an action's task_state from ``expect`` to ``to`` (and ``power`` to
-        ``on`` or ``off``; "" keeps it), with an ``event`` in the history, if the
+        ``on`` or ``off``; "" keeps it; ``shelved``: shelved on its host from now on,
+        or no longer; None keeps it), with an ``event`` in the history, if the
         instance is still ACTIVE on ``host`` in ``expect``; to none, it leaves the
         host's actions under way. False when it is not (a delete or another action
         took over): nothing changes.
 
         :raises InstanceNotFound:
         """
+
+    @abc.abstractmethod
+    def offload(self, uuid: str, host: str, event: str, **detail: Any) -> bool:
+        """A server shelved on ``host`` whose VM its agent destroyed there is offloaded:
+        its allocations released, its server group's count on that host dropped, no
+        host any more (``shelved_offloaded``), its quota kept; with an ``event`` in the
+        history. Only while the offload is under way there (``shelving_offloading``);
+        False when it is not (a delete took over): nothing changes.
+
+        :raises InstanceNotFound:
+        """
+
+    @abc.abstractmethod
+    def shelved_on(self, host: str, before: float) -> list[str]:
+        """Servers shelved on ``host`` since before ``before`` (and not offloaded or
+        unshelved since), oldest first: those its agent offloads after
+        ``shelved_offload_time`` (O(log n + found))."""
 
     @abc.abstractmethod
     def acting(self, host: str, started_before: float | None = None) -> list[str]:

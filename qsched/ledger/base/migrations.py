@@ -10,11 +10,15 @@ from typing import Any
 
 from qsched.ledger.records import Allocations, ClaimGuard
 
-#: The kinds of move, as Nova's ``migration_type`` names them.
-RESIZE, MIGRATION, LIVE_MIGRATION, EVACUATION = (
-    "resize", "migration", "live-migration", "evacuation",
+#: The kinds of move, as Nova's ``migration_type`` names them; and an unshelve of a
+#: server shelved and offloaded, which Nova records no migration for (qsched's record
+#: of it is the ledger's alone: no listing of migrations shows it).
+RESIZE, MIGRATION, LIVE_MIGRATION, EVACUATION, UNSHELVE = (
+    "resize", "migration", "live-migration", "evacuation", "unshelve",
 )  # fmt: skip
-KINDS = (RESIZE, MIGRATION, LIVE_MIGRATION, EVACUATION)
+KINDS = (RESIZE, MIGRATION, LIVE_MIGRATION, EVACUATION, UNSHELVE)
+#: The kinds Nova's migration listings show.
+LISTED_KINDS = (RESIZE, MIGRATION, LIVE_MIGRATION, EVACUATION)
 #: The statuses a move waits in for a destination, and those it ends in.
 WAITING = frozenset({"pre-migrating", "accepted"})
 FINAL = frozenset({"confirmed", "reverted", "error", "failed", "completed", "done", "cancelled"})

@@ -1,4 +1,5 @@
--- Start a server action (stop, start, reboot) on a placed instance: check its
+-- Start a server action (stop, start, reboot, shelve, shelve_offload, and unshelve of a
+-- server shelved on its host) on a placed instance: check its
 -- vm_state and task_state and set the action's task_state in one step, so two
 -- actions (or an action and a delete) never both go. Nova's rules:
 -- nova/compute/api.py check_instance_host, then check_instance_state.
@@ -10,15 +11,19 @@ local uuid, action, request_id, user_id, project_id, now, max_events =
     ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local ikey = K.instance(uuid)
 local inst = redis.call("HMGET", ikey, "state", "host", "node", "task_state", "power",
-                        "resized")
+                        "resized", "shelved")
 if not inst[1] or inst[1] == "DELETED" then
     return fail("instance_not_found", {instance = uuid})
 end
 local host, node, task = inst[2] or "", inst[3] or "", inst[4] or ""
+if inst[7] == "offloaded" then  -- no host: only an unshelve places it again (move_start.lua)
+    return reply({refused = "vm_state", state = "shelved_offloaded"})
+end
 if host == "" then return reply({refused = "not_ready"}) end
 local vm = ({BUILD = "building", ACTIVE = "active", ERROR = "error"})[inst[1]]
 if vm == "active" and inst[6] == "1" then vm = "resized" end  -- a move waits for a confirm
 if vm == "active" and inst[5] == "off" then vm = "stopped" end
+if vm == "stopped" and inst[7] == "1" then vm = "shelved" end
 local reboot_states = {[""] = true, rebooting = true, reboot_started = true,
                        rebooting_hard = true, reboot_started_hard = true}
 local rules = {
@@ -28,6 +33,12 @@ local rules = {
                    name = "reboot"},
     reboot_hard = {vm = {active = true, stopped = true}, task = reboot_states,
                    to = "rebooting_hard", name = "reboot"},
+    shelve = {vm = {active = true, stopped = true}, task = {[""] = true}, to = "shelving",
+              name = "shelve"},
+    shelve_offload = {vm = {shelved = true}, task = {[""] = true},
+                      to = "shelving_offloading", name = "shelveOffload"},
+    unshelve = {vm = {shelved = true}, task = {[""] = true}, to = "unshelving",
+                name = "unshelve"},
 }
 local rule = rules[action]
 if not rule then return fail("not_waiting", {instance = uuid, state = inst[1], host = host}) end

@@ -7,7 +7,8 @@
 local uuid, host = ARGV[2], ARGV[3]
 local inst = redis.call("HMGET", K.instance(uuid), "state", "host", "task_state")
 local acting = {["powering-off"] = true, ["powering-on"] = true, rebooting = true,
-                reboot_started = true, rebooting_hard = true, reboot_started_hard = true}
+                reboot_started = true, rebooting_hard = true, reboot_started_hard = true,
+                shelving = true, shelving_offloading = true, unshelving = true}
 if inst[1] == "ACTIVE" and inst[2] == host and acting[inst[3] or ""] then
     return reply({forgotten = false})
 end

@@ -109,6 +109,9 @@ end
 local project, user = inst[3], inst[4]
 if same then
     replace_allocations(uuid, cjson.encode(held), project, user)
+elseif source == "" then  -- an unshelve: nothing is held anywhere else
+    replace_allocations(uuid, allocs_json, project, user)
+    group_claim(uuid, host, "group_move_host")
 else
     swap_consumers(uuid, mig)  -- the migration's consumer holds the source's side
     redis.call("HSET", K.consumer(mig), "migration", mig, "instance", uuid)
@@ -119,7 +122,8 @@ else
 end
 local status = (kind == "live-migration" and "preparing") or "migrating"
 local task = ({resize = "resize_migrating", migration = "resize_migrating",
-               ["live-migration"] = "migrating", evacuation = "rebuild_spawning"})[kind]
+               ["live-migration"] = "migrating", evacuation = "rebuild_spawning",
+               unshelve = "spawning"})[kind]
 redis.call("HSET", mkey, "status", status, "dest_compute", host, "dest_node", node,
            "old_allocs", cur[1] or "{}", "new_allocs", allocs_json, "updated_at", now)
 redis.call("SADD", K.host_migrations(host), mig)

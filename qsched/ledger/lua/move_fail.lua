@@ -6,7 +6,8 @@
 -- waits for another destination, never one that tried it; otherwise it ends (Nova's
 -- ``error``, ``failed`` for a live migration or an evacuation) and the server stays
 -- on its source with its old flavor and quota; an evacuation that ends so leaves the
--- server in ERROR, its source's side held for that silent host.
+-- server in ERROR, its source's side held for that silent host; an unshelve that ends so
+-- leaves the server shelved and offloaded, as Nova's does when no host is found.
 -- KEYS[1]  the migration key
 -- ARGV     prefix, migration, host ("" = the API), reason, retry ("1"), now, max_events,
 --          take_over ("1": a janitor's, the destination ``host`` silent: its side stays
@@ -54,7 +55,8 @@ local detail = {migration = mig, kind = kind, reason = reason, attempts = attemp
 if retry and host ~= "" and attempts < tonumber(m[10] or 1) then
     local status = (kind == "resize" or kind == "migration") and "pre-migrating" or "accepted"
     local task = ({resize = "resize_prep", migration = "resize_prep",
-                   ["live-migration"] = "migrating", evacuation = "rebuilding"})[kind]
+                   ["live-migration"] = "migrating", evacuation = "rebuilding",
+                   unshelve = "unshelving"})[kind]
     redis.call("HSET", mkey, "status", status, "dest_compute", m[12] or "", "dest_node", "")
     redis.call("HSET", ikey, "task_state", task, "updated_at", now)
     add_event(uuid, now, "move_retried", host, nil, detail, max_events)

@@ -7,6 +7,7 @@
 --       the source's side is released, the move completed.
 --   evacuation: the destination rebuilt the server; the source's side stays held for
 --       the source host (its VM may run there still) until its agent says it is gone.
+--   unshelve: the destination spawned the offloaded server: it runs there, unshelved.
 -- KEYS[1]  the migration key
 -- ARGV     prefix, migration, host, now, max_events
 local mig, host, now, max_events = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -42,6 +43,10 @@ if kind == "resize" or kind == "migration" then
     redis.call("ZADD", K.moves_finished, now, mig)  -- until confirmed or reverted
 else
     status = kind == "evacuation" and "done" or "completed"
+    if kind == "unshelve" then
+        redis.call("HDEL", ikey, "shelved", "shelved_at", "power")
+        if m[8] ~= "" then redis.call("HSET", ikey, "class", m[8]) end
+    end
     if kind == "evacuation" then
         hold_consumer(mig, uuid, source, mig)
     else

@@ -2,9 +2,11 @@
 -- does, reserve what a larger flavor adds to its quota, and write the migration record
 -- waiting for a destination, as one step: two moves, or a move and an action, never
 -- both go.
+-- An unshelve of a server shelved and offloaded (it has no host) is a move from no
+-- host: placed again through the queues as any move, with nothing held on a source.
 -- KEYS[1]  the instance key
 -- ARGV     prefix, instance, migration uuid, kind (resize, migration, live-migration,
---          evacuation), the new flavor as the record keeps it ("" = its own), the new
+--          evacuation, unshelve), the new flavor as the record keeps it ("" = its own), the new
 --          scheduling class and its definition for agents ("" "" = its own), the new
 --          flavor's cores and ram_mb, default instances, cores and ram_mb limits, the
 --          host asked for ("" = any), "1" if the destination may be its own host,
@@ -22,7 +24,8 @@ local now, max_events, max_attempts, deadline = ARGV[18], ARGV[19], ARGV[20], AR
 local block_migration = ARGV[22] or ""
 local ikey = K.instance(uuid)
 local inst = redis.call("HMGET", ikey, "state", "host", "node", "task_state", "power",
-                        "migration", "resized", "project_id", "flavor", "class", "quota")
+                        "migration", "resized", "project_id", "flavor", "class", "quota",
+                        "shelved")
 if not inst[1] or inst[1] == "DELETED" then
     return fail("instance_not_found", {instance = uuid})
 end
@@ -30,17 +33,21 @@ local host, node, task = inst[2] or "", inst[3] or "", inst[4] or ""
 local vm = ({BUILD = "building", ACTIVE = "active", ERROR = "error"})[inst[1]]
 if vm == "active" and inst[7] == "1" then vm = "resized" end
 if vm == "active" and inst[5] == "off" then vm = "stopped" end
+if vm == "stopped" and inst[12] == "1" then vm = "shelved" end
+if vm == "stopped" and inst[12] == "offloaded" then vm = "shelved_offloaded" end
 -- Nova's check_instance_state for each move (nova/compute/api.py)
 local allowed = {
     resize = {active = true, stopped = true},
     migration = {active = true, stopped = true},
     ["live-migration"] = {active = true},
     evacuation = {active = true, stopped = true},
+    unshelve = {shelved_offloaded = true},
 }
 local task_states = {resize = "resize_prep", migration = "resize_prep",
-                     ["live-migration"] = "migrating", evacuation = "rebuilding"}
+                     ["live-migration"] = "migrating", evacuation = "rebuilding",
+                     unshelve = "unshelving"}
 if not allowed[kind] then return fail("not_waiting", {instance = uuid, state = inst[1]}) end
-if host == "" or not allowed[kind][vm] then return reply({refused = "vm_state", state = vm}) end
+if (host == "") ~= (kind == "unshelve") or not allowed[kind][vm] then return reply({refused = "vm_state", state = vm}) end
 if task ~= "" or inst[6] then return reply({refused = "task_state", state = task}) end
 -- Nova evacuates only from a compute service that is down
 if kind == "evacuation" and not agent_silent(host) then
@@ -94,12 +101,16 @@ redis.call("HSET", K.migration(mig), "id", id, "uuid", mig, "instance_uuid", uui
            "caller_project_id", project_id, "attempts", 0, "max_attempts", max_attempts,
            "tried", "[]", "deadline", deadline, "block_migration", block_migration,
            "created_at", now, "updated_at", now)
-redis.call("ZADD", K.migrations, id, mig)
+if kind ~= "unshelve" then  -- Nova lists no migration for an unshelve
+    redis.call("ZADD", K.migrations, id, mig)
+end
 redis.call("ZADD", K.move_deadlines, deadline, mig)
 redis.call("ZADD", K.instance_migrations(uuid), id, mig)
-redis.call("SADD", K.host_migrations(host), mig)
-redis.call("HSET", ikey, "migration", mig, "task_state", task_states[kind], "move_from", host,
-           "move_from_node", node, "updated_at", now)
+redis.call("HSET", ikey, "migration", mig, "task_state", task_states[kind], "updated_at", now)
+if host ~= "" then
+    redis.call("SADD", K.host_migrations(host), mig)
+    redis.call("HSET", ikey, "move_from", host, "move_from_node", node)
+end
 add_event(uuid, now, "move_requested", host, node,
           {kind = kind, migration = mig, request_id = request_id, target = target},
           max_events)
