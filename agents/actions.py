@@ -1,5 +1,5 @@
 """Server actions on this agent's host through the virt driver: stop, start, reboot,
-shelve, shelve_offload and the unshelve of a server shelved here.
+rebuild, shelve, shelve_offload and the unshelve of a server shelved here.
 
 The API checked the instance's states and set the action's task_state in the ledger
 in one atomic step (:meth:`qsched.ledger.base.InstanceStore.start_action`), then
@@ -61,6 +61,7 @@ from agents.nodes import NodeIndex
 from agents.virt.base import VirtDriver
 from qsched import exception
 from qsched.bus.base import describe
+from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.base import Instance, State, TaskState
 from qsched.notifications import NULL, Notifier, payloads
@@ -105,7 +106,11 @@ _PLANS = {
                             "shelved_offloaded"),
     "unshelve": _Plan(TaskState.UNSHELVING, None, "on", "compute_unshelve_instance",
                       "unshelve", "active", False),
+    "rebuild": _Plan(TaskState.REBUILDING, TaskState.REBUILD_SPAWNING, "on",
+                     "compute_rebuild_instance", "rebuild", "active"),
 }  # fmt: skip
+#: what a rebuild that failed leaves: its VM gone, the server ERROR (as Nova's)
+REBUILD_FAILED = "The server could not be rebuilt on its host: {reason}"
 
 
 #: what an action's task_state says it is (the sweep rebuilds the request from it)
@@ -149,15 +154,19 @@ class ActionStep:
             self.counters["actions_dropped"] += 1
             return "dropped"
         expect, inst = admitted
+        if msg.action == "rebuild" and inst.stopped:  # as Nova's: it stays stopped after
+            plan = dataclasses.replace(plan, power="off", after="stopped")
         started_s = time.time()
         try:
-            self._drive(msg)
+            self._drive(msg, inst)
         except Exception as exc:  # a hypervisor error: the action fails, the agent goes on
             LOG.warning("agent %s: %s of %s failed: %s", self.host, msg.action,
                         msg.instance_uuid, describe(exc))  # fmt: skip
             why = describe(exc)
             if self._settle(msg, plan, expect, "", "Error", started_s, why):
                 self._tell(msg, plan, expect, inst, failed=(type(exc).__name__, why))
+                if msg.action == "rebuild":
+                    self._lost(msg, why)
             self.counters["actions_failed"] += 1
             return "failed"
         offload = msg.action == "shelve" and self.shelved_offload_time == 0
@@ -215,7 +224,7 @@ class ActionStep:
                 power_state="shutdown" if stopped else "running", **asked,
             )  # fmt: skip
             self.notifier.notify(f"{name}.end", after, context=asked)
-        elif plan.notice == "reboot":
+        elif plan.notice in ("reboot", "rebuild"):
             fault = payloads.fault(failed[1], failed[0], type(self.driver).__module__)
             error = payloads.action_from_record(inst, task_state=None, fault=fault, **asked)
             self.notifier.notify(f"{name}.error", error, ERROR, context=asked)
@@ -271,8 +280,14 @@ class ActionStep:
         )
         return (plan.started, inst) if moved_on else None
 
-    def _drive(self, msg: ActionRequest) -> None:
+    def _drive(self, msg: ActionRequest, inst: Instance) -> None:
         uuid, node = msg.instance_uuid, msg.node
+        if msg.action == "rebuild":  # the record took the new image when it started
+            image_ref = str(inst.extra.get("image_ref") or "")
+            self.driver.rebuild(uuid, node, Flavor.from_dict(inst.flavor), image_ref)
+            if inst.stopped:
+                self.driver.power_off(uuid, node)
+            return
         if msg.action in ("stop", "shelve"):
             self.driver.power_off(uuid, node)
         elif msg.action in ("start", "unshelve"):
@@ -281,6 +296,22 @@ class ActionStep:
             self.driver.destroy(uuid, node)  # idempotent: a redelivery finds it gone
         else:
             self.driver.reboot(uuid, node, hard=msg.action == "reboot_hard")
+
+    def _lost(self, msg: ActionRequest, why: str) -> None:
+        """A rebuild that failed left no VM: the server ends ERROR with its fault, and
+        what it held is released, in the ledger and the index (as the reconcile's
+        finding of a lost VM would, at once)."""
+        uuid, node, index = msg.instance_uuid, msg.node, self.index
+        details = {"host": self.host, "node": node, "reason": "rebuild failed"}
+        lose = self.stores.instances.set_lost
+        if index is None or node not in index:
+            lose(uuid, self.host, node, REBUILD_FAILED.format(reason=why), details)
+            return
+        with index.writing(node):
+            allocations = self.stores.ledger.get_allocations(uuid).allocations
+            lost = lose(uuid, self.host, node, REBUILD_FAILED.format(reason=why), details)
+            if lost and allocations:
+                index.release(node, allocations)
 
     def _offload(self, msg: ActionRequest, event: str, detail: dict[str, object]) -> bool:
         """The ledger's offload, and the index releases what it released."""

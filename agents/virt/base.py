@@ -130,6 +130,15 @@ class VirtDriver(abc.ABC):
         """
         self.spawn(instance_uuid, node, flavor, fence)
 
+    def rebuild(self, instance_uuid: str, node: str, flavor: Flavor, image_ref: str) -> None:
+        """Spawn a server running (or off) on ``node`` again from ``image_ref``, there;
+        it runs after. The default destroys it and spawns it (Nova's default rebuild).
+
+        :raises SpawnFailed: it could not start again; nothing of it is left on ``node``.
+        """
+        self.destroy(instance_uuid, node)
+        self.spawn(instance_uuid, node, flavor)
+
     def live_migrate(
         self, instance_uuid: str, node: str, dest: str, block_migration: bool | None = None
     ) -> None:

@@ -196,6 +196,7 @@ class FakeDriver(VirtDriver):
         self._failures: dict[str, int] = {}
         self._off: set[str] = set()  # instances powered off
         self.reboots: dict[str, int] = {}  # instance -> reboots done
+        self.rebuilds: dict[str, str] = {}  # instance -> the image it was last rebuilt from
         #: instance -> (the host it was sent to, block_migration as asked)
         self.live_migrations: dict[str, tuple[str, bool | None]] = {}
         self._lock = threading.Lock()
@@ -272,6 +273,16 @@ class FakeDriver(VirtDriver):
         self._work(instance_uuid, node)
         if fence is not None and not fence():
             raise SpawnFenced(instance=instance_uuid, node=node)
+
+    def rebuild(self, instance_uuid: str, node: str, flavor: Flavor, image_ref: str) -> None:
+        """Simulate a rebuild: the VM goes, then a spawn (its delay, a failure drawn as a
+        spawn's, which leaves nothing); ``rebuilds`` records the image. See VirtDriver."""
+        with self._lock:
+            self._check_on(instance_uuid, node)
+        self.destroy(instance_uuid, node)
+        self.spawn(instance_uuid, node, flavor)
+        with self._lock:
+            self.rebuilds[instance_uuid] = image_ref
 
     def live_migrate(
         self, instance_uuid: str, node: str, dest: str, block_migration: bool | None = None

@@ -20,11 +20,15 @@ import falcon
 
 from qsched import exception
 from qsched.api import PREFIX, FrontDoor, Handler, context_of, microversion, read_json, usage_time
+from qsched.api.boot import generate_password
 from qsched.api.schemas import server_actions as schema
+from qsched.api.schemas.parameter_types import TRUE
 from qsched.api.schemas.validation import query_int, validate
+from qsched.api.servers import changed
 from qsched.compute.list_query import query_time
 from qsched.compute.moves import NOT_GIVEN
-from qsched.compute.server_actions import Action, ActionEvent, ActionFilter
+from qsched.compute.server_actions import Action, ActionEvent, ActionFilter, Rebuild
+from qsched.scheduling.records import details
 
 #: the actions served, as the 400 for any other names them
 SERVED = tuple(schema.SERVER_ACTIONS)
@@ -69,6 +73,9 @@ class ServerAction(_Handler):
         elif name == "os-migrateLive":
             live = body["os-migrateLive"]
             moves.live_migrate(context, server_id, live["host"], _auto(live["block_migration"]))
+        elif name == "rebuild":
+            self._rebuild(req, resp, server_id, body["rebuild"])
+            return
         elif name == "shelve":
             self.actions.shelve(context, server_id)
         elif name == "shelveOffload":
@@ -89,9 +96,44 @@ class ServerAction(_Handler):
             moves.migrate(context, server_id, (body["migrate"] or {}).get("host"))
         resp.status = falcon.HTTP_202
 
+    def _rebuild(
+        self, req: falcon.Request, resp: falcon.Response, server_id: str, asked: dict[str, Any]
+    ) -> None:
+        """Nova's 202 with the server as it is now and, with ``[api]
+        enable_instance_password`` on, ``adminPass``: the one given or a generated one,
+        returned once and never kept, as a boot's (the fake driver sets no password).
+        Personal files (up to 2.56) and trusted certificates are refused, as at a boot."""
+        for refused, what in _NOT_SERVED.items():
+            if asked.get(refused):
+                raise exception.Invalid(message=f"qsched {what}; rebuild without {refused}.")
+        server = {field: asked[key] for key, field in _REBUILD_FIELDS.items() if key in asked}
+        rebuild = Rebuild(
+            name=asked.get("name"), metadata=asked.get("metadata"), server=server,
+            preserve_ephemeral=asked.get("preserve_ephemeral") in TRUE,
+        )  # fmt: skip
+        context = context_of(req)
+        self.actions.rebuild(context, server_id, asked["imageRef"], rebuild)
+        instance = self.compute.get(context, server_id)
+        keys = frozenset({"key_name"} if microversion.at_least(req, (2, 54)) else ())
+        view = changed(self.compute, req, context, instance, self.base(req), keys)
+        if microversion.at_least(req, (2, 57)):
+            view["user_data"] = details(instance).server.user_data
+        if self.compute.api.enable_instance_password:
+            view["adminPass"] = asked.get("adminPass") or generate_password()
+        resp.media = {"server": view}
+        resp.status = falcon.HTTP_202
 
+
+#: what a rebuild may ask that qsched cannot do, and why
+_NOT_SERVED = {"personality": "injects no personality files",
+               "trusted_image_certificates": "verifies no trusted image certificates"}  # fmt: skip
+#: a rebuild's fields of the server, by Nova's names
+_REBUILD_FIELDS = {"OS-DCF:diskConfig": "disk_config", "accessIPv4": "access_ipv4",
+                   "accessIPv6": "access_ipv6", "description": "description",
+                   "key_name": "key_name", "user_data": "user_data"}  # fmt: skip
 #: the actions whose body's schema changes with the microversion
 _BY_VERSION = {
+    "rebuild": schema.REBUILD,
     "evacuate": schema.EVACUATE,
     "os-migrateLive": schema.MIGRATE_LIVE,
     "unshelve": schema.UNSHELVE,

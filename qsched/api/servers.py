@@ -150,17 +150,7 @@ class Server(_Handler):
         instance = self.compute.update(
             context, server_id, {_UPDATE_FIELDS[k]: v for k, v in body.items()}
         )
-        full = version >= (2, 75)
-        hosts = full and self.compute.shows_host(context)
-        if full:
-            shown = Shown.of(self.compute, context, version)
-        else:  # the embedded flavor shows its extra specs to those who may read them
-            specs = version >= (2, 47) and self.compute.shows_extra_specs(context)
-            shown = Shown(version, extra_specs=specs)
-        view = detail(instance, context, self.base(req), hosts, shown)
-        if not full:
-            view = {k: v for k, v in view.items() if k in _UPDATE_KEYS}
-        resp.media = {"server": view}
+        resp.media = {"server": changed(self.compute, req, context, instance, self.base(req))}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, server_id: str) -> None:
         self.compute.delete(context_of(req), server_id)
@@ -422,6 +412,30 @@ _UPDATE_KEYS = frozenset({
     "user_id", "locked", "description", "tags", "trusted_image_certificates", "server_groups",
     "locked_reason", "fault",
 })  # fmt: skip
+
+
+def changed(
+    compute: FrontDoor,
+    req: falcon.Request,
+    context: RequestContext,
+    instance: Instance,
+    base: str,
+    more: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """A server as Nova's update (and rebuild: ``more`` keys) answers: as GET shows it
+    from 2.75, Nova's fewer keys before."""
+    version = microversion.current(req)
+    full = version >= (2, 75)
+    hosts = full and compute.shows_host(context)
+    if full:
+        shown = Shown.of(compute, context, version)
+    else:  # the embedded flavor shows its extra specs to those who may read them
+        specs = version >= (2, 47) and compute.shows_extra_specs(context)
+        shown = Shown(version, extra_specs=specs)
+    view = detail(instance, context, base, hosts, shown)
+    if not full:
+        view = {k: v for k, v in view.items() if k in _UPDATE_KEYS | more}
+    return view
 
 
 class Metadata(_Handler):

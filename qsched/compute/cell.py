@@ -112,7 +112,8 @@ class Cell(Boot):
         self.hypervisors = HypervisorAPI(stores, self.policy)
         self.services = ServiceAPI(stores, self.policy)
         self.zones = ZoneAPI(stores, self.policy, self.aggregates)
-        self.actions = ServerActions(stores, self.bus, self.policy, self.max_limit)
+        self.actions = ServerActions(stores, self.bus, self.policy, self.max_limit, self.images,
+                                     self.keypairs)  # fmt: skip
         self.moves = ServerMoves(stores, self.bus, self.policy, self.scheduler, self.actions)
         self.migrations = MigrationsAPI(stores, self.policy)
 

@@ -35,7 +35,7 @@ from qsched.compute.hypervisors import (
 from qsched.compute.keypairs import SSH
 from qsched.compute.migrations import MigrationFilter, order
 from qsched.compute.moves import NOT_GIVEN
-from qsched.compute.server_actions import Action, ActionFilter
+from qsched.compute.server_actions import Action, ActionFilter, Rebuild
 from qsched.compute.services import Change, ServiceView
 from qsched.compute.target import Cells, gone, take_back
 from qsched.compute.zones import Zone
@@ -177,6 +177,11 @@ class Actions:
 
     def reboot(self, context: RequestContext, uuid: str, hard: bool) -> None:
         self.cells.of_instance(uuid).actions.reboot(context, uuid, hard)
+
+    def rebuild(
+        self, context: RequestContext, uuid: str, image_ref: str, asked: Rebuild | None = None
+    ) -> None:
+        self.cells.of_instance(uuid).actions.rebuild(context, uuid, image_ref, asked)
 
     def shelve(self, context: RequestContext, uuid: str) -> None:
         self.cells.of_instance(uuid).actions.shelve(context, uuid)

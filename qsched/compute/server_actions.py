@@ -1,5 +1,5 @@
-"""Server actions (stop, start, reboot, shelve, shelveOffload, the unshelve of a server
-shelved on its host) and the instance actions that record them.
+"""Server actions (stop, start, reboot, rebuild, shelve, shelveOffload, the unshelve of
+a server shelved on its host) and the instance actions that record them.
 
 No HTTP here: :mod:`qsched.api.server_actions` parses and renders. An action is
 checked and started in the ledger in one atomic step (the vm_state and task_state
@@ -23,12 +23,16 @@ events the API writes, each with the event its agent wrote when it finished.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from qsched import exception
 from qsched.bus.base import Publisher
+from qsched.compute.keypairs import KeypairAPI
 from qsched.compute.visible import visible
 from qsched.context import RequestContext
+from qsched.flavors import Flavor
+from qsched.images.base import Image, ImageService, OpaqueImages
 from qsched.ledger import Stores
 from qsched.ledger.base import Event, Instance, State, TaskState
 from qsched.ledger.records import PowerState
@@ -36,6 +40,7 @@ from qsched.policies import instance_actions as actions_policy
 from qsched.policies import server_actions as server_policy
 from qsched.policies import shelve as shelve_policy
 from qsched.policy import Policy
+from qsched.scheduling.classes import SchedulingClass
 from qsched.scheduling.message import ActionRequest
 from qsched.scheduling.records import details
 
@@ -48,6 +53,7 @@ _TASK_STATES = {
     "shelve": TaskState.SHELVING,
     "shelve_offload": TaskState.SHELVING_OFFLOADING,
     "unshelve": TaskState.UNSHELVING,
+    "rebuild": TaskState.REBUILDING,
 }
 #: Nova's name of the event an agent records for each action
 EVENT_NAMES = {
@@ -58,6 +64,7 @@ EVENT_NAMES = {
     "shelve": "compute_shelve_instance",
     "shelveOffload": "compute_shelve_offload_instance",
     "unshelve": "compute_unshelve_instance",
+    "rebuild": "compute_rebuild_instance",
 }
 #: Nova's instance action of each server action (its first word, where not named here)
 ACTION_NAMES = {"shelve_offload": "shelveOffload"}
@@ -69,6 +76,30 @@ class AgentDown(exception.Conflict):
     """The agent of the instance's host is down: nothing would act on the request (409)."""
 
     msg_fmt = "Cannot '{action}' instance {instance}: the compute service of its host is down"
+
+
+class ImageTraitsUnsatisfied(exception.Invalid):
+    """Nova's 400 for a rebuild whose new image asks for traits its host lacks."""
+
+    msg_fmt = ("Image {image} is unacceptable: Image traits cannot be satisfied by the "
+               "current resource providers. Either specify a different image during "
+               "rebuild or create a new server with the specified image.")  # fmt: skip
+
+
+class PreserveEphemeralNotServed(exception.Invalid):
+    msg_fmt = ("preserve_ephemeral: qsched's virt drivers keep no ephemeral disk apart from "
+               "the server's own, so a rebuild cannot keep one; rebuild without it.")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Rebuild:
+    """What a rebuild asks besides its image: the fields it sets (None: kept as they
+    are), Nova's names in :data:`REBUILD_FIELDS`."""
+
+    name: str | None = None
+    metadata: Mapping[str, str] | None = None
+    server: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # ServerFields' names
+    preserve_ephemeral: bool = False
 
 
 class ActionNotFound(exception.NotFound):
@@ -124,12 +155,20 @@ class ServerActions:
     actions one list returns (``[api] max_limit``)."""
 
     def __init__(
-        self, stores: Stores, bus: Publisher, policy: Policy, max_limit: int = 1000
+        self,
+        stores: Stores,
+        bus: Publisher,
+        policy: Policy,
+        max_limit: int = 1000,
+        images: ImageService | None = None,
+        keypairs: KeypairAPI | None = None,
     ) -> None:
         self.stores = stores
         self.bus = bus
         self.policy = policy
         self.max_limit = max_limit
+        self.images = images or OpaqueImages()
+        self.keypairs = keypairs or KeypairAPI(stores, policy)
 
     def stop(self, context: RequestContext, uuid: str) -> None:
         """``os-stop``: power an ACTIVE server off; it keeps its host, claim and quota.
@@ -169,19 +208,80 @@ class ServerActions:
         ``unshelve`` rule). Raises as :meth:`stop`."""
         self._start(context, instance, "unshelve")
 
+    def rebuild(
+        self, context: RequestContext, uuid: str, image_ref: str, asked: Rebuild | None = None
+    ) -> None:
+        """``rebuild``: spawn an ACTIVE or stopped server again on its host from
+        ``image_ref``, with what ``asked`` sets; it runs after. Its record takes the new
+        image, its traits (its scheduling class, when they make another), name,
+        metadata and fields in the step that starts the action; the host must have
+        the image's traits (Nova checks them on the host, and moves nothing).
+
+        :raises InstanceNotFound, Forbidden: as :meth:`stop`
+            (``os_compute_api:servers:rebuild``).
+        :raises ImageNotFound: no such image the caller may use (400).
+        :raises FlavorMemoryTooSmall, FlavorDiskTooSmall: the image needs more (400).
+        :raises ImageTraitsUnsatisfied: its host lacks a trait the image asks for (400).
+        :raises InvalidKeyName: the caller has no keypair of that ``key_name`` (400).
+        :raises PreserveEphemeralNotServed: ``preserve_ephemeral`` true (400).
+        :raises InstanceNotReady, InstanceInvalidState, AgentDown, BusUnavailable: as
+            :meth:`stop`.
+        """
+        asked = asked or Rebuild()
+        instance = visible(self.stores.instances, context, uuid)
+        self.policy.authorize(context, server_policy.REBUILD, _target(instance))
+        if asked.preserve_ephemeral:
+            raise PreserveEphemeralNotServed()
+        image = self.images.get(context, image_ref)
+        flavor = Flavor.from_dict(instance.flavor)
+        image.check_fits(flavor)
+        boot = details(instance)
+        extra: dict[str, Any] = {"image_ref": image.id}
+        scheduling_class = None
+        if image.required_traits != boot.constraints.required_traits:
+            self._check_traits(instance, image)
+            constraints = dataclasses.replace(boot.constraints,
+                                              required_traits=image.required_traits)  # fmt: skip
+            made = SchedulingClass(flavor, constraints)
+            scheduling_class = made.name, made.definition()
+            extra.update(constraints.to_dict(), scheduling_class=made.name)
+        if asked.metadata is not None:
+            extra["metadata"] = dict(asked.metadata)
+        if asked.server:
+            fields = dataclasses.replace(boot.server, **asked.server)
+            extra["server"] = self.keypairs.for_boot(context, fields).to_dict()
+        self._start(context, instance, "rebuild", extra, asked.name, scheduling_class)
+
+    def _check_traits(self, instance: Instance, image: Image) -> None:
+        """The providers its allocation uses have every trait the image asks for."""
+        held = self.stores.ledger.get_allocations(instance.uuid).allocations
+        found = self.stores.ledger.get_providers(list(held))
+        traits = frozenset().union(*(provider.traits for provider in found.values()))
+        if not image.required_traits <= traits:
+            raise ImageTraitsUnsatisfied(image=image.id)
+
     def _act(self, context: RequestContext, uuid: str, rule: str, action: str) -> None:
         instance = visible(self.stores.instances, context, uuid)
         self.policy.authorize(context, rule, _target(instance))
         self._start(context, instance, action)
 
-    def _start(self, context: RequestContext, instance: Instance, action: str) -> None:
+    def _start(
+        self,
+        context: RequestContext,
+        instance: Instance,
+        action: str,
+        extra: Mapping[str, Any] | None = None,
+        new_name: str | None = None,
+        scheduling_class: tuple[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         name = ACTION_NAMES.get(action, action.partition("_")[0])
         placed = instance.host and instance.state == State.ACTIVE
         if placed and not self.stores.agents.alive(instance.host or ""):
             raise AgentDown(action=name, instance=instance.uuid)
         host, node = self.stores.instances.start_action(
-            instance.uuid, action, context.request_id, context.user_id, context.project_id
-        )
+            instance.uuid, action, context.request_id, context.user_id, context.project_id,
+            extra, new_name, scheduling_class,
+        )  # fmt: skip
         msg = ActionRequest(context.request_id, instance.uuid, host, node, action)
         try:
             self.bus.publish_action(host, msg)

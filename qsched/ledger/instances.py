@@ -251,9 +251,22 @@ class RedisInstances(InstanceStore):
         return self.get(uuid)
 
     def start_action(
-        self, uuid: str, action: str, request_id: str, user_id: str, project_id: str
+        self,
+        uuid: str,
+        action: str,
+        request_id: str,
+        user_id: str,
+        project_id: str,
+        extra: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        scheduling_class: tuple[str, Mapping[str, Any]] | None = None,
     ) -> tuple[str, str]:
-        result = self._run("instance_action", uuid, action, request_id, user_id, project_id)
+        items = [json.dumps(part) for item in (extra or {}).items() for part in item]
+        class_name, definition = scheduling_class or ("", None)
+        result = self._run(
+            "instance_action", uuid, action, request_id, user_id, project_id, json.dumps(items),
+            name or "", class_name, class_json(definition) if definition is not None else "",
+        )  # fmt: skip
         refused = result.get("refused")
         if refused == "not_ready":
             raise exception.InstanceNotReady(instance=uuid)

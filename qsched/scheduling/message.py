@@ -36,7 +36,7 @@ BOOT_VERSION = "1.4"  # 1.1: global_request_id; 1.2: aggregate groups, server gr
 # 1.3: host rules (same_host, different_host, the 2.74 host and node); 1.4: moves
 # (migration, source_host)
 DELETE_VERSION = "1.0"
-ACTION_VERSION = "1.1"  # 1.1: shelve, shelve_offload, unshelve
+ACTION_VERSION = "1.1"  # 1.1: shelve, shelve_offload, unshelve, rebuild
 MOVE_VERSION = "1.0"
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_NAME_CHARS = 255
@@ -391,7 +391,8 @@ class DeleteRequest(_HostMessage):
 
 
 #: the server actions an agent does (:mod:`agents.actions`)
-ACTIONS = ("stop", "start", "reboot_soft", "reboot_hard", "shelve", "shelve_offload", "unshelve")
+ACTIONS = ("stop", "start", "reboot_soft", "reboot_hard", "shelve", "shelve_offload", "unshelve",
+           "rebuild")  # fmt: skip
 
 
 def _action(value: Any) -> str:
@@ -402,12 +403,12 @@ def _action(value: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ActionRequest(_HostMessage):
-    """A server action (stop, start, soft or hard reboot, shelve, shelve_offload, the
-    unshelve of a server shelved on its host) for the agent of ``host``: published on
-    ``host.<host>`` once the ledger holds its task_state. An agent that reads no 1.1
-    refuses the shelving actions as malformed, and they wait in their task_state until
-    the host's agent, upgraded, runs them from the record (its sweep of actions under
-    way: agents/actions.py)."""
+    """A server action (stop, start, soft or hard reboot, rebuild, shelve,
+    shelve_offload, the unshelve of a server shelved on its host) for the agent of
+    ``host``: published on ``host.<host>`` once the ledger holds its task_state. An agent
+    that reads no 1.1 refuses a rebuild and the shelving actions as malformed, and they
+    wait in their task_state until the host's agent, upgraded, runs them from the record
+    (its sweep of actions under way: agents/actions.py)."""
 
     KIND: ClassVar[str] = "action"
 

@@ -248,6 +248,10 @@ def server_actions() -> st.SearchStrategy[dict[str, Any]]:
         st.builds(lambda f: {"resize": {"flavorRef": f}}, st.sampled_from(["1", "2", "42"])),
         st.builds(lambda h: {"os-migrateLive": {"host": h, "block_migration": "auto"}}, host),
         st.builds(lambda h: {"evacuate": {} if h is None else {"host": h}}, host),
+        st.builds(
+            lambda name: {"rebuild": {"imageRef": IMAGE, "name": name}},
+            st.sampled_from(["again", "vm"]),
+        ),
     )
 
 

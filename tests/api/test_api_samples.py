@@ -288,6 +288,19 @@ RESPONSES: dict[tuple[str, str], Call] = {
     ("os-instance-actions", "instance-actions-list-with-changes-before"): Call(
         "GET", "/v2.1/servers/{server}/os-instance-actions?changes-before=2100-01-01T00:00:00Z"
     ),
+    ("servers", "server-action-rebuild-resp"): Call(
+        "POST",
+        "/v2.1/servers/{server}/action",
+        "server-action-rebuild",
+        202,
+        setup="admin_keypair",
+        values=(
+            ("pass", "seekr3t"),
+            ("key_name", "kp-admin"),
+            ("disk_config", "AUTO"),
+            ("preserve_ephemeral", "false"),
+        ),
+    ),
     ("os-multiple-create", "multiple-create-post-resp"): Call(
         "POST", "/v2.1/servers", "multiple-create-post-req", 202, admin=False
     ),
@@ -362,8 +375,6 @@ NOT_SERVED: dict[tuple[str, str], str] = {
     ("servers", "server-action-revert-resize"): "no resize",
     ("servers", "server-action-create-image"): "no snapshots: there is no image upload",
     ("servers", "server-action-create-image-resp"): "no snapshots: there is no image upload",
-    ("servers", "server-action-rebuild"): "no rebuild",
-    ("servers", "server-action-rebuild-resp"): "no rebuild",
     ("servers", "server-action-trigger-crash-dump"): "no crash dumps in the virt driver",
     ("servers", "server-get-down-cell-resp"): "one cell, never down: 2.69's partial views",
     ("servers", "server-groups-post-req"): "a server group sample kept with the servers' (2.71)",
@@ -390,6 +401,11 @@ def refusal(body: Any) -> str | None:
         return "qsched has no block storage"
     if server.get("trusted_image_certificates"):
         return "trusted_image_certificates"
+    rebuild = body.get("rebuild") or {}
+    if rebuild.get("personality"):  # up to 2.56's samples
+        return "qsched injects no personality files"
+    if rebuild.get("trusted_image_certificates"):
+        return "qsched verifies no trusted image certificates"
     return None
 
 
@@ -549,6 +565,10 @@ class Scenario:
         """Two keypairs of alice's."""
         for name in ("kp1", "kp2"):
             self._post("/v2.1/os-keypairs", {"keypair": {"name": name}}, USER)
+
+    def admin_keypair(self) -> None:
+        """A keypair of the admin's, who rebuilds with it."""
+        self._post("/v2.1/os-keypairs", {"keypair": {"name": "kp-admin"}})
 
     def stopped(self) -> None:
         """The server stopped, as its agent would leave it after ``os-stop``."""

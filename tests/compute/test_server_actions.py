@@ -480,7 +480,7 @@ class TestHTTP:
             ({"pause": None}, "There is no such action: pause. qsched serves the server actions "
                               "os-stop, os-start, reboot, resize, confirmResize, revertResize, "
                               "migrate, evacuate, os-migrateLive, shelve, shelveOffload, "
-                              "unshelve."),
+                              "unshelve, rebuild."),
             ({"resize": {}}, "Invalid input for field/attribute resize"),
             ({"confirmResize": {}}, "Invalid input for field/attribute confirmResize"),
             ({"os-stop": None, "os-start": None}, "Name one action per request"),

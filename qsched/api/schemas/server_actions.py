@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from qsched.api.schemas.parameter_types import fqdn
-from qsched.api.schemas.servers import flavor_ref
+from qsched.api.schemas.parameter_types import boolean, fqdn, name, uuid_like
+from qsched.api.schemas.servers import description, flavor_ref, metadata
 from qsched.api.schemas.validation import compiled
 
 #: ``{"reboot": {"type": "SOFT"}}``, Nova's spellings of the type
@@ -140,6 +140,49 @@ UNSHELVE = {
         "availability_zone": {"anyOf": [_ZONE, {"type": "null"}]}, "host": fqdn}})),
 }  # fmt: skip
 
+_REBUILD: dict[str, Any] = {
+    "imageRef": {**uuid_like, "x-message": "must be an image UUID"},
+    "name": name,
+    "adminPass": {"type": "string"},
+    "metadata": metadata,
+    "preserve_ephemeral": boolean,
+    "OS-DCF:diskConfig": {"type": "string", "enum": ["AUTO", "MANUAL"]},
+    "accessIPv4": {"type": "string", "format": "ipv4", "x-message": "must be an IPv4 address"},
+    "accessIPv6": {"type": "string", "format": "ipv6", "x-message": "must be an IPv6 address"},
+    "personality": {"type": "array", "items": {"type": "object"}},
+}
+_USER_DATA = {
+    "type": ["string", "null"],
+    "format": "base64",
+    "maxLength": 65535,
+    "x-message": "must be base64 text of at most 65535 characters, or null",
+}
+
+
+def _rebuild(**changes: Any) -> dict[str, Any]:
+    """``{"rebuild": {"imageRef": ...}}`` with ``changes`` to Nova's base fields (a
+    None drops one)."""
+    fields = {k: v for k, v in {**_REBUILD, **changes}.items() if v is not None}
+    inner = {"type": "object", "properties": fields, "required": ["imageRef"],
+             "additionalProperties": False}  # fmt: skip
+    return {"type": "object", "properties": {"rebuild": inner}, "required": ["rebuild"],
+            "additionalProperties": False}  # fmt: skip
+
+
+_KEY_NAME = {"anyOf": [name, {"type": "null"}]}
+#: ``rebuild`` by microversion: description from 2.19, key_name from 2.54, user_data in
+#: place of personality from 2.57, trusted_image_certificates from 2.63
+REBUILD = {
+    (2, 1): compiled(_rebuild()),
+    (2, 19): compiled(_rebuild(description=description)),
+    (2, 54): compiled(_rebuild(description=description, key_name=_KEY_NAME)),
+    (2, 57): compiled(_rebuild(description=description, key_name=_KEY_NAME,
+                               user_data=_USER_DATA, personality=None)),
+    (2, 63): compiled(_rebuild(description=description, key_name=_KEY_NAME,
+                               user_data=_USER_DATA, personality=None,
+                               trusted_image_certificates={"type": ["array", "null"]})),
+}  # fmt: skip
+
 SERVER_ACTIONS = {
     "os-stop": compiled(_bare_action("os-stop")),
     "os-start": compiled(_bare_action("os-start")),
@@ -153,6 +196,7 @@ SERVER_ACTIONS = {
     "shelve": compiled(_bare_action("shelve")),
     "shelveOffload": compiled(_bare_action("shelveOffload")),
     "unshelve": UNSHELVE[(2, 1)],
+    "rebuild": REBUILD[(2, 1)],
 }
 #: ``migrate`` from 2.56, which may name a host
 MIGRATE_V256 = compiled(server_migrate_v256)

@@ -244,7 +244,15 @@ class InstanceStore(abc.ABC):
 
     @abc.abstractmethod
     def start_action(
-        self, uuid: str, action: str, request_id: str, user_id: str, project_id: str
+        self,
+        uuid: str,
+        action: str,
+        request_id: str,
+        user_id: str,
+        project_id: str,
+        extra: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        scheduling_class: tuple[str, Mapping[str, Any]] | None = None,
     ) -> tuple[str, str]:
         """Start a server action on a placed instance: check its states and set the
         action's task_state in one atomic step; the history gets an ``action`` event
@@ -254,8 +262,13 @@ class InstanceStore(abc.ABC):
         ``action``: ``stop`` (from vm_state active), ``start`` (from stopped),
         ``reboot_soft`` (from active) or ``reboot_hard`` (from active or stopped, also
         over a reboot in progress), ``shelve`` (from active or stopped),
-        ``shelve_offload`` and ``unshelve`` (from shelved, on its host); each only
-        with no task_state, as Nova's.
+        ``shelve_offload`` and ``unshelve`` (from shelved, on its host), ``rebuild``
+        (from active or stopped); each only with no task_state, as Nova's.
+
+        A rebuild changes the record in the same step: ``extra``, items of the boot
+        details to set (the image, its traits, the server's fields); ``name``; and
+        ``scheduling_class``, a class name and its definition, when the new image's
+        traits make another (published for agents unless known).
 
         :raises InstanceNotFound: unknown or DELETED.
         :raises InstanceNotReady: no host holds it.
