@@ -14,7 +14,9 @@ live       The source's driver sends the server to the destination
            (:meth:`~agents.virt.base.VirtDriver.live_migrate`), then the ledger
            releases the source's side and the move is ``completed``. If the driver
            could not, the server stays and the move ``failed`` (Nova's rollback):
-           the destination's side is released, its copy left to its reconcile.
+           the destination's side is released, its copy left to its reconcile. The
+           driver reads what an admin asked meanwhile (``force_complete``: it ends
+           the copy now; ``abort``: it stops, and the move ends ``cancelled``).
 =========  ==========================================================================
 
 A resize in place has one copy, which stays: its revert gives the ledger back what the
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 
 from agents.steps import AgentParts
 from agents.virt.base import MigrationFailed
@@ -111,7 +114,7 @@ class MoveSteps:
         if here and uuid in parts.driver.list_instances(node):
             try:
                 parts.driver.live_migrate(uuid, node, move.dest_compute or "",
-                                          move.block_migration)  # fmt: skip
+                                          move.block_migration, self._asked(move))  # fmt: skip
             except MigrationFailed as exc:
                 LOG.warning("agent %s: live migration %s of %s failed: %s", parts.host,
                             move.uuid, uuid, exc)  # fmt: skip
@@ -129,6 +132,20 @@ class MoveSteps:
                     parts.index.release(node, held)
         parts.counters["live_migrations"] += 1
         return "done"
+
+    def _asked(self, move: Migration) -> Callable[[], str]:
+        """What an admin asked of a live migration since (``force_complete``, ``abort``),
+        read from its record in the ledger; "" when the ledger does not answer (the copy
+        goes on, and the next read may know)."""
+        migrations = self.parts.stores.migrations
+
+        def asked() -> str:
+            try:
+                return migrations.get(move.uuid).asked
+            except exception.BackendUnavailable:
+                return ""
+
+        return asked
 
     def finish_stuck(self, before: float | None = None) -> int:
         """Take again the steps of this host's moves last changed before ``before`` (None:

@@ -167,6 +167,10 @@ class Spawner:
             status = parts.persist(
                 msg, lambda: parts.stores.migrations.finish(migration, parts.host)
             )
+        except exception.MoveAborted:  # an admin aborted the live migration: give it back
+            parts.driver.destroy(uuid, node)
+            self._give_back_move(build, migration, "aborted by an admin")
+            return
         except (exception.MoveNotUnderWay, exception.MigrationNotFound):
             if (msg.source_host or "") != parts.host:  # a resize in place is the server
                 parts.driver.destroy(uuid, node)

@@ -169,6 +169,20 @@ class MigrationNotFound(NotFound):
     msg_fmt = "Migration {migration} could not be found."
 
 
+class InvalidMigrationState(Invalid):
+    """Nova's 400 for a live migration asked something its status does not allow."""
+
+    msg_fmt = ("Migration {migration} state of instance {instance} is {state}. Cannot "
+               "{method} while the migration is in this state.")  # fmt: skip
+
+
+class MoveAborted(Conflict):
+    """A live migration's destination says it is ready after an admin asked to abort it:
+    it gives its claim back instead."""
+
+    msg_fmt = "Migration {migration} was aborted."
+
+
 class MoveNotUnderWay(Conflict):
     """A step of a move that the move is not at (another step, another host's, ended)."""
 

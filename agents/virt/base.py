@@ -140,12 +140,20 @@ class VirtDriver(abc.ABC):
         self.spawn(instance_uuid, node, flavor)
 
     def live_migrate(
-        self, instance_uuid: str, node: str, dest: str, block_migration: bool | None = None
+        self,
+        instance_uuid: str,
+        node: str,
+        dest: str,
+        block_migration: bool | None = None,
+        asked: Callable[[], str] | None = None,
     ) -> None:
         """Send a running server from ``node`` to host ``dest``, whose driver received it
         (:meth:`receive`), and return once it runs there and no longer here. Its disks go
         along when ``block_migration`` (None: as the driver finds best, Nova's ``auto``).
-        The default cannot.
+        ``asked``, read now and then while it copies, says what an admin asked since:
+        ``force_complete`` (pause the server so that the copy ends: Nova's
+        ``live_migration_force_complete``), ``abort`` (stop: it raises MigrationFailed and
+        the server runs here still), or "". The default cannot.
 
         :raises MigrationFailed: it still runs here, as it did.
         """

@@ -58,6 +58,8 @@ from qsched.ledger.base import Inventory
 from qsched.resources import DISK_GB, MEMORY_MB, VCPU, check_resource_class, check_trait
 
 _NAMESPACE = uuidlib.UUID("5b0f6f9e-1d7c-4c55-9a57-7f2f0f3f9a11")
+#: how often a live migration under way reads what an admin asked of it
+ASKED_POLL_S = 0.25
 
 SpawnHook = Callable[[str, str], None]
 
@@ -199,6 +201,7 @@ class FakeDriver(VirtDriver):
         self.rebuilds: dict[str, str] = {}  # instance -> the image it was last rebuilt from
         #: instance -> (the host it was sent to, block_migration as asked)
         self.live_migrations: dict[str, tuple[str, bool | None]] = {}
+        self.forced: set[str] = set()  # live migrations an admin forced to complete
         self._lock = threading.Lock()
         self._root_inventories = self.node_spec.root_inventories()
         check_children(self.node_spec.children)
@@ -285,15 +288,34 @@ class FakeDriver(VirtDriver):
             self.rebuilds[instance_uuid] = image_ref
 
     def live_migrate(
-        self, instance_uuid: str, node: str, dest: str, block_migration: bool | None = None
+        self,
+        instance_uuid: str,
+        node: str,
+        dest: str,
+        block_migration: bool | None = None,
+        asked: Callable[[], str] | None = None,
     ) -> None:
-        """Simulate sending a server away: the spawn's delay, a failure drawn as a spawn's
+        """Simulate sending a server away: the spawn's delay, read in slices of
+        ``ASKED_POLL_S`` between which ``asked`` is read (``force_complete`` ends the copy
+        at once, ``abort`` stops it: the server stays), then a failure drawn as a spawn's
         (then it stays), else it no longer runs here; ``block_migration`` is recorded
-        (``live_migrations``: instance -> (dest, block_migration)). See VirtDriver."""
+        (``live_migrations``: instance -> (dest, block_migration)), a forced completion
+        in ``forced``. See VirtDriver."""
         with self._lock:
             self._check_on(instance_uuid, node)
+        left = self.spawn_delay_s
+        while asked is not None and left > 0:
+            wanted = asked()
+            if wanted == "abort":
+                raise MigrationFailed(instance=instance_uuid, node=node, dest=dest,
+                                      reason="aborted by an admin")  # fmt: skip
+            if wanted == "force_complete":
+                self.forced.add(instance_uuid)
+                break
+            self._sleep(min(ASKED_POLL_S, left))
+            left -= ASKED_POLL_S
         try:
-            self._work(instance_uuid, node)
+            self._work(instance_uuid, node, delay=asked is None)
         except SpawnFailed as exc:
             raise MigrationFailed(instance=instance_uuid, node=node, dest=dest,
                                   reason=str(exc.kwargs.get("reason"))) from None  # fmt: skip
@@ -301,14 +323,15 @@ class FakeDriver(VirtDriver):
             self.live_migrations[instance_uuid] = (dest, block_migration)
         self.destroy(instance_uuid, node)
 
-    def _work(self, instance_uuid: str, node: str) -> None:
-        """The spawn delay, then an injected failure as the failure rate draws it.
+    def _work(self, instance_uuid: str, node: str, delay: bool = True) -> None:
+        """The spawn delay (unless the caller took it), then an injected failure as the
+        failure rate draws it.
 
         :raises SpawnFailed: the draw failed it (counted, so that a retry draws anew).
         """
         with self._lock:
             failures = self._failures.get(instance_uuid, 0)
-        if self.spawn_delay_s:
+        if delay and self.spawn_delay_s:
             self._sleep(self.spawn_delay_s)
         if self._roll(instance_uuid, node, failures) < self.failure_rate:
             with self._lock:

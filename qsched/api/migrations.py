@@ -1,5 +1,7 @@
 """/v2.1/os-migrations and /v2.1/servers/{server_id}/migrations[/{migration_id}]: the
-ledger's migration records in Nova's shapes, read-only (docs/api.rst, "Migrations").
+ledger's migration records in Nova's shapes (docs/api.rst, "Migrations"); and what an
+admin asks of a live migration in progress: ``force_complete`` (2.22) and abort
+(``DELETE``, 2.24; one still waiting or preparing too from 2.65), docs/moves.rst.
 
 ``os-migrations`` (``os_compute_api:os-migrations:index``, admin) lists every cell's
 migrations newest first, at every microversion: Nova's filters ``hidden``, ``host``,
@@ -33,20 +35,40 @@ from urllib.parse import urlencode
 import falcon
 
 from qsched import exception
-from qsched.api import PREFIX, Handler, context_of, links, microversion, usage_time
+from qsched.api import (
+    PREFIX,
+    Handler,
+    context_of,
+    links,
+    microversion,
+    read_json,
+    usage_time,
+)
 from qsched.api.microversion import Version
 from qsched.api.query import refuse_unknown, unknown_message
 from qsched.api.schemas.parameter_types import FALSE, TRUE, to_bool
-from qsched.api.schemas.validation import query_int
+from qsched.api.schemas.validation import compiled, query_int, validate
 from qsched.compute.list_query import query_time
 from qsched.compute.migrations import MigrationFilter, live_in_progress
 from qsched.ledger.base import Migration
 
+FORCE_COMPLETE: Version = (2, 22)
 MIGRATION_TYPE: Version = (2, 23)  # also: a server's migrations
+ABORT: Version = (2, 24)
+ABORT_IN_QUEUE: Version = (2, 65)
 PAGING: Version = (2, 59)  # also: uuid, changes-since
 CHANGES_BEFORE: Version = (2, 66)
 USER_PROJECT: Version = (2, 80)
 
+#: ``{"force_complete": null}``, Nova's schema
+FORCE_COMPLETE_BODY = compiled(
+    {
+        "type": "object",
+        "properties": {"force_complete": {"type": "null"}},
+        "required": ["force_complete"],
+        "additionalProperties": False,
+    }
+)
 #: the filters of every version; given several times, the last one counts (as Nova)
 FILTERS = ("hidden", "host", "status", "instance_uuid", "source_compute", "migration_type")
 #: the parameters each version adds, each to be given once (Nova's ``single_param``)
@@ -103,6 +125,37 @@ class ServerMigration(Handler):
         version = _server_version(req, "/servers/{server_id}/migrations/{migration_id}")
         found = self.compute.migrations.get_live(context_of(req), server_id, migration_id)
         resp.media = {"migration": server_migration_view(found, version)}
+
+    def on_delete(
+        self, req: falcon.Request, resp: falcon.Response, server_id: str, migration_id: str
+    ) -> None:
+        """Abort a live migration (2.24): 202, no body."""
+        version = microversion.current(req)
+        if version < ABORT:
+            raise falcon.HTTPNotFound(
+                description="DELETE /servers/{server_id}/migrations/{migration_id} is served "
+                "from microversion 2.24."
+            )
+        in_queue = version >= ABORT_IN_QUEUE
+        self.compute.moves.abort(context_of(req), server_id, migration_id, in_queue)
+        resp.status = falcon.HTTP_202
+
+
+class ServerMigrationAction(Handler):
+    """``POST /v2.1/servers/{server_id}/migrations/{migration_id}/action``:
+    ``{"force_complete": null}`` from 2.22, 202 and no body."""
+
+    def on_post(
+        self, req: falcon.Request, resp: falcon.Response, server_id: str, migration_id: str
+    ) -> None:
+        if microversion.current(req) < FORCE_COMPLETE:
+            raise falcon.HTTPNotFound(
+                description="POST /servers/{server_id}/migrations/{migration_id}/action is "
+                "served from microversion 2.22."
+            )
+        validate(FORCE_COMPLETE_BODY, read_json(req, self.max_body))
+        self.compute.moves.force_complete(context_of(req), server_id, migration_id)
+        resp.status = falcon.HTTP_202
 
 
 def _server_version(req: falcon.Request, route: str) -> Version:

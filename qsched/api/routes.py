@@ -46,6 +46,10 @@ def table(compute: FrontDoor, endpoint: str | None, max_body: int) -> list[Route
         (f"{server}/os-instance-actions/{{request_id}}", action_handlers.InstanceAction(*args)),
         (f"{server}/migrations", migration_handlers.ServerMigrations(*args)),
         (f"{server}/migrations/{{migration_id}}", migration_handlers.ServerMigration(*args)),
+        (
+            f"{server}/migrations/{{migration_id}}/action",
+            migration_handlers.ServerMigrationAction(*args),
+        ),
         (f"{PREFIX}/flavors", flavor_handlers.Flavors(*args)),
         (f"{PREFIX}/flavors/detail", flavor_handlers.FlavorsDetail(*args)),
         (flavor, flavor_handlers.FlavorItem(*args)),

@@ -18,6 +18,7 @@ was, and the caller gets 503.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 import uuid as uuidlib
@@ -25,6 +26,7 @@ from collections.abc import Callable
 
 from qsched import exception
 from qsched.bus.base import Publisher
+from qsched.compute.migrations import MigrationNotFoundForInstance
 from qsched.compute.server_actions import AgentDown, ServerActions, vm_state
 from qsched.compute.visible import visible
 from qsched.conf import SchedulerOptions
@@ -33,6 +35,7 @@ from qsched.flavors import Flavor
 from qsched.ledger import Stores
 from qsched.ledger.base import Instance, Migration, MoveRequest
 from qsched.ledger.base.migrations import EVACUATION, LIVE_MIGRATION, MIGRATION, RESIZE, UNSHELVE
+from qsched.policies import migrations as migrations_policy
 from qsched.policies import moves as moves_policy
 from qsched.policies import shelve as shelve_policy
 from qsched.policy import Policy
@@ -248,6 +251,71 @@ class ServerMoves:
         self._start(
             instance, dataclasses.replace(self._move(context, instance, UNSHELVE), host=host)
         )
+
+    def force_complete(self, context: RequestContext, uuid: str, migration_id: str) -> None:
+        """``force_complete`` (2.22): a live migration being sent completes now; its
+        source's driver pauses the server so that the copy ends (it reads what was
+        asked while it copies).
+
+        :raises InstanceNotFound: the caller cannot see the server.
+        :raises Forbidden: ``os_compute_api:servers:migrations:force_complete``.
+        :raises Invalid: no live migration of the server has that id (Nova's 400 here).
+        :raises InvalidMigrationState: it is not ``running`` (400).
+        :raises InstanceInvalidState: the server is not live-migrating (409).
+        """
+        instance = visible(self.stores.instances, context, uuid)
+        self.policy.authorize(context, migrations_policy.FORCE_COMPLETE,
+                              {"project_id": instance.project_id})  # fmt: skip
+        try:
+            self._ask(context, instance, migration_id, "force_complete", ["running"])
+        except MigrationNotFoundForInstance as exc:
+            raise exception.Invalid(message=str(exc)) from None
+
+    def abort(
+        self, context: RequestContext, uuid: str, migration_id: str, in_queue: bool = True
+    ) -> None:
+        """Abort a live migration (2.24): it rolls back, the server stays on its source,
+        the migration ends ``cancelled``. ``in_queue`` (2.65): one waiting for a
+        destination (ended here) or whose destination prepares (it gives its claim back
+        when ready) too, else only one being sent (its source's driver stops).
+
+        :raises InstanceNotFound, InstanceInvalidState: as :meth:`force_complete`.
+        :raises Forbidden: ``os_compute_api:servers:migrations:delete``.
+        :raises MigrationNotFoundForInstance: no live migration of it has that id (404).
+        :raises InvalidMigrationState: its status allows no abort (400).
+        """
+        instance = visible(self.stores.instances, context, uuid)
+        self.policy.authorize(context, migrations_policy.ABORT,
+                              {"project_id": instance.project_id})  # fmt: skip
+        allowed = ["running", "accepted", "preparing"] if in_queue else ["running"]
+        move = self._ask(context, instance, migration_id, "abort", allowed)
+        if move.waiting:  # no destination holds it: it ends here
+            with contextlib.suppress(exception.MoveNotUnderWay):  # claimed meanwhile
+                self.stores.migrations.fail(move.uuid, "", "aborted by an admin", False)
+
+    def _ask(
+        self,
+        context: RequestContext,
+        instance: Instance,
+        migration_id: str,
+        asked: str,
+        allowed: list[str],
+    ) -> Migration:
+        """Ask the live migration ``migration_id`` (Nova's integer id) of ``instance``."""
+        wanted = int(migration_id) if migration_id.isascii() and migration_id.isdigit() else None
+        moves = self.stores.migrations.of_instance(instance.uuid)
+        move = next((m for m in moves if m.id == wanted and m.kind == LIVE_MIGRATION), None)
+        if move is None:
+            raise MigrationNotFoundForInstance(id=migration_id, uuid=instance.uuid)
+        action = "live_migration_force_complete" if asked == "force_complete" else (
+            "live_migration_cancel")  # fmt: skip
+        try:
+            self.stores.migrations.ask(move.uuid, instance.uuid, asked, allowed, action,
+                                       context.request_id, context.user_id,
+                                       context.project_id)  # fmt: skip
+        except exception.MigrationNotFound:
+            raise MigrationNotFoundForInstance(id=migration_id, uuid=instance.uuid) from None
+        return self.stores.migrations.get(move.uuid)
 
     def confirm(self, context: RequestContext, uuid: str) -> None:
         """``confirmResize``: keep a resized or migrated server where it is now; its

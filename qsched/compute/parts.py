@@ -242,6 +242,14 @@ class Moves:
     ) -> None:
         self.cells.of_instance(uuid).moves.live_migrate(context, uuid, host, block_migration)
 
+    def force_complete(self, context: RequestContext, uuid: str, migration_id: str) -> None:
+        self.cells.of_instance(uuid).moves.force_complete(context, uuid, migration_id)
+
+    def abort(
+        self, context: RequestContext, uuid: str, migration_id: str, in_queue: bool = True
+    ) -> None:
+        self.cells.of_instance(uuid).moves.abort(context, uuid, migration_id, in_queue)
+
     def unshelve(
         self, context: RequestContext, uuid: str, zone: object = NOT_GIVEN, host: str | None = None
     ) -> None:

@@ -503,6 +503,13 @@ MOVE_EVENTS: dict[str, tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], 
         ("compute_unshelve_instance", "move_claimed", ("move_finished",), ("move_failed",
                                                                            "move_retried")),
     ),
+    "live_migration_force_complete": (
+        ("compute_live_migration_force_complete", "", ("move_finished",),
+         ("move_failed", "move_cancelled")),
+    ),
+    "live_migration_cancel": (
+        ("compute_live_migration_abort", "", ("move_cancelled",), ("move_finished",)),
+    ),
     "confirmResize": (("compute_confirm_resize", "", ("move_confirmed",), ()),),
     "revertResize": (("compute_revert_resize", "", ("move_reverted",), ()),),
 }  # fmt: skip

@@ -45,6 +45,7 @@ def _error_map() -> dict[str, Callable[..., exception.QschedError]]:
         "move_tried_host": exception.MoveTriedHost,
         "migration_not_found": exception.MigrationNotFound,
         "not_moving": exception.MoveNotUnderWay,
+        "move_aborted": exception.MoveAborted,
         "service_disabled": exception.ServiceDisabled,
         "service_not_found": exception.ComputeHostNotFound,
         "abandoned": exception.InstanceAbandoned,

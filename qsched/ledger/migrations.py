@@ -114,6 +114,39 @@ class RedisMigrations(MigrationStore):
         )  # fmt: skip
         return bool(result.get("retry"))
 
+    def ask(
+        self,
+        migration_uuid: str,
+        instance_uuid: str,
+        asked: str,
+        allowed: builtins.list[str],
+        action: str,
+        request_id: str,
+        user_id: str,
+        project_id: str,
+    ) -> str:
+        if asked not in ("force_complete", "abort"):
+            raise exception.Invalid(reason=f"a live migration is asked force_complete or abort, "
+                                    f"not {asked!r}")  # fmt: skip
+        result = self._step("move_ask", migration_uuid, instance_uuid, asked, json.dumps(allowed),
+                            action, request_id, user_id, project_id)  # fmt: skip
+        refused = result.get("refused")
+        if refused == "migration":
+            raise exception.MigrationNotFound(migration=migration_uuid)
+        if refused == "instance":  # Nova's words for the two
+            raise exception.InstanceInvalidState(
+                action="force_complete" if asked == "force_complete" else "abort live migration",
+                instance=instance_uuid, attr="task_state",
+                state=result["state"] or None,
+            )  # fmt: skip
+        if refused == "status":
+            method = "force complete" if asked == "force_complete" else "abort live migration"
+            raise exception.InvalidMigrationState(
+                migration=migration_uuid, instance=instance_uuid, state=result["state"],
+                method=method,
+            )  # fmt: skip
+        return str(result["status"])
+
     def _step(self, script: str, migration_uuid: str, *args: Any) -> dict[str, Any]:
         return self.store.run(
             script, self.keys.migration(migration_uuid), migration_uuid, *args,
@@ -202,4 +235,5 @@ def _migration(fields: dict[str, str]) -> Migration:
         deadline=float(fields["deadline"]) if fields.get("deadline") else None,
         caller_project_id=fields.get("caller_project_id", ""),
         block_migration={"1": True, "0": False}.get(fields.get("block_migration", "")),
+        asked=fields.get("asked", ""),
     )

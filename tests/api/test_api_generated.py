@@ -86,6 +86,10 @@ ROUTES = [
     "/v2.1/servers/{server}/action",
     "/v2.1/servers/{server}/os-instance-actions",
     "/v2.1/servers/{server}/os-instance-actions/{request}",
+    "/v2.1/servers/{server}/migrations",
+    "/v2.1/servers/{server}/migrations/{migration}",
+    "/v2.1/servers/{server}/migrations/{migration}/action",
+    "/v2.1/os-migrations",
     "/v2.1/flavors",
     "/v2.1/flavors/detail",
     "/v2.1/flavors/{flavor}",
@@ -510,6 +514,9 @@ ROUTE_BODIES = {
     "/v2.1/os-keypairs": bodies_for(keypair_requests()),
     "/v2.1/servers/{server}/metadata": bodies_for(metadata_requests()),
     "/v2.1/servers/{server}/action": bodies_for(server_actions()),
+    "/v2.1/servers/{server}/migrations/{migration}/action": bodies_for(
+        st.just({"force_complete": None})
+    ),
 }
 #: Routes that read a body on PUT (ROUTE_BODIES are POSTed).
 PUT_BODIES = {
@@ -610,6 +617,7 @@ def call(
         hypervisor=draw(st.sampled_from(["@hypervisor", "1", "0", *HOSTS, "cn"]) | params),
         keypair=draw(st.sampled_from(KEYPAIR_NAMES) | params),
         request=draw(st.sampled_from(["@request", "req-none"]) | params),
+        migration=draw(st.sampled_from(["1", "2", "0", "99"]) | params),
     )
     bodies = PUT_BODIES if method == "PUT" and route in PUT_BODIES else ROUTE_BODIES
     body = draw(bodies.get(route, OTHER_BODIES))

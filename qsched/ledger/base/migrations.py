@@ -59,6 +59,8 @@ class Migration:
     deadline: float | None = None
     caller_project_id: str = ""  # the project of who asked for it (Nova's project_id)
     block_migration: bool | None = None  # a live migration's, as asked (None: auto)
+    #: what an admin asked of a live migration under way: "force_complete", "abort" or ""
+    asked: str = ""
 
     @property
     def waiting(self) -> bool:
@@ -175,6 +177,27 @@ class MigrationStore(abc.ABC):
 
         :raises MoveNotUnderWay, MigrationNotFound:
         :raises AgentAlive: ``take_over`` of a destination that beats again.
+        """
+
+    @abc.abstractmethod
+    def ask(
+        self,
+        migration_uuid: str,
+        instance_uuid: str,
+        asked: str,
+        allowed: builtins.list[str],
+        action: str,
+        request_id: str,
+        user_id: str,
+        project_id: str,
+    ) -> str:
+        """Ask a live migration of ``instance_uuid`` under way to ``force_complete`` or
+        ``abort`` (``asked``), if its status is one of ``allowed``; the instance action
+        ``action`` is recorded with it. An abort stays asked. Returns the status.
+
+        :raises MigrationNotFound: no live migration of that server has that uuid.
+        :raises InstanceInvalidState: the server is not live-migrating (409).
+        :raises InvalidMigrationState: its status is not one of ``allowed`` (400).
         """
 
     @abc.abstractmethod

@@ -14,14 +14,14 @@ local guard_json, claimed_class = ARGV[10], ARGV[11]
 local mkey, ikey = K.migration(mig), K.instance(uuid)
 local m = redis.call("HMGET", mkey, "status", "instance_uuid", "source_compute",
                      "source_node", "dest_compute", "dest_node", "same_host", "tried",
-                     "new_class", "kind", "new_allocs", "created_at")
+                     "new_class", "kind", "new_allocs", "created_at", "asked")
 if not m[1] or m[2] ~= uuid then return fail("migration_not_found", {migration = mig}) end
 local inst = redis.call("HMGET", ikey, "state", "migration", "project_id", "user_id", "hosts")
 if inst[1] ~= "ACTIVE" or inst[2] ~= mig then
     return fail("not_waiting", {instance = uuid, state = inst[1] or "gone", host = host})
 end
 local source, kind = m[3], m[10]
-if not MOVE_WAITING[m[1]] then
+if not MOVE_WAITING[m[1]] or m[13] == "abort" then  -- an abort asked: its end is near
     if m[5] == host and m[6] == node and m[11] == allocs_json then
         return reply({already = true, status = m[1]})
     end

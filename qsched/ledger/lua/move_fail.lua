@@ -20,7 +20,7 @@ local take_over, held_as = ARGV[8] == "1", ARGV[9] or ""
 local mkey = K.migration(mig)
 local m = redis.call("HMGET", mkey, "status", "instance_uuid", "kind", "source_compute",
                      "source_node", "dest_compute", "old_allocs", "old_quota", "attempts",
-                     "max_attempts", "tried", "target")
+                     "max_attempts", "tried", "target", "asked")
 if not m[1] then return fail("migration_not_found", {migration = mig}) end
 local uuid, kind, source, dest = m[2], m[3], m[4], m[6] or ""
 local claimed = {migrating = true, preparing = true, running = true,
@@ -49,7 +49,8 @@ end
 local attempts = tonumber(m[9] or 0) + (host ~= "" and 1 or 0)
 local tried = cjson.decode(m[11] or "[]")
 if host ~= "" and not rollback then tried[#tried + 1] = host end
-if rollback then retry = false end
+local aborted = m[13] == "abort"  -- an admin's abort: no other destination, ``cancelled``
+if rollback or aborted then retry = false end
 redis.call("HSET", mkey, "attempts", attempts, "tried", cjson.encode(tried), "updated_at", now)
 local detail = {migration = mig, kind = kind, reason = reason, attempts = attempts}
 if retry and host ~= "" and attempts < tonumber(m[10] or 1) then
@@ -63,11 +64,13 @@ if retry and host ~= "" and attempts < tonumber(m[10] or 1) then
     return reply({retry = true, status = status})
 end
 local status = (kind == "resize" or kind == "migration") and "error" or "failed"
+if aborted then status = "cancelled" end
 move_quota(inst[1], uuid, m[8])
 move_close(uuid, mig, status, now)
 redis.call("HSET", mkey, "fault", reason)
 redis.call("HSET", ikey, "task_state", "", "updated_at", now)
-add_event(uuid, now, "move_failed", host ~= "" and host or nil, nil, detail, max_events)
+add_event(uuid, now, aborted and "move_cancelled" or "move_failed", host ~= "" and host or nil,
+          nil, detail, max_events)
 if kind == "evacuation" then
     local held = hold_claim(uuid, source, mig)
     local fault = cjson.encode({code = 500, message = "No valid host was found. " .. reason,

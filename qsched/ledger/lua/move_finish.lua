@@ -13,10 +13,12 @@
 local mig, host, now, max_events = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local mkey = K.migration(mig)
 local m = redis.call("HMGET", mkey, "status", "instance_uuid", "kind", "source_compute",
-                     "dest_compute", "dest_node", "new_flavor", "new_class")
+                     "dest_compute", "dest_node", "new_flavor", "new_class", "asked")
 if not m[1] then return fail("migration_not_found", {migration = mig}) end
 local uuid, kind, source, dest, dest_node = m[2], m[3], m[4], m[5], m[6]
 if kind == "live-migration" and host == dest and m[1] == "preparing" then
+    -- an abort asked while the destination prepared: it gives its claim back (move_fail)
+    if m[9] == "abort" then return fail("move_aborted", {migration = mig}) end
     redis.call("HSET", mkey, "status", "running", "updated_at", now)
     add_event(uuid, now, "move_running", dest, dest_node, {migration = mig}, max_events)
     return reply({status = "running", source_compute = source})
