@@ -124,6 +124,25 @@ def test_live_migration(moving: Moving) -> None:
     assert moving.cloud.request("DELETE", f"/v2.1/servers/{vm}", token=USER)[0] == 204
 
 
+def test_shelve_offloads_and_unshelve_places_it_again(moving: Moving) -> None:
+    vm = moving.boot()
+    assert moving.act(vm, {"shelve": None})[0] == 202
+    shown = moving.wait_status(vm, "SHELVED_OFFLOADED")  # shelved_offload_time 0: at once
+    assert shown["OS-EXT-SRV-ATTR:host"] is None and shown["OS-EXT-STS:power_state"] == 0
+    assert wait_until(lambda: moving.runs_on(vm) == set(), 15), moving.runs_on(vm)
+    assert moving.cloud.stores.ledger.get_allocations(vm).allocations == {}
+    assert audit(moving.cloud.stores).ok
+    assert moving.act(vm, {"unshelve": None}, version="2.77")[0] == 202
+    shown = moving.wait_status(vm, "ACTIVE")
+    assert shown["OS-EXT-SRV-ATTR:host"] is not None and shown["OS-EXT-STS:power_state"] == 1
+    assert wait_until(lambda: moving.cloud.stores.instances.get(vm).migration is None, 30)
+    moving.settled(vm)
+    actions = moving.cloud.request("GET", f"/v2.1/servers/{vm}/os-instance-actions",
+                                   token=USER)[1]["instanceActions"]  # fmt: skip
+    assert [a["action"] for a in actions] == ["unshelve", "shelve", "create"]
+    assert moving.cloud.request("DELETE", f"/v2.1/servers/{vm}", token=USER)[0] == 204
+
+
 def test_evacuate_after_its_agent_was_killed_then_back_leaves_no_trace(moving: Moving) -> None:
     cloud = moving.cloud
     vm = moving.boot()
