@@ -175,6 +175,16 @@ class _Collector(Collector):
                                 "NoValidHost, by reason.", labels=["reason"]),
             self.metrics.ended,
         )  # fmt: skip
+        moves = CounterMetricFamily(
+            "qsched_agent_moves", "Steps of moves this agent made, by kind (resize, "
+            "migration, live-migration, evacuation, unshelve) and outcome: in (came up "
+            "here), failed (given back), confirmed, reverted, sent (a live migration, from "
+            "here), rolled_back, cancelled (an admin's abort).", labels=["kind", "outcome"],
+        )  # fmt: skip
+        for key, count in sorted(counts.items()):
+            if key.startswith("move:"):
+                moves.add_metric(key.split(":", 2)[1:], count)
+        yield moves
         yield from self._gauges()
 
     def _gauges(self) -> Iterator[Metric]:

@@ -40,6 +40,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from agents import move_notes
 from agents.steps import AgentParts
 from agents.virt.base import MigrationFailed
 from qsched import exception
@@ -95,9 +96,13 @@ class MoveSteps:
             parts.driver.destroy(move.instance_uuid, node)
         here = node in parts.index
         with parts.index.writing(node) if here else contextlib.nullcontext():
-            self._settle(move, confirm)
+            settled = self._settle(move, confirm)
             if not in_place and node in parts.index:
                 parts.index.release(node, held)
+        if settled:
+            move_notes.counted(parts, move.kind, "confirmed" if confirm else "reverted")
+            name = "resize_confirm" if confirm else "resize_revert"
+            move_notes.tell(parts, name, move.instance_uuid, msg.request_id)
         if in_place and node in parts.index:
             parts.reconciler.refresh_nodes([node])
         parts.counters[f"move_{msg.step}ed"] += 1
@@ -118,8 +123,12 @@ class MoveSteps:
             except MigrationFailed as exc:
                 LOG.warning("agent %s: live migration %s of %s failed: %s", parts.host,
                             move.uuid, uuid, exc)  # fmt: skip
-                with contextlib.suppress(exception.MoveNotUnderWay):
+                try:
                     parts.stores.migrations.fail(move.uuid, parts.host, str(exc), retry=False)
+                except exception.MoveNotUnderWay:
+                    pass
+                else:
+                    self._rolled_back(move)
                 parts.counters["live_migrations_failed"] += 1
                 return "failed"
         with parts.index.writing(node) if here else contextlib.nullcontext():
@@ -127,11 +136,24 @@ class MoveSteps:
                 parts.stores.migrations.finish(move.uuid, parts.host)
             except exception.MoveNotUnderWay:
                 LOG.info("agent %s: move %s moved on meanwhile", parts.host, move.uuid)
-            else:
-                if here:
-                    parts.index.release(node, held)
+                return "done"
+            if here:
+                parts.index.release(node, held)
         parts.counters["live_migrations"] += 1
+        move_notes.counted(parts, move.kind, "sent")
+        if parts.stores.migrations.get(move.uuid).asked == "force_complete":
+            move_notes.tell(parts, "live_migration_force_complete", uuid, move.request_id)
+        move_notes.tell(parts, "live_migration_post", uuid, move.request_id)
         return "done"
+
+    def _rolled_back(self, move: Migration) -> None:
+        """A live migration its source did not send: ``cancelled`` by an admin's abort,
+        else rolled back."""
+        parts = self.parts
+        cancelled = parts.stores.migrations.get(move.uuid).status == "cancelled"
+        move_notes.counted(parts, move.kind, "cancelled" if cancelled else "rolled_back")
+        name = "live_migration_abort" if cancelled else "live_migration_rollback"
+        move_notes.tell(parts, name, move.instance_uuid, move.request_id)
 
     def _asked(self, move: Migration) -> Callable[[], str]:
         """What an admin asked of a live migration since (``force_complete``, ``abort``),
@@ -211,15 +233,16 @@ class MoveSteps:
             moved = parts.stores.migrations.get(move.uuid)
             parts.bus.publish_boot(move_request_for(parts.stores.instances.get(uuid), moved))
 
-    def _settle(self, move: Migration, confirm: bool) -> None:
+    def _settle(self, move: Migration, confirm: bool) -> bool:
+        """End a confirm or a revert; whether this call did (not: it moved on)."""
         migrations, host = self.parts.stores.migrations, self.parts.host
+        step = migrations.confirm if confirm else migrations.revert
         try:
-            if confirm:
-                migrations.confirm(move.uuid, "done", host)
-            else:
-                migrations.revert(move.uuid, "done", host)
+            result = step(move.uuid, "done", host)
         except exception.MoveNotUnderWay:
             LOG.info("agent %s: move %s moved on meanwhile", host, move.uuid)
+            return False
+        return not result.get("already")
 
     def _dropped(self, msg: MoveStep, why: str) -> str:
         self.parts.counters["move_steps_dropped"] += 1

@@ -29,10 +29,11 @@ import functools
 import logging
 import time
 
+from agents import move_notes
 from agents.steps import AgentParts, Build
 from agents.virt.base import SpawnFailed, SpawnFenced
 from qsched import exception
-from qsched.ledger.base import Instance, State
+from qsched.ledger.base import Instance, Migration, State
 from qsched.notifications import payloads
 from qsched.notifications.base import ERROR
 from qsched.scheduling.message import MoveStep
@@ -176,21 +177,24 @@ class Spawner:
                 parts.driver.destroy(uuid, node)
             self.let_go(uuid, node)
             return
+        move = parts.stores.migrations.get(migration)
+        move_notes.counted(parts, move.kind, "in")
+        move_notes.tell(parts, move_notes.FINISHED[status], uuid, msg.request_id)
         if status == "running":  # a live migration: its source sends the server now
-            self._send_for(build, migration)
+            self._send_for(build, move)
         parts.counters["moved_in"] += 1
         LOG.info("[%s] instance %s moved to %s (%s, migration %s)", msg.request_id, uuid, node,
                  status, migration)  # fmt: skip
         self.forget(uuid)
 
-    def _send_for(self, build: Build, migration: str) -> None:
+    def _send_for(self, build: Build, move: Migration) -> None:
         """A live migration whose destination is ready here: its source's agent sends the
         server (a ``live`` move step to its queue); if the broker does not take it, the
         source's sweep of its moves does it."""
         parts, msg = self.parts, build.request
-        source = msg.source_host or ""
-        node = parts.stores.migrations.get(migration).source_node
-        step = MoveStep(msg.request_id, msg.instance_uuid, source, node, migration, "live")
+        source, migration = msg.source_host or "", move.uuid
+        step = MoveStep(msg.request_id, msg.instance_uuid, source, move.source_node, migration,
+                        "live")  # fmt: skip
         try:
             parts.bus.publish_action(source, step)
         except exception.BackendUnavailable:
@@ -247,6 +251,10 @@ class Spawner:
         except (exception.MoveNotUnderWay, exception.MigrationNotFound):
             self.let_go(msg.instance_uuid, node)
             return
+        move = parts.stores.migrations.get(migration)
+        move_notes.counted(
+            parts, move.kind, "cancelled" if move.status == "cancelled" else "failed"
+        )
         if (msg.source_host or "") == parts.host:
             parts.reconciler.refresh_nodes([node])
         if not again:

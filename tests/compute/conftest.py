@@ -5,7 +5,9 @@ from __future__ import annotations
 import falcon.testing
 import pytest
 
+from agents.service import ComputeAgent
 from qsched.ledger import Stores
+from tests.agents.test_agent import make_agent
 from tests.compute.test_compute import RecordingBus, make_app
 
 
@@ -19,3 +21,11 @@ def rbus() -> RecordingBus:
 @pytest.fixture
 def client(conf, stores: Stores, rbus: RecordingBus) -> falcon.testing.TestClient:
     return falcon.testing.TestClient(make_app(conf, stores, rbus))
+
+
+@pytest.fixture
+def two(conf, stores: Stores, bus, agents: list[ComputeAgent]) -> dict[str, ComputeAgent]:
+    """Two agents of one node each (cn0, cn1), room for 8 VCPU and 16 GiB each."""
+    agents += [make_agent(conf, stores, bus, f"cn{i}", nodes=1, vcpus=8, ram_mb=16384)
+               for i in range(2)]  # fmt: skip
+    return {agent.host: agent for agent in agents}

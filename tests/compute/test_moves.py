@@ -54,13 +54,6 @@ def quiet(agents: list[ComputeAgent]) -> None:
         assert not report.found_anything(), report.to_dict()
 
 
-@pytest.fixture
-def two(conf, stores: Stores, bus, agents: list[ComputeAgent]) -> dict[str, ComputeAgent]:
-    agents += [make_agent(conf, stores, bus, f"cn{i}", nodes=1, vcpus=8, ram_mb=16384)
-               for i in range(2)]  # fmt: skip
-    return {agent.host: agent for agent in agents}
-
-
 def test_a_cold_migration_confirmed_leaves_the_server_on_its_new_host_only(
     stores: Stores, api: ComputeAPI, two: dict[str, ComputeAgent]
 ) -> None:
