@@ -123,9 +123,13 @@ class DeleteStep:
             allocations = parts.stores.ledger.get_allocations(uuid).allocations
             with contextlib.suppress(exception.InstanceNotFound):
                 ended = end()
-            if allocations:
+            # a move under way: the instance's consumer may hold the other host's side,
+            # and the end releases this host's from the migration's (move_end)
+            shared = {provider.uuid for provider in parts.index.sharing()}
+            here = set(allocations) <= parts.index.node(node).uuids | shared
+            if allocations and here:
                 parts.index.release(node, allocations)
-        if not allocations:  # released before, or held for this host until now
+        if not allocations or not here:  # released before, held until now, or moving
             parts.reconciler.refresh_nodes([node])
         return ended
 

@@ -408,6 +408,20 @@ def drained(snap: Snapshot) -> list[dict[str, Any]]:
     return found
 
 
+def unsettled_moves(stores: Stores, records: Collection[str]) -> list[dict[str, Any]]:
+    """Moves of these instances that did not end (a migration under way, or waiting for
+    a confirm that never came): each holds a migration consumer, or will."""
+    found: list[dict[str, Any]] = []
+    for uuid in sorted(records):
+        for move in stores.migrations.of_instance(uuid):
+            if not move.final:
+                found.append({
+                    "instance": uuid, "migration": move.uuid, "kind": move.kind,
+                    "status": move.status, "problem": "a move that did not end",
+                })  # fmt: skip
+    return found
+
+
 def audit_findings(stores: Stores) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The ledger's own audit, and its findings flattened."""
     report = audit(stores).to_dict()

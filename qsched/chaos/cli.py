@@ -152,6 +152,14 @@ def _counts(o: dict[str, Any]) -> dict[str, int]:
     help="Boots per second (a Poisson stream).",
 )
 @click.option(
+    "--move-rate",
+    type=click.FloatRange(0),
+    default=0.5,
+    show_default=True,
+    help="Moves per second of the load's servers: resizes, cold and live migrations, "
+    "shelves, each confirmed, reverted or unshelved a moment later (0: none).",
+)
+@click.option(
     "--lifetime-s",
     type=click.FloatRange(0.1),
     default=8.0,
@@ -446,6 +454,7 @@ def _settings(transport: str, o: dict[str, Any]) -> RunSettings:
         duration_s=o["duration_s"],
         seed=o["seed"],
         rate=o["rate"],
+        move_rate=o["move_rate"],
         lifetime_s=o["lifetime_s"],
         clients=o["clients"],
         outage_s=o["outage_s"],

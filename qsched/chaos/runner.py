@@ -34,6 +34,7 @@ from qsched.bus.oslo import OsloBus
 from qsched.chaos import checks, report
 from qsched.chaos.faults import Fault, FaultInjector, FaultSettings, default_counts, make_plan
 from qsched.chaos.load import Call, LoadGenerator, token
+from qsched.chaos.moves import Mover
 from qsched.chaos.servers import RabbitCluster, RabbitMQ, RabbitNode, RedisServer, wait_for
 from qsched.chaos.stack import FLAVORS, Stack, StackSpec
 from qsched.ledger.server import FSYNC
@@ -51,6 +52,7 @@ class RunSettings:
     duration_s: float = 240.0
     seed: int = 1
     rate: float = 4.0
+    move_rate: float = 0.5  # moves of the load's servers per second (qsched/chaos/moves.py)
     lifetime_s: float = 8.0
     clients: int = 8
     outage_s: float = 5.0
@@ -132,6 +134,7 @@ class ChaosRun:
         self.cluster_info: dict[str, Any] = {}
         self.stack: Stack | None = None
         self.load: LoadGenerator | None = None
+        self.mover: Mover | None = None
         self.injector: FaultInjector | None = None
         self.faults: list[Fault] = []
         self.crashes: list[dict[str, Any]] = []
@@ -253,13 +256,20 @@ class ChaosRun:
             f"[{s.transport}] load {s.rate}/s for {s.duration_s:.0f} s; faults planned: "
             + ", ".join(f"{f.kind}@{f.at_s:.0f}s" for f in self.faults)
         )
+        if s.move_rate > 0:
+            names = [n for n, _, _, _ in FLAVORS]
+            self.mover = Mover(stack.port, self.load, names, s.move_rate, s.seed + 2)
         self.load.start()
+        if self.mover is not None:
+            self.mover.start()
         self.injector.start()
         aborted = True
         try:
             self._tick_until(lambda: time.time() >= self.t0 + s.duration_s, "load")
             aborted = False
         finally:
+            if self.mover is not None:
+                self.mover.stop()
             self.load.stop()
             self.injector.finish(abort=aborted)
 
@@ -272,12 +282,15 @@ class ChaosRun:
         wait_for(stack.agents_alive, 30, 0.2)
         timeout_s = self.settings.spec.build_timeout_s + 30
         started = time.time()
+        # every move the mover made waits no more for a confirm (one a fault ate)
+        unconfirmed = self.mover.finish(timeout_s) if self.mover is not None else []
         reached = self._tick_until(lambda: not self._pending(), "settle", timeout_s)
         self.quiescence = {
             "reached": reached,
             "waited_s": round(time.time() - started, 1),
             "timeout_s": timeout_s,
             "waiting": len(self._pending()),
+            "moves_unconfirmed": len(unconfirmed),
         }
 
     def _pending(self) -> list[str]:
@@ -293,6 +306,7 @@ class ChaosRun:
             for u, record in records.items()
             if record.get("state") == "BUILD"
             or (u in deleted and record.get("task_state") == "deleting")
+            or (record.get("state") == "ACTIVE" and record.get("migration"))  # a move on its way
         )
 
     def _tick_until(self, done: Callable[[], bool], phase: str, timeout_s: float = 1e9) -> bool:
@@ -403,6 +417,7 @@ class ChaosRun:
             "partial_state": checks.partial_state(snap, refused),
             "quota": checks.quota_exceeded(self.quota_samples, self.settings.quota_limits()),
             "unpublished": checks.unpublished(history),
+            "moves": checks.unsettled_moves(stack.stores, snap.records),
             "audit": audit_found,
             "crashes": self.crashes,
             **self._converged("before_drain"),
@@ -568,6 +583,7 @@ class ChaosRun:
                 "by_kind": dict(Counter(f.kind for f in self.faults if f.started)),
                 "events": events,
             },
+            "moves_asked": dict(self.mover.asked) if self.mover is not None else {},
             "quiescence": self.quiescence,
             "drain": self.drain_info,
             "convergence": self.convergence,

@@ -29,7 +29,8 @@ from qsched.chaos.runner import ChaosRun, RunSettings
 from qsched.chaos.stack import StackSpec
 from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
-from qsched.ledger.base import Instance, Inventory, State
+from qsched.ledger.base import Instance, Inventory, MoveRequest, State
+from qsched.ledger.base.migrations import MIGRATION
 from qsched.stack.rabbitmq import config_text
 from tests.conftest import TEST_DURABILITY, require_server
 from tests.helpers import failed_invariants
@@ -181,6 +182,28 @@ class TestChecks:
         found = run_all(cloud, {})
         assert broken(found) == {"accounting"}
         assert found["accounting"][0]["used"]["cores"] == 2
+
+    def test_a_move_that_did_not_end_is_a_finding_and_its_consumer_a_leak(
+        self, cloud: Stores
+    ) -> None:
+        inst = boot(cloud)
+        for host in HOSTS:
+            cloud.agents.heartbeat(host, 60)
+        move = MoveRequest(inst, str(uuid.uuid4()), MIGRATION, "req-1", "u1", "p1",
+                           time.time() + 60)  # fmt: skip
+        cloud.migrations.start(move)
+        cloud.migrations.claim(move.uuid, {rp_of("h1"): {"VCPU": 1, "MEMORY_MB": 1024}}, "h1",
+                               "h1-0")  # fmt: skip
+        snap = checks.take_snapshot(cloud, HOSTS)
+        (found,) = checks.unsettled_moves(cloud, snap.records)
+        assert (found["migration"], found["status"]) == (move.uuid, "migrating")
+        # the run's checks come after the moves settled: one left is a finding, and its
+        # migration consumer, no instance's, a leak
+        assert move.uuid in {f["instance"] for f in checks.leaks(snap)}
+        cloud.migrations.finish(move.uuid, "h1")
+        cloud.migrations.confirm(move.uuid, "ask")
+        cloud.migrations.confirm(move.uuid, "done", "h0")
+        assert checks.unsettled_moves(cloud, checks.read_records(cloud)) == []
 
     def test_active_without_allocations_is_a_mismatch(self, cloud: Stores) -> None:
         inst = boot(cloud)
@@ -424,6 +447,8 @@ def test_a_short_run_injects_every_fault_and_checks(tmp_path: Path) -> None:
     assert report["requests"]["accepted"] > 10
     assert report["quiescence"]["reached"]
     assert "lost" in table(report)
+    moved = {k: n for k, n in report["moves_asked"].items() if k.endswith(":202")}
+    assert sum(moved.values()) >= 5, report["moves_asked"]  # moves ran under the faults
     assert report["ok"], failed_invariants(report)
 
 

@@ -140,3 +140,25 @@ class TestAsksHTTP:
         assert (status(record), record.migration) == ("ACTIVE", None)
         assert stores.migrations.get(move.uuid).status == "cancelled"
         fault(send("DELETE", "2.65"), 409, "conflictingRequest")  # not migrating now
+
+
+def test_a_server_deleted_while_it_is_sent_ends_on_both_hosts(
+    stores: Stores, api: ComputeAPI, slow: dict[str, ComputeAgent]
+) -> None:
+    """The delete goes to the host the record names (the source): no step of the move
+    may change that while it runs, and the delete ends the move (a chaos run found a
+    live migration's completion moving the server under its delete)."""
+    vm, _source, _migration = moving(api, stores, slow)
+    assert wait_until(lambda: status_of_move(stores, vm) == "running", 20)
+    api.delete(USER_CONTEXT, vm)
+    assert wait_until(lambda: stores.instances.get(vm).state.value == "DELETED", 20)
+    assert status_of_move(stores, vm) in ("failed", "completed")
+    # its delete request reached the host the record named, and was obeyed there
+    assert [agent.counters["not_its_request"] for agent in slow.values()] == [0, 0]
+    for agent in slow.values():
+        agent.reconciler.run_all()  # the copy that came up elsewhere is reaped, its hold let go
+    assert wait_until(lambda: not any(runs(agent, vm) for agent in slow.values()), 20)
+    for agent in slow.values():
+        agent.reconciler.run_all()
+    assert all(agent.index.totals()["VCPU"][0] == 0 for agent in slow.values())
+    assert all(stores.ledger.held_claims(host) == {} for host in slow) and audit(stores).ok

@@ -481,6 +481,13 @@ local function move_close(uuid, mig, status, now)
     if m[2] and m[2] ~= "" then redis.call("SREM", K.host_migrations(m[2]), mig) end
 end
 
+-- Whether a delete of the instance is under way (its host's agent was asked to destroy
+-- it there): no step of a move changes its host or task_state then, or the delete
+-- would reach a host the record no longer names; the delete ends the move (move_end).
+local function being_deleted(uuid)
+    return redis.call("HGET", K.instance(uuid), "task_state") == "deleting"
+end
+
 -- Give a move's claim back: the instance holds its source's side again (on its own
 -- host, what it held before: ``old_allocs``) and no longer counts on the destination.
 local function move_restore(uuid, mig, same, old_allocs, project, user)

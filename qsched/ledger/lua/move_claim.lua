@@ -21,6 +21,9 @@ if inst[1] ~= "ACTIVE" or inst[2] ~= mig then
     return fail("not_waiting", {instance = uuid, state = inst[1] or "gone", host = host})
 end
 local source, kind = m[3], m[10]
+if being_deleted(uuid) then  -- its delete ends the move
+    return fail("not_waiting", {instance = uuid, state = "deleting", host = host})
+end
 if not MOVE_WAITING[m[1]] or m[13] == "abort" then  -- an abort asked: its end is near
     if m[5] == host and m[6] == node and m[11] == allocs_json then
         return reply({already = true, status = m[1]})

@@ -59,7 +59,8 @@ if retry and host ~= "" and attempts < tonumber(m[10] or 1) then
                    ["live-migration"] = "migrating", evacuation = "rebuilding",
                    unshelve = "unshelving"})[kind]
     redis.call("HSET", mkey, "status", status, "dest_compute", m[12] or "", "dest_node", "")
-    redis.call("HSET", ikey, "task_state", task, "updated_at", now)
+    if not being_deleted(uuid) then redis.call("HSET", ikey, "task_state", task) end
+    redis.call("HSET", ikey, "updated_at", now)
     add_event(uuid, now, "move_retried", host, nil, detail, max_events)
     return reply({retry = true, status = status})
 end
@@ -68,7 +69,8 @@ if aborted then status = "cancelled" end
 move_quota(inst[1], uuid, m[8])
 move_close(uuid, mig, status, now)
 redis.call("HSET", mkey, "fault", reason)
-redis.call("HSET", ikey, "task_state", "", "updated_at", now)
+if not being_deleted(uuid) then redis.call("HSET", ikey, "task_state", "") end
+redis.call("HSET", ikey, "updated_at", now)
 add_event(uuid, now, aborted and "move_cancelled" or "move_failed", host ~= "" and host or nil,
           nil, detail, max_events)
 if kind == "evacuation" then

@@ -16,6 +16,9 @@ local m = redis.call("HMGET", mkey, "status", "instance_uuid", "kind", "source_c
                      "dest_compute", "dest_node", "new_flavor", "new_class", "asked")
 if not m[1] then return fail("migration_not_found", {migration = mig}) end
 local uuid, kind, source, dest, dest_node = m[2], m[3], m[4], m[5], m[6]
+if being_deleted(uuid) then  -- the delete ends the move where the record has the server
+    return fail("not_moving", {migration = mig, status = m[1], host = host})
+end
 if kind == "live-migration" and host == dest and m[1] == "preparing" then
     -- an abort asked while the destination prepared: it gives its claim back (move_fail)
     if m[9] == "abort" then return fail("move_aborted", {migration = mig}) end

@@ -23,7 +23,9 @@ local uuid, source, dest = m[2], m[3], m[5]
 if m[1] == "reverted" then return reply({already = true, status = m[1]}) end
 local ready = phase == "ask" and m[1] == "finished"
     or phase ~= "ask" and m[1] == "reverting" and host == dest
-if not ready then return fail("not_moving", {migration = mig, status = m[1], host = host}) end
+if not ready or being_deleted(uuid) then  -- a delete under way ends the move
+    return fail("not_moving", {migration = mig, status = m[1], host = host})
+end
 if phase == "take_over" and not agent_silent(dest) then
     return fail("agent_alive", {host = dest})
 end
