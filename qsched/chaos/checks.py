@@ -329,8 +329,11 @@ def accounting(snap: Snapshot) -> list[dict[str, Any]]:
                 }
             )
     for uuid, record in sorted(snap.records.items()):
-        if record.get("state") == "ACTIVE" and uuid not in snap.consumers:
+        offloaded = record.get("shelved") == "offloaded"  # holds nothing, but its quota
+        if record.get("state") == "ACTIVE" and uuid not in snap.consumers and not offloaded:
             found.append({"instance": uuid, "problem": "ACTIVE without allocations"})
+        elif offloaded and uuid in snap.consumers and not record.get("migration"):
+            found.append({"instance": uuid, "problem": "offloaded with allocations"})
     return found + quota_mismatches(snap)
 
 

@@ -29,7 +29,7 @@ from qsched.chaos.runner import ChaosRun, RunSettings
 from qsched.chaos.stack import StackSpec
 from qsched.conf import LedgerOptions
 from qsched.ledger import Stores, open_stores
-from qsched.ledger.base import Instance, Inventory, MoveRequest, State
+from qsched.ledger.base import Instance, Inventory, MoveRequest, State, TaskState
 from qsched.ledger.base.migrations import MIGRATION
 from qsched.stack.rabbitmq import config_text
 from tests.conftest import TEST_DURABILITY, require_server
@@ -210,6 +210,18 @@ class TestChecks:
         redis_store(cloud).client.delete(redis_store(cloud).keys.consumer(inst))
         problems = {f["problem"] for f in run_all(cloud, {})["accounting"]}
         assert "ACTIVE without allocations" in problems
+
+    def test_an_offloaded_server_holds_nothing_and_must_not(self, cloud: Stores) -> None:
+        inst = boot(cloud)
+        cloud.instances.start_action(inst, "shelve", "req-1", "u1", "p1")
+        cloud.instances.step_action(inst, "h0", TaskState.SHELVING,
+                                    TaskState.SHELVING_OFFLOADING, "off", "", True)  # fmt: skip
+        assert cloud.instances.offload(inst, "h0", "compute_shelve_offload_instance")
+        assert broken(run_all(cloud, accepted(inst))) == set()
+        rp = rp_of("h0")
+        cloud.ledger.put_allocations(inst, {rp: {"VCPU": 1}}, None, "p1", "u1")
+        problems = {f["problem"] for f in run_all(cloud, {})["accounting"]}
+        assert "offloaded with allocations" in problems
 
     def test_a_503_must_leave_nothing(self, cloud: Stores) -> None:
         left = boot(cloud, name="refused-1", host=None)
