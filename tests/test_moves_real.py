@@ -143,6 +143,19 @@ def test_shelve_offloads_and_unshelve_places_it_again(moving: Moving) -> None:
     assert moving.cloud.request("DELETE", f"/v2.1/servers/{vm}", token=USER)[0] == 204
 
 
+def test_rebuild_from_another_image_on_its_own_host(moving: Moving) -> None:
+    vm = moving.boot()
+    host = moving.show(vm)["OS-EXT-SRV-ATTR:host"]
+    image = "7c1a0b2d-3e4f-4a5b-8c6d-7e8f9a0b1c2d"
+    status, body = moving.act(vm, {"rebuild": {"imageRef": image, "name": "again"}})
+    assert status == 202 and body["server"]["name"] == "again", body
+    shown = moving.wait_status(vm, "ACTIVE")
+    assert (shown["image"]["id"], shown["OS-EXT-SRV-ATTR:host"]) == (image, host)
+    assert wait_until(lambda: moving.cloud.stores.instances.get(vm).task_state.value == "", 30)
+    moving.settled(vm)
+    assert moving.cloud.request("DELETE", f"/v2.1/servers/{vm}", token=USER)[0] == 204
+
+
 def test_evacuate_after_its_agent_was_killed_then_back_leaves_no_trace(moving: Moving) -> None:
     cloud = moving.cloud
     vm = moving.boot()
