@@ -49,6 +49,8 @@ PRESETS: dict[str, tuple[Any, Any]] = {
     "plumbing_slice_s": (10.0, 6.0),
     "instances_hosts": (100_000, 10_000),
     "preload": (1_000_000, 100_000),
+    "moves_sizes": ([100, 100_000], [100, 10_000]),
+    "host_servers": (100, 25),
 }
 
 
@@ -189,6 +191,10 @@ def default_scenarios(quick: bool, embedded: bool) -> tuple[tuple[str, ...], str
     "takes 3-4 KB of the ledger's Redis memory, and about 1 ms to write on 2 cores "
     "(docs/scale.rst).",
 )
+@click.option("--moves-sizes", metavar="N,N,...", help="Moves: host counts of its clouds "
+              "[default: 100,100000; --quick 100,10000].")  # fmt: skip
+@click.option("--host-servers", type=click.IntRange(1), help="Moves: servers of the host "
+              "drained and of the host evacuated [default: 100; --quick 25].")  # fmt: skip
 @click.option(
     "--plumbing-hosts",
     type=click.IntRange(1),
@@ -330,6 +336,8 @@ def main(
     fill_hosts: int | None,
     instances_hosts: int | None,
     preload: int | None,
+    moves_sizes: str | None,
+    host_servers: int | None,
     plumbing_hosts: int,
     plumbing_blocks: int | None,
     plumbing_slice_s: float | None,
@@ -350,7 +358,7 @@ def main(
     profile_dir: Path | None,
     keep_logs: Path | None,
 ) -> None:
-    """Measure qsched: scale sweep, saturation, fill, placement rules, plumbing, instances.
+    """Measure qsched: scale sweep, saturation, fill, rules, plumbing, moves, instances.
 
     Starts real clouds (qsched-api under gunicorn, agent processes driving
     simulated hosts, RabbitMQ and a Redis ledger when they answer, otherwise the
@@ -374,6 +382,9 @@ def main(
                   off and on between slices of the same load (off, on, on, off): the
                   agents' CPU per placement without and with each, and both against
                   the 10% they may add (needs RabbitMQ)
+      moves       per N (--moves-sizes): submit to claimed of resizes and live migrations
+                  at the sweep's rate; a host of --host-servers drained (qsched-admin
+                  service drain's engine), another forced down and evacuated
       instances   the same cloud with no instance and with --preload current and past
                   instances: Redis memory per host and instance, agent restart,
                   submit to claimed, delete to DELETED, archive-deleted of the past ones
@@ -388,6 +399,7 @@ def main(
       qsched-bench
       qsched-bench --scenario instances --preload 1000000
       qsched-bench --scenario scale --sizes 100,100000 --duration-s 20
+      qsched-bench --scenario moves --moves-sizes 100,100000
     """
     clock = Clock()
     pick = 1 if quick else 0
@@ -446,6 +458,8 @@ def main(
         plumbing_slice_s=plumbing_slice_s or settings_values["plumbing_slice_s"],
         instances_hosts=instances_hosts or settings_values["instances_hosts"],
         preload_instances=settings_values["preload"] if preload is None else preload,
+        moves_sizes=_numbers(moves_sizes, int) or settings_values["moves_sizes"],
+        host_servers=host_servers or settings_values["host_servers"],
         ledger_url=ledger_url,
         transports=transports,
         embedded=embedded,

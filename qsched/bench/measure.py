@@ -1,8 +1,11 @@
 """Read what happened to the requests a benchmark sent, from the ledger's own records.
 
 Per instance: its state, when an agent claimed it (the ``claimed`` event the claim
-script writes) and when it went ACTIVE (``launched_at``). All reads are pipelined
-in chunks; only the bench does them, after (or between) the timed phases.
+script writes) and when it went ACTIVE (``launched_at``); per move, when it started
+(``move_requested``), when its destination claimed it (``move_claimed``, the
+``move_claim`` script's) and when it finished or failed (``move_finished``,
+``move_failed``). All reads are pipelined in chunks; only the bench does them, after
+(or between) the timed phases.
 """
 
 from __future__ import annotations
@@ -59,6 +62,70 @@ def _claimed_at(events: Iterable[dict[str, Any]]) -> float | None:
         if entry.get("event") == "claimed":
             return float(entry["t"])
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveTimes:
+    """A server's last move, from its history: its migration, when the ledger started it,
+    when its destination's claim landed (the first one: a destination that failed gives
+    it back for another), and when it finished (None: it failed, or is under way)."""
+
+    migration: str | None
+    requested_at: float | None = None
+    claimed_at: float | None = None
+    finished_at: float | None = None
+    failed: bool = False
+
+
+def read_moves(stores: Stores, uuids: Sequence[str]) -> dict[str, MoveTimes]:
+    """The last move of each server, from its history (pipelined in chunks)."""
+    found: dict[str, MoveTimes] = {}
+    for start in range(0, len(uuids), CHUNK):
+        chunk = uuids[start : start + CHUNK]
+        histories = stores.inspector.histories(chunk)
+        found.update((uuid, _last_move(histories[uuid])) for uuid in chunk)
+    return found
+
+
+def _last_move(events: Sequence[dict[str, Any]]) -> MoveTimes:
+    started = [e for e in events if e.get("event") == "move_requested"]
+    if not started:
+        return MoveTimes(None)
+    migration = (started[-1].get("detail") or {}).get("migration")
+    mine = [e for e in events if (e.get("detail") or {}).get("migration") == migration]
+
+    def first(name: str) -> float | None:
+        return next((float(e["t"]) for e in mine if e.get("event") == name), None)
+
+    failed = any(e.get("event") == "move_failed" for e in mine)
+    return MoveTimes(migration, first("move_requested"), first("move_claimed"),
+                     first("move_finished"), failed)  # fmt: skip
+
+
+def wait_moved(
+    stores: Stores,
+    uuids: Sequence[str],
+    timeout_s: float,
+    resized: bool = False,
+    interval_s: float = 0.1,
+) -> list[str]:
+    """Wait until no server moves any more (with ``resized``: or waits for a confirm,
+    VERIFY_RESIZE); return those still moving at the timeout."""
+    pending = list(uuids)
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        records = stores.inspector.instance_records(pending, ("migration", "resized"))
+        pending = [u for u in pending if _moving(records.get(u, {}), resized)]
+        if not pending or time.monotonic() > deadline:
+            break
+        time.sleep(interval_s)
+    return pending
+
+
+def _moving(record: dict[str, str], resized: bool) -> bool:
+    if not record.get("migration"):
+        return False
+    return not (resized and record.get("resized") == "1")
 
 
 def states(stores: Stores, uuids: Sequence[str]) -> dict[str, str | None]:

@@ -6,9 +6,11 @@ not measure them, and every output that shows them says so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from qsched.bench.moves_report import emptied_table, moves_table, moves_targets
+from qsched.bench.tables import ms, other, p50_p99, row, simple_table
 
 REFERENCE: dict[str, Any] = {
     "note": "from issue 6 (same kind of 2-core machine); NOT measured by this run",
@@ -42,18 +44,20 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     if "saturation" in results and amqp is None:
         why = results.get("backends", {}).get("rabbitmq_unreachable", "not in this run")
         target = f"over {SUSTAINED_PER_S:,.0f} placements/s sustained (RabbitMQ bus, Redis ledger)"
-        found.append(_row(target, f"RabbitMQ not measured: {why}", None))
+        found.append(row(target, f"RabbitMQ not measured: {why}", None))
     if amqp is not None:
         measured = f"{amqp['sustained_per_s']:,.0f}/s sustained, peak {amqp['peak_per_s']:,.0f}/s"
         if not amqp.get("saturated", True):
             measured += " (the ladder ended before saturation)"
         target = f"over {SUSTAINED_PER_S:,.0f} placements/s sustained (RabbitMQ bus, Redis ledger)"
-        found.append(_row(target, measured, amqp["sustained_per_s"] > SUSTAINED_PER_S))
+        found.append(row(target, measured, amqp["sustained_per_s"] > SUSTAINED_PER_S))
     fill = results.get("fill")
     if fill:
         found += _fill_targets(fill)
     if "plumbing" in results:
         found.append(_plumbing_target(results["plumbing"]))
+    if results.get("moves"):
+        found += moves_targets(results["moves"], FLAT_RATIO, FULL_N)
     return found
 
 
@@ -62,15 +66,11 @@ def _plumbing_target(plumbing: dict[str, Any]) -> dict[str, Any]:
     target = f"notifications and metrics add at most {limit:g}% to the agents' CPU per placement"
     agents = plumbing.get("comparisons", {}).get("both", {}).get("agents")
     if agents is None:
-        return _row(target, plumbing.get("skipped", "not measured"), None)
+        return row(target, plumbing.get("skipped", "not measured"), None)
     measured = (f"{agents['off_ms']} -> {agents['on_ms']} ms, {agents['change_pct']:+.1f}% "
                 f"(median of {agents['blocks']} blocks, {agents['min_pct']:+.1f}% to "
                 f"{agents['max_pct']:+.1f}%)")  # fmt: skip
-    return _row(target, measured, agents["change_pct"] <= limit)
-
-
-def _row(target: str, measured: str, met: bool | None) -> dict[str, Any]:
-    return {"target": target, "measured": measured, "met": met}
+    return row(target, measured, agents["change_pct"] <= limit)
 
 
 def _flat_targets(scale: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -88,7 +88,7 @@ def _flat_targets(scale: list[dict[str, Any]]) -> list[dict[str, Any]]:
         )
         met = ratio <= FLAT_RATIO if low["hosts"] <= 100 and high["hosts"] >= FULL_N else None
         rows.append(
-            _row(
+            row(
                 f"flat: submit-to-claimed p50 at 100,000 hosts within "
                 f"{FLAT_RATIO}x of 100 hosts ({path})",
                 measured,
@@ -105,7 +105,7 @@ def _p99_targets(scale: list[dict[str, Any]]) -> list[dict[str, Any]]:
         p99 = high["paths"][path]["submit_to_claimed_ms"]["p99"]
         met = p99 < P99_CLAIMED_MS if high["hosts"] >= FULL_N and p99 is not None else None
         rows.append(
-            _row(
+            row(
                 f"p99 submit-to-claimed at 100,000 hosts under {P99_CLAIMED_MS:.0f} ms ({path})",
                 f"{p99} ms at N={high['hosts']:,}",
                 met,
@@ -118,7 +118,7 @@ def _registration_target(scale: list[dict[str, Any]]) -> dict[str, Any]:
     high = scale[-1]
     reg = high["registration"]
     met = reg["hosts_per_s"] > REGISTRATION_PER_S if high["hosts"] >= FULL_N else None
-    return _row(
+    return row(
         f"host registration over {REGISTRATION_PER_S:,.0f} hosts/s",
         f"{reg['hosts_per_s']:,.0f} hosts/s ({high['hosts']:,} hosts in "
         f"{reg['seconds']:.1f}s, {reg['agents']} agents)",
@@ -144,7 +144,7 @@ def _fill_targets(fill: dict[str, Any]) -> list[dict[str, Any]]:
         mine, best = ours.get("bottleneck", 0.0), ref.get("bottleneck", 0.0)
         met = bool(best) and mine >= (1 - FILL_WITHIN) * best
         rows.append(
-            _row(
+            row(
                 f"fill within 5% of best fit, {when}",
                 f"{mine:.1%} vs {best:.1%} of the bottleneck resource",
                 met,
@@ -156,44 +156,16 @@ def _fill_targets(fill: dict[str, Any]) -> list[dict[str, Any]]:
 # -- tables ----------------------------------------------------------------------------
 
 
-def simple_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    """An reStructuredText simple table (also readable as plain text)."""
-    cells = [[str(c) for c in header]] + [[_cell(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    rule = "  ".join("=" * w for w in widths)
-    lines = [rule, _line(cells[0], widths), rule]
-    lines += [_line(row, widths) for row in cells[1:]]
-    return [*lines, rule]
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.1f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
-
-
-def _line(row: Sequence[str], widths: Sequence[int]) -> str:
-    return "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-
-
-def _ms(stats: dict[str, Any]) -> str:
-    return " / ".join(_cell(stats[k]) for k in ("p50", "p95", "p99"))
-
-
 def scale_table(scale: list[dict[str, Any]]) -> list[str]:
     rows = []
     for entry in scale:
         reg, rss = entry["registration"], entry.get("peak_rss", {})
         for path in ("http", "library"):
             s = entry["paths"][path]
-            rows.append((entry["hosts"], path_label(entry, path), _ms(s["submit_to_claimed_ms"]),
-                         _ms(s["submit_to_active_ms"]), _ms(s["api_call_ms"]),
+            rows.append((entry["hosts"], path_label(entry, path), ms(s["submit_to_claimed_ms"]),
+                         ms(s["submit_to_active_ms"]), ms(s["api_call_ms"]),
                          s["placements_per_s"], s["refused"], reg["seconds"], reg["hosts_per_s"],
-                         _mb(rss.get("max_kb")), reconcile_cell(entry), _other(s),
+                         _mb(rss.get("max_kb")), reconcile_cell(entry), other(s),
                          _note(s)))  # fmt: skip
     header = ("hosts", "path", "to claimed ms p50/p95/p99", "to ACTIVE ms p50/p95/p99",
               "API call ms p50/p95/p99", "placed/s", "refused", "register s", "hosts/s",
@@ -265,7 +237,7 @@ def plumbing_table(plumbing: dict[str, Any]) -> list[str]:
 
 def rules_table(rules: list[dict[str, Any]]) -> list[str]:
     rows = [
-        (entry["hosts"], name, _ms(s["submit_to_claimed_ms"]), _ms(s["submit_to_active_ms"]),
+        (entry["hosts"], name, ms(s["submit_to_claimed_ms"]), ms(s["submit_to_active_ms"]),
          s["placements_per_s"], s["refused"], s["error"])
         for entry in rules
         for name, s in entry["classes"].items()
@@ -309,7 +281,7 @@ def burst_table(scale: list[dict[str, Any]]) -> list[str]:
         if b:
             note = ", ".join(n for n in (_note(b), *variant_notes(entry)) if n)
             rows.append((entry["hosts"], b["requests"], b["refused"], b["sent_per_s"],
-                         b["capacity_per_s"], _ms(b["submit_to_claimed_ms"]), _other(b),
+                         b["capacity_per_s"], ms(b["submit_to_claimed_ms"]), other(b),
                          note))  # fmt: skip
     header = ("hosts", "boots", "refused", "sent/s", "placed/s with backlog",
               "to claimed ms p50/p95/p99", "other CPU", "note")  # fmt: skip
@@ -325,7 +297,7 @@ def cost_table(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
              stats.get("placed_in_window_per_s")) for label, stats in rows]  # fmt: skip
     header = ("phase", "front door (bench process)", "API workers", "agents", "Redis",
               "RabbitMQ", "other", "placed/s")  # fmt: skip
-    return simple_table(header, [tuple(_cost_cell(c) for c in row) for row in body])
+    return simple_table(header, [tuple(_cost_cell(c) for c in line) for line in body])
 
 
 def _cost_cell(value: Any) -> Any:
@@ -369,12 +341,6 @@ def _note(stats: dict[str, Any]) -> str:
     return ", ".join(notes)
 
 
-def _other(stats: dict[str, Any]) -> str:
-    """Cores used by processes outside the run (other work on the machine)."""
-    other = stats.get("cpu_cores", {}).get("other")
-    return "-" if other is None else f"{other:.2f}"
-
-
 def _mb(kb: int | None) -> str:
     return "-" if kb is None else f"{kb / 1024:,.0f}"
 
@@ -385,8 +351,8 @@ def saturation_table(saturation: dict[str, Any]) -> list[str]:
         for s in entry["steps"]:
             verdict = "yes" if s["sustained"] else "no"
             rows.append((name, s["offered_per_s"], s["sent_per_s"], s["placed_in_window_per_s"],
-                         _ms(s["submit_to_claimed_ms"]), _ms(s["submit_to_active_ms"]), verdict,
-                         s["refused"], _other(s), _note(s)))  # fmt: skip
+                         ms(s["submit_to_claimed_ms"]), ms(s["submit_to_active_ms"]), verdict,
+                         s["refused"], other(s), _note(s)))  # fmt: skip
     header = ("bus", "offered/s", "sent/s", "placed/s", "to claimed ms p50/p95/p99",
               "to ACTIVE ms p50/p95/p99", "sustained", "refused", "other CPU", "note")  # fmt: skip
     return simple_table(header, rows)
@@ -444,6 +410,13 @@ def render(results: dict[str, Any]) -> str:
         if contention:
             parts += ["Shared provider contention (conflicts from the instances' histories, "
                       "each retried)", "", *contention, ""]  # fmt: skip
+    moves = [entry for entry in results.get("moves") or [] if "resize" in entry or "drain" in entry]
+    if moves:
+        bus = moves[0].get("bus", "?")
+        parts += [f"Moves (library path, {bus} bus; from the call to the destination's claim "
+                  "and to the move's end)", "", *moves_table(moves), "",
+                  "Hosts emptied (from the first move asked to the last one ended)", "",
+                  *emptied_table(moves), ""]  # fmt: skip
     if results.get("instances"):
         parts += ["Instances (library path; memory: INFO used_memory)", "",
                   *instances_table(results["instances"]), ""]  # fmt: skip
@@ -571,14 +544,10 @@ def instances_table(entries: list[dict[str, Any]]) -> list[str]:
         rows.append([
             f"{e['preloaded']:,}", _mib(last), per.get("host"), per.get("live_instance"),
             per.get("past_instance"), restart.get("ready_s", "n/a"),
-            _p50_p99(boots["submit_to_claimed_ms"]), _p50_p99(boots["submit_to_active_ms"]),
-            _p50_p99(deletes), (e.get("archive") or {}).get("per_s", "-"),
+            p50_p99(boots["submit_to_claimed_ms"]), p50_p99(boots["submit_to_active_ms"]),
+            p50_p99(deletes), (e.get("archive") or {}).get("per_s", "-"),
         ])  # fmt: skip
     return simple_table(header, rows)
-
-
-def _p50_p99(stats: dict[str, Any]) -> str:
-    return f"{stats.get('p50')} / {stats.get('p99')}"
 
 
 def _mib(value: int | None) -> str:

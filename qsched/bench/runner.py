@@ -71,6 +71,10 @@ class Settings:
     preload_live_share: float = 0.5
     #: [ledger] durability of the clouds (:attr:`CloudSpec.durability`)
     durability: str = "async"
+    #: moves: the host counts of its clouds, and the servers of the host it drains and
+    #: of the one it evacuates (:mod:`qsched.bench.moves`)
+    moves_sizes: list[int] = dataclasses.field(default_factory=lambda: [100, 100_000])
+    host_servers: int = 100
 
     @property
     def transport_url(self) -> str:

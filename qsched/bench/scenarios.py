@@ -1,5 +1,5 @@
-"""The scenarios: scale sweep, saturation, fill (issue 6), and placement rules
-(:mod:`qsched.bench.rules`).
+"""The scenarios: scale sweep, saturation, fill (issue 6), placement rules
+(:mod:`qsched.bench.rules`), plumbing, moves (:mod:`qsched.bench.moves`) and instances.
 
 Each starts its own cloud (:mod:`qsched.bench.stack`), primes the scheduling
 classes so that every agent consumes them before the clock starts, measures,
@@ -18,6 +18,7 @@ from typing import Any
 from qsched.bench import measure
 from qsched.bench.instances import run_instances
 from qsched.bench.load import HttpSubmitter, LibrarySubmitter, Submit
+from qsched.bench.moves import run_moves
 from qsched.bench.packing import BenchFlavor, best_fit, flavor_stream, fractions
 from qsched.bench.phase import PhaseResult, run_phase, samples, summarize
 from qsched.bench.plumbing import run_plumbing
@@ -340,5 +341,6 @@ SCENARIOS: dict[str, Scenario] = {
     "fill": run_fill,
     "rules": run_rules,
     "plumbing": run_plumbing,
+    "moves": run_moves,
     "instances": run_instances,
 }
