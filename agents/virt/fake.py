@@ -282,8 +282,7 @@ class FakeDriver(VirtDriver):
         spawn's, which leaves nothing); ``rebuilds`` records the image. See VirtDriver."""
         with self._lock:
             self._check_on(instance_uuid, node)
-        self.destroy(instance_uuid, node)
-        self.spawn(instance_uuid, node, flavor)
+        super().rebuild(instance_uuid, node, flavor, image_ref)
         with self._lock:
             self.rebuilds[instance_uuid] = image_ref
 
